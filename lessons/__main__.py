@@ -1,0 +1,64 @@
+"""``python -m lessons``: list the lessons; ``python -m lessons all [--quick]``: run them in order.
+
+``python -m lessons 4`` (or ``l04``, or ``clip_objective``) runs one lesson.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+import time
+from pathlib import Path
+
+import lessons
+
+
+def discover() -> list[str]:
+    """Module names ``lessons.lNN_<slug>`` in number order."""
+    names = [m.name for m in pkgutil.iter_modules([str(Path(lessons.__file__).parent)])
+             if m.name[:1] == "l" and m.name[1:3].isdigit()]
+    return [f"lessons.{n}" for n in sorted(names)]
+
+
+def first_line(module_name: str) -> str:
+    mod = importlib.import_module(module_name)
+    doc = (mod.__doc__ or "").strip().splitlines()
+    return doc[0] if doc else ""
+
+
+def resolve(key: str, names: list[str]) -> str:
+    k = key.lower().lstrip("l")
+    for n in names:
+        short = n.split(".")[1]
+        if k.isdigit() and int(short[1:3]) == int(k):
+            return n
+        if key.lower() in (short, short[4:]):
+            return n
+    raise SystemExit(f"no lesson matches {key!r}; run `python -m lessons` for the list")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lessons", description=__doc__)
+    parser.add_argument("which", nargs="*", help="'all', or lesson numbers / slugs; empty lists them")
+    parser.add_argument("--quick", action="store_true", help="the seconds-long version of each lesson")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    names = discover()
+    if not args.which:
+        for n in names:
+            print(f"{n.split('.')[1]:<26s} {first_line(n)}")
+        return 0
+    chosen = names if args.which == ["all"] else [resolve(w, names) for w in args.which]
+    for n in chosen:
+        t = time.perf_counter()
+        print(f"\n######## {n} ########", flush=True)
+        mod = importlib.import_module(n)
+        extra = ["--quick"] if args.quick else []
+        mod.main(extra + ["--seed", str(args.seed)])
+        print(f"[{n} took {time.perf_counter() - t:.1f} s]", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Small helpers every lesson uses: where figures go, a consistent plot style, the CLI flags."""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+# Figures are resolved from the package location, never from the working directory.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+FIGURES_DIR = REPO_ROOT / "figures"
+
+
+def figure_path(module_name: str, directory: str | os.PathLike | None = None) -> Path:
+    """``figures/lNN_<slug>.png`` for the lesson module ``lessons.lNN_<slug>`` (or in ``directory``)."""
+    slug = module_name.rsplit(".", 1)[-1]
+    folder = Path(directory) if directory is not None else FIGURES_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{slug}.png"
+
+
+def pyplot():
+    """matplotlib.pyplot with the non-interactive backend and the course's style."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    plt.rcParams.update({
+        "figure.dpi": 100, "savefig.dpi": 110, "font.size": 10, "axes.titlesize": 11,
+        "axes.grid": True, "grid.alpha": 0.3, "legend.fontsize": 9, "legend.framealpha": 0.85,
+        "axes.spines.top": False, "axes.spines.right": False,
+    })
+    return plt
+
+
+def save(fig, path: str | os.PathLike) -> Path:
+    """Save ``fig`` with a tight layout, close it, and return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    return path
+
+
+def lesson_args(description: str | None = None, argv: list[str] | None = None) -> argparse.Namespace:
+    """The flags every lesson's ``main()`` accepts: ``--quick``, ``--seed``, ``--out``."""
+    parser = argparse.ArgumentParser(description=(description or "").strip().splitlines()[0] if description else None)
+    parser.add_argument("--quick", action="store_true", help="small, seconds-long version (used by the tests)")
+    parser.add_argument("--full", action="store_true", help="the larger version that produced the committed figure, where a lesson has one")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the np.random.Generator (default 0)")
+    parser.add_argument("--out", default=None, help="folder for the figure (default: the repository's figures/)")
+    return parser.parse_args(argv)
+
+
+def output_path(module_name: str, args: argparse.Namespace) -> Path:
+    """Where ``main()`` saves the figure: ``--out`` if given; a temporary folder for ``--quick``
+    runs (so a smoke run never overwrites a committed figure); else the repository's ``figures/``."""
+    if args.out is not None:
+        return figure_path(module_name, args.out)
+    if args.quick:
+        import tempfile
+        return figure_path(module_name, Path(tempfile.gettempdir()) / "minippo_quick_figures")
+    return figure_path(module_name)

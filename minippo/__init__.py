@@ -1,0 +1,45 @@
+"""minippo: PPO for language-model RLHF in NumPy, from scratch, to be read beside the paper.
+
+The names most used are importable from the top level (imported lazily, so ``import minippo``
+stays fast and does not compile any numba kernel)::
+
+    from minippo import GPTConfig, TinyGPT
+    adv, ret = minippo.gae(rewards, values, mask, gamma=1.0, lam=0.95)
+    loss, dlogp, stats = minippo.clipped_policy_loss(logp, logp_old, adv, mask, clip_eps=0.2)
+    loss, dvalues, stats = minippo.clipped_value_loss(values, values_old, returns, mask, clip_eps=0.2)
+    kl = minippo.kl_estimate(logp, logp_ref, kind="k3")
+
+Packages: ``minippo.nn`` (layers with hand-written backward, TinyGPT, MLP, AdamW, gradient check),
+``minippo.rl`` (GAE, losses, KL, masked statistics; numba kernels beside NumPy references),
+``minippo.classic`` (CartPole PPO), ``minippo.rlhf`` (corpus, tokenizer, SFT, reward model, PPO trainer).
+"""
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_LAZY = {
+    "GPTConfig": "minippo.nn.gpt",
+    "TinyGPT": "minippo.nn.gpt",
+    "gae": "minippo.rl.gae",
+    "gae_classic": "minippo.rl.gae",
+    "clipped_policy_loss": "minippo.rl.policy_loss",
+    "clipped_value_loss": "minippo.rl.value_loss",
+    "kl_estimate": "minippo.rl.kl",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'minippo' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

@@ -1,0 +1,51 @@
+"""``minippo bench``: performance measured side by side, in one run, printed as ratios.
+
+Benchmarks are programs, not tests: the machines that run the tests are shared and noisy, so no
+test asserts a duration. Each section measures a fast path against its reference *in the same run*
+and prints the ratio next to the target the project set for it, e.g.::
+
+    == gae (B=512, T=256, float32) ==
+    numba kernel             1.9 ms
+    vectorized NumPy        31.0 ms     16.3x   (target >= 8x)
+
+Sections live in their own modules and are imported only when run:
+``minippo bench --only gae clip`` runs a subset; ``--quick`` uses fewer repetitions.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import time
+
+from minippo.bench.report import Report
+
+# section name -> module defining ``bench(report: Report, quick: bool) -> None``
+SECTIONS: dict[str, str] = {
+    "matmul": "minippo.bench.matmul",      # this machine's float32 matmul peak (the yardstick)
+    "gpt": "minippo.bench.gpt",            # TinyGPT forward+backward tokens/s and % of matmul peak
+    "kvcache": "minippo.bench.kvcache",    # KV-cache decoding vs recomputing the prefix
+    "gae": "minippo.bench.rl",             # GAE kernel vs NumPy reference vs pure Python
+    "clip": "minippo.bench.rl_clip",       # clipped-surrogate kernel vs NumPy expression
+    "import": "minippo.bench.startup",     # import + first call with a warm numba cache
+    "cartpole": "minippo.bench.cartpole",  # classic PPO: steps to return 475, wall time
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--only", nargs="+", choices=list(SECTIONS), metavar="SECTION",
+                        help=f"run only these sections ({', '.join(SECTIONS)})")
+    parser.add_argument("--skip", nargs="+", choices=list(SECTIONS), default=[], metavar="SECTION",
+                        help="skip these sections (cartpole takes minutes)")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (noisier numbers)")
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    names = args.only or [s for s in SECTIONS if s not in args.skip]
+    report = Report()
+    t0 = time.perf_counter()
+    for name in names:
+        module = importlib.import_module(SECTIONS[name])
+        report.section_start(name)
+        module.bench(report, quick=args.quick)
+    report.summary(time.perf_counter() - t0)
+    return 0
