@@ -1,0 +1,70 @@
+"""minippo.rl: the PPO algorithm as arrays in, arrays out; no model, no autograd.
+
+Every formula has a readable NumPy reference; GAE and the clipped surrogate also have a fused
+``@njit(cache=True)`` kernel beside it (parity-tested; ``NUMBA_DISABLE_JIT=1`` runs the kernel
+as Python for pdb). Conventions (DESIGN.md): ``mask`` is 1 on valid tokens, rows right-padded,
+``mask=None`` means all valid; losses are token-level masked means over the batch; every loss
+returns ``(loss, d<input>, stats)`` with an analytic gradient.
+
+Where each concept of the seeds (``shared/seeds``) lives:
+
+=========================================================  ==========================================
+seed concept                                               function
+=========================================================  ==========================================
+ratio r_t = exp(logp_new - logp_old) (003 sec. 3)          computed inside the losses below
+log-probs of the taken tokens from the LM's logits         distributions.logprobs_from_logits / _backward
+PPO-Clip L^CLIP, eq. (7); the six cases (003 sec. 4-5)     policy_loss.clipped_policy_loss (kernel),
+                                                           clipped_policy_loss_reference, CLIP_CASES
+clip fraction (003 sec. 13)                                stats["clipfrac"] of clipped_policy_loss
+PPO-Penalty r A - beta KL, eq. (8) (003 sec. 6)            policy_loss.ppo_penalty_loss
+adaptive beta (003 sec. 6; PPO paper sec. 4)               kl.PPOPaperKLController, kl.AdaptiveKLController
+                                                           (Ziegler et al. 2019), kl.FixedKLController
+critic loss (V - R)^2 (003 sec. 7), value clipping (000)   value_loss.value_loss, value_loss.clipped_value_loss
+entropy bonus H(pi) (003 sec. 7), eq. (9)                  distributions.entropy_from_logits / _backward
+one temperature for every distribution                     the ``temperature`` argument of distributions
+GAE delta_t, A_t, returns = A + V (003 sec. 9; 000)        gae.gae (tokens, kernel), gae_reference, gae_loop
+GAE with (s, a, r, s', done) for classic control           gae.gae_classic (terminated vs truncated)
+advantage normalisation (003 sec. 12)                      masked.masked_whiten
+approx KL, KL monitoring, early stop (003 sec. 12-13)      stats["approx_kl"]; kl.kl_estimate (k1, k2, k3)
+KL penalty reward -beta * kl_t (000 follow-up 3)           kl.kl_estimate(logp, logp_ref, kind)
+exact KL between two distributions                         kl.kl_exact_from_logits
+explained variance (003 sec. 13)                           masked.explained_variance
+padding / response mask (003 sec. 17; 000)                 masked.masked_sum / masked_mean / masked_var
+=========================================================  ==========================================
+
+Importing this package compiles nothing: the functions above are re-exported lazily (except
+``gae``, whose name is the submodule: use ``minippo.gae`` or ``minippo.rl.gae.gae``), and each
+kernel is compiled (or loaded from numba's on-disk cache) on its first call.
+"""
+from __future__ import annotations
+
+import importlib
+
+# public name -> submodule that defines it
+_LAZY = {
+    **{n: "minippo.rl.masked" for n in ("masked_sum", "masked_mean", "masked_var", "masked_whiten",
+                                        "explained_variance")},
+    # not "gae" itself: that name is the submodule minippo.rl.gae (use minippo.gae)
+    **{n: "minippo.rl.gae" for n in ("gae_reference", "gae_loop", "gae_classic", "gae_classic_reference")},
+    **{n: "minippo.rl.policy_loss" for n in ("clipped_policy_loss", "clipped_policy_loss_reference",
+                                             "ppo_penalty_loss", "CLIP_CASES", "CLIPPED_CASES")},
+    **{n: "minippo.rl.value_loss" for n in ("clipped_value_loss", "value_loss")},
+    **{n: "minippo.rl.distributions" for n in ("log_softmax", "logprobs_from_logits", "logprobs_backward",
+                                               "entropy_from_logits", "entropy_backward")},
+    **{n: "minippo.rl.kl" for n in ("kl_estimate", "kl_exact_from_logits", "FixedKLController",
+                                    "AdaptiveKLController", "PPOPaperKLController")},
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'minippo.rl' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__
