@@ -12,7 +12,7 @@ so a logged metric is always a finite number:
 
     masked_mean of no valid entry          -> 0.0
     masked_var of < 2 valid (unbiased)     -> 0.0   (< 1 valid when biased)
-    masked_whiten of a constant selection  -> x - mean (zeros) or x unchanged, see below
+    masked_whiten of a constant selection  -> zeros, or x unchanged without the mean shift
     explained_variance with Var[R] = 0     -> 0.0
 
 These functions accept any 0/1 mask (``layout="any"``): a statistic does not care where the
@@ -152,9 +152,9 @@ def masked_whiten(x, mask, shift_mean=True, eps=1e-8):
 
     Guards: when the valid entries are constant (a single valid entry, or all equal up to
     float rounding: std <= 16 ulp of their magnitude) there is no scale to divide by; the
-    result is then ``x - mean`` (that is, zeros) with ``shift_mean``, and ``x`` unchanged
-    without it, instead of the ``x / sqrt(eps)`` blow-up (x 10^4) of the naive formula.
-    No valid entry at all returns zeros.
+    result is then exactly zeros with ``shift_mean`` (x - mean), and ``x`` unchanged (0 on
+    padding) without it, instead of the ``x / sqrt(eps)`` blow-up (x 10^4) of the naive
+    formula. No valid entry at all returns zeros.
     """
     x, m = _x_and_mask(x, mask)
     check_range("eps", eps, 0, None)
@@ -165,10 +165,10 @@ def masked_whiten(x, mask, shift_mean=True, eps=1e-8):
     var = masked_var(x, m, unbiased=False)
     # "constant" = the spread is within float rounding of the values' magnitude
     scale_of_x = float(np.max(np.abs(x * m)))
-    constant = np.sqrt(var) <= 16 * np.finfo(x.dtype).eps * scale_of_x
+    if np.sqrt(var) <= 16 * np.finfo(x.dtype).eps * scale_of_x:
+        return (x * m).astype(x.dtype) if not shift_mean else np.zeros_like(x)
     # the next lines are the whitening itself, in float64 then back to x's dtype
-    inv_std = 1.0 if constant else 1.0 / np.sqrt(var + eps)
-    out = (x.astype(np.float64) - mean) * inv_std
+    out = (x.astype(np.float64) - mean) / np.sqrt(var + eps)
     if not shift_mean:
         out += mean
     return (out * m).astype(x.dtype)

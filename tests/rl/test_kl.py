@@ -1,0 +1,123 @@
+"""KL estimators k1/k2/k3 against the exact KL (exact expectations and Monte Carlo), the exact
+KL from logits, and the three beta controllers' update rules."""
+import math
+
+import numpy as np
+import pytest
+
+from minippo.rl.distributions import log_softmax
+from minippo.rl.kl import (AdaptiveKLController, FixedKLController, PPOPaperKLController, kl_estimate,
+                           kl_exact_from_logits)
+
+
+def test_estimator_formulas():
+    logp = np.array([-1.0, -2.0, -0.5])
+    logp_ref = np.array([-1.5, -1.0, -0.5])
+    d = logp - logp_ref
+    np.testing.assert_allclose(kl_estimate(logp, logp_ref, "k1"), d, atol=1e-15)
+    np.testing.assert_allclose(kl_estimate(logp, logp_ref, "k2"), 0.5 * d ** 2, atol=1e-15)
+    rho = np.exp(-d)
+    np.testing.assert_allclose(kl_estimate(logp, logp_ref, "k3"), (rho - 1) - np.log(rho), atol=1e-15)
+    assert kl_estimate(logp, logp_ref).tolist() == kl_estimate(logp, logp_ref, "k3").tolist()  # default
+    with pytest.raises(ValueError, match="`kind`"):
+        kl_estimate(logp, logp_ref, "k4")
+    with pytest.raises(ValueError, match="`logp_ref` has shape"):
+        kl_estimate(logp, logp_ref[:2])
+
+
+def two_policies(seed=0, V=6, scale=1.5):
+    rng = np.random.default_rng(seed)
+    return scale * rng.standard_normal(V), scale * rng.standard_normal(V)
+
+
+def test_exact_kl_from_logits():
+    logits, logits_ref = two_policies()
+    p, q = np.exp(log_softmax(logits)), np.exp(log_softmax(logits_ref))
+    assert kl_exact_from_logits(logits, logits_ref) == pytest.approx(np.sum(p * np.log(p / q)), rel=1e-12)
+    assert kl_exact_from_logits(logits, logits) == pytest.approx(0.0, abs=1e-15)
+    batch = np.stack([logits, logits_ref])
+    kl = kl_exact_from_logits(batch, batch[::-1], temperature=2.0)
+    assert kl.shape == (2,) and (kl > 0).all()
+    p2, q2 = np.exp(log_softmax(logits, 2.0)), np.exp(log_softmax(logits_ref, 2.0))
+    assert kl[0] == pytest.approx(np.sum(p2 * np.log(p2 / q2)), rel=1e-12)
+
+
+def test_k1_and_k3_unbiased_k2_biased_exact_expectation():
+    """E_{a~pi}[k] summed over the vocabulary: k1 and k3 give the KL exactly, k2 does not."""
+    logits, logits_ref = two_policies()
+    logq, logq_ref = log_softmax(logits), log_softmax(logits_ref)
+    p = np.exp(logq)
+    kl = kl_exact_from_logits(logits, logits_ref)
+    expect = {k: float(np.sum(p * kl_estimate(logq, logq_ref, k))) for k in ("k1", "k2", "k3")}
+    assert expect["k1"] == pytest.approx(kl, rel=1e-12)
+    assert expect["k3"] == pytest.approx(kl, rel=1e-12)
+    assert abs(expect["k2"] - kl) > 0.05 * kl
+
+
+def test_monte_carlo_unbiasedness():
+    """Sample tokens from pi (fixed seed) and average: k1 and k3 land within 4 standard errors
+    of the exact KL; k3 has the smaller spread and is never negative, k1 sometimes is."""
+    logits, logits_ref = two_policies(seed=1)
+    logq, logq_ref = log_softmax(logits), log_softmax(logits_ref)
+    rng = np.random.default_rng(123)
+    n = 200_000
+    tokens = rng.choice(len(logits), size=n, p=np.exp(logq))
+    kl = kl_exact_from_logits(logits, logits_ref)
+    samples = {k: kl_estimate(logq[tokens], logq_ref[tokens], k) for k in ("k1", "k3")}
+    for k, s in samples.items():
+        se = s.std() / math.sqrt(n)
+        assert abs(s.mean() - kl) < 4 * se, (k, s.mean(), kl, se)
+    assert (samples["k3"] >= 0).all() and (samples["k1"] < 0).any()
+
+
+def test_k3_has_lower_variance_for_close_policies():
+    """The regime of PPO and RLHF (pi close to pi_ref): k3's spread is far below k1's."""
+    logits, noise = two_policies(seed=2)
+    logits_ref = logits + 0.1 * noise
+    logq, logq_ref = log_softmax(logits), log_softmax(logits_ref)
+    tokens = np.random.default_rng(7).choice(len(logits), size=20_000, p=np.exp(logq))
+    k1 = kl_estimate(logq[tokens], logq_ref[tokens], "k1")
+    k3 = kl_estimate(logq[tokens], logq_ref[tokens], "k3")
+    assert k3.std() < 0.2 * k1.std()
+
+
+def test_fixed_controller():
+    c = FixedKLController(0.05)
+    assert c.update(10.0, n_steps=64) == 0.05 and c.value == 0.05
+    with pytest.raises(ValueError, match="`kl_coef`"):
+        FixedKLController(-0.1)
+
+
+def test_adaptive_controller_follows_ziegler_rule():
+    c = AdaptiveKLController(0.1, target=6.0, horizon=10_000)
+    # KL = 6.6: error 0.1 (inside the clip); 256 samples
+    assert c.update(6.6, n_steps=256) == pytest.approx(0.1 * (1 + 0.1 * 256 / 10_000), rel=1e-12)
+    v = c.value
+    # KL = 60: error 9 clipped to +0.2
+    assert c.update(60.0, n_steps=100) == pytest.approx(v * (1 + 0.2 * 100 / 10_000), rel=1e-12)
+    v = c.value
+    # KL = 0: error -1 clipped to -0.2
+    assert c.update(0.0, n_steps=100) == pytest.approx(v * (1 - 0.2 * 100 / 10_000), rel=1e-12)
+    # on target: unchanged
+    v = c.value
+    assert c.update(6.0, n_steps=100) == v
+    for kwargs, name in ((dict(target=0.0, horizon=1.0), "target"), (dict(target=1.0, horizon=-1.0), "horizon")):
+        with pytest.raises(ValueError, match=f"`{name}`"):
+            AdaptiveKLController(0.1, **kwargs)
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="`current_kl`"):
+            c.update(bad)
+    with pytest.raises(ValueError, match="`n_steps`"):
+        c.update(1.0, n_steps=1.5)
+
+
+def test_ppo_paper_controller_follows_section_4():
+    c = PPOPaperKLController(1.0, d_targ=0.01)
+    assert c.update(0.005) == 0.5                   # d < d_targ / 1.5 -> beta / 2
+    assert c.update(0.02) == 1.0                    # d > 1.5 d_targ  -> beta * 2
+    assert c.update(0.01) == 1.0                    # in between: unchanged
+    assert c.update(0.01 / 1.5) == 1.0              # the thresholds themselves: unchanged
+    assert c.update(0.015) == 1.0
+    assert c.update(0.1, n_steps=7) == 2.0          # n_steps does not matter
+    with pytest.raises(ValueError, match="`d_targ`"):
+        PPOPaperKLController(1.0, d_targ=0.0)
