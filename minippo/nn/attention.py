@@ -1,0 +1,183 @@
+"""Causal multi-head self-attention with a padding mask: forward, backward, and a KV-cache step.
+
+Legend: B batch, T tokens (queries), S keys (S = T in a full pass, S = tokens so far when
+decoding), C channels, H heads, hs = C / H head size.
+
+Scaled dot-product attention (Vaswani et al. 2017, arXiv:1706.03762, eq. (1)), per head::
+
+    att = softmax(q @ k.T / sqrt(hs) + M)        M = 0 where allowed, -inf elsewhere
+    y   = att @ v
+
+Which key ``j`` may query ``i`` look at? (``attn_mask``: 1 = real token, 0 = padding)::
+
+    allowed[b, i, j] = (j <= i) and (attn_mask[b, j] == 1 or j == i)
+
+- ``j <= i``: causal, no peeking at the future.
+- ``attn_mask[b, j] == 1``: padded keys are never attended to, so a real token's output does
+  not depend on the padding (left padding of prompts, right padding of responses, or both).
+- ``or j == i``: a *padded query* also sees itself, so every softmax row has at least one finite
+  entry and padded positions produce finite numbers instead of NaN. Nothing real depends on a
+  padded position (it is never an allowed key of another query), so its output only matters if
+  the caller puts it into a loss: callers mask padded positions out of every loss.
+
+Layer API as in ``layers.py``: ``out, cache = attention_forward(...)``,
+``dx, *dparams = attention_backward(dout, cache)``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from minippo.nn import fused
+from minippo.nn.layers import linear_backward, linear_forward
+
+
+def attention_allowed(attn_mask: np.ndarray, T: int | None = None) -> np.ndarray:
+    """Boolean (B, T, T) matrix: may query i attend to key j? (see the module docstring).
+
+    ``attn_mask`` (B, T) of 0/1. The same matrix serves every head.
+    """
+    T = attn_mask.shape[1] if T is None else T
+    causal = np.tri(T, dtype=bool)                                  # (T, T) j <= i
+    key_ok = (attn_mask != 0)[:, None, :] | np.eye(T, dtype=bool)  # (B, T, T) real key or itself
+    return key_ok & causal                                          # (B, T, T)
+
+
+# ----------------------------------------------------------------------------------------------
+# the core: y = softmax(q k^T / sqrt(hs) masked) v, on (B, H, T, hs) arrays
+# ----------------------------------------------------------------------------------------------
+
+def sdpa_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarray):
+    """Masked scaled dot-product attention on every (batch, head) at once.
+
+    Parameters
+    ----------
+    q : (B, H, T, hs)
+    k, v : (B, H, S, hs)
+    allowed : bool (B, T, S) or (1, T, S), shared by the heads; every row must allow at least one key
+
+    Returns
+    -------
+    y : (B, H, T, hs)
+    cache : (q, k, v, att, scale)
+    """
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    scores = q @ k.swapaxes(-1, -2)               # (B, H, T, S) batched matmul, one BLAS call per head
+    # att = softmax(scale * scores + M), M = -inf where not allowed (in place on scores)
+    att, _ = fused.masked_softmax_forward(scores, allowed, scale)
+    y = att @ v                                   # (B, H, T, hs)
+    return y, (q, k, v, att, scale)
+
+
+def sdpa_backward(dy: np.ndarray, cache):
+    """Backward of :func:`sdpa_forward`; returns ``(dq, dk, dv)``."""
+    q, k, v, att, scale = cache
+    # y = att @ v  ->  datt = dy @ v.T,  dv = att.T @ dy
+    datt = dy @ v.swapaxes(-1, -2)                # (B, H, T, S)
+    dv = att.swapaxes(-1, -2) @ dy                # (B, H, S, hs)
+    # att = softmax(scale * scores + M)  ->  dscores (in place on datt)
+    ds = fused.masked_softmax_backward(datt, att, scale)
+    # scores = q @ k.T  ->  dq = dscores @ k,  dk = dscores.T @ q
+    dq = ds @ k                                   # (B, H, T, hs)
+    dk = ds.swapaxes(-1, -2) @ q                  # (B, H, S, hs)
+    return dq, dk, dv
+
+
+# ----------------------------------------------------------------------------------------------
+# the sublayer: qkv = x W_attn + b; heads; sdpa; merge; out = y W_proj + b
+# ----------------------------------------------------------------------------------------------
+
+def split_heads(qkv: np.ndarray, n_head: int):
+    """(B, T, 3C) -> three (B, H, T, hs) views (no copy): q, k, v."""
+    B, T, C3 = qkv.shape
+    C = C3 // 3
+    heads = qkv.reshape(B, T, 3, n_head, C // n_head).transpose(2, 0, 3, 1, 4)  # (3, B, H, T, hs)
+    return heads[0], heads[1], heads[2]
+
+
+def merge_heads(y: np.ndarray) -> np.ndarray:
+    """(B, H, T, hs) -> (B, T, C), contiguous."""
+    B, H, T, hs = y.shape
+    return np.ascontiguousarray(y.transpose(0, 2, 1, 3)).reshape(B, T, H * hs)
+
+
+def attention_forward(x: np.ndarray, w_attn: np.ndarray, b_attn: np.ndarray, w_proj: np.ndarray,
+                      b_proj: np.ndarray, n_head: int, allowed: np.ndarray):
+    """Causal multi-head self-attention (GPT-2's ``attn`` sublayer).
+
+    Parameters
+    ----------
+    x : (B, T, C)
+    w_attn : (C, 3C), b_attn : (3C,)   the q, k, v projections side by side (``c_attn``)
+    w_proj : (C, C), b_proj : (C,)     the output projection (``c_proj``)
+    n_head : H, dividing C
+    allowed : (B, T, T) bool from :func:`attention_allowed` (or (1, T, T) causal only)
+
+    Returns
+    -------
+    out : (B, T, C)
+    cache : everything backward needs; ``cache[1][1]``, ``cache[1][2]`` are this layer's k, v
+        (B, H, T, hs), which a KV cache stores.
+    """
+    qkv, c_attn = linear_forward(x, w_attn, b_attn)   # (B, T, 3C)
+    q, k, v = split_heads(qkv, n_head)                # each (B, H, T, hs)
+    y, c_sdpa = sdpa_forward(q, k, v, allowed)        # (B, H, T, hs)
+    out, c_proj = linear_forward(merge_heads(y), w_proj, b_proj)  # (B, T, C)
+    return out, (c_attn, c_sdpa, c_proj)
+
+
+def attention_backward(dout: np.ndarray, cache):
+    """Backward of :func:`attention_forward`; returns ``(dx, dw_attn, db_attn, dw_proj, db_proj)``."""
+    c_attn, c_sdpa, c_proj = cache
+    # out = merge(y) @ w_proj + b_proj
+    dy, dw_proj, db_proj = linear_backward(dout, c_proj)   # (B, T, C)
+    B, T, C = dy.shape
+    H = c_sdpa[0].shape[1]
+    dy_heads = dy.reshape(B, T, H, C // H).transpose(0, 2, 1, 3)  # (B, H, T, hs) = d merge(y)
+    # y = sdpa(q, k, v)
+    dq, dk, dv = sdpa_backward(dy_heads, c_sdpa)
+    # q, k, v = split_heads(qkv): write the three gradients back side by side
+    dqkv = np.empty((B, T, 3, H, C // H), dtype=dy.dtype)   # (B, T, 3, H, hs)
+    dqkv[:, :, 0] = dq.transpose(0, 2, 1, 3)
+    dqkv[:, :, 1] = dk.transpose(0, 2, 1, 3)
+    dqkv[:, :, 2] = dv.transpose(0, 2, 1, 3)
+    # qkv = x @ w_attn + b_attn
+    dx, dw_attn, db_attn = linear_backward(dqkv.reshape(B, T, 3 * C), c_attn)
+    return dx, dw_attn, db_attn, dw_proj, db_proj
+
+
+# ----------------------------------------------------------------------------------------------
+# KV cache: one new token per row, attending to the stored keys and values
+# ----------------------------------------------------------------------------------------------
+
+def attention_decode(x: np.ndarray, w_attn: np.ndarray, b_attn: np.ndarray, w_proj: np.ndarray,
+                     b_proj: np.ndarray, n_head: int, k_cache: np.ndarray, v_cache: np.ndarray,
+                     key_mask: np.ndarray, t: int) -> np.ndarray:
+    """Attention for the token at position ``t`` given keys/values of positions ``0..t-1``.
+
+    The same computation as row ``t`` of :func:`attention_forward`, without recomputing the prefix:
+    the new token's k, v are written into ``k_cache[:, :, t]``, ``v_cache[:, :, t]`` (in place),
+    and its query attends to the keys ``0..t`` allowed by ``key_mask`` (plus itself).
+
+    Parameters
+    ----------
+    x : (B, 1, C) the new token's input
+    k_cache, v_cache : (B, H, S_max, hs), filled up to ``t - 1``
+    key_mask : (B, S_max) 0/1, already holding the new token's entry at ``t``
+    t : the new token's slot
+
+    Returns
+    -------
+    out : (B, 1, C)
+    """
+    qkv, _ = linear_forward(x, w_attn, b_attn)         # (B, 1, 3C)
+    q, k, v = split_heads(qkv, n_head)                 # each (B, H, 1, hs)
+    k_cache[:, :, t:t + 1] = k
+    v_cache[:, :, t:t + 1] = v
+    # allowed[b, 0, 0, j] = key_mask[b, j] or j == t   (j <= t is implied by the slice)
+    allowed = key_mask[:, None, :t + 1] != 0          # (B, 1, t+1)
+    allowed[..., t] = True
+    y, _ = sdpa_forward(q, k_cache[:, :, :t + 1], v_cache[:, :, :t + 1], allowed)  # (B, H, 1, hs)
+    out, _ = linear_forward(merge_heads(y), w_proj, b_proj)  # (B, 1, C)
+    return out

@@ -1,0 +1,326 @@
+"""Fused numba kernels for the elementwise passes of TinyGPT, each beside its NumPy reference.
+
+Legend: N rows (B*T), C channels, V vocab, B batch, H heads, T queries, S keys.
+
+Why: in plain NumPy every line of GELU, LayerNorm or a softmax is a separate pass over memory with a
+fresh temporary, and at TinyGPT's sizes those passes cost as much as the matrix products (profile
+with ``minippo bench --only gpt``). Each kernel below does one layer's forward or backward in one or
+two passes, row-parallel (``prange`` over rows: no two threads write the same element, no shared
+reduction).
+
+Every public function here has exactly the API of its NumPy reference, imported under the name
+``<name>_reference`` from :mod:`minippo.nn.layers` (the textbook version to read); the tests check
+that both agree (``pytest -m kernels``, also with ``NUMBA_DISABLE_JIT=1``). Set
+``fused.USE_KERNELS = False`` to run the NumPy references instead (the bench does this to show the
+difference).
+
+Kernels compute in the dtype of their inputs (constants are made with ``x.dtype.type``), so float32
+stays float32 and float64 gradient checks run through these very kernels.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from minippo.nn.layers import GELU_A, GELU_K
+from minippo.nn.layers import embedding_backward as embedding_backward_reference
+from minippo.nn.layers import gelu_backward as gelu_backward_reference
+from minippo.nn.layers import gelu_forward as gelu_forward_reference
+from minippo.nn.layers import layernorm_backward as layernorm_backward_reference
+from minippo.nn.layers import layernorm_forward as layernorm_forward_reference
+from minippo.nn.layers import masked_softmax_backward as masked_softmax_backward_reference
+from minippo.nn.layers import masked_softmax_forward as masked_softmax_forward_reference
+from minippo.nn.layers import softmax_cross_entropy_backward as softmax_cross_entropy_backward_reference
+from minippo.nn.layers import softmax_cross_entropy_forward as softmax_cross_entropy_forward_reference
+
+USE_KERNELS = True   # False: every function below calls its NumPy reference
+
+
+def _rows(x: np.ndarray) -> np.ndarray:
+    """(..., C) -> (N, C) C-contiguous (a view when possible)."""
+    return np.ascontiguousarray(x).reshape(-1, x.shape[-1])
+
+
+# ----------------------------------------------------------------------------------------------
+# LayerNorm                                  reference: layers.layernorm_forward / _backward
+# ----------------------------------------------------------------------------------------------
+
+@njit(cache=True, parallel=True)
+def _layernorm_forward_kernel(x, w, b, eps, out, xhat, rstd):
+    """Per row: mean, biased variance (two passes), then xhat and out = xhat * w + b."""
+    N, C = x.shape
+    zero, one = x.dtype.type(0), x.dtype.type(1)
+    for r in prange(N):
+        s = zero
+        for c in range(C):
+            s += x[r, c]
+        mean = s / C
+        v = zero
+        for c in range(C):
+            d = x[r, c] - mean
+            v += d * d
+        rs = one / np.sqrt(v / C + eps)
+        rstd[r] = rs
+        for c in range(C):
+            xh = (x[r, c] - mean) * rs
+            xhat[r, c] = xh
+            out[r, c] = xh * w[c] + b[c]
+
+
+@njit(cache=True, parallel=True)
+def _layernorm_backward_kernel(dout, xhat, rstd, w, dx):
+    """Per row: g = dout * w;  dx = rstd * (g - mean(g) - xhat * mean(g * xhat))."""
+    N, C = dout.shape
+    zero = dout.dtype.type(0)
+    for r in prange(N):
+        sg = zero
+        sgx = zero
+        for c in range(C):
+            g = dout[r, c] * w[c]
+            sg += g
+            sgx += g * xhat[r, c]
+        mg, mgx = sg / C, sgx / C
+        for c in range(C):
+            dx[r, c] = rstd[r] * (dout[r, c] * w[c] - mg - xhat[r, c] * mgx)
+
+
+@njit(cache=True)
+def _column_sums_kernel(dout, xhat, dw, db):
+    """dw[c] = sum_r dout[r, c] * xhat[r, c],  db[c] = sum_r dout[r, c]  (serial: each c its own sum)."""
+    N, C = dout.shape
+    for r in range(N):
+        for c in range(C):
+            dw[c] += dout[r, c] * xhat[r, c]
+            db[c] += dout[r, c]
+
+
+def layernorm_forward(x, w, b, eps=1e-5):
+    """Fused :func:`minippo.nn.layers.layernorm_forward` (same arguments, same returns)."""
+    if not USE_KERNELS:
+        return layernorm_forward_reference(x, w, b, eps)
+    x2 = _rows(x)                                   # (N, C)
+    out, xhat = np.empty_like(x2), np.empty_like(x2)
+    rstd = np.empty((x2.shape[0], 1), dtype=x.dtype)  # (N, 1)
+    _layernorm_forward_kernel(x2, w, b, x.dtype.type(eps), out, xhat, rstd[:, 0])
+    lead = x.shape[:-1]
+    return out.reshape(x.shape), (xhat.reshape(x.shape), rstd.reshape(*lead, 1), w)
+
+
+def layernorm_backward(dout, cache):
+    """Fused :func:`minippo.nn.layers.layernorm_backward` (returns ``dx, dw, db``)."""
+    if not USE_KERNELS:
+        return layernorm_backward_reference(dout, cache)
+    xhat, rstd, w = cache
+    C = xhat.shape[-1]
+    d2, xh2 = _rows(dout), xhat.reshape(-1, C)
+    dx = np.empty_like(d2)
+    _layernorm_backward_kernel(d2, xh2, rstd.reshape(-1), w, dx)
+    dw, db = np.zeros(C, dtype=dout.dtype), np.zeros(C, dtype=dout.dtype)
+    _column_sums_kernel(d2, xh2, dw, db)
+    return dx.reshape(dout.shape), dw, db
+
+
+# ----------------------------------------------------------------------------------------------
+# GELU, tanh form                            reference: layers.gelu_forward / _backward
+# ----------------------------------------------------------------------------------------------
+
+@njit(cache=True, parallel=True)
+def _gelu_forward_kernel(x, k, a, out, t):
+    """out = 0.5 x (1 + t), t = tanh(k (x + a x^3)).
+
+    tanh(u) is computed as sign(u) (1 - e) / (1 + e) with e = exp(-2|u|): numba's scalar ``tanh``
+    is several times slower than its ``exp`` on x86 without Intel SVML, and this form never
+    overflows (e <= 1). It agrees with ``np.tanh`` to a few ulps (parity test).
+    """
+    N, C = x.shape
+    half, one, two = x.dtype.type(0.5), x.dtype.type(1), x.dtype.type(2)
+    for r in prange(N):
+        for c in range(C):
+            v = x[r, c]
+            u = k * (v + a * v * v * v)
+            e = np.exp(-two * np.abs(u))
+            th = (one - e) / (one + e)
+            if u < 0:
+                th = -th
+            t[r, c] = th
+            out[r, c] = half * v * (one + th)
+
+
+@njit(cache=True, parallel=True)
+def _gelu_backward_kernel(dout, x, t, k, a, dx):
+    """dx = dout * (0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2))."""
+    N, C = x.shape
+    half, one, three = x.dtype.type(0.5), x.dtype.type(1), x.dtype.type(3)
+    for r in prange(N):
+        for c in range(C):
+            v, th = x[r, c], t[r, c]
+            dx[r, c] = dout[r, c] * (half * (one + th) + half * v * (one - th * th) * k * (one + three * a * v * v))
+
+
+def gelu_forward(x):
+    """Fused :func:`minippo.nn.layers.gelu_forward`."""
+    if not USE_KERNELS:
+        return gelu_forward_reference(x)
+    x2 = _rows(x)
+    out, t = np.empty_like(x2), np.empty_like(x2)
+    dt = x.dtype.type
+    _gelu_forward_kernel(x2, dt(GELU_K), dt(GELU_A), out, t)
+    return out.reshape(x.shape), (x2.reshape(x.shape), t.reshape(x.shape))
+
+
+def gelu_backward(dout, cache):
+    """Fused :func:`minippo.nn.layers.gelu_backward`."""
+    if not USE_KERNELS:
+        return gelu_backward_reference(dout, cache)
+    x, t = cache
+    d2 = _rows(dout)
+    dx = np.empty_like(d2)
+    dt = x.dtype.type
+    _gelu_backward_kernel(d2, _rows(x), _rows(t), dt(GELU_K), dt(GELU_A), dx)
+    return dx.reshape(dout.shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# masked softmax of attention scores         reference: layers.masked_softmax_forward / _backward
+# ----------------------------------------------------------------------------------------------
+
+@njit(cache=True, parallel=True)
+def _masked_softmax_forward_kernel(att, allowed, scale):
+    """In place, per (b, h, i) row: att = softmax over allowed j of scale * att, 0 elsewhere."""
+    B, H, T, S = att.shape
+    zero = att.dtype.type(0)
+    for bh in prange(B * H):
+        b, h = bh // H, bh % H
+        for i in range(T):
+            m = -np.inf
+            for j in range(S):
+                if allowed[b, i, j]:
+                    m = max(m, att[b, h, i, j] * scale)
+            s = zero
+            for j in range(S):
+                if allowed[b, i, j]:
+                    e = np.exp(att[b, h, i, j] * scale - m)
+                    att[b, h, i, j] = e
+                    s += e
+                else:
+                    att[b, h, i, j] = zero
+            for j in range(S):
+                att[b, h, i, j] /= s
+
+
+@njit(cache=True, parallel=True)
+def _masked_softmax_backward_kernel(datt, att, scale):
+    """In place, per row: datt = scale * att * (datt - sum_j datt_j att_j)."""
+    B, H, T, S = att.shape
+    zero = att.dtype.type(0)
+    for bh in prange(B * H):
+        b, h = bh // H, bh % H
+        for i in range(T):
+            s = zero
+            for j in range(S):
+                s += datt[b, h, i, j] * att[b, h, i, j]
+            for j in range(S):
+                datt[b, h, i, j] = scale * att[b, h, i, j] * (datt[b, h, i, j] - s)
+
+
+def masked_softmax_forward(scores, allowed, scale):
+    """Fused :func:`minippo.nn.layers.masked_softmax_forward` (in place on ``scores``)."""
+    if not USE_KERNELS:
+        return masked_softmax_forward_reference(scores, allowed, scale)
+    B, H, T, S = scores.shape
+    allowed = np.broadcast_to(allowed, (B, T, S))
+    _masked_softmax_forward_kernel(scores, allowed, scores.dtype.type(scale))
+    return scores, scores
+
+
+def masked_softmax_backward(datt, cache, scale):
+    """Fused :func:`minippo.nn.layers.masked_softmax_backward` (in place on ``datt``)."""
+    if not USE_KERNELS:
+        return masked_softmax_backward_reference(datt, cache, scale)
+    _masked_softmax_backward_kernel(datt, cache, datt.dtype.type(scale))
+    return datt
+
+
+# ----------------------------------------------------------------------------------------------
+# softmax cross-entropy with a mask          reference: layers.softmax_cross_entropy_forward / _backward
+# ----------------------------------------------------------------------------------------------
+
+@njit(cache=True, parallel=True)
+def _softmax_xent_forward_kernel(z, targets, probs, nll):
+    """Per row: probs = softmax(z), nll = logsumexp(z) - z[target]."""
+    N, V = z.shape
+    zero = z.dtype.type(0)
+    for r in prange(N):
+        m = z[r, 0]
+        for j in range(1, V):
+            m = max(m, z[r, j])
+        s = zero
+        for j in range(V):
+            e = np.exp(z[r, j] - m)
+            probs[r, j] = e
+            s += e
+        for j in range(V):
+            probs[r, j] /= s
+        nll[r] = np.log(s) + m - z[r, targets[r]]
+
+
+@njit(cache=True, parallel=True)
+def _softmax_xent_backward_kernel(probs, targets, w, dlogits):
+    """Per row: dlogits = w[r] * (probs - onehot(target)),  w = dloss * mask / n."""
+    N, V = probs.shape
+    for r in prange(N):
+        for j in range(V):
+            dlogits[r, j] = w[r] * probs[r, j]
+        dlogits[r, targets[r]] -= w[r]
+
+
+def softmax_cross_entropy_forward(logits, targets, mask):
+    """Fused :func:`minippo.nn.layers.softmax_cross_entropy_forward`."""
+    if not USE_KERNELS:
+        return softmax_cross_entropy_forward_reference(logits, targets, mask)
+    n = float(np.sum(mask))
+    if n == 0:
+        raise ValueError("`mask` must contain at least one 1: the loss is a mean over mask == 1 tokens")
+    z = _rows(logits)                               # (N, V)
+    t = np.ascontiguousarray(targets).reshape(-1).astype(np.int64, copy=False)
+    probs = np.empty_like(z)
+    nll = np.empty(z.shape[0], dtype=z.dtype)
+    _softmax_xent_forward_kernel(z, t, probs, nll)
+    m = np.asarray(mask).reshape(-1).astype(logits.dtype)
+    loss = float(np.dot(nll.astype(np.float64), m.astype(np.float64)) / n)
+    return loss, (probs, t, m, n, logits.shape)
+
+
+def softmax_cross_entropy_backward(dloss, cache):
+    """Fused :func:`minippo.nn.layers.softmax_cross_entropy_backward`."""
+    if not USE_KERNELS:
+        return softmax_cross_entropy_backward_reference(dloss, cache)
+    probs, t, m, n, shape = cache
+    dlogits = np.empty_like(probs)
+    _softmax_xent_backward_kernel(probs, t, (m * (dloss / n)).astype(probs.dtype), dlogits)
+    return dlogits.reshape(shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# embedding backward (scatter-add)           reference: layers.embedding_backward (np.add.at)
+# ----------------------------------------------------------------------------------------------
+
+@njit(cache=True)
+def _scatter_add_rows_kernel(idx, dout, dw):
+    """dw[idx[n]] += dout[n] for every n, in order (serial: repeated ids would race in parallel)."""
+    N, C = dout.shape
+    for n in range(N):
+        row = idx[n]
+        for c in range(C):
+            dw[row, c] += dout[n, c]
+
+
+def embedding_backward(dout, cache):
+    """Fused :func:`minippo.nn.layers.embedding_backward` (repeated ids accumulate)."""
+    if not USE_KERNELS:
+        return embedding_backward_reference(dout, cache)
+    idx, w_shape = cache
+    dw = np.zeros(w_shape, dtype=dout.dtype)
+    _scatter_add_rows_kernel(np.ascontiguousarray(idx).reshape(-1).astype(np.int64, copy=False),
+                             _rows(dout), dw)
+    return dw

@@ -1,0 +1,438 @@
+"""TinyGPT: a GPT-2 style decoder with hand-written backprop, a scalar head, and a KV cache.
+
+Legend: B batch, T tokens, C channels (n_embd), V vocab, H heads, L layers (n_layer), hs = C / H.
+
+The network (GPT-2, Radford et al. 2019; pre-LayerNorm blocks as in nanoGPT / llm.c)::
+
+    pos    = max(cumsum(attn_mask) - 1, 0)          position ids skip the padding
+    x      = wte[idx] + wpe[pos]                    (B, T, C)
+    for each of the L blocks:
+        x  = x + attn(ln_1(x))                      causal, padded keys masked (attention.py)
+        x  = x + mlp(ln_2(x))                       mlp(h) = gelu(h W_fc + b) W_proj + b
+    x      = ln_f(x)
+    logits = x @ wte.T                              (B, T, V) LM head tied to the token embedding
+    scalar = x @ scalar_head.w + scalar_head.b      (B, T)    values (critic) or scores (reward model)
+
+Padding: ``attn_mask`` (B, T) is 1 on real tokens, 0 on padding (left padding of prompts, right
+padding of responses, or both). Because positions count only real tokens and padded keys are never
+attended to, a real token's logits do not depend on how much padding precedes it. Padded positions
+produce finite numbers that mean nothing; callers mask them out of every loss (see attention.py).
+
+Every gradient is written by hand; ``backward`` mirrors ``forward`` line by line in reverse, and the
+two fan-outs (the tied ``wte``, and ``x`` feeding both heads) are summed in one visible place each.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from minippo.checks import check_choice, check_float_array, check_int_array, check_mask, check_range
+from minippo.nn import fused as K
+from minippo.nn.attention import attention_allowed, attention_backward, attention_decode, attention_forward
+from minippo.nn.layers import embedding_forward, linear_backward, linear_forward
+
+LN_EPS = 1e-5
+
+
+@dataclass
+class GPTConfig:
+    """Shape of a TinyGPT. Defaults are the ``minippo bench`` model."""
+
+    vocab_size: int = 512
+    """V: number of token ids (the tokenizer's vocabulary size), >= 1."""
+    block_size: int = 64
+    """Longest sequence T the model accepts (rows of ``wpe``), >= 1."""
+    n_layer: int = 4
+    """L: number of transformer blocks, >= 1 (1-12 here)."""
+    n_head: int = 4
+    """H: attention heads per block; must divide ``n_embd``."""
+    n_embd: int = 128
+    """C: width of the residual stream, >= 1 (16-256 here)."""
+    dtype: str = "float32"
+    """``"float32"`` (fast, the default) or ``"float64"`` (gradient checks)."""
+    init_std: float = 0.02
+    """Standard deviation of the GPT-2 normal initialisation, > 0 (0.02 in GPT-2)."""
+
+    def __post_init__(self):
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            check_range(name, getattr(self, name), 1, None, integer=True)
+        if self.n_embd % self.n_head:
+            raise ValueError(f"`n_embd` (={self.n_embd}) must be divisible by `n_head` (={self.n_head})")
+        check_choice("dtype", self.dtype, ("float32", "float64"))
+        check_range("init_std", self.init_std, 0, None, lo_open=True)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "GPTConfig":
+        return cls(**d)
+
+
+def param_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:
+    """Every parameter's name (GPT-2 names, CONTRIBUTING.md) and shape, in a fixed order."""
+    V, T, C = cfg.vocab_size, cfg.block_size, cfg.n_embd
+    shapes = {"wte": (V, C), "wpe": (T, C)}
+    for i in range(cfg.n_layer):
+        p = f"h.{i}."
+        shapes.update({
+            p + "ln_1.w": (C,), p + "ln_1.b": (C,),
+            p + "attn.c_attn.w": (C, 3 * C), p + "attn.c_attn.b": (3 * C,),
+            p + "attn.c_proj.w": (C, C), p + "attn.c_proj.b": (C,),
+            p + "ln_2.w": (C,), p + "ln_2.b": (C,),
+            p + "mlp.c_fc.w": (C, 4 * C), p + "mlp.c_fc.b": (4 * C,),
+            p + "mlp.c_proj.w": (4 * C, C), p + "mlp.c_proj.b": (C,),
+        })
+    shapes.update({"ln_f.w": (C,), "ln_f.b": (C,), "scalar_head.w": (C, 1), "scalar_head.b": (1,)})
+    return shapes
+
+
+def init_params(cfg: GPTConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """GPT-2 initialisation: weights ~ N(0, init_std), the residual projections (``c_proj``) scaled by
+    1/sqrt(2 L), biases 0, LayerNorm gain 1 / bias 0, scalar head 0 (so a new critic predicts 0).
+
+    Drawn in float64 in a fixed order and then cast, so float32 and float64 models of one seed hold
+    the same numbers up to rounding.
+    """
+    params = {}
+    for name, shape in param_shapes(cfg).items():
+        if name.startswith("scalar_head") or name.endswith(".b"):
+            p = np.zeros(shape)
+        elif name.endswith("ln_1.w") or name.endswith("ln_2.w") or name == "ln_f.w":
+            p = np.ones(shape)
+        else:
+            std = cfg.init_std / np.sqrt(2 * cfg.n_layer) if name.endswith("c_proj.w") else cfg.init_std
+            p = rng.normal(0.0, std, size=shape)
+        params[name] = p.astype(cfg.dtype)
+    return params
+
+
+@dataclass
+class KVCache:
+    """Keys and values of every layer for the tokens seen so far, preallocated to ``block_size``.
+
+    k[l], v[l] : (B, H, block_size, hs), valid in ``[:, :, :t]``
+    key_mask   : (B, block_size) 0/1, the attn_mask of the tokens seen so far (valid in ``[:, :t]``)
+    n_real     : (B,) number of real tokens so far (the next real token's position id)
+    t          : number of positions filled
+    """
+    k: list
+    v: list
+    key_mask: np.ndarray
+    n_real: np.ndarray
+    t: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class TinyGPT:
+    """A GPT-2 style decoder whose parameters live in the plain dict ``self.params``.
+
+    ``params`` is read afresh at every call, so an optimiser updating the arrays in place (or a
+    caller replacing entries) is seen by the next forward pass.
+
+    Parameters
+    ----------
+    cfg : GPTConfig
+    seed : int, seeds ``np.random.default_rng`` for the initialisation (default 0)
+    rng : np.random.Generator to draw the initialisation from instead of ``seed``
+    """
+
+    def __init__(self, cfg: GPTConfig, seed: int | None = None, *, rng: np.random.Generator | None = None):
+        if not isinstance(cfg, GPTConfig):
+            raise ValueError(f"`cfg` must be a GPTConfig, got {type(cfg).__name__}")
+        if rng is not None and seed is not None:
+            raise ValueError("pass either `seed` or `rng`, not both")
+        if rng is None:
+            check_range("seed", 0 if seed is None else seed, 0, None, integer=True)
+            rng = np.random.default_rng(0 if seed is None else seed)
+        elif not isinstance(rng, np.random.Generator):
+            raise ValueError(f"`rng` must be a np.random.Generator, got {type(rng).__name__}")
+        self.cfg = cfg
+        self.params: dict[str, np.ndarray] = init_params(cfg, rng)
+
+    @classmethod
+    def from_params(cls, cfg: GPTConfig, params: dict[str, np.ndarray]) -> "TinyGPT":
+        """A model using the given arrays (cast to ``cfg.dtype`` if needed; names and shapes checked)."""
+        model = cls.__new__(cls)
+        model.cfg = cfg
+        missing = set(param_shapes(cfg)) ^ set(params)
+        if missing:
+            raise ValueError(f"`params` must have exactly the keys of param_shapes(cfg); differing: {sorted(missing)}")
+        model.params = {k: np.asarray(params[k]).astype(cfg.dtype, copy=False) for k in param_shapes(cfg)}
+        model.check_params()
+        return model
+
+    def copy(self) -> "TinyGPT":
+        """A deep copy (same cfg, new arrays): e.g. the frozen reference model of RLHF."""
+        return TinyGPT.from_params(self.cfg, {k: v.copy() for k, v in self.params.items()})
+
+    def num_params(self) -> int:
+        return int(sum(p.size for p in self.params.values()))
+
+    # ------------------------------------------------------------------------------------------
+    # validation
+    # ------------------------------------------------------------------------------------------
+
+    def check_params(self) -> None:
+        """Every parameter present, of the right shape and dtype, and finite (else ValueError naming it)."""
+        shapes = param_shapes(self.cfg)
+        missing = set(shapes) - set(self.params)
+        if missing:
+            raise ValueError(f"`params` is missing {sorted(missing)}")
+        for name, shape in shapes.items():
+            check_float_array(f"params[{name!r}]", self.params[name], shape=shape, dtype=self.cfg.dtype)
+
+    def _check_inputs(self, idx, attn_mask):
+        idx = check_int_array("idx", idx, ndim=2, low=0, high=self.cfg.vocab_size)
+        if idx.shape[1] > self.cfg.block_size:
+            raise ValueError(f"`idx` has T={idx.shape[1]} tokens but the model's block_size is {self.cfg.block_size}")
+        if idx.shape[1] == 0:
+            raise ValueError("`idx` must have at least one token per row, got shape (B, 0)")
+        if attn_mask is not None:
+            attn_mask = check_mask("attn_mask", attn_mask, shape=idx.shape, layout="any")
+        return idx, attn_mask
+
+    # ------------------------------------------------------------------------------------------
+    # forward / backward
+    # ------------------------------------------------------------------------------------------
+
+    def _trunk(self, idx, attn_mask):
+        """Embeddings, the L blocks and ln_f: returns ``(x (B, T, C), cache)``."""
+        p, cfg = self.params, self.cfg
+        B, T = idx.shape
+        if attn_mask is None:
+            pos = np.broadcast_to(np.arange(T), (B, T))       # (B, T)
+            allowed = np.tri(T, dtype=bool)[None]              # (1, T, T) causal only
+        else:
+            # position ids count real tokens only: padding does not shift a real token's position
+            pos = np.maximum(np.cumsum(attn_mask != 0, axis=1) - 1, 0)  # (B, T)
+            allowed = attention_allowed(attn_mask)             # (B, T, T)
+        tok, c_tok = embedding_forward(idx, p["wte"])          # (B, T, C)
+        pe, c_pos = embedding_forward(pos, p["wpe"])           # (B, T, C)
+        x = tok + pe
+        blocks = []
+        for i in range(cfg.n_layer):
+            x, c_block = block_forward(x, p, f"h.{i}.", cfg.n_head, allowed)
+            blocks.append(c_block)
+        x, c_lnf = K.layernorm_forward(x, p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (B, T, C)
+        return x, (c_tok, c_pos, blocks, c_lnf)
+
+    def forward(self, idx, attn_mask=None, scalar: bool = False):
+        """Logits (and optionally the scalar head) for every position.
+
+        Parameters
+        ----------
+        idx : (B, T) int token ids in [0, V), T <= block_size
+        attn_mask : (B, T) 0/1, 1 = real token; None = all real
+        scalar : also compute the scalar head
+
+        Returns
+        -------
+        logits : (B, T, V)
+        scalar : (B, T) or None
+        cache : for :meth:`backward`
+        """
+        self.check_params()
+        idx, attn_mask = self._check_inputs(idx, attn_mask)
+        p = self.params
+        x, c_trunk = self._trunk(idx, attn_mask)
+        # logits = x @ wte.T    (the LM head is the token embedding, transposed)
+        logits, c_head = linear_forward(x, p["wte"].T, None)   # (B, T, V)
+        values, c_scalar = None, None
+        if scalar:
+            out, c_scalar = linear_forward(x, p["scalar_head.w"], p["scalar_head.b"])  # (B, T, 1)
+            values = out[..., 0]                                # (B, T)
+        return logits, values, (c_trunk, c_head, c_scalar, idx.shape)
+
+    def backward(self, cache, dlogits=None, dscalar=None, scalar_into_trunk: bool = True) -> dict[str, np.ndarray]:
+        """Gradients of every parameter given d loss / d logits and/or d loss / d scalar.
+
+        Parameters
+        ----------
+        cache : from :meth:`forward`
+        dlogits : (B, T, V) or None
+        dscalar : (B, T) or None (needs ``forward(..., scalar=True)``)
+        scalar_into_trunk : False = stop-gradient: ``dscalar`` reaches only ``scalar_head.*`` (a critic
+            head sharing the actor's trunk without pushing on it)
+
+        Returns
+        -------
+        grads : the keys of ``params`` (zeros where a parameter got no gradient)
+        """
+        c_trunk, c_head, c_scalar, (B, T) = cache
+        cfg, p = self.cfg, self.params
+        dt = np.dtype(cfg.dtype)
+        C = cfg.n_embd
+        grads = {k: None for k in param_shapes(cfg)}
+        dx = np.zeros((B, T, C), dtype=dt)                      # d loss / d ln_f(x)
+        dwte_head = None
+        if dlogits is not None:
+            dlogits = check_float_array("dlogits", dlogits, shape=(B, T, cfg.vocab_size)).astype(dt, copy=False)
+            # logits = x @ wte.T  ->  dx = dlogits @ wte,  d(wte.T) = x.T @ dlogits
+            dx_head, dwte_t, _ = linear_backward(dlogits, c_head)
+            dx += dx_head
+            dwte_head = dwte_t.T                                 # (V, C)
+        if dscalar is not None:
+            if c_scalar is None:
+                raise ValueError("`dscalar` needs the scalar head: call forward(..., scalar=True)")
+            dscalar = check_float_array("dscalar", dscalar, shape=(B, T)).astype(dt, copy=False)
+            # scalar = x @ w + b
+            dx_scalar, grads["scalar_head.w"], grads["scalar_head.b"] = linear_backward(dscalar[..., None], c_scalar)
+            if scalar_into_trunk:
+                dx += dx_scalar              # fan-out of x into the two heads: summed here
+        c_tok, c_pos, blocks, c_lnf = c_trunk
+        # x = ln_f(x)
+        dx, grads["ln_f.w"], grads["ln_f.b"] = K.layernorm_backward(dx, c_lnf)
+        for i in reversed(range(cfg.n_layer)):
+            dx = block_backward(dx, blocks[i], f"h.{i}.", grads)
+        # x = wte[idx] + wpe[pos]
+        dwte_emb = K.embedding_backward(dx, c_tok)                # (V, C)
+        grads["wpe"] = K.embedding_backward(dx, c_pos)             # (T_block, C) rows >= T stay 0
+        # wte is used twice (embedding and LM head): its gradient is the sum of both uses
+        grads["wte"] = dwte_emb if dwte_head is None else dwte_emb + dwte_head
+        for k, g in grads.items():
+            if g is None:                                        # e.g. the scalar head when dscalar is None
+                grads[k] = np.zeros(p[k].shape, dtype=dt)
+        return grads
+
+    # ------------------------------------------------------------------------------------------
+    # language-modelling loss
+    # ------------------------------------------------------------------------------------------
+
+    def _check_targets(self, idx, targets, mask):
+        shape = np.shape(idx)
+        targets = check_int_array("targets", targets, shape=shape, low=0, high=self.cfg.vocab_size)
+        mask = check_mask("mask", mask, shape=shape, layout="any")
+        return targets, mask
+
+    def lm_loss(self, idx, targets, mask, attn_mask=None) -> float:
+        """Mean cross-entropy of ``targets`` over the ``mask == 1`` tokens (forward only)."""
+        targets, mask = self._check_targets(idx, targets, mask)
+        logits, _, _ = self.forward(idx, attn_mask)
+        loss, _ = K.softmax_cross_entropy_forward(logits, targets, mask)
+        return loss
+
+    def lm_loss_and_grads(self, idx, targets, mask, attn_mask=None):
+        """``(loss, grads)``: the mean cross-entropy over ``mask == 1`` tokens and its gradients.
+
+        ``grads`` has every key of ``params`` (the scalar head's are zeros).
+        """
+        targets, mask = self._check_targets(idx, targets, mask)
+        logits, _, cache = self.forward(idx, attn_mask)
+        loss, c_ce = K.softmax_cross_entropy_forward(logits, targets, mask)
+        dlogits = K.softmax_cross_entropy_backward(1.0, c_ce)
+        return loss, self.backward(cache, dlogits=dlogits)
+
+    # ------------------------------------------------------------------------------------------
+    # generation with a KV cache
+    # ------------------------------------------------------------------------------------------
+
+    def prefill(self, idx, attn_mask=None):
+        """Run the prompt once and keep every layer's keys and values.
+
+        Parameters
+        ----------
+        idx : (B, T) prompts, normally left-padded so that the last column is real
+        attn_mask : (B, T) 0/1 or None
+
+        Returns
+        -------
+        logits_last : (B, V) the logits at the last position (equal to ``forward``'s ``logits[:, -1]``)
+        kv : KVCache for :meth:`decode_step`
+        """
+        self.check_params()
+        idx, attn_mask = self._check_inputs(idx, attn_mask)
+        cfg, p = self.cfg, self.params
+        B, T = idx.shape
+        H, hs = cfg.n_head, cfg.n_embd // cfg.n_head
+        x, (_, _, blocks, _) = self._trunk(idx, attn_mask)
+        kv = KVCache(k=[], v=[], key_mask=np.zeros((B, cfg.block_size), dtype=np.int8),
+                     n_real=np.zeros(B, dtype=np.int64), t=T)
+        for c_block in blocks:
+            q, k, v, _, _ = c_block[1][1]                          # this layer's (B, H, T, hs) q, k, v
+            kbuf = np.zeros((B, H, cfg.block_size, hs), dtype=cfg.dtype)
+            vbuf = np.zeros_like(kbuf)
+            kbuf[:, :, :T], vbuf[:, :, :T] = k, v
+            kv.k.append(kbuf)
+            kv.v.append(vbuf)
+        am = np.ones((B, T), dtype=np.int8) if attn_mask is None else (attn_mask != 0).astype(np.int8)
+        kv.key_mask[:, :T] = am
+        kv.n_real[:] = am.sum(axis=1)
+        logits_last = x[:, -1] @ p["wte"].T                         # (B, V)
+        return logits_last, kv
+
+    def decode_step(self, kv: KVCache, tokens, attn_mask=None) -> np.ndarray:
+        """Append one token per row to ``kv`` and return its logits (B, V).
+
+        Equal (up to rounding) to the logits of a full :meth:`forward` over the whole sequence at
+        that position. ``attn_mask`` (B,) 0/1 marks the new token as real (default) or padding
+        (e.g. after a row's EOS). Parameters are checked at :meth:`prefill`, not at every step.
+        """
+        if not isinstance(kv, KVCache):
+            raise ValueError(f"`kv` must be the KVCache returned by prefill, got {type(kv).__name__}")
+        cfg, p = self.cfg, self.params
+        B = kv.key_mask.shape[0]
+        tokens = check_int_array("tokens", tokens, shape=(B,), low=0, high=cfg.vocab_size)
+        m = np.ones(B, dtype=np.int8) if attn_mask is None else \
+            (check_mask("attn_mask", np.asarray(attn_mask)[:, None], shape=(B, 1), layout="any")[:, 0] != 0).astype(np.int8)
+        t = kv.t
+        if t >= cfg.block_size:
+            raise ValueError(f"`kv` already holds {t} positions = block_size; cannot decode another token")
+        # the same position rule as forward: max(cumsum(attn_mask) - 1, 0)
+        kv.key_mask[:, t] = m
+        kv.n_real += m
+        pos = np.maximum(kv.n_real - 1, 0)                          # (B,)
+        x = (p["wte"][tokens] + p["wpe"][pos])[:, None, :]          # (B, 1, C)
+        for i in range(cfg.n_layer):
+            x = block_decode(x, p, f"h.{i}.", cfg.n_head, kv.k[i], kv.v[i], kv.key_mask, t)
+        kv.t = t + 1
+        x, _ = K.layernorm_forward(x[:, 0], p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (B, C)
+        return x @ p["wte"].T                                        # (B, V)
+
+
+# ----------------------------------------------------------------------------------------------
+# one transformer block (pre-LN): x += attn(ln_1(x)); x += mlp(ln_2(x))
+# ----------------------------------------------------------------------------------------------
+
+def block_forward(x, p, prefix, n_head, allowed):
+    """One pre-LN block; ``p[prefix + name]`` are its parameters. Returns ``(x, cache)``."""
+    h, c_ln1 = K.layernorm_forward(x, p[prefix + "ln_1.w"], p[prefix + "ln_1.b"], LN_EPS)
+    a, c_attn = attention_forward(h, p[prefix + "attn.c_attn.w"], p[prefix + "attn.c_attn.b"],
+                                  p[prefix + "attn.c_proj.w"], p[prefix + "attn.c_proj.b"], n_head, allowed)
+    x = x + a                                                        # residual 1
+    h, c_ln2 = K.layernorm_forward(x, p[prefix + "ln_2.w"], p[prefix + "ln_2.b"], LN_EPS)
+    h, c_fc = linear_forward(h, p[prefix + "mlp.c_fc.w"], p[prefix + "mlp.c_fc.b"])   # (B, T, 4C)
+    h, c_gelu = K.gelu_forward(h)
+    m, c_mproj = linear_forward(h, p[prefix + "mlp.c_proj.w"], p[prefix + "mlp.c_proj.b"])  # (B, T, C)
+    x = x + m                                                        # residual 2
+    return x, (c_ln1, c_attn, c_ln2, c_fc, c_gelu, c_mproj)
+
+
+def block_backward(dx, cache, prefix, grads):
+    """Backward of :func:`block_forward`: fills ``grads[prefix + name]`` and returns d loss / d x_in."""
+    c_ln1, c_attn, c_ln2, c_fc, c_gelu, c_mproj = cache
+    # x = x + m: the residual passes dx through unchanged, and dm = dx
+    dh, grads[prefix + "mlp.c_proj.w"], grads[prefix + "mlp.c_proj.b"] = linear_backward(dx, c_mproj)
+    dh = K.gelu_backward(dh, c_gelu)
+    dh, grads[prefix + "mlp.c_fc.w"], grads[prefix + "mlp.c_fc.b"] = linear_backward(dh, c_fc)
+    dh, grads[prefix + "ln_2.w"], grads[prefix + "ln_2.b"] = K.layernorm_backward(dh, c_ln2)
+    dx = dx + dh                                                     # residual 2 fan-out summed
+    # x = x + a
+    (dh, grads[prefix + "attn.c_attn.w"], grads[prefix + "attn.c_attn.b"],
+     grads[prefix + "attn.c_proj.w"], grads[prefix + "attn.c_proj.b"]) = attention_backward(dx, c_attn)
+    dh, grads[prefix + "ln_1.w"], grads[prefix + "ln_1.b"] = K.layernorm_backward(dh, c_ln1)
+    return dx + dh                                                   # residual 1 fan-out summed
+
+
+def block_decode(x, p, prefix, n_head, k_cache, v_cache, key_mask, t):
+    """:func:`block_forward` for one new token per row, reading and extending the KV cache."""
+    h, _ = K.layernorm_forward(x, p[prefix + "ln_1.w"], p[prefix + "ln_1.b"], LN_EPS)
+    x = x + attention_decode(h, p[prefix + "attn.c_attn.w"], p[prefix + "attn.c_attn.b"],
+                             p[prefix + "attn.c_proj.w"], p[prefix + "attn.c_proj.b"], n_head,
+                             k_cache, v_cache, key_mask, t)
+    h, _ = K.layernorm_forward(x, p[prefix + "ln_2.w"], p[prefix + "ln_2.b"], LN_EPS)
+    h, _ = linear_forward(h, p[prefix + "mlp.c_fc.w"], p[prefix + "mlp.c_fc.b"])
+    h, _ = K.gelu_forward(h)
+    m, _ = linear_forward(h, p[prefix + "mlp.c_proj.w"], p[prefix + "mlp.c_proj.b"])
+    return x + m
