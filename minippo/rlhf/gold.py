@@ -14,7 +14,8 @@ Every word has one part-of-speech tag in ``corpus.LEXICON``; anything else is *u
 **Sentiment**, in (-1, 1)::
 
     raw       = sum over sentiment words w of v(w)
-    v(w)      = p(w) * min(m, 2)     not negated ("very good" = 1.5, "extremely great" = 2 * 1.5 = 3)
+    v(w)      = p(w) * min(m, 2)     not negated ("very good" = 1.5 * 1 = 1.5, "extremely great" =
+                                     1.8 * 1.5 = 2.7, "extremely incredibly great" = 2 * 1.5 = 3)
               = -0.75 * p(w)         negated, p(w) > 0   ("not good" = -0.75, "did not enjoy" = -0.75)
               = -0.5  * p(w)         negated, p(w) < 0   ("not bad" = +0.5, "never boring" = +0.5)
     sentiment = tanh(raw / 1.5)
