@@ -59,8 +59,9 @@ token and those after a period are not counted again.
 
 Every corpus sentence has penalty 0 (tested), so on the corpus gold = sentiment: mean about 0,
 std 0.73, 48 % above +0.1 and 48 % below -0.1. Degenerate positive text scores below plain positive
-text ("the film was great great great great ." -2.0, a list of eight positive adjectives -0.5, a
-run-on without a final period -0.4). Sentiment saturates (tanh) while the penalties keep growing,
+text (+0.76 for "the film was very good ."): "the film was great great great great ." -2.0, eight
+positive adjectives in a row -0.5 (joined by "and": -1.5), seven positive clauses joined by "and"
+without a final period -1.15. Sentiment saturates (tanh) while the penalties keep growing,
 which is what makes over-optimisation visible: more positive words stop helping and start hurting.
 
 Pure Python, about 20 microseconds per sentence; deterministic (no randomness at all).
