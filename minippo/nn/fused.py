@@ -5,8 +5,13 @@ Legend: N rows (B*T), C channels, V vocab, B batch, H heads, T queries, S keys.
 Why: in plain NumPy every line of GELU, LayerNorm or a softmax is a separate pass over memory with a
 fresh temporary, and at TinyGPT's sizes those passes cost as much as the matrix products (profile
 with ``minippo bench --only gpt``). Each kernel below does one layer's forward or backward in one or
-two passes, row-parallel (``prange`` over rows: no two threads write the same element, no shared
-reduction).
+two passes. Transcendentals (exp, tanh) are left to NumPy's vectorised ``np.exp`` / ``np.tanh``,
+which on x86 are several times faster than numba's scalar libm calls (no Intel SVML here).
+
+The kernels are serial. ``prange`` marks the loops whose iterations are independent (each row is
+written by one iteration only), so ``parallel=True`` would be safe; but on a 2-core machine the
+OpenMP threads and OpenBLAS's threads spin against each other between the matrix products, and in
+our measurements the serial kernels made the whole forward+backward faster.
 
 Every public function here has exactly the API of its NumPy reference, imported under the name
 ``<name>_reference`` from :mod:`minippo.nn.layers` (the textbook version to read); the tests check
@@ -45,7 +50,7 @@ def _rows(x: np.ndarray) -> np.ndarray:
 # LayerNorm                                  reference: layers.layernorm_forward / _backward
 # ----------------------------------------------------------------------------------------------
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def _layernorm_forward_kernel(x, w, b, eps, out, xhat, rstd):
     """Per row: mean, biased variance (two passes), then xhat and out = xhat * w + b."""
     N, C = x.shape
@@ -67,7 +72,7 @@ def _layernorm_forward_kernel(x, w, b, eps, out, xhat, rstd):
             out[r, c] = xh * w[c] + b[c]
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def _layernorm_backward_kernel(dout, xhat, rstd, w, dx):
     """Per row: g = dout * w;  dx = rstd * (g - mean(g) - xhat * mean(g * xhat))."""
     N, C = dout.shape
@@ -124,29 +129,27 @@ def layernorm_backward(dout, cache):
 # GELU, tanh form                            reference: layers.gelu_forward / _backward
 # ----------------------------------------------------------------------------------------------
 
-@njit(cache=True, parallel=True)
-def _gelu_forward_kernel(x, k, a, out, t):
-    """out = 0.5 x (1 + t), t = tanh(k (x + a x^3)).
-
-    tanh(u) is computed as sign(u) (1 - e) / (1 + e) with e = exp(-2|u|): numba's scalar ``tanh``
-    is several times slower than its ``exp`` on x86 without Intel SVML, and this form never
-    overflows (e <= 1). It agrees with ``np.tanh`` to a few ulps (parity test).
-    """
+@njit(cache=True)
+def _gelu_arg_kernel(x, k, a, u):
+    """u = k (x + a x^3), the argument of the tanh."""
     N, C = x.shape
-    half, one, two = x.dtype.type(0.5), x.dtype.type(1), x.dtype.type(2)
     for r in prange(N):
         for c in range(C):
             v = x[r, c]
-            u = k * (v + a * v * v * v)
-            e = np.exp(-two * np.abs(u))
-            th = (one - e) / (one + e)
-            if u < 0:
-                th = -th
-            t[r, c] = th
-            out[r, c] = half * v * (one + th)
+            u[r, c] = k * (v + a * v * v * v)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
+def _gelu_out_kernel(x, t, out):
+    """out = 0.5 x (1 + t)."""
+    N, C = x.shape
+    half, one = x.dtype.type(0.5), x.dtype.type(1)
+    for r in prange(N):
+        for c in range(C):
+            out[r, c] = half * x[r, c] * (one + t[r, c])
+
+
+@njit(cache=True)
 def _gelu_backward_kernel(dout, x, t, k, a, dx):
     """dx = dout * (0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2))."""
     N, C = x.shape
@@ -158,13 +161,19 @@ def _gelu_backward_kernel(dout, x, t, k, a, dx):
 
 
 def gelu_forward(x):
-    """Fused :func:`minippo.nn.layers.gelu_forward`."""
+    """Fused :func:`minippo.nn.layers.gelu_forward`.
+
+    Three passes: the tanh argument (numba), ``np.tanh`` in place (NumPy's SIMD tanh: numba's scalar
+    tanh is ~40x slower on x86 without Intel SVML), the output (numba).
+    """
     if not USE_KERNELS:
         return gelu_forward_reference(x)
     x2 = _rows(x)
-    out, t = np.empty_like(x2), np.empty_like(x2)
+    t, out = np.empty_like(x2), np.empty_like(x2)
     dt = x.dtype.type
-    _gelu_forward_kernel(x2, dt(GELU_K), dt(GELU_A), out, t)
+    _gelu_arg_kernel(x2, dt(GELU_K), dt(GELU_A), t)
+    np.tanh(t, out=t)                               # t = tanh(u)
+    _gelu_out_kernel(x2, t, out)
     return out.reshape(x.shape), (x2.reshape(x.shape), t.reshape(x.shape))
 
 
@@ -184,11 +193,10 @@ def gelu_backward(dout, cache):
 # masked softmax of attention scores         reference: layers.masked_softmax_forward / _backward
 # ----------------------------------------------------------------------------------------------
 
-@njit(cache=True, parallel=True)
-def _masked_softmax_forward_kernel(att, allowed, scale):
-    """In place, per (b, h, i) row: att = softmax over allowed j of scale * att, 0 elsewhere."""
+@njit(cache=True)
+def _masked_softmax_shift_kernel(att, allowed, scale):
+    """In place, per (b, h, i) row: att = scale * att - max over allowed j, and -inf where not allowed."""
     B, H, T, S = att.shape
-    zero = att.dtype.type(0)
     for bh in prange(B * H):
         b, h = bh // H, bh % H
         for i in range(T):
@@ -196,19 +204,24 @@ def _masked_softmax_forward_kernel(att, allowed, scale):
             for j in range(S):
                 if allowed[b, i, j]:
                     m = max(m, att[b, h, i, j] * scale)
-            s = zero
             for j in range(S):
-                if allowed[b, i, j]:
-                    e = np.exp(att[b, h, i, j] * scale - m)
-                    att[b, h, i, j] = e
-                    s += e
-                else:
-                    att[b, h, i, j] = zero
-            for j in range(S):
-                att[b, h, i, j] /= s
+                att[b, h, i, j] = att[b, h, i, j] * scale - m if allowed[b, i, j] else -np.inf
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
+def _normalize_rows_kernel(e):
+    """In place: every row of the (N, S) array ``e`` divided by its sum."""
+    N, S = e.shape
+    zero = e.dtype.type(0)
+    for r in prange(N):
+        s = zero
+        for j in range(S):
+            s += e[r, j]
+        for j in range(S):
+            e[r, j] /= s
+
+
+@njit(cache=True)
 def _masked_softmax_backward_kernel(datt, att, scale):
     """In place, per row: datt = scale * att * (datt - sum_j datt_j att_j)."""
     B, H, T, S = att.shape
@@ -229,7 +242,9 @@ def masked_softmax_forward(scores, allowed, scale):
         return masked_softmax_forward_reference(scores, allowed, scale)
     B, H, T, S = scores.shape
     allowed = np.broadcast_to(allowed, (B, T, S))
-    _masked_softmax_forward_kernel(scores, allowed, scores.dtype.type(scale))
+    _masked_softmax_shift_kernel(scores, allowed, scores.dtype.type(scale))
+    np.exp(scores, out=scores)                      # NumPy's SIMD exp; exp(-inf) = 0 exactly
+    _normalize_rows_kernel(scores.reshape(-1, S))
     return scores, scores
 
 
@@ -245,26 +260,34 @@ def masked_softmax_backward(datt, cache, scale):
 # softmax cross-entropy with a mask          reference: layers.softmax_cross_entropy_forward / _backward
 # ----------------------------------------------------------------------------------------------
 
-@njit(cache=True, parallel=True)
-def _softmax_xent_forward_kernel(z, targets, probs, nll):
-    """Per row: probs = softmax(z), nll = logsumexp(z) - z[target]."""
+@njit(cache=True)
+def _shift_rows_kernel(z, shifted, zmax):
+    """Per row: zmax = max_j z, shifted = z - zmax."""
     N, V = z.shape
-    zero = z.dtype.type(0)
     for r in prange(N):
         m = z[r, 0]
         for j in range(1, V):
             m = max(m, z[r, j])
+        zmax[r] = m
+        for j in range(V):
+            shifted[r, j] = z[r, j] - m
+
+
+@njit(cache=True)
+def _xent_normalize_kernel(z, targets, zmax, probs, nll):
+    """Per row, given probs = exp(z - zmax): s = sum, probs /= s, nll = log(s) + zmax - z[target]."""
+    N, V = z.shape
+    zero = z.dtype.type(0)
+    for r in prange(N):
         s = zero
         for j in range(V):
-            e = np.exp(z[r, j] - m)
-            probs[r, j] = e
-            s += e
+            s += probs[r, j]
         for j in range(V):
             probs[r, j] /= s
-        nll[r] = np.log(s) + m - z[r, targets[r]]
+        nll[r] = np.log(s) + zmax[r] - z[r, targets[r]]
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def _softmax_xent_backward_kernel(probs, targets, w, dlogits):
     """Per row: dlogits = w[r] * (probs - onehot(target)),  w = dloss * mask / n."""
     N, V = probs.shape
@@ -283,9 +306,11 @@ def softmax_cross_entropy_forward(logits, targets, mask):
         raise ValueError("`mask` must contain at least one 1: the loss is a mean over mask == 1 tokens")
     z = _rows(logits)                               # (N, V)
     t = np.ascontiguousarray(targets).reshape(-1).astype(np.int64, copy=False)
-    probs = np.empty_like(z)
+    probs, zmax = np.empty_like(z), np.empty(z.shape[0], dtype=z.dtype)
     nll = np.empty(z.shape[0], dtype=z.dtype)
-    _softmax_xent_forward_kernel(z, t, probs, nll)
+    _shift_rows_kernel(z, probs, zmax)
+    np.exp(probs, out=probs)                        # NumPy's SIMD exp, in place
+    _xent_normalize_kernel(z, t, zmax, probs, nll)
     m = np.asarray(mask).reshape(-1).astype(logits.dtype)
     loss = float(np.dot(nll.astype(np.float64), m.astype(np.float64)) / n)
     return loss, (probs, t, m, n, logits.shape)

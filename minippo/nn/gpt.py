@@ -235,6 +235,10 @@ class TinyGPT:
         """
         self.check_params()
         idx, attn_mask = self._check_inputs(idx, attn_mask)
+        return self._forward(idx, attn_mask, scalar)
+
+    def _forward(self, idx, attn_mask, scalar):
+        """:meth:`forward` without the input checks."""
         p = self.params
         x, c_trunk = self._trunk(idx, attn_mask)
         # logits = x @ wte.T    (the LM head is the token embedding, transposed)
@@ -300,26 +304,37 @@ class TinyGPT:
     # language-modelling loss
     # ------------------------------------------------------------------------------------------
 
-    def _check_targets(self, idx, targets, mask):
-        shape = np.shape(idx)
-        targets = check_int_array("targets", targets, shape=shape, low=0, high=self.cfg.vocab_size)
-        mask = check_mask("mask", mask, shape=shape, layout="any")
-        return targets, mask
+    def _check_lm_inputs(self, idx, targets, mask, attn_mask):
+        self.check_params()
+        idx, attn_mask = self._check_inputs(idx, attn_mask)
+        targets = check_int_array("targets", targets, shape=idx.shape, low=0, high=self.cfg.vocab_size)
+        mask = check_mask("mask", mask, shape=idx.shape, layout="any")
+        return idx, targets, mask, attn_mask
 
     def lm_loss(self, idx, targets, mask, attn_mask=None) -> float:
         """Mean cross-entropy of ``targets`` over the ``mask == 1`` tokens (forward only)."""
-        targets, mask = self._check_targets(idx, targets, mask)
-        logits, _, _ = self.forward(idx, attn_mask)
+        idx, targets, mask, attn_mask = self._check_lm_inputs(idx, targets, mask, attn_mask)
+        logits, _, _ = self._forward(idx, attn_mask, False)
         loss, _ = K.softmax_cross_entropy_forward(logits, targets, mask)
         return loss
 
     def lm_loss_and_grads(self, idx, targets, mask, attn_mask=None):
         """``(loss, grads)``: the mean cross-entropy over ``mask == 1`` tokens and its gradients.
 
-        ``grads`` has every key of ``params`` (the scalar head's are zeros).
+        Parameters
+        ----------
+        idx : (B, T) int input tokens
+        targets : (B, T) int next tokens to predict
+        mask : (B, T) 0/1, which targets count (at least one 1)
+        attn_mask : (B, T) 0/1 real tokens, or None
+
+        Returns
+        -------
+        loss : float
+        grads : every key of ``params`` (the scalar head's are zeros)
         """
-        targets, mask = self._check_targets(idx, targets, mask)
-        logits, _, cache = self.forward(idx, attn_mask)
+        idx, targets, mask, attn_mask = self._check_lm_inputs(idx, targets, mask, attn_mask)
+        logits, _, cache = self._forward(idx, attn_mask, False)
         loss, c_ce = K.softmax_cross_entropy_forward(logits, targets, mask)
         dlogits = K.softmax_cross_entropy_backward(1.0, c_ce)
         return loss, self.backward(cache, dlogits=dlogits)
