@@ -103,6 +103,15 @@ class TokenBandit:
             raise ValueError("`rng` is required when `scale` > 0")
         return scale * rng.standard_normal((self.n_features, self.vocab))
 
+    def fitted_params(self, scale: float = 1.0) -> np.ndarray:
+        """A decent starting policy, like an SFT model: ``W = scale * argmin_W ||X W - R||^2``.
+
+        The logits are ``scale`` times the best linear fit of the rewards from the features
+        (with tabular features: ``scale * R`` exactly), so better tokens are already likelier.
+        """
+        check_range("scale", scale, 0, None)
+        return scale * np.linalg.lstsq(self.features, self.rewards, rcond=None)[0]     # (D, V)
+
     def _check_W(self, W, name="W") -> np.ndarray:
         return check_float_array(name, W, shape=(self.n_features, self.vocab))
 

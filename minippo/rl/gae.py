@@ -22,8 +22,8 @@ Two entry points:
   separate ``terminated`` / ``truncated`` flags: truncation bootstraps, termination does not.
 
 Each has a numba kernel (what the trainers call), a vectorised NumPy reference (what a student
-reads: a loop over time, vectorised over rows) and, for :func:`gae`, a plain double loop (the
-benchmark's baseline and the tests' oracle).
+reads: a loop over time, vectorised over rows) and, for :func:`gae`, a pure-Python double loop
+(the benchmark's baseline and a test oracle; the tests also check the explicit sum of eq. (16)).
 """
 from __future__ import annotations
 
@@ -84,41 +84,75 @@ def gae(rewards, values, mask, gamma=1.0, lam=0.95):
 
 @njit(cache=True)
 def _gae_kernel(rewards, values, mask, gamma, lam, adv, returns):
-    """GAE over each row, scanning time backwards; validation fused into the same pass.
+    """GAE in three light passes; writes ``adv`` and ``returns``, returns ``(status, which, b, t)``.
 
-    Scanning backwards, a row is right-padded iff no 0 appears after (i.e. left of) a 1.
-    Writes ``adv`` and ``returns``; returns ``(status, which_array, b, t)`` (see _status.py).
-    NumPy reference: :func:`gae_reference`.
+    1. per row, forward: validation flags (NaN/inf, mask 0/1, holes) and the masked TD errors
+       ``delta_t * mask_t`` written into ``adv`` (simple forward loops that LLVM vectorises);
+    2. the recursion ``A_t = delta_t + gamma lam A_{t+1}`` backwards in time, four rows at a
+       time: one row alone is bound by the latency of its multiply-add chain, four independent
+       chains keep the CPU busy (float64 accumulators);
+    3. ``returns = (adv + values) * mask``, forward.
+
+    Padding has delta = 0, so the chain enters a row's last valid token with A = 0; V(s_{t+1})
+    is ``values[t+1] * mask[t+1]``, 0 after the last valid token. The arithmetic is that of
+    :func:`gae_reference` (same operations in the same order; the kernel keeps A in float64).
     """
     B, T = rewards.shape
+    gl = gamma * lam
+    # pass 1: validation flags, then delta_t = r_t + gamma V(s_{t+1}) - V(s_t) on valid tokens
     for b in range(B):
-        last_adv = 0.0           # A_{t+1}, float64
-        next_value = 0.0         # V(s_{t+1}); 0 after the last valid token
-        seen_valid = False
+        bad = False
+        for t in range(T):
+            bad |= not math.isfinite(rewards[b, t])
+            bad |= not math.isfinite(values[b, t])
+            bad |= (mask[b, t] != 0.0) & (mask[b, t] != 1.0)
+        for t in range(1, T):
+            bad |= mask[b, t] > mask[b, t - 1]            # a valid token after padding: a hole
+        if bad:
+            return _locate_gae_error(rewards, values, mask, b)
+        for t in range(T - 1):
+            next_value = values[b, t + 1] * mask[b, t + 1]
+            adv[b, t] = (rewards[b, t] + gamma * next_value - values[b, t]) * mask[b, t]
+        if T > 0:
+            adv[b, T - 1] = (rewards[b, T - 1] - values[b, T - 1]) * mask[b, T - 1]
+    # pass 2: A_t = delta_t + gamma lam A_{t+1}, rows b..b+3 interleaved, then the leftover rows
+    for b in range(0, B - B % 4, 4):
+        a0 = a1 = a2 = a3 = 0.0
         for t in range(T - 1, -1, -1):
-            m = mask[b, t]
-            r = rewards[b, t]
-            v = values[b, t]
-            if not math.isfinite(r):
-                return NONFINITE, 0, b, t
-            if not math.isfinite(v):
-                return NONFINITE, 1, b, t
-            if m == 1.0:
-                seen_valid = True
-                # the next two lines are GAE-lambda: delta_t, then A_t = delta_t + gamma lam A_{t+1}
-                delta = r + gamma * next_value - v
-                last_adv = delta + gamma * lam * last_adv
-                adv[b, t] = last_adv
-                returns[b, t] = last_adv + v
-                next_value = v
-            elif m == 0.0:
-                if seen_valid:
-                    return MASK_HOLE, 0, b, t
-                adv[b, t] = 0.0
-                returns[b, t] = 0.0
-            else:
-                return MASK_VALUE, 0, b, t
+            a0 = adv[b, t] + gl * a0
+            a1 = adv[b + 1, t] + gl * a1
+            a2 = adv[b + 2, t] + gl * a2
+            a3 = adv[b + 3, t] + gl * a3
+            adv[b, t] = a0
+            adv[b + 1, t] = a1
+            adv[b + 2, t] = a2
+            adv[b + 3, t] = a3
+    for b in range(B - B % 4, B):
+        a0 = 0.0
+        for t in range(T - 1, -1, -1):
+            a0 = adv[b, t] + gl * a0
+            adv[b, t] = a0
+    # pass 3: returns = A + V on valid tokens, 0 on padding
+    for b in range(B):
+        for t in range(T):
+            returns[b, t] = (adv[b, t] + values[b, t]) * mask[b, t]
     return OK, 0, 0, 0
+
+
+@njit(cache=True)
+def _locate_gae_error(rewards, values, mask, b):
+    """The first bad entry of row ``b`` as ``(status, which, b, t)`` (the slow path of pass 1)."""
+    T = rewards.shape[1]
+    for t in range(T):
+        if not math.isfinite(rewards[b, t]):
+            return NONFINITE, 0, b, t
+        if not math.isfinite(values[b, t]):
+            return NONFINITE, 1, b, t
+        if mask[b, t] != 0.0 and mask[b, t] != 1.0:
+            return MASK_VALUE, 0, b, t
+        if t > 0 and mask[b, t] > mask[b, t - 1]:
+            return MASK_HOLE, 0, b, t
+    return OK, 0, b, 0  # pragma: no cover - only called on a row with a bad entry
 
 
 def gae_reference(rewards, values, mask, gamma=1.0, lam=0.95):
@@ -144,11 +178,9 @@ def gae_reference(rewards, values, mask, gamma=1.0, lam=0.95):
 
 
 def gae_loop(rewards, values, mask, gamma=1.0, lam=0.95):
-    """Pure-Python double loop over rows and tokens, straight from eq. (16) of the GAE paper.
-
-    ``A_t = sum_{l >= 0} (gamma lam)^l delta_{t+l}`` summed explicitly over the row's valid
-    tokens (O(T^2) per row, Python floats). It shares no code with the recursion, which makes
-    it the test oracle; it is also the benchmark's "pure Python" baseline.
+    """Pure-Python double loop (rows, then time backwards) on Python floats: what one writes
+    without NumPy. It is the benchmark's "pure Python" baseline and a test oracle (it shares no
+    array code with the kernel or the reference). Same arguments, returns and checks as :func:`gae`.
     """
     _check_coefficients(gamma, lam)
     (rewards, values), mask = token_inputs(mask, rewards=rewards, values=values)
@@ -157,16 +189,15 @@ def gae_loop(rewards, values, mask, gamma=1.0, lam=0.95):
     adv = np.zeros_like(rewards)
     returns = np.zeros_like(rewards)
     for b in range(B):
-        n = int(mask[b].sum())                           # valid tokens of row b
-        r = [float(x) for x in rewards[b, :n]]
-        v = [float(x) for x in values[b, :n]] + [0.0]    # V after the last valid token is 0
-        deltas = [r[t] + gamma * v[t + 1] - v[t] for t in range(n)]
-        for t in range(n):
-            a = 0.0
-            for k in range(t, n):
-                a += (gamma * lam) ** (k - t) * deltas[k]
-            adv[b, t] = a
-            returns[b, t] = a + v[t]
+        n = int(mask[b].sum())                            # valid tokens of row b
+        r = rewards[b, :n].tolist()
+        v = values[b, :n].tolist() + [0.0]                # V after the last valid token is 0
+        last_adv = 0.0
+        for t in range(n - 1, -1, -1):
+            delta = r[t] + gamma * v[t + 1] - v[t]        # delta_t
+            last_adv = delta + gamma * lam * last_adv     # A_t = delta_t + gamma lam A_{t+1}
+            adv[b, t] = last_adv
+            returns[b, t] = last_adv + v[t]
     return adv, returns
 
 

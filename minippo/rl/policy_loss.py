@@ -113,10 +113,12 @@ def clipped_policy_loss(logp, logp_old, adv, mask=None, clip_eps=0.2):
 
 @njit(cache=True)
 def _clipped_policy_kernel(logp, logp_old, adv, mask, lo, hi, check_holes, dlogp, case):
-    """One pass over (B, T): validation, ratio, case, objective, unscaled gradient, sums.
+    """Per row: a validation sweep, then one pass for ratio, case, objective, gradient and sums.
 
-    A second, light pass scales ``dlogp`` by 1/n once n is known. Sums are float64.
-    Returns ``(status, which, b, t, n, n_clipped, obj_sum, kl_sum, ratio_sum, ratio_max, ratio_min)``.
+    The per-token work is branch-free (selects, not if/else: the six cases come in random
+    order, so branches would be mispredicted); sums are float64. A last light pass scales
+    ``dlogp`` by 1/n once n is known. Returns
+    ``(status, which, b, t, n, n_clipped, obj_sum, kl_sum, ratio_sum, ratio_max, ratio_min)``.
     NumPy reference: :func:`clipped_policy_loss_reference`.
     """
     B, T = logp.shape
@@ -128,51 +130,41 @@ def _clipped_policy_kernel(logp, logp_old, adv, mask, lo, hi, check_holes, dlogp
     ratio_max = -np.inf
     ratio_min = np.inf
     for b in range(B):
-        row_open = True                   # False after the row's first padding token
+        # validation sweep over the row (vectorisable): NaN/inf and mask values
+        bad = False
         for t in range(T):
-            lp = logp[b, t]
-            lpo = logp_old[b, t]
-            a = adv[b, t]
-            m = mask[b, t]
-            if not math.isfinite(lp):
-                return NONFINITE, 0, b, t, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0
-            if not math.isfinite(lpo):
-                return NONFINITE, 1, b, t, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0
-            if not math.isfinite(a):
-                return NONFINITE, 2, b, t, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0
-            if m == 0:
+            bad |= not math.isfinite(logp[b, t])
+            bad |= not math.isfinite(logp_old[b, t])
+            bad |= not math.isfinite(adv[b, t])
+            bad |= (mask[b, t] != 0) & (mask[b, t] != 1)
+        if bad:
+            status, which, t = _locate_clip_error(logp, logp_old, adv, mask, b)
+            return status, which, b, t, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0
+        row_open = True                      # False after the row's first padding token
+        for t in range(T):
+            if mask[b, t] == 0:
                 row_open = False
                 dlogp[b, t] = 0
                 case[b, t] = PAD
                 continue
-            if m != 1:
-                return MASK_VALUE, 0, b, t, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0
             if check_holes and not row_open:
                 return MASK_HOLE, 0, b, t, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0
+            a = adv[b, t]
             # r_t = exp(logp - logp_old)
-            log_ratio = lp - lpo
+            log_ratio = logp[b, t] - logp_old[b, t]
             ratio = np.exp(log_ratio)
-            # the six cases: the clipped term is selected (zero gradient) in cases 3 and 4
-            if a > 0 and ratio > hi:
-                c, obj, g = POS_CLIPPED, hi * a, 0.0
-            elif a < 0 and ratio < lo:
-                c, obj, g = NEG_CLIPPED, lo * a, 0.0
-            elif a == 0:
-                c, obj, g = ZERO_ADV, 0.0 * a, 0.0
-            else:
-                if a > 0:
-                    c = POS_BELOW if ratio < lo else POS_INSIDE
-                else:
-                    c = NEG_ABOVE if ratio > hi else NEG_INSIDE
-                obj = ratio * a
-                g = -a * ratio            # d(-r A)/dlogp, scaled by 1/n below
-            if c == POS_CLIPPED or c == NEG_CLIPPED:
-                n_clipped += 1
-            case[b, t] = c
-            dlogp[b, t] = g
+            # min(r A, clip(r, 1-eps, 1+eps) A): the clipped term binds in cases 3 and 4 only
+            below, above = ratio < lo, ratio > hi
+            clipped = ((a > 0) & above) | ((a < 0) & below)
+            obj = min(ratio * a, min(max(ratio, lo), hi) * a)
+            dlogp[b, t] = 0.0 if clipped else -a * ratio     # d(-r A)/dlogp = -A r; /n below
+            # case code: 2 (A > 0) or 5 (A < 0), -1 below the band, +1 above it; 7 for A = 0
+            base = POS_INSIDE if a > 0 else NEG_INSIDE
+            case[b, t] = ZERO_ADV if a == 0 else base + above - below
             n += 1
+            n_clipped += clipped
             obj_sum += obj
-            kl_sum += math.expm1(log_ratio) - log_ratio           # k3 = (r - 1) - log r
+            kl_sum += (ratio - 1.0) - log_ratio             # k3 = (r - 1) - log r
             ratio_sum += ratio
             ratio_max = max(ratio_max, ratio)
             ratio_min = min(ratio_min, ratio)
@@ -182,6 +174,21 @@ def _clipped_policy_kernel(logp, logp_old, adv, mask, lo, hi, check_holes, dlogp
             for t in range(T):
                 dlogp[b, t] *= inv_n
     return OK, 0, 0, 0, n, n_clipped, obj_sum, kl_sum, ratio_sum, ratio_max, ratio_min
+
+
+@njit(cache=True)
+def _locate_clip_error(logp, logp_old, adv, mask, b):
+    """The first bad entry of row ``b`` as ``(status, which, t)`` (the slow path of the sweep)."""
+    for t in range(logp.shape[1]):
+        if not math.isfinite(logp[b, t]):
+            return NONFINITE, 0, t
+        if not math.isfinite(logp_old[b, t]):
+            return NONFINITE, 1, t
+        if not math.isfinite(adv[b, t]):
+            return NONFINITE, 2, t
+        if mask[b, t] != 0 and mask[b, t] != 1:
+            return MASK_VALUE, 0, t
+    return OK, 0, 0  # pragma: no cover - only called on a row with a bad entry
 
 
 def clipped_policy_loss_reference(logp, logp_old, adv, mask=None, clip_eps=0.2):

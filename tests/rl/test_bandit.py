@@ -46,6 +46,11 @@ def test_exact_quantities_match_loops(bandit):
     assert bandit.kl(W, W2, states) == pytest.approx(kl_loop, rel=1e-12)
     assert bandit.kl(W, W, states) == 0.0
     assert bandit.kl(W, W2) > 0
+    # the fitted start: scale * the least-squares fit of R (R itself when tabular)
+    Wfit = bandit.fitted_params(2.0)
+    resid = bandit.features @ (Wfit / 2.0) - bandit.rewards
+    np.testing.assert_allclose(bandit.features.T @ resid, 0.0, atol=1e-10)      # normal equations
+    assert bandit.expected_reward(Wfit) > bandit.expected_reward(bandit.init_params())
 
 
 def test_logp_and_entropy_match_loops(bandit):

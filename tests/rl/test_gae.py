@@ -69,14 +69,28 @@ def test_gae_classic_kernel_matches_reference():
 
 # ------------------------------------------------------------------ against independent computations
 
+def gae_explicit_sum(rewards, values, mask, gamma, lam):
+    """GAE paper eq. (16) summed term by term: A_t = sum_l (gamma lam)^l delta_{t+l} (O(T^2))."""
+    adv = np.zeros_like(rewards)
+    for b in range(rewards.shape[0]):
+        n = int(mask[b].sum())
+        v = list(values[b, :n]) + [0.0]
+        deltas = [rewards[b, t] + gamma * v[t + 1] - v[t] for t in range(n)]
+        for t in range(n):
+            adv[b, t] = sum((gamma * lam) ** (k - t) * deltas[k] for k in range(t, n))
+    return adv
+
+
 @given(padded_batches(2), coef, coef)
-def test_gae_equals_naive_double_loop(batch, gamma, lam):
+def test_gae_equals_double_loop_and_explicit_sum(batch, gamma, lam):
     (rewards, values), mask, _ = batch
+    adv_sum = gae_explicit_sum(rewards, values, mask, gamma, lam)
+    adv_loop, ret_loop = gae_loop(rewards, values, mask, gamma, lam)
+    np.testing.assert_allclose(adv_loop, adv_sum, rtol=1e-10, atol=1e-10)
     for fn in (gae, gae_reference):
         adv, ret = fn(rewards, values, mask, gamma, lam)
-        adv_loop, ret_loop = gae_loop(rewards, values, mask, gamma, lam)
-        np.testing.assert_allclose(adv, adv_loop, rtol=1e-10, atol=1e-10)
-        np.testing.assert_allclose(ret, ret_loop, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(adv, adv_loop, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(ret, ret_loop, rtol=1e-12, atol=1e-12)
 
 
 def discounted_reward_to_go(rewards, mask, gamma):
