@@ -111,4 +111,5 @@ class SyncVectorEnv:
 
     def close(self) -> None:
         for env in self.envs:
-            env.close()
+            if hasattr(env, "close"):
+                env.close()

@@ -1,0 +1,139 @@
+"""The training loop: it learns, it is deterministic, target-KL stops early, lr = 0 keeps the ratio at 1,
+and a non-finite loss stops the run with the metric named."""
+import math
+
+import numpy as np
+import pytest
+
+from minippo.classic.cartpole import CartPoleEnv
+from minippo.classic.ppo import METRICS, last_mean, steps_to_reach, train_ppo
+from minippo.classic.spaces import Box, Discrete
+
+SMALL = dict(num_envs=2, num_steps=64, num_minibatches=2, update_epochs=2)
+
+
+def test_short_training_learns():
+    # 60 updates of CleanRL's loop (30k env steps, a few seconds): a random policy scores ~22
+    result = train_ppo(CartPoleEnv, 30_720, seed=0)
+    returns = result["episode_returns"]
+    assert returns[:20].mean() < 40
+    assert last_mean(result) > 150, f"mean of the last 20 returns {last_mean(result):.1f}"
+    assert len(result["history"]) == 60
+    # CleanRL's metrics: every update has them, finite (the episodic return may be None when no episode ended)
+    last = result["history"][-1]
+    for name in METRICS:
+        assert name in last
+        assert last[name] is None or math.isfinite(last[name])
+    assert last["global_step"] == 30_720 and last["early_stop_epoch"] is None and last["epochs"] == 4
+    # learning rate annealed linearly from 1e-3: update u uses 1e-3 * (1 - u / 60)
+    lrs = [h["charts/learning_rate"] for h in result["history"]]
+    np.testing.assert_allclose(lrs, 1e-3 * (1 - np.arange(60) / 60), rtol=1e-12)
+    assert result["history"][-1]["losses/explained_variance"] > 0.2
+
+
+def test_episode_bookkeeping():
+    result = train_ppo(CartPoleEnv, 1024, seed=3, **SMALL)
+    steps, lengths, returns = result["episode_steps"], result["episode_lengths"], result["episode_returns"]
+    assert len(steps) == len(lengths) == len(returns) > 10
+    np.testing.assert_array_equal(returns, lengths)                 # CartPole: reward 1 per step
+    assert np.all(np.diff(steps) >= 0) and steps.max() <= 1024 and np.all(steps % 2 == 0)
+    # every env step belongs to an episode that finished or is still running
+    assert lengths.sum() <= 1024
+
+
+def test_deterministic_for_a_seed():
+    a = train_ppo(CartPoleEnv, 2048, seed=5, **SMALL)
+    b = train_ppo(CartPoleEnv, 2048, seed=5, **SMALL)
+    c = train_ppo(CartPoleEnv, 2048, seed=6, **SMALL)
+    np.testing.assert_array_equal(a["episode_returns"], b["episode_returns"])
+    for k in a["params"]:
+        np.testing.assert_array_equal(a["params"][k], b["params"][k])
+    assert [h["losses/approx_kl"] for h in a["history"]] == [h["losses/approx_kl"] for h in b["history"]]
+    assert not np.array_equal(a["params"]["actor.0.w"], c["params"]["actor.0.w"])
+
+
+def test_zero_learning_rate_keeps_the_ratio_at_one():
+    result = train_ppo(CartPoleEnv, 1024, seed=0, lr=0.0, **SMALL)
+    for h in result["history"]:
+        assert abs(h["losses/approx_kl"]) < 1e-12 and abs(h["losses/old_approx_kl"]) < 1e-12
+        assert h["losses/clipfrac"] == 0.0
+
+
+def test_target_kl_stops_the_epochs_early():
+    # a tiny target with a large learning rate: the KL after the first epoch already exceeds it
+    result = train_ppo(CartPoleEnv, 2048, seed=0, target_kl=1e-4, lr=3e-3, update_epochs=8, **{
+        k: v for k, v in SMALL.items() if k != "update_epochs"})
+    stops = [h["early_stop_epoch"] for h in result["history"]]
+    assert stops[0] == 0 and sum(s is not None for s in stops) >= len(stops) // 2
+    for h in result["history"]:
+        if h["early_stop_epoch"] is not None:
+            # stopped after the epoch whose last minibatch crossed the target
+            assert h["epochs"] == h["early_stop_epoch"] + 1 < 8 and h["losses/approx_kl"] > 1e-4
+        else:
+            assert h["epochs"] == 8
+    free = train_ppo(CartPoleEnv, 2048, seed=0, lr=3e-3, update_epochs=8, num_envs=2, num_steps=64,
+                     num_minibatches=2)
+    assert all(h["early_stop_epoch"] is None and h["epochs"] == 8 for h in free["history"])
+
+
+class HugeRewardCartPole(CartPoleEnv):
+    """Rewards of 1e200: the squared value error overflows to inf."""
+
+    def step(self, action):
+        obs, _, term, trunc, info = super().step(action)
+        return obs, 1e200, term, trunc, info
+
+
+@pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning")
+def test_overflow_stops_the_run_naming_the_update():
+    with pytest.raises(ValueError, match=r"training stopped at update 0 .*must be finite"):
+        train_ppo(HugeRewardCartPole, 1024, seed=0, **SMALL)
+
+
+def test_nan_loss_stops_the_run_naming_metric_and_update(monkeypatch):
+    import minippo.classic.ppo as ppo
+    real = ppo.ppo_loss_and_grads
+    calls = []
+
+    def nan_on_second_update(*args):
+        loss, grads, stats = real(*args)
+        calls.append(1)
+        if len(calls) > 4:                        # SMALL: 2 epochs x 2 minibatches per update
+            stats = dict(stats, **{"losses/entropy": float("nan")})
+        return loss, grads, stats
+
+    monkeypatch.setattr(ppo, "ppo_loss_and_grads", nan_on_second_update)
+    with pytest.raises(ValueError, match=r"update 1 .*`losses/entropy` is nan in epoch 0"):
+        train_ppo(CartPoleEnv, 1024, seed=0, **SMALL)
+
+
+def test_steps_to_reach():
+    result = {"episode_returns": np.array([10.0] * 5 + [500.0] * 25), "episode_steps": np.arange(30) * 100}
+    # a window of 20 may hold one return of 10 (mean 475.5) but not two: it first ends at episode 23
+    assert steps_to_reach(result, 475, window=20) == 2300
+    assert steps_to_reach(result, 501) is None
+    assert last_mean(result) == 500.0
+
+
+def test_gymnasium_env_plugs_in_unchanged():
+    gym = pytest.importorskip("gymnasium")
+    ours = train_ppo(CartPoleEnv, 2048, seed=1, **SMALL)
+    theirs = train_ppo(lambda: gym.make("CartPole-v1"), 2048, seed=1, **SMALL)
+    # same dynamics, same seeding: the same episodes
+    np.testing.assert_array_equal(ours["episode_returns"], theirs["episode_returns"])
+
+
+def test_other_discrete_envs_work():
+    class Bandit:
+        """One-step episodes: action 1 pays 1, action 0 pays 0. PPO must learn to pick 1."""
+        observation_space = Box(np.zeros(1), np.ones(1))
+        action_space = Discrete(2)
+
+        def reset(self, seed=None, options=None):
+            return np.ones(1, dtype=np.float32), {}
+
+        def step(self, action):
+            return np.ones(1, dtype=np.float32), float(action), True, False, {}
+
+    result = train_ppo(Bandit, 4096, seed=0, lr=3e-3, **SMALL)
+    assert result["episode_returns"][-100:].mean() > 0.9
