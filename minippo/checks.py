@@ -20,7 +20,8 @@ FLOAT_DTYPES = (np.float32, np.float64)
 def _where(x: np.ndarray, bad: np.ndarray) -> str:
     """Index of the first True entry of ``bad`` and the value there, for error messages."""
     idx = tuple(int(i) for i in np.argwhere(bad)[0])
-    return f"{x[idx]!r} at {idx if len(idx) != 1 else idx[0]}"
+    value = x[idx].item() if isinstance(x[idx], np.generic) else x[idx]   # 2, not np.int64(2)
+    return f"{value!r} at {idx if len(idx) != 1 else idx[0]}"
 
 
 def as_array(name: str, x) -> np.ndarray:

@@ -70,10 +70,12 @@ def save_checkpoint(directory: str | os.PathLike, arrays: dict[str, np.ndarray],
     atomic_write_bytes(tmp / WEIGHTS, st_save(contiguous))
     atomic_write_text(tmp / STATE, json.dumps(_to_jsonable(state or {}), indent=1, sort_keys=True))
     old = directory.with_name(directory.name + ".old")
-    if old.exists():
-        shutil.rmtree(old)
     if directory.exists():
+        if old.exists():                  # a stale leftover: ``directory`` is the good checkpoint
+            shutil.rmtree(old)
         os.replace(directory, old)
+    # else: if ``old`` exists, a previous save crashed between the two renames and ``old`` is the
+    # only good checkpoint; it is kept until the new one is in place
     os.replace(tmp, directory)
     if old.exists():
         shutil.rmtree(old)

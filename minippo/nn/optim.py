@@ -10,7 +10,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from minippo.checks import check_range
+from minippo.checks import check_choice, check_range
 
 
 def default_no_decay(name: str, p: np.ndarray) -> bool:
@@ -109,9 +109,19 @@ def lr_at(step: int, total_steps: int, lr: float, *, warmup_steps: int = 0, sche
           min_lr: float = 0.0) -> float:
     """Learning rate at ``step`` (0-based) of ``total_steps``: linear warm-up, then decay.
 
-    ``schedule``: ``"constant"``, ``"linear"`` (to ``min_lr`` at the last step, CleanRL's annealing)
-    or ``"cosine"`` (half a cosine from ``lr`` to ``min_lr``).
+    Warm-up: ``lr * (step + 1) / warmup_steps`` for ``step < warmup_steps``. Then, with
+    ``frac = (step - warmup_steps) / (total_steps - warmup_steps)`` going from 0 towards 1,
+    ``schedule`` is ``"constant"``, ``"linear"`` (``lr + (min_lr - lr) frac``: CleanRL's annealing,
+    whose last step ``total_steps - 1`` still has a small positive rate and which reaches ``min_lr`` at
+    ``step == total_steps``) or ``"cosine"`` (half a cosine from ``lr`` to ``min_lr``, same ``frac``).
+    Steps past ``total_steps`` stay at ``min_lr``.
     """
+    check_range("step", step, 0, None, integer=True)
+    check_range("total_steps", total_steps, 1, None, integer=True)
+    check_range("warmup_steps", warmup_steps, 0, None, integer=True)
+    check_range("lr", lr, 0, None)
+    check_range("min_lr", min_lr, 0, None)
+    check_choice("schedule", schedule, ("constant", "linear", "cosine"))
     if warmup_steps and step < warmup_steps:
         return lr * (step + 1) / warmup_steps
     if schedule == "constant":

@@ -1,0 +1,98 @@
+"""TinyGPT forward+backward: tokens/s and achieved GFLOP/s as a fraction of the float32 matmul peak.
+
+Model and batch of issue #2: B=32, T=64, L=4, H=4, C=128, V=512, float32, one
+``lm_loss_and_grads`` call per step (forward, cross-entropy, backward, every gradient).
+
+FLOPs are counted explicitly (PaLM / nanoGPT convention, multiply-add = 2 FLOPs)::
+
+    N          = 12 L C^2 + V C          weights that enter a matmul: per block c_attn 3C^2, c_proj C^2,
+                                         c_fc 4C^2, mlp c_proj 4C^2; plus the tied LM head (V x C)
+    per token  = 6 N                     2N forward + 4N backward (dx and dW)
+               + 12 L T C                attention QK^T and AV, forward 4TC + backward 8TC per layer
+                                         (the full T x T product, as computed; the causal mask saves nothing)
+    per step   = B T (6 N + 12 L T C)
+
+LayerNorm, GELU, softmax, embeddings and the residual adds are not counted: they are the overhead
+that keeps the achieved rate below the matmul peak. The section also prints the time of the
+matmuls alone (the same GEMMs on the same shapes) and of the step with the NumPy reference layers
+(``fused.USE_KERNELS = False``), to show where the time goes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from minippo.bench.report import Report, best_time
+
+B, T, L, H, C, V = 32, 64, 4, 4, 128, 512
+
+
+def flops_per_step(B: int, T: int, L: int, C: int, V: int) -> float:
+    """B T (6 N + 12 L T C), N = 12 L C^2 + V C (see the module docstring)."""
+    N = 12 * L * C * C + V * C
+    return float(B * T * (6 * N + 12 * L * T * C))
+
+
+def matmul_only_step(rng: np.random.Generator):
+    """A function running exactly the GEMMs of one forward+backward step (no elementwise work)."""
+    f32 = np.float32
+    x = rng.standard_normal((B * T, C), dtype=f32)
+    h4 = rng.standard_normal((B * T, 4 * C), dtype=f32)
+    qkv_w, proj_w = rng.standard_normal((C, 3 * C), dtype=f32), rng.standard_normal((C, C), dtype=f32)
+    fc_w, mproj_w = rng.standard_normal((C, 4 * C), dtype=f32), rng.standard_normal((4 * C, C), dtype=f32)
+    wte = rng.standard_normal((V, C), dtype=f32)
+    g3, g1, gv = (rng.standard_normal((B * T, n), dtype=f32) for n in (3 * C, C, V))
+    q = rng.standard_normal((B, H, T, C // H), dtype=f32)
+    att = rng.standard_normal((B, H, T, T), dtype=f32)
+
+    def step():
+        for _ in range(L):
+            # forward: c_attn, QK^T, AV, c_proj, c_fc, mlp c_proj
+            x @ qkv_w, q @ q.swapaxes(-1, -2), att @ q, x @ proj_w, x @ fc_w, h4 @ mproj_w
+            # backward: dx and dW of the four linears, and the four attention products
+            g1 @ mproj_w.T, h4.T @ g1, h4 @ fc_w.T, x.T @ h4, g1 @ proj_w.T, x.T @ g1, g3 @ qkv_w.T, x.T @ g3
+            q @ q.swapaxes(-1, -2), att.swapaxes(-1, -2) @ q, att @ q, att.swapaxes(-1, -2) @ q  # datt dv dq dk
+        x @ wte.T, gv @ wte, x.T @ gv          # tied LM head: forward, dx, dW
+    return step
+
+
+def bench(report: Report, quick: bool = False) -> None:
+    from minippo.nn import fused
+    from minippo.nn.gpt import GPTConfig, TinyGPT
+
+    peak = report.shared.get("matmul_peak_gflops")
+    if peak is None:                                  # e.g. ``minippo bench --only gpt``
+        from minippo.bench.matmul import matmul_peak_gflops
+        peak = matmul_peak_gflops(repeat=3 if quick else 7)
+        report.shared["matmul_peak_gflops"] = peak
+        report.value("float32 matmul peak (measured now)", peak, "GFLOP/s")
+
+    rng = np.random.default_rng(0)
+    model = TinyGPT(GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C), seed=0)
+    idx = rng.integers(0, V, (B, T))
+    targets = rng.integers(0, V, (B, T))
+    mask = np.ones((B, T), dtype=np.float32)
+    step = lambda: model.lm_loss_and_grads(idx, targets, mask)
+    repeat = 3 if quick else 15
+
+    flops = flops_per_step(B, T, L, C, V)
+    report.note(f"B={B} T={T} L={L} H={H} C={C} V={V} float32, one lm_loss_and_grads per step")
+    report.note("FLOPs/step = B*T*(6*N + 12*L*T*C), N = 12*L*C^2 + V*C "
+                f"= {12 * L * C * C + V * C:,}  ->  {flops / 1e9:.2f} GFLOP")
+
+    t = best_time(step, repeat=repeat, warmup=2)
+    t_mm = best_time(matmul_only_step(rng), repeat=repeat, warmup=2)
+    fused.USE_KERNELS = False
+    try:
+        t_ref = best_time(step, repeat=max(2, repeat // 3), warmup=1)
+    finally:
+        fused.USE_KERNELS = True
+
+    report.time("forward+backward step", t)
+    report.value("tokens/s", B * T / t, "tok/s")
+    report.value("achieved", flops / t / 1e9, "GFLOP/s")
+    report.ratio("fwd+bwd % of matmul peak", 100 * flops / t / 1e9 / peak, target=50, unit="%")
+    report.time("  of which the GEMMs alone", t_mm)
+    report.note(f"  GEMMs alone reach {100 * flops / t_mm / 1e9 / peak:.0f}% of peak; "
+                f"everything else (LayerNorm, GELU, softmax, embeddings, adds) takes {100 * (t - t_mm) / t:.0f}% of the step")
+    report.time("step with the NumPy reference layers", t_ref)
+    report.ratio("fused kernels vs NumPy layers", t_ref / t)
