@@ -1,0 +1,219 @@
+"""Lesson 04 - the clipped objective: PPO paper Figure 1, the six clip cases and where the gradient is exactly zero.
+
+Pipeline step: "PPO clipped objective" in seed 003's chain (policy gradient -> importance ratio
+-> TRPO -> PPO clip -> ...): the loss every PPO update minimises, token by token.
+
+Seed: 003 section 4 "PPO-Clip 目标函数" and section 5 "PPO-Clip 的符号理解": "CLIP 后的那一项就直接
+变成一个常数了 ... 当发生 CLIP 的时候，就没有参数更新了" (the clipped term is a constant: where it is
+selected, the parameters get no update), for A > 0 when ratio >= 1 + eps and for A < 0 when
+ratio <= 1 - eps; "PPO 同时限制'好动作概率增加过多'和'坏动作概率降低过多'".
+
+Paper: Schulman et al. 2017 (arXiv:1707.06347), with r_t = exp(logp - logp_old),
+
+    L^CLIP(theta) = E_t[ min(r_t A_t, clip(r_t, 1 - eps, 1 + eps) A_t) ]          eq. (7)
+
+and its Figure 1 (one term of L^CLIP as a function of r, for A > 0 and A < 0, eps = 0.2).
+Everything is computed by ``minippo.rl.policy_loss.clipped_policy_loss`` (the numba kernel)
+and checked against ``clipped_policy_loss_reference`` (plain NumPy); the loss is -L^CLIP.
+
+The figure: top row, Figure 1 of the paper redrawn: one token's objective min(rA, clip(r)A)
+against r, with the unclipped r A dashed, the band [1 - eps, 1 + eps] shaded, the flat (clipped,
+zero-gradient) parts drawn thick red, the six case numbers written in their regions, and arrows
+showing where gradient ascent pushes r (no arrow: no push). Bottom row: the gradient of the
+objective with respect to r: A on the unclipped branch (-dL/dlogp = A r, divided by r), exactly 0
+on the clipped one. The band is closed: at r = 1 +/- eps both terms are equal and the library
+returns the unclipped gradient (the dot at the edge of the band).
+
+Exercises:
+1. Set eps = 0.1 and 0.3 (``run`` takes ``clip_eps``): which cases change for r = 1.15? What does
+   a smaller eps do to the fraction of tokens with zero gradient in the batch experiment?
+2. Cases 1 and 6 are NOT clipped although r is outside the band: explain with the min() why PPO
+   lets a good action whose probability has fallen (A > 0, r < 1 - eps) be pushed back up.
+3. CleanRL logs clipfrac = mean(|r - 1| > eps), minippo (like TRL) the fraction in cases 3 and 4.
+   Compute both on the batch of this lesson: which one tells you how many tokens get no gradient?
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lessons._common import lesson_args, output_path, pyplot, save
+from minippo.rl.policy_loss import (CLIP_CASES, CLIPPED_CASES, clipped_policy_loss,
+                                    clipped_policy_loss_reference)
+
+# one representative token per case: (A, r)
+CASE_POINTS = [(1.0, 0.6), (1.0, 1.0), (1.0, 1.4), (-1.0, 0.6), (-1.0, 1.0), (-1.0, 1.4)]
+
+
+def log_of(r: float) -> float:
+    """A log-ratio d whose exp is exactly the double ``r`` (np.exp and libm agree): log(r) rounds,
+    and at the band's edge one ulp decides between the two sides."""
+    d = float(np.log(r))
+    up = down = d
+    for _ in range(100):                     # walk outwards from log(r), one ulp at a time
+        for cand in (up, down):
+            if np.exp(cand) == r and math.exp(cand) == r:
+                return cand
+        up, down = math.nextafter(up, math.inf), math.nextafter(down, -math.inf)
+    return d
+
+
+def one_token(fn, A, r, clip_eps):
+    """Objective, dL/dlogp and case code of a single token with advantage A and ratio r."""
+    logp_old = np.array([0.0])
+    logp = logp_old + log_of(r)
+    loss, dlogp, stats = fn(logp, logp_old, np.array([A]), None, clip_eps=clip_eps)
+    return -loss, float(dlogp[0]), int(stats["clip_case"][0])
+
+
+def curves(A, r_grid, clip_eps):
+    """Objective and d(objective)/dr along ``r_grid`` for one token (library kernel)."""
+    obj, grad_r = np.empty_like(r_grid), np.empty_like(r_grid)
+    for i, r in enumerate(r_grid):
+        o, dlogp, _ = one_token(clipped_policy_loss, A, r, clip_eps)
+        obj[i] = o
+        grad_r[i] = -dlogp / r          # dObj/dr = -dL/dlogp * dlogp/dr, and dlogp/dr = 1/r
+    return obj, grad_r
+
+
+def run(quick: bool = False, seed: int = 0, clip_eps: float = 0.2) -> dict:
+    # (1) the six cases, one token each, kernel and reference side by side
+    cases = []
+    for A, r in CASE_POINTS:
+        obj_k, d_k, code = one_token(clipped_policy_loss, A, r, clip_eps)
+        obj_r, d_r, code_r = one_token(clipped_policy_loss_reference, A, r, clip_eps)
+        assert code == code_r
+        cases.append({"code": code, "A": A, "r": r, "objective": obj_k, "objective_ref": obj_r,
+                      "dlogp": d_k, "dlogp_ref": d_r, "analytic": 0.0 if code in CLIPPED_CASES else -A * r,
+                      "clipped": code in CLIPPED_CASES, "description": CLIP_CASES[code]})
+    # (2) the edges of the band: r = 1 +/- eps exactly (both terms equal; unclipped gradient)
+    edges = []
+    for A, r in ((1.0, 1 + clip_eps), (-1.0, 1 - clip_eps)):
+        o, d, code = one_token(clipped_policy_loss, A, r, clip_eps)
+        edges.append({"A": A, "r": r, "objective": o, "dlogp": d, "code": code})
+    # (3) Figure 1: the curves
+    r_grid = np.linspace(0.0 + 1e-3, 2.0, 121 if quick else 801)
+    obj_pos, grad_pos = curves(1.0, r_grid, clip_eps)
+    obj_neg, grad_neg = curves(-1.0, r_grid, clip_eps)
+    # (4) a batch of tokens after a few updates: which fraction gets no gradient at all?
+    rng = np.random.default_rng(seed)
+    B, T = (8, 32) if quick else (64, 128)
+    logp_old = rng.uniform(-5.0, -0.05, size=(B, T))
+    logp = logp_old + 0.25 * rng.standard_normal((B, T))       # a policy that has moved a bit
+    adv = rng.standard_normal((B, T))
+    mask = (np.arange(T)[None, :] < rng.integers(T // 4, T + 1, size=B)[:, None]).astype(float)
+    loss, dlogp, stats = clipped_policy_loss(logp, logp_old, adv, mask, clip_eps=clip_eps)
+    loss_ref, dlogp_ref, _ = clipped_policy_loss_reference(logp, logp_old, adv, mask, clip_eps=clip_eps)
+    valid = mask == 1
+    ratio = np.exp(logp - logp_old)[valid]
+    case_counts = {c: int((stats["clip_case"][valid] == c).sum()) for c in range(1, 8)}
+    return {
+        "clip_eps": clip_eps, "cases": cases, "edges": edges,
+        "r_grid": r_grid, "obj_pos": obj_pos, "grad_pos": grad_pos, "obj_neg": obj_neg, "grad_neg": grad_neg,
+        "batch": {"B": B, "T": T, "n_tokens": stats["n_tokens"], "loss": loss, "loss_ref": loss_ref,
+                  "max_grad_diff": float(np.abs(dlogp - dlogp_ref).max()),
+                  "clipfrac": stats["clipfrac"], "zero_grad_frac": float((dlogp[valid] == 0).mean()),
+                  "cleanrl_clipfrac": float((np.abs(ratio - 1) > clip_eps).mean()),
+                  "approx_kl": stats["approx_kl"], "case_counts": case_counts},
+    }
+
+
+def _panel_objective(ax, r_grid, obj, A, eps, case_labels):
+    plain = r_grid * A
+    ax.axvspan(1 - eps, 1 + eps, color="0.9", label=f"band [1-eps, 1+eps], eps = {eps:g}")
+    ax.plot(r_grid, plain, "--", color="0.5", lw=1, label="unclipped r A")
+    ax.plot(r_grid, obj, color="tab:blue", lw=2, label="L^CLIP = min(rA, clip(r)A)")
+    flat = (r_grid > 1 + eps) if A > 0 else (r_grid < 1 - eps)
+    ax.plot(r_grid[flat], obj[flat], color="tab:red", lw=4, alpha=0.8, label="clipped: constant, gradient 0")
+    ax.plot([1], [A], "o", color="tab:red", ms=6)
+    ax.plot([], [], color="tab:green", marker=">", lw=2, label="gradient ascent pushes r this way")
+    # arrows: the direction gradient ascent moves r (length ~ |dObj/dr|), none where the gradient is 0
+    for r0 in (0.35, 0.6, 1.0, 1.4, 1.7):
+        slope = 0.0 if ((A > 0 and r0 > 1 + eps) or (A < 0 and r0 < 1 - eps)) else A
+        y0 = np.interp(r0, r_grid, obj)
+        if slope == 0:
+            ax.annotate("no push", (r0, y0), textcoords="offset points", xytext=(0, 8 if A > 0 else -14),
+                        ha="center", fontsize=8, color="tab:red")
+        else:
+            ax.annotate("", xy=(r0 + 0.2 * np.sign(slope), y0 + 0.2 * abs(slope)), xytext=(r0, y0),
+                        arrowprops=dict(arrowstyle="-|>", color="tab:green", lw=2, mutation_scale=14))
+    for x, text in case_labels:
+        ax.text(x, 0.93, text, transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=9,
+                bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="0.7"))
+    ax.set_xlabel("probability ratio r = exp(logp - logp_old)")
+    ax.set_xlim(0, 2)
+
+
+def plot(results: dict, path) -> None:
+    plt = pyplot()
+    eps = results["clip_eps"]
+    r = results["r_grid"]
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.6), sharex=True, gridspec_kw={"hspace": 0.28})
+    labels_pos = [(0.4, "case 1\nunclipped"), (1.0, "case 2"), (1.6, "case 3\nCLIPPED")]
+    labels_neg = [(0.4, "case 4\nCLIPPED"), (1.0, "case 5"), (1.6, "case 6\nunclipped")]
+    for col, (A, obj, grad, labels) in enumerate(((1.0, results["obj_pos"], results["grad_pos"], labels_pos),
+                                                  (-1.0, results["obj_neg"], results["grad_neg"], labels_neg))):
+        ax = axes[0, col]
+        _panel_objective(ax, r, obj, A, eps, labels)
+        ax.set_ylim(-2.3, 0.3) if A < 0 else ax.set_ylim(-0.1, 2.4)
+        ax.set_title(f"({'ab'[col]}) one token's L^CLIP, A = {A:+g} (PPO paper Fig. 1)")
+        ax.set_ylabel("objective (maximised)")
+        ax.legend(loc="lower right" if A > 0 else "lower left", fontsize=8)
+        ax.tick_params(labelbottom=True)
+        ax.set_xlabel("")
+        ax = axes[1, col]
+        ax.axvspan(1 - eps, 1 + eps, color="0.9")
+        zero = grad == 0
+        ax.plot(r, np.where(zero, np.nan, grad), color="tab:blue", lw=2, label="dL^CLIP/dr (library: -dlogp / r)")
+        ax.plot(r, np.where(zero, grad, np.nan), color="tab:red", lw=4, alpha=0.8, label="exactly 0 (clipped branch)")
+        edge = 1 + eps if A > 0 else 1 - eps
+        e = results["edges"][col]
+        ax.plot([edge], [-e["dlogp"] / e["r"]], "o", color="k", ms=6, label=f"r = {edge:g} exactly: unclipped gradient")
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set_ylim(-1.5, 1.5)
+        ax.set_xlabel("probability ratio r = exp(logp - logp_old)")
+        ax.set_ylabel("gradient of the objective w.r.t. r")
+        ax.set_title(f"({'cd'[col]}) its gradient, A = {A:+g}: A where unclipped, 0 where clipped")
+        ax.legend(loc="lower left" if A > 0 else "upper right", fontsize=8)
+    b = results["batch"]
+    fig.suptitle(f"PPO-Clip, eps = {eps:g}. In a {b['B']}x{b['T']} batch after a policy move: "
+                 f"clipfrac = {b['clipfrac']:.3f} = fraction of tokens with gradient exactly 0 "
+                 f"({b['zero_grad_frac']:.3f})", fontsize=11)
+    save(fig, path)
+
+
+def main(argv=None) -> dict:
+    args = lesson_args(__doc__, argv)
+    r = run(quick=args.quick, seed=args.seed)
+    eps = r["clip_eps"]
+    print(f"L^CLIP = min(r A, clip(r, 1-eps, 1+eps) A), eps = {eps:g}; one token per case (n = 1, so dL/dlogp = -A r "
+          f"or 0). Kernel and NumPy reference side by side:")
+    print(f"{'case':<40s} {'A':>5s} {'r':>5s} {'L^CLIP':>8s} {'(ref)':>8s} {'dL/dlogp':>9s} {'(ref)':>9s} "
+          f"{'-A r or 0':>9s}  zero grad?")
+    for c in r["cases"]:
+        print(f"{c['code']} {c['description']:<38s} {c['A']:+5.1f} {c['r']:5.2f} {c['objective']:8.4f} "
+              f"{c['objective_ref']:8.4f} {c['dlogp']:9.4f} {c['dlogp_ref']:9.4f} {c['analytic']:9.4f}  "
+              f"{'YES (exactly 0.0)' if c['dlogp'] == 0.0 else 'no'}")
+    for e in r["edges"]:
+        print(f"edge r = {e['r']:.2f}, A = {e['A']:+.0f}: both terms equal ({e['objective']:.3f}); the band is closed, so "
+              f"the token is case {e['code']} and gets the unclipped gradient {e['dlogp']:.3f} (= -A r).")
+    b = r["batch"]
+    print(f"A {b['B']}x{b['T']} batch ({b['n_tokens']} valid tokens) after the policy moved (|log r| ~ 0.25): "
+          f"loss {b['loss']:.5f} (reference {b['loss_ref']:.5f}, max |dlogp diff| {b['max_grad_diff']:.1e}); "
+          f"approx_kl {b['approx_kl']:.4f}.")
+    print("tokens per case: " + ", ".join(f"{k}: {v}" for k, v in b["case_counts"].items()))
+    print(f"clipfrac (cases 3+4) = {b['clipfrac']:.3f} = fraction of tokens whose gradient is exactly 0 "
+          f"({b['zero_grad_frac']:.3f}); CleanRL's |r - 1| > eps would report {b['cleanrl_clipfrac']:.3f}, "
+          f"which also counts cases 1 and 6 (outside the band but still pushed back).")
+    print("Seed 003, section 5: once the clipped term is selected it is a constant, so 'the actor model is not "
+          "updated' by that token: only a good action pushed too high (case 3) and a bad action pushed too low "
+          "(case 4) are frozen; every other token keeps its ordinary policy-gradient -A r.")
+    path = output_path(__spec__.name if __spec__ else __name__, args)
+    plot(r, path)
+    print(f"figure: {path}")
+    return r
+
+
+if __name__ == "__main__":
+    main()
