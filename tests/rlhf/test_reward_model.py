@@ -1,0 +1,172 @@
+"""Reward model: last-token indexing, Bradley-Terry loss and gradients (finite differences, whole
+model), normalisation, save/load, a short training run, configuration validation."""
+import numpy as np
+import pytest
+
+from minippo.nn.gpt import GPTConfig, TinyGPT
+from minippo.nn.gradcheck import assert_gradients
+from minippo.rlhf import reward_model as rmod
+from minippo.rlhf.reward_model import (RewardModel, bradley_terry_backward, bradley_terry_forward,
+                                       last_token_index)
+
+TINY = dict(vocab_size=13, block_size=8, n_layer=2, n_head=2, n_embd=8, dtype="float64")
+
+
+def tiny_rm(seed=0, **kw) -> RewardModel:
+    """A float64 reward model with non-trivial weights (the GPT-2 init is too close to symmetric)."""
+    model = TinyGPT(GPTConfig(**{**TINY, **kw}), seed=seed)
+    rng = np.random.default_rng(100 + seed)
+    for p in model.params.values():
+        p += rng.normal(0.0, 0.3, p.shape)
+    return RewardModel(model)
+
+
+def right_padded(rng, B, T, V=13, min_len=1):
+    """Random right-padded rows (lengths min_len..T, one row always full)."""
+    lengths = rng.integers(min_len, T + 1, size=B)
+    lengths[0] = T
+    mask = (np.arange(T)[None, :] < lengths[:, None]).astype(np.int64)
+    ids = np.where(mask == 1, rng.integers(1, V, size=(B, T)), 0)
+    return ids, mask
+
+
+# ----------------------------------------------------------------------------------------------
+# last_token_index
+# ----------------------------------------------------------------------------------------------
+
+def test_last_token_index_on_padded_and_full_rows():
+    mask = np.array([[1, 1, 1, 0, 0],      # [t0, t1, EOS, PAD, PAD] -> the EOS
+                     [1, 1, 1, 1, 1],      # a full row -> the last column
+                     [1, 0, 0, 0, 0],
+                     [0, 0, 1, 1, 0]])     # left-padded prompt ++ right-padded response
+    np.testing.assert_array_equal(last_token_index(mask), [2, 4, 0, 3])
+    assert last_token_index(mask).dtype == np.int64
+    # the same as a loop
+    rng = np.random.default_rng(0)
+    _, m = right_padded(rng, 20, 7)
+    np.testing.assert_array_equal(last_token_index(m), [max(np.flatnonzero(row)) for row in m])
+
+
+def test_last_token_index_rejects_empty_rows_and_bad_values():
+    with pytest.raises(ValueError, match="row 1 has no real token"):
+        last_token_index(np.array([[1, 0], [0, 0]]))
+    with pytest.raises(ValueError, match="attn_mask"):
+        last_token_index(np.array([[1, 2]]))
+
+
+def test_score_is_read_on_the_last_real_token():
+    rm = tiny_rm()
+    ids = np.array([[3, 4, 2, 0, 0], [3, 4, 5, 6, 2]])
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    _, scalar, _ = rm.model.forward(ids, mask, scalar=True)
+    np.testing.assert_allclose(rm.raw_score(ids, mask), [scalar[0, 2], scalar[1, 4]], rtol=0, atol=0)
+    # the padding after the EOS does not matter, nor does padding before the prompt
+    np.testing.assert_allclose(rm.raw_score(ids[:1, :3], mask[:1, :3]), rm.raw_score(ids[:1], mask[:1]), atol=1e-12)
+    left = np.array([[0, 0, 3, 4, 2]])
+    np.testing.assert_allclose(rm.raw_score(left, np.array([[0, 0, 1, 1, 1]])), rm.raw_score(ids[:1], mask[:1]),
+                               atol=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+# Bradley-Terry loss
+# ----------------------------------------------------------------------------------------------
+
+def test_bradley_terry_value_against_the_formula():
+    rc, rr = np.array([2.0, -1.0, 0.5]), np.array([0.0, 1.0, 0.5])
+    loss, _ = bradley_terry_forward(rc, rr)
+    expect = np.mean([-np.log(1 / (1 + np.exp(-(c - r)))) for c, r in zip(rc, rr)])
+    assert loss == pytest.approx(expect, rel=1e-14)
+    assert bradley_terry_forward(np.zeros(4), np.zeros(4))[0] == pytest.approx(np.log(2))
+    # stable for huge margins: no overflow, loss ~ |margin| on a wrong pair and ~0 on a right one
+    big, _ = bradley_terry_forward(np.array([-1000.0, 1000.0]), np.array([1000.0, -1000.0]))
+    assert big == pytest.approx(1000.0)
+    d1, d2 = bradley_terry_backward(1.0, bradley_terry_forward(np.array([-800.0]), np.array([800.0]))[1])
+    assert np.isfinite(d1).all() and d1[0] == pytest.approx(-1.0) and d2[0] == pytest.approx(1.0)
+
+
+def test_bradley_terry_gradient_finite_differences():
+    rng = np.random.default_rng(1)
+    scores = {"r_chosen": rng.normal(0, 2, 7), "r_rejected": rng.normal(0, 2, 7)}
+    loss, cache = bradley_terry_forward(scores["r_chosen"], scores["r_rejected"])
+    dc, dr = bradley_terry_backward(1.0, cache)
+    assert_gradients(lambda: bradley_terry_forward(scores["r_chosen"], scores["r_rejected"])[0],
+                     scores, {"r_chosen": dc, "r_rejected": dr}, tol=1e-7)
+    np.testing.assert_allclose(dc, -dr)           # only the margin matters
+    dc3, _ = bradley_terry_backward(3.0, cache)   # the upstream gradient scales linearly
+    np.testing.assert_allclose(dc3, 3 * dc)
+
+
+def test_bradley_terry_validates_inputs():
+    with pytest.raises(ValueError, match="r_rejected"):
+        bradley_terry_forward(np.zeros(3), np.zeros(4))
+    with pytest.raises(ValueError, match="r_chosen"):
+        bradley_terry_forward(np.array([np.nan]), np.zeros(1))
+    with pytest.raises(ValueError, match="at least one pair"):
+        bradley_terry_forward(np.zeros(0), np.zeros(0))
+
+
+def test_whole_model_gradient_through_the_last_token_scalar():
+    rm = tiny_rm(2)
+    rng = np.random.default_rng(5)
+    chosen, chosen_mask = right_padded(rng, 4, 8)
+    rejected, rejected_mask = right_padded(rng, 4, 8)
+    loss, acc, grads = rm.pair_loss_and_grads(chosen, chosen_mask, rejected, rejected_mask)
+    assert 0 <= acc <= 1 and loss > 0
+
+    def f():
+        r_c = rm.raw_score(chosen, chosen_mask)
+        r_r = rm.raw_score(rejected, rejected_mask)
+        return bradley_terry_forward(r_c, r_r)[0]
+
+    assert f() == pytest.approx(loss, rel=1e-12)
+    # The loss sees only score differences, so the two parameters that shift EVERY score by the same
+    # amount have a true gradient of exactly 0: scalar_head.b (adds b) and ln_f.b (adds ln_f.b @ w).
+    # A relative error is undefined there; they are checked in absolute terms below.
+    shift = ("scalar_head.b", "ln_f.b")
+    assert_gradients(f, {k: v for k, v in rm.params.items() if k not in shift},
+                     {k: v for k, v in grads.items() if k not in shift}, tol=1e-5)
+    result = assert_gradients(f, {k: rm.params[k] for k in shift}, {k: grads[k] for k in shift}, tol=np.inf)
+    for k in shift:
+        assert np.abs(grads[k]).max() < 1e-12
+    assert max(row.max_abs_err for row in result) < 1e-9
+
+
+# ----------------------------------------------------------------------------------------------
+# normalisation, folding, save/load
+# ----------------------------------------------------------------------------------------------
+
+def test_normalize_gives_mean_zero_std_one_on_the_reference_samples():
+    rm = tiny_rm(3)
+    rng = np.random.default_rng(7)
+    ref, ref_mask = right_padded(rng, 64, 8)
+    raw = rm.raw_score(ref, ref_mask)
+    gain, bias = rm.normalize(ref, ref_mask)
+    s = rm.score(ref, ref_mask)
+    assert s.mean() == pytest.approx(0.0, abs=1e-12) and s.std() == pytest.approx(1.0, rel=1e-12)
+    assert gain == pytest.approx(1 / raw.std()) and bias == pytest.approx(-raw.mean() / raw.std())
+    # an affine map: the ranking and the raw scores are untouched
+    np.testing.assert_array_equal(np.argsort(s), np.argsort(raw))
+    np.testing.assert_allclose(rm.raw_score(ref, ref_mask), raw, rtol=0, atol=0)
+    # the folded model's scalar head gives the normalised score at the last token
+    _, scalar, _ = rm.normalized_model().forward(ref, ref_mask, scalar=True)
+    np.testing.assert_allclose(scalar[np.arange(64), last_token_index(ref_mask)], s, atol=1e-12)
+    with pytest.raises(ValueError, match="two samples"):
+        rm.normalize(ref[:1], ref_mask[:1])
+
+
+def test_save_load_round_trip(tmp_path):
+    rm = tiny_rm(4)
+    rng = np.random.default_rng(8)
+    seqs, mask = right_padded(rng, 16, 8)
+    rm.normalize(seqs, mask)
+    rm.save(tmp_path / "rm", extra_state={"note": "hello"})
+    rm2, state = RewardModel.load(tmp_path / "rm")
+    assert (rm2.gain, rm2.bias) == (rm.gain, rm.bias) and state["note"] == "hello"
+    np.testing.assert_array_equal(rm2.score(seqs, mask), rm.score(seqs, mask))
+    for k in rm.params:
+        np.testing.assert_array_equal(rm2.params[k], rm.params[k])
+    # a plain model folder is not a reward model
+    from minippo.rlhf.checkpoint import save_model
+    save_model(tmp_path / "plain", rm.model)
+    with pytest.raises(ValueError, match="no reward model"):
+        RewardModel.load(tmp_path / "plain")
