@@ -150,12 +150,14 @@ class TinyGPT:
             raise ValueError(f"`rng` must be a np.random.Generator, got {type(rng).__name__}")
         self.cfg = cfg
         self.params: dict[str, np.ndarray] = init_params(cfg, rng)
+        K.keep_freed_memory()          # reuse freed activation memory across steps (see fused.py)
 
     @classmethod
     def from_params(cls, cfg: GPTConfig, params: dict[str, np.ndarray]) -> "TinyGPT":
         """A model using the given arrays (cast to ``cfg.dtype`` if needed; names and shapes checked)."""
         model = cls.__new__(cls)
         model.cfg = cfg
+        K.keep_freed_memory()
         missing = set(param_shapes(cfg)) ^ set(params)
         if missing:
             raise ValueError(f"`params` must have exactly the keys of param_shapes(cfg); differing: {sorted(missing)}")

@@ -1,6 +1,7 @@
-"""Elementwise and affine layers, each a forward/backward pair with no autograd.
+"""The layers of minippo, each a forward/backward pair with no autograd: the NumPy reference.
 
-Legend: N rows (any leading batch shape, e.g. B*T), Din / Dout features.
+Legend: N rows (any leading batch shape, e.g. B*T), Din / Dout features, B batch, T tokens,
+C channels, V vocab, H heads, S keys.
 
 API (cs231n / llm.c style)::
 
@@ -8,7 +9,12 @@ API (cs231n / llm.c style)::
     dx, *dparams = name_backward(dout, cache)
 
 ``cache`` holds only what backward needs. Every backward quotes the forward line it differentiates.
-Arrays keep the dtype they come in (float32 for speed, float64 for gradient checks).
+Arrays keep the dtype they come in (float32 for speed, float64 for gradient checks). Two exceptions
+to the return shape: ``embedding_backward`` returns only ``dw`` (token ids have no gradient) and the
+cross-entropy's backward takes the upstream scalar ``dloss``.
+
+TinyGPT runs the numba versions of the elementwise layers in ``fused.py`` (same API, parity-tested
+against the functions here); these are the versions to read.
 """
 from __future__ import annotations
 
