@@ -44,7 +44,7 @@ def time_gae(B: int = 512, T: int = 256, loop_rows: int = 16, repeat: int = 7) -
     scale = mask.sum() / mask[rows].sum()                     # valid tokens overall / in the subset
     adv_r, _ = gae_reference(rewards, values, mask)
     return {"kernel": kernel, "numpy": numpy_ref, "python": loop_sub * scale, "first_call": first_call,
-            "loop_rows": loop_rows, "max_abs_diff": float(np.abs(adv_k - adv_r).max())}
+            "loop_rows": loop_rows, "shape": (B, T), "max_abs_diff": float(np.abs(adv_k - adv_r).max())}
 
 
 def bench(report: Report, quick: bool = False) -> None:
