@@ -5,6 +5,8 @@ Names follow the PPO paper (``clip_eps`` is epsilon, ``lam`` is GAE's lambda, ``
 """
 from __future__ import annotations
 
+import ast
+import inspect
 from dataclasses import asdict, dataclass, fields
 
 from minippo.checks import check_range
@@ -112,3 +114,15 @@ class PPOConfig:
 
 CLEANRL_DEFAULTS = PPOConfig(lr=2.5e-4)
 """CleanRL ``ppo.py`` exactly (learning rate 2.5e-4), for comparison runs."""
+
+
+def field_docs(cls=PPOConfig) -> dict[str, str]:
+    """The docstring under each field of a dataclass (read from its source), e.g. for ``--help``."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) \
+                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs

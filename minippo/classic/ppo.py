@@ -22,19 +22,19 @@ from typing import Callable
 
 import numpy as np
 
-from minippo.classic.agent import actor_logits, critic_values, init_agent, ppo_loss_and_grads, \
-    sample_actions
+from minippo.classic.agent import ACTOR, CRITIC, actor_logits, critic_values, init_agent, \
+    ppo_loss_and_grads, sample_actions
 from minippo.classic.blas import single_blas_thread
 from minippo.classic.config import PPOConfig
 from minippo.classic.rollout import collect_rollout, rollout_advantages
 from minippo.classic.vec_env import SyncVectorEnv
 from minippo.checks import check_range
-from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
+from minippo.nn.optim import AdamW, clip_grad_norm, global_norm, lr_at
 from minippo.rl.distributions import logprobs_from_logits
 from minippo.rl.masked import explained_variance
 
 #: the per-update metrics, in the order the dashboard shows them
-METRICS = ("charts/episodic_return", "losses/policy_loss", "losses/value_loss", "losses/entropy",
+METRICS = ("charts/episodic_return", "charts/mean_return_last20", "losses/policy_loss", "losses/value_loss", "losses/entropy",
            "losses/approx_kl", "losses/old_approx_kl", "losses/clipfrac", "losses/explained_variance",
            "losses/grad_norm", "charts/learning_rate")
 
@@ -59,7 +59,10 @@ def train_ppo(make_env: Callable[[], object], total_timesteps: int, seed: int = 
     dict with
         ``episode_returns`` (E,) every finished episode's return in order of completion,
         ``episode_steps`` (E,) the global step at which each finished, ``episode_lengths`` (E,),
-        ``history`` one metrics dict per update (keys :data:`METRICS` plus ``early_stop_epoch``:
+        ``history`` one metrics dict per update (keys :data:`METRICS`, where
+        ``charts/episodic_return`` is the mean over the episodes that ended in this update's
+        rollout and ``charts/mean_return_last20`` over the last 20 so far, both None before the
+        first episode ends; ``charts/episodes`` the count so far; ``early_stop_epoch``:
         None or the 0-based epoch after which target-KL stopped, ``epochs``, ``update``,
         ``global_step``, ``sps``), ``params`` the final weights, ``config`` the hyperparameters,
         ``wall_time`` seconds.
@@ -113,6 +116,8 @@ def _train(make_env, total_timesteps: int, seed: int, cfg: PPOConfig, callback) 
         finished = [ret for _, _, ret, _ in ro.episodes]
         record.update({
             "charts/episodic_return": float(np.mean(finished)) if finished else None,
+            "charts/mean_return_last20": float(np.mean(ep_returns[-20:])) if ep_returns else None,
+            "charts/episodes": len(ep_returns),
             "charts/learning_rate": lr_now,
             "update": update,
             "global_step": global_step,
@@ -139,8 +144,9 @@ def ppo_update(params: dict, optimizer: AdamW, ro, cfg: PPOConfig, lr: float,
     steps on eq. (9), with target-KL early stopping. Updates ``params`` in place; returns the metrics.
 
     CleanRL's logging: the losses, entropy and KLs of the *last* minibatch (the approx KL is the
-    one compared with ``target_kl``); clip fraction and grad norm averaged over all minibatches;
-    explained variance of the rollout's values against the GAE returns.
+    one compared with ``target_kl``); clip fraction and grad norm (before clipping; also split
+    into ``losses/grad_norm_actor`` and ``losses/grad_norm_critic``) averaged over all
+    minibatches; explained variance of the rollout's values against the GAE returns.
     """
     obs_dim = ro.obs.shape[-1]
     values, _, adv, returns = rollout_advantages(ro, lambda o: critic_values(params, o)[0], cfg.gamma, cfg.lam)
@@ -148,13 +154,16 @@ def ppo_update(params: dict, optimizer: AdamW, ro, cfg: PPOConfig, lr: float,
     b_obs = ro.obs.reshape(-1, obs_dim)                                         # (T*N, D)
     b_actions, b_adv, b_returns, b_values = (a.reshape(-1) for a in (ro.actions, adv, returns, values))
     b_logp_old, _ = logprobs_from_logits(actor_logits(params, b_obs)[0], b_actions)   # (T*N,)
-    stats, early_stop, clipfracs, grad_norms = {}, None, [], []
+    stats, early_stop, clipfracs, grad_norms, part_norms = {}, None, [], [], []
     for epoch in range(cfg.update_epochs):
         order = rng.permutation(cfg.batch_size)
         for start in range(0, cfg.batch_size, cfg.minibatch_size):
             mb = order[start:start + cfg.minibatch_size]                       # (B,)
             loss, grads, stats = ppo_loss_and_grads(
                 params, b_obs[mb], b_actions[mb], b_logp_old[mb], b_adv[mb], b_returns[mb], b_values[mb], cfg)
+            # the norms before clipping: actor and critic separately, then the global one (clipped)
+            part_norms.append([global_norm({k: g for k, g in grads.items() if k.startswith(prefix)})
+                               for prefix in (ACTOR, CRITIC)])
             grad_norm = clip_grad_norm(grads, cfg.max_grad_norm)
             _raise_if_not_finite(dict(stats, **{"loss": loss, "losses/grad_norm": grad_norm}), epoch)
             optimizer.step(grads, lr=lr)
@@ -169,6 +178,8 @@ def ppo_update(params: dict, optimizer: AdamW, ro, cfg: PPOConfig, lr: float,
     record.update({
         "losses/clipfrac": float(np.mean(clipfracs)),
         "losses/grad_norm": float(np.mean(grad_norms)),
+        "losses/grad_norm_actor": float(np.mean([a for a, _ in part_norms])),
+        "losses/grad_norm_critic": float(np.mean([c for _, c in part_norms])),
         "losses/explained_variance": explained_variance(b_values, b_returns, None),
         "early_stop_epoch": early_stop,
         "epochs": epoch + 1,
@@ -198,3 +209,94 @@ def last_mean(result: dict, window: int = 20) -> float:
     """Mean return of the last ``window`` finished episodes (nan if none finished)."""
     r = result["episode_returns"][-window:]
     return float(np.mean(r)) if len(r) else float("nan")
+
+
+# ----------------------------------------------------------------------------------------------
+# the `minippo classic` command
+# ----------------------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``minippo classic``: run options, then one flag per :class:`PPOConfig` field."""
+    from dataclasses import MISSING, fields
+
+    from minippo.classic.config import field_docs
+
+    parser.add_argument("--total-timesteps", type=int, default=200_000,
+                        help="environment steps over all envs (default 200000)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of envs, weights, sampling, shuffling")
+    parser.add_argument("--out", default=None,
+                        help="folder for metrics.jsonl, dashboard.png and the final weights (agent/)")
+    parser.add_argument("--gymnasium", action="store_true",
+                        help='train on gymnasium.make("CartPole-v1") (needs gymnasium installed) '
+                             "instead of minippo's own CartPole")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    group = parser.add_argument_group("hyperparameters (PPOConfig)")
+    docs = field_docs()
+    for f in fields(PPOConfig):
+        default = f.default if f.default is not MISSING else None
+        flag = "--" + f.name.replace("_", "-")
+        help_text = f"{docs.get(f.name, '')} (default {default})".replace("%", "%%")
+        if isinstance(default, bool):
+            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default,
+                               help=help_text)
+        elif f.name == "target_kl":
+            group.add_argument(flag, dest=f.name, type=float, default=default, help=help_text)
+        else:
+            group.add_argument(flag, dest=f.name, type=type(default), default=default, help=help_text)
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    """Train, show a progress bar, write metrics/dashboard/weights to ``--out``, print a summary."""
+    import sys
+    from dataclasses import fields
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from minippo.io import MetricsWriter, save_checkpoint
+
+    hyper = {f.name: getattr(args, f.name) for f in fields(PPOConfig)}
+    try:
+        cfg = PPOConfig(**hyper)
+        check_range("total_timesteps", args.total_timesteps, cfg.batch_size, None, integer=True)
+    except ValueError as exc:
+        print(f"minippo classic: error: {exc}", file=sys.stderr)
+        return 2
+    if args.gymnasium:
+        try:
+            import gymnasium
+        except ImportError:
+            print("minippo classic: error: --gymnasium needs `pip install gymnasium`", file=sys.stderr)
+            return 2
+        make_env, env_name = (lambda: gymnasium.make("CartPole-v1")), f"gymnasium {gymnasium.__version__} CartPole-v1"
+    else:
+        from minippo.classic.cartpole import CartPoleEnv
+        make_env, env_name = CartPoleEnv, "minippo CartPole-v1"
+    out = Path(args.out) if args.out else None
+    writer = MetricsWriter(out / "metrics.jsonl") if out else None
+    bar = tqdm(total=args.total_timesteps // cfg.batch_size, unit="update", disable=args.no_progress,
+               desc=f"PPO on {env_name}, seed {args.seed}")
+
+    def callback(record: dict) -> None:
+        if writer is not None:
+            writer.write(record)
+        bar.update(1)
+        last20 = record["charts/mean_return_last20"]
+        bar.set_postfix(step=str(record["global_step"]), ret20="-" if last20 is None else f"{last20:.0f}",
+                        kl=f"{record['losses/approx_kl']:.4f}", sps=f"{record['sps']:.0f}")
+
+    result = train_ppo(make_env, args.total_timesteps, args.seed, callback=callback, **hyper)
+    bar.close()
+    reached = steps_to_reach(result)
+    print(f"env: {env_name}; {len(result['episode_returns'])} episodes in {args.total_timesteps} steps, "
+          f"{result['wall_time']:.1f} s ({args.total_timesteps / result['wall_time']:.0f} steps/s)")
+    print(f"mean return of the last 20 episodes: {last_mean(result):.1f}; steps to reach 475: "
+          f"{reached if reached is not None else 'not reached'}")
+    if out is not None:
+        from minippo.classic.dashboard import plot_dashboard
+        save_checkpoint(out / "agent", result["params"], {"config": result["config"], "seed": args.seed,
+                                                          "env": env_name})
+        png = plot_dashboard({f"seed {args.seed}": result}, out / "dashboard.png",
+                             title=f"PPO on {env_name} (seed {args.seed})")
+        print(f"wrote {out / 'metrics.jsonl'}, {png}, {out / 'agent'}")
+    return 0

@@ -1,0 +1,111 @@
+"""The PPO monitoring dashboard: the nine panels to watch while classic PPO trains.
+
+The metrics the seed lists (003, section 13 "PPO 的常见指标"): episode return, policy loss,
+value loss, entropy, approx KL, clip fraction, explained variance and gradient norm, plus the
+epochs each update ran (where target-KL early stopping cut them short). Used by the
+``minippo classic --out`` command and by lesson 08.
+
+Every panel's x axis is the global environment step. Several runs (e.g. with and without a
+``target_kl``) can share one figure; each gets its own colour.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+# (metric key, panel title, y scale)
+PANELS = (
+    ("losses/policy_loss", "policy loss (L^CLIP as a loss)", "linear"),
+    ("losses/value_loss", "value loss (0.5 (V - R)^2)", "log"),
+    ("losses/entropy", "entropy of pi (nats)", "linear"),
+    ("losses/approx_kl", "approx KL (k3) to the rollout policy", "log"),
+    ("losses/clipfrac", "clip fraction", "linear"),
+    ("losses/explained_variance", "explained variance of V", "linear"),
+    ("losses/grad_norm", "grad norm (before clipping)", "log"),
+)
+COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")
+
+
+def rolling_mean(x: np.ndarray, window: int) -> np.ndarray:
+    """Mean of the last ``window`` values at each position (fewer at the start)."""
+    c = np.cumsum(np.concatenate([[0.0], np.asarray(x, dtype=np.float64)]))   # (E + 1,)
+    idx = np.arange(1, len(x) + 1)
+    lo = np.maximum(0, idx - window)
+    return (c[idx] - c[lo]) / (idx - lo)
+
+
+def plot_dashboard(runs: Mapping[str, dict], path: str | os.PathLike, *, title: str | None = None,
+                   goal: float | None = 475.0, window: int = 20) -> Path:
+    """Draw the dashboard of one or more :func:`~minippo.classic.ppo.train_ppo` results.
+
+    Parameters
+    ----------
+    runs : label -> result dict (``episode_returns``, ``episode_steps``, ``history``, ``config``).
+    path : the PNG to write.
+    goal : a dashed line on the return panel (None: none).
+    window : episodes in the rolling mean of the return panel.
+    """
+    # matplotlib's object API: no pyplot, no global backend switch (safe inside any program);
+    # the current rcParams style applies (lesson 08 sets the course's style first)
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    fig = Figure(figsize=(15, 10.5))
+    axes = fig.subplots(3, 3).ravel()
+    for (label, res), color in zip(runs.items(), COLORS):
+        hist = res["history"]
+        steps = np.array([h["global_step"] for h in hist])
+        stops = np.array([h.get("early_stop_epoch") is not None for h in hist])
+        # return: every episode as a dot, the rolling mean as a line
+        ax = axes[0]
+        ret, ep_steps = np.asarray(res["episode_returns"]), np.asarray(res["episode_steps"])
+        ax.scatter(ep_steps, ret, s=3, color=color, alpha=0.15, linewidths=0)
+        if len(ret):
+            ax.plot(ep_steps, rolling_mean(ret, window), color=color, lw=1.8,
+                    label=f"{label}: mean of last {window}")
+        for ax, (key, name, scale) in zip(axes[1:8], PANELS):
+            y = np.array([np.nan if h.get(key) is None else h[key] for h in hist], dtype=float)
+            if scale == "log":
+                y = np.where(y > 0, y, np.nan)                 # log axes cannot show 0
+            ax.plot(steps, y, color=color, lw=1.0, alpha=0.9, label=label)
+            ax.set_title(name)
+            ax.set_yscale(scale)
+            if key == "losses/approx_kl" and stops.any():
+                ax.scatter(steps[stops], y[stops], marker="x", s=28, color=color, zorder=3,
+                           label=f"{label}: early stop ({stops.sum()})")
+        target_kl = res.get("config", {}).get("target_kl")
+        if target_kl is not None:
+            axes[4].axhline(target_kl, color=color, ls="--", lw=1, label=f"target_kl = {target_kl:g}")
+        max_norm = res.get("config", {}).get("max_grad_norm")
+        if max_norm is not None and label == next(iter(runs)):
+            axes[7].axhline(max_norm, color="gray", ls="--", lw=1, label=f"max_grad_norm = {max_norm:g}")
+        # epochs actually run per update: drops below update_epochs are target-KL early stops
+        epochs = np.array([h.get("epochs", np.nan) for h in hist], dtype=float)
+        axes[8].step(steps, epochs, where="mid", color=color, lw=1.0, label=label)
+        if stops.any():
+            axes[8].scatter(steps[stops], epochs[stops], marker="x", s=20, color=color)
+    axes[0].set_title("episode return")
+    if goal is not None:
+        axes[0].axhline(goal, color="gray", ls="--", lw=1, label=f"goal {goal:g}")
+    axes[3].axhline(np.log(2), color="gray", ls=":", lw=1, label="log 2 (uniform over 2 actions)")
+    axes[6].axhline(1.0, color="gray", ls=":", lw=1)
+    axes[8].set_title("epochs run per update (x = target-KL stop)")
+    axes[8].yaxis.set_major_locator(MaxNLocator(integer=True))
+    kilo = FuncFormatter(lambda x, _: f"{x / 1000:g}k" if x else "0")
+    for ax in axes:
+        ax.set_xlabel("environment steps")
+        ax.xaxis.set_major_formatter(kilo)
+        ax.grid(True, alpha=0.3)
+        handles, _ = ax.get_legend_handles_labels()
+        if handles and ax in (axes[0], axes[3], axes[4], axes[7], axes[8]):
+            ax.legend(loc="best")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path
