@@ -1,0 +1,95 @@
+"""Saving and loading a TinyGPT (and what travels with it): the file format of every RLHF stage.
+
+A model folder (written by :func:`save_model` through :func:`minippo.io.save_checkpoint`, so the
+weights and the JSON are swapped in atomically: a crash leaves the previous folder readable)::
+
+    <dir>/weights.safetensors   the parameters under their GPT-2 names ("wte", "h.0.attn.c_attn.w", ...)
+                                and any extra arrays under "extra/<name>" (e.g. optimizer moments)
+    <dir>/state.json            {"format": "minippo.model/1", "gpt_config": {...},
+                                 "extra_array_names": [...], "has_tokenizer": bool, **extra_state}
+    <dir>/tokenizer.json        a copy of the tokenizer, if one was given
+
+``load_model(dir)`` returns ``(model, state)`` where ``state`` is that JSON plus ``"extra_arrays"``
+(name -> array) and ``"tokenizer"`` (the path of ``tokenizer.json``, or None). Parameters round-trip
+bitwise (safetensors stores the raw float32/float64 bytes).
+
+The tokenizer file is written right after the atomic swap of the weights; it never changes during a
+run, and a folder whose state says ``has_tokenizer`` but lacks the file is reported by
+:func:`load_model` (FileNotFoundError) rather than silently loaded without it.
+
+No arrays are computed here (shape legend as in :mod:`minippo.nn.gpt`: V vocab, T block, C channels).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from minippo.io import WEIGHTS, atomic_write_text, load_checkpoint, save_checkpoint
+from minippo.nn.gpt import GPTConfig, TinyGPT, param_shapes
+
+FORMAT = "minippo.model/1"
+EXTRA = "extra/"
+TOKENIZER_FILE = "tokenizer.json"
+RESERVED = ("format", "gpt_config", "extra_array_names", "has_tokenizer", "extra_arrays", "tokenizer")
+
+
+def save_model(directory: str | os.PathLike, model: TinyGPT, *, tokenizer=None, extra_state: dict | None = None,
+               extra_arrays: dict[str, np.ndarray] | None = None) -> Path:
+    """Write ``model`` (parameters + GPTConfig) to ``directory``, atomically; returns the folder.
+
+    Parameters
+    ----------
+    directory : the model folder (created; an existing one is replaced only once the new one is complete)
+    model : TinyGPT
+    tokenizer : a :class:`minippo.rlhf.tokenizer.Tokenizer` to store beside the weights, or None
+    extra_state : JSON-serialisable dict merged into ``state.json`` (step counters, configs, RNG
+        state, metrics, ...); its keys must not be one of ``RESERVED``
+    extra_arrays : more arrays to store (optimizer moments, running statistics, ...)
+    """
+    if not isinstance(model, TinyGPT):
+        raise ValueError(f"`model` must be a TinyGPT, got {type(model).__name__}")
+    extra_state = dict(extra_state or {})
+    clash = sorted(set(extra_state) & set(RESERVED))
+    if clash:
+        raise ValueError(f"`extra_state` must not use the reserved keys {clash}")
+    extra_arrays = dict(extra_arrays or {})
+    for name, a in extra_arrays.items():
+        if not isinstance(a, np.ndarray):
+            raise ValueError(f"`extra_arrays[{name!r}]` must be a np.ndarray, got {type(a).__name__}")
+    model.check_params()
+    arrays = {name: model.params[name] for name in param_shapes(model.cfg)}
+    arrays.update({EXTRA + name: a for name, a in extra_arrays.items()})
+    state = {"format": FORMAT, "gpt_config": model.cfg.to_dict(), "extra_array_names": sorted(extra_arrays),
+             "has_tokenizer": tokenizer is not None, **extra_state}
+    directory = save_checkpoint(directory, arrays, state)
+    if tokenizer is not None:
+        atomic_write_text(directory / TOKENIZER_FILE, tokenizer.to_str())
+    return directory
+
+
+def load_model(directory: str | os.PathLike) -> tuple[TinyGPT, dict]:
+    """Read a folder written by :func:`save_model`: ``(model, state)``.
+
+    ``state`` holds ``"gpt_config"`` (a dict), every key of the saved ``extra_state``,
+    ``"extra_arrays"`` (name -> array) and ``"tokenizer"`` (path to ``tokenizer.json`` or None;
+    load it with ``Tokenizer.load(state["tokenizer"])``).
+    """
+    arrays, state = load_checkpoint(directory)
+    if state.get("format") != FORMAT:
+        raise ValueError(f"`directory` {directory} does not hold a minippo model (state.json format is "
+                         f"{state.get('format')!r}, expected {FORMAT!r})")
+    cfg = GPTConfig.from_dict(state["gpt_config"])
+    model = TinyGPT.from_params(cfg, {name: arrays[name] for name in param_shapes(cfg)})
+    state["extra_arrays"] = {name: arrays[EXTRA + name] for name in state["extra_array_names"]}
+    state["tokenizer"] = None
+    if state["has_tokenizer"]:
+        folder = Path(directory)
+        if not (folder / WEIGHTS).exists():             # load_checkpoint fell back to the previous save
+            folder = folder.with_name(folder.name + ".old")
+        path = folder / TOKENIZER_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"{directory} was saved with a tokenizer but {path} is missing")
+        state["tokenizer"] = str(path)
+    return model, state

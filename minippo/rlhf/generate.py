@@ -1,0 +1,231 @@
+"""Sampling text from TinyGPT with a KV cache: the "rollout" half of RLHF.
+
+Legend: B batch (prompts), Tp prompt tokens (left-padded), Tn new tokens (response), V vocab.
+
+One call turns a batch of prompts into responses::
+
+    logits, kv = model.prefill(prompt_ids, prompt_mask)        run every prompt once, keep K and V
+    for t in 0 .. max_new_tokens - 1:
+        q_t      = sampling_distribution(logits, T, top_k, top_p)   what we sample from
+        token_t  ~ q_t                                              inverse CDF with one uniform per row
+        logp_t   = log_softmax(logits / T)[token_t]                 what PPO calls logp_old
+        if every row has produced <eos>: stop
+        logits   = model.decode_step(kv, token_t)                   one new position per row
+
+**Which log-prob is returned.** ``logp`` is always the log-probability of the sampled token under the
+*full*, temperature-scaled softmax ``log_softmax(logits / temperature)`` -- the distribution pi_theta
+that the PPO trainer recomputes with a forward pass (DESIGN: one temperature everywhere). With
+``top_k > 0`` or ``top_p < 1`` the token is *sampled* from the truncated, renormalised distribution
+q, but ``logp`` is still log pi, not log q. The difference matters: the samples do not come from pi,
+so per-token KL estimates such as ``logp - logp_ref`` no longer average to KL(pi || pi_ref) and can
+even be negative on average (lesson 15 shows this). The default ``top_k = 0, top_p = 1`` samples
+from pi itself, and then ``logp`` is exactly the log-prob of the sampling distribution.
+
+**Padding.** Prompts are left-padded (``prompt_mask`` 1 on real tokens, every row's last column
+real), responses right-padded: after a row samples ``eos_id`` it is *ended*; it keeps feeding
+``pad_id`` marked as padding (``attn_mask`` 0) to the cache, and its later outputs are ignored.
+``response_mask`` is 1 on response tokens including the EOS and 0 on padding, so a row's valid
+tokens are contiguous from position 0 (DESIGN conventions).
+
+**Equality with a full forward pass** (tested in float64 to 1e-9): ``logp`` equals
+``log_softmax(model.forward(sequences, attn_mask)[0] / T)`` gathered at the response tokens
+(position ``Tp - 1 + t`` predicts response token ``t``), because the cache computes the same
+numbers as the causal forward pass, one position at a time.
+
+**Sampling** uses one uniform number per row and step from the caller's ``rng``
+(``np.random.Generator``): the same seed gives the same samples.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from minippo.checks import check_int_array, check_mask, check_range, check_same_shape
+from minippo.rl.distributions import log_softmax
+
+
+@dataclass
+class Generation:
+    """The output of :func:`generate` (all arrays have B rows).
+
+    Attributes
+    ----------
+    response : (B, Tn) int64, the sampled tokens, ``pad_id`` after a row's EOS
+    response_mask : (B, Tn) int64 0/1, 1 on response tokens including the EOS
+    logp : (B, Tn) float (the model's dtype), log pi(token) under ``log_softmax(logits / T)``
+        (the full softmax even with top-k / top-p), 0 on padding
+    sequences : (B, Tp + Tn) int64, ``prompt_ids ++ response``
+    attn_mask : (B, Tp + Tn) int64, ``prompt_mask ++ response_mask``
+    ended : (B,) bool, the row produced an EOS
+    prompt_len : Tp, the column where the response starts in ``sequences``
+    """
+
+    response: np.ndarray
+    response_mask: np.ndarray
+    logp: np.ndarray
+    sequences: np.ndarray
+    attn_mask: np.ndarray
+    ended: np.ndarray
+    prompt_len: int
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """(B,) number of response tokens per row, the EOS included."""
+        return self.response_mask.sum(axis=1)
+
+
+def sampling_distribution(logits, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> np.ndarray:
+    """The distribution q that :func:`generate` samples from: (B, V) probabilities, rows sum to 1.
+
+    ``q = softmax(logits / temperature)``, then (if ``top_k > 0``) every token outside the k most
+    probable gets probability 0, then (if ``top_p < 1``) only the smallest set of most probable
+    tokens whose mass reaches ``top_p`` is kept (nucleus sampling, Holtzman et al. 2020,
+    arXiv:1904.09751; at least one token always survives), and the survivors are renormalised.
+    With the defaults q is the full softmax pi.
+    """
+    probs = np.exp(log_softmax(logits, temperature))                   # (B, V) pi
+    B, V = probs.shape
+    rows = np.arange(B)[:, None]
+    if 0 < top_k < V:
+        # keep exactly the k largest entries of each row (argpartition breaks ties by position)
+        drop = np.argpartition(-probs, top_k - 1, axis=1)[:, top_k:]   # (B, V - k)
+        probs[rows, drop] = 0.0
+    if top_p < 1.0:
+        order = np.argsort(-probs, axis=1, kind="stable")              # (B, V) most probable first
+        sorted_p = probs[rows, order]
+        sorted_p = sorted_p / sorted_p.sum(axis=1, keepdims=True)      # mass after the top-k cut
+        mass_before = np.cumsum(sorted_p, axis=1) - sorted_p           # (B, V) mass of the better tokens
+        sorted_p[mass_before >= top_p] = 0.0                           # the nucleus: smallest prefix >= top_p
+        probs = np.empty_like(probs)
+        probs[rows, order] = sorted_p
+    return probs / probs.sum(axis=1, keepdims=True)
+
+
+def sample_from(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Inverse-CDF sampling: for each row the first token whose cumulative probability reaches
+    ``u * total``. ``u`` (B,) must lie in (0, 1], so a token of probability 0 is never chosen."""
+    cdf = np.cumsum(probs, axis=1)                                     # (B, V)
+    tokens = (cdf < (u * cdf[:, -1])[:, None]).sum(axis=1)             # (B,) first index with cdf >= u
+    return np.minimum(tokens, probs.shape[1] - 1).astype(np.int64)
+
+
+def _validate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, top_k, top_p, eos_id, pad_id):
+    """Every argument of :func:`generate`, with a ValueError naming the bad one."""
+    cfg = getattr(model, "cfg", None)
+    if cfg is None or not hasattr(model, "prefill") or not hasattr(model, "decode_step"):
+        raise ValueError(f"`model` must be a TinyGPT (with cfg, prefill, decode_step), got {type(model).__name__}")
+    V = cfg.vocab_size
+    prompt_ids = check_int_array("prompt_ids", prompt_ids, ndim=2, low=0, high=V)
+    prompt_mask = check_mask("prompt_mask", prompt_mask, layout="left")
+    check_same_shape(prompt_ids=prompt_ids, prompt_mask=prompt_mask)
+    B, Tp = prompt_ids.shape
+    if B == 0 or Tp == 0:
+        raise ValueError(f"`prompt_ids` must have at least one row and one column, got shape {prompt_ids.shape}")
+    empty = np.flatnonzero(prompt_mask[:, -1] == 0)
+    if empty.size:
+        raise ValueError(f"`prompt_mask` row {int(empty[0])} has no real token: every prompt needs at least "
+                         "one (e.g. <bos>)")
+    check_range("max_new_tokens", max_new_tokens, 1, None, integer=True)
+    if Tp > cfg.block_size - max_new_tokens:
+        raise ValueError(f"`prompt_ids` has Tp={Tp} columns but block_size - max_new_tokens = "
+                         f"{cfg.block_size} - {max_new_tokens} = {cfg.block_size - max_new_tokens}: "
+                         "prompt and response must fit in the model's block")
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"`rng` must be a np.random.Generator, got {type(rng).__name__}")
+    check_range("temperature", temperature, 0, None, lo_open=True)
+    check_range("top_k", top_k, 0, None, integer=True)
+    check_range("top_p", top_p, 0, 1, lo_open=True)
+    check_range("eos_id", eos_id, 0, V, hi_open=True, integer=True)
+    check_range("pad_id", pad_id, 0, V, hi_open=True, integer=True)
+    return prompt_ids.astype(np.int64, copy=False), (prompt_mask != 0).astype(np.int64)
+
+
+def generate(model, prompt_ids, prompt_mask, *, max_new_tokens: int, rng: np.random.Generator,
+             temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, eos_id: int, pad_id: int = 0
+             ) -> Generation:
+    """Sample a response for every prompt, with a KV cache.
+
+    Parameters
+    ----------
+    model : TinyGPT (float32 or float64)
+    prompt_ids : (B, Tp) int token ids, left-padded
+    prompt_mask : (B, Tp) 0/1, 1 on real prompt tokens (left layout: each row's last column is real)
+    max_new_tokens : int >= 1; Tp + max_new_tokens must be <= block_size
+    rng : np.random.Generator (one uniform per row per step)
+    temperature : > 0, the logits are divided by it (1 = the model's own distribution)
+    top_k : >= 0, sample only among the k most probable tokens (0 = off)
+    top_p : in (0, 1], nucleus sampling (1 = off)
+    eos_id : the token that ends a response
+    pad_id : written after a row's EOS
+
+    Returns
+    -------
+    Generation : response, response_mask, logp (full-softmax log-probs, see the module docstring),
+        sequences, attn_mask, ended, prompt_len. ``Tn`` is the number of tokens actually sampled:
+        the loop stops as soon as every row has ended, else after ``max_new_tokens``.
+    """
+    prompt_ids, prompt_mask = _validate(model, prompt_ids, prompt_mask, max_new_tokens, rng,
+                                        temperature, top_k, top_p, eos_id, pad_id)
+    B, Tp = prompt_ids.shape
+    dtype = np.dtype(model.cfg.dtype)
+    response = np.full((B, max_new_tokens), pad_id, dtype=np.int64)    # (B, Tn_max)
+    response_mask = np.zeros((B, max_new_tokens), dtype=np.int64)      # (B, Tn_max)
+    logp = np.zeros((B, max_new_tokens), dtype=dtype)                  # (B, Tn_max)
+    ended = np.zeros(B, dtype=bool)
+    rows = np.arange(B)
+
+    logits, kv = model.prefill(prompt_ids, prompt_mask)                # (B, V) at the last prompt column
+    n_new = 0
+    for t in range(max_new_tokens):
+        # the next four lines sample token_t from q and record log pi(token_t) (full softmax)
+        logp_all = log_softmax(logits, temperature)                    # (B, V) log pi
+        q = sampling_distribution(logits, temperature, top_k, top_p) if (top_k or top_p < 1) else np.exp(logp_all)
+        u = 1.0 - rng.random(B)                                        # (B,) in (0, 1]
+        token = sample_from(q, u)                                      # (B,)
+        alive = ~ended                                                 # rows still writing
+        response[alive, t] = token[alive]
+        response_mask[alive, t] = 1
+        logp[alive, t] = logp_all[rows[alive], token[alive]]
+        ended |= alive & (token == eos_id)
+        n_new = t + 1
+        if ended.all() or t == max_new_tokens - 1:
+            break
+        # ended rows feed pad as padding (attn_mask 0): their outputs are ignored from now on
+        feed = np.where(ended, pad_id, token)                          # (B,)
+        logits = model.decode_step(kv, feed, (~ended).astype(np.int8))
+
+    response, response_mask, logp = response[:, :n_new], response_mask[:, :n_new], logp[:, :n_new]
+    return Generation(
+        response=response, response_mask=response_mask, logp=logp,
+        sequences=np.concatenate([prompt_ids, response], axis=1),      # (B, Tp + Tn)
+        attn_mask=np.concatenate([prompt_mask, response_mask], axis=1),
+        ended=ended, prompt_len=Tp)
+
+
+# ----------------------------------------------------------------------------------------------
+# text in, text out
+# ----------------------------------------------------------------------------------------------
+
+def encode_prompts(tokenizer, prompts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``<bos> prompt`` for each prompt, left-padded: ``(prompt_ids, prompt_mask)``, each (B, Tp) int64.
+
+    An empty prompt is just ``<bos>``: the model then writes a whole sentence from scratch.
+    """
+    return tokenizer.pad_left(tokenizer.encode_batch(list(prompts), add_bos=True))
+
+
+def generate_text(model, tokenizer, prompts: list[str], *, rng: np.random.Generator,
+                  max_new_tokens: int | None = None, **sampling) -> tuple[list[str], Generation]:
+    """Complete each prompt: ``(texts, generation)``, ``texts[b]`` = prompt + response as a string.
+
+    ``max_new_tokens`` defaults to what fits in the block; ``sampling`` are :func:`generate`'s
+    ``temperature``, ``top_k``, ``top_p``. The text stops before the EOS (a row that never produced
+    one is shown as far as it got).
+    """
+    ids, mask = encode_prompts(tokenizer, prompts)
+    if max_new_tokens is None:
+        max_new_tokens = model.cfg.block_size - ids.shape[1]
+    gen = generate(model, ids, mask, max_new_tokens=max_new_tokens, rng=rng, eos_id=tokenizer.eos_id,
+                   pad_id=tokenizer.pad_id, **sampling)
+    return tokenizer.decode_batch(gen.sequences), gen
