@@ -8,11 +8,12 @@ bias-variance 权衡"); 000 "工程取舍" and follow-up 2: "lambda=0 时退化�
 lambda=1 时退化为 Monte Carlo, 无偏但方差大 ... LLM 中推荐 lambda=0.95, 因为 reward 来自 RM 模型,
 本身有噪声, 低方差更重要" (lambda = 0.95 because reward-model rewards are noisy).
 
-Papers: Schulman et al. 2016 (GAE, arXiv:1506.02438): delta_t = r_t + gamma V(s_{t+1}) - V(s_t)
-(eq. (10)); A_t = sum_l (gamma lam)^l delta_{t+l} (eq. (16)); lam = 0 is the TD error, lam = 1
-the Monte-Carlo return minus V (eqs. (17)-(18)); with lam = 1 the estimate is gamma-just whatever
-the critic (Prop. 1): its error does not depend on the action. PPO paper (arXiv:1707.06347)
-eqs. (11)-(12): the same estimator truncated at the end of the rollout.
+Papers: Schulman et al. 2016 (GAE, arXiv:1506.02438): the TD residual delta_t = r_t +
+gamma V(s_{t+1}) - V(s_t) (sec. 3); A_t = sum_l (gamma lam)^l delta_{t+l} (eq. (16)); lam = 0 is
+the TD error, lam = 1 the Monte-Carlo return minus V (eqs. (17)-(18)); with lam = 1 the estimate is
+gamma-just whatever the critic (Prop. 1: the critic only enters as a baseline, which does not
+depend on the action). PPO paper (arXiv:1707.06347) eqs. (11)-(12): the same estimator truncated
+at the end of the rollout.
 
 The problem: a chain of 10 states, start in the middle, actions left/right (policy: right with
 probability 0.65); stepping off the right end pays +1, off the left end -1 (the episode ends);

@@ -4,7 +4,7 @@ Legend: B batch (responses), T tokens; for classic control T time steps and N en
 
 The TD error and the advantage are
 
-    delta_t = r_t + gamma * V(s_{t+1}) - V(s_t)                     GAE paper eq. (10)
+    delta_t = r_t + gamma * V(s_{t+1}) - V(s_t)                     GAE paper sec. 3 (TD residual)
     A_t     = sum_l (gamma * lam)^l * delta_{t+l}                   GAE paper eq. (16)
             = delta_t + gamma * lam * A_{t+1}                       (the recursion we run)
 
