@@ -72,7 +72,7 @@ def _ratio_stats(ratio, mask, n):
 
 
 def clipped_policy_loss(logp, logp_old, adv, mask=None, clip_eps=0.2):
-    """L^CLIP loss, its gradient and its statistics in one numba pass (eq. (7) of the PPO paper).
+    """L^CLIP loss, its gradient and its statistics from one fused numba kernel (eq. (7) of the PPO paper).
 
     Parameters
     ----------

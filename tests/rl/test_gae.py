@@ -34,6 +34,8 @@ def test_gae_kernel_matches_reference_float32():
     adv_k, ret_k = gae(rewards, values, mask, 1.0, 0.95)
     adv_r, ret_r = gae_reference(rewards, values, mask, 1.0, 0.95)
     assert adv_k.dtype == ret_k.dtype == np.float32
+    for got, want in zip(gae(rewards, values, mask.astype(np.float64), 1.0, 0.95), (adv_k, ret_k)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)   # a float64 mask works alike
     np.testing.assert_allclose(adv_k, adv_r, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(ret_k, ret_r, rtol=1e-5, atol=1e-5)
     # the kernel recurses in float64: it is at least as close to the float64 result
@@ -46,7 +48,7 @@ def test_gae_kernel_bool_and_int_masks():
     rng = np.random.default_rng(2)
     (rewards, values), mask = random_batch(rng, 4, 6, 2)
     expected = gae_reference(rewards, values, mask)
-    for m in (mask.astype(bool), mask.astype(np.int64), mask.astype(np.float32)):
+    for m in (mask.astype(bool), mask.astype(np.int64), mask.astype(np.float32), mask.astype(np.uint8)):
         for got, want in zip(gae(rewards, values, m), expected):
             np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
 

@@ -196,7 +196,8 @@ def test_kernel_matches_reference(dtype, tol):
     (logp, logp_old, adv), mask = random_batch(rng, 9, 17, 3, scale=0.4, dtype=dtype)
     mask[0] = 0
     adv[1, :3] = 0.0
-    for m in (mask, None, mask.astype(bool)):
+    other = np.float32 if dtype == np.float64 else np.float64
+    for m in (mask, None, mask.astype(bool), mask.astype(other)):
         a = clipped_policy_loss(logp, logp_old, adv, m, clip_eps=0.15)
         b = clipped_policy_loss_reference(logp, logp_old, adv, m, clip_eps=0.15)
         assert a[1].dtype == dtype
