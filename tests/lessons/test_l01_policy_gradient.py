@@ -4,8 +4,10 @@ import numpy as np
 from lessons import l01_policy_gradient as lesson
 
 
-def test_l01_quick(tmp_path):
-    r = lesson.run(quick=True, seed=0)
+def test_l01_quick(tmp_path, capsys):
+    r = lesson.main(["--quick", "--seed", "0", "--out", str(tmp_path)])      # run + narrative + plot
+    assert "one step with lr" in capsys.readouterr().out
+    assert (tmp_path / "l01_policy_gradient.png").stat().st_size > 10_000
     var = r["variance"]
     none, loo, exact = (var[k] for k in lesson.BASELINES)
     assert none > 3 * loo and loo > exact                # a baseline lowers the variance
@@ -17,12 +19,4 @@ def test_l01_quick(tmp_path):
     assert r["p_best_after"][-1].mean() < 0.5
     # ... and plain REINFORCE does not recover from it
     assert r["stuck_fraction"][-1] >= 0.5 > r["stuck_fraction"][0]
-    path = tmp_path / "l01.png"
-    lesson.plot(r, path)
-    assert path.stat().st_size > 10_000
 
-
-def test_l01_main_writes_its_figure(tmp_path, capsys):
-    lesson.main(["--quick", "--out", str(tmp_path)])
-    assert (tmp_path / "l01_policy_gradient.png").exists()
-    assert "one step with lr" in capsys.readouterr().out

@@ -4,8 +4,10 @@ import numpy as np
 from lessons import l03_trust_region as lesson
 
 
-def test_l03_quick(tmp_path):
-    r = lesson.run(quick=True, seed=0)
+def test_l03_quick(tmp_path, capsys):
+    r = lesson.main(["--quick", "--seed", "0", "--out", str(tmp_path)])      # run + narrative + plot
+    assert "TRPO never exceeds its bound" in capsys.readouterr().out
+    assert (tmp_path / "l03_trust_region.png").stat().st_size > 10_000
     m, kl = r["mults"], r["kl"]
     pg, trpo, ppo = (lesson.METHODS.index(x) for x in ("vanilla PG", "TRPO", "PPO-clip"))
     # the constrained step satisfies its bound on every batch and step size
@@ -23,12 +25,4 @@ def test_l03_quick(tmp_path):
     assert 0.7 <= r["fig2_peak_alpha"] <= 1.4
     assert 0.005 < r["fig2_kl_at_1"] < 0.08
     assert np.all(np.diff(f2["KL"]) > 0) and f2["KL"][0] == 0
-    path = tmp_path / "l03.png"
-    lesson.plot(r, path)
-    assert path.stat().st_size > 10_000
 
-
-def test_l03_main_writes_its_figure(tmp_path, capsys):
-    lesson.main(["--quick", "--out", str(tmp_path)])
-    assert (tmp_path / "l03_trust_region.png").exists()
-    assert "TRPO never exceeds its bound" in capsys.readouterr().out

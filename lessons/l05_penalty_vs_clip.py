@@ -1,0 +1,186 @@
+"""Lesson 05 - penalty vs clip: PPO-Penalty with the paper's adaptive beta rule vs PPO-Clip on one task.
+
+Pipeline step: the two ways PPO keeps the new policy near the old one (seed 003's chain:
+... -> TRPO trust region -> PPO clipped objective -> ...).
+
+Seed: 003 section 6 "PPO-Penalty 与 PPO-Clip": PPO-Penalty maximises E[r_t A_t - beta KL(pi_old, pi_new)];
+it "非常正统（继承自 TRPO）" but "动态调整 β 极其折磨人" (adjusting beta dynamically is torture): if the
+KL is too large increase beta, if too small decrease it, "增加调参工程师的血压". PPO-Clip is cheaper
+and needs no tuning (eps fixed at 0.1-0.2); in practice the KL is still monitored.
+
+Paper: Schulman et al. 2017 (arXiv:1707.06347):
+
+    L^KLPEN(theta) = E_t[ r_t(theta) A_t - beta KL[pi_old(.|s_t), pi_theta(.|s_t)] ]           eq. (8)
+    L^CLIP(theta)  = E_t[ min(r_t A_t, clip(r_t, 1-eps, 1+eps) A_t) ]                           eq. (7)
+
+and the adaptive rule of section 4, applied after each policy update with d = E_t[KL[pi_old, pi]]:
+d < d_targ / 1.5 -> beta <- beta / 2;  d > d_targ * 1.5 -> beta <- beta * 2
+(minippo.rl.kl.PPOPaperKLController). The paper notes the initial beta "is not important in
+practice because the algorithm quickly adjusts it"; this lesson measures that claim too.
+
+The task: a token bandit with 32 contexts and 32 tokens (tabular softmax policy, rewards N(0, 1)
+plus noise of std 1), 256 samples per iteration, 4 epochs of minibatch (64) Adam, lr 0.1, a
+learned value table as critic (minippo.rl.bandit.ppo_train). The per-token KL in the penalty is
+the k3 estimate of the library's ``ppo_penalty_loss``; d for the rule is the exact KL of the
+update over the batch's contexts. Rewards are shown as the fraction of the achievable
+improvement, (J - J_uniform) / (J_optimal - J_uniform), averaged over several seeds (tasks).
+
+The figure shows (a) learning curves of PPO-Clip, PPO-Penalty with the adaptive rule and with a
+fixed beta; (b) the KL of every update against the rule's target band [d_targ/1.5, 1.5 d_targ];
+(c) beta over time from four initial values 0.1 ... 100: halving and doubling, oscillating, and
+drifting down as the policy converges; (d) sensitivity: the reward after 10 iterations and at
+the end against the initial (adaptive) or fixed beta, with PPO-Clip as a reference line.
+
+Exercises:
+1. Run the adaptive rule with d_targ = 0.003 and 0.03 (the paper's other values). Which one
+   comes closest to PPO-Clip? What is the KL of PPO-Clip's updates here?
+2. Replace the factors 2 and 1.5 by 1.2 and 1.2: does beta still oscillate? How long does it take
+   from beta0 = 100 to reach a useful value?
+3. With a fixed beta, find the best value by a sweep. How would that sweep change if the reward
+   scale doubled? (Hint: r A is measured in reward units, beta KL is not.)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from lessons._common import lesson_args, output_path, pyplot, save
+from minippo.rl.bandit import BanditPPOConfig, TokenBandit, ppo_train
+
+D_TARG = 0.01
+INIT_BETAS = (0.1, 1.0, 10.0, 100.0)
+FIXED_BETAS = (0.1, 1.0, 10.0)
+EARLY = 10                                          # "after 10 iterations" in panel (d)
+
+
+def configs() -> dict:
+    """name -> BanditPPOConfig of every run of the lesson."""
+    common = dict(batch_size=256, minibatch_size=64, epochs=4, lr=0.1, critic="table", vf_coef=0.5)
+    out = {"clip": BanditPPOConfig(objective="clip", clip_eps=0.2, **common)}
+    for b in INIT_BETAS:
+        out[f"adaptive beta0={b:g}"] = BanditPPOConfig(objective="penalty", kl_coef=b, kl_target=D_TARG, **common)
+    for b in FIXED_BETAS:
+        out[f"fixed beta={b:g}"] = BanditPPOConfig(objective="penalty", kl_coef=b, kl_target=None, **common)
+    return out
+
+
+def run(quick: bool = False, seed: int = 0) -> dict:
+    n_seeds = 2 if quick else 4
+    n_iters = 10 if quick else 40
+    cfgs = configs()
+    runs = {name: {k: [] for k in ("progress", "kl", "kl_coef", "clipfrac")} for name in cfgs}
+    for s in range(n_seeds):
+        bandit = TokenBandit.random(32, 32, np.random.default_rng([seed, s]), noise_std=1.0)
+        J_uniform, J_opt = bandit.expected_reward(bandit.init_params()), bandit.optimal_reward()
+        for name, cfg in cfgs.items():
+            h = ppo_train(bandit, cfg, n_iters, np.random.default_rng([seed, s, 1]))
+            runs[name]["progress"].append((h["reward"] - J_uniform) / (J_opt - J_uniform))
+            for k in ("kl", "kl_coef", "clipfrac"):
+                runs[name][k].append(h[k])
+    runs = {name: {k: np.array(v) for k, v in d.items()} for name, d in runs.items()}   # (n_seeds, n_iters)
+    lo, hi = D_TARG / 1.5, D_TARG * 1.5
+    summary = {}
+    for name, d in runs.items():
+        beta = d["kl_coef"]
+        steps = np.sign(np.diff(np.log(beta), axis=1))                                      # +1 up, -1 down, 0 kept
+        moves = [st[st != 0] for st in steps]
+        summary[name] = {
+            "early": float(d["progress"][:, EARLY - 1].mean()), "final": float(d["progress"][:, -1].mean()),
+            "in_band": float(np.mean((d["kl"] >= lo) & (d["kl"] <= hi))),
+            "kl_median": float(np.median(d["kl"])),
+            "beta_changes": float(np.mean([len(m) for m in moves])),
+            "beta_reversals": float(np.mean([np.sum(m[1:] != m[:-1]) for m in moves])),
+            "beta_final": float(np.median(beta[:, -1])),
+        }
+    return {"runs": runs, "summary": summary, "n_seeds": n_seeds, "n_iters": n_iters, "d_targ": D_TARG,
+            "band": (lo, hi)}
+
+
+def plot(results: dict, path) -> None:
+    plt = pyplot()
+    fig, ax = plt.subplots(2, 2, figsize=(12, 9), layout="constrained")
+    runs, summ = results["runs"], results["summary"]
+    it = np.arange(1, results["n_iters"] + 1)
+    lo, hi = results["band"]
+    style = {"clip": ("tab:blue", "-"), "adaptive beta0=1": ("tab:red", "-"), "fixed beta=1": ("tab:orange", "--"),
+             "fixed beta=10": ("tab:brown", ":")}
+
+    a = ax[0, 0]
+    for name, (c, ls) in style.items():
+        p = runs[name]["progress"]
+        label = "PPO-Clip (eps 0.2)" if name == "clip" else f"PPO-Penalty, {name}"
+        a.plot(it, p.mean(axis=0), color=c, ls=ls, lw=2, label=f"{label}: final {p[:, -1].mean():.2f}")
+        a.fill_between(it, p.min(axis=0), p.max(axis=0), color=c, alpha=0.12)
+    a.set_xlabel("PPO iteration (rollout of 256 + 4 epochs)")
+    a.set_ylabel("(J - J_uniform) / (J_opt - J_uniform)")
+    a.set_title(f"(a) learning curves, mean and range over {results['n_seeds']} tasks")
+    a.legend(loc="lower right", fontsize=8)
+
+    a = ax[0, 1]
+    a.axhspan(lo, hi, color="tab:green", alpha=0.15, label=f"target band [d_targ/1.5, 1.5 d_targ]")
+    a.axhline(results["d_targ"], color="tab:green", lw=1)
+    for name, c, mk in (("clip", "tab:blue", "o"), ("adaptive beta0=1", "tab:red", "s")):
+        kl = runs[name]["kl"]
+        label = "PPO-Clip" if name == "clip" else "PPO-Penalty adaptive, beta0 = 1"
+        a.plot(it, kl[0], mk + "-", color=c, ms=3, lw=1, label=f"{label} (task 1)")
+        a.plot(it, np.median(kl, axis=0), color=c, lw=2.5, alpha=0.5, label=f"{label} (median of tasks)")
+    a.set_yscale("log")
+    a.set_xlabel("PPO iteration")
+    a.set_ylabel("exact KL(old || new) of the update")
+    a.set_title(f"(b) KL per update; penalty in band {summ['adaptive beta0=1']['in_band']:.0%} of the time")
+    a.legend(loc="upper right", fontsize=8)
+
+    a = ax[1, 0]
+    cmap = plt.get_cmap("plasma")
+    for k, b in enumerate(INIT_BETAS):
+        name = f"adaptive beta0={b:g}"
+        a.step(it, runs[name]["kl_coef"][0], where="post", color=cmap(0.85 * k / (len(INIT_BETAS) - 1)), lw=2,
+               label=f"beta0 = {b:g}: all tasks: {summ[name]['beta_reversals']:.1f} reversals (mean), "
+                     f"final beta {summ[name]['beta_final']:.2g} (median)")
+    a.set_yscale("log")
+    a.set_xlabel("PPO iteration")
+    a.set_ylabel("beta (kl_coef) used in the update")
+    a.set_title("(c) beta under the paper's rule (task 1): x2, /2, oscillating")
+    a.legend(loc="lower left", fontsize=8)
+
+    a = ax[1, 1]
+    clip = summ["clip"]
+    a.axhline(clip["early"], color="tab:blue", ls="--", lw=1.5, label=f"PPO-Clip after {EARLY} iterations")
+    a.axhline(clip["final"], color="tab:blue", lw=1.5, label=f"PPO-Clip after {results['n_iters']}")
+    for kind, betas, c in (("adaptive beta0", INIT_BETAS, "tab:red"), ("fixed beta", FIXED_BETAS, "tab:orange")):
+        names = [f"{kind}={b:g}" for b in betas]
+        a.plot(betas, [summ[n]["early"] for n in names], "o--", color=c, label=f"{kind}: after {EARLY}")
+        a.plot(betas, [summ[n]["final"] for n in names], "s-", color=c, label=f"{kind}: after {results['n_iters']}")
+    a.set_xscale("log")
+    a.set_xlabel("initial beta (adaptive) or beta (fixed)")
+    a.set_ylabel("fraction of the achievable improvement")
+    a.set_title("(d) sensitivity to beta")
+    a.legend(loc="lower left", fontsize=8)
+    fig.suptitle("Lesson 05: PPO-Penalty (eq. (8), adaptive beta of sec. 4) vs PPO-Clip (eq. (7)) on a 32 x 32 "
+                 "token bandit", fontsize=12)
+    save(fig, path)
+
+
+def main(argv=None) -> dict:
+    args = lesson_args(__doc__, argv)
+    r = run(quick=args.quick, seed=args.seed)
+    print(f"{r['n_seeds']} tasks x {r['n_iters']} iterations; progress = fraction of the achievable improvement; "
+          f"d_targ = {r['d_targ']}.")
+    print(f"{'run':>22} | after {EARLY:>2} | final | KL median | KL in band | beta changes | reversals | final beta")
+    for name, s in r["summary"].items():
+        print(f"{name:>22} | {s['early']:8.3f} | {s['final']:5.3f} | {s['kl_median']:9.4f} | {s['in_band']:10.0%} | "
+              f"{s['beta_changes']:12.1f} | {s['beta_reversals']:9.1f} | {s['beta_final']:.3g}")
+    a1, clip = r["summary"]["adaptive beta0=1"], r["summary"]["clip"]
+    print(f"The adaptive rule moves beta {a1['beta_changes']:.0f} times in {r['n_iters']} updates and reverses "
+          f"direction {a1['beta_reversals']:.0f} times, yet keeps the KL in its band only {a1['in_band']:.0%} of the "
+          f"time. PPO-Clip has no beta at all and ends at {clip['final']:.2f} (penalty, beta0 = 1: {a1['final']:.2f}).")
+    early = [r["summary"][f"adaptive beta0={b:g}"]["early"] for b in INIT_BETAS]
+    print(f"Initial beta 0.1 ... 100 gives {min(early):.2f} ... {max(early):.2f} after {EARLY} iterations: the rule "
+          "forgets the initial value, but it takes iterations to do so.")
+    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
+    plot(r, path)
+    print(f"figure: {path}")
+    return r
+
+
+if __name__ == "__main__":
+    main()
