@@ -1,0 +1,351 @@
+"""Stage 1 of RLHF: supervised fine-tuning of TinyGPT on the synthetic review corpus (``minippo sft``).
+
+Legend: B batch (sentences), T tokens, V vocab, C channels, L layers, H heads.
+
+In InstructGPT (Ouyang et al. 2022, arXiv:2203.02155, step 1 of Fig. 2) SFT fine-tunes a pretrained
+model on demonstrations. Here there is no pretrained model: SFT *is* the language modelling of the
+corpus, and it produces the policy that PPO starts from, the frozen reference pi_ref of the KL
+penalty, and the initialisation of the reward model and the critic. The loss is the mean next-token
+cross-entropy over the real tokens of ``<bos> sentence <eos>`` (see :mod:`minippo.rlhf.data`)::
+
+    L_SFT = -1/N sum_{b,t: mask=1} log pi_theta(x_{b,t+1} | x_{b,<=t})
+
+Numbers to read while it trains (all on held-out sentences, in nats per token):
+
+- the initial loss is about ln V (a fresh model spreads its probability evenly: ln 512 = 6.24);
+- the unigram baseline (word frequencies, no context) is what a model that ignores the context gets;
+- the final held-out loss must be well below it: the gap is grammar and sentiment learned from context.
+
+Run folder (``out_dir``)::
+
+    tokenizer.json       trained first (or reused if present)
+    config.json          the SFTConfig of the run
+    metrics.jsonl        one record per step: step, train/loss, train/grad_norm, train/lr, train/tokens,
+                         and eval/heldout_loss every eval_interval steps (step 0 = the initial loss)
+    checkpoint/          weights + AdamW moments + step, every ckpt_interval steps (``--resume`` reads it)
+    model/               the final model + tokenizer: what the reward model and PPO stages load
+
+Batches are a pure function of ``(seed, step)`` and the checkpoint holds the parameters and the
+optimizer moments bitwise, so an interrupted run resumed from its checkpoint reproduces the
+uninterrupted run exactly (tested). A non-finite loss or gradient norm stops the run with a
+``ValueError`` naming the metric and the step; the last good checkpoint stays on disk.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from minippo.checks import check_choice, check_range
+from minippo.classic.blas import single_blas_thread
+from minippo.io import MetricsWriter, atomic_write_text, has_checkpoint, read_metrics
+from minippo.nn.gpt import GPTConfig, TinyGPT
+from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
+from minippo.rlhf.checkpoint import load_model, save_model
+from minippo.rlhf.corpus import generate_corpus
+from minippo.rlhf.data import batch_indices, encode_sequences, lm_batch, split_corpus, unigram_loss
+from minippo.rlhf.generate import generate_text
+from minippo.rlhf.gold import gold_breakdown
+from minippo.rlhf.tokenizer import MIN_VOCAB, Tokenizer
+
+# purposes of the random streams derived from cfg.seed: np.random.default_rng([seed, purpose])
+SEED_MODEL, SEED_BATCHES, SEED_SAMPLES = 1, 2, 3
+
+
+@dataclass
+class SFTConfig:
+    """Everything that defines an SFT run. The defaults train in about a minute on 2 cores."""
+
+    corpus_size: int = 20_000
+    """Sentences generated from the grammar (train + held-out), >= 10; 20k in 0.2 s."""
+    heldout_frac: float = 0.05
+    """Fraction of the corpus held out for the held-out loss, in (0, 0.5]."""
+    seed: int = 0
+    """Seeds the corpus, the initialisation, the batch order and the samples, >= 0."""
+    vocab_size: int = 512
+    """Target BPE vocabulary V (specials + 95 ASCII characters + merges), >= 99; 256-1024 here."""
+    block_size: int = 64
+    """Longest sequence T (prompt + response), >= 8; corpus sentences are <= 43 tokens at V = 512."""
+    n_layer: int = 2
+    """L, transformer blocks, >= 1 (1-4 here)."""
+    n_head: int = 4
+    """H, attention heads per block, >= 1; must divide n_embd."""
+    n_embd: int = 96
+    """C, width of the residual stream, >= 1 (32-128 here)."""
+    dtype: str = "float32"
+    """"float32" (fast) or "float64" (for gradient checks)."""
+    batch_size: int = 32
+    """B, sentences per optimizer step, >= 1 (16-64)."""
+    steps: int = 1200
+    """Optimizer steps, >= 1 (1200 x 32 sentences = 2 epochs of the default corpus)."""
+    lr: float = 3e-3
+    """Peak learning rate of AdamW, > 0 (1e-3 - 5e-3 for models this small)."""
+    warmup_steps: int = 50
+    """Linear warm-up from lr / warmup_steps to lr, in [0, steps]; then a cosine decay."""
+    min_lr_frac: float = 0.1
+    """The cosine decays to lr * min_lr_frac at the last step, in [0, 1]."""
+    weight_decay: float = 0.01
+    """Decoupled AdamW weight decay on matrices (not on biases / LayerNorm), >= 0 (0-0.1)."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip, > 0 (0.5-5)."""
+    eval_interval: int = 100
+    """Held-out loss every this many steps (and at the last step), >= 1."""
+    ckpt_interval: int = 200
+    """Checkpoint every this many steps (and at the last step), >= 1."""
+    n_samples: int = 64
+    """Sentences sampled at the end to judge the model with the gold score, >= 0."""
+    sample_temperature: float = 1.0
+    """Temperature of those samples, > 0."""
+
+    def __post_init__(self):
+        check_range("corpus_size", self.corpus_size, 10, None, integer=True)
+        check_range("heldout_frac", self.heldout_frac, 0, 0.5, lo_open=True)
+        check_range("seed", self.seed, 0, None, integer=True)
+        check_range("vocab_size", self.vocab_size, MIN_VOCAB, None, integer=True)
+        check_range("block_size", self.block_size, 8, None, integer=True)
+        for name in ("n_layer", "n_head", "n_embd", "batch_size", "steps", "eval_interval", "ckpt_interval"):
+            check_range(name, getattr(self, name), 1, None, integer=True)
+        if self.n_embd % self.n_head:
+            raise ValueError(f"`n_embd` (={self.n_embd}) must be divisible by `n_head` (={self.n_head})")
+        check_choice("dtype", self.dtype, ("float32", "float64"))
+        check_range("lr", self.lr, 0, None, lo_open=True)
+        check_range("warmup_steps", self.warmup_steps, 0, self.steps, integer=True)
+        check_range("min_lr_frac", self.min_lr_frac, 0, 1)
+        check_range("weight_decay", self.weight_decay, 0, None)
+        check_range("grad_clip", self.grad_clip, 0, None, lo_open=True)
+        check_range("n_samples", self.n_samples, 0, None, integer=True)
+        check_range("sample_temperature", self.sample_temperature, 0, None, lo_open=True)
+
+    @classmethod
+    def quick(cls, **overrides) -> "SFTConfig":
+        """A tiny run for CI and smoke tests (a few seconds): 3k sentences, V 256, L 1, C 48, 300 steps."""
+        base = dict(corpus_size=3000, vocab_size=256, n_layer=1, n_embd=48, steps=300, lr=5e-3,
+                    warmup_steps=20, eval_interval=50, ckpt_interval=100, n_samples=16)
+        return cls(**{**base, **overrides})
+
+    def gpt_config(self, vocab_size: int) -> GPTConfig:
+        """The model's shape, with V = the trained tokenizer's real vocabulary size."""
+        return GPTConfig(vocab_size=vocab_size, block_size=self.block_size, n_layer=self.n_layer,
+                         n_head=self.n_head, n_embd=self.n_embd, dtype=self.dtype)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SFTConfig":
+        return cls(**d)
+
+
+def heldout_loss(model: TinyGPT, seqs: list[np.ndarray], pad_id: int = 0, batch_size: int = 256) -> float:
+    """Mean cross-entropy per predicted token over all of ``seqs`` (token-weighted, forward only)."""
+    order = np.argsort([len(s) for s in seqs], kind="stable")     # similar lengths together: less padding
+    total, count = 0.0, 0
+    for i in range(0, len(seqs), batch_size):
+        idx, targets, mask, attn_mask = lm_batch([seqs[j] for j in order[i:i + batch_size]], pad_id)
+        n = int(mask.sum())
+        total += float(model.lm_loss(idx, targets, mask, attn_mask)) * n
+        count += n
+    return total / count
+
+
+def _check_finite(metric: str, value: float, step: int, ckpt_dir: Path, last_good: int | None) -> None:
+    """The NaN guard: stop with the metric and the step named; the last good checkpoint stays."""
+    if not math.isfinite(value):
+        kept = (f"the last good checkpoint (step {last_good}) is kept in {ckpt_dir}" if last_good is not None
+                else "no checkpoint had been written yet")
+        raise ValueError(f"`{metric}` is {value} at step {step}: training stopped; {kept}")
+
+
+def _prepare(cfg: SFTConfig, out_dir: Path):
+    """Corpus -> (tokenizer, train sequences, held-out sequences, dropped count)."""
+    train_texts, held_texts = split_corpus(generate_corpus(cfg.corpus_size, seed=cfg.seed), cfg.heldout_frac)
+    tok_path = out_dir / "tokenizer.json"
+    if tok_path.exists():
+        tokenizer = Tokenizer.load(tok_path)
+        if tokenizer.vocab_size > cfg.vocab_size:
+            raise ValueError(f"{tok_path} has {tokenizer.vocab_size} tokens but `vocab_size` is {cfg.vocab_size}: "
+                             "use a fresh `out_dir` or delete that tokenizer")
+    else:
+        tokenizer = Tokenizer.train(train_texts, cfg.vocab_size)
+        tokenizer.save(tok_path)
+    train, n_drop = encode_sequences(tokenizer, train_texts, cfg.block_size)
+    held, n_drop_held = encode_sequences(tokenizer, held_texts, cfg.block_size)
+    if not train or not held:
+        raise ValueError(f"`block_size` = {cfg.block_size} is too small: no sentence of the corpus fits")
+    return tokenizer, train, held, n_drop + n_drop_held
+
+
+def train_sft(cfg: SFTConfig, out_dir, *, resume: bool = False, progress: bool = True) -> dict:
+    """Train TinyGPT on the corpus; see the module docstring for what is written to ``out_dir``.
+
+    Parameters
+    ----------
+    cfg : SFTConfig
+    out_dir : run folder (created)
+    resume : continue from ``out_dir/checkpoint`` if it exists (its config must equal ``cfg``)
+    progress : show a tqdm progress bar
+
+    Returns
+    -------
+    dict with ``model``, ``tokenizer``, ``history`` (the metrics records), ``initial_loss`` and
+    ``ln_V``, ``heldout_loss`` (final), ``unigram_loss``, ``samples`` (list of ``(text, gold)``),
+    ``sample_gold_mean``, ``sample_penalty_free`` (fraction of samples with gold penalty 0),
+    ``sample_ended`` (fraction that produced an EOS), ``model_dir``, ``n_params``, ``n_train``,
+    ``n_heldout``, ``n_dropped``, ``train_seconds`` (this call's wall time), ``resumed_from``.
+    """
+    if not isinstance(cfg, SFTConfig):
+        raise ValueError(f"`cfg` must be an SFTConfig, got {type(cfg).__name__}")
+    t_start = time.perf_counter()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with single_blas_thread():          # tiny matrices: one BLAS thread is faster and deterministic
+        result = _train(cfg, out_dir, resume, progress)
+    result["train_seconds"] = time.perf_counter() - t_start
+    return result
+
+
+def _train(cfg: SFTConfig, out_dir: Path, resume: bool, progress: bool) -> dict:
+    from tqdm.auto import tqdm
+
+    tokenizer, train, held, n_dropped = _prepare(cfg, out_dir)
+    V = tokenizer.vocab_size
+    model = TinyGPT(cfg.gpt_config(V), rng=np.random.default_rng([cfg.seed, SEED_MODEL]))
+    opt = AdamW(model.params, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=cfg.weight_decay)
+    ckpt_dir, metrics_path = out_dir / "checkpoint", out_dir / "metrics.jsonl"
+
+    start, last_good = 0, None
+    if resume and has_checkpoint(ckpt_dir):
+        saved, state = load_model(ckpt_dir)
+        differ = {k: (v, getattr(cfg, k)) for k, v in state["sft_config"].items() if getattr(cfg, k) != v}
+        if differ:
+            raise ValueError(f"`cfg` differs from the run being resumed in {out_dir} (saved, given): {differ}")
+        for name, p in model.params.items():       # in place: the optimizer holds these arrays
+            p[...] = saved.params[name]
+        opt.load_state_dict(state["extra_arrays"], state["optimizer"])
+        start = last_good = int(state["step"])
+        initial_loss = float(state["initial_loss"])
+        metrics = MetricsWriter(metrics_path, append=True)
+        metrics.truncate_after("step", start)       # drop what the interrupted run wrote after its checkpoint
+    else:
+        atomic_write_text(out_dir / "config.json", json.dumps(cfg.to_dict(), indent=1))
+        metrics = MetricsWriter(metrics_path)
+        initial_loss = heldout_loss(model, held, tokenizer.pad_id)
+        _check_finite("eval/heldout_loss", initial_loss, 0, ckpt_dir, None)
+        metrics.write({"step": 0, "eval/heldout_loss": initial_loss})
+
+    def save_checkpoint(step):
+        arrays, scalars = opt.state_dict()
+        save_model(ckpt_dir, model, tokenizer=tokenizer, extra_arrays=arrays,
+                   extra_state={"sft_config": cfg.to_dict(), "step": step, "optimizer": scalars,
+                                "initial_loss": initial_loss})
+
+    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc="sft", disable=not progress,
+               dynamic_ncols=True)
+    for step in bar:
+        n = step + 1                                               # updates done after this iteration
+        ix = batch_indices(len(train), cfg.batch_size, step, seed=(cfg.seed, SEED_BATCHES))
+        idx, targets, mask, attn_mask = lm_batch([train[i] for i in ix], tokenizer.pad_id)   # (B, T) each
+        loss, grads = model.lm_loss_and_grads(idx, targets, mask, attn_mask)
+        grad_norm = clip_grad_norm(grads, cfg.grad_clip)
+        _check_finite("train/loss", loss, n, ckpt_dir, last_good)
+        _check_finite("train/grad_norm", grad_norm, n, ckpt_dir, last_good)
+        # the next two lines are AdamW with linear warm-up and cosine decay
+        lr = lr_at(step, cfg.steps, cfg.lr, warmup_steps=cfg.warmup_steps, schedule="cosine",
+                   min_lr=cfg.lr * cfg.min_lr_frac)
+        opt.step(grads, lr=lr)
+        record = {"step": n, "train/loss": float(loss), "train/grad_norm": grad_norm, "train/lr": lr,
+                  "train/tokens": int(mask.sum())}
+        if n % cfg.eval_interval == 0 or n == cfg.steps:
+            record["eval/heldout_loss"] = heldout_loss(model, held, tokenizer.pad_id)
+            _check_finite("eval/heldout_loss", record["eval/heldout_loss"], n, ckpt_dir, last_good)
+            bar.set_postfix(loss=f"{loss:.3f}", heldout=f"{record['eval/heldout_loss']:.3f}")
+        metrics.write(record)
+        if n % cfg.ckpt_interval == 0 or n == cfg.steps:
+            save_checkpoint(n)
+            last_good = n
+    bar.close()
+
+    history = read_metrics(metrics_path)
+    final = [r["eval/heldout_loss"] for r in history if "eval/heldout_loss" in r][-1]
+    unigram = unigram_loss(train, held, V)
+    samples, stats = sample_and_judge(model, tokenizer, cfg.n_samples, cfg.sample_temperature,
+                                      np.random.default_rng([cfg.seed, SEED_SAMPLES]))
+    model_dir = save_model(out_dir / "model", model, tokenizer=tokenizer, extra_state={
+        "sft_config": cfg.to_dict(), "step": cfg.steps, "heldout_loss": final,
+        "unigram_loss": unigram, "initial_loss": initial_loss})
+    return {"model": model, "tokenizer": tokenizer, "history": history, "initial_loss": initial_loss,
+            "ln_V": math.log(V), "heldout_loss": final, "unigram_loss": unigram,
+            "samples": samples, **stats, "model_dir": str(model_dir), "n_params": model.num_params(),
+            "n_train": len(train), "n_heldout": len(held), "n_dropped": n_dropped, "resumed_from": start,
+            "config": cfg}
+
+
+def sample_and_judge(model, tokenizer, n: int, temperature: float, rng: np.random.Generator):
+    """``n`` sentences written from ``<bos>`` alone, and how the simulated human rates them.
+
+    Returns ``(samples, stats)``: ``samples`` a list of ``(text, gold)``; ``stats`` has
+    ``sample_gold_mean``, ``sample_penalty_free`` (fraction with gold penalty 0: grammatical, one
+    period, no repeats) and ``sample_ended`` (fraction that produced an EOS).
+    """
+    if n == 0:
+        return [], {"sample_gold_mean": float("nan"), "sample_penalty_free": float("nan"), "sample_ended": float("nan")}
+    texts, gen = generate_text(model, tokenizer, [""] * n, rng=rng, temperature=temperature)
+    judged = [gold_breakdown(t) for t in texts]
+    return ([(t, j["gold"]) for t, j in zip(texts, judged)],
+            {"sample_gold_mean": float(np.mean([j["gold"] for j in judged])),
+             "sample_penalty_free": float(np.mean([j["penalty"] == 0 for j in judged])),
+             "sample_ended": float(gen.ended.mean())})
+
+
+def format_report(r: dict, n_show: int = 8) -> str:
+    """The numbers an SFT run prints at the end."""
+    lines = [f"model: {r['n_params']:,} parameters ({r['config'].n_layer} layers, C={r['config'].n_embd}, "
+             f"H={r['config'].n_head}, V={r['model'].cfg.vocab_size}); {r['n_train']} training / "
+             f"{r['n_heldout']} held-out sentences ({r['n_dropped']} longer than block_size dropped)",
+             f"initial held-out loss {r['initial_loss']:.3f} nats/token  vs  ln V = {r['ln_V']:.3f}",
+             f"final   held-out loss {r['heldout_loss']:.3f}  vs  unigram baseline {r['unigram_loss']:.3f}",
+             f"samples from <bos> (T={r['config'].sample_temperature:g}): mean gold {r['sample_gold_mean']:+.3f}, "
+             f"{r['sample_penalty_free']:.0%} with no gold penalty, {r['sample_ended']:.0%} ended with <eos>"]
+    lines += [f"  gold {g:+.2f} | {t}" for t, g in r["samples"][:n_show]]
+    lines.append(f"wall time {r['train_seconds']:.1f} s; model saved in {r['model_dir']}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# the `minippo sft` command
+# ----------------------------------------------------------------------------------------------
+
+_FLAGS = {"steps": int, "seed": int, "n_layer": int, "n_head": int, "n_embd": int, "block_size": int,
+          "batch_size": int, "lr": float, "corpus_size": int, "vocab_size": int}
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--out", default=None, help="run folder (default: runs/sft-<timestamp>)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint "
+                        "(with the config saved there; other flags are ignored)")
+    parser.add_argument("--quick", action="store_true", help="tiny config for CI: a few seconds")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    for name, typ in _FLAGS.items():
+        parser.add_argument("--" + name.replace("_", "-"), type=typ, default=None,
+                            help=f"override SFTConfig.{name}")
+
+
+def cli_main(args) -> int:
+    if args.resume and args.out is None:
+        raise SystemExit("--resume needs --out (the run folder to continue)")
+    out = Path(args.out) if args.out else Path("runs") / time.strftime("sft-%Y%m%d-%H%M%S")
+    if args.resume and (out / "config.json").exists():
+        cfg = SFTConfig.from_dict(json.loads((out / "config.json").read_text()))
+        print(f"resuming {out} with its saved config")
+    else:
+        overrides = {k: getattr(args, k) for k in _FLAGS if getattr(args, k) is not None}
+        cfg = SFTConfig.quick(**overrides) if args.quick else SFTConfig(**overrides)
+    print(f"SFT -> {out}")
+    result = train_sft(cfg, out, resume=args.resume, progress=not args.no_progress)
+    print(format_report(result))
+    return 0

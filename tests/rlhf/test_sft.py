@@ -1,0 +1,143 @@
+"""SFT: learns below the unigram baseline, resumes exactly, stops on NaN keeping the checkpoint, validates."""
+import math
+
+import numpy as np
+import pytest
+
+from minippo.cli import main as cli
+from minippo.io import read_metrics
+from minippo.nn.gpt import TinyGPT
+from minippo.rlhf.checkpoint import load_model
+from minippo.rlhf.data import batch_indices, lm_batch, unigram_loss
+from minippo.rlhf.sft import SFTConfig, train_sft
+from minippo.rlhf.tokenizer import Tokenizer
+
+# a few seconds: 1200 sentences, V 160, one block of width 32
+TINY = dict(corpus_size=1200, heldout_frac=0.1, vocab_size=160, n_layer=1, n_head=2, n_embd=32, batch_size=16,
+            steps=60, lr=5e-3, warmup_steps=5, eval_interval=20, ckpt_interval=20, n_samples=8)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sft")
+    return out, train_sft(SFTConfig(**{**TINY, "steps": 150}), out, progress=False)
+
+
+def test_learns_below_the_unigram_baseline(run):
+    out, r = run
+    V = r["tokenizer"].vocab_size
+    assert abs(r["initial_loss"] - math.log(V)) < 0.05 and r["ln_V"] == math.log(V)   # a fresh model is ~uniform
+    assert r["heldout_loss"] < r["unigram_loss"] - 1.0 < r["initial_loss"] - 1.0
+    evals = [x["eval/heldout_loss"] for x in r["history"] if "eval/heldout_loss" in x]
+    assert evals[0] == r["initial_loss"] and evals[-1] == r["heldout_loss"]
+    assert all(b < a for a, b in zip(evals, evals[1:]))                           # held-out loss keeps falling
+    train = [x["train/loss"] for x in r["history"] if "train/loss" in x]
+    assert len(train) == 150 and np.mean(train[-20:]) < np.mean(train[:20]) - 1.5
+    assert len(r["samples"]) == 8 and all(isinstance(t, str) and np.isfinite(g) for t, g in r["samples"])
+    assert 0 <= r["sample_penalty_free"] <= 1 and 0 <= r["sample_ended"] <= 1
+
+
+def test_run_folder(run):
+    out, r = run
+    assert read_metrics(out / "metrics.jsonl") == r["history"]
+    model, state = load_model(out / "model")
+    for k, p in r["model"].params.items():
+        assert model.params[k].tobytes() == p.tobytes()
+    assert state["sft_config"] == r["config"].to_dict() and state["heldout_loss"] == r["heldout_loss"]
+    assert Tokenizer.load(state["tokenizer"]).to_str() == r["tokenizer"].to_str()
+    _, ckpt = load_model(out / "checkpoint")
+    assert ckpt["step"] == 150 and set(ckpt["extra_arrays"]) == {f"{m}.{k}" for m in "mv" for k in model.params}
+
+
+def test_unigram_loss_matches_a_direct_count():
+    train = [np.array([1, 5, 5, 2]), np.array([1, 6, 2])]
+    held = [np.array([1, 5, 7, 2])]
+    counts = {5: 2, 2: 2, 6: 1}                                  # the targets: everything after <bos>
+    N, V = 5, 8
+    p = lambda w: (counts.get(w, 0) + 1) / (N + V)
+    assert unigram_loss(train, held, V) == pytest.approx(-np.mean(np.log([p(5), p(7), p(2)])))
+
+
+def test_lm_batch_shifts_and_masks():
+    idx, targets, mask, attn = lm_batch([np.array([1, 7, 8, 2]), np.array([1, 9, 2])])
+    np.testing.assert_array_equal(idx, [[1, 7, 8], [1, 9, 2]])
+    np.testing.assert_array_equal(targets, [[7, 8, 2], [9, 2, 0]])
+    np.testing.assert_array_equal(mask, [[1, 1, 1], [1, 1, 0]])
+    np.testing.assert_array_equal(attn, [[1, 1, 1], [1, 1, 1]])
+
+
+def test_batches_are_a_function_of_seed_and_step():
+    a = [batch_indices(10, 3, s, (0, 2)) for s in range(6)]
+    assert np.array_equal(a[4], batch_indices(10, 3, 4, (0, 2)))
+    assert sorted(np.concatenate(a[:3]).tolist()) == sorted(set(np.concatenate(a[:3]).tolist()))  # no repeats in an epoch
+    assert not np.array_equal(a[0], a[3])                        # a new permutation each epoch
+
+
+def test_resume_equals_uninterrupted(tmp_path, monkeypatch):
+    cfg = SFTConfig(**TINY)
+    full = train_sft(cfg, tmp_path / "full", progress=False)
+
+    real = TinyGPT.lm_loss_and_grads
+    calls = {"n": 0}
+
+    def crash_at_step_47(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 47:
+            raise KeyboardInterrupt                              # "the laptop lid was closed"
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(TinyGPT, "lm_loss_and_grads", crash_at_step_47)
+    with pytest.raises(KeyboardInterrupt):
+        train_sft(cfg, tmp_path / "cut", progress=False)
+    monkeypatch.setattr(TinyGPT, "lm_loss_and_grads", real)
+    assert len(read_metrics(tmp_path / "cut" / "metrics.jsonl")) == 1 + 46   # step 0 + steps 1..46
+    resumed = train_sft(cfg, tmp_path / "cut", resume=True, progress=False)
+    assert resumed["resumed_from"] == 40                        # the last checkpoint before the crash
+    assert resumed["history"] == full["history"]                # same losses, same lr, same grad norms
+    for k, p in full["model"].params.items():
+        assert resumed["model"].params[k].tobytes() == p.tobytes(), k
+    assert resumed["samples"] == full["samples"]
+
+
+def test_resume_with_another_config_is_refused(tmp_path):
+    train_sft(SFTConfig(**{**TINY, "steps": 20}), tmp_path, progress=False)
+    with pytest.raises(ValueError, match="`cfg` differs.*lr"):
+        train_sft(SFTConfig(**{**TINY, "steps": 20, "lr": 1e-3}), tmp_path, resume=True, progress=False)
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    real = TinyGPT.lm_loss_and_grads
+    calls = {"n": 0}
+
+    def nan_at_step_27(self, *args, **kwargs):
+        calls["n"] += 1
+        loss, grads = real(self, *args, **kwargs)
+        return (float("nan") if calls["n"] == 27 else loss), grads
+
+    monkeypatch.setattr(TinyGPT, "lm_loss_and_grads", nan_at_step_27)
+    with pytest.raises(ValueError, match=r"`train/loss` is nan at step 27.*last good checkpoint \(step 20\)"):
+        train_sft(SFTConfig(**TINY), tmp_path, progress=False)
+    model, state = load_model(tmp_path / "checkpoint")
+    assert state["step"] == 20 and all(np.isfinite(p).all() for p in model.params.values())
+    assert not (tmp_path / "model").exists()
+
+
+@pytest.mark.parametrize("field, value", [
+    ("corpus_size", 5), ("heldout_frac", 0.0), ("heldout_frac", 0.7), ("seed", -1), ("vocab_size", 50),
+    ("block_size", 4), ("n_layer", 0), ("n_embd", 30), ("dtype", "float16"), ("batch_size", 0), ("steps", 0),
+    ("lr", 0.0), ("warmup_steps", 10_000), ("min_lr_frac", 1.5), ("weight_decay", -0.1), ("grad_clip", 0.0),
+    ("eval_interval", 0), ("ckpt_interval", 0), ("n_samples", -1), ("sample_temperature", 0.0), ("steps", 2.5),
+])
+def test_bad_config_names_the_field(field, value):
+    with pytest.raises(ValueError, match=f"`{field}`"):
+        SFTConfig(**{field: value})
+
+
+def test_cli_runs_and_resumes(tmp_path, capsys):
+    args = ["sft", "--quick", "--steps", "30", "--corpus-size", "600", "--out", str(tmp_path), "--no-progress"]
+    assert cli(args) == 0
+    out = capsys.readouterr().out
+    assert "initial held-out loss" in out and "ln V" in out and "unigram baseline" in out and "gold" in out
+    assert cli(["sft", "--resume", "--out", str(tmp_path), "--no-progress"]) == 0   # already finished: no steps
+    assert "resuming" in capsys.readouterr().out
+    assert len(read_metrics(tmp_path / "metrics.jsonl")) == 31
