@@ -1,0 +1,157 @@
+"""Lesson 08 - ppo_cartpole: the whole classic PPO loop on CartPole, and how to read its monitoring dashboard.
+
+Pipeline step: seed 003's chain "... -> rollout + GAE -> multi-epoch minibatches -> KL monitoring /
+early stop", run for real with (s, a, r, s', done) transitions before the course moves to language
+models. The loop is CleanRL's ``ppo.py`` (minippo.classic.ppo): N = 4 CartPole copies, T = 128 steps
+per rollout, GAE (gamma 0.99, lambda 0.95) with truncated episodes bootstrapped by V(s_T), 4 epochs
+of 4 minibatches, whitened advantages, L^CLIP (eq. (7) of Schulman et al. 2017, arXiv:1707.06347)
+with clipped value loss and entropy bonus (eq. (9)), global grad-norm clipping, learning rate
+annealed to 0, optional target-KL early stop.
+
+Seed: 003 section 8 "Rollout 与 On-policy 数据", section 10 "PPO 训练流程" (the pseudo-code, including
+"optionally early stop if KL too large"), section 11 (target_kl), and section 13 "PPO 的常见指标":
+episode return, policy loss, value loss, entropy, approx KL, clip fraction, explained variance,
+gradient norm - "如果 clip fraction 长期很高，说明更新过猛；如果 entropy 迅速下降，说明策略过早确定"
+(a clip fraction that stays high means the updates are too violent; an entropy that drops fast means
+the policy became deterministic too early).
+
+Two runs with the same seed: the project's defaults, and the same with ``target_kl`` = 0.005, small
+enough that the early stop fires visibly. The figure is the dashboard (minippo.classic.dashboard):
+one panel per metric against environment steps; x marks the updates whose epochs target-KL cut short.
+
+Exercises:
+1. Treat truncation as termination: in ``minippo/classic/rollout.py`` pass ``terminated | truncated``
+   as ``terminated`` to ``gae_classic``. Where do the value loss and explained variance change once
+   episodes reach the 500-step limit, and why?
+2. ``minippo classic --lr 2.5e-4`` is CleanRL's learning rate: compare the steps to reach 475 with
+   the default 1e-3 (``minippo bench --only cartpole`` prints both for seeds 0-2).
+3. ``--update-epochs 10 --lr 3e-3``: watch the clip fraction and approx KL rise; add
+   ``--target-kl 0.01`` and count the early stops.
+4. ``--ent-coef 0`` vs ``--ent-coef 0.05``: how does the entropy panel change, and the return?
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from lessons._common import lesson_args, output_path, pyplot
+from minippo.classic.cartpole import CartPoleEnv
+from minippo.classic.dashboard import plot_dashboard
+from minippo.classic.ppo import last_mean, steps_to_reach, train_ppo
+
+TARGET_KL = 0.005
+
+
+def _metric(hist, key) -> np.ndarray:
+    return np.array([np.nan if h[key] is None else h[key] for h in hist], dtype=float)
+
+
+def summarize(res: dict) -> dict:
+    """The numbers the narrative reads off one run's history (first / last quarter of the updates)."""
+    hist = res["history"]
+    q = max(1, len(hist) // 4)
+    first, last = slice(0, q), slice(len(hist) - q, len(hist))
+    m = {k: _metric(hist, k) for k in ("losses/entropy", "losses/clipfrac", "losses/approx_kl",
+                                        "losses/explained_variance", "losses/value_loss", "losses/policy_loss",
+                                        "losses/grad_norm", "losses/grad_norm_actor", "losses/grad_norm_critic")}
+    stops = [h["early_stop_epoch"] for h in hist if h["early_stop_epoch"] is not None]
+    epochs_cfg = res["config"]["update_epochs"]
+    return {
+        "steps_to_475": steps_to_reach(res, 475.0),
+        "last20": last_mean(res),
+        "episodes": len(res["episode_returns"]),
+        "wall_time": res["wall_time"],
+        "entropy_start": float(m["losses/entropy"][0]),
+        "entropy_end": float(np.mean(m["losses/entropy"][last])),
+        "clipfrac_first": float(np.mean(m["losses/clipfrac"][first])),
+        "clipfrac_last": float(np.mean(m["losses/clipfrac"][last])),
+        "kl_median_first": float(np.median(m["losses/approx_kl"][first])),
+        "kl_median_last": float(np.median(m["losses/approx_kl"][last])),
+        "kl_max": float(np.max(m["losses/approx_kl"])),
+        "ev_max": float(np.nanmax(m["losses/explained_variance"])),
+        "ev_last": float(np.mean(m["losses/explained_variance"][last])),
+        "value_loss_first": float(np.median(m["losses/value_loss"][first])),
+        "value_loss_last": float(np.median(m["losses/value_loss"][last])),
+        "policy_loss_abs_median": float(np.median(np.abs(m["losses/policy_loss"]))),
+        "grad_norm_first": float(np.median(m["losses/grad_norm"][first])),
+        "grad_norm_actor_first": float(np.median(m["losses/grad_norm_actor"][first])),
+        "grad_norm_critic_first": float(np.median(m["losses/grad_norm_critic"][first])),
+        "grad_norm_last": float(np.median(m["losses/grad_norm"][last])),
+        "clipped_share_first": float(np.mean(m["losses/grad_norm"][first] > res["config"]["max_grad_norm"])),
+        "early_stops": len(stops),
+        "epochs_skipped": int(sum(epochs_cfg - (s + 1) for s in stops)),
+        "updates": len(hist),
+    }
+
+
+def run(quick: bool = False, seed: int = 0) -> dict:
+    total = 8192 if quick else 200_000
+    runs = {
+        "defaults": train_ppo(CartPoleEnv, total, seed),
+        f"target_kl = {TARGET_KL:g}": train_ppo(CartPoleEnv, total, seed, target_kl=TARGET_KL),
+    }
+    return {"total_timesteps": total, "seed": seed, "runs": runs,
+            "summary": {k: summarize(v) for k, v in runs.items()}}
+
+
+def plot(results: dict, path) -> None:
+    pyplot()                                        # the course's figure style for the dashboard
+    plot_dashboard(results["runs"], path, title=(
+        f"Lesson 08: PPO on CartPole-v1, {results['total_timesteps'] // 1000}k steps, seed {results['seed']} "
+        f"- the monitoring dashboard (seed 003, section 13)"))
+
+
+def _fmt_steps(s) -> str:
+    return "475 not reached" if s is None else f"475 reached after {s} steps"
+
+
+def main(argv=None) -> dict:
+    args = lesson_args(__doc__, argv)
+    r = run(quick=args.quick, seed=args.seed)
+    d, k = r["summary"]["defaults"], r["summary"][f"target_kl = {TARGET_KL:g}"]
+    print(f"Classic PPO (CleanRL's loop, lr 1e-3) on minippo's CartPole-v1, {r['total_timesteps']} env steps, "
+          f"seed {r['seed']}:")
+    for name, s in r["summary"].items():
+        print(f"  {name:<16s}: mean of the last 20 returns {s['last20']:.1f}; "
+              f"{_fmt_steps(s['steps_to_475'])}; {s['episodes']} episodes; {s['wall_time']:.1f} s")
+    print("How to read the panels (numbers from the 'defaults' run; 'first/last quarter' = of the updates):")
+    print(f"- return: dots are single episodes, the line the mean of the last 20. 500 is the time limit "
+          f"(truncation), 475 the goal; CleanRL reports 490 +/- 6 after 500k steps.")
+    print(f"- policy loss: the clipped surrogate of the last minibatch, |median| {d['policy_loss_abs_median']:.4f}. "
+          f"Whitened advantages have mean 0 and the ratio starts at 1, so it hovers around 0: it is not a "
+          f"learning curve, read progress from the return.")
+    print(f"- value loss: median {d['value_loss_first']:.3g} in the first quarter, {d['value_loss_last']:.3g} in the "
+          f"last. It jumps when the policy changes what returns look like (episodes start to reach 500), then "
+          f"collapses: with every episode truncated at 500 and bootstrapped, the targets are almost constant.")
+    print(f"- entropy: {d['entropy_start']:.3f} nats at the start (log 2 = {np.log(2):.3f}: the 0.01-gain output "
+          f"layer makes the first policy uniform), {d['entropy_end']:.3f} in the last quarter. A slow decline is "
+          f"the policy becoming confident; a crash towards 0 early on would mean it became deterministic "
+          f"before it had found a good behaviour (the seed's warning), and exploration stops.")
+    print(f"- approx KL (k3, last minibatch vs the rollout policy): median {d['kl_median_first']:.2g} in the first "
+          f"quarter, {d['kl_median_last']:.2g} in the last (the learning rate anneals to 0), max {d['kl_max']:.3f}. "
+          f"It measures how far one update moved the policy; a sudden climb is the first sign of a too-large step.")
+    print(f"- clip fraction: {d['clipfrac_first']:.4f} in the first quarter, {d['clipfrac_last']:.4f} in the last. "
+          f"It counts samples whose ratio left [1 - eps, 1 + eps] on the side the advantage pushes (their gradient "
+          f"is 0). A clip fraction that stays high means the updates are too violent (lr, epochs); near 0 the "
+          f"clip is idle: the steps are already small.")
+    print(f"- explained variance: up to {d['ev_max']:.2f}, {d['ev_last']:.2f} on average in the last quarter: "
+          f"1 - Var[R - V] / Var[R] needs Var[R] > 0, and at the end the returns barely vary, so read it next to "
+          f"the (tiny) value loss; during learning, near 0 or negative means V predicts no better than a constant.")
+    dominant = (": the critic's regression on returns of up to ~1 / (1 - gamma) = 100 dominates"
+                if d["grad_norm_critic_first"] > 3 * d["grad_norm_actor_first"] else "")
+    print(f"- grad norm (before clipping to {r['runs']['defaults']['config']['max_grad_norm']}): median "
+          f"{d['grad_norm_first']:.2f} in the first quarter, of which the actor's {d['grad_norm_actor_first']:.2f} and "
+          f"the critic's {d['grad_norm_critic_first']:.2f}; {d['clipped_share_first']:.0%} of those updates were "
+          f"clipped{dominant}; {d['grad_norm_last']:.2f} in the last quarter. Spikes far above the usual level are "
+          f"the ones the clipping is there to tame.")
+    print(f"- epochs run per update: with target_kl = {TARGET_KL:g}, {k['early_stops']} of {k['updates']} updates "
+          f"stopped early ({k['epochs_skipped']} epochs skipped); the x marks in the KL panel are those updates, "
+          f"their KL above the dashed target. That run: {_fmt_steps(k['steps_to_475'])} "
+          f"(defaults: {_fmt_steps(d['steps_to_475'])}).")
+    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
+    plot(r, path)
+    print(f"figure: {path}")
+    return r
+
+
+if __name__ == "__main__":
+    main()
