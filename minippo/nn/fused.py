@@ -78,6 +78,71 @@ def _rows(x: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------
+# row reductions with four interleaved accumulators
+# ----------------------------------------------------------------------------------------------
+# A sum written as one loop is a chain of dependent additions: each waits for the previous one
+# (~4 cycles), and without fastmath the compiler may not reorder them. Four accumulators make four
+# independent chains, ~3x faster on a row of 64-512 numbers; the result differs from NumPy's
+# pairwise sum only by rounding. References: a.sum(), (a * b).sum(), ((a - m) ** 2).sum(), a.max().
+
+@njit(cache=True)
+def _sum4(a):
+    s0 = s1 = s2 = s3 = a.dtype.type(0)
+    n = a.shape[0]
+    for i in range(0, n - 3, 4):
+        s0 += a[i]
+        s1 += a[i + 1]
+        s2 += a[i + 2]
+        s3 += a[i + 3]
+    for i in range(n - n % 4, n):
+        s0 += a[i]
+    return (s0 + s1) + (s2 + s3)
+
+
+@njit(cache=True)
+def _dot4(a, b):
+    s0 = s1 = s2 = s3 = a.dtype.type(0)
+    n = a.shape[0]
+    for i in range(0, n - 3, 4):
+        s0 += a[i] * b[i]
+        s1 += a[i + 1] * b[i + 1]
+        s2 += a[i + 2] * b[i + 2]
+        s3 += a[i + 3] * b[i + 3]
+    for i in range(n - n % 4, n):
+        s0 += a[i] * b[i]
+    return (s0 + s1) + (s2 + s3)
+
+
+@njit(cache=True)
+def _sumsq4(a, m):
+    s0 = s1 = s2 = s3 = a.dtype.type(0)
+    n = a.shape[0]
+    for i in range(0, n - 3, 4):
+        d0, d1, d2, d3 = a[i] - m, a[i + 1] - m, a[i + 2] - m, a[i + 3] - m
+        s0 += d0 * d0
+        s1 += d1 * d1
+        s2 += d2 * d2
+        s3 += d3 * d3
+    for i in range(n - n % 4, n):
+        s0 += (a[i] - m) * (a[i] - m)
+    return (s0 + s1) + (s2 + s3)
+
+
+@njit(cache=True)
+def _max4(a):
+    m0 = m1 = m2 = m3 = a[0]
+    n = a.shape[0]
+    for i in range(0, n - 3, 4):
+        m0 = max(m0, a[i])
+        m1 = max(m1, a[i + 1])
+        m2 = max(m2, a[i + 2])
+        m3 = max(m3, a[i + 3])
+    for i in range(n - n % 4, n):
+        m0 = max(m0, a[i])
+    return max(max(m0, m1), max(m2, m3))
+
+
+# ----------------------------------------------------------------------------------------------
 # LayerNorm                                  reference: layers.layernorm_forward / _backward
 # ----------------------------------------------------------------------------------------------
 
@@ -85,17 +150,10 @@ def _rows(x: np.ndarray) -> np.ndarray:
 def _layernorm_forward_kernel(x, w, b, eps, out, xhat, rstd):
     """Per row: mean, biased variance (two passes), then xhat and out = xhat * w + b."""
     N, C = x.shape
-    zero, one = x.dtype.type(0), x.dtype.type(1)
+    one = x.dtype.type(1)
     for r in prange(N):
-        s = zero
-        for c in range(C):
-            s += x[r, c]
-        mean = s / C
-        v = zero
-        for c in range(C):
-            d = x[r, c] - mean
-            v += d * d
-        rs = one / np.sqrt(v / C + eps)
+        mean = _sum4(x[r]) / C
+        rs = one / np.sqrt(_sumsq4(x[r], mean) / C + eps)
         rstd[r] = rs
         for c in range(C):
             xh = (x[r, c] - mean) * rs
@@ -107,17 +165,13 @@ def _layernorm_forward_kernel(x, w, b, eps, out, xhat, rstd):
 def _layernorm_backward_kernel(dout, xhat, rstd, w, dx):
     """Per row: g = dout * w;  dx = rstd * (g - mean(g) - xhat * mean(g * xhat))."""
     N, C = dout.shape
-    zero = dout.dtype.type(0)
+    g = np.empty(C, dtype=dout.dtype)
     for r in prange(N):
-        sg = zero
-        sgx = zero
         for c in range(C):
-            g = dout[r, c] * w[c]
-            sg += g
-            sgx += g * xhat[r, c]
-        mg, mgx = sg / C, sgx / C
+            g[c] = dout[r, c] * w[c]
+        mg, mgx = _sum4(g) / C, _dot4(g, xhat[r]) / C
         for c in range(C):
-            dx[r, c] = rstd[r] * (dout[r, c] * w[c] - mg - xhat[r, c] * mgx)
+            dx[r, c] = rstd[r] * (g[c] - mg - xhat[r, c] * mgx)
 
 
 @njit(cache=True)
@@ -231,23 +285,20 @@ def _masked_softmax_shift_kernel(att, allowed, scale):
     for bh in prange(B * H):
         b, h = bh // H, bh % H
         for i in range(T):
-            m = -np.inf
+            row = att[b, h, i]
             for j in range(S):
-                if allowed[b, i, j]:
-                    m = max(m, att[b, h, i, j] * scale)
+                row[j] = row[j] * scale if allowed[b, i, j] else -np.inf
+            m = _max4(row)                          # finite: every row allows at least one key
             for j in range(S):
-                att[b, h, i, j] = att[b, h, i, j] * scale - m if allowed[b, i, j] else -np.inf
+                row[j] -= m
 
 
 @njit(cache=True)
 def _normalize_rows_kernel(e):
     """In place: every row of the (N, S) array ``e`` divided by its sum."""
     N, S = e.shape
-    zero = e.dtype.type(0)
     for r in prange(N):
-        s = zero
-        for j in range(S):
-            s += e[r, j]
+        s = _sum4(e[r])
         for j in range(S):
             e[r, j] /= s
 
@@ -256,13 +307,10 @@ def _normalize_rows_kernel(e):
 def _masked_softmax_backward_kernel(datt, att, scale):
     """In place, per row: datt = scale * att * (datt - sum_j datt_j att_j)."""
     B, H, T, S = att.shape
-    zero = att.dtype.type(0)
     for bh in prange(B * H):
         b, h = bh // H, bh % H
         for i in range(T):
-            s = zero
-            for j in range(S):
-                s += datt[b, h, i, j] * att[b, h, i, j]
+            s = _dot4(datt[b, h, i], att[b, h, i])
             for j in range(S):
                 datt[b, h, i, j] = scale * att[b, h, i, j] * (datt[b, h, i, j] - s)
 
@@ -296,9 +344,7 @@ def _shift_rows_kernel(z, shifted, zmax):
     """Per row: zmax = max_j z, shifted = z - zmax."""
     N, V = z.shape
     for r in prange(N):
-        m = z[r, 0]
-        for j in range(1, V):
-            m = max(m, z[r, j])
+        m = _max4(z[r])
         zmax[r] = m
         for j in range(V):
             shifted[r, j] = z[r, j] - m
@@ -308,11 +354,8 @@ def _shift_rows_kernel(z, shifted, zmax):
 def _xent_normalize_kernel(z, targets, zmax, probs, nll):
     """Per row, given probs = exp(z - zmax): s = sum, probs /= s, nll = log(s) + zmax - z[target]."""
     N, V = z.shape
-    zero = z.dtype.type(0)
     for r in prange(N):
-        s = zero
-        for j in range(V):
-            s += probs[r, j]
+        s = _sum4(probs[r])
         for j in range(V):
             probs[r, j] /= s
         nll[r] = np.log(s) + zmax[r] - z[r, targets[r]]
