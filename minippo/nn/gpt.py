@@ -23,7 +23,7 @@ two fan-outs (the tied ``wte``, and ``x`` feeding both heads) are summed in one 
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -122,7 +122,6 @@ class KVCache:
     key_mask: np.ndarray
     n_real: np.ndarray
     t: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 class TinyGPT:
@@ -391,8 +390,11 @@ class TinyGPT:
         cfg, p = self.cfg, self.params
         B = kv.key_mask.shape[0]
         tokens = check_int_array("tokens", tokens, shape=(B,), low=0, high=cfg.vocab_size)
-        m = np.ones(B, dtype=np.int8) if attn_mask is None else \
-            (check_mask("attn_mask", np.asarray(attn_mask)[:, None], shape=(B, 1), layout="any")[:, 0] != 0).astype(np.int8)
+        m = np.ones(B, dtype=np.int8)                               # (B,) the new token is real
+        if attn_mask is not None:
+            if np.shape(attn_mask) != (B,):
+                raise ValueError(f"`attn_mask` must have shape ({B},), got {np.shape(attn_mask)}")
+            m = (check_mask("attn_mask", np.asarray(attn_mask)[None], layout="any")[0] != 0).astype(np.int8)
         t = kv.t
         if t >= cfg.block_size:
             raise ValueError(f"`kv` already holds {t} positions = block_size; cannot decode another token")

@@ -183,6 +183,9 @@ def test_kv_cache_default_mask_and_token_validation():
         model.decode_step(kv, np.array([5]))
     with pytest.raises(ValueError, match="`kv`"):
         model.decode_step({"k": []}, np.array([5, 6]))
+    for bad in (np.array([1, 2]), np.array([1, 1, 1]), np.array([[1, 1]])):
+        with pytest.raises(ValueError, match="`attn_mask`"):
+            model.decode_step(kv, np.array([5, 6]), attn_mask=bad)
 
 
 # ------------------------------------------------------------------------------------------------
