@@ -362,8 +362,9 @@ def ppo_train(bandit: TokenBandit, cfg: BanditPPOConfig, n_iters: int, rng: np.r
     Returns a dict of (n_iters,) arrays: ``reward`` (exact J after the update), ``entropy``
     (exact, mu-weighted), ``kl`` (exact KL(pi_old || pi_new) over the batch's contexts),
     ``kl_coef`` (the beta used in the update), ``approx_kl``, ``clipfrac`` (clip only),
-    ``value_loss``, ``explained_variance`` (of the rollout's values), ``p_best`` (mean
-    probability of each context's best token), and ``W`` (the final parameters).
+    ``value_loss``, ``explained_variance`` (of the rollout's values), ``explained_variance_exact``
+    (that of the exact V^pi(s) on the same batch: the ceiling of any per-context critic),
+    ``p_best`` (mean probability of each context's best token), and ``W`` (the final parameters).
     """
     check_range("n_iters", n_iters, 1, None, integer=True)
     W = bandit.init_params() if W0 is None else np.array(bandit._check_W(W0, "W0"), dtype=np.float64)
@@ -375,7 +376,7 @@ def ppo_train(bandit: TokenBandit, cfg: BanditPPOConfig, n_iters: int, rng: np.r
         controller = FixedKLController(cfg.kl_coef)
     best = bandit.rewards.argmax(axis=1)                                       # (S,)
     keys = ("reward", "entropy", "kl", "kl_coef", "approx_kl", "clipfrac", "value_loss",
-            "explained_variance", "p_best")
+            "explained_variance", "explained_variance_exact", "p_best")
     hist = {k: np.zeros(n_iters) for k in keys}
     for it in range(n_iters):
         # rollout with the current (= old) policy; logp_old is frozen from here on
@@ -406,6 +407,7 @@ def ppo_train(bandit: TokenBandit, cfg: BanditPPOConfig, n_iters: int, rng: np.r
         hist["clipfrac"][it] = stats.get("clipfrac", 0.0)
         hist["value_loss"][it] = stats["value_loss"]
         hist["explained_variance"][it] = explained_variance(values, returns, None)
+        hist["explained_variance_exact"][it] = explained_variance(bandit.state_values(W_old)[states], returns, None)
         hist["p_best"][it] = float(bandit.state_probs @ bandit.probs(W)[np.arange(bandit.n_states), best])
     hist["W"] = W
     return hist

@@ -167,6 +167,7 @@ def test_ppo_train_learns_and_is_reproducible():
     J0 = bandit.expected_reward(bandit.init_params())
     assert h["reward"][-1] > J0 + 0.7 * (bandit.optimal_reward() - J0)
     assert h["explained_variance"][-1] > h["explained_variance"][0]
+    assert h["explained_variance_exact"].mean() >= h["explained_variance"].mean()
     assert h["clipfrac"].max() > 0 and np.all(h["kl"] >= 0)
     h2 = ppo_train(bandit, cfg, 30, np.random.default_rng(1))
     np.testing.assert_array_equal(h["reward"], h2["reward"])

@@ -1,0 +1,228 @@
+"""Lesson 06 - actor-critic loss: policy + c1 value - c2 entropy; entropy collapse vs the entropy bonus.
+
+Pipeline step: the loss PPO actually minimises, with its critic (seed 003's chain: ... -> PPO
+clipped objective -> actor loss + critic loss + entropy -> rollout collection + GAE -> ...).
+
+Seed: 003 section 7 "Actor-Critic 结构": loss = policy_loss + c1 * value_loss - c2 * entropy, with
+policy_loss = -L_CLIP, value_loss = (V_phi(s_t) - return_t)^2, entropy = H(pi_theta(.|s_t))
+"（熵损失鼓励多探索）" (the entropy term encourages exploration); section 12 "Entropy bonus 防止
+探索过早消失" (prevents exploration from vanishing too early); section 13 "如果 entropy 迅速下降，
+说明策略过早确定" (a fast entropy drop means the policy committed too early); section 18 误区四
+"value loss 越小策略越好" (a smaller value loss is not a better policy).
+
+Paper: Schulman et al. 2017 (arXiv:1707.06347), eq. (9), maximised:
+
+    L^{CLIP+VF+S}_t(theta) = E_t[ L^CLIP_t(theta) - c1 L^VF_t(theta) + c2 S[pi_theta](s_t) ]
+
+with L^VF_t = (V_theta(s_t) - V_t^targ)^2 and S the entropy. Minimised as a loss:
+loss = -L^CLIP + c1 * 0.5 * (V - R)^2 - c2 * H (minippo.rl.bandit.actor_critic_loss). The gradients
+of the three loss terms with respect to the logits z of a context are, per sample (n samples):
+    policy  d(-L^CLIP)/dz = -(A r / n) (onehot(a) - p)      where not clipped (logprobs_backward)
+    entropy d(-c2 H)/dz   =  c2 p (log p + H) / n            (entropy_backward)
+    value   0: the critic is a separate table here; its own gradient is c1 (V(s) - R) / n.
+A step moves the logits along minus these: the entropy term raises every token with
+log p < -H (the rare ones) and lowers the dominant ones, i.e. it pushes towards uniform.
+
+The task: a token bandit with 8 contexts and 8 tokens with a trap. In every context a decoy token
+(reward 0.7) starts likely (logit +2, p ~ 0.55) and the best token (reward 1.0) starts rare
+(logit -2.5, p ~ 0.006); the other tokens earn 0-0.3, each context adds its own offset
+(+-0.75) and every reward has noise of std 0.5. PPO-Clip, 128 samples per iteration, 4 epochs
+of minibatch (64) Adam, and a learned value table per context (c1 = 0.5), for several c2.
+
+The figure shows (a) the policy entropy over training for each c2: without a bonus it collapses
+onto the decoy within a few iterations; (b) the probability of the best token: with a bonus it
+is found - late; (c) the expected reward; (d) the end of training against c2: too little bonus
+stays on the decoy, too much keeps the policy random; (e) the critic: value loss and explained
+variance against the ceiling of a perfect per-context critic (the rest of the variance is
+action choice and noise, which V(s) cannot explain); (f) the three gradients on the logits of
+one context at the start, from one batch.
+
+Exercises:
+1. Anneal c2 linearly from 0.1 to 0 over training (as some PPO code does). Does the final reward
+   beat the best constant c2?
+2. Set vf_coef (c1) to 0 (no critic learning: A = R - 0). What happens to the explained variance,
+   to the advantages (they now carry each context's offset) and to learning?
+3. In (f), derive -c2 dH/dz by hand for a two-token policy and check the bar of the rare token.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from lessons._common import lesson_args, output_path, pyplot, save
+from minippo.rl.bandit import BanditPPOConfig, TokenBandit, ppo_train
+from minippo.rl.distributions import (entropy_backward, entropy_from_logits, logprobs_backward,
+                                      logprobs_from_logits)
+from minippo.rl.masked import masked_whiten
+from minippo.rl.policy_loss import clipped_policy_loss
+from minippo.rl.value_loss import value_loss
+
+VF_COEF = 0.5
+SHOW_ENT_COEF = 0.1                     # c2 used in panel (f)
+
+
+def make_task(rng: np.random.Generator, S: int = 8, V: int = 8):
+    """Rewards with a decoy (0.7, likely at the start) and a best token (1.0, rare at the start)."""
+    rewards = rng.uniform(0.0, 0.3, (S, V))                             # (S, V)
+    W0 = np.zeros((S, V))                                               # tabular: W = logits
+    decoy, best = np.empty(S, dtype=int), np.empty(S, dtype=int)
+    for s in range(S):
+        decoy[s], best[s] = rng.choice(V, size=2, replace=False)
+        rewards[s, decoy[s]], rewards[s, best[s]] = 0.7, 1.0
+        W0[s, decoy[s]], W0[s, best[s]] = 2.0, -2.5
+    rewards += rng.uniform(-0.75, 0.75, (S, 1))                         # each context's own level
+    return TokenBandit(rewards, noise_std=0.5), W0, decoy, best
+
+
+def config(ent_coef: float) -> BanditPPOConfig:
+    return BanditPPOConfig(objective="clip", clip_eps=0.2, ent_coef=ent_coef, vf_coef=VF_COEF, critic="table",
+                           lr=0.05, batch_size=128, minibatch_size=64, epochs=4)
+
+
+def gradient_terms(bandit, W0, rng, context: int = 0) -> dict:
+    """The three terms of eq. (9) and their gradients on the logits of one context, one batch, at W0."""
+    states, actions, rewards = bandit.sample(W0, config(0).batch_size, rng)
+    logits = W0[states]                                                  # (N, V): tabular policy
+    logp, cache = logprobs_from_logits(logits, actions)
+    values = np.zeros(bandit.n_states)[states]                           # critic at its init, V = 0
+    adv = masked_whiten(rewards - values, None)
+    # policy term: -L^CLIP; at W = W_old every ratio is 1, so nothing is clipped yet
+    pol, dlogp, _ = clipped_policy_loss(logp, logp, adv, None, 0.2)
+    d_pol = logprobs_backward(dlogp, cache)                              # (N, V)
+    # entropy term: -c2 * mean H
+    ent, ent_cache = entropy_from_logits(logits)
+    d_ent = -SHOW_ENT_COEF * entropy_backward(np.full_like(ent, 1.0 / len(ent)), ent_cache)
+    # value term: c1 * 0.5 mean (V - R)^2 -- its gradient reaches the critic only
+    vl, dvalues, _ = value_loss(values, rewards)
+    rows = states == context
+    return {"policy": -d_pol[rows].sum(axis=0), "entropy": -d_ent[rows].sum(axis=0),   # descent directions
+            "value_on_critic": -VF_COEF * float(dvalues[rows].sum()), "n_context": int(rows.sum()),
+            "probs": bandit.probs(W0)[context], "loss_terms": {"policy": pol, "value": VF_COEF * vl,
+                                                               "entropy": -SHOW_ENT_COEF * float(ent.mean())}}
+
+
+def run(quick: bool = False, seed: int = 0) -> dict:
+    ent_coefs = (0.0, 0.1) if quick else (0.0, 0.01, 0.03, 0.1, 0.3)
+    n_seeds = 2 if quick else 3
+    n_iters = 25 if quick else 80
+    keys = ("entropy", "p_best", "progress", "value_loss", "explained_variance", "explained_variance_exact")
+    hist = {c: {k: [] for k in keys} for c in ent_coefs}
+    for s in range(n_seeds):
+        bandit, W0, decoy, best = make_task(np.random.default_rng([seed, s]))
+        J0, J_opt = bandit.expected_reward(W0), bandit.optimal_reward()
+        for c in ent_coefs:
+            h = ppo_train(bandit, config(c), n_iters, np.random.default_rng([seed, s, 1]), W0=W0)
+            h["progress"] = (h["reward"] - J0) / (J_opt - J0)
+            for k in keys:
+                hist[c][k].append(h[k])
+    hist = {c: {k: np.array(v) for k, v in d.items()} for c, d in hist.items()}          # (n_seeds, n_iters)
+    bandit, W0, decoy, best = make_task(np.random.default_rng([seed, 0]))
+    grads = gradient_terms(bandit, W0, np.random.default_rng([seed, 2]))
+    grads.update(decoy=int(decoy[0]), best=int(best[0]))
+    final = {c: {k: float(hist[c][k][:, -5:].mean()) for k in ("entropy", "p_best", "progress")} for c in ent_coefs}
+    return {"ent_coefs": ent_coefs, "hist": hist, "final": final, "grads": grads, "n_seeds": n_seeds,
+            "n_iters": n_iters, "max_entropy": float(np.log(bandit.vocab)),
+            "entropy_at_10": {c: float(hist[c]["entropy"][:, 9].mean()) for c in ent_coefs}}
+
+
+def plot(results: dict, path) -> None:
+    plt = pyplot()
+    fig, ax = plt.subplots(2, 3, figsize=(17, 9.5), layout="constrained")
+    cs = results["ent_coefs"]
+    cmap = plt.get_cmap("viridis")
+    color = {c: cmap(0.9 * k / max(len(cs) - 1, 1)) for k, c in enumerate(cs)}
+    it = np.arange(1, results["n_iters"] + 1)
+    hist = results["hist"]
+    for a, key, ylabel, title in (
+            (ax[0, 0], "entropy", "mean entropy H (nats)", "(a) entropy: collapse without the bonus"),
+            (ax[0, 1], "p_best", "p(best token), mean over contexts", "(b) the best token is found late - or never"),
+            (ax[0, 2], "progress", "(J - J_start) / (J_opt - J_start)", "(c) expected reward")):
+        for c in cs:
+            a.plot(it, hist[c][key].mean(axis=0), color=color[c], lw=2, label=f"c2 = {c:g}")
+        a.set_xlabel("PPO iteration")
+        a.set_ylabel(ylabel)
+        a.set_title(title + f" (mean of {results['n_seeds']} tasks)")
+    ax[0, 0].axhline(results["max_entropy"], color="k", ls=":", lw=1, label="uniform = ln 8")
+    ax[0, 0].legend(loc="upper right", fontsize=8)
+    ax[0, 1].legend(loc="center right", fontsize=8)
+    ax[0, 2].legend(loc="lower right", fontsize=8)
+
+    a = ax[1, 0]
+    fin = results["final"]
+    a.plot(cs, [fin[c]["progress"] for c in cs], "o-", color="tab:blue", label="reward progress")
+    a.plot(cs, [fin[c]["p_best"] for c in cs], "s-", color="tab:green", label="p(best token)")
+    a.plot(cs, [fin[c]["entropy"] / results["max_entropy"] for c in cs], "^-", color="tab:purple",
+           label="entropy / ln 8")
+    a.set_xscale("symlog", linthresh=0.01)
+    a.set_xlabel("entropy coefficient c2 (symlog axis)")
+    a.set_ylabel("value over the last 5 iterations")
+    a.set_title("(d) end of training vs c2: too little, too much")
+    a.legend(loc="upper left", fontsize=8)
+
+    a = ax[1, 1]
+    c = SHOW_ENT_COEF if SHOW_ENT_COEF in hist else cs[-1]
+    h = hist[c]
+    a.plot(it, h["explained_variance"].mean(axis=0), color="tab:orange", lw=2, label="explained variance of V(s)")
+    a.plot(it, h["explained_variance_exact"].mean(axis=0), color="tab:orange", ls=":",
+           label="ceiling: exact V(s) of the current policy")
+    a.plot(it, h["value_loss"].mean(axis=0), color="tab:gray", lw=1.5, label="value loss 0.5 mean (V(s) - R)^2")
+    a.set_ylim(-0.05, 0.7)
+    a.set_xlabel("PPO iteration")
+    a.set_ylabel("explained variance 1 - Var[R - V] / Var[R]; value loss")
+    a.legend(loc="upper right", fontsize=8)
+    a.set_title(f"(e) the critic (value table per context), c2 = {c:g}")
+
+    a = ax[1, 2]
+    g = results["grads"]
+    V = len(g["probs"])
+    x = np.arange(V)
+    w = 0.27
+    a.bar(x - w, g["policy"], w, color="tab:blue", label=r"policy term  $-\partial(-L^{CLIP})/\partial z$")
+    a.bar(x, g["entropy"], w, color="tab:purple",
+          label=rf"entropy term  $-\partial(-c_2 H)/\partial z$, $c_2$ = {SHOW_ENT_COEF:g}")
+    a.bar(x + w, g["policy"] + g["entropy"], w, color="k", alpha=0.6, label="sum (value term: 0 on the logits)")
+    a.axhline(0, color="k", lw=1)
+    names = [f"{t}\np={p:.3f}" + ("\nDECOY" if t == g["decoy"] else "\nBEST" if t == g["best"] else "")
+             for t, p in enumerate(g["probs"])]
+    a.set_xticks(x, names, fontsize=8)
+    a.set_xlabel("token of context 0 (probability at the start)")
+    a.set_ylabel("descent direction on the logit (- gradient)")
+    a.set_title(f"(f) the gradients of eq. (9) on one context's logits\n({g['n_context']} of the batch's samples)")
+    a.legend(loc="lower left", fontsize=8)
+    fig.suptitle("Lesson 06: loss = policy + c1 value - c2 entropy (PPO paper eq. (9)) on a token bandit with a "
+                 "decoy token", fontsize=12)
+    save(fig, path)
+
+
+def main(argv=None) -> dict:
+    args = lesson_args(__doc__, argv)
+    r = run(quick=args.quick, seed=args.seed)
+    print(f"{r['n_seeds']} tasks x {r['n_iters']} iterations, PPO-Clip, c1 = {VF_COEF}; decoy reward 0.7 "
+          "(p 0.55 at the start), best 1.0 (p 0.006).")
+    print(f"{'c2':>6} | entropy @10 | final entropy | final p(best) | final progress")
+    for c in r["ent_coefs"]:
+        f = r["final"][c]
+        print(f"{c:6g} | {r['entropy_at_10'][c]:11.3f} | {f['entropy']:13.3f} | {f['p_best']:13.3f} | {f['progress']:14.3f}")
+    h = r["hist"][SHOW_ENT_COEF]
+    print(f"Critic (c2 = {SHOW_ENT_COEF}): explained variance {h['explained_variance'][:, 0].mean():.2f} -> "
+          f"{h['explained_variance'][:, -1].mean():.2f} (ceiling {h['explained_variance_exact'][:, -1].mean():.2f}); "
+          f"value loss {h['value_loss'][:, 0].mean():.3f} -> {h['value_loss'][:, -1].mean():.3f}.")
+    g = r["grads"]
+    lt = g["loss_terms"]
+    print(f"Gradients on context 0's logits at the start (descent directions): policy term "
+          f"{np.round(g['policy'], 4).tolist()}, entropy term {np.round(g['entropy'], 4).tolist()}; the decoy "
+          f"(token {g['decoy']}) is pushed {'down' if g['entropy'][g['decoy']] < 0 else 'up'} by the entropy term "
+          f"({g['entropy'][g['decoy']]:+.4f}) while the policy term pushes it up ({g['policy'][g['decoy']]:+.4f}); "
+          f"the rare best token (token {g['best']}) gets only {g['entropy'][g['best']]:+.5f} (the push is "
+          f"proportional to p): the bonus works by holding the dominant token back, so the others keep being "
+          f"sampled. The value term moves only the critic (descent direction on V(context 0): "
+          f"{g['value_on_critic']:+.4f}).")
+    print(f"Loss terms on that batch: policy {lt['policy']:+.4f}, c1 * value {lt['value']:+.4f}, "
+          f"-c2 * entropy {lt['entropy']:+.4f}.")
+    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
+    plot(r, path)
+    print(f"figure: {path}")
+    return r
+
+
+if __name__ == "__main__":
+    main()
