@@ -11,6 +11,11 @@ One iteration of the loop (Algorithm 1 of Schulman et al. 2017, arXiv:1707.06347
    epochs early when the approximate KL to the rollout policy exceeds ``target_kl``;
 5. log CleanRL's metrics.
 
+One deliberate difference from CleanRL: its ``ppo.py`` sets ``next_done = terminated | truncated``
+and so treats the 500-step time limit as a terminal state; here truncated episodes bootstrap with
+V(s_T) (see :mod:`minippo.classic.rollout`). The learning rate default also differs (see
+:class:`~minippo.classic.config.PPOConfig`).
+
 Legend: T steps per env, N envs, D observation features, A actions, B minibatch rows.
 """
 from __future__ import annotations
@@ -34,9 +39,10 @@ from minippo.rl.distributions import logprobs_from_logits
 from minippo.rl.masked import explained_variance
 
 #: the per-update metrics, in the order the dashboard shows them
-METRICS = ("charts/episodic_return", "charts/mean_return_last20", "losses/policy_loss", "losses/value_loss", "losses/entropy",
-           "losses/approx_kl", "losses/old_approx_kl", "losses/clipfrac", "losses/explained_variance",
-           "losses/grad_norm", "charts/learning_rate")
+METRICS = ("charts/episodic_return", "charts/mean_return_last20", "losses/policy_loss", "losses/value_loss",
+           "losses/entropy", "losses/approx_kl", "losses/old_approx_kl", "losses/clipfrac",
+           "losses/explained_variance", "losses/grad_norm", "losses/grad_norm_actor", "losses/grad_norm_critic",
+           "charts/learning_rate")
 
 
 def train_ppo(make_env: Callable[[], object], total_timesteps: int, seed: int = 0, *,
@@ -93,6 +99,13 @@ def _train(make_env, total_timesteps: int, seed: int, cfg: PPOConfig, callback) 
         logits, _ = actor_logits(params, obs, check=False)
         return sample_actions(logits, rng)
 
+    try:
+        return _loop(envs, params, optimizer, policy, rng, num_updates, seed, cfg, callback)
+    finally:
+        envs.close()
+
+
+def _loop(envs, params, optimizer, policy, rng, num_updates, seed, cfg, callback) -> dict:
     next_obs, _ = envs.reset(seed=seed)
     ep_returns, ep_steps, ep_lengths, history = [], [], [], []
     global_step, t_start = 0, time.perf_counter()
@@ -126,7 +139,6 @@ def _train(make_env, total_timesteps: int, seed: int, cfg: PPOConfig, callback) 
         history.append(record)
         if callback is not None:
             callback(record)
-    envs.close()
     return {
         "episode_returns": np.array(ep_returns),
         "episode_steps": np.array(ep_steps, dtype=np.int64),
@@ -268,7 +280,8 @@ def cli_main(args: argparse.Namespace) -> int:
         except ImportError:
             print("minippo classic: error: --gymnasium needs `pip install gymnasium`", file=sys.stderr)
             return 2
-        make_env, env_name = (lambda: gymnasium.make("CartPole-v1")), f"gymnasium {gymnasium.__version__} CartPole-v1"
+        make_env = lambda: gymnasium.make("CartPole-v1")                      # noqa: E731
+        env_name = f"gymnasium {gymnasium.__version__} CartPole-v1"
     else:
         from minippo.classic.cartpole import CartPoleEnv
         make_env, env_name = CartPoleEnv, "minippo CartPole-v1"

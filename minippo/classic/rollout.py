@@ -11,13 +11,15 @@ state ``s_{t+1}`` (``final_obs``: before any auto-reset). Hence the done-index c
 (CleanRL stores ``dones[t+1]`` next to the *next* observation and writes ``1 - dones[t+1]``;
 the information is the same, shifted by one row.)
 
-Termination vs truncation (the GAE paper's delta_t = r_t + gamma V(s_{t+1}) - V(s_t), eq. (9) of
-Schulman et al. 2016, arXiv:1506.02438; truncated GAE is eqs. (11)-(12) of the PPO paper):
+Termination vs truncation, in the TD residual delta_t = r_t + gamma V(s_{t+1}) - V(s_t) (GAE paper,
+Schulman et al. 2016, arXiv:1506.02438, sec. 3; GAE truncated at the rollout's end is eqs. (11)-(12)
+of the PPO paper):
 
 - terminated: s_{t+1} is terminal, its value is 0, so delta_t = r_t - V(s_t);
 - truncated: only the clock ran out; s_{t+1} is an ordinary state, delta_t = r_t + gamma V(s_{t+1})
   - V(s_t) with V evaluated on the final observation. Treating truncation as termination (a common
-  bug) teaches the critic that a balanced pole at step 500 is worth nothing, although it is not.
+  bug; CleanRL's ``ppo.py`` does it) teaches the critic that a pole still balanced at step 500 is
+  worth nothing, although it would have kept earning reward.
 
 Legend: T steps per env, N envs, D observation features, A actions.
 """

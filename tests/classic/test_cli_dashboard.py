@@ -1,0 +1,64 @@
+"""The `minippo classic` command, the dashboard figure, the one-BLAS-thread context, field docs."""
+import numpy as np
+import pytest
+
+from minippo.classic.blas import blas_threads, single_blas_thread
+from minippo.classic.config import PPOConfig, field_docs
+from minippo.cli import main as minippo_main
+from minippo.io import load_checkpoint, read_metrics
+
+FAST = ["--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "2"]
+
+
+def test_cli_writes_metrics_dashboard_and_weights(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = minippo_main(["classic", "--total-timesteps", "1024", "--seed", "3", "--out", str(out),
+                       "--no-progress", "--target-kl", "0.001", "--no-norm-adv", *FAST])
+    assert rc == 0
+    records = read_metrics(out / "metrics.jsonl")
+    assert len(records) == 8 and records[-1]["global_step"] == 1024
+    assert {"losses/approx_kl", "losses/clipfrac", "losses/explained_variance", "losses/grad_norm",
+            "early_stop_epoch", "charts/episodic_return"} <= set(records[0])
+    assert (out / "dashboard.png").stat().st_size > 50_000
+    params, state = load_checkpoint(out / "agent")
+    assert params["actor.0.w"].shape == (4, 64) and state["seed"] == 3
+    assert state["config"]["target_kl"] == 0.001 and state["config"]["norm_adv"] is False
+    text = capsys.readouterr().out
+    assert "mean return of the last 20 episodes" in text and "steps to reach 475" in text
+
+
+def test_cli_rejects_bad_hyperparameters(capsys):
+    assert minippo_main(["classic", "--lr", "-1", "--no-progress"]) == 2
+    assert "`lr`" in capsys.readouterr().err
+    assert minippo_main(["classic", "--total-timesteps", "10", "--no-progress"]) == 2
+    assert "`total_timesteps`" in capsys.readouterr().err
+
+
+def test_every_config_field_has_a_docstring_and_a_flag():
+    from dataclasses import fields
+    docs = field_docs(PPOConfig)
+    assert set(docs) == {f.name for f in fields(PPOConfig)}
+    assert all(len(d) > 20 for d in docs.values())
+
+
+def test_dashboard_several_runs_with_early_stops(tmp_path):
+    from minippo.classic.dashboard import plot_dashboard, rolling_mean
+    np.testing.assert_allclose(rolling_mean(np.array([1.0, 3.0, 5.0, 7.0]), 2), [1, 2, 4, 6])
+    hist = [{"global_step": 512 * (i + 1), "losses/policy_loss": 0.01, "losses/value_loss": 10.0 / (i + 1),
+             "losses/entropy": 0.69 - 0.01 * i, "losses/approx_kl": 0.02 if i % 2 else 0.0,
+             "losses/clipfrac": 0.1, "losses/explained_variance": 0.5, "losses/grad_norm": 1.0,
+             "early_stop_epoch": 0 if i % 2 else None, "epochs": 1 if i % 2 else 4} for i in range(6)]
+    res = {"episode_returns": np.arange(30.0), "episode_steps": np.arange(30) * 100, "history": hist,
+           "config": {"target_kl": 0.01, "max_grad_norm": 0.5}}
+    empty = dict(res, episode_returns=np.array([]), episode_steps=np.array([]))
+    path = plot_dashboard({"a": res, "b": empty}, tmp_path / "d.png", title="t")
+    assert path.stat().st_size > 50_000
+
+
+def test_single_blas_thread_restores_the_count():
+    before = blas_threads()
+    if before is None:
+        pytest.skip("OpenBLAS not found in this process (another BLAS): the context is a no-op")
+    with single_blas_thread():
+        assert blas_threads() == 1
+    assert blas_threads() == before
