@@ -1,5 +1,7 @@
 """Lesson 02 - importance ratio: r = exp(logp_new - logp_old), underflow of probability products, the four (A, r) quadrants.
 
+Legend: T tokens of a sequence, V vocab, S contexts, N samples; W (D, V) policy parameters.
+
 Pipeline step: PPO trains the NEW policy on samples of the OLD one; the importance ratio
 corrects for that (seed 003's chain: policy gradient -> importance sampling ratio -> TRPO -> ...).
 

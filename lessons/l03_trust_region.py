@@ -1,5 +1,7 @@
 """Lesson 03 - trust region: vanilla PG vs KL-constrained (TRPO-style) vs PPO-clip steps; PPO paper Figure 2 reproduced.
 
+Legend: S contexts (32), D features (4), V vocab (8), N samples (128); W (D, V) the policy.
+
 Pipeline step: how far may one update move the policy? (seed 003's chain: policy gradient ->
 importance ratio -> TRPO trust region -> PPO clipped objective -> ...)
 

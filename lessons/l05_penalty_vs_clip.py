@@ -1,5 +1,7 @@
 """Lesson 05 - penalty vs clip: PPO-Penalty with the paper's adaptive beta rule vs PPO-Clip on one task.
 
+Legend: S contexts (32), V vocab (32), N samples per iteration (256); W (S, V) tabular logits.
+
 Pipeline step: the two ways PPO keeps the new policy near the old one (seed 003's chain:
 ... -> TRPO trust region -> PPO clipped objective -> ...).
 

@@ -1,5 +1,7 @@
 """Lesson 06 - actor-critic loss: policy + c1 value - c2 entropy; entropy collapse vs the entropy bonus.
 
+Legend: S contexts (8), V vocab (8), N samples per iteration (128); W (S, V) logits, V(s) (S,).
+
 Pipeline step: the loss PPO actually minimises, with its critic (seed 003's chain: ... -> PPO
 clipped objective -> actor loss + critic loss + entropy -> rollout collection + GAE -> ...).
 

@@ -19,10 +19,12 @@ def test_l03_quick(tmp_path, capsys):
     assert kl[ppo, -1].mean() > 10 * lesson.PAPER_KL
     # the batch's surrogate over-promises for large steps
     assert np.all(r["promise"][:, -1].mean(axis=1) > r["gain"][:, -1].mean(axis=1))
-    # Figure 2: L^CLIP is a lower bound of L^CPI that peaks near the PPO update (a = 1)
+    # Figure 2: L^CLIP is a lower bound of L^CPI with an interior peak near the PPO update (a = 1),
+    # while L^CPI keeps rising along the line
     f2 = r["fig2"]
     assert np.all(f2["L^CLIP"] <= f2["L^CPI"] + 1e-12)
-    assert 0.7 <= r["fig2_peak_alpha"] <= 1.4
+    assert 0.7 <= r["fig2_peak_alpha"] < 1.8 and f2["L^CLIP"][-1] < f2["L^CLIP"].max()
+    assert f2["L^CPI"][-1] == f2["L^CPI"].max()
     assert 0.005 < r["fig2_kl_at_1"] < 0.08
     assert np.all(np.diff(f2["KL"]) > 0) and f2["KL"][0] == 0
 
