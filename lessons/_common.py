@@ -11,7 +11,17 @@ FIGURES_DIR = REPO_ROOT / "figures"
 
 
 def figure_path(module_name: str, directory: str | os.PathLike | None = None) -> Path:
-    """``figures/lNN_<slug>.png`` for the lesson module ``lessons.lNN_<slug>`` (or in ``directory``)."""
+    """``figures/lNN_<slug>.png`` for the lesson module ``lessons.lNN_<slug>`` (or in ``directory``).
+
+    Run as ``python -m lessons.lNN_<slug>`` the module is called ``__main__``; its real name is then
+    read from ``__main__.__spec__``.
+    """
+    if module_name == "__main__":
+        import sys
+        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        if spec is None:
+            raise ValueError("cannot name the figure of a lesson run as a script; use `python -m lessons.lNN_<slug>`")
+        module_name = spec.name
     slug = module_name.rsplit(".", 1)[-1]
     folder = Path(directory) if directory is not None else FIGURES_DIR
     folder.mkdir(parents=True, exist_ok=True)
