@@ -141,6 +141,11 @@ class SFTConfig:
         return cls(**d)
 
 
+def init_model(cfg: SFTConfig, vocab_size: int) -> TinyGPT:
+    """The model SFT starts from: ``cfg``'s shape, GPT-2 initialisation drawn from ``[cfg.seed, SEED_MODEL]``."""
+    return TinyGPT(cfg.gpt_config(vocab_size), rng=np.random.default_rng([cfg.seed, SEED_MODEL]))
+
+
 def heldout_loss(model: TinyGPT, seqs: list[np.ndarray], pad_id: int = 0, batch_size: int = 256) -> float:
     """Mean cross-entropy per predicted token over all of ``seqs`` (token-weighted, forward only)."""
     order = np.argsort([len(s) for s in seqs], kind="stable")     # similar lengths together: less padding
@@ -214,7 +219,7 @@ def _train(cfg: SFTConfig, out_dir: Path, resume: bool, progress: bool) -> dict:
 
     tokenizer, train, held, n_dropped = _prepare(cfg, out_dir)
     V = tokenizer.vocab_size
-    model = TinyGPT(cfg.gpt_config(V), rng=np.random.default_rng([cfg.seed, SEED_MODEL]))
+    model = init_model(cfg, V)
     opt = AdamW(model.params, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=cfg.weight_decay)
     ckpt_dir, metrics_path = out_dir / "checkpoint", out_dir / "metrics.jsonl"
 

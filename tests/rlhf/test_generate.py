@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from minippo.nn.gpt import GPTConfig, TinyGPT
-from minippo.rlhf.generate import Generation, generate, sample_from, sampling_distribution
+from minippo.rlhf.generate import Generation, generate, sample_from, sample_from_reference, sampling_distribution
 
 EOS, PAD = 2, 0
 
@@ -162,6 +162,20 @@ def test_inverse_cdf_sampling_frequencies():
     assert np.all(np.abs(freq - probs) < 4 * np.sqrt(probs * (1 - probs) / n) + 1e-12)
     # the edges of (0, 1]: u = 1 gives the last token with probability > 0, tiny u the first
     np.testing.assert_array_equal(sample_from(np.array([[0.5, 0.5, 0.0]] * 2), np.array([1.0, 1e-12])), [1, 0])
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sampling_kernel_matches_its_numpy_reference(dtype):
+    rng = np.random.default_rng(11)
+    probs = rng.random((300, 50)) ** 3
+    probs[rng.random(probs.shape) < 0.5] = 0.0                     # truncated rows (top-k / top-p) ...
+    probs[:, 0] += 1e-3                                            # ... with at least one token left
+    probs = (probs / probs.sum(axis=1, keepdims=True)).astype(dtype)
+    u = 1.0 - rng.random(300)
+    u[:3] = [1.0, 1e-300, 0.5]
+    np.testing.assert_array_equal(sample_from(probs, u), sample_from_reference(probs, u))
+    assert np.all(probs[np.arange(300), sample_from(probs, u)] > 0)
 
 
 def test_top_k_1_is_greedy():
