@@ -27,8 +27,8 @@ def _runs(report: Report, label: str, make_env, seeds, **hyper) -> int:
         cpu = time.process_time() - cpu
         reached, final = steps_to_reach(res, GOAL), last_mean(res)
         met += final >= GOAL
-        report.note(f"{label:<28s} seed {seed}: 475 reached at "
-                    f"{'never' if reached is None else f'{reached:>7d}'} steps; last-20 mean at "
+        when = "475 not reached            " if reached is None else f"475 reached at {reached:>6d} steps"
+        report.note(f"{label:<28s} seed {seed}: {when}; last-20 mean at "
                     f"{TOTAL // 1000}k {final:5.1f}; wall {res['wall_time']:5.1f} s "
                     f"({TOTAL / res['wall_time']:5.0f} steps/s), CPU {cpu:5.1f} s")
     return met
