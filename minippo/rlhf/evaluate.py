@@ -1,0 +1,85 @@
+"""Judging a policy: fresh samples for fixed prompts, scored by the simulated human, the RM and the KL.
+
+Legend: N prompts (one response each), Tn response tokens.
+
+The question of RLHF is whether the policy got better *for the human* (gold score), not only for the
+reward model it was optimised against, and how far it moved from the reference to get there (KL).
+:func:`evaluate_policy` answers both on the same prompts for any policy (SFT before PPO, PPO after),
+sampling at the training temperature::
+
+    gold      gold_score(prompt + response)                          the simulated human (never trained on)
+    rm        reward_model.score(...)                                 the proxy PPO maximised (normalised)
+    kl        sum_t (logp_t - logp_ref_t)                             k1 per response, as ``objective/kl``
+    kl_exact  sum_t KL(pi(.|s_t) || pi_ref(.|s_t))                    from the full distributions
+    length    response tokens (EOS included); ended: an EOS was produced
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from minippo.checks import check_range
+from minippo.rl.distributions import logprobs_from_logits
+from minippo.rl.kl import kl_exact_from_logits
+from minippo.rlhf.generate import encode_prompts, generate
+from minippo.rlhf.gold import gold_scores
+from minippo.rlhf.response import forward_response
+from minippo.rlhf.rewards import has_eos
+
+
+def evaluate_policy(policy, ref, reward_model, tokenizer, prompts: list[str], *, rng: np.random.Generator,
+                    max_new_tokens: int, temperature: float = 1.0, batch_size: int = 128) -> dict:
+    """One fresh response per prompt from ``policy``, judged by gold, the RM and the KL to ``ref``.
+
+    Parameters
+    ----------
+    policy, ref : TinyGPT (pass the same model twice for a KL of 0)
+    reward_model : RewardModel; tokenizer : Tokenizer; prompts : list of N str
+    rng : np.random.Generator for the sampling; max_new_tokens, temperature : as in training
+    batch_size : prompts per generation call
+
+    Returns
+    -------
+    dict of (N,) arrays ``gold``, ``rm``, ``kl``, ``kl_exact``, ``length``, ``ended``, the list ``texts``, and
+    the summary floats ``gold_mean``, ``gold_std``, ``rm_mean``, ``kl_mean``, ``kl_exact_mean``,
+    ``length_mean``, ``ended_frac``.
+    """
+    if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)) or not prompts:
+        raise ValueError("`prompts` must be a non-empty list of str")
+    check_range("batch_size", batch_size, 1, None, integer=True)
+    parts = {k: [] for k in ("gold", "rm", "kl", "kl_exact", "length", "ended")}
+    texts = []
+    for i in range(0, len(prompts), batch_size):
+        ids, mask = encode_prompts(tokenizer, list(prompts[i:i + batch_size]))               # (b, Tp)
+        gen = generate(policy, ids, mask, max_new_tokens=max_new_tokens, rng=rng, temperature=temperature,
+                       eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
+        m = gen.response_mask
+        logits, _, _ = forward_response(policy, gen.sequences, gen.attn_mask, gen.prompt_len)   # (b, Tn, V)
+        ref_logits, _, _ = forward_response(ref, gen.sequences, gen.attn_mask, gen.prompt_len)
+        logp, _ = logprobs_from_logits(logits, gen.response, temperature)
+        logp_ref, _ = logprobs_from_logits(ref_logits, gen.response, temperature)
+        batch_texts = tokenizer.decode_batch(gen.sequences)
+        texts += batch_texts
+        parts["gold"].append(gold_scores(batch_texts))
+        parts["rm"].append(reward_model.score(gen.sequences, gen.attn_mask))
+        parts["kl"].append(((logp.astype(np.float64) - logp_ref) * m).sum(axis=1))
+        parts["kl_exact"].append((kl_exact_from_logits(logits, ref_logits, temperature) * m).sum(axis=1))
+        parts["length"].append(m.sum(axis=1))
+        parts["ended"].append(has_eos(gen.response, m, tokenizer.eos_id))
+    out = {k: np.concatenate(v) for k, v in parts.items()}
+    out["texts"] = texts
+    out.update(gold_mean=float(out["gold"].mean()), gold_std=float(out["gold"].std()),
+               rm_mean=float(out["rm"].mean()), kl_mean=float(out["kl"].mean()),
+               kl_exact_mean=float(out["kl_exact"].mean()), length_mean=float(out["length"].mean()),
+               ended_frac=float(out["ended"].mean()))
+    return out
+
+
+def samples_markdown(prompts: list[str], before: dict, after: dict, n: int = 16,
+                     names: tuple[str, str] = ("SFT", "PPO")) -> str:
+    """A Markdown table of the first ``n`` prompts with both policies' texts, gold and RM scores."""
+    a, b = names
+    rows = [f"| # | {a} sample | gold | RM | {b} sample | gold | RM |", "|---|---|---|---|---|---|---|"]
+    for i in range(min(n, len(prompts))):
+        rows.append(f"| {i} | {before['texts'][i]} | {before['gold'][i]:+.2f} | {before['rm'][i]:+.2f} | "
+                    f"{after['texts'][i]} | {after['gold'][i]:+.2f} | {after['rm'][i]:+.2f} |")
+    return "\n".join(rows)

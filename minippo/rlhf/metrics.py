@@ -1,0 +1,62 @@
+"""The metric glossary of RLHF-PPO: every name written to ``metrics.jsonl``, defined in one line.
+
+Names follow TRL's namespaces (``objective/``, ``policy/``, ``loss/``, ``val/``) plus our own
+(``gold/score``, ``policy/approxkl_max``, ...). Conventions: "per response" quantities are summed over
+the response's valid tokens (EOS included, padding never) and averaged over the batch; "per token"
+quantities are masked means over all valid tokens of the batch; ``policy/*``, ``loss/*`` and
+``val/clipfrac_avg``, ``val/ratio`` are averaged over the minibatches that were computed in the update.
+KL and entropies are in nats, at the sampling temperature. The README prints :data:`GLOSSARY` as its
+glossary table (:func:`glossary_markdown`).
+"""
+from __future__ import annotations
+
+GLOSSARY: dict[str, str] = {
+    "objective/kl": "mean over responses of sum_t (logp_t - logp_ref_t): the k1 estimate of KL(pi_old || pi_ref) per response (what the adaptive controller targets)",
+    "objective/kl_exact": "mean over responses of sum_t KL(pi_old(.|s_t) || pi_ref(.|s_t)) computed exactly from the full distributions (only with log_exact_kl)",
+    "objective/entropy": "mean over responses of sum_t -logp_t: a one-sample estimate of the policy's entropy per response",
+    "objective/non_score_reward": "mean over responses of sum_t -kl_coef * kl_t: the KL-penalty part of the return",
+    "objective/rlhf_reward": "mean over responses of score + non_score_reward: the return PPO maximises",
+    "objective/scores": "mean score per response: RM score minus the missing-EOS penalty (and length terms)",
+    "objective/rm_scores": "mean raw reward-model score per response (normalised RM, before penalties)",
+    "gold/score": "mean gold score (the simulated human, never seen by the policy) of the rollout's texts",
+    "policy/approxkl_avg": "mean over minibatches of approx KL = mean_t((r_t - 1) - log r_t) (k3 of KL(pi_old || pi))",
+    "policy/approxkl_max": "largest approx KL of any minibatch of the update",
+    "policy/clipfrac_avg": "mean over minibatches of the fraction of valid tokens whose clipped branch is active (zero gradient)",
+    "policy/entropy_avg": "mean over minibatches of the per-token entropy H[pi(.|s_t)] of the current policy (full distribution)",
+    "policy/grad_norm_avg": "mean global gradient norm (actor + critic) before clipping, over the applied steps",
+    "policy/skipped_minibatches": "minibatches skipped because their mean ratio exceeded ratio_threshold",
+    "policy/steps": "AdamW steps taken in this iteration's update",
+    "loss/policy_avg": "mean over minibatches of the clipped surrogate loss -L^CLIP (PPO eq. (7))",
+    "loss/value_avg": "mean over minibatches of the value loss 0.5 mean_t max((V - R)^2, (V_clip - R)^2) (unclipped without value_clip)",
+    "loss/ptx_avg": "mean over minibatches of the corpus language-model loss of PPO-ptx (0 when ptx_coef = 0)",
+    "loss/kl_avg": "mean over minibatches of the KL loss term mean_t k3(pi, pi_ref) (0 when kl_loss_coef = 0)",
+    "val/clipfrac_avg": "mean over minibatches of the fraction of valid tokens where the clipped value error is the larger one",
+    "val/explained_variance": "1 - Var[R - V] / Var[R] over the rollout's valid tokens (critic quality; 1 perfect, <= 0 useless)",
+    "val/ratio": "mean over minibatches of the mean ratio r_t = exp(logp - logp_old) (exactly 1 with lr = 0)",
+    "val/num_eos_tokens": "number of responses in the batch that produced an EOS",
+    "val/values_avg": "mean critic value V(s_t) over the rollout's valid tokens",
+    "response/length": "mean number of response tokens (EOS included)",
+    "kl_coef": "beta used for this iteration's rewards (the controller updates it after the iteration)",
+    "lr": "actor learning rate used in this iteration",
+    "episode": "responses generated so far, this iteration's included",
+    "iteration": "0-based index of the iteration",
+    "early_stop_epoch": "0-based epoch in which target-KL early stopping ended the update, or null",
+    "time/rollout": "seconds spent on generation, scoring, rewards and advantages",
+    "time/update": "seconds spent on the PPO epochs",
+    "time/iteration": "seconds for the whole iteration (rollout + update + logging + checkpoint)",
+}
+
+#: metrics that differ between two identical runs (wall-clock time): left out of equality checks
+TIMING = tuple(k for k in GLOSSARY if k.startswith("time/"))
+
+
+def glossary_markdown() -> str:
+    """The glossary as a Markdown table (``| metric | definition |``)."""
+    rows = ["| metric | definition |", "|---|---|"]
+    rows += [f"| `{k}` | {v} |" for k, v in GLOSSARY.items()]
+    return "\n".join(rows)
+
+
+def without_timing(record: dict) -> dict:
+    """``record`` without the wall-clock entries (for comparing runs)."""
+    return {k: v for k, v in record.items() if k not in TIMING}

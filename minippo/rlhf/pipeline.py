@@ -1,0 +1,177 @@
+"""``minippo rlhf``: the main job, from nothing to an aligned policy.
+
+    corpus -> tokenizer -> SFT            minippo.rlhf.sft              (stage 1, ``<out>/sft``)
+    preference pairs -> reward model      minippo.rlhf.reward_model     (stage 2, ``<out>/rm``)
+    PPO with the four models              minippo.rlhf.trainer          (stage 3, ``<out>/ppo``)
+    evaluation: SFT vs PPO, same prompts  minippo.rlhf.evaluate         (``samples.md``, ``summary.json``)
+    figures                               minippo.rlhf.plots            (``figures/ppo_curves.png``)
+
+Every stage shows a progress bar and writes into ``--out`` (default ``runs/<timestamp>``). A stage whose
+final checkpoint already exists there is reused, and the log says so: pointing ``--out`` at an earlier
+run skips its finished stages (a PPO stage interrupted after a checkpoint resumes from it). This is
+also how lessons cache SFT and the reward model (:func:`run_pipeline` with a cache folder).
+
+``--quick`` runs the same pipeline at CI size (a few tens of seconds). ``summary.json`` holds the wall
+time of each stage, the peak resident memory, and the numbers of the issue: SFT vs PPO gold mean and
+std, the KL to the reference against the controller's target, RM scores, lengths.
+"""
+from __future__ import annotations
+
+import json
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+
+from minippo.io import atomic_write_text, has_checkpoint, read_metrics
+from minippo.rlhf.ppo_config import PPOConfig
+
+SEED_EVAL = 11          # the evaluation prompts and samples: np.random.default_rng([seed, SEED_EVAL])
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MB (``ru_maxrss`` is in kB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def stage_configs(quick: bool = False, seed: int = 0):
+    """``(SFTConfig, RMConfig, PPOConfig)`` of the main job (``quick``: the CI size)."""
+    from minippo.rlhf.reward_model import RMConfig
+    from minippo.rlhf.sft import SFTConfig
+
+    if quick:
+        return SFTConfig.quick(seed=seed), RMConfig.quick(seed=seed), PPOConfig.quick(seed=seed)
+    return SFTConfig(seed=seed), RMConfig(seed=seed), PPOConfig(seed=seed)
+
+
+def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool = True, log=print,
+                 sft_cfg=None, rm_cfg=None, ppo_cfg=None, n_eval: int | None = None, evaluate: bool = True,
+                 figures: bool = True, callback=None) -> dict:
+    """Run (or reuse) every stage into ``out_dir``; returns the summary dict (also ``summary.json``).
+
+    ``sft_cfg`` / ``rm_cfg`` / ``ppo_cfg`` / ``n_eval`` override the defaults of :func:`stage_configs`;
+    ``callback`` is passed to the PPO trainer (called after every iteration).
+    """
+    from minippo.rlhf.reward_model import train_reward_model
+    from minippo.rlhf.sft import train_sft
+    from minippo.rlhf.trainer import run_ppo
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    d_sft, d_rm, d_ppo = stage_configs(quick, seed)
+    sft_cfg, rm_cfg, ppo_cfg = sft_cfg or d_sft, rm_cfg or d_rm, ppo_cfg or d_ppo
+    n_eval = n_eval or (64 if quick else 256)
+    summary = {"out": str(out), "quick": quick, "seed": seed, "seconds": {}}
+    t_all = time.perf_counter()
+
+    # stage 1: corpus -> tokenizer -> SFT
+    t = time.perf_counter()
+    if has_checkpoint(out / "sft" / "model"):
+        log(f"[1/3] SFT: reusing {out / 'sft' / 'model'} (delete it to retrain)")
+    else:
+        log(f"[1/3] SFT: corpus ({sft_cfg.corpus_size} sentences) -> tokenizer (V={sft_cfg.vocab_size}) -> "
+            f"TinyGPT ({sft_cfg.n_layer} layers, C={sft_cfg.n_embd}), {sft_cfg.steps} steps")
+        r = train_sft(sft_cfg, out / "sft", resume=True, progress=progress)
+        log(f"      held-out loss {r['heldout_loss']:.3f} nats/token (unigram {r['unigram_loss']:.3f}, "
+            f"ln V {r['ln_V']:.3f})")
+    summary["seconds"]["sft"] = time.perf_counter() - t
+
+    # stage 2: preference pairs -> reward model
+    t = time.perf_counter()
+    if has_checkpoint(out / "rm" / "model"):
+        log(f"[2/3] reward model: reusing {out / 'rm' / 'model'}")
+    else:
+        log(f"[2/3] reward model: {rm_cfg.n_pairs} preference pairs labelled by the simulated human -> "
+            f"Bradley-Terry, {rm_cfg.epochs} epoch(s)")
+        r = train_reward_model(rm_cfg, out / "sft", out / "rm", progress=progress)
+        summary["rm"] = {k: r[k] for k in ("heldout_accuracy", "heldout_gold_accuracy", "pearson", "spearman")}
+        log(f"      held-out accuracy {r['heldout_accuracy']:.3f} (gold order {r['heldout_gold_accuracy']:.3f}); "
+            f"score vs gold on fresh samples: Pearson {r['pearson']:.3f}")
+    summary["seconds"]["rm"] = time.perf_counter() - t
+
+    # stage 3: PPO
+    t = time.perf_counter()
+    if has_checkpoint(out / "ppo" / "policy"):
+        log(f"[3/3] PPO: reusing {out / 'ppo' / 'policy'}")
+    else:
+        resuming = has_checkpoint(out / "ppo" / "checkpoint")
+        log(f"[3/3] PPO: {'resuming from ' + str(out / 'ppo' / 'checkpoint') + ', ' if resuming else ''}"
+            f"{ppo_cfg.iterations} iterations x {ppo_cfg.batch_size} responses, {ppo_cfg.ppo_epochs} epochs of "
+            f"{ppo_cfg.num_minibatches} minibatches; KL controller {ppo_cfg.kl_controller} "
+            f"(target {ppo_cfg.kl_target:g} nats/response)")
+        run_ppo(ppo_cfg, out / "sft", out / "rm", out / "ppo", resume=True, progress=progress, callback=callback)
+    summary["seconds"]["ppo"] = time.perf_counter() - t
+    records = read_metrics(out / "ppo" / "metrics.jsonl")
+
+    if evaluate:
+        t = time.perf_counter()
+        summary["eval"] = evaluate_stages(out, ppo_cfg, n_eval, seed, log)
+        summary["seconds"]["eval"] = time.perf_counter() - t
+    if figures:
+        from minippo.rlhf.plots import plot_run
+        ref = {"gold/score": summary["eval"]["sft"]["gold_mean"]} if evaluate else None
+        path = plot_run(records, out / "figures" / "ppo_curves.png", reference=ref,
+                        kl_target=ppo_cfg.kl_target if ppo_cfg.kl_controller == "adaptive" else None,
+                        title=f"RLHF-PPO run {out.name}")
+        summary["figure"] = str(out / "figures" / "ppo_curves.png") if path is None else str(path)
+    summary["seconds"]["total"] = time.perf_counter() - t_all
+    summary["peak_rss_mb"] = peak_rss_mb()
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))
+    log(f"done in {summary['seconds']['total']:.1f} s "
+        f"({', '.join(f'{k} {v:.1f} s' for k, v in summary['seconds'].items() if k != 'total')}); "
+        f"peak RSS {summary['peak_rss_mb']:.0f} MB; results in {out}")
+    return summary
+
+
+def evaluate_stages(out: Path, ppo_cfg: PPOConfig, n_eval: int, seed: int, log=print) -> dict:
+    """SFT vs PPO on the same ``n_eval`` prompts (fresh samples): gold, RM, KL; writes ``samples.md``."""
+    from minippo.rlhf.checkpoint import load_model
+    from minippo.rlhf.corpus import sample_prompts
+    from minippo.classic.blas import single_blas_thread
+    from minippo.rlhf.evaluate import evaluate_policy, samples_markdown
+    from minippo.rlhf.trainer import load_stages
+
+    sft_model, tokenizer, reward_model, _ = load_stages(out / "sft", out / "rm")
+    policy, _ = load_model(out / "ppo" / "policy")
+    prompts = sample_prompts(n_eval, seed=int(np.random.default_rng([seed, SEED_EVAL]).integers(2**31)))
+    kw = dict(max_new_tokens=ppo_cfg.max_new_tokens, temperature=ppo_cfg.temperature)
+    with single_blas_thread():
+        before = evaluate_policy(sft_model, sft_model, reward_model, tokenizer, prompts,
+                                 rng=np.random.default_rng([seed, SEED_EVAL, 1]), **kw)
+        after = evaluate_policy(policy, sft_model, reward_model, tokenizer, prompts,
+                                rng=np.random.default_rng([seed, SEED_EVAL, 2]), **kw)
+    keys = ("gold_mean", "gold_std", "rm_mean", "kl_mean", "kl_exact_mean", "length_mean", "ended_frac")
+    res = {"n_prompts": n_eval, "sft": {k: before[k] for k in keys}, "ppo": {k: after[k] for k in keys},
+           "kl_target": ppo_cfg.kl_target}
+    res["gold_gain_in_sft_std"] = (after["gold_mean"] - before["gold_mean"]) / max(before["gold_std"], 1e-12)
+    text = (f"# Samples before and after PPO\n\nThe same {min(16, n_eval)} prompts (of {n_eval} evaluated), one fresh "
+            f"sample each at temperature {ppo_cfg.temperature:g}; gold = the simulated human, RM = the normalised "
+            f"reward model.\n\n"
+            f"| policy | gold mean | gold std | RM mean | KL to SFT (k1 / exact, nats per response) | length |\n"
+            f"|---|---|---|---|---|---|\n"
+            + "".join(f"| {name} | {r['gold_mean']:+.3f} | {r['gold_std']:.3f} | {r['rm_mean']:+.3f} | "
+                      f"{r['kl_mean']:.2f} / {r['kl_exact_mean']:.2f} | {r['length_mean']:.1f} |\n"
+                      for name, r in (("SFT", before), ("PPO", after)))
+            + "\n" + samples_markdown(prompts, before, after) + "\n")
+    atomic_write_text(out / "samples.md", text)
+    log(f"evaluation on {n_eval} prompts: gold SFT {before['gold_mean']:+.3f} (std {before['gold_std']:.3f}) -> "
+        f"PPO {after['gold_mean']:+.3f}  (+{res['gold_gain_in_sft_std']:.2f} SFT std); RM "
+        f"{before['rm_mean']:+.2f} -> {after['rm_mean']:+.2f}; KL to SFT {after['kl_mean']:.2f} nats/response "
+        f"(exact {after['kl_exact_mean']:.2f}; target {ppo_cfg.kl_target:g}); samples in {out / 'samples.md'}")
+    return res
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--out", default=None, help="run folder (default: runs/<timestamp>); an existing run's "
+                        "finished stages are reused")
+    parser.add_argument("--quick", action="store_true", help="the same pipeline at CI size (well under 90 s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of every stage (default 0)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def cli_main(args) -> int:
+    out = Path(args.out) if args.out else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    print(f"minippo rlhf -> {out}{' (quick)' if args.quick else ''}")
+    run_pipeline(out, quick=args.quick, seed=args.seed, progress=not args.no_progress)
+    return 0

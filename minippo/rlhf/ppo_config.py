@@ -1,0 +1,258 @@
+"""Hyperparameters of RLHF-PPO: one validated dataclass, every field documented.
+
+Names follow the PPO paper (Schulman et al. 2017, arXiv:1707.06347): ``clip_eps`` is epsilon of
+L^CLIP (eq. (7)), ``vf_coef`` c1 and ``ent_coef`` c2 of eq. (9), ``gamma`` and ``lam`` the GAE
+coefficients (eqs. (11)-(12)); ``kl_coef`` is beta of the per-token KL penalty (Ziegler et al. 2019,
+arXiv:1909.08593; InstructGPT eq. (2)) and ``ptx_coef`` gamma of InstructGPT's PPO-ptx objective.
+
+Sizes: one iteration samples ``batch_size`` responses (``batch_size // samples_per_prompt`` prompts,
+each repeated ``samples_per_prompt`` times), then runs ``ppo_epochs`` passes over them in
+minibatches of ``minibatch_size`` responses: ``ppo_epochs * batch_size // minibatch_size`` Adam steps.
+
+The studies switch the variants with the string fields (validated against their choices):
+``reward_shaping``, ``kl_estimator``, ``kl_controller``, ``advantage_estimator``, ``critic``,
+``critic_init``, ``critic_bias_init``; and the numbers ``length_penalty``, ``length_bonus``,
+``ptx_coef``, ``kl_loss_coef``, ``target_kl``, ``ratio_threshold``.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from dataclasses import asdict, dataclass, fields
+
+from minippo.checks import check_choice, check_range
+
+REWARD_SHAPINGS = ("kl_final", "uniform")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+KL_CONTROLLERS = ("fixed", "adaptive")
+CRITICS = ("separate", "shared", "none")
+CRITIC_INITS = ("reward_model", "sft", "random")
+CRITIC_BIAS_INITS = ("mean_score", "keep")
+LR_SCHEDULES = ("constant", "linear")
+
+
+@dataclass
+class PPOConfig:
+    """RLHF-PPO hyperparameters; see the module docstring. Defaults: the tuned ``minippo rlhf`` run."""
+
+    # ---- length of the run ------------------------------------------------------------------
+    iterations: int = 60
+    """Number of PPO iterations (rollout + update); >= 1."""
+    seed: int = 0
+    """Seed of the one ``np.random.Generator`` used for prompts, sampling, shuffles and PPO-ptx; >= 0."""
+
+    # ---- sampling (rollout) -----------------------------------------------------------------
+    batch_size: int = 64
+    """Responses sampled per iteration (TRL ``batch_size``); >= 1, 16 .. 512 typical."""
+    samples_per_prompt: int = 1
+    """Responses per prompt (group size n of GRPO / RLOO); must divide ``batch_size``; 1 for PPO."""
+    max_new_tokens: int = 24
+    """Longest response in tokens (the EOS included); responses reaching it without EOS are penalised."""
+    temperature: float = 1.0
+    """Sampling temperature, > 0; also applied to the logits of the old, new and reference policy and
+    of the entropy (one temperature everywhere, DESIGN.md)."""
+    top_k: int = 0
+    """Sample among the k most probable tokens only (0 = off); >= 0. Not off biases the KL (lesson 15)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass in (0, 1] (1 = off)."""
+
+    # ---- optimisation -----------------------------------------------------------------------
+    lr: float = 1e-4
+    """Adam learning rate of the actor; >= 0 (0 keeps the policy fixed: the ratio-is-1 check)."""
+    critic_lr: float | None = None
+    """Adam learning rate of a separate critic; None = ``lr``; >= 0."""
+    lr_schedule: str = "constant"
+    """``"constant"`` or ``"linear"`` (decay to 0 at the last iteration)."""
+    adam_betas: tuple = (0.9, 0.95)
+    """Adam's (beta1, beta2), each in [0, 1)."""
+    adam_eps: float = 1e-8
+    """Adam's epsilon, > 0 (1e-8 as in PyTorch; 1e-5 in CleanRL)."""
+    weight_decay: float = 0.0
+    """AdamW decoupled weight decay, >= 0 (0 in TRL's PPO)."""
+    max_grad_norm: float = 1.0
+    """Global gradient-norm clip over actor and critic together (seed 003 sec. 12), > 0."""
+    ppo_epochs: int = 4
+    """K, passes over each rollout batch (TRL ``num_ppo_epochs``); >= 1, 1 .. 8 typical."""
+    minibatch_size: int = 16
+    """Responses per Adam step; 1 <= minibatch_size <= batch_size, must divide ``batch_size``."""
+
+    # ---- losses (PPO paper eq. (9): L^CLIP - c1 L^VF + c2 S) ---------------------------------
+    clip_eps: float = 0.2
+    """epsilon of L^CLIP, eq. (7); > 0, 0.1 .. 0.3 typical (seed 001: 0.5 collapses the policy)."""
+    vf_coef: float = 0.1
+    """c1, weight of the value loss in eq. (9); >= 0 (TRL 0.1)."""
+    value_clip: bool = True
+    """Clip the new values around the rollout's values (0.5 * max(unclipped, clipped) squared error)."""
+    clip_eps_value: float = 0.2
+    """Value clip range, in the units of the (normalised) values; > 0 (TRL ``cliprange_value`` 0.2)."""
+    ent_coef: float = 0.0
+    """c2, weight of the entropy bonus in eq. (9); >= 0 (0 in RLHF: the KL penalty keeps entropy)."""
+    ptx_coef: float = 0.0
+    """PPO-ptx: weight of the language-model loss on corpus text added to every minibatch loss
+    (InstructGPT eq. (2)'s gamma); >= 0, 0 disables it."""
+    ptx_batch_size: int = 16
+    """Corpus sentences per minibatch for PPO-ptx; >= 1."""
+    kl_loss_coef: float = 0.0
+    """Weight of a KL(pi || pi_ref) LOSS term (k3 per token, GRPO-style) instead of / besides the KL in
+    the reward; >= 0, 0 disables it."""
+
+    # ---- rewards ----------------------------------------------------------------------------
+    reward_shaping: str = "kl_final"
+    """``"kl_final"``: r_t = -beta kl_t, score added on the last valid token (Ziegler et al. 2019);
+    ``"uniform"``: r_t = -beta kl_t + score / n on every valid token (seed 000's first option)."""
+    kl_estimator: str = "k1"
+    """Per-token KL in the reward: ``"k1"`` logp - logp_ref (Ziegler, TRL), ``"k2"``, ``"k3"``."""
+    missing_eos_penalty: float = 1.0
+    """Subtracted from the score of a response that produced no EOS within ``max_new_tokens``
+    (TRL ``missing_eos_penalty``); >= 0, in RM-score units (the RM has std 1 on SFT samples)."""
+    length_penalty: float = 0.0
+    """Subtracted from the score per response token (EOS included): a fix for length hacking; >= 0."""
+    length_bonus: float = 0.0
+    """Added to the score per response token: a deliberately length-biased reward (lesson 16); >= 0."""
+    score_clip: float | None = None
+    """Clip the final score to [-score_clip, score_clip] (None = off); > 0."""
+    whiten_rewards: bool = False
+    """Whiten the per-token rewards over the batch's valid tokens, keeping their mean (TRL); off by default."""
+
+    # ---- advantages -------------------------------------------------------------------------
+    advantage_estimator: str = "gae"
+    """Name in ``minippo.rlhf.advantages.ADVANTAGE_ESTIMATORS`` (``"gae"``; critic-free ones plug in there)."""
+    gamma: float = 1.0
+    """Discount gamma in [0, 1]; 1 in RLHF (seed 000)."""
+    lam: float = 0.95
+    """GAE lambda in [0, 1]; 0.95 default (seed 000: RM rewards are noisy, low variance matters)."""
+    whiten_advantages: bool = True
+    """Whiten advantages over the batch's valid tokens before the update (seed 003 sec. 12)."""
+
+    # ---- KL control -------------------------------------------------------------------------
+    kl_controller: str = "adaptive"
+    """``"fixed"`` (beta = ``kl_coef`` forever) or ``"adaptive"`` (Ziegler et al. 2019 sec. 2.2)."""
+    kl_coef: float = 0.1
+    """beta, the initial KL-penalty coefficient; >= 0, 0.01 .. 0.2 typical."""
+    kl_target: float = 3.0
+    """Target of the adaptive controller: the mean per-response KL (sum over tokens of k1, nats); > 0."""
+    kl_horizon: float = 2000.0
+    """Adaptive controller horizon in responses (beta moves by err * batch_size / horizon); > 0."""
+    target_kl: float | None = None
+    """Early stop: the update stops (that minibatch and the rest skipped) when a minibatch's approx KL
+    (k3 per token, pi_old vs pi) exceeds it; None disables; 0.02 .. 0.1 typical."""
+    ratio_threshold: float | None = 10.0
+    """Skip a minibatch whose mean ratio exceeds this (TRL ``ratio_threshold``); None disables; > 1."""
+
+    # ---- critic -----------------------------------------------------------------------------
+    critic: str = "separate"
+    """``"separate"`` TinyGPT critic, ``"shared"`` value head on the actor's trunk, ``"none"`` (no
+    critic: values are 0, for critic-free estimators)."""
+    critic_init: str = "reward_model"
+    """Weights of a separate critic: ``"reward_model"`` (trunk and head of the RM, its normalisation
+    folded into the head), ``"sft"`` (the SFT trunk, head 0) or ``"random"`` (a fresh TinyGPT)."""
+    critic_bias_init: str = "mean_score"
+    """``"mean_score"``: at the first rollout shift the value head bias so the mean value over valid
+    tokens equals the mean score (seed 001); ``"keep"``: leave it."""
+    shared_stop_gradient: bool = True
+    """Shared critic only: the value loss does not flow into the actor's trunk (seed 001)."""
+    value_norm: bool = False
+    """Normalise the critic's targets with running mean/std of the returns (seed 000 pitfall 2)."""
+
+    # ---- monitoring and checkpoints ---------------------------------------------------------
+    log_exact_kl: bool = False
+    """Also log ``objective/kl_exact``: KL(pi || pi_ref) from the full distributions (costs one softmax)."""
+    checkpoint_every: int = 10
+    """Save a checkpoint every this many iterations (and at the end); >= 1."""
+    dump_rollouts: bool = False
+    """Write every iteration's rollout buffer (per-token arrays) to ``rollouts/iter_NNNN.npz``."""
+
+    def __post_init__(self):
+        ints = {"iterations": 1, "seed": 0, "batch_size": 1, "samples_per_prompt": 1, "max_new_tokens": 1,
+                "top_k": 0, "ppo_epochs": 1, "minibatch_size": 1, "ptx_batch_size": 1, "checkpoint_every": 1}
+        for name, lo in ints.items():
+            check_range(name, getattr(self, name), lo, None, integer=True)
+        for name in ("temperature", "adam_eps", "max_grad_norm", "clip_eps", "clip_eps_value", "kl_target",
+                     "kl_horizon"):
+            check_range(name, getattr(self, name), 0, None, lo_open=True)
+        for name in ("lr", "weight_decay", "vf_coef", "ent_coef", "ptx_coef", "kl_loss_coef", "missing_eos_penalty",
+                     "length_penalty", "length_bonus", "kl_coef"):
+            check_range(name, getattr(self, name), 0, None)
+        check_range("top_p", self.top_p, 0, 1, lo_open=True)
+        check_range("gamma", self.gamma, 0, 1)
+        check_range("lam", self.lam, 0, 1)
+        if self.critic_lr is not None:
+            check_range("critic_lr", self.critic_lr, 0, None)
+        for name in ("target_kl", "score_clip"):
+            if getattr(self, name) is not None:
+                check_range(name, getattr(self, name), 0, None, lo_open=True)
+        if self.ratio_threshold is not None:
+            check_range("ratio_threshold", self.ratio_threshold, 1, None, lo_open=True)
+        if not (isinstance(self.adam_betas, (tuple, list)) and len(self.adam_betas) == 2):
+            raise ValueError(f"`adam_betas` must be a pair (beta1, beta2), got {self.adam_betas!r}")
+        self.adam_betas = tuple(self.adam_betas)
+        for i, b in enumerate(self.adam_betas):
+            check_range(f"adam_betas[{i}]", b, 0, 1, hi_open=True)
+        for name, choices in (("lr_schedule", LR_SCHEDULES), ("reward_shaping", REWARD_SHAPINGS),
+                              ("kl_estimator", KL_ESTIMATORS), ("kl_controller", KL_CONTROLLERS),
+                              ("critic", CRITICS), ("critic_init", CRITIC_INITS),
+                              ("critic_bias_init", CRITIC_BIAS_INITS)):
+            check_choice(name, getattr(self, name), choices)
+        from minippo.rlhf.advantages import ADVANTAGE_ESTIMATORS
+        check_choice("advantage_estimator", self.advantage_estimator, tuple(ADVANTAGE_ESTIMATORS))
+        for name in ("value_clip", "whiten_rewards", "whiten_advantages", "shared_stop_gradient", "value_norm",
+                     "log_exact_kl", "dump_rollouts"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}")
+        # the batch must split into whole minibatches and whole prompt groups
+        if self.minibatch_size > self.batch_size:
+            raise ValueError(f"`minibatch_size` ({self.minibatch_size}) must be <= `batch_size` "
+                             f"({self.batch_size}): a minibatch cannot be larger than the batch")
+        if self.batch_size % self.minibatch_size:
+            raise ValueError(f"`minibatch_size` ({self.minibatch_size}) must divide `batch_size` "
+                             f"({self.batch_size}) evenly")
+        if self.batch_size % self.samples_per_prompt:
+            raise ValueError(f"`samples_per_prompt` ({self.samples_per_prompt}) must divide `batch_size` "
+                             f"({self.batch_size}) evenly")
+
+    @property
+    def num_prompts(self) -> int:
+        """Distinct prompts per iteration: ``batch_size // samples_per_prompt``."""
+        return self.batch_size // self.samples_per_prompt
+
+    @property
+    def num_minibatches(self) -> int:
+        """Adam steps per epoch: ``batch_size // minibatch_size``."""
+        return self.batch_size // self.minibatch_size
+
+    @classmethod
+    def quick(cls, **overrides) -> "PPOConfig":
+        """A seconds-long run for CI and smoke tests: 8 iterations of 32 short responses, 2 epochs."""
+        base = dict(iterations=8, batch_size=32, minibatch_size=8, max_new_tokens=16, ppo_epochs=2,
+                    checkpoint_every=4, kl_horizon=500.0)
+        return cls(**{**base, **overrides})
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["adam_betas"] = list(self.adam_betas)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PPOConfig":
+        """Build from a dict (e.g. a checkpoint's JSON); an unknown key is a ``ValueError``."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown PPOConfig field(s) {unknown}; valid names: {sorted(names)}")
+        return cls(**d)
+
+    def replace(self, **changes) -> "PPOConfig":
+        """A copy with some fields changed (validated again)."""
+        return type(self).from_dict({**self.to_dict(), **changes})
+
+
+def field_docs(cls=PPOConfig) -> dict[str, str]:
+    """Field name -> its docstring (the string literal under the field), read from the source."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[node.target.id] = " ".join(str(nxt.value.value).split())
+    return docs

@@ -1,0 +1,168 @@
+"""The experience buffer of RLHF-PPO: seed 000's per-token 7-tuple, stored as padded (B, Tn) arrays.
+
+Legend: B batch (responses), Tp prompt columns (left-padded), Tn response columns (right-padded).
+
+Classic PPO stores ``(s, a, r, s', done)``; a language model's PPO stores, for every response token
+(seed 000, "七元组"): observation, action, log_prob, value, reward, advantage, return. Here one row b
+is one response, one column j one of its tokens::
+
+    seed 000 field   here                         meaning
+    observation      prompt ++ response[:j]        the context ids (``observation(b, j)``): the state s_j
+    action           response[b, j]                the token chosen in s_j
+    log_prob         logp[b, j]                    log pi_old(a_j|s_j), stored at rollout time (the ratio's
+                                                   denominator; never recomputed during the update)
+    value            values[b, j]                  V(s_j) of the critic at rollout time
+    reward           rewards[b, j]                 -beta kl_j, plus the score on the last valid token
+    advantage        adv[b, j]                     GAE A_j (whitened over the batch)
+    return           returns[b, j]                 A_j + V(s_j): the critic's target
+
+plus ``response_mask`` (1 on response tokens including the EOS, 0 on padding), ``prompt_mask``, and
+``attn_mask = prompt_mask ++ response_mask`` (the mask the model reads). Observations are not copied
+per token: ``sequences[b, :Tp + j]`` is the context, with left padding in front (masked out).
+Every per-token array is 0 on padding, so nothing stored there can enter a sum.
+
+:meth:`Rollout.to_table` prints one row token by token (lesson 09); :func:`minibatches` yields the
+index arrays of a seeded shuffle over sequences (whole responses stay together).
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+
+from minippo.checks import check_range
+from minippo.io import atomic_write_bytes
+
+PER_TOKEN = ("logp", "logp_ref", "values", "rewards", "kl", "non_score_reward", "adv", "returns", "gen_logp")
+PER_ROW = ("prompt_index", "rm_scores", "scores", "ended")
+
+
+@dataclass
+class Rollout:
+    """One iteration's experience (B responses); see the module docstring for the fields.
+
+    ``rewards``, ``kl``, ``non_score_reward`` are filled by the reward step, ``adv`` and ``returns``
+    by the advantage step (None before). ``gen_logp`` are the log-probs returned by the KV-cache
+    sampler, kept to check them against ``logp`` (the same numbers from one full forward pass).
+    """
+
+    prompt_ids: np.ndarray          # (B, Tp) int64, left-padded
+    prompt_mask: np.ndarray         # (B, Tp) 0/1
+    response: np.ndarray            # (B, Tn) int64, right-padded (pad after EOS)
+    response_mask: np.ndarray       # (B, Tn) 0/1, 1 on response tokens incl. EOS
+    prompt_index: np.ndarray        # (B,) int, which prompt of the batch (groups of samples_per_prompt)
+    logp: np.ndarray                # (B, Tn) log pi_old(a_t|s_t)
+    logp_ref: np.ndarray            # (B, Tn) log pi_ref(a_t|s_t)
+    values: np.ndarray              # (B, Tn) V(s_t)
+    rm_scores: np.ndarray           # (B,) reward-model score (normalised)
+    scores: np.ndarray              # (B,) score after the missing-EOS / length terms
+    ended: np.ndarray               # (B,) bool, an EOS was produced
+    gen_logp: np.ndarray | None = None
+    rewards: np.ndarray | None = None
+    kl: np.ndarray | None = None
+    non_score_reward: np.ndarray | None = None
+    adv: np.ndarray | None = None
+    returns: np.ndarray | None = None
+
+    def __post_init__(self):
+        m = self.response_mask != 0
+        for name in PER_TOKEN:                    # padding holds exactly 0 in every per-token array
+            a = getattr(self, name)
+            if a is not None:
+                setattr(self, name, np.where(m, a, 0).astype(a.dtype, copy=False))
+
+    # ---- shapes and derived arrays ------------------------------------------------------------
+    @property
+    def batch_size(self) -> int:
+        return self.response.shape[0]
+
+    @property
+    def prompt_len(self) -> int:
+        """Tp: the column of ``sequences`` where the response starts."""
+        return self.prompt_ids.shape[1]
+
+    @property
+    def sequences(self) -> np.ndarray:
+        """(B, Tp + Tn) ``prompt_ids ++ response``."""
+        return np.concatenate([self.prompt_ids, self.response], axis=1)
+
+    @property
+    def attn_mask(self) -> np.ndarray:
+        """(B, Tp + Tn) ``prompt_mask ++ response_mask``."""
+        return np.concatenate([self.prompt_mask, self.response_mask], axis=1)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """(B,) response tokens per row (EOS included)."""
+        return self.response_mask.sum(axis=1)
+
+    def observation(self, row: int, j: int) -> np.ndarray:
+        """The context ids of token j of ``row`` (the state s_j): real prompt tokens + response[:j]."""
+        check_range("row", row, 0, self.batch_size - 1, integer=True)
+        check_range("j", j, 0, self.response.shape[1] - 1, integer=True)
+        ctx = self.sequences[row, :self.prompt_len + j]
+        keep = self.attn_mask[row, :self.prompt_len + j] != 0
+        return ctx[keep]
+
+    def take(self, idx) -> "Rollout":
+        """The sub-batch of rows ``idx`` (a minibatch); arrays are copies, None stays None."""
+        idx = np.asarray(idx)
+        return replace(self, **{f.name: (None if getattr(self, f.name) is None else getattr(self, f.name)[idx])
+                                for f in fields(self)})
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every stored array by name (None fields left out)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    def save_npz(self, path) -> None:
+        """Write :meth:`arrays` to an ``.npz`` file (atomically): the per-token dump of the studies."""
+        buf = io.BytesIO()
+        np.savez(buf, **self.arrays())
+        atomic_write_bytes(path, buf.getvalue())
+
+    # ---- printing -----------------------------------------------------------------------------
+    def to_table(self, tokenizer, row: int = 0, *, context: int = 3) -> str:
+        """Row ``row`` printed token by token as the per-token 7-tuple, padding and masks included.
+
+        ``context`` is how many of the observation's last tokens are shown. Columns: j (response index),
+        col (column in ``sequences``), observation (its length and last pieces), action (id and piece),
+        mask, log_prob, value, reward, advantage, return. A column not computed yet prints "-".
+        """
+        check_range("row", row, 0, self.batch_size - 1, integer=True)
+        pieces = lambda ids: " ".join(tokenizer.pieces([int(i) for i in ids]))   # noqa: E731
+        Tp = self.prompt_len
+        lines = [f"prompt (left-padded, Tp={Tp}): {pieces(self.prompt_ids[row])}",
+                 f"prompt_mask: {' '.join(str(int(v)) for v in self.prompt_mask[row])}",
+                 f"response (right-padded, Tn={self.response.shape[1]}), score={self.scores[row]:+.3f} "
+                 f"(rm {self.rm_scores[row]:+.3f}, eos {'yes' if self.ended[row] else 'NO'})",
+                 f"{'j':>3} {'col':>4}  {'observation (len: ... last tokens)':<40} {'action':<18} {'mask':>4} "
+                 f"{'log_prob':>9} {'value':>8} {'reward':>8} {'advantage':>9} {'return':>8}"]
+
+        def num(name, j, width):
+            a = getattr(self, name)
+            return f"{'-':>{width}}" if a is None else f"{float(a[row, j]):>{width}.3f}"
+
+        for j in range(self.response.shape[1]):
+            valid = self.response_mask[row, j] != 0
+            obs = self.observation(row, j)
+            shown = ("... " if len(obs) > context else "") + pieces(obs[-context:])
+            obs_txt = f"{len(obs):>2}: {shown}" if valid else "(padding)"
+            action = f"{int(self.response[row, j]):>4} {pieces([self.response[row, j]])}"
+            lines.append(f"{j:>3} {Tp + j:>4}  {obs_txt[:40]:<40} {action[:18]:<18} {int(valid):>4} "
+                         f"{num('logp', j, 9)} {num('values', j, 8)} {num('rewards', j, 8)} "
+                         f"{num('adv', j, 9)} {num('returns', j, 8)}")
+        return "\n".join(lines)
+
+
+def minibatches(batch_size: int, minibatch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """One epoch's minibatches: a seeded permutation of the ``batch_size`` rows cut into index arrays of
+    ``minibatch_size`` (which must divide ``batch_size``). Whole responses stay together."""
+    check_range("batch_size", batch_size, 1, None, integer=True)
+    check_range("minibatch_size", minibatch_size, 1, batch_size, integer=True)
+    if batch_size % minibatch_size:
+        raise ValueError(f"`minibatch_size` ({minibatch_size}) must divide `batch_size` ({batch_size})")
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"`rng` must be a np.random.Generator, got {type(rng).__name__}")
+    order = rng.permutation(batch_size)                                # (B,)
+    return [order[s:s + minibatch_size] for s in range(0, batch_size, minibatch_size)]

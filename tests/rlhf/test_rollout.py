@@ -1,0 +1,120 @@
+"""The experience buffer: the 7-tuple layout, masks, padding, one temperature, log-prob recompute."""
+import numpy as np
+import pytest
+
+from ppo_helpers import tiny_config, world
+from minippo.rl.distributions import log_softmax
+from minippo.rlhf.critic import Critic
+from minippo.rlhf.ppo_step import collect_rollout, compute_rewards, rollout_metrics
+from minippo.rlhf.rollout import Rollout, minibatches
+
+EOS, PAD = 2, 0
+
+
+def small_rollout(pad_value=0.0, extra_pad_columns=0):
+    """Two responses: [t0, t1, EOS, PAD, PAD] and [u0, u1, u2, u3, u4] (no EOS), prompts left-padded.
+
+    ``pad_value`` is written into every per-token array at padded positions before the buffer is built;
+    ``extra_pad_columns`` appends more padding columns: neither may change any metric."""
+    T = 5 + extra_pad_columns
+    response = np.full((2, T), PAD)
+    response[0, :3] = [11, 12, EOS]
+    response[1, :5] = [21, 22, 23, 24, 25]
+    mask = np.zeros((2, T), dtype=np.int64)
+    mask[0, :3], mask[1, :5] = 1, 1
+    rng = np.random.default_rng(0)
+    draws = {k: np.pad(rng.normal(-1, 0.5, (2, 5)), ((0, 0), (0, extra_pad_columns))) for k in ("logp", "logp_ref", "values")}
+    per_token = {k: np.where(mask == 1, v, pad_value) for k, v in draws.items()}
+    return Rollout(prompt_ids=np.array([[PAD, 1, 40, 41], [1, 50, 51, 52]]), prompt_mask=np.array([[0, 1, 1, 1], [1, 1, 1, 1]]),
+                   response=response, response_mask=mask, prompt_index=np.arange(2), rm_scores=np.array([0.5, 1.0]),
+                   scores=np.array([0.5, 0.0]), ended=np.array([True, False]), **per_token)
+
+
+def test_padding_holds_zero_and_observations_are_the_context():
+    ro = small_rollout(pad_value=123.0)
+    assert (ro.logp[0, 3:] == 0).all() and (ro.values[0, 3:] == 0).all()
+    assert ro.sequences.shape == (2, 9) and ro.prompt_len == 4
+    np.testing.assert_array_equal(ro.attn_mask[0], [0, 1, 1, 1, 1, 1, 1, 0, 0])
+    # the observation of token j is the real prompt plus the response before j (left padding dropped)
+    np.testing.assert_array_equal(ro.observation(0, 0), [1, 40, 41])
+    np.testing.assert_array_equal(ro.observation(0, 2), [1, 40, 41, 11, 12])
+    np.testing.assert_array_equal(ro.observation(1, 4), [1, 50, 51, 52, 21, 22, 23, 24])
+    np.testing.assert_array_equal(ro.lengths, [3, 5])
+
+
+def test_padding_never_enters_a_metric():
+    texts = ["the film was good .", "the film was bad"]
+    base, other = small_rollout(), small_rollout(pad_value=-50.0, extra_pad_columns=3)
+    for ro in (base, other):
+        compute_rewards(ro, tiny_config(), kl_coef=0.2)
+    np.testing.assert_allclose(other.rewards[:, :5], base.rewards)
+    assert (other.rewards[:, 5:] == 0).all()
+    assert rollout_metrics(base, texts) == rollout_metrics(other, texts)
+    # the score of row 0 lands on its EOS (column 2), row 1 (no EOS) on its last token
+    assert base.rewards[0, 2] == pytest.approx(0.5 - 0.2 * base.kl[0, 2])
+    assert base.rewards[1, 4] == pytest.approx(0.0 - 0.2 * base.kl[1, 4])
+
+
+def test_take_and_minibatches():
+    ro = small_rollout()
+    sub = ro.take([1])
+    assert sub.batch_size == 1 and sub.rewards is None
+    np.testing.assert_array_equal(sub.response, ro.response[1:])
+    rng = np.random.default_rng(3)
+    mbs = minibatches(12, 4, rng)
+    assert len(mbs) == 3 and sorted(np.concatenate(mbs).tolist()) == list(range(12))
+    assert [m.tolist() for m in mbs] == [m.tolist() for m in minibatches(12, 4, np.random.default_rng(3))]
+    for bad in (dict(minibatch_size=5), dict(minibatch_size=13), dict(minibatch_size=0)):
+        with pytest.raises(ValueError, match="minibatch_size"):
+            minibatches(12, bad["minibatch_size"], rng)
+
+
+def test_to_table_prints_the_seven_tuple_with_padding():
+    sft, rm, tok = world()
+    ro = small_rollout()
+    compute_rewards(ro, tiny_config(), kl_coef=0.1)
+    table = ro.to_table(tok, 0)
+    header = table.splitlines()[3]
+    for col in ("observation", "action", "mask", "log_prob", "value", "reward", "advantage", "return"):
+        assert col in header
+    rows = table.splitlines()[4:]
+    assert len(rows) == 5 and "(padding)" in rows[3] and "(padding)" in rows[4]
+    assert "<eos>" in rows[2] and "(padding)" not in rows[2]
+    assert rows[0].split()[-2:] == ["-", "-"]            # advantage and return not computed yet
+
+
+def test_save_npz_round_trip(tmp_path):
+    ro = small_rollout()
+    ro.save_npz(tmp_path / "r.npz")
+    with np.load(tmp_path / "r.npz") as z:
+        np.testing.assert_array_equal(z["logp"], ro.logp)
+        assert "rewards" not in z.files
+
+
+@pytest.mark.parametrize("critic_kind", ["separate", "shared"])
+def test_rollout_logprobs_equal_the_training_recompute_at_temperature_0_7(critic_kind):
+    """The KV-cache sampler's log-probs, the rollout's full-forward recompute and a hand-written
+    log_softmax(logits / 0.7) over the whole sequence all agree (float64): one temperature everywhere."""
+    sft, rm, tok = world(dtype="float64")
+    cfg = tiny_config(temperature=0.7, batch_size=6, minibatch_size=3, max_new_tokens=10, critic=critic_kind)
+    critic = Critic(critic_kind, sft.copy() if critic_kind == "separate" else sft)
+    ro, extras = collect_rollout(sft, critic, sft.copy(), rm, tok, ["the film", "i", "the acting was"] * 2, cfg,
+                                 np.random.default_rng(0))
+    m = ro.response_mask == 1
+    np.testing.assert_allclose(ro.gen_logp[m], ro.logp[m], atol=1e-9, rtol=0)
+    # an independent recompute: one forward pass over prompt ++ response, column Tp + j - 1 predicts token j
+    logits, _, _ = sft.forward(ro.sequences, ro.attn_mask)
+    Tp = ro.prompt_len
+    manual = np.take_along_axis(log_softmax(logits[:, Tp - 1:-1], 0.7), ro.response[..., None], axis=-1)[..., 0]
+    np.testing.assert_allclose(ro.logp[m], manual[m], atol=1e-12, rtol=0)
+    # ... and at the wrong temperature the numbers would not match: the check can fail
+    wrong = np.take_along_axis(log_softmax(logits[:, Tp - 1:-1], 1.0), ro.response[..., None], axis=-1)[..., 0]
+    assert np.abs(wrong[m] - ro.logp[m]).max() > 1e-3
+    # the reference is a copy of the policy: the KL is exactly 0 at the start
+    assert (ro.logp == ro.logp_ref).all()
+    # the RM score is read at the last real token, the penalty applied where no EOS was produced
+    ended = ((ro.response == tok.eos_id) & m).any(axis=1)
+    np.testing.assert_array_equal(ro.ended, ended)
+    np.testing.assert_allclose(ro.scores, ro.rm_scores - cfg.missing_eos_penalty * (~ended))
+    np.testing.assert_allclose(ro.rm_scores, rm.score(ro.sequences, ro.attn_mask))
+    assert len(extras["texts"]) == 6 and extras["kl_exact"] is None

@@ -1,0 +1,262 @@
+"""The PPO trainer: configuration, gradients of the minibatch loss, lr = 0, resume, NaN guard, variants."""
+import json
+
+import numpy as np
+import pytest
+
+from ppo_helpers import tiny_config, world
+from minippo.io import load_checkpoint, read_metrics
+from minippo.nn.gpt import GPTConfig, TinyGPT
+from minippo.nn.gradcheck import assert_gradients
+from minippo.nn.optim import AdamW
+from minippo.rlhf.checkpoint import save_model
+from minippo.rlhf.critic import Critic
+from minippo.rlhf.metrics import GLOSSARY, without_timing
+from minippo.rlhf.ppo_config import PPOConfig, field_docs
+from minippo.rlhf.ppo_update import minibatch_loss_and_grads, ppo_update
+from minippo.rlhf.rollout import Rollout
+from minippo.rlhf.trainer import PPOTrainer
+
+
+# ---- configuration ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(kl_coef=-0.1), "kl_coef"),
+    (dict(ppo_epochs=0), "ppo_epochs"),
+    (dict(batch_size=8, minibatch_size=16), "minibatch_size"),
+    (dict(batch_size=8, minibatch_size=3), "minibatch_size"),
+    (dict(clip_eps=0.0), "clip_eps"),
+    (dict(clip_eps_value=-1.0), "clip_eps_value"),
+    (dict(lam=1.5), "lam"),
+    (dict(temperature=0.0), "temperature"),
+    (dict(lr=-1e-4), "lr"),
+    (dict(critic="twin"), "critic"),
+    (dict(advantage_estimator="vtrace"), "advantage_estimator"),
+    (dict(kl_controller="pid"), "kl_controller"),
+    (dict(samples_per_prompt=3, batch_size=8, minibatch_size=4), "samples_per_prompt"),
+    (dict(ratio_threshold=0.5), "ratio_threshold"),
+    (dict(value_clip=1), "value_clip"),
+    (dict(adam_betas=(0.9, 1.0)), "adam_betas"),
+])
+def test_bad_configuration_names_the_field(kw, field):
+    with pytest.raises(ValueError, match=f"`{field}"):
+        PPOConfig(**kw)
+
+
+def test_every_field_is_documented_and_round_trips():
+    cfg = PPOConfig()
+    docs = field_docs()
+    assert set(docs) == set(cfg.to_dict()) and all(len(d) > 20 for d in docs.values())
+    assert PPOConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    with pytest.raises(ValueError, match="unknown"):
+        PPOConfig.from_dict({"learning_rate": 1.0})
+
+
+# ---- the minibatch loss: gradients against finite differences ---------------------------------
+
+def gradcheck_setup(critic_kind, stop_gradient=False):
+    sft = TinyGPT(GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=8, dtype="float64"), seed=3)
+    rng = np.random.default_rng(4)
+    for p in sft.params.values():                    # O(0.3) weights: every path carries gradient
+        p += rng.normal(0, 0.3, p.shape)
+    actor = sft.copy()
+    critic_model = sft.copy() if critic_kind == "separate" else actor
+    critic = Critic(critic_kind, critic_model, stop_gradient=stop_gradient)
+    B, Tp, Tn = 3, 3, 4
+    V = 16
+    response = rng.integers(3, V, (B, Tn))
+    mask = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]])
+    ro = Rollout(prompt_ids=rng.integers(3, V, (B, Tp)), prompt_mask=np.array([[0, 1, 1], [1, 1, 1], [0, 0, 1]]),
+                 response=response, response_mask=mask, prompt_index=np.arange(B),
+                 logp=rng.normal(-2.8, 0.4, (B, Tn)), logp_ref=rng.normal(-2.8, 0.4, (B, Tn)),
+                 values=rng.normal(0, 1, (B, Tn)), rm_scores=np.zeros(B), scores=np.zeros(B), ended=np.ones(B, bool))
+    ro.adv, ro.returns = rng.normal(0, 1, (B, Tn)) * mask, rng.normal(0, 1, (B, Tn)) * mask
+    ptx = (rng.integers(0, V, (2, 5)), rng.integers(0, V, (2, 5)), np.array([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]),
+           np.ones((2, 5), dtype=np.int64))
+    return actor, critic, ro, ptx
+
+
+@pytest.mark.parametrize("critic_kind, stop_gradient", [("separate", False), ("shared", False), ("shared", True)])
+def test_minibatch_loss_gradients_every_tensor(critic_kind, stop_gradient):
+    """loss = L^CLIP + c1 L^VF(clipped) - c2 S + ptx LM + KL loss: hand-written gradients of every
+    actor and critic tensor against central differences (float64, whole model)."""
+    actor, critic, ro, ptx = gradcheck_setup(critic_kind, stop_gradient)
+    cfg = tiny_config(clip_eps=0.2, clip_eps_value=0.3, vf_coef=0.7, ent_coef=0.05, ptx_coef=0.3, kl_loss_coef=0.2,
+                      temperature=0.8)
+    terms, stats, g_actor, g_critic = minibatch_loss_and_grads(actor, critic, ro, cfg, ptx)
+    assert 0 < stats["clipfrac"] < 1 and 0 < stats["vf_clipfrac"] < 1      # both clips are active somewhere
+    loss = lambda: minibatch_loss_and_grads(actor, critic, ro, cfg, ptx)[0]["loss/total"]   # noqa: E731
+    if stop_gradient:
+        # the value loss reaches only the head; the numerical gradient of the trunk would include it,
+        # so the trunk is checked against the loss without the value term
+        head = {k: actor.params[k] for k in ("scalar_head.w", "scalar_head.b")}
+        assert_gradients(loss, head, {k: g_actor[k] for k in head}, tol=1e-5)
+        cfg0 = cfg.replace(vf_coef=0.0)
+        trunk_grads = minibatch_loss_and_grads(actor, critic, ro, cfg0, ptx)[2]
+        for k in actor.params:
+            if not k.startswith("scalar_head"):
+                np.testing.assert_array_equal(g_actor[k], trunk_grads[k])
+        return
+    assert_gradients(loss, actor.params, g_actor, tol=1e-5)
+    if critic_kind == "separate":
+        assert_gradients(loss, critic.model.params, g_critic, tol=1e-5)
+
+
+# ---- whole iterations --------------------------------------------------------------------------
+
+def test_lr_zero_gives_ratio_exactly_one():
+    sft, rm, tok = world()
+    tr = PPOTrainer(tiny_config(lr=0.0, batch_size=16, minibatch_size=4, temperature=0.7), sft, rm, tok)
+    before = {k: v.copy() for k, v in tr.actor.params.items()}
+    rec = tr.step()
+    assert tr.first_minibatch == {"ratio_mean": 1.0, "approx_kl": 0.0, "clipfrac": 0.0}
+    # and with lr = 0 every later minibatch too, bitwise
+    assert rec["val/ratio"] == 1.0 and rec["policy/approxkl_max"] == 0.0 and rec["policy/clipfrac_avg"] == 0.0
+    assert all((before[k] == v).all() for k, v in tr.actor.params.items())
+
+
+def test_an_iteration_writes_every_glossary_metric(tmp_path):
+    sft, rm, tok = world()
+    tr = PPOTrainer(tiny_config(iterations=2, log_exact_kl=True, dump_rollouts=True), sft, rm, tok, out_dir=tmp_path)
+    tr.train()
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert len(records) == 2 and set(records[0]) == set(GLOSSARY)
+    assert (tmp_path / "policy" / "weights.safetensors").exists() and (tmp_path / "rollouts" / "iter_0001.npz").exists()
+    # KL estimates agree at iteration 0 (reference = policy): both exactly 0
+    assert records[0]["objective/kl"] == 0.0 and records[0]["objective/kl_exact"] == pytest.approx(0.0, abs=1e-6)
+    assert records[1]["episode"] == 16 and records[1]["iteration"] == 1
+
+
+def test_critic_bias_starts_at_the_mean_score():
+    sft, rm, tok = world()
+    seen = {}
+    tr = PPOTrainer(tiny_config(iterations=1), sft, rm, tok)
+    tr.step(callback=lambda t, ro, rec: seen.update(ro=ro))
+    ro = seen["ro"]
+    m = ro.response_mask
+    assert (ro.values * m).sum() / m.sum() == pytest.approx(ro.scores.mean(), abs=1e-5)
+    # ... and the stored values are the ones the shifted critic gives now (before its first update)
+    tr2 = PPOTrainer(tiny_config(iterations=1, lr=0.0), sft, rm, tok)
+    tr2.step(callback=lambda t, ro, rec: seen.update(ro2=ro))
+    ro2 = seen["ro2"]
+    fresh = tr2.critic.values(ro2.sequences, ro2.attn_mask, ro2.prompt_len) * ro2.response_mask
+    np.testing.assert_allclose(fresh, ro2.values, atol=1e-5)
+
+
+def test_value_normalisation_preserves_the_values():
+    sft, rm, tok = world(dtype="float64")
+    critic = Critic("separate", sft.copy(), value_norm=True)
+    rng = np.random.default_rng(0)
+    seqs, attn = rng.integers(3, tok.vocab_size, (3, 9)), np.ones((3, 9), dtype=np.int64)
+    v0 = critic.values(seqs, attn, 4)
+    for shift in (5.0, -2.0):
+        critic.update_moments(rng.normal(shift, 3.0, (3, 5)), np.ones((3, 5)))
+        np.testing.assert_allclose(critic.values(seqs, attn, 4), v0, atol=1e-10)
+    assert critic.mu_sigma[1] > 1.5
+
+
+def test_target_kl_stops_the_update_and_ratio_threshold_skips():
+    sft, rm, tok = world()
+    tr = PPOTrainer(tiny_config(lr=3e-2, target_kl=1e-9, ppo_epochs=3), sft, rm, tok)
+    rec = tr.step()
+    assert rec["early_stop_epoch"] == 0 and rec["policy/steps"] == 1     # the 2nd minibatch exceeded it
+    # a rollout whose stored log-probs are 1 nat below the policy's: ratio e > threshold, every step skipped
+    tr = PPOTrainer(tiny_config(ratio_threshold=2.0), sft, rm, tok)
+    seen = {}
+    tr.step(callback=lambda t, ro, r: seen.update(ro=ro))
+    ro = seen["ro"]
+    ro.logp = (ro.logp - 1.0) * ro.response_mask
+    before = {k: v.copy() for k, v in tr.actor.params.items()}
+    upd = ppo_update(tr.actor, tr.critic, tr.opt_actor, tr.opt_critic, ro, tr.cfg, np.random.default_rng(0),
+                     lr=1e-2, critic_lr=1e-2)
+    assert upd["policy/skipped_minibatches"] == tr.cfg.ppo_epochs * tr.cfg.num_minibatches and upd["policy/steps"] == 0
+    assert all((before[k] == v).all() for k, v in tr.actor.params.items())
+
+
+@pytest.mark.parametrize("kw", [dict(critic="none"), dict(critic="shared", value_norm=True),
+                                dict(kl_controller="fixed", reward_shaping="uniform", whiten_rewards=True),
+                                dict(critic_init="random", samples_per_prompt=2, value_clip=False)])
+def test_variants_run(kw):
+    sft, rm, tok = world()
+    tr = PPOTrainer(tiny_config(iterations=2, **kw), sft, rm, tok)
+    recs = tr.train()
+    assert all(np.isfinite(v) for r in recs for v in r.values() if isinstance(v, float))
+    if kw.get("critic") == "none":
+        assert tr.opt_critic is None and recs[-1]["loss/value_avg"] == 0.0
+    if kw.get("kl_controller") == "fixed":
+        assert recs[0]["kl_coef"] == recs[1]["kl_coef"] == tr.cfg.kl_coef
+
+
+def test_adaptive_controller_follows_ziegler():
+    sft, rm, tok = world()
+    tr = PPOTrainer(tiny_config(iterations=2, kl_coef=0.1, kl_target=0.5, kl_horizon=100.0), sft, rm, tok)
+    r0, r1 = tr.train()
+    err = min(max(r0["objective/kl"] / 0.5 - 1, -0.2), 0.2)
+    assert r1["kl_coef"] == pytest.approx(0.1 * (1 + err * 8 / 100.0))
+
+
+def test_resume_equals_an_uninterrupted_run(tmp_path):
+    sft, rm, tok = world()
+    cfg = tiny_config(iterations=4, checkpoint_every=2)
+    full = PPOTrainer(cfg, sft, rm, tok, out_dir=tmp_path / "full")
+    full.train()
+    part = PPOTrainer(cfg, sft, rm, tok, out_dir=tmp_path / "part")
+    part.train(until=3)                       # checkpoint at 2, then one more iteration: "crashed" there
+    resumed = PPOTrainer(cfg, sft, rm, tok, out_dir=tmp_path / "part", resume=True)
+    assert resumed.iteration == 2             # the metric of iteration 2 written before the crash is dropped
+    resumed.train()
+    a = [without_timing(r) for r in read_metrics(tmp_path / "full" / "metrics.jsonl")]
+    b = [without_timing(r) for r in read_metrics(tmp_path / "part" / "metrics.jsonl")]
+    assert len(a) == len(b) == 4 and a == b
+    for k, v in full.actor.params.items():
+        np.testing.assert_array_equal(v, resumed.actor.params[k])
+    with pytest.raises(ValueError, match="differs"):
+        PPOTrainer(cfg.replace(lr=1e-3), sft, rm, tok, out_dir=tmp_path / "part", resume=True)
+
+
+@pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning")
+def test_nan_guard_names_the_metric_and_keeps_the_checkpoint(tmp_path):
+    sft, rm, tok = world()
+    tr = PPOTrainer(tiny_config(iterations=4, checkpoint_every=1), sft, rm, tok, out_dir=tmp_path)
+    tr.step()
+    good = {k: v.copy() for k, v in tr.actor.params.items()}
+    # a critic blowing up: values ~1e30, float32 gradients overflow -> the update stops before any step
+    w = tr.critic.model.params["scalar_head.w"]
+    saved_w, w[...] = w.copy(), 1e30
+    with pytest.raises(ValueError, match=r"`policy/grad_norm` is nan at iteration 1"):
+        tr.step()
+    assert all((good[k] == v).all() for k, v in tr.actor.params.items())
+    # a reward model returning NaN: caught in the rollout, named with the iteration
+    w[...] = saved_w
+    tr.reward_model.gain = float("nan")
+    with pytest.raises(ValueError, match=r"`rm_scores` must be finite.*iteration 1"):
+        tr.step()
+    arrays, state = load_checkpoint(tmp_path / "checkpoint")
+    assert state["iteration"] == 1 and np.isfinite(arrays["critic/scalar_head.w"]).all()
+    for k, v in good.items():
+        np.testing.assert_array_equal(arrays["actor/" + k], v)
+    assert len(read_metrics(tmp_path / "metrics.jsonl")) == 1
+
+
+def test_minippo_ppo_command(tmp_path, capsys):
+    from minippo.cli import main
+    sft, rm, tok = world()
+    save_model(tmp_path / "sft" / "model", sft, tokenizer=tok)
+    rm.save(tmp_path / "rm" / "model", tokenizer=tok)
+    rc = main(["ppo", "--sft", str(tmp_path / "sft"), "--rm", str(tmp_path / "rm"), "--out", str(tmp_path / "ppo"),
+               "--quick", "--iterations", "2", "--batch-size", "8", "--minibatch-size", "4", "--max-new-tokens", "6",
+               "--value-norm", "true", "--target-kl", "none", "--no-progress"])
+    assert rc == 0 and "gold/score" in capsys.readouterr().out
+    saved = json.loads((tmp_path / "ppo" / "config.json").read_text())
+    assert saved["iterations"] == 2 and saved["value_norm"] is True and saved["target_kl"] is None
+    assert len(read_metrics(tmp_path / "ppo" / "metrics.jsonl")) == 2
+
+
+def test_optimizers_hold_the_models_arrays():
+    sft, rm, tok = world()
+    tr = PPOTrainer(tiny_config(), sft, rm, tok)
+    assert isinstance(tr.opt_actor, AdamW)
+    assert all(tr.opt_actor.params[k] is tr.actor.params[k] for k in tr.actor.params)
+    assert all(tr.opt_critic.params[k] is tr.critic.model.params[k] for k in tr.critic.model.params)
+    # the reference is a frozen copy, not the actor
+    assert all(tr.ref.params[k] is not tr.actor.params[k] for k in tr.actor.params)
