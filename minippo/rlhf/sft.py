@@ -356,7 +356,10 @@ def cli_main(args) -> int:
         print(f"resuming {out} with its saved config")
     else:
         overrides = {k: getattr(args, k) for k in _FLAGS if getattr(args, k) is not None}
-        cfg = SFTConfig.quick(**overrides) if args.quick else SFTConfig(**overrides)
+        try:
+            cfg = SFTConfig.quick(**overrides) if args.quick else SFTConfig(**overrides)
+        except ValueError as exc:                      # a bad flag: the message names the field
+            raise SystemExit(f"minippo sft: {exc}") from None
     print(f"SFT -> {out}")
     result = train_sft(cfg, out, resume=args.resume, progress=not args.no_progress)
     print(format_report(result))
