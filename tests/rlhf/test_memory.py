@@ -153,29 +153,18 @@ def test_validation():
 
 # ---- passes per iteration, counted on a real PPOTrainer step ----------------------------------
 
-@pytest.fixture(scope="module")
-def tiny_rlhf():
+@pytest.mark.parametrize("critic,ptx_coef", [("separate", 0.0), ("shared", 0.0), ("none", 0.0), ("separate", 0.5)])
+def test_passes_per_iteration_match_the_trainer(critic, ptx_coef):
+    from ppo_helpers import tiny_config, world
+
     from minippo.rlhf.corpus import generate_corpus
     from minippo.rlhf.data import encode_sequences
-    from minippo.rlhf.reward_model import RewardModel
-    from minippo.rlhf.tokenizer import Tokenizer
-
-    texts = generate_corpus(300, seed=0)
-    tok = Tokenizer.train(texts, 200)
-    cfg = GPTConfig(vocab_size=tok.vocab_size, block_size=40, n_layer=1, n_head=2, n_embd=16)
-    ptx = encode_sequences(tok, texts[:50], cfg.block_size)[0]
-    return tok, TinyGPT(cfg, seed=0), RewardModel.fresh(cfg, np.random.default_rng(1)), ptx
-
-
-@pytest.mark.parametrize("critic,ptx_coef", [("separate", 0.0), ("shared", 0.0), ("none", 0.0), ("separate", 0.5)])
-def test_passes_per_iteration_match_the_trainer(tiny_rlhf, critic, ptx_coef):
-    from minippo.rlhf.ppo_config import PPOConfig
     from minippo.rlhf.trainer import PPOTrainer
 
-    tok, sft, rm, ptx = tiny_rlhf
-    cfg = PPOConfig.quick(batch_size=8, minibatch_size=4, ppo_epochs=2, max_new_tokens=6, critic=critic,
-                          ptx_coef=ptx_coef, ptx_batch_size=3, iterations=2)
-    trainer = PPOTrainer(cfg, sft, rm, tok, ptx_sequences=ptx if ptx_coef else None)
+    sft, rm, tok = world()
+    ptx = encode_sequences(tok, generate_corpus(50, seed=1), sft.cfg.block_size)[0] if ptx_coef else None
+    cfg = tiny_config(critic=critic, ptx_coef=ptx_coef, ptx_batch_size=3)
+    trainer = PPOTrainer(cfg, sft, rm, tok, ptx_sequences=ptx)
     models = {"actor": trainer.actor, "critic": trainer.critic.model, "reference": trainer.ref, "reward": rm.model}
     with PassCounter(models) as pc:
         trainer.step()
@@ -184,7 +173,6 @@ def test_passes_per_iteration_match_the_trainer(tiny_rlhf, critic, ptx_coef):
             assert not {"_forward", "backward", "prefill", "decode_step"} & set(vars(m))    # restored
     decode_steps = trainer.last_rollout.response.shape[1] - 1
     assert pc.counts == passes_per_iteration(cfg, decode_steps)
-    expected_critic = critic == "separate"
-    assert ("critic" in pc.counts) == expected_critic
+    assert ("critic" in pc.counts) == (critic == "separate")
     with pytest.raises(ValueError, match="`decode_steps`"):
         passes_per_iteration(cfg, cfg.max_new_tokens)

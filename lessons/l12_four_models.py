@@ -1,0 +1,316 @@
+"""Lesson 12 - four_models: actor, critic, reference, reward model: what trains, what is frozen, what it costs.
+
+Legend: B batch (sequences), T tokens, C channels, V vocab, H heads, L layers, K PPO epochs,
+M minibatches per epoch.
+
+Pipeline step: the cast of stage 3 of RLHF. Seed 001 sec. 1 (四个模型的分工与维护): the actor
+(policy, trained) and the critic (value, trained) are updated; the reference (frozen SFT copy, for
+the KL penalty) and the reward model (frozen, one score per response) only run forward. Seed 000
+pitfall 3 (内存爆炸): batch 4 x seq 2048 x vocab 32k distributions take gigabytes, so the buffer
+keeps the log_prob of the taken token only. Seed 001 follow-up 2: a critic sharing the actor's trunk
+saves memory; GRPO / RLOO (lesson 20) drop the critic altogether: three models instead of four.
+
+What the lesson does:
+1. Runs one real ``PPOTrainer.step`` with each critic arrangement ("separate", "shared", "none") on
+   our default sizes (untrained weights: the lesson counts, it does not learn), counts every model
+   call with ``minippo.rlhf.memory.PassCounter`` and checks the count against
+   ``passes_per_iteration`` (the formula from the trainer's code), and checks which parameters moved.
+2. Measures the bytes of real TinyGPT arrays (weights, gradients, AdamW moments, the forward cache,
+   logits, KV cache) and the tracemalloc peak of one update minibatch, against the formulas.
+3. Extrapolates to LLaMA-7B (L 32, C 4096, V 32000, F 11008, T 2048, B 4) in mixed precision
+   (16 bytes per trained parameter: fp16 weights and grads, fp32 master and Adam moments; 2 per
+   frozen one; ZeRO, Rajbhandari et al. 2020) and sweeps the model size from ours to 13B.
+
+The figure: (a) memory per model at our sizes (measured); (b) the same for 7B; (c) 7B totals: PPO
+with a separate critic, with a shared-trunk critic, and critic-free (GRPO / RLOO), with and without
+gradient checkpointing, against an 80 GB GPU; (d) seed 000 pitfall 3 in numbers (log scale); (e)
+passes per iteration counted on the real trainer; (f) resident weights + optimizer state from tiny to 13B.
+
+Exercises:
+1. Set ``critic_init="sft"`` or ``critic="shared", shared_stop_gradient=False``: which passes change?
+   Which memory? (``passes_per_iteration`` and ``four_models`` answer before you run it.)
+2. Double ``ppo_epochs``: what grows, the rollout or the update? And with ``target_kl`` early stops?
+3. With gradient checkpointing, which term dominates the 7B actor now? At which T does the
+   attention-probability term (H T per token, quadratic) overtake the rest of a block (8C + 4F)?
+"""
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+
+from lessons._common import lesson_args, output_path, pyplot, save
+from minippo.nn.gpt import TinyGPT
+from minippo.rlhf.corpus import generate_corpus
+from minippo.rlhf.memory import (FP32, GB, MIXED, VOCAB_ARRAYS_TRAIN, ModelShape, PassCounter, activation_bytes,
+                                 buffer_bytes, four_models, kv_cache_bytes, logits_bytes, measure_tinygpt,
+                                 param_count, passes_per_iteration, static_bytes, total_bytes)
+from minippo.rlhf.ppo_config import PPOConfig
+from minippo.rlhf.ppo_update import minibatch_loss_and_grads
+from minippo.rlhf.reward_model import RewardModel
+from minippo.rlhf.sft import SFTConfig
+from minippo.rlhf.tokenizer import Tokenizer
+from minippo.rlhf.trainer import PPOTrainer
+
+CRITICS = ("separate", "shared", "none")
+SETUP_NAMES = {"separate": "PPO, separate critic (4 models)", "shared": "PPO, shared-trunk critic",
+               "none": "GRPO / RLOO, no critic (3 models)"}
+PARTS = ("weights", "grads", "optimizer", "activations", "logits")
+PART_LABELS = {"weights": "weights", "grads": "gradients", "optimizer": "Adam m, v (+ fp32 master)",
+               "activations": "activations (fwd+bwd caches)", "logits": "(B, T, V) arrays"}
+PART_COLORS = {"weights": "tab:blue", "grads": "tab:orange", "optimizer": "tab:red", "activations": "tab:green",
+               "logits": "tab:purple"}
+BIG_B, BIG_T = 4, 2048                     # seed 000 pitfall 3: batch 4 x seq 2048 x vocab 32k
+SIZES = {  # name -> shape, for the sweep from tiny to 13B (gpt2 shapes: Radford et al. 2019)
+    "GPT-2 124M": ModelShape(12, 768, 12, 50257, 1024),
+    "GPT-2 1.5B": ModelShape(48, 1600, 25, 50257, 1024),
+    "LLaMA-7B": ModelShape.llama_7b(),
+    "LLaMA-13B": ModelShape(40, 5120, 40, 32000, 2048, family="llama", d_ff=13824),
+}
+
+
+def tiny_models(quick: bool, seed: int):
+    """A tokenizer and untrained SFT / reward models at our default sizes (SFTConfig's TinyGPT)."""
+    tok = Tokenizer.train(generate_corpus(1000 if quick else 3000, seed=seed), SFTConfig().vocab_size)
+    gcfg = SFTConfig().gpt_config(tok.vocab_size)
+    sft = TinyGPT(gcfg, rng=np.random.default_rng([seed, 1]))
+    return tok, gcfg, sft, RewardModel.fresh(gcfg, np.random.default_rng([seed, 2]))
+
+
+def count_passes(cfg: PPOConfig, tok, sft, rm) -> dict:
+    """One real trainer step with ``cfg``: the counted calls, the formula's, which parameters moved,
+    and (separate critic) the tracemalloc peak of one update minibatch."""
+    trainer = PPOTrainer(cfg, sft, rm, tok)
+    models = {"actor": trainer.actor, "critic": trainer.critic.model, "reference": trainer.ref, "reward": rm.model}
+    before = {n: {k: v.copy() for k, v in m.params.items()} for n, m in models.items() if m is not None}
+    with PassCounter(models) as pc:
+        trainer.step()
+    head = ("scalar_head.w", "scalar_head.b") if cfg.critic == "shared" else ()   # the shared critic's own
+    moved = {n: max(float(np.max(np.abs(models[n].params[k] - v))) for k, v in p.items() if k not in head)
+             for n, p in before.items()}
+    if head:
+        moved["critic"] = max(float(np.max(np.abs(trainer.actor.params[k] - before["actor"][k]))) for k in head)
+    ro = trainer.last_rollout
+    out = {"counted": pc.counts, "formula": passes_per_iteration(cfg, ro.response.shape[1] - 1), "moved": moved,
+           "optimizers": {"actor": trainer.opt_actor is not None, "critic": trainer.opt_critic is not None},
+           "T_rollout": ro.sequences.shape[1], "buffer_nbytes": sum(a.nbytes for a in vars(ro).values()
+                                                                    if isinstance(a, np.ndarray))}
+    if cfg.critic == "separate":
+        mb = ro.take(np.arange(cfg.minibatch_size))
+        tracemalloc.start()                     # counts NumPy's allocations made from here on
+        try:
+            minibatch_loss_and_grads(trainer.actor, trainer.critic, mb, cfg)
+            out["update_peak"] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        shape, (B, T) = ModelShape.from_gpt_config(sft.cfg), (mb.sequences.shape[0], mb.sequences.shape[1] - 1)
+        # what one minibatch adds: actor + critic caches, the actor's (B, T, V) arrays, both models' gradients
+        out["update_estimate"] = (2 * activation_bytes(shape, B, T) + 2 * 4 * param_count(shape)
+                                  + logits_bytes(B, T, shape.vocab_size, 4, VOCAB_ARRAYS_TRAIN))
+        out["update_BT"] = (B, T)
+    return out
+
+
+def run(quick: bool = False, seed: int = 0) -> dict:
+    tok, gcfg, sft, rm = tiny_models(quick, seed)
+    base = (PPOConfig.quick(batch_size=16, minibatch_size=8, ppo_epochs=2, max_new_tokens=8, seed=seed) if quick
+            else PPOConfig(seed=seed))
+    passes = {c: count_passes(base.replace(critic=c), tok, sft, rm) for c in CRITICS}
+    # our sizes: a minibatch of full-length sequences, every array measured
+    shape = ModelShape.from_gpt_config(gcfg)
+    B, T = base.minibatch_size, gcfg.block_size
+    tiny = {c: four_models(shape, FP32, B, T, critic=c) for c in CRITICS}
+    measured = measure_tinygpt(gcfg, B, T, seed=seed)
+    # LLaMA-7B in mixed precision at seed 000's batch
+    big = ModelShape.llama_7b(BIG_T)
+    seven = {(c, ck): four_models(big, MIXED, BIG_B, BIG_T, critic=c, checkpointing=ck)
+             for c in CRITICS for ck in (False, True)}
+    pitfall = {  # seed 000 pitfall 3, bytes at B = 4, T = 2048, V = 32000
+        "buffer, log_prob scalars": buffer_bytes(BIG_B, BIG_T, big.vocab_size),
+        "buffer, full distributions": buffer_bytes(BIG_B, BIG_T, big.vocab_size, full_distributions=True),
+        "one (B, T, V) fp32 array": logits_bytes(BIG_B, BIG_T, big.vocab_size, 4),
+        f"update's {VOCAB_ARRAYS_TRAIN} (B, T, V) arrays": logits_bytes(BIG_B, BIG_T, big.vocab_size, 4,
+                                                                       VOCAB_ARRAYS_TRAIN),
+        "KV cache (generation, fp16)": kv_cache_bytes(big, BIG_B, BIG_T, 2),
+        "actor activations, checkpointed": activation_bytes(big, BIG_B, BIG_T, 2, mode="checkpointed"),
+        "actor activations, full": activation_bytes(big, BIG_B, BIG_T, 2),
+    }
+    sweep = {"tiny (ours)": shape, **SIZES}
+    scaling = {name: {"params": param_count(s, ("lm",) if s.family == "llama" else ("lm", "scalar")),
+                      **{c: static_bytes(four_models(s, MIXED, 1, 1, critic=c)) for c in CRITICS}}
+               for name, s in sweep.items()}
+    return {"quick": quick, "seed": seed, "gpt_config": gcfg, "ppo": base, "passes": passes, "tiny": tiny,
+            "tiny_BT": (B, T), "measured": measured, "tiny_kv": kv_cache_bytes(shape, base.batch_size,
+                                                                             gcfg.block_size, 4),
+            "seven": seven, "pitfall": pitfall, "scaling": scaling}
+
+
+def _stack(ax, rows, scale, unit):
+    """Stacked bars of :data:`PARTS` per model; returns the bar totals."""
+    x = np.arange(len(rows))
+    bottom = np.zeros(len(rows))
+    for part in PARTS:
+        vals = np.array([getattr(r, part) for r in rows]) / scale
+        ax.bar(x, vals, bottom=bottom, color=PART_COLORS[part], label=PART_LABELS[part], width=0.6)
+        bottom += vals
+    for xi, tot, r in zip(x, bottom, rows):
+        ax.text(xi, tot, f"{tot:.3g} {unit}\n{'trained' if r.trained else 'frozen'}", ha="center", va="bottom",
+                fontsize=8)
+    ax.set_xticks(x, [r.name for r in rows])
+    ax.set_ylim(0, bottom.max() * 1.22)
+    ax.set_ylabel(unit)
+    return bottom
+
+
+def plot(results: dict, path) -> None:
+    plt = pyplot()
+    fig, axes = plt.subplots(2, 3, figsize=(18, 10.5), gridspec_kw={"hspace": 0.38, "wspace": 0.28})
+    B, T = results["tiny_BT"]
+    g = results["gpt_config"]
+
+    ax = axes[0, 0]
+    _stack(ax, results["tiny"]["separate"], 1e6, "MB")
+    ax.set_title(f"(a) our sizes: L={g.n_layer}, C={g.n_embd}, V={g.vocab_size}, fp32\n"
+                 f"minibatch B={B}, T={T}; measured = formula")
+    ax.legend(fontsize=8, loc="upper right")
+
+    ax = axes[0, 1]
+    _stack(ax, results["seven"][("separate", False)], GB, "GB")
+    ax.set_title(f"(b) LLaMA-7B, mixed precision (colors as in (a))\nB={BIG_B}, T={BIG_T}, no gradient checkpointing")
+
+    ax = axes[0, 2]
+    x = np.arange(len(CRITICS))
+    for k, (ck, hatch) in enumerate(((False, None), (True, "//"))):
+        tot = [total_bytes(results["seven"][(c, ck)]) / GB for c in CRITICS]
+        stat = [static_bytes(results["seven"][(c, ck)]) / GB for c in CRITICS]
+        xs = x + (k - 0.5) * 0.38
+        ax.bar(xs, stat, width=0.36, color="0.55", hatch=hatch, edgecolor="k",
+               label="weights + grads + optimizer" if k == 0 else None)
+        ax.bar(xs, np.subtract(tot, stat), bottom=stat, width=0.36, color="tab:green", hatch=hatch, edgecolor="k",
+               label=("activations + (B,T,V) arrays" if k == 0 else "hatched: gradient checkpointing"))
+        for xi, t in zip(xs, tot):
+            ax.text(xi, t, f"{t:.0f}", ha="center", va="bottom", fontsize=8)
+    ax.axhline(80, color="k", ls="--", lw=1, label="one 80 GB GPU")
+    ax.set_xticks(x, [SETUP_NAMES[c].replace(", ", ",\n") for c in CRITICS], fontsize=8)
+    ax.set_ylabel("GB, all models resident")
+    ax.set_title("(c) LLaMA-7B totals per setup\nthe critic costs as much as the actor")
+    ax.legend(fontsize=8, loc="upper right")
+
+    ax = axes[1, 0]
+    items = list(results["pitfall"].items())
+    vals = [v for _, v in items]
+    colors = ["tab:green", "tab:red", "tab:purple", "tab:purple", "tab:gray", "tab:olive", "tab:olive"]
+    ax.barh(range(len(items)), vals, color=colors)
+    for i, v in enumerate(vals):
+        ax.text(v * 1.3, i, f"{v / 1e6:,.1f} MB" if v < GB else f"{v / GB:.2f} GB", va="center", fontsize=8)
+    ax.set_yticks(range(len(items)), [k for k, _ in items], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlim(1e5, 1e12)
+    ax.set_xlabel("bytes (log scale)")
+    ax.set_title(f"(d) seed 000 pitfall 3 (7B): B={BIG_B}, T={BIG_T}, V=32000\nstore log_prob scalars, not distributions")
+
+    ax = axes[1, 1]
+    p = results["passes"]["separate"]
+    cnt, form = p["counted"], p["formula"]
+    Bb = results["ppo"].batch_size
+    names = list(cnt)
+    x = np.arange(len(names))
+    fw = [cnt[n]["forward_rows"] / Bb for n in names]
+    bw = [cnt[n]["backward_rows"] / Bb for n in names]
+    ax.bar(x - 0.18, fw, width=0.34, color="tab:blue", label="forward passes (full passes over the batch)")
+    ax.bar(x + 0.18, bw, width=0.34, color="tab:red", label="backward passes")
+    ax.plot(x - 0.18, [form[n]["forward_rows"] / Bb for n in names], "k_", ms=22, mew=2,
+            label="passes_per_iteration (formula)")
+    ax.plot(x + 0.18, [form[n]["backward_rows"] / Bb for n in names], "k_", ms=22, mew=2)
+    a = cnt["actor"]
+    ax.text(0, max(fw) * 1.08, f"+ generation:\n1 prefill\n+ {a['decode']} decode steps", ha="center", fontsize=8)
+    ax.set_xticks(x, names)
+    ax.set_ylim(0, max(fw) * 1.5)
+    cfg = results["ppo"]
+    ax.set_ylabel("passes over the batch per iteration")
+    ax.set_title(f"(e) passes in one real PPOTrainer step (separate critic)\n"
+                 f"B={Bb}, K={cfg.ppo_epochs} epochs x M={cfg.num_minibatches} minibatches")
+    ax.legend(fontsize=8, loc="upper right")
+
+    ax = axes[1, 2]
+    sc = results["scaling"]
+    params = [sc[n]["params"] for n in sc]
+    for c, style in zip(CRITICS, ("o-", "s--", "^-")):
+        ax.plot(params, [sc[n][c] / GB for n in sc], style, label=SETUP_NAMES[c])
+    offsets = [(8, -3), (-8, 3), (-8, -12), (-8, 3), (-8, 3)]       # label placement, points: tiny .. 13B
+    for (n, pp), off in zip(zip(sc, params), offsets):
+        ax.annotate(n, (pp, sc[n]["separate"] / GB), textcoords="offset points", xytext=off, fontsize=8,
+                    ha="left" if off[0] > 0 else "right")
+    ax.axhline(80, color="k", ls="--", lw=1, label="one 80 GB GPU")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("actor parameters (log scale)")
+    ax.set_ylabel("GB resident: weights + grads + optimizer")
+    ax.set_title("(f) from tiny to 13B, all models of each setup\n(mixed precision: 16 B per trained parameter)")
+    ax.legend(fontsize=8, loc="lower right")
+    save(fig, path)
+
+
+def _fmt(nbytes: float) -> str:
+    return f"{nbytes / GB:8.2f} GB" if nbytes >= 0.1 * GB else f"{nbytes / 1e6:8.3f} MB"
+
+
+def _table(rows) -> list[str]:
+    lines = [f"  {'model':<10s} {'params':>14s} " + " ".join(f"{p:>11s}" for p in PARTS) + f" {'total':>11s}"]
+    for r in rows:
+        lines.append(f"  {r.name:<10s} {r.params:>14,d} " + " ".join(_fmt(getattr(r, p)) for p in PARTS)
+                     + f" {_fmt(r.total)}")
+    return lines
+
+
+def main(argv=None) -> dict:
+    args = lesson_args(__doc__, argv)
+    r = run(quick=args.quick, seed=args.seed)
+    cfg, g = r["ppo"], r["gpt_config"]
+    print(f"One PPOTrainer.step per critic arrangement (batch {cfg.batch_size}, {cfg.ppo_epochs} epochs x "
+          f"{cfg.num_minibatches} minibatches, max {cfg.max_new_tokens} new tokens); TinyGPT L={g.n_layer}, "
+          f"C={g.n_embd}, V={g.vocab_size}.")
+    for c in CRITICS:
+        p = r["passes"][c]
+        ok = "== formula" if p["counted"] == p["formula"] else "!= formula (see passes_per_iteration)"
+        calls = "; ".join(f"{n}: {v['forward']} fwd/{v['backward']} bwd" for n, v in p["counted"].items())
+        moved = ", ".join(f"{n} {'moved' if d > 0 else 'FROZEN'} ({d:.1e})" for n, d in p["moved"].items())
+        print(f"  {SETUP_NAMES[c]:<36s} {calls}; actor generation 1 prefill + {p['counted']['actor']['decode']} "
+              f"decode steps [{ok}]\n  {'':<36s} max |change| after the step: {moved}")
+    ps = r["passes"]["separate"]
+    print(f"Optimizers: actor {ps['optimizers']['actor']}, separate critic {ps['optimizers']['critic']}; the "
+          f"reference and the reward model have none (seed 001: only actor and critic are updated).")
+    m, (B, T) = r["measured"], r["tiny_BT"]
+    print(f"\nOur sizes, fp32, minibatch B={B}, T={T} (formulas == real TinyGPT arrays: params {m['params']:,}, "
+          f"weights {m['weights']:,} B, grads {m['grads']:,} B, Adam {m['adam']:,} B, cache {m['activations']:,} B):")
+    print("\n".join(_table(r["tiny"]["separate"])))
+    rows = {x.name: x for x in r["tiny"]["separate"]}
+    print(f"Frozen models are counted with a no-grad forward (one block's working set); TinyGPT has no such mode, "
+          f"so in our code each frozen forward of the batch builds the training caches and drops them "
+          f"({rows['actor'].activations / B * cfg.batch_size / 1e6:.0f} MB at B={cfg.batch_size}, T={T}).")
+    (Bu, Tu) = ps["update_BT"]
+    print(f"tracemalloc peak of one real update minibatch (B={Bu}, T={Tu}): {ps['update_peak'] / 1e6:.1f} MB; "
+          f"estimate (2 caches + {VOCAB_ARRAYS_TRAIN} (B,T,V) arrays + 2 gradient sets): "
+          f"{ps['update_estimate'] / 1e6:.1f} MB. Rollout buffer of {cfg.batch_size} responses: "
+          f"{ps['buffer_nbytes'] / 1e3:.0f} KB; KV cache for generation: {r['tiny_kv'] / 1e6:.2f} MB.")
+    print(f"\nLLaMA-7B, mixed precision (16 bytes per trained parameter, 2 per frozen), B={BIG_B}, T={BIG_T}:")
+    print("\n".join(_table(r["seven"][("separate", False)])))
+    for c in CRITICS:
+        s = r["seven"][(c, False)]
+        print(f"  {SETUP_NAMES[c]:<36s} resident weights+grads+optimizer {static_bytes(s) / GB:6.1f} GB, "
+              f"everything at once {total_bytes(s) / GB:6.1f} GB "
+              f"({total_bytes(r['seven'][(c, True)]) / GB:6.1f} GB with gradient checkpointing)")
+    sep, none = (static_bytes(r["seven"][(c, False)]) for c in ("separate", "none"))
+    print(f"Dropping the critic (GRPO / RLOO) or sharing the actor's trunk saves {(sep - none) / GB:.0f} GB of "
+          f"{sep / GB:.0f} GB resident state ({100 * (sep - none) / sep:.0f}%).")
+    pf = r["pitfall"]
+    print("Seed 000 pitfall 3: " + "; ".join(f"{k} {_fmt(v).strip()}" for k, v in pf.items()) + ".")
+    path = output_path(__spec__.name if __spec__ else __name__, args)
+    plot(r, path)
+    print(f"figure: {path}")
+    return r
+
+
+if __name__ == "__main__":
+    main()
