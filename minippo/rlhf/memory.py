@@ -94,7 +94,7 @@ class ModelShape:
 
     @classmethod
     def llama_7b(cls, seq_len: int = 2048) -> "ModelShape":
-        """LLaMA-7B: L = 32, C = 4096, H = 32, V = 32000, F = 11008 (Touvron et al. 2023, Table 2)."""
+        """LLaMA-7B: L = 32, C = 4096, H = 32 (Touvron et al. 2023, Table 2), V = 32000, F = 11008."""
         return cls(32, 4096, 32, 32000, seq_len, family="llama", d_ff=11008)
 
 
