@@ -54,9 +54,12 @@ def _to_jsonable(obj: Any) -> Any:
     return obj
 
 
-def save_checkpoint(directory: str | os.PathLike, arrays: dict[str, np.ndarray], state: dict | None = None) -> Path:
+def save_checkpoint(directory: str | os.PathLike, arrays: dict[str, np.ndarray], state: dict | None = None,
+                    *, files: dict[str, str] | None = None) -> Path:
     """Save ``arrays`` (safetensors) and ``state`` (JSON) into ``directory``, atomically.
 
+    ``files`` maps extra file names to their text (e.g. ``{"tokenizer.json": ...}``); they are
+    written into the same temporary folder, so they are swapped in together with the weights.
     The previous content of ``directory`` stays intact until the new one is complete.
     """
     from safetensors.numpy import save as st_save
@@ -69,6 +72,10 @@ def save_checkpoint(directory: str | os.PathLike, arrays: dict[str, np.ndarray],
     contiguous = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
     atomic_write_bytes(tmp / WEIGHTS, st_save(contiguous))
     atomic_write_text(tmp / STATE, json.dumps(_to_jsonable(state or {}), indent=1, sort_keys=True))
+    for name, text in (files or {}).items():
+        if name in (WEIGHTS, STATE) or Path(name).name != name:
+            raise ValueError(f"`files` names must be plain file names other than {WEIGHTS} and {STATE}, got {name!r}")
+        atomic_write_text(tmp / name, text)
     old = directory.with_name(directory.name + ".old")
     if directory.exists():
         if old.exists():                  # a stale leftover: ``directory`` is the good checkpoint

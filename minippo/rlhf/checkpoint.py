@@ -7,14 +7,13 @@ weights and the JSON are swapped in atomically: a crash leaves the previous fold
                                 and any extra arrays under "extra/<name>" (e.g. optimizer moments)
     <dir>/state.json            {"format": "minippo.model/1", "gpt_config": {...},
                                  "extra_array_names": [...], "has_tokenizer": bool, **extra_state}
-    <dir>/tokenizer.json        a copy of the tokenizer, if one was given
+    <dir>/tokenizer.json        a copy of the tokenizer, if one was given (swapped in with the rest)
 
 ``load_model(dir)`` returns ``(model, state)`` where ``state`` is that JSON plus ``"extra_arrays"``
 (name -> array) and ``"tokenizer"`` (the path of ``tokenizer.json``, or None). Parameters round-trip
 bitwise (safetensors stores the raw float32/float64 bytes).
 
-The tokenizer file is written right after the atomic swap of the weights; it never changes during a
-run, and a folder whose state says ``has_tokenizer`` but lacks the file is reported by
+A folder whose state says ``has_tokenizer`` but lacks the file (edited by hand) is reported by
 :func:`load_model` (FileNotFoundError) rather than silently loaded without it.
 
 No arrays are computed here (shape legend as in :mod:`minippo.nn.gpt`: V vocab, T block, C channels).
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minippo.io import WEIGHTS, atomic_write_text, load_checkpoint, save_checkpoint
+from minippo.io import WEIGHTS, load_checkpoint, save_checkpoint
 from minippo.nn.gpt import GPTConfig, TinyGPT, param_shapes
 
 FORMAT = "minippo.model/1"
@@ -63,10 +62,8 @@ def save_model(directory: str | os.PathLike, model: TinyGPT, *, tokenizer=None, 
     arrays.update({EXTRA + name: a for name, a in extra_arrays.items()})
     state = {"format": FORMAT, "gpt_config": model.cfg.to_dict(), "extra_array_names": sorted(extra_arrays),
              "has_tokenizer": tokenizer is not None, **extra_state}
-    directory = save_checkpoint(directory, arrays, state)
-    if tokenizer is not None:
-        atomic_write_text(directory / TOKENIZER_FILE, tokenizer.to_str())
-    return directory
+    files = {TOKENIZER_FILE: tokenizer.to_str()} if tokenizer is not None else None
+    return save_checkpoint(directory, arrays, state, files=files)
 
 
 def load_model(directory: str | os.PathLike) -> tuple[TinyGPT, dict]:

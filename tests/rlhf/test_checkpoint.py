@@ -85,3 +85,34 @@ def test_state_json_is_readable(tmp_path):
     folder = save_model(tmp_path / "m", TinyGPT(cfg), extra_state={"sft_config": {"lr": 0.001}})
     state = json.loads((folder / "state.json").read_text())
     assert state["gpt_config"]["n_embd"] == 4 and state["sft_config"]["lr"] == 0.001
+
+
+def test_tokenizer_is_swapped_in_with_the_weights(tmp_path, tokenizer, monkeypatch):
+    """A crash after the new folder is written but before it is swapped in leaves the previous
+    model *and its tokenizer* loadable: the tokenizer is part of the atomic save."""
+    import os
+
+    import minippo.io as mio
+
+    cfg = GPTConfig(vocab_size=tokenizer.vocab_size, block_size=8, n_layer=1, n_head=1, n_embd=4)
+    first = TinyGPT(cfg, seed=0)
+    save_model(tmp_path / "m", first, tokenizer=tokenizer)
+    real_replace = os.replace
+
+    def crash_on_swap(src, dst):
+        if str(src).endswith(".tmp") and not str(src).endswith(".json.tmp") and "safetensors" not in str(src):
+            raise OSError("simulated crash before the swap")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(mio.os, "replace", crash_on_swap)
+    with pytest.raises(OSError, match="simulated crash"):
+        save_model(tmp_path / "m", TinyGPT(cfg, seed=1), tokenizer=tokenizer)
+    monkeypatch.undo()
+    model, state = load_model(tmp_path / "m")
+    assert all(np.array_equal(model.params[k], first.params[k]) for k in first.params)
+    assert Tokenizer.load(state["tokenizer"]).vocab_size == tokenizer.vocab_size
+
+
+def test_extra_files_cannot_shadow_the_checkpoint(tmp_path):
+    with pytest.raises(ValueError, match="`files`"):
+        save_checkpoint(tmp_path / "c", {"a": np.zeros(2)}, {}, files={"state.json": "{}"})
