@@ -20,8 +20,8 @@ response gets that same number (outcome supervision: no per-token credit assignm
 
 mean_g, std_g and sum_g run over the n responses of response i's group. The leave-one-out
 baseline of RLOO does not contain s_i, so it is independent of response i's action and the
-gradient estimate stays unbiased; GRPO's mean contains s_i (a 1/n bias that the n/(n-1) factor of
-the identity above undoes).
+gradient estimate stays unbiased; the group mean contains s_i, and s_i - mean_g(s) =
+(n - 1)/n (s_i - b_i) shrinks the expected gradient by (n - 1)/n (the identity above undoes it).
 
 **Group layout (our choice, validated).** Rows are grouped by prompt CONTIGUOUSLY: group g is rows
 ``g*n .. g*n + n - 1`` (the order ``collect_rollout`` produces with ``np.repeat(prompts, n)``), so
@@ -39,8 +39,8 @@ see :func:`grpo_kl_loss`. As every loss of ``minippo.rl`` it is a token-level ma
 batch (DESIGN.md); GRPO's eq. (3) instead averages each response's tokens first (1/|o_i|), which
 Dr. GRPO shows biases the response length.
 
-These functions know no model: arrays in, arrays out. The RLHF trainer plugs them in as advantage
-estimators (``minippo.rlhf.advantages.register_advantage_estimator``).
+These functions know no model: arrays in, arrays out. The RLHF trainer can use them as advantage
+estimators through ``minippo.rlhf.advantages.register_advantage_estimator``.
 """
 from __future__ import annotations
 
