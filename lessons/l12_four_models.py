@@ -208,7 +208,8 @@ def plot(results: dict, path) -> None:
     ax.set_xscale("log")
     ax.set_xlim(1e5, 1e12)
     ax.set_xlabel("bytes (log scale)")
-    ax.set_title(f"(d) seed 000 pitfall 3 (7B): B={BIG_B}, T={BIG_T}, V=32000\nstore log_prob scalars, not distributions")
+    ax.set_title(f"(d) seed 000 pitfall 3 (7B): B={BIG_B}, T={BIG_T}, V=32000\n"
+                 "store log_prob scalars, not distributions")
 
     ax = axes[1, 1]
     p = results["passes"]["separate"]
