@@ -32,6 +32,8 @@ KL penalty reward -beta * kl_t (000 follow-up 3)           kl.kl_estimate(logp, 
 exact KL between two distributions                         kl.kl_exact_from_logits
 explained variance (003 sec. 13)                           masked.explained_variance
 padding / response mask (003 sec. 17; 000)                 masked.masked_sum / masked_mean / masked_var
+critic-free advantages: GRPO, RLOO, batch-mean baseline    group_advantages.grpo_advantages, rloo_advantages,
+(beyond the seeds: Shao et al. 2024; Ahmadian et al. 2024) batch_mean_advantages; GRPO's KL loss grpo_kl_loss
 =========================================================  ==========================================
 
 Importing this package compiles nothing: the functions above are re-exported lazily (except
@@ -55,6 +57,8 @@ _LAZY = {
                                                "entropy_from_logits", "entropy_backward")},
     **{n: "minippo.rl.kl" for n in ("kl_estimate", "kl_exact_from_logits", "FixedKLController",
                                     "AdaptiveKLController", "PPOPaperKLController")},
+    **{n: "minippo.rl.group_advantages" for n in ("grpo_advantages", "rloo_advantages",
+                                                  "batch_mean_advantages", "grpo_kl_loss")},
 }
 
 __all__ = sorted(_LAZY)
