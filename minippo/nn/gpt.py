@@ -403,11 +403,16 @@ class TinyGPT:
         kv.n_real += m
         pos = np.maximum(kv.n_real - 1, 0)                          # (B,)
         x = (p["wte"][tokens] + p["wpe"][pos])[:, None, :]          # (B, 1, C)
-        for i in range(cfg.n_layer):
-            x = block_decode(x, p, f"h.{i}.", cfg.n_head, kv.k[i], kv.v[i], kv.key_mask, t)
-        kv.t = t + 1
-        x, _ = K.layernorm_forward(x[:, 0], p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (B, C)
-        return x @ p["wte"].T                                        # (B, V)
+        # one row per sequence: products this small run faster on one BLAS thread (on a busy 2-core
+        # machine OpenBLAS's threads mostly wait for each other: ~7x slower decoding, measured)
+        # TODO(lead): single_blas_thread belongs in a shared module (minippo/blas.py); nn should not import classic
+        from minippo.classic.blas import single_blas_thread
+        with single_blas_thread():
+            for i in range(cfg.n_layer):
+                x = block_decode(x, p, f"h.{i}.", cfg.n_head, kv.k[i], kv.v[i], kv.key_mask, t)
+            kv.t = t + 1
+            x, _ = K.layernorm_forward(x[:, 0], p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (B, C)
+            return x @ p["wte"].T                                    # (B, V)
 
 
 # ----------------------------------------------------------------------------------------------
