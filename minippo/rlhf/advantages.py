@@ -11,16 +11,28 @@ by ``cfg.advantage_estimator`` and then whitens the advantages over the batch's 
 arXiv:1506.02438; PPO paper eqs. (11)-(12)), with the DESIGN conventions: the value after a response's
 last valid token is 0, padded positions get advantage 0 and return 0, returns = adv + values.
 
-Critic-free estimators (GRPO, RLOO, REINFORCE with a baseline) plug in with
-:func:`register_advantage_estimator` and need only ``rollout.scores`` / ``rollout.rewards`` and the
-prompt groups ``rollout.prompt_index`` (``cfg.samples_per_prompt`` responses per prompt).
+The critic-free estimators of :mod:`minippo.rl.group_advantages` are registered here too: one
+sequence-level advantage per response from the scores of the other responses to the same prompt
+(``cfg.samples_per_prompt`` = n rows per prompt, contiguous, as ``collect_rollout`` lays them out),
+broadcast to its valid tokens; ``returns`` are then ``adv + values`` (the critic, if any, still trains)::
+
+    "grpo"       (s_i - mean_g s) / (std_g s + eps)            Shao et al. 2024
+    "dr_grpo"    s_i - mean_g s                                Liu et al. 2025
+    "rloo"       s_i - mean of the other n - 1 scores          Ahmadian et al. 2024
+    "reinforce"  s_i - mean of the batch                       Williams 1992
+
+The sequence score s_i they use is ``score_i + sum_t non_score_reward_t``: the RM score with the KL
+penalty of the reward (set ``kl_coef = 0`` and ``kl_loss_coef > 0`` for GRPO's KL-as-a-loss). Further
+estimators plug in with :func:`register_advantage_estimator`.
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from minippo.checks import check_range
+import numpy as np
+
 from minippo.rl.gae import gae
+from minippo.rl.group_advantages import batch_mean_advantages, grpo_advantages, rloo_advantages
 from minippo.rl.masked import masked_whiten
 
 
@@ -32,8 +44,28 @@ def gae_advantages(rollout, cfg):
     return gae(rollout.rewards, rollout.values, rollout.response_mask, gamma=cfg.gamma, lam=cfg.lam)
 
 
+def sequence_returns(rollout) -> np.ndarray:
+    """(B,) the whole return of each response: score plus its summed per-token KL penalty."""
+    return rollout.scores + rollout.non_score_reward.sum(axis=1)
+
+
+def _critic_free(adv_fn):
+    """An estimator from a function ``(returns (B,), rollout, cfg) -> adv (B, Tn)``."""
+    def estimator(rollout, cfg):
+        adv = adv_fn(sequence_returns(rollout), rollout, cfg).astype(np.float64)
+        return adv, (adv + rollout.values) * rollout.response_mask
+    return estimator
+
+
 #: name -> (estimator, needs a critic)
-ADVANTAGE_ESTIMATORS: dict[str, tuple[Callable, bool]] = {"gae": (gae_advantages, True)}
+ADVANTAGE_ESTIMATORS: dict[str, tuple[Callable, bool]] = {
+    "gae": (gae_advantages, True),
+    "grpo": (_critic_free(lambda s, ro, cfg: grpo_advantages(s, cfg.samples_per_prompt, ro.response_mask)), False),
+    "dr_grpo": (_critic_free(lambda s, ro, cfg: grpo_advantages(s, cfg.samples_per_prompt, ro.response_mask,
+                                                                scale=False)), False),
+    "rloo": (_critic_free(lambda s, ro, cfg: rloo_advantages(s, cfg.samples_per_prompt, ro.response_mask)), False),
+    "reinforce": (_critic_free(lambda s, ro, cfg: batch_mean_advantages(s, ro.response_mask)), False),
+}
 
 
 def register_advantage_estimator(name: str, fn: Callable, *, needs_critic: bool) -> None:
@@ -57,5 +89,6 @@ def compute_advantages(rollout, cfg):
 
 def needs_critic(name: str) -> bool:
     """Whether the estimator ``name`` reads the critic's values."""
-    check_range("len(name)", len(name), 1, None, integer=True)
+    if name not in ADVANTAGE_ESTIMATORS:
+        raise ValueError(f"`name` must be one of {sorted(ADVANTAGE_ESTIMATORS)}, got {name!r}")
     return ADVANTAGE_ESTIMATORS[name][1]

@@ -41,7 +41,9 @@ def stage_configs(quick: bool = False, seed: int = 0):
     from minippo.rlhf.sft import SFTConfig
 
     if quick:
-        return SFTConfig.quick(seed=seed), RMConfig.quick(seed=seed), PPOConfig.quick(seed=seed)
+        # SFTConfig.quick() alone writes mostly broken words; 600 steps at C = 64 give a policy worth aligning
+        return (SFTConfig.quick(seed=seed, steps=600, n_embd=64, corpus_size=6000),
+                RMConfig.quick(seed=seed, n_pairs=500, epochs=2), PPOConfig.quick(seed=seed))
     return SFTConfig(seed=seed), RMConfig(seed=seed), PPOConfig(seed=seed)
 
 

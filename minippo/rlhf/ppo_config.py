@@ -117,7 +117,8 @@ class PPOConfig:
 
     # ---- advantages -------------------------------------------------------------------------
     advantage_estimator: str = "gae"
-    """Name in ``minippo.rlhf.advantages.ADVANTAGE_ESTIMATORS`` (``"gae"``; critic-free ones plug in there)."""
+    """Name in ``minippo.rlhf.advantages.ADVANTAGE_ESTIMATORS``: ``"gae"`` (with the critic), or the critic-free
+    ``"grpo"``, ``"dr_grpo"``, ``"rloo"`` (need ``samples_per_prompt`` >= 2) and ``"reinforce"``."""
     gamma: float = 1.0
     """Discount gamma in [0, 1]; 1 in RLHF (seed 000)."""
     lam: float = 0.95
@@ -207,6 +208,9 @@ class PPOConfig:
         if self.batch_size % self.minibatch_size:
             raise ValueError(f"`minibatch_size` ({self.minibatch_size}) must divide `batch_size` "
                              f"({self.batch_size}) evenly")
+        if self.advantage_estimator in ("grpo", "dr_grpo", "rloo") and self.samples_per_prompt < 2:
+            raise ValueError(f"`samples_per_prompt` must be >= 2 for the group estimator "
+                             f"{self.advantage_estimator!r} (it compares responses to the same prompt)")
         if self.batch_size % self.samples_per_prompt:
             raise ValueError(f"`samples_per_prompt` ({self.samples_per_prompt}) must divide `batch_size` "
                              f"({self.batch_size}) evenly")
@@ -223,9 +227,8 @@ class PPOConfig:
 
     @classmethod
     def quick(cls, **overrides) -> "PPOConfig":
-        """A seconds-long run for CI and smoke tests: 8 iterations of 32 short responses, 2 epochs."""
-        base = dict(iterations=8, batch_size=32, minibatch_size=8, max_new_tokens=16, ppo_epochs=2,
-                    checkpoint_every=4, kl_horizon=500.0)
+        """A seconds-long run for CI and smoke tests: 30 iterations of 32 responses (minibatches of 8)."""
+        base = dict(iterations=30, batch_size=32, minibatch_size=8, checkpoint_every=10)
         return cls(**{**base, **overrides})
 
     def to_dict(self) -> dict:

@@ -29,6 +29,7 @@ import math
 import numpy as np
 
 from minippo.nn.optim import clip_grad_norm
+from minippo.rl.group_advantages import grpo_kl_loss
 from minippo.rl.distributions import entropy_backward, entropy_from_logits, logprobs_backward, logprobs_from_logits
 from minippo.rl.masked import masked_mean
 from minippo.rl.policy_loss import clipped_policy_loss
@@ -43,18 +44,6 @@ def check_finite(values: dict, iteration: int, where: str = "") -> None:
         if not math.isfinite(v):
             raise ValueError(f"`{name}` is {v} at iteration {iteration}{where}: training stopped (the last good "
                              f"checkpoint is kept; lower `lr`, check the rewards)")
-
-
-def kl_loss(logp, logp_ref, mask):
-    """``mean(k3)`` of KL(pi || pi_ref) over valid tokens and its gradient d/dlogp.
-
-    k3 = exp(logp_ref - logp) - (logp_ref - logp) - 1, so d k3 / d logp = 1 - exp(logp_ref - logp).
-    """
-    m = (mask != 0).astype(np.float64)
-    n = max(m.sum(), 1.0)
-    log_rho = logp_ref.astype(np.float64) - logp                             # (B, Tn)
-    k3 = np.expm1(log_rho) - log_rho
-    return float((k3 * m).sum() / n), ((-np.expm1(log_rho)) * m / n).astype(logp.dtype)
 
 
 def minibatch_loss_and_grads(actor, critic, mb, cfg, ptx_batch=None):
@@ -85,8 +74,10 @@ def minibatch_loss_and_grads(actor, critic, mb, cfg, ptx_batch=None):
     dent = (-cfg.ent_coef * (mask != 0) / n).astype(logits.dtype)                          # d(-c2 S)/dH
     terms = {"loss/policy": pg_loss, "loss/entropy": -ent_mean, "loss/kl": 0.0, "loss/ptx": 0.0, "loss/value": 0.0}
     if cfg.kl_loss_coef > 0:
-        terms["loss/kl"], dkl = kl_loss(logp, mb.logp_ref, mask)
-        dlogp = dlogp + cfg.kl_loss_coef * dkl
+        # GRPO's KL penalty as a loss: kl_loss_coef * mean(k3(pi, pi_ref)), gradient 1 - pi_ref / pi per token
+        kl_term, dkl, kstats = grpo_kl_loss(logp, mb.logp_ref.astype(logp.dtype), mask, cfg.kl_loss_coef)
+        terms["loss/kl"] = kstats["kl"]
+        dlogp = dlogp + dkl
     dlogits = logprobs_backward(dlogp.astype(logits.dtype), c_logp) + entropy_backward(dent, c_ent)
     # the critic: (clipped) squared error in the head's (possibly normalised) units
     dhead, vf_clipfrac, grads_critic = None, 0.0, {}

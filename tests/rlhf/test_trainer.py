@@ -34,6 +34,7 @@ from minippo.rlhf.trainer import PPOTrainer
     (dict(advantage_estimator="vtrace"), "advantage_estimator"),
     (dict(kl_controller="pid"), "kl_controller"),
     (dict(samples_per_prompt=3, batch_size=8, minibatch_size=4), "samples_per_prompt"),
+    (dict(advantage_estimator="rloo"), "samples_per_prompt"),
     (dict(ratio_threshold=0.5), "ratio_threshold"),
     (dict(value_clip=1), "value_clip"),
     (dict(adam_betas=(0.9, 1.0)), "adam_betas"),
@@ -171,6 +172,29 @@ def test_target_kl_stops_the_update_and_ratio_threshold_skips():
                      lr=1e-2, critic_lr=1e-2)
     assert upd["policy/skipped_minibatches"] == tr.cfg.ppo_epochs * tr.cfg.num_minibatches and upd["policy/steps"] == 0
     assert all((before[k] == v).all() for k, v in tr.actor.params.items())
+
+
+def test_critic_free_estimators_give_one_advantage_per_response():
+    sft, rm, tok = world()
+    seen = {}
+    for name in ("grpo", "rloo", "reinforce"):
+        cfg = tiny_config(iterations=1, critic="none", advantage_estimator=name, samples_per_prompt=4, kl_coef=0.0,
+                          kl_loss_coef=0.1, whiten_advantages=False)
+        tr = PPOTrainer(cfg, sft, rm, tok)
+        rec = tr.step(callback=lambda t, ro, r: seen.update(ro=ro))
+        ro = seen["ro"]
+        m = ro.response_mask == 1
+        adv_seq = ro.adv[np.arange(ro.batch_size), 0]                    # every row has a first token
+        np.testing.assert_allclose(ro.adv, adv_seq[:, None] * m)        # the same advantage on each valid token
+        s = ro.scores.reshape(2, 4)
+        if name == "rloo":                                                # leave-one-out baseline, by hand
+            expect = s - (s.sum(axis=1, keepdims=True) - s) / 3
+        elif name == "grpo":
+            expect = (s - s.mean(axis=1, keepdims=True)) / (s.std(axis=1, ddof=1, keepdims=True) + 1e-6)
+        else:
+            expect = s - s.mean()
+        np.testing.assert_allclose(adv_seq, expect.ravel(), rtol=1e-6, atol=1e-9)
+        assert rec["loss/kl_avg"] >= 0 and rec["loss/value_avg"] == 0.0
 
 
 @pytest.mark.parametrize("kw", [dict(critic="none"), dict(critic="shared", value_norm=True),

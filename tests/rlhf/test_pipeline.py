@@ -1,0 +1,42 @@
+"""`minippo rlhf --quick` end to end: every stage runs, the gold score rises, a second run reuses the stages."""
+import json
+
+import numpy as np
+import pytest
+
+from minippo.io import read_metrics
+from minippo.rlhf.pipeline import run_pipeline
+
+
+@pytest.mark.slow
+def test_quick_pipeline_end_to_end(tmp_path, capsys):
+    out = tmp_path / "run"
+    logs = []
+    s = run_pipeline(out, quick=True, progress=False, log=logs.append)
+    e = s["eval"]
+    # the simulated human prefers the PPO policy's fresh samples on the same prompts ...
+    assert e["ppo"]["gold_mean"] > e["sft"]["gold_mean"] + 0.2, e
+    assert e["ppo"]["rm_mean"] > e["sft"]["rm_mean"] + 0.5
+    assert e["sft"]["kl_mean"] == 0.0 and e["ppo"]["kl_exact_mean"] > 0
+    # ... and the gold score of the rollouts rises during training
+    records = read_metrics(out / "ppo" / "metrics.jsonl")
+    assert len(records) == 30
+    first, last = (np.mean([r["gold/score"] for r in part]) for part in (records[:5], records[-5:]))
+    assert last > first + 0.2
+    for path in ("sft/model", "rm/model", "ppo/policy", "ppo/checkpoint"):
+        assert (out / path / "weights.safetensors").exists(), path
+    assert (out / "figures" / "ppo_curves.png").stat().st_size > 20_000
+    samples = (out / "samples.md").read_text()
+    assert "| SFT |" in samples and "| PPO |" in samples and samples.count("\n| ") >= 18
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["seconds"]) == {"sft", "rm", "ppo", "eval", "total"} and summary["peak_rss_mb"] > 0
+    assert not any("reusing" in line for line in logs)
+
+    # pointing the command at the finished run reuses every stage and reproduces the evaluation
+    from minippo.cli import main
+    capsys.readouterr()
+    assert main(["rlhf", "--quick", "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("reusing") == 3
+    again = json.loads((out / "summary.json").read_text())
+    assert again["eval"] == json.loads(json.dumps(e))
