@@ -43,17 +43,41 @@ def stage_configs(quick: bool = False, seed: int = 0):
     if quick:
         # SFTConfig.quick() alone writes mostly broken words; 600 steps at C = 64 give a policy worth aligning
         return (SFTConfig.quick(seed=seed, steps=600, n_embd=64, corpus_size=6000),
-                RMConfig.quick(seed=seed, n_pairs=500, epochs=2), PPOConfig.quick(seed=seed))
+                RMConfig.quick(seed=seed), PPOConfig.quick(seed=seed))
     return SFTConfig(seed=seed), RMConfig(seed=seed), PPOConfig(seed=seed)
+
+
+def default_cache_dir(quick: bool = False, seed: int = 0) -> Path:
+    """Where lessons keep the SFT and reward-model stages they share: ``runs/cache/main-seed<k>-<hash>`` in
+    the repository (resolved from the package location, never the working directory), or a temporary
+    folder for ``quick`` runs (the smoke tests). ``<hash>`` identifies the stage configs, so changed
+    defaults never reuse a stale cache."""
+    import hashlib
+    sft_cfg, rm_cfg, _ = stage_configs(quick, seed)
+    key = hashlib.sha256(json.dumps([sft_cfg.to_dict(), rm_cfg.to_dict()], sort_keys=True).encode()).hexdigest()[:8]
+    if quick:
+        import tempfile
+        return Path(tempfile.gettempdir()) / "minippo_cache" / f"quick-seed{seed}-{key}"
+    return Path(__file__).resolve().parents[2] / "runs" / "cache" / f"main-seed{seed}-{key}"
+
+
+def prepare_stages(cache_dir=None, *, quick: bool = False, seed: int = 0, progress: bool = False, log=print) -> Path:
+    """The main job's SFT and reward-model stages, built once into ``cache_dir`` (default
+    :func:`default_cache_dir`) and reused afterwards; returns the folder holding ``sft/`` and ``rm/``
+    (pass them to ``minippo.rlhf.trainer.load_stages`` / ``run_ppo``)."""
+    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir(quick, seed)
+    run_pipeline(folder, quick=quick, seed=seed, progress=progress, log=log, stages=("sft", "rm"))
+    return folder
 
 
 def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool = True, log=print,
                  sft_cfg=None, rm_cfg=None, ppo_cfg=None, n_eval: int | None = None, evaluate: bool = True,
-                 figures: bool = True, callback=None) -> dict:
+                 figures: bool = True, callback=None, stages=("sft", "rm", "ppo")) -> dict:
     """Run (or reuse) every stage into ``out_dir``; returns the summary dict (also ``summary.json``).
 
     ``sft_cfg`` / ``rm_cfg`` / ``ppo_cfg`` / ``n_eval`` override the defaults of :func:`stage_configs`;
-    ``callback`` is passed to the PPO trainer (called after every iteration).
+    ``callback`` is passed to the PPO trainer (called after every iteration). ``stages=("sft", "rm")``
+    stops before PPO (no evaluation, no figure, no summary file).
     """
     from minippo.rlhf.reward_model import train_reward_model
     from minippo.rlhf.sft import train_sft
@@ -84,13 +108,15 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
     if has_checkpoint(out / "rm" / "model"):
         log(f"[2/3] reward model: reusing {out / 'rm' / 'model'}")
     else:
-        log(f"[2/3] reward model: {rm_cfg.n_pairs} preference pairs labelled by the simulated human -> "
+        log(f"[2/3] reward model: preference pairs of SFT samples labelled by the simulated human -> "
             f"Bradley-Terry, {rm_cfg.epochs} epoch(s)")
         r = train_reward_model(rm_cfg, out / "sft", out / "rm", progress=progress)
         summary["rm"] = {k: r[k] for k in ("heldout_accuracy", "heldout_gold_accuracy", "pearson", "spearman")}
         log(f"      held-out accuracy {r['heldout_accuracy']:.3f} (gold order {r['heldout_gold_accuracy']:.3f}); "
             f"score vs gold on fresh samples: Pearson {r['pearson']:.3f}")
     summary["seconds"]["rm"] = time.perf_counter() - t
+    if "ppo" not in stages:
+        return summary
 
     # stage 3: PPO
     t = time.perf_counter()

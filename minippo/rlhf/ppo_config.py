@@ -62,8 +62,9 @@ class PPOConfig:
     """Adam learning rate of the actor; >= 0 (0 keeps the policy fixed: the ratio-is-1 check)."""
     critic_lr: float | None = None
     """Adam learning rate of a separate critic; None = ``lr``; >= 0."""
-    lr_schedule: str = "constant"
-    """``"constant"`` or ``"linear"`` (decay to 0 at the last iteration)."""
+    lr_schedule: str = "linear"
+    """``"constant"`` or ``"linear"`` (decay to 0 at the last iteration: the policy settles while the KL
+    controller catches up, so the final KL stays below the target)."""
     adam_betas: tuple = (0.9, 0.95)
     """Adam's (beta1, beta2), each in [0, 1)."""
     adam_eps: float = 1e-8
@@ -129,11 +130,14 @@ class PPOConfig:
     # ---- KL control -------------------------------------------------------------------------
     kl_controller: str = "adaptive"
     """``"fixed"`` (beta = ``kl_coef`` forever) or ``"adaptive"`` (Ziegler et al. 2019 sec. 2.2)."""
-    kl_coef: float = 0.1
-    """beta, the initial KL-penalty coefficient; >= 0, 0.01 .. 0.2 typical."""
-    kl_target: float = 3.0
-    """Target of the adaptive controller: the mean per-response KL (sum over tokens of k1, nats); > 0."""
-    kl_horizon: float = 2000.0
+    kl_coef: float = 0.4
+    """beta, the initial KL-penalty coefficient; >= 0, 0.01 .. 0.5. The default starts high so the adaptive
+    controller lowers it while the KL approaches the target from below (a low start overshoots: beta
+    rises too slowly to pull a fast policy back)."""
+    kl_target: float = 5.0
+    """Target of the adaptive controller: the mean per-response KL (sum over tokens of k1, nats); > 0.
+    5 nats for responses of ~12 tokens (~0.4 nats per token)."""
+    kl_horizon: float = 1000.0
     """Adaptive controller horizon in responses (beta moves by err * batch_size / horizon); > 0."""
     target_kl: float | None = None
     """Early stop: the update stops (that minibatch and the rest skipped) when a minibatch's approx KL

@@ -141,7 +141,7 @@ class Rollout:
 
         def num(name, j, width):
             a = getattr(self, name)
-            return f"{'-':>{width}}" if a is None else f"{float(a[row, j]):>{width}.3f}"
+            return f"{'-':>{width}}" if a is None else f"{float(a[row, j]) + 0.0:>{width}.3f}"   # + 0.0: no "-0.000"
 
         for j in range(self.response.shape[1]):
             valid = self.response_mask[row, j] != 0

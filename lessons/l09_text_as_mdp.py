@@ -1,0 +1,164 @@
+"""Lesson 09 - text_as_mdp: text generation as an MDP, and one rollout printed as the per-token 7-tuple.
+
+Pipeline step: the bridge from classic PPO (lesson 08, CartPole's (s, a, r, s', done)) to RLHF: what a
+"state", an "action" and a "reward" are when the environment is a sentence being written.
+
+Seed 003 sec. 16 "NLP 场景下的强化学习" models generation as an MDP::
+
+    state       s_t = prompt + the tokens generated so far         (the observation, a variable-length context)
+    action      a_t = the next token, one of V                      (V = 512 here, 32k-128k for real LLMs)
+    transition  s_{t+1} = s_t + [a_t]                               (append: deterministic, no simulator)
+    reward      at the end of the sequence (the reward model's score), plus a KL penalty per token
+
+Seed 000 "PPO（强化学习）的数据格式": the experience is stored per TOKEN as the 7-tuple (observation,
+action, log_prob, value, reward, advantage, returns), right-padded with an attention mask, and the
+sequence score becomes per-token rewards r_t = -beta kl_t with the score added on the last token
+(Ziegler et al. 2019; InstructGPT eq. (2)). Advantages are GAE (PPO paper eqs. (11)-(12), gamma = 1,
+lambda = 0.95), returns = advantages + values; advantages are then whitened over the batch.
+
+What the lesson does: it takes the cached SFT policy and reward model of the main job, runs a few PPO
+iterations (so the policy has moved and kl_t is not 0), then prints one rollout of the next iteration
+token by token with ``Rollout.to_table`` (padding rows included) and checks the bookkeeping: the score
+sits on the EOS, the rewards of a response sum to score - beta * sum(kl), the return at the EOS equals
+its reward (the episode ends: V after it is 0), padding holds zeros.
+
+The figure: (a) the printed row as curves over its tokens: log_prob, value, reward, (whitened)
+advantage and return, with the padded positions shaded; (b) the whole batch's layout: left-padded
+prompts, right-padded responses, the column where each score lands, and the response mask.
+
+Exercises:
+1. Set ``reward_shaping="uniform"`` in ``lesson_config``: how do the reward and advantage columns of
+   the table change? Which tokens now get credit for the score (lesson 13 compares the two)?
+2. Find a row without EOS (``ended`` False): where does its score land, and how big is the
+   missing-EOS penalty in its reward?
+3. Why is ``log_prob`` stored in the buffer instead of recomputed during the update? Set lr = 0 and
+   check the ratio of the first minibatch (``trainer.first_minibatch``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from lessons._common import lesson_args, output_path, pyplot, save
+from minippo.rlhf.pipeline import prepare_stages
+from minippo.rlhf.ppo_config import PPOConfig
+from minippo.rlhf.trainer import PPOTrainer, load_stages
+
+
+def lesson_config(quick: bool, seed: int) -> PPOConfig:
+    """A short PPO run: enough iterations for the policy to leave the reference."""
+    return PPOConfig(iterations=6 if quick else 12, batch_size=16, minibatch_size=8, seed=seed, max_new_tokens=24,
+                     kl_coef=0.1, kl_controller="fixed", lr=3e-4)
+
+
+def pick_row(ro) -> int:
+    """A response that ended with EOS and is followed by padding (median length among those)."""
+    ok = np.flatnonzero(ro.ended & (ro.lengths < ro.response.shape[1]))
+    if ok.size == 0:
+        ok = np.arange(ro.batch_size)
+    return int(ok[np.argsort(ro.lengths[ok], kind="stable")[len(ok) // 2]])
+
+
+def run(quick: bool = False, seed: int = 0) -> dict:
+    folder = prepare_stages(quick=quick, seed=seed, log=lambda *a: None)
+    sft, tok, rm, _ = load_stages(folder / "sft", folder / "rm")
+    cfg = lesson_config(quick, seed)
+    trainer = PPOTrainer(cfg, sft, rm, tok)
+    records = trainer.train()
+    ro, texts = trainer.last_rollout, trainer.last_texts       # the last iteration's experience (pre-update)
+    row = pick_row(ro)
+    n = int(ro.lengths[row])
+    Tp = ro.prompt_len
+    m = ro.response_mask[row] == 1
+    # the MDP, step by step: state -> action -> next state (the first three transitions of the row)
+    transitions = []
+    for j in range(min(3, n)):
+        state = tok.decode(ro.observation(row, j))
+        transitions.append((state, tok.pieces([int(ro.response[row, j])])[0], tok.decode(ro.observation(row, j + 1))
+                            if j + 1 < ro.response.shape[1] else ""))
+    beta = records[-1]["kl_coef"]
+    checks = {
+        "score_on_eos": bool(np.isclose(ro.rewards[row, n - 1], ro.scores[row] - beta * ro.kl[row, n - 1])),
+        "rewards_sum": float(ro.rewards[row].sum()),
+        "score_minus_kl": float(ro.scores[row] - beta * ro.kl[row].sum()),
+        "return_at_eos": float(ro.returns[row, n - 1]),
+        "reward_at_eos": float(ro.rewards[row, n - 1]),
+        "padding_zero": bool(all((getattr(ro, k)[row, ~m] == 0).all()
+                                 for k in ("logp", "values", "rewards", "adv", "returns"))),
+    }
+    return {"table": ro.to_table(tok, row), "row": row, "n_tokens": n, "Tn": ro.response.shape[1], "Tp": Tp,
+            "text": texts[row], "pieces": tok.pieces([int(t) for t in ro.response[row]]),
+            "arrays": {k: getattr(ro, k)[row].copy() for k in ("logp", "values", "rewards", "adv", "returns")},
+            "mask": ro.response_mask[row].copy(), "batch_attn_mask": ro.attn_mask.copy(),
+            "batch_lengths": ro.lengths.copy(), "ended": ro.ended.copy(), "score": float(ro.scores[row]),
+            "rm_score": float(ro.rm_scores[row]), "kl_coef": beta, "transitions": transitions, "checks": checks,
+            "n_no_eos": int((~ro.ended).sum()), "batch_size": ro.batch_size, "iterations": cfg.iterations,
+            "missing_eos_penalty": cfg.missing_eos_penalty}
+
+
+def plot(r: dict, path) -> None:
+    plt = pyplot()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(15, 5.2), gridspec_kw={"width_ratios": [1.5, 1]})
+    Tn, n = r["Tn"], r["n_tokens"]
+    j = np.arange(Tn)
+    a = r["arrays"]
+    ax.bar(j, a["logp"], color="tab:blue", alpha=0.35, label="log_prob (old policy)")
+    ax.plot(j, a["values"], "o-", color="tab:orange", label="value V(s_t)")
+    ax.plot(j, a["returns"], "s--", color="tab:red", label="return = GAE adv + V")
+    ax.plot(j, a["adv"], "^-", color="tab:purple", label="advantage (whitened)")
+    ax.stem(j, a["rewards"], linefmt="g-", markerfmt="gD", basefmt=" ", label="reward")
+    ax.axvspan(n - 0.5, Tn - 0.5, color="grey", alpha=0.2, label="padding (mask 0)")
+    ax.annotate(f"score {r['score']:+.2f}\nlands on the EOS", (n - 1, a["rewards"][n - 1]),
+                xytext=(max(0, n - 6), a["rewards"][n - 1] + 0.8), arrowprops=dict(arrowstyle="->"))
+    ax.set_xticks(j)
+    ax.set_xticklabels([p if k < n else "pad" for k, p in enumerate(r["pieces"])], rotation=60, fontsize=8)
+    ax.set_xlabel("response token j (its piece)")
+    ax.set_title(f"(a) one rollout as per-token 7-tuples: \"{r['text'][:60]}\"")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=8, ncol=6, frameon=False)
+    # (b) the batch layout: 0 padding, 1 prompt, 2 response; x where the score lands
+    am = r["batch_attn_mask"].astype(float)
+    Tp = r["Tp"]
+    layout = am.copy()
+    layout[:, Tp:] *= 2
+    bx.imshow(layout, aspect="auto", cmap="viridis", interpolation="nearest")
+    bx.grid(False)
+    last = Tp + r["batch_lengths"] - 1
+    rows = np.arange(len(last))
+    bx.scatter(last, rows, marker="x", color="red", s=30, label="score on the last valid token")
+    bx.axvline(Tp - 0.5, color="white", lw=2, ls="--")
+    bx.scatter([Tp + n - 1], [r["row"]], facecolors="none", edgecolors="black", linewidths=1.5, s=160,
+               label="row printed in (a)")
+    bx.set_xlabel(f"column of prompt ++ response (prompt: 0..{Tp - 1}, left-padded; response: right-padded)")
+    bx.set_ylabel("response in the batch")
+    bx.set_title("(b) masks: purple padding, teal prompt, yellow response")
+    bx.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), fontsize=8, ncol=2, frameon=False)
+    fig.tight_layout()
+    save(fig, path)
+
+
+def main(argv=None) -> dict:
+    args = lesson_args(__doc__, argv)
+    r = run(quick=args.quick, seed=args.seed)
+    print("Text generation as an MDP (seed 003 sec. 16): state = prompt + tokens so far, action = next token, "
+          "transition = append it, reward = the score at the end (plus -beta * kl_t per token).")
+    for k, (s, a, s2) in enumerate(r["transitions"]):
+        print(f"  step {k}: state {s!r:<40} action {a!r:<12} -> next state {s2!r}")
+    print(f"\nAfter {r['iterations']} PPO iterations, one rollout of the next batch ({r['batch_size']} responses; "
+          f"row {r['row']}, {r['n_tokens']} tokens then {r['Tn'] - r['n_tokens']} padding), as seed 000's "
+          f"per-token 7-tuple (beta = {r['kl_coef']:g}):\n")
+    print(r["table"])
+    c = r["checks"]
+    print(f"\nThe score {r['score']:+.3f} (RM {r['rm_score']:+.3f}) sits on the EOS: {c['score_on_eos']}. "
+          f"Rewards of the row sum to {c['rewards_sum']:+.4f} = score - beta * sum(kl) = {c['score_minus_kl']:+.4f}. "
+          f"The return at the EOS equals its reward ({c['return_at_eos']:+.4f} vs {c['reward_at_eos']:+.4f}): "
+          f"the value after the last token is 0. Padding holds zeros in every column: {c['padding_zero']}.")
+    print(f"{r['n_no_eos']} of {r['batch_size']} responses have no EOS: their score carries the missing-EOS "
+          f"penalty (-{r['missing_eos_penalty']:g}) and lands on their last sampled token. The advantage column is "
+          f"whitened over the batch's valid tokens; return - value is the raw GAE advantage.")
+    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
+    plot(r, path)
+    print(f"figure: {path}")
+    return r
+
+
+if __name__ == "__main__":
+    main()
