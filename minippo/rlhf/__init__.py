@@ -1,0 +1,65 @@
+"""minippo.rlhf: language-model RLHF on a synthetic review corpus, SFT -> reward model -> PPO.
+
+The modules, in the order of the pipeline (``minippo rlhf`` runs them all, :mod:`.pipeline`)::
+
+    corpus.py, gold.py        the sentences the model learns from; the simulated human (gold score)
+    tokenizer.py, data.py     BPE tokenizer, <pad>/<bos>/<eos>; LM batches
+    sft.py                    stage 1: supervised fine-tuning (``minippo sft``)
+    generate.py               sampling with the KV cache (full-softmax log-probs, one temperature)
+    preferences.py            pairs of SFT samples labelled by the simulated human
+    reward_model.py           stage 2: Bradley-Terry reward model, normalised (``minippo rm``)
+    ppo_config.py             stage 3's hyperparameters, one documented dataclass
+    response.py               logits / values at the response columns (column p predicts token p + 1)
+    critic.py                 the critic: separate TinyGPT, value head on the actor, or none
+    ppo_step.py               rollout (generate + score + logp_old, logp_ref, values) and rewards
+    rewards.py                sequence score -> per-token rewards (KL penalty, score on the last token)
+    rollout.py                the experience buffer: seed 000's per-token 7-tuple, minibatches, to_table
+    advantages.py             GAE and the critic-free estimators (GRPO, RLOO, REINFORCE), by name
+    ppo_update.py             K epochs x minibatches of PPO paper eq. (9), clipping, early stop, NaN guard
+    trainer.py                the four models, one iteration, checkpoints / resume (``minippo ppo``)
+    metrics.py                the glossary of every logged metric
+    evaluate.py, plots.py     judging a policy (gold, RM, KL); run figures
+    memory.py                 what the four models cost (lesson 12)
+
+The names most used are re-exported lazily (importing this package imports nothing heavy).
+"""
+from __future__ import annotations
+
+import importlib
+
+# public name -> submodule that defines it
+_LAZY = {
+    "PPOConfig": "minippo.rlhf.ppo_config",
+    "PPOTrainer": "minippo.rlhf.trainer",
+    "run_ppo": "minippo.rlhf.trainer",
+    "load_stages": "minippo.rlhf.trainer",
+    "Rollout": "minippo.rlhf.rollout",
+    "minibatches": "minippo.rlhf.rollout",
+    "collect_rollout": "minippo.rlhf.ppo_step",
+    "compute_rewards": "minippo.rlhf.ppo_step",
+    "compute_advantages": "minippo.rlhf.advantages",
+    "register_advantage_estimator": "minippo.rlhf.advantages",
+    "ppo_update": "minippo.rlhf.ppo_update",
+    "per_token_rewards": "minippo.rlhf.rewards",
+    "sequence_scores": "minippo.rlhf.rewards",
+    "Critic": "minippo.rlhf.critic",
+    "GLOSSARY": "minippo.rlhf.metrics",
+    "evaluate_policy": "minippo.rlhf.evaluate",
+    "run_pipeline": "minippo.rlhf.pipeline",
+    "prepare_stages": "minippo.rlhf.pipeline",
+    "plot_run": "minippo.rlhf.plots",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'minippo.rlhf' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

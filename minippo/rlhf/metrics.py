@@ -43,7 +43,7 @@ GLOSSARY: dict[str, str] = {
     "early_stop_epoch": "0-based epoch in which target-KL early stopping ended the update, or null",
     "time/rollout": "seconds spent on generation, scoring, rewards and advantages",
     "time/update": "seconds spent on the PPO epochs",
-    "time/iteration": "seconds for the whole iteration (rollout + update + logging + checkpoint)",
+    "time/iteration": "seconds for the whole iteration (rollout + update; logging and checkpointing excluded)",
 }
 
 #: metrics that differ between two identical runs (wall-clock time): left out of equality checks

@@ -70,15 +70,17 @@ def minibatch_loss_and_grads(actor, critic, mb, cfg, ptx_batch=None):
                                                  mask, cfg.clip_eps)
     ent, c_ent = entropy_from_logits(logits, cfg.temperature)                              # (B, Tn)
     ent_mean = masked_mean(ent, mask)
-    n = max(int(mask.sum()), 1)
-    dent = (-cfg.ent_coef * (mask != 0) / n).astype(logits.dtype)                          # d(-c2 S)/dH
     terms = {"loss/policy": pg_loss, "loss/entropy": -ent_mean, "loss/kl": 0.0, "loss/ptx": 0.0, "loss/value": 0.0}
     if cfg.kl_loss_coef > 0:
         # GRPO's KL penalty as a loss: kl_loss_coef * mean(k3(pi, pi_ref)), gradient 1 - pi_ref / pi per token
         kl_term, dkl, kstats = grpo_kl_loss(logp, mb.logp_ref.astype(logp.dtype), mask, cfg.kl_loss_coef)
         terms["loss/kl"] = kstats["kl"]
         dlogp = dlogp + dkl
-    dlogits = logprobs_backward(dlogp.astype(logits.dtype), c_logp) + entropy_backward(dent, c_ent)
+    dlogits = logprobs_backward(dlogp.astype(logits.dtype), c_logp)                        # (B, Tn, V)
+    if cfg.ent_coef > 0:
+        # the entropy bonus -c2 mean(H): d/dH = -c2 / n on each valid token
+        dent = (-cfg.ent_coef * (mask != 0) / max(int(mask.sum()), 1)).astype(logits.dtype)    # (B, Tn)
+        dlogits += entropy_backward(dent, c_ent)
     # the critic: (clipped) squared error in the head's (possibly normalised) units
     dhead, vf_clipfrac, grads_critic = None, 0.0, {}
     if critic.kind != "none":

@@ -116,7 +116,7 @@ class PPOTrainer:
         self.rng = np.random.default_rng(cfg.seed)
         self.iteration = 0
         self.ptx_sequences = ptx_sequences
-        self.last_rollout = None
+        self.last_rollout, self.last_texts, self.first_minibatch = None, None, None
         self.out_dir = None if out_dir is None else Path(out_dir)
         self.metrics = None
         if self.out_dir is not None:
@@ -177,14 +177,14 @@ class PPOTrainer:
                        "time/rollout": t1 - t0, "time/update": t2 - t1})
         self.iteration = it + 1
         self.last_rollout, self.last_texts = rollout, extras["texts"]
+        record["time/iteration"] = time.perf_counter() - t0
         if self.out_dir is not None:
+            # the record first, then the checkpoint: a checkpoint never exists without its iteration's record
+            self.metrics.write(record)
             if cfg.dump_rollouts:
                 rollout.save_npz(self.out_dir / "rollouts" / f"iter_{it:04d}.npz")
             if self.iteration % cfg.checkpoint_every == 0 or self.iteration == cfg.iterations:
                 self.save(self.out_dir / "checkpoint")
-        record["time/iteration"] = time.perf_counter() - t0
-        if self.metrics is not None:
-            self.metrics.write(record)
         if callback is not None:
             callback(self, rollout, record)
         return record
