@@ -106,17 +106,18 @@ def test_bradley_terry_validates_inputs():
 
 
 def test_whole_model_gradient_through_the_last_token_scalar():
+    """Pairs share responses (row 0 is in three pairs) and rows have different lengths, so the check
+    covers the fan-out sum, the length chunks and the last-token placement."""
     rm = tiny_rm(2)
     rng = np.random.default_rng(5)
-    chosen, chosen_mask = right_padded(rng, 4, 8)
-    rejected, rejected_mask = right_padded(rng, 4, 8)
-    loss, acc, grads = rm.pair_loss_and_grads(chosen, chosen_mask, rejected, rejected_mask)
+    seqs, mask = right_padded(rng, 6, 8)
+    chosen_idx, rejected_idx = np.array([0, 0, 3, 5, 2]), np.array([1, 2, 0, 4, 5])
+    loss, acc, grads = rm.pairs_loss_and_grads(seqs, mask, chosen_idx, rejected_idx, chunk_rows=4)
     assert 0 <= acc <= 1 and loss > 0
 
     def f():
-        r_c = rm.raw_score(chosen, chosen_mask)
-        r_r = rm.raw_score(rejected, rejected_mask)
-        return bradley_terry_forward(r_c, r_r)[0]
+        r = rm.raw_score(seqs, mask, batch_size=6)                   # one forward, no chunks
+        return bradley_terry_forward(r[chosen_idx], r[rejected_idx])[0]
 
     assert f() == pytest.approx(loss, rel=1e-12)
     # The loss sees only score differences, so the two parameters that shift EVERY score by the same
@@ -129,6 +130,21 @@ def test_whole_model_gradient_through_the_last_token_scalar():
     for k in shift:
         assert np.abs(grads[k]).max() < 1e-12
     assert max(row.max_abs_err for row in result) < 1e-9
+    # chunking changes nothing: one chunk of all rows gives the same loss and gradients
+    loss1, acc1, grads1 = rm.pairs_loss_and_grads(seqs, mask, chosen_idx, rejected_idx, chunk_rows=100)
+    assert loss1 == pytest.approx(loss, rel=1e-12) and acc1 == acc
+    for k in grads:
+        np.testing.assert_allclose(grads1[k], grads[k], rtol=1e-10, atol=1e-13)
+
+
+def test_length_chunks_sort_rows_and_drop_padding_columns():
+    mask = np.array([[1, 1, 1, 1, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1], [1, 1, 0, 0, 0]])
+    chunks = rmod.length_chunks(mask, 2)
+    assert [(rows.tolist(), T) for rows, T in chunks] == [([1, 3], 2), ([0, 2], 5)]
+    rm = tiny_rm(6)
+    seqs = np.where(mask == 1, 3, 0)
+    np.testing.assert_allclose(rm.raw_score(seqs, mask, batch_size=1), rm.raw_score(seqs, mask, batch_size=4),
+                               rtol=1e-12)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -170,3 +186,88 @@ def test_save_load_round_trip(tmp_path):
     save_model(tmp_path / "plain", rm.model)
     with pytest.raises(ValueError, match="no reward model"):
         RewardModel.load(tmp_path / "plain")
+
+
+# ----------------------------------------------------------------------------------------------
+# configuration, model building, a short training run, the CLI
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("field, value", [
+    ("n_prompts", 1), ("responses_per_prompt", 1), ("heldout_frac", 1.0), ("heldout_frac", 0.0), ("n_train", 0),
+    ("label_temperature", -0.1), ("temperature", 0.0), ("max_new_tokens", 0), ("epochs", 0), ("batch_prompts", 0),
+    ("lr", 0.0), ("weight_decay", -1.0), ("max_grad_norm", 0.0), ("init", "random"), ("n_layer", 0),
+    ("n_eval", 1), ("n_evals", 0), ("seed", -1), ("n_prompts", 2.5)])
+def test_bad_config_names_the_field(field, value):
+    with pytest.raises(ValueError, match=f"`{field}`"):
+        rmod.RMConfig(**{field: value})
+
+
+def test_config_cross_checks_and_round_trip():
+    with pytest.raises(ValueError, match="`heldout_frac`"):
+        rmod.RMConfig(n_prompts=4, heldout_frac=0.05)          # rounds to zero held-out prompts
+    with pytest.raises(ValueError, match="`n_embd`"):
+        rmod.RMConfig(init="sft", n_embd=32)
+    cfg = rmod.RMConfig.quick(seed=3)
+    assert rmod.RMConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_build_reward_model_sizes():
+    sft = TinyGPT(GPTConfig(vocab_size=13, block_size=8, n_layer=3, n_head=2, n_embd=8), seed=0)
+    rm = rmod.build_reward_model(rmod.RMConfig(n_layer=2), sft)
+    assert rm.model.cfg.n_layer == 2 and "h.2.ln_1.w" not in rm.params
+    np.testing.assert_array_equal(rm.params["h.1.mlp.c_fc.w"], sft.params["h.1.mlp.c_fc.w"])
+    assert rm.params["wte"] is not sft.params["wte"]                        # a copy, not the SFT arrays
+    assert rm.params["scalar_head.w"].std() > 0.1                           # a new head, std 1/sqrt(C + 1)
+    with pytest.raises(ValueError, match="`n_layer`"):
+        rmod.build_reward_model(rmod.RMConfig(n_layer=4), sft)
+    small = rmod.build_reward_model(rmod.RMConfig(init="fresh", n_layer=1, n_embd=4, n_head=1), sft)
+    assert (small.model.cfg.n_layer, small.model.cfg.n_embd, small.model.cfg.vocab_size) == (1, 4, 13)
+
+
+@pytest.fixture(scope="module")
+def sft_dir(tmp_path_factory):
+    """A small SFT run (a couple of seconds): the policy the reward model's pairs come from."""
+    from minippo.rlhf.sft import SFTConfig, train_sft
+    out = tmp_path_factory.mktemp("sft")
+    train_sft(SFTConfig.quick(steps=150, corpus_size=2000, n_samples=0), out, progress=False)
+    return out
+
+
+def test_quick_training_beats_chance_and_saves_a_normalised_model(sft_dir, tmp_path):
+    cfg = rmod.RMConfig.quick()
+    r = rmod.train_reward_model(cfg, sft_dir, tmp_path / "rm", progress=False)
+    assert r["n_heldout_prompts"] == 40 and r["n_train_prompts"] == 160
+    # clearly above chance on held-out prompts, against the labels and against the gold order
+    assert r["heldout_accuracy"] > 0.62 and r["heldout_gold_accuracy"] > 0.62
+    assert r["heldout_loss"] < np.log(2) - 0.05 and r["heldout_loss"] < r["history"][0]["rm/heldout_loss"] - 0.05
+    assert r["pearson"] > 0.3 and r["spearman"] > 0.3
+    assert r["heldout_accuracy"] <= 1 and r["bayes_accuracy"] > 0.85
+    # normalisation: the fresh reference samples score mean 0, std 1
+    assert r["fresh_score"].mean() == pytest.approx(0.0, abs=1e-9)
+    assert r["fresh_score"].std() == pytest.approx(1.0, rel=1e-9)
+    # the saved reward model scores exactly like the trained one; metrics and pairs are on disk
+    rm, state = RewardModel.load(tmp_path / "rm" / "model")
+    fresh = r["fresh"]
+    np.testing.assert_array_equal(rm.score(fresh.sequences, fresh.mask), r["model"].score(fresh.sequences, fresh.mask))
+    assert state["rm_config"] == cfg.to_dict() and state["tokenizer"] is not None
+    from minippo.io import read_metrics
+    hist = read_metrics(tmp_path / "rm" / "metrics.jsonl")
+    assert [h["step"] for h in hist] == list(range(len(hist))) and "rm/heldout_accuracy" in hist[-1]
+    # the same seed on the same pairs and a smaller n_train reuses the same held-out prompts
+    pairs = rmod.PreferencePairs.load(tmp_path / "rm" / "pairs.npz")
+    r2 = rmod.train_reward_model(rmod.RMConfig.quick(n_train=40, epochs=1, n_eval=8), sft_dir, tmp_path / "rm2",
+                                 progress=False, pairs=pairs)
+    np.testing.assert_array_equal(r2["heldout"].sequences, r["heldout"].sequences)
+    assert r2["n_train_prompts"] == 40
+    with pytest.raises(ValueError, match="`n_train`"):
+        rmod.train_reward_model(rmod.RMConfig.quick(n_train=500), sft_dir, tmp_path / "rm3", progress=False,
+                                pairs=pairs)
+
+
+def test_cli_runs_from_an_sft_folder(sft_dir, tmp_path, capsys):
+    from minippo.cli import main
+    assert main(["rm", "--sft", str(sft_dir), "--out", str(tmp_path / "rm"), "--quick", "--no-progress",
+                 "--n-prompts", "60", "--epochs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "held-out accuracy vs the sampled labels" in out and "Pearson" in out
+    assert (tmp_path / "rm" / "model" / "tokenizer.json").exists()
