@@ -19,6 +19,8 @@ matmuls alone (the same GEMMs on the same shapes) and of the step with the NumPy
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from minippo.bench.report import Report, best_time
@@ -74,14 +76,17 @@ def bench(report: Report, quick: bool = False) -> None:
                 f"= {12 * L * C * C + V * C:,}  ->  {flops / 1e9:.2f} GFLOP")
 
     # The machine is shared: measure the step, the GEMMs alone and the matmul peak in alternating
-    # rounds and keep the best of each, so that all three see the same (quietest) conditions. The
-    # peak used is the larger of this and the matmul section's (the conservative choice).
+    # rounds for a fixed time and keep the best of each, so that all three see the same (quietest)
+    # conditions. The peak used is the larger of this and the matmul section's (the conservative choice).
     t = t_mm = float("inf")
     peak = report.shared.get("matmul_peak_gflops", 0.0)
-    for _ in range(2 if quick else 6):
+    budget, start, rounds = (8.0 if quick else 30.0), time.perf_counter(), 0
+    while rounds < 2 or time.perf_counter() - start < budget:
         t = min(t, best_time(step, repeat=3, warmup=1))
         t_mm = min(t_mm, best_time(gemms, repeat=3, warmup=1))
         peak = max(peak, matmul_peak_gflops(1024, repeat=2))
+        rounds += 1
+    report.note(f"best of {rounds} alternating rounds ({time.perf_counter() - start:.0f} s)")
     report.shared["matmul_peak_gflops"] = peak
     fused.USE_KERNELS = False
     try:
