@@ -20,6 +20,12 @@ produce finite numbers that mean nothing; callers mask them out of every loss (s
 
 Every gradient is written by hand; ``backward`` mirrors ``forward`` line by line in reverse, and the
 two fan-outs (the tied ``wte``, and ``x`` feeding both heads) are summed in one visible place each.
+
+Speed (``minippo bench --only gpt kvcache``): float32 throughout; 2-D matrix products; the
+elementwise layers run as the fused numba kernels of ``fused.py`` (``K.``; the NumPy versions in
+``layers.py`` are the ones to read, and ``fused.USE_KERNELS = False`` switches to them); freed
+activation memory is kept for the next step (``fused.keep_freed_memory``); decoding runs its tiny
+products on one BLAS thread.
 """
 from __future__ import annotations
 
@@ -219,7 +225,7 @@ class TinyGPT:
         x, c_lnf = K.layernorm_forward(x, p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (B, T, C)
         return x, (c_tok, c_pos, blocks, c_lnf)
 
-    def forward(self, idx, attn_mask=None, scalar: bool = False):
+    def forward(self, idx, attn_mask=None, scalar: bool = False, logits: bool = True):
         """Logits (and optionally the scalar head) for every position.
 
         Parameters
@@ -227,24 +233,26 @@ class TinyGPT:
         idx : (B, T) int token ids in [0, V), T <= block_size
         attn_mask : (B, T) 0/1, 1 = real token; None = all real
         scalar : also compute the scalar head
+        logits : False skips the LM head (a reward model or critic needs only the scalar)
 
         Returns
         -------
-        logits : (B, T, V)
+        logits : (B, T, V), or None when ``logits=False``
         scalar : (B, T) or None
         cache : for :meth:`backward`
         """
         self.check_params()
         idx, attn_mask = self._check_inputs(idx, attn_mask)
-        return self._forward(idx, attn_mask, scalar)
+        return self._forward(idx, attn_mask, scalar, logits)
 
-    def _forward(self, idx, attn_mask, scalar):
+    def _forward(self, idx, attn_mask, scalar, want_logits=True):
         """:meth:`forward` without the input checks."""
         p = self.params
         x, c_trunk = self._trunk(idx, attn_mask)
-        # logits = x @ wte.T    (the LM head is the token embedding, transposed)
-        logits, c_head = linear_forward(x, p["wte"].T, None)   # (B, T, V)
-        values, c_scalar = None, None
+        logits, c_head, values, c_scalar = None, None, None, None
+        if want_logits:
+            # logits = x @ wte.T    (the LM head is the token embedding, transposed)
+            logits, c_head = linear_forward(x, p["wte"].T, None)   # (B, T, V)
         if scalar:
             out, c_scalar = linear_forward(x, p["scalar_head.w"], p["scalar_head.b"])  # (B, T, 1)
             values = out[..., 0]                                # (B, T)
@@ -273,6 +281,8 @@ class TinyGPT:
         dx = np.zeros((B, T, C), dtype=dt)                      # d loss / d ln_f(x)
         dwte_head = None
         if dlogits is not None:
+            if c_head is None:
+                raise ValueError("`dlogits` needs the logits: call forward(..., logits=True)")
             dlogits = check_float_array("dlogits", dlogits, shape=(B, T, cfg.vocab_size)).astype(dt, copy=False)
             # logits = x @ wte.T  ->  dx = dlogits @ wte,  d(wte.T) = x.T @ dlogits
             dx_head, dwte_t, _ = linear_backward(dlogits, c_head)

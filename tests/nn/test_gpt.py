@@ -108,6 +108,28 @@ def test_backward_validates_its_inputs():
         model.backward(cache, dlogits=np.ones(idx.shape))          # (B, T) instead of (B, T, V)
     grads = model.backward(cache)                                  # nothing upstream: all zeros
     assert all(np.all(g == 0) for g in grads.values())
+    # the scalar head alone (logits=False) gives the same scalar and gradients
+    _, values, cache = model.forward(idx, scalar=True)
+    no_logits, values2, cache2 = model.forward(idx, scalar=True, logits=False)
+    assert no_logits is None
+    np.testing.assert_array_equal(values2, values)
+    R = np.ones(idx.shape)
+    g1, g2 = model.backward(cache, dscalar=R), model.backward(cache2, dscalar=R)
+    assert all(np.array_equal(g1[k], g2[k]) for k in g1)
+    with pytest.raises(ValueError, match="`dlogits`"):
+        model.backward(cache2, dlogits=np.ones(idx.shape + (11,)))
+
+
+def test_fused_kernels_and_numpy_layers_agree(monkeypatch):
+    from minippo.nn import fused
+    model = tiny_model(10)
+    idx, targets, mask, attn_mask = batch(seed=12)
+    loss, grads = model.lm_loss_and_grads(idx, targets, mask, attn_mask)
+    monkeypatch.setattr(fused, "USE_KERNELS", False)
+    loss_ref, grads_ref = model.lm_loss_and_grads(idx, targets, mask, attn_mask)
+    assert loss == pytest.approx(loss_ref, rel=1e-12)
+    for k in grads:
+        np.testing.assert_allclose(grads[k], grads_ref[k], rtol=1e-9, atol=1e-13)
 
 
 # ------------------------------------------------------------------------------------------------
