@@ -1,4 +1,5 @@
-"""Causal multi-head self-attention with a padding mask: forward, backward, and a KV-cache step.
+"""Causal multi-head self-attention with a padding mask (forward, backward, KV-cache step), and the
+pre-LN transformer block built around it: ``x += attn(ln_1(x)); x += mlp(ln_2(x))``.
 
 Legend: B batch, T tokens (queries), S keys (S = T in a full pass, S = tokens so far when
 decoding), C channels, H heads, hs = C / H head size.
@@ -31,6 +32,8 @@ import numpy as np
 
 from minippo.nn import fused
 from minippo.nn.layers import linear_backward, linear_forward
+
+LN_EPS = 1e-5   # LayerNorm's epsilon (GPT-2)
 
 
 def attention_allowed(attn_mask: np.ndarray, T: int | None = None) -> np.ndarray:
@@ -181,3 +184,54 @@ def attention_decode(x: np.ndarray, w_attn: np.ndarray, b_attn: np.ndarray, w_pr
     y, _ = sdpa_forward(q, k_cache[:, :, :t + 1], v_cache[:, :, :t + 1], allowed)  # (B, H, 1, hs)
     out, _ = linear_forward(merge_heads(y), w_proj, b_proj)  # (B, 1, C)
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# one transformer block (pre-LN): x += attn(ln_1(x)); x += mlp(ln_2(x))
+# ----------------------------------------------------------------------------------------------
+
+def block_forward(x, p, prefix, n_head, allowed):
+    """One pre-LN block; ``p[prefix + name]`` are its parameters. Returns ``(x, cache)``."""
+    h, c_ln1 = fused.layernorm_forward(x, p[prefix + "ln_1.w"], p[prefix + "ln_1.b"], LN_EPS)
+    a, c_attn = attention_forward(h, p[prefix + "attn.c_attn.w"], p[prefix + "attn.c_attn.b"],
+                                  p[prefix + "attn.c_proj.w"], p[prefix + "attn.c_proj.b"], n_head, allowed)
+    x = x + a                                                        # residual 1
+    h, c_ln2 = fused.layernorm_forward(x, p[prefix + "ln_2.w"], p[prefix + "ln_2.b"], LN_EPS)
+    h, c_fc = linear_forward(h, p[prefix + "mlp.c_fc.w"], p[prefix + "mlp.c_fc.b"])   # (B, T, 4C)
+    h, c_gelu = fused.gelu_forward(h)
+    m, c_mproj = linear_forward(h, p[prefix + "mlp.c_proj.w"], p[prefix + "mlp.c_proj.b"])  # (B, T, C)
+    x = x + m                                                        # residual 2
+    return x, (c_ln1, c_attn, c_ln2, c_fc, c_gelu, c_mproj)
+
+
+def block_backward(dx, cache, prefix, grads):
+    """Backward of :func:`block_forward`: fills ``grads[prefix + name]`` and returns d loss / d x_in."""
+    c_ln1, c_attn, c_ln2, c_fc, c_gelu, c_mproj = cache
+    # x = x + m: the residual passes dx through unchanged, and dm = dx
+    # m = h @ mlp.c_proj.w + b
+    dh, grads[prefix + "mlp.c_proj.w"], grads[prefix + "mlp.c_proj.b"] = linear_backward(dx, c_mproj)
+    # h = gelu(h)
+    dh = fused.gelu_backward(dh, c_gelu)
+    # h = ln_2(x) @ mlp.c_fc.w + b
+    dh, grads[prefix + "mlp.c_fc.w"], grads[prefix + "mlp.c_fc.b"] = linear_backward(dh, c_fc)
+    # h = ln_2(x)
+    dh, grads[prefix + "ln_2.w"], grads[prefix + "ln_2.b"] = fused.layernorm_backward(dh, c_ln2)
+    dx = dx + dh                                                     # x fed the skip and ln_2: summed
+    # x = x + attn(ln_1(x))
+    (dh, grads[prefix + "attn.c_attn.w"], grads[prefix + "attn.c_attn.b"],
+     grads[prefix + "attn.c_proj.w"], grads[prefix + "attn.c_proj.b"]) = attention_backward(dx, c_attn)
+    dh, grads[prefix + "ln_1.w"], grads[prefix + "ln_1.b"] = fused.layernorm_backward(dh, c_ln1)
+    return dx + dh                                                   # x fed the skip and ln_1: summed
+
+
+def block_decode(x, p, prefix, n_head, k_cache, v_cache, key_mask, t):
+    """:func:`block_forward` for one new token per row, reading and extending the KV cache."""
+    h, _ = fused.layernorm_forward(x, p[prefix + "ln_1.w"], p[prefix + "ln_1.b"], LN_EPS)
+    x = x + attention_decode(h, p[prefix + "attn.c_attn.w"], p[prefix + "attn.c_attn.b"],
+                             p[prefix + "attn.c_proj.w"], p[prefix + "attn.c_proj.b"], n_head,
+                             k_cache, v_cache, key_mask, t)
+    h, _ = fused.layernorm_forward(x, p[prefix + "ln_2.w"], p[prefix + "ln_2.b"], LN_EPS)
+    h, _ = linear_forward(h, p[prefix + "mlp.c_fc.w"], p[prefix + "mlp.c_fc.b"])
+    h, _ = fused.gelu_forward(h)
+    m, _ = linear_forward(h, p[prefix + "mlp.c_proj.w"], p[prefix + "mlp.c_proj.b"])
+    return x + m

@@ -35,10 +35,8 @@ import numpy as np
 
 from minippo.checks import check_choice, check_float_array, check_int_array, check_mask, check_range
 from minippo.nn import fused as K
-from minippo.nn.attention import attention_allowed, attention_backward, attention_decode, attention_forward
+from minippo.nn.attention import LN_EPS, attention_allowed, block_backward, block_decode, block_forward
 from minippo.nn.layers import embedding_forward, linear_backward, linear_forward
-
-LN_EPS = 1e-5
 
 
 @dataclass
@@ -423,50 +421,3 @@ class TinyGPT:
             kv.t = t + 1
             x, _ = K.layernorm_forward(x[:, 0], p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (B, C)
             return x @ p["wte"].T                                    # (B, V)
-
-
-# ----------------------------------------------------------------------------------------------
-# one transformer block (pre-LN): x += attn(ln_1(x)); x += mlp(ln_2(x))
-# ----------------------------------------------------------------------------------------------
-
-def block_forward(x, p, prefix, n_head, allowed):
-    """One pre-LN block; ``p[prefix + name]`` are its parameters. Returns ``(x, cache)``."""
-    h, c_ln1 = K.layernorm_forward(x, p[prefix + "ln_1.w"], p[prefix + "ln_1.b"], LN_EPS)
-    a, c_attn = attention_forward(h, p[prefix + "attn.c_attn.w"], p[prefix + "attn.c_attn.b"],
-                                  p[prefix + "attn.c_proj.w"], p[prefix + "attn.c_proj.b"], n_head, allowed)
-    x = x + a                                                        # residual 1
-    h, c_ln2 = K.layernorm_forward(x, p[prefix + "ln_2.w"], p[prefix + "ln_2.b"], LN_EPS)
-    h, c_fc = linear_forward(h, p[prefix + "mlp.c_fc.w"], p[prefix + "mlp.c_fc.b"])   # (B, T, 4C)
-    h, c_gelu = K.gelu_forward(h)
-    m, c_mproj = linear_forward(h, p[prefix + "mlp.c_proj.w"], p[prefix + "mlp.c_proj.b"])  # (B, T, C)
-    x = x + m                                                        # residual 2
-    return x, (c_ln1, c_attn, c_ln2, c_fc, c_gelu, c_mproj)
-
-
-def block_backward(dx, cache, prefix, grads):
-    """Backward of :func:`block_forward`: fills ``grads[prefix + name]`` and returns d loss / d x_in."""
-    c_ln1, c_attn, c_ln2, c_fc, c_gelu, c_mproj = cache
-    # x = x + m: the residual passes dx through unchanged, and dm = dx
-    dh, grads[prefix + "mlp.c_proj.w"], grads[prefix + "mlp.c_proj.b"] = linear_backward(dx, c_mproj)
-    dh = K.gelu_backward(dh, c_gelu)
-    dh, grads[prefix + "mlp.c_fc.w"], grads[prefix + "mlp.c_fc.b"] = linear_backward(dh, c_fc)
-    dh, grads[prefix + "ln_2.w"], grads[prefix + "ln_2.b"] = K.layernorm_backward(dh, c_ln2)
-    dx = dx + dh                                                     # residual 2 fan-out summed
-    # x = x + a
-    (dh, grads[prefix + "attn.c_attn.w"], grads[prefix + "attn.c_attn.b"],
-     grads[prefix + "attn.c_proj.w"], grads[prefix + "attn.c_proj.b"]) = attention_backward(dx, c_attn)
-    dh, grads[prefix + "ln_1.w"], grads[prefix + "ln_1.b"] = K.layernorm_backward(dh, c_ln1)
-    return dx + dh                                                   # residual 1 fan-out summed
-
-
-def block_decode(x, p, prefix, n_head, k_cache, v_cache, key_mask, t):
-    """:func:`block_forward` for one new token per row, reading and extending the KV cache."""
-    h, _ = K.layernorm_forward(x, p[prefix + "ln_1.w"], p[prefix + "ln_1.b"], LN_EPS)
-    x = x + attention_decode(h, p[prefix + "attn.c_attn.w"], p[prefix + "attn.c_attn.b"],
-                             p[prefix + "attn.c_proj.w"], p[prefix + "attn.c_proj.b"], n_head,
-                             k_cache, v_cache, key_mask, t)
-    h, _ = K.layernorm_forward(x, p[prefix + "ln_2.w"], p[prefix + "ln_2.b"], LN_EPS)
-    h, _ = linear_forward(h, p[prefix + "mlp.c_fc.w"], p[prefix + "mlp.c_fc.b"])
-    h, _ = K.gelu_forward(h)
-    m, _ = linear_forward(h, p[prefix + "mlp.c_proj.w"], p[prefix + "mlp.c_proj.b"])
-    return x + m
