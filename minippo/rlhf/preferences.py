@@ -55,10 +55,14 @@ from minippo.rlhf.gold import gold_scores
 # labels from the simulated human
 # ----------------------------------------------------------------------------------------------
 
+def log_sigmoid(x) -> np.ndarray:
+    """log sigmoid(x) = -log(1 + exp(-x)) = -logaddexp(0, -x): finite for every finite x."""
+    return -np.logaddexp(0.0, -np.asarray(x))
+
+
 def sigmoid(x) -> np.ndarray:
-    """1 / (1 + exp(-x)) without overflow for large |x| (float64)."""
-    x = np.asarray(x, dtype=np.float64)
-    return np.exp(-np.logaddexp(0.0, -x))
+    """1 / (1 + exp(-x)) = exp(log_sigmoid(x)), without overflow for large |x| (float64)."""
+    return np.exp(log_sigmoid(np.asarray(x, dtype=np.float64)))
 
 
 def preference_probability(gold_a, gold_b, label_temperature: float) -> np.ndarray:
@@ -154,6 +158,10 @@ class PreferencePairs:
     @property
     def n_groups(self) -> int:
         return int(np.unique(self.group).size)
+
+    def n_pairs_per_group(self) -> np.ndarray:
+        """(max group id + 1,) int64: how many pairs each group has."""
+        return np.bincount(self.group[self.chosen_idx], minlength=int(self.group.max(initial=-1)) + 1)
 
     # the pairs as arrays of their own: (N, T) and (N,)
     chosen = property(lambda self: self.sequences[self.chosen_idx])
@@ -294,7 +302,8 @@ def make_preference_pairs(model, tokenizer, n_prompts: int, *, responses_per_pro
 
     Prompts come from ``corpus.sample_prompts`` (seeded from ``rng``); a pair whose two texts are
     identical is dropped (a gold tie: its label would be a coin flip about the same tokens); the
-    others are labelled by :func:`sample_labels` (the first response of the pair is "a").
+    others are labelled by :func:`sample_labels` (the first response of the pair is "a"). A prompt
+    left without any pair (all K texts equal) is dropped with its responses, so every group has pairs.
     """
     check_range("n_prompts", n_prompts, 1, None, integer=True)
     check_range("responses_per_prompt", responses_per_prompt, 2, None, integer=True)
@@ -309,11 +318,14 @@ def make_preference_pairs(model, tokenizer, n_prompts: int, *, responses_per_pro
     differ = np.array([s.texts[x] != s.texts[y] for x, y in zip(a, b)], dtype=bool)
     a, b = a[differ], b[differ]
     a_wins, prob_a = sample_labels(s.gold[a], s.gold[b], label_temperature, rng)
-    return PreferencePairs(
+    data = PreferencePairs(
         sequences=s.sequences, mask=s.mask, prompt_len=s.prompt_len, gold=s.gold,
         group=np.repeat(np.arange(n_prompts, dtype=np.int64), K),
         chosen_idx=np.where(a_wins, a, b), rejected_idx=np.where(a_wins, b, a),
         prob_chosen=np.where(a_wins, prob_a, 1.0 - prob_a))
+    if data.n_pairs_per_group().min() > 0:
+        return data
+    return data.select_groups(np.flatnonzero(data.n_pairs_per_group()))   # drop prompts whose K texts are equal
 
 
 # ----------------------------------------------------------------------------------------------

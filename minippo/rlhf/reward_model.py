@@ -55,8 +55,8 @@ from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
 from minippo.rlhf.checkpoint import load_model, save_model
 from minippo.rlhf.data import batch_indices, steps_per_epoch
 from minippo.rlhf.corpus import sample_prompts
-from minippo.rlhf.preferences import (PreferencePairs, gold_order_accuracy, make_preference_pairs, pairwise_accuracy,
-                                      pearson, sample_policy, spearman)
+from minippo.rlhf.preferences import (PreferencePairs, gold_order_accuracy, log_sigmoid, make_preference_pairs,
+                                      pairwise_accuracy, pearson, sample_policy, spearman)
 from minippo.rlhf.tokenizer import Tokenizer
 
 STATE_KEY = "reward_model"          # the entry of the checkpoint's state holding gain, bias, config
@@ -88,11 +88,6 @@ def length_chunks(attn_mask, max_rows: int) -> list[tuple[np.ndarray, int]]:
     order = np.argsort(ends, kind="stable")
     return [(rows, int(ends[rows].max())) for rows in
             (order[i:i + max_rows] for i in range(0, order.size, max_rows))]
-
-
-def log_sigmoid(x) -> np.ndarray:
-    """log sigmoid(x) = -log(1 + exp(-x)) = -logaddexp(0, -x): finite for every finite x."""
-    return -np.logaddexp(0.0, -np.asarray(x))
 
 
 def bradley_terry_forward(r_chosen, r_rejected):
@@ -477,8 +472,8 @@ def train_reward_model(cfg: RMConfig, sft_dir, out_dir, progress: bool = True,
     sft_dir : an SFT run folder (its ``model/``) or a model folder with ``tokenizer.json``
     out_dir : run folder: ``config.json``, ``pairs.npz`` (when sampled here), ``metrics.jsonl``, ``model/`` (the reward
         model with gain/bias in its state and the tokenizer: what PPO loads)
-    pairs : reuse these labelled pairs instead of sampling new ones (several reward
-        models on the same data, lesson 19)
+    pairs : reuse these labelled pairs instead of sampling new ones (several reward models on the same
+        data, lesson 19); ``n_prompts``, ``responses_per_prompt`` and ``label_temperature`` are then theirs
 
     Returns
     -------

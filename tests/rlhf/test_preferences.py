@@ -202,3 +202,15 @@ def test_rankdata_pearson_spearman_against_loops():
     assert spearman(y, np.exp(y)) == pytest.approx(1.0)      # any increasing map has Spearman 1
     assert pearson(y, np.exp(y)) < 0.999
     assert np.isnan(pearson(np.ones(5), np.arange(5.0)))
+
+
+def test_prompts_whose_samples_are_all_identical_are_dropped(tok):
+    """A policy that always writes the same text gives no pair: its prompts disappear entirely."""
+    model = TinyGPT(GPTConfig(vocab_size=tok.vocab_size, block_size=24, n_layer=1, n_head=2, n_embd=16), seed=0)
+    model.params["wte"][...] = 0.0
+    model.params["wte"][tok.eos_id, 0] = 50.0
+    model.params["ln_f.w"][...] = 0.0                      # ln_f(x) = ln_f.b = 1 everywhere ...
+    model.params["ln_f.b"][...] = 1.0                      # ... so every logit is 0 but EOS's 50: always EOS
+    d = make_preference_pairs(model, tok, 5, responses_per_prompt=3, rng=np.random.default_rng(0),
+                              label_temperature=0.1, max_new_tokens=4)
+    assert len(d) == 0 and d.sequences.shape[0] == 0 and d.n_groups == 0
