@@ -107,8 +107,8 @@ def plot(r: dict, path) -> None:
     ax.plot(j, a["adv"], "^-", color="tab:purple", label="advantage (whitened)")
     ax.stem(j, a["rewards"], linefmt="g-", markerfmt="gD", basefmt=" ", label="reward")
     ax.axvspan(n - 0.5, Tn - 0.5, color="grey", alpha=0.2, label="padding (mask 0)")
-    ax.annotate(f"score {r['score']:+.2f}\nlands on the EOS", (n - 1, a["rewards"][n - 1]),
-                xytext=(max(0, n - 6), a["rewards"][n - 1] + 0.8), arrowprops=dict(arrowstyle="->"))
+    ax.annotate(f"score {r['score']:+.2f}\nlands on the EOS", (n - 1, a["rewards"][n - 1]), xytext=(40, -75),
+                textcoords="offset points", arrowprops=dict(arrowstyle="->"))
     ax.set_xticks(j)
     ax.set_xticklabels([p if k < n else "pad" for k, p in enumerate(r["pieces"])], rotation=60, fontsize=8)
     ax.set_xlabel("response token j (its piece)")
@@ -121,6 +121,7 @@ def plot(r: dict, path) -> None:
     layout[:, Tp:] *= 2
     bx.imshow(layout, aspect="auto", cmap="viridis", interpolation="nearest")
     bx.grid(False)
+    bx.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     last = Tp + r["batch_lengths"] - 1
     rows = np.arange(len(last))
     bx.scatter(last, rows, marker="x", color="red", s=30, label="score on the last valid token")
@@ -151,9 +152,9 @@ def main(argv=None) -> dict:
           f"Rewards of the row sum to {c['rewards_sum']:+.4f} = score - beta * sum(kl) = {c['score_minus_kl']:+.4f}. "
           f"The return at the EOS equals its reward ({c['return_at_eos']:+.4f} vs {c['reward_at_eos']:+.4f}): "
           f"the value after the last token is 0. Padding holds zeros in every column: {c['padding_zero']}.")
-    print(f"{r['n_no_eos']} of {r['batch_size']} responses have no EOS: their score carries the missing-EOS "
-          f"penalty (-{r['missing_eos_penalty']:g}) and lands on their last sampled token. The advantage column is "
-          f"whitened over the batch's valid tokens; return - value is the raw GAE advantage.")
+    print(f"{r['n_no_eos']} of {r['batch_size']} responses have no EOS; such a response's score carries the "
+          f"missing-EOS penalty (-{r['missing_eos_penalty']:g}) and lands on its last sampled token. The advantage "
+          f"column is whitened over the batch's valid tokens; return - value is the raw GAE advantage.")
     path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
     plot(r, path)
     print(f"figure: {path}")

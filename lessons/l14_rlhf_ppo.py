@@ -8,7 +8,7 @@ eq. (7) plus c1 times the clipped value loss), with the KL coefficient beta adap
 iteration (Ziegler et al. 2019: beta *= 1 + clip(KL / target - 1, +-0.2) * B / horizon).
 
 What the lesson does: it reuses the SFT policy and reward model of the main job (built once and
-cached in ``runs/cache``), runs PPO with the main job's defaults for fewer iterations, and then judges
+cached in ``runs/cache``), runs PPO with the main job's defaults (``minippo rlhf``), and then judges
 the SFT and the PPO policy on the same held-out prompts with fresh samples: the reward model's score
 (the proxy PPO maximised), the gold score (the simulated human that labelled the preference pairs,
 never seen by PPO), and the KL to the reference.
@@ -45,10 +45,10 @@ SUMMARY = ("gold_mean", "gold_std", "rm_mean", "kl_mean", "kl_exact_mean", "leng
 
 
 def lesson_config(quick: bool, seed: int) -> PPOConfig:
-    """The main job's PPO defaults, 40 iterations (quick: the CI config, 10 iterations)."""
+    """The main job's PPO defaults (quick: the CI config, 10 iterations)."""
     if quick:
         return PPOConfig.quick(seed=seed, iterations=10)
-    return PPOConfig(seed=seed, iterations=40)
+    return PPOConfig(seed=seed)
 
 
 def run(quick: bool = False, seed: int = 0) -> dict:

@@ -25,7 +25,7 @@ from minippo.checks import check_choice, check_range
 
 REWARD_SHAPINGS = ("kl_final", "uniform")
 KL_ESTIMATORS = ("k1", "k2", "k3")
-KL_CONTROLLERS = ("fixed", "adaptive")
+KL_CONTROLLERS = ("fixed", "adaptive", "ppo_paper")
 CRITICS = ("separate", "shared", "none")
 CRITIC_INITS = ("reward_model", "sft", "random")
 CRITIC_BIAS_INITS = ("mean_score", "keep")
@@ -129,14 +129,16 @@ class PPOConfig:
 
     # ---- KL control -------------------------------------------------------------------------
     kl_controller: str = "adaptive"
-    """``"fixed"`` (beta = ``kl_coef`` forever) or ``"adaptive"`` (Ziegler et al. 2019 sec. 2.2)."""
-    kl_coef: float = 0.4
-    """beta, the initial KL-penalty coefficient; >= 0, 0.01 .. 0.5. The default starts high so the adaptive
-    controller lowers it while the KL approaches the target from below (a low start overshoots: beta
-    rises too slowly to pull a fast policy back)."""
-    kl_target: float = 5.0
+    """``"fixed"`` (beta = ``kl_coef`` forever; 0 = no KL penalty), ``"adaptive"`` (Ziegler et al. 2019 sec. 2.2,
+    proportional) or ``"ppo_paper"`` (PPO paper sec. 4: halve / double beta when the KL is below
+    target / 1.5 or above 1.5 target), each targeting ``kl_target``."""
+    kl_coef: float = 0.2
+    """beta, the initial KL-penalty coefficient; >= 0, 0.01 .. 0.5. The default starts high enough that the
+    KL approaches the target from below while the adaptive controller lowers beta (a low start
+    overshoots: beta rises too slowly to pull a fast policy back)."""
+    kl_target: float = 4.0
     """Target of the adaptive controller: the mean per-response KL (sum over tokens of k1, nats); > 0.
-    5 nats for responses of ~12 tokens (~0.4 nats per token)."""
+    4 nats for responses of ~13 tokens (~0.3 nats per token)."""
     kl_horizon: float = 1000.0
     """Adaptive controller horizon in responses (beta moves by err * batch_size / horizon); > 0."""
     target_kl: float | None = None

@@ -43,7 +43,7 @@ from minippo.io import (MetricsWriter, atomic_write_text, has_checkpoint, load_c
                         rng_state, save_checkpoint)
 from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW, lr_at
-from minippo.rl.kl import AdaptiveKLController, FixedKLController
+from minippo.rl.kl import AdaptiveKLController, FixedKLController, PPOPaperKLController
 from minippo.rl.masked import explained_variance
 from minippo.rlhf.advantages import compute_advantages
 from minippo.rlhf.checkpoint import save_model
@@ -74,8 +74,11 @@ def build_critic(cfg: PPOConfig, actor: TinyGPT, sft_model: TinyGPT, reward_mode
 
 
 def make_kl_controller(cfg: PPOConfig):
+    """The beta controller of ``cfg.kl_controller`` (minippo.rl.kl), fed ``objective/kl`` after each iteration."""
     if cfg.kl_controller == "fixed":
         return FixedKLController(cfg.kl_coef)
+    if cfg.kl_controller == "ppo_paper":
+        return PPOPaperKLController(cfg.kl_coef, d_targ=cfg.kl_target)
     return AdaptiveKLController(cfg.kl_coef, target=cfg.kl_target, horizon=cfg.kl_horizon)
 
 

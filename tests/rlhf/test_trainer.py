@@ -199,6 +199,7 @@ def test_critic_free_estimators_give_one_advantage_per_response():
 
 @pytest.mark.parametrize("kw", [dict(critic="none"), dict(critic="shared", value_norm=True),
                                 dict(kl_controller="fixed", reward_shaping="uniform", whiten_rewards=True),
+                                dict(kl_controller="ppo_paper", top_k=5, ent_coef=0.01, length_bonus=0.1),
                                 dict(critic_init="random", samples_per_prompt=2, value_clip=False)])
 def test_variants_run(kw):
     sft, rm, tok = world()
@@ -209,6 +210,8 @@ def test_variants_run(kw):
         assert tr.opt_critic is None and recs[-1]["loss/value_avg"] == 0.0
     if kw.get("kl_controller") == "fixed":
         assert recs[0]["kl_coef"] == recs[1]["kl_coef"] == tr.cfg.kl_coef
+    if kw.get("kl_controller") == "ppo_paper":          # KL far below target / 1.5: beta halves
+        assert recs[0]["objective/kl"] < tr.cfg.kl_target / 1.5 and recs[1]["kl_coef"] == tr.cfg.kl_coef / 2
 
 
 def test_adaptive_controller_follows_ziegler():
