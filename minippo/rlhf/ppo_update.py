@@ -137,7 +137,12 @@ def ppo_update(actor, critic, opt_actor, opt_critic, rollout, cfg, rng: np.rando
     for epoch in range(cfg.ppo_epochs):
         for idx in minibatches(rollout.batch_size, cfg.minibatch_size, rng):
             ptx_batch = ptx_sampler(rng) if (ptx_sampler is not None and cfg.ptx_coef > 0) else None
-            terms, stats, g_actor, g_critic = minibatch_loss_and_grads(actor, critic, rollout.take(idx), cfg, ptx_batch)
+            try:
+                terms, stats, g_actor, g_critic = minibatch_loss_and_grads(actor, critic, rollout.take(idx), cfg,
+                                                                           ptx_batch)
+            except ValueError as exc:          # e.g. non-finite log-probs: say where it happened
+                raise ValueError(f"{exc} (iteration {iteration}, epoch {epoch}): training stopped, the last good "
+                                 f"checkpoint is kept") from exc
             check_finite(terms, iteration)
             for k in hist:
                 if k in stats:

@@ -13,8 +13,14 @@ One iteration (:meth:`PPOTrainer.step`), each step a function the studies can re
     beta     = kl_controller.update(objective/kl)           fixed, or adaptive (Ziegler et al. 2019)
 
 The four models (seed 001): the actor (trained), the critic (trained; critic.py), the reference (a
-frozen copy of the SFT actor) and the reward model (frozen). Position alignment (logits at column p
-predict token p + 1) is written once in response.py.
+frozen copy of the SFT actor) and the reward model (frozen).
+
+Position alignment (written once, in response.py): the logits and the value at column p belong to the
+token at column p + 1, so response token j (column Tp + j) is scored at column Tp + j - 1::
+
+    column    Tp-2   Tp-1 | Tp    Tp+1   Tp+2
+    token     p      p    | r0    r1     EOS      (then padding)
+    read at          ^      ^     ^               logits / value for r0, r1, EOS
 
 Run folder (``out_dir``)::
 

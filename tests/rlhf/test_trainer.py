@@ -265,6 +265,16 @@ def test_nan_guard_names_the_metric_and_keeps_the_checkpoint(tmp_path):
     assert len(read_metrics(tmp_path / "metrics.jsonl")) == 1
 
 
+def test_nan_policy_loss_is_named(monkeypatch):
+    import minippo.rlhf.ppo_update as upd
+    sft, rm, tok = world()
+    tr = PPOTrainer(tiny_config(), sft, rm, tok)
+    real = upd.clipped_policy_loss
+    monkeypatch.setattr(upd, "clipped_policy_loss", lambda *a, **k: (float("nan"),) + tuple(real(*a, **k)[1:]))
+    with pytest.raises(ValueError, match=r"`loss/policy` is nan at iteration 0"):
+        tr.step()
+
+
 def test_minippo_ppo_command(tmp_path, capsys):
     from minippo.cli import main
     sft, rm, tok = world()
