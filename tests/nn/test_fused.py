@@ -94,3 +94,15 @@ def test_use_kernels_switch_routes_to_the_reference(monkeypatch):
     monkeypatch.setattr(fused, "USE_KERNELS", False)
     out, _ = fused.gelu_forward(x)
     np.testing.assert_array_equal(out, fused.gelu_forward_reference(x)[0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8, 13, 64])
+def test_interleaved_reductions(dtype, n):
+    a, b = _data(dtype, n, seed=n), _data(dtype, n, seed=100 + n)
+    np.testing.assert_allclose(fused._sum4(a), a.sum(), **TOLS[dtype])
+    np.testing.assert_allclose(fused._dot4(a, b), (a * b).sum(), **TOLS[dtype])
+    np.testing.assert_allclose(fused._sumsq4(a, a[0]), ((a - a[0]) ** 2).sum(), **TOLS[dtype])
+    assert fused._max4(a) == a.max()
+    a[n // 2] = -np.inf                                    # the masked softmax feeds -inf entries
+    assert fused._max4(a) == a.max()
