@@ -4,7 +4,7 @@ Legend: N rows (B*T), C channels, V vocab, B batch, H heads, T queries, S keys.
 
 Why: in plain NumPy every line of GELU, LayerNorm or a softmax is a separate pass over memory with a
 fresh temporary, and at TinyGPT's sizes those passes cost as much as the matrix products (profile
-with ``minippo bench --only gpt``: the fused step is ~3x faster than the NumPy layers). Each kernel
+with ``minippo bench --only gpt``: the fused step is ~1.3x faster than the NumPy layers). Each kernel
 below does one layer's forward or backward in one to three passes. Transcendentals (exp, tanh) are
 left to NumPy's vectorised ``np.exp`` / ``np.tanh``, which on x86 are several times faster than
 numba's scalar libm calls (no Intel SVML here).
