@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 from lessons._common import lesson_args, output_path, pyplot, save
-from minippo.classic.blas import single_blas_thread
+from minippo.blas import single_blas_thread
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.gradcheck import check_gradients
 from minippo.rl.distributions import logprobs_backward, logprobs_from_logits

@@ -33,7 +33,7 @@ import textwrap
 import numpy as np
 
 from lessons._common import lesson_args, output_path, pyplot, save
-from minippo.classic.blas import single_blas_thread
+from minippo.blas import single_blas_thread
 from minippo.rlhf.corpus import sample_prompts
 from minippo.rlhf.evaluate import evaluate_policy
 from minippo.rlhf.pipeline import prepare_stages

@@ -29,7 +29,7 @@ import numpy as np
 
 from minippo.classic.agent import ACTOR, CRITIC, actor_logits, critic_values, init_agent, \
     ppo_loss_and_grads, sample_actions
-from minippo.classic.blas import single_blas_thread
+from minippo.blas import single_blas_thread
 from minippo.classic.config import PPOConfig
 from minippo.classic.rollout import collect_rollout, rollout_advantages
 from minippo.classic.vec_env import SyncVectorEnv

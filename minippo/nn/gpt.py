@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from minippo.blas import single_blas_thread
 from minippo.checks import check_choice, check_float_array, check_int_array, check_mask, check_range
 from minippo.nn import fused as K
 from minippo.nn.attention import LN_EPS, attention_allowed, block_backward, block_decode, block_forward
@@ -413,8 +414,6 @@ class TinyGPT:
         x = (p["wte"][tokens] + p["wpe"][pos])[:, None, :]          # (B, 1, C)
         # one row per sequence: products this small run faster on one BLAS thread (on a busy 2-core
         # machine OpenBLAS's threads mostly wait for each other: ~7x slower decoding, measured)
-        # TODO(lead): single_blas_thread belongs in a shared module (minippo/blas.py); nn should not import classic
-        from minippo.classic.blas import single_blas_thread
         with single_blas_thread():
             for i in range(cfg.n_layer):
                 x = block_decode(x, p, f"h.{i}.", cfg.n_head, kv.k[i], kv.v[i], kv.key_mask, t)

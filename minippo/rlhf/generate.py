@@ -43,7 +43,7 @@ import numpy as np
 from numba import njit
 
 from minippo.checks import check_int_array, check_mask, check_range, check_same_shape
-from minippo.classic.blas import single_blas_thread
+from minippo.blas import single_blas_thread
 from minippo.rl.distributions import log_softmax
 
 

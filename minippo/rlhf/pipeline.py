@@ -156,7 +156,7 @@ def evaluate_stages(out: Path, ppo_cfg: PPOConfig, n_eval: int, seed: int, log=p
     """SFT vs PPO on the same ``n_eval`` prompts (fresh samples): gold, RM, KL; writes ``samples.md``."""
     from minippo.rlhf.checkpoint import load_model
     from minippo.rlhf.corpus import sample_prompts
-    from minippo.classic.blas import single_blas_thread
+    from minippo.blas import single_blas_thread
     from minippo.rlhf.evaluate import evaluate_policy, samples_markdown
     from minippo.rlhf.trainer import load_stages
 

@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from minippo.checks import check_choice, check_float_array, check_int_array, check_mask, check_range
-from minippo.classic.blas import single_blas_thread
+from minippo.blas import single_blas_thread
 from minippo.io import MetricsWriter, atomic_write_text, has_checkpoint
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from minippo.checks import check_choice, check_range
-from minippo.classic.blas import single_blas_thread
+from minippo.blas import single_blas_thread
 from minippo.io import MetricsWriter, atomic_write_text, has_checkpoint, read_metrics
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at

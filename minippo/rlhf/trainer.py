@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minippo.classic.blas import single_blas_thread
+from minippo.blas import single_blas_thread
 from minippo.io import (MetricsWriter, atomic_write_text, has_checkpoint, load_checkpoint, rng_from_state,
                         rng_state, save_checkpoint)
 from minippo.nn.gpt import TinyGPT

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from minippo.classic.blas import blas_threads, single_blas_thread
+from minippo.blas import blas_threads, single_blas_thread
 from minippo.classic.config import PPOConfig, field_docs
 from minippo.cli import main as minippo_main
 from minippo.io import load_checkpoint, read_metrics

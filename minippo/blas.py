@@ -1,7 +1,7 @@
-"""Run the tiny matrix products of classic control on one BLAS thread.
+"""Run tiny matrix products on one BLAS thread (classic-control MLPs, KV-cache decoding, small GPTs).
 
-The CartPole networks multiply (128, 64) by (64, 64) matrices: half a million multiply-adds,
-a few microseconds of work. OpenBLAS (NumPy's BLAS on Linux wheels) still splits such a
+Small products are common here: the CartPole networks multiply (128, 64) by (64, 64) matrices
+(half a million multiply-adds, a few microseconds of work), and KV-cache decoding one row per sequence. OpenBLAS (NumPy's BLAS on Linux wheels) still splits such a
 product over every core, and on a busy 2-core machine the threads wait for each other: we
 measured a 200k-step CartPole run at 54 s with the default threading and 14.5 s with one thread
 (a 64x64 backward pass: 2.7 ms vs 0.05 ms). One thread also makes the float results independent

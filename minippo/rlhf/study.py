@@ -1,0 +1,117 @@
+"""Studies: run PPO variants on the main job's cached SFT and reward model, judge them the same way.
+
+The lessons that test the seeds' claims (13-20) all do the same three things, which live here once:
+
+1. ``Study(quick, seed)`` loads the SFT policy, tokenizer and reward model of the main job, built once
+   and cached by :func:`minippo.rlhf.pipeline.prepare_stages` (``runs/cache/...``; a temporary folder
+   for ``quick``), and fixes a set of held-out evaluation prompts;
+2. ``study.run(cfg)`` trains one PPO variant (a :class:`PPOConfig`) from that SFT policy and returns
+   its per-iteration metric records and the final policy;
+3. ``study.evaluate(policy)`` judges any policy on the evaluation prompts with fresh samples: gold
+   score (the simulated human), RM score (the proxy), KL to the reference, length
+   (:func:`minippo.rlhf.evaluate.evaluate_policy`); the SFT policy's own evaluation is ``study.reference``.
+
+``study.sweep(base_cfg, {"name": {field: value, ...}, ...}, seeds)`` runs the variants for several
+seeds and returns, per variant, the records and the evaluation of every seed: the shape every
+hyperparameter / ablation figure needs.
+"""
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from minippo.rlhf.ppo_config import PPOConfig
+
+EVAL_SEED = 1000        # evaluation prompts: sample_prompts(n_eval, seed=EVAL_SEED + seed)
+
+
+class Study:
+    """The cached stages of the main job plus fixed evaluation prompts.
+
+    Parameters
+    ----------
+    quick : use the CI-sized stages (seconds) instead of the main job's
+    seed : seed of the stages, of the evaluation prompts and of the default PPO configs
+    n_eval : number of evaluation prompts (default 32 quick, 128 otherwise)
+    cache_dir : where the stages are cached (default :func:`minippo.rlhf.pipeline.default_cache_dir`)
+    """
+
+    def __init__(self, quick: bool = False, seed: int = 0, *, n_eval: int | None = None, cache_dir=None,
+                 log=lambda *a: None):
+        from minippo.rlhf.corpus import sample_prompts
+        from minippo.rlhf.pipeline import prepare_stages
+        from minippo.rlhf.trainer import load_stages
+
+        self.quick, self.seed = quick, seed
+        self.folder = Path(prepare_stages(cache_dir, quick=quick, seed=seed, log=log))
+        self.sft, self.tokenizer, self.reward_model, self.sft_state = load_stages(self.folder / "sft",
+                                                                                  self.folder / "rm")
+        self.n_eval = n_eval or (32 if quick else 128)
+        self.prompts = sample_prompts(self.n_eval, seed=EVAL_SEED + seed)
+
+    def config(self, **overrides) -> PPOConfig:
+        """The main job's PPO config (``PPOConfig.quick()`` when quick) with ``overrides`` applied."""
+        overrides.setdefault("seed", self.seed)
+        return PPOConfig.quick(**overrides) if self.quick else PPOConfig(**overrides)
+
+    @cached_property
+    def ptx_sequences(self) -> list:
+        """The SFT run's training sentences, for PPO-ptx (built on first use)."""
+        from minippo.rlhf.trainer import sft_training_sequences
+        return sft_training_sequences(self.sft_state, self.tokenizer)
+
+    def trainer(self, cfg: PPOConfig, reward_model=None):
+        """A fresh :class:`PPOTrainer` from the SFT policy (``reward_model`` overrides the cached RM)."""
+        from minippo.rlhf.trainer import PPOTrainer
+        ptx = self.ptx_sequences if cfg.ptx_coef > 0 else None
+        return PPOTrainer(cfg, self.sft, reward_model or self.reward_model, self.tokenizer, ptx_sequences=ptx)
+
+    def run(self, cfg: PPOConfig, *, reward_model=None, callback=None) -> dict:
+        """Train one variant: ``{"config", "records" (one dict per iteration), "trainer"}``."""
+        trainer = self.trainer(cfg, reward_model)
+        records = trainer.train(callback=callback)
+        return {"config": cfg, "records": records, "trainer": trainer}
+
+    def evaluate(self, policy, *, max_new_tokens: int | None = None, temperature: float | None = None,
+                 sample_seed: int = 2) -> dict:
+        """:func:`evaluate_policy` of ``policy`` on the study's prompts (RM = the cached reward model)."""
+        from minippo.blas import single_blas_thread
+        from minippo.rlhf.evaluate import evaluate_policy
+
+        base = self.config()
+        with single_blas_thread():
+            return evaluate_policy(policy, self.sft, self.reward_model, self.tokenizer, self.prompts,
+                                   rng=np.random.default_rng([self.seed, sample_seed]),
+                                   max_new_tokens=max_new_tokens or base.max_new_tokens,
+                                   temperature=temperature or base.temperature)
+
+    @cached_property
+    def reference(self) -> dict:
+        """The SFT policy's evaluation (the "before" of every comparison)."""
+        return self.evaluate(self.sft, sample_seed=1)
+
+    def sweep(self, variants: dict[str, dict], seeds=(0,), *, base: dict | None = None, evaluate: bool = True,
+              log=lambda *a: None) -> dict:
+        """Run every variant (name -> config overrides on top of ``base``) for every PPO seed.
+
+        Returns name -> ``{"records": [per-seed list of records], "eval": [per-seed evaluation]}``.
+        """
+        out = {}
+        for name, overrides in variants.items():
+            out[name] = {"records": [], "eval": []}
+            for s in seeds:
+                cfg = self.config(**{**(base or {}), **overrides, "seed": s})
+                r = self.run(cfg)
+                out[name]["records"].append(r["records"])
+                if evaluate:
+                    out[name]["eval"].append(self.evaluate(r["trainer"].actor))
+                log(f"  {name} seed {s}: gold {r['records'][-1]['gold/score']:+.3f} "
+                    f"KL {r['records'][-1]['objective/kl']:.2f}")
+        return out
+
+
+def final(records: list[dict], key: str, last: int = 5) -> float:
+    """Mean of ``key`` over the last ``last`` iterations (a less noisy "final value" of a run)."""
+    return float(np.mean([r[key] for r in records[-last:]]))

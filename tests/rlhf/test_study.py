@@ -1,0 +1,29 @@
+"""minippo.rlhf.study: variants run from the cached quick stages, deterministically, judged alike."""
+from minippo.rlhf.study import Study, final
+
+
+def _without_timing(records):
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in records]
+
+
+def test_sweep_is_deterministic_and_evaluates_every_seed():
+    study = Study(quick=True, seed=0, n_eval=8)
+    variants = {"eps0.1": {"clip_eps": 0.1}, "eps0.3": {"clip_eps": 0.3}}
+    a = study.sweep(variants, seeds=(0, 1), base={"iterations": 2})
+    b = study.sweep({"eps0.1": {"clip_eps": 0.1}}, seeds=(0,), base={"iterations": 2})
+    assert set(a) == set(variants)
+    assert all(len(v["records"]) == 2 and len(v["eval"]) == 2 for v in a.values())
+    # same config and seed -> the same numbers and samples; another seed -> other samples
+    assert _without_timing(a["eps0.1"]["records"][0]) == _without_timing(b["eps0.1"]["records"][0])
+    assert a["eps0.1"]["eval"][0]["texts"] == b["eps0.1"]["eval"][0]["texts"]
+    assert a["eps0.1"]["eval"][0]["texts"] != a["eps0.1"]["eval"][1]["texts"]
+    # the variants really differ (clip_eps changes the update)
+    assert _without_timing(a["eps0.1"]["records"][0]) != _without_timing(a["eps0.3"]["records"][0])
+    # every evaluation is on the study's prompts, one response each
+    assert all(len(e["gold"]) == 8 for v in a.values() for e in v["eval"])
+    assert study.reference["gold"].shape == (8,)
+
+
+def test_final_averages_the_last_iterations():
+    recs = [{"x": float(i)} for i in range(10)]
+    assert final(recs, "x", last=4) == 7.5
