@@ -100,7 +100,8 @@ def bench(report: Report, quick: bool = False) -> None:
     report.value("achieved", flops / t / 1e9, "GFLOP/s")
     report.ratio("fwd+bwd % of matmul peak", 100 * flops / t / 1e9 / peak, target=50, unit="%")
     report.time("the same GEMMs alone", t_mm)
+    rest = 100 * (t - t_mm) / t
     report.note(f"GEMMs alone reach {100 * flops / t_mm / 1e9 / peak:.0f}% of peak; the rest of the step "
-                f"(LayerNorm, GELU, softmax, cross-entropy, embeddings, adds, copies) is {100 * (t - t_mm) / t:.0f}% of it")
+                f"(LayerNorm, GELU, softmax, cross-entropy, embeddings, adds, copies) is {rest:.0f}% of it")
     report.time("step with the NumPy reference layers", t_ref)
     report.ratio("fused kernels vs NumPy layers", t_ref / t)

@@ -69,7 +69,8 @@ def keep_freed_memory(trim_threshold: int = 512 << 20) -> bool:
             try:
                 mallopt = ctypes.CDLL("libc.so.6").mallopt
                 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3          # glibc's malloc.h
-                _MALLOC_TUNED = bool(mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(M_TRIM_THRESHOLD, trim_threshold))
+                ok_mmap = bool(mallopt(M_MMAP_THRESHOLD, 32 << 20))     # glibc's largest allowed value
+                _MALLOC_TUNED = ok_mmap and bool(mallopt(M_TRIM_THRESHOLD, trim_threshold))
             except (OSError, AttributeError):
                 pass
     return _MALLOC_TUNED
