@@ -1,9 +1,10 @@
 """minippo.rlhf.study: variants run from the cached quick stages, deterministically, judged alike."""
+from minippo.rlhf.metrics import without_timing
 from minippo.rlhf.study import Study, final
 
 
 def _without_timing(records):
-    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in records]
+    return [without_timing(r) for r in records]
 
 
 def test_sweep_is_deterministic_and_evaluates_every_seed():
