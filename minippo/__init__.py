@@ -15,7 +15,7 @@ Packages: ``minippo.nn`` (layers with hand-written backward, TinyGPT, MLP, AdamW
 """
 from __future__ import annotations
 
-import importlib
+from minippo._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -30,16 +30,5 @@ _LAZY = {
     "kl_estimate": "minippo.rl.kl",
 }
 
-__all__ = sorted(_LAZY) + ["__version__"]
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'minippo' has no attribute {name!r}")
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY, globals())
+__all__ = __all__ + ["__version__"]

@@ -21,7 +21,7 @@ Names are imported lazily: ``import minippo.classic`` loads nothing else.
 """
 from __future__ import annotations
 
-import importlib
+from minippo._lazy import lazy_exports
 
 _LAZY = {
     "CartPoleEnv": "minippo.classic.cartpole",
@@ -33,16 +33,4 @@ _LAZY = {
     "plot_dashboard": "minippo.classic.dashboard",
 }
 
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'minippo.classic' has no attribute {name!r}")
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY, globals())

@@ -17,16 +17,8 @@ Modules (read them in this order)::
 """
 from __future__ import annotations
 
-import importlib
+from minippo._lazy import lazy_exports
 
 _LAZY = {"GPTConfig": "minippo.nn.gpt", "TinyGPT": "minippo.nn.gpt", "KVCache": "minippo.nn.gpt"}
 
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'minippo.nn' has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY, globals())

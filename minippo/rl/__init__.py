@@ -42,7 +42,7 @@ kernel is compiled (or loaded from numba's on-disk cache) on its first call.
 """
 from __future__ import annotations
 
-import importlib
+from minippo._lazy import lazy_exports
 
 # public name -> submodule that defines it
 _LAZY = {
@@ -61,16 +61,4 @@ _LAZY = {
                                                   "batch_mean_advantages", "grpo_kl_loss")},
 }
 
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'minippo.rl' has no attribute {name!r}")
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY, globals())

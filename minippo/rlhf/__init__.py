@@ -25,7 +25,7 @@ The names most used are re-exported lazily (importing this package imports nothi
 """
 from __future__ import annotations
 
-import importlib
+from minippo._lazy import lazy_exports
 
 # public name -> submodule that defines it
 _LAZY = {
@@ -50,16 +50,4 @@ _LAZY = {
     "plot_run": "minippo.rlhf.plots",
 }
 
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'minippo.rlhf' has no attribute {name!r}")
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY, globals())
