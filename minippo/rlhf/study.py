@@ -75,14 +75,15 @@ class Study:
         return {"config": cfg, "records": records, "trainer": trainer}
 
     def evaluate(self, policy, *, max_new_tokens: int | None = None, temperature: float | None = None,
-                 sample_seed: int = 2) -> dict:
-        """:func:`evaluate_policy` of ``policy`` on the study's prompts (RM = the cached reward model)."""
+                 sample_seed: int = 2, reward_model=None) -> dict:
+        """:func:`evaluate_policy` of ``policy`` on the study's prompts (RM = the cached reward model, or
+        ``reward_model``: e.g. the proxy a variant was trained against, lesson 19)."""
         from minippo.blas import single_blas_thread
         from minippo.rlhf.evaluate import evaluate_policy
 
         base = self.config()
         with single_blas_thread():
-            return evaluate_policy(policy, self.sft, self.reward_model, self.tokenizer, self.prompts,
+            return evaluate_policy(policy, self.sft, reward_model or self.reward_model, self.tokenizer, self.prompts,
                                    rng=np.random.default_rng([self.seed, sample_seed]),
                                    max_new_tokens=max_new_tokens or base.max_new_tokens,
                                    temperature=temperature or base.temperature)

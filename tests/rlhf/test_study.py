@@ -1,4 +1,6 @@
 """minippo.rlhf.study: variants run from the cached quick stages, deterministically, judged alike."""
+import numpy as np
+
 from minippo.rlhf.metrics import without_timing
 from minippo.rlhf.study import Study, final
 
@@ -28,3 +30,16 @@ def test_sweep_is_deterministic_and_evaluates_every_seed():
 def test_final_averages_the_last_iterations():
     recs = [{"x": float(i)} for i in range(10)]
     assert final(recs, "x", last=4) == 7.5
+
+
+def test_evaluate_scores_with_the_reward_model_given():
+    study = Study(quick=True, seed=0, n_eval=4)
+
+    class Constant:                                  # any object with RewardModel.score's signature
+        def score(self, sequences, attn_mask):
+            return np.full(len(sequences), 7.0)
+
+    a = study.evaluate(study.sft)
+    b = study.evaluate(study.sft, reward_model=Constant())
+    assert a["texts"] == b["texts"] and np.array_equal(a["gold"], b["gold"])     # same samples ...
+    assert np.all(b["rm"] == 7.0) and not np.all(a["rm"] == 7.0)                # ... scored by the given RM
