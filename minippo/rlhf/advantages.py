@@ -5,7 +5,7 @@ Legend: B batch (responses), Tn response tokens (right-padded).
 An estimator is a function ``fn(rollout, cfg) -> (adv, returns)``, both (B, Tn) float arrays that are 0
 on padding. ``adv`` feeds the clipped policy loss; ``returns`` are the critic's regression targets
 (ignored when the config has ``critic="none"``). :func:`compute_advantages` calls the estimator named
-by ``cfg.advantage_estimator`` and then whitens the advantages over the batch's valid tokens.
+by ``cfg.advantage_estimator`` and then, for GAE only, whitens the advantages over the batch's valid tokens.
 
 ``"gae"`` is GAE-lambda on the per-token rewards and the critic's values (Schulman et al. 2016,
 arXiv:1506.02438; PPO paper eqs. (11)-(12)), with the DESIGN conventions: the value after a response's
@@ -24,6 +24,16 @@ broadcast to its valid tokens; ``returns`` are then ``adv + values`` (the critic
 The sequence score s_i they use is ``score_i + sum_t non_score_reward_t``: the RM score with the KL
 penalty of the reward (set ``kl_coef = 0`` and ``kl_loss_coef > 0`` for GRPO's KL-as-a-loss). Further
 estimators plug in with :func:`register_advantage_estimator`.
+
+**Whitening (our choice).** ``cfg.whiten_advantages`` whitens GAE's advantages (seed 003 sec. 12, TRL's
+PPO) but NOT the critic-free ones, which are used as their papers define them: GRPO's are already
+normalised per group (DeepSeekMath sec. 4.1.2; TRL's GRPOTrainer adds no batch whitening), Dr. GRPO
+removes the std divide on purpose, and RLOO (Ahmadian et al. 2024; TRL's RLOOTrainer has
+``normalize_advantage=False`` by default) and REINFORCE keep the score's units. Whitening them again
+over the batch's TOKENS would also subtract a length-weighted mean: the group-mean-zero advantages of
+GRPO / RLOO get shifted by a constant that depends on which responses are long, and a group whose
+responses all scored the same (no signal, advantage exactly 0) would be pushed up or down (tested).
+Each registered estimator says whether it is whitened (``register_advantage_estimator(whiten=...)``).
 """
 from __future__ import annotations
 
@@ -57,32 +67,36 @@ def _critic_free(adv_fn):
     return estimator
 
 
-#: name -> (estimator, needs a critic)
-ADVANTAGE_ESTIMATORS: dict[str, tuple[Callable, bool]] = {
-    "gae": (gae_advantages, True),
-    "grpo": (_critic_free(lambda s, ro, cfg: grpo_advantages(s, cfg.samples_per_prompt, ro.response_mask)), False),
+#: name -> (estimator, needs a critic, whitened when ``cfg.whiten_advantages``: see "Whitening" above)
+ADVANTAGE_ESTIMATORS: dict[str, tuple[Callable, bool, bool]] = {
+    "gae": (gae_advantages, True, True),
+    "grpo": (_critic_free(lambda s, ro, cfg: grpo_advantages(s, cfg.samples_per_prompt, ro.response_mask)),
+             False, False),
     "dr_grpo": (_critic_free(lambda s, ro, cfg: grpo_advantages(s, cfg.samples_per_prompt, ro.response_mask,
-                                                                scale=False)), False),
-    "rloo": (_critic_free(lambda s, ro, cfg: rloo_advantages(s, cfg.samples_per_prompt, ro.response_mask)), False),
-    "reinforce": (_critic_free(lambda s, ro, cfg: batch_mean_advantages(s, ro.response_mask)), False),
+                                                                scale=False)), False, False),
+    "rloo": (_critic_free(lambda s, ro, cfg: rloo_advantages(s, cfg.samples_per_prompt, ro.response_mask)),
+             False, False),
+    "reinforce": (_critic_free(lambda s, ro, cfg: batch_mean_advantages(s, ro.response_mask)), False, False),
 }
 
 
-def register_advantage_estimator(name: str, fn: Callable, *, needs_critic: bool) -> None:
-    """Make ``fn(rollout, cfg) -> (adv, returns)`` available as ``PPOConfig(advantage_estimator=name)``."""
+def register_advantage_estimator(name: str, fn: Callable, *, needs_critic: bool, whiten: bool = True) -> None:
+    """Make ``fn(rollout, cfg) -> (adv, returns)`` available as ``PPOConfig(advantage_estimator=name)``;
+    ``whiten``: whiten its advantages when ``cfg.whiten_advantages`` (False for an already normalised one)."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"`name` must be a non-empty str, got {name!r}")
     if not callable(fn):
         raise ValueError(f"`fn` must be callable, got {fn!r}")
-    ADVANTAGE_ESTIMATORS[name] = (fn, bool(needs_critic))
+    ADVANTAGE_ESTIMATORS[name] = (fn, bool(needs_critic), bool(whiten))
 
 
 def compute_advantages(rollout, cfg):
     """``(adv, returns)`` of the estimator ``cfg.advantage_estimator``, advantages whitened if
-    ``cfg.whiten_advantages`` (over the batch's valid tokens: mean 0, std 1; 0 on padding)."""
-    fn, _ = ADVANTAGE_ESTIMATORS[cfg.advantage_estimator]
+    ``cfg.whiten_advantages`` and the estimator is registered as whitened (GAE; not the critic-free ones):
+    over the batch's valid tokens, mean 0, std 1; 0 on padding."""
+    fn, _, whiten = ADVANTAGE_ESTIMATORS[cfg.advantage_estimator]
     adv, returns = fn(rollout, cfg)
-    if cfg.whiten_advantages:
+    if cfg.whiten_advantages and whiten:
         adv = masked_whiten(adv, rollout.response_mask)
     return adv, returns
 

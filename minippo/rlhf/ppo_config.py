@@ -125,7 +125,9 @@ class PPOConfig:
     lam: float = 0.95
     """GAE lambda in [0, 1]; 0.95 default (seed 000: RM rewards are noisy, low variance matters)."""
     whiten_advantages: bool = True
-    """Whiten advantages over the batch's valid tokens before the update (seed 003 sec. 12)."""
+    """Whiten GAE's advantages over the batch's valid tokens before the update (seed 003 sec. 12). The critic-free
+    estimators (GRPO, RLOO, REINFORCE) are never whitened again: they keep their papers' normalisation
+    (``minippo.rlhf.advantages``, "Whitening")."""
 
     # ---- KL control -------------------------------------------------------------------------
     kl_controller: str = "adaptive"

@@ -1,0 +1,80 @@
+"""minippo.rlhf.advantages: which estimators ``compute_advantages`` whitens, and why the group ones are not."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from minippo.rl.group_advantages import batch_mean_advantages, grpo_advantages, rloo_advantages
+from minippo.rl.masked import masked_mean, masked_whiten
+from minippo.rlhf.advantages import ADVANTAGE_ESTIMATORS, compute_advantages, register_advantage_estimator
+from minippo.rlhf.ppo_config import PPOConfig
+
+
+def fake_rollout(scores, lengths, Tn=6, seed=0):
+    """A rollout with what the estimators read: scores, a KL part of the reward, values, rewards, mask."""
+    rng = np.random.default_rng(seed)
+    mask = (np.arange(Tn)[None, :] < np.asarray(lengths)[:, None]).astype(np.int64)       # (B, Tn) right-padded
+    non_score = -0.05 * rng.random(mask.shape) * mask
+    rewards = non_score.copy()
+    rewards[np.arange(len(scores)), np.asarray(lengths) - 1] += scores
+    return SimpleNamespace(scores=np.asarray(scores, dtype=np.float64), non_score_reward=non_score, rewards=rewards,
+                           values=rng.normal(size=mask.shape) * mask, response_mask=mask)
+
+
+# two prompts x 3 responses; the second group scored all the same and has responses of different lengths
+SCORES = [0.3, -1.2, 2.0, 0.5, 0.5, 0.5]
+LENGTHS = [2, 6, 3, 1, 6, 4]
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("grpo", lambda s, m: grpo_advantages(s, 3, m)),
+    ("dr_grpo", lambda s, m: grpo_advantages(s, 3, m, scale=False)),
+    ("rloo", lambda s, m: rloo_advantages(s, 3, m)),
+    ("reinforce", lambda s, m: batch_mean_advantages(s, m)),
+])
+def test_critic_free_advantages_are_not_whitened_again(name, fn):
+    ro = fake_rollout(SCORES, LENGTHS)
+    ro.non_score_reward[...] = 0.0                                 # GRPO-style: no KL in the reward
+    cfg = PPOConfig.quick(advantage_estimator=name, samples_per_prompt=3, batch_size=6, minibatch_size=3,
+                          critic="none")
+    assert cfg.whiten_advantages                                   # the default stays on (for GAE) ...
+    adv, returns = compute_advantages(ro, cfg)
+    np.testing.assert_array_equal(adv, fn(ro.scores, ro.response_mask))     # ... but these come out as defined
+    np.testing.assert_allclose(returns, (adv + ro.values) * ro.response_mask)
+    if name != "reinforce":                                        # the constant group keeps advantage exactly 0
+        assert np.all(adv[3:] == 0.0)
+
+
+def test_whitening_the_group_advantages_would_shift_them_by_a_length_weighted_mean():
+    """Why: token-level whitening subtracts the TOKEN-weighted mean, which is not 0 for GRPO (long responses
+    count more), so the no-signal group would get a non-zero advantage."""
+    ro = fake_rollout(SCORES, LENGTHS)
+    adv = grpo_advantages(ro.scores, 3, ro.response_mask)
+    assert abs(masked_mean(adv, ro.response_mask)) > 0.1          # per response mean 0, per token not
+    rewhitened = masked_whiten(adv, ro.response_mask)
+    assert np.all(np.abs(rewhitened[3:][ro.response_mask[3:] == 1]) > 0.1)
+
+
+def test_gae_is_still_whitened_and_the_switch_still_works():
+    ro = fake_rollout(SCORES, LENGTHS)
+    m = ro.response_mask
+    adv, _ = compute_advantages(ro, PPOConfig.quick())
+    assert abs(masked_mean(adv, m)) < 1e-12 and np.std(adv[m == 1]) == pytest.approx(1.0, abs=1e-6)
+    raw, _ = compute_advantages(ro, PPOConfig.quick(whiten_advantages=False))
+    np.testing.assert_allclose(adv, masked_whiten(raw, m))
+
+
+def test_registered_estimators_are_whitened_unless_registered_otherwise():
+    ro = fake_rollout(SCORES, LENGTHS)
+    raw = lambda rollout, cfg: (rollout.rewards.copy(), rollout.rewards.copy())     # noqa: E731
+    try:
+        register_advantage_estimator("_test_raw_whitened", raw, needs_critic=False)
+        register_advantage_estimator("_test_raw_kept", raw, needs_critic=False, whiten=False)
+        white, _ = compute_advantages(ro, PPOConfig.quick(advantage_estimator="_test_raw_whitened"))
+        kept, _ = compute_advantages(ro, PPOConfig.quick(advantage_estimator="_test_raw_kept"))
+    finally:
+        ADVANTAGE_ESTIMATORS.pop("_test_raw_whitened", None)
+        ADVANTAGE_ESTIMATORS.pop("_test_raw_kept", None)
+    np.testing.assert_allclose(white, masked_whiten(ro.rewards, ro.response_mask))
+    np.testing.assert_array_equal(kept, ro.rewards)
+    assert [k for k, (_, _, w) in ADVANTAGE_ESTIMATORS.items() if w] == ["gae"]
