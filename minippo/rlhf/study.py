@@ -62,6 +62,25 @@ class Study:
         from minippo.rlhf.trainer import sft_training_sequences
         return sft_training_sequences(self.sft_state, self.tokenizer)
 
+    @cached_property
+    def heldout_sequences(self) -> list:
+        """The SFT run's held-out sentences (never trained on), for the corpus LM loss (built on first use)."""
+        from minippo.rlhf.trainer import sft_training_sequences
+        return sft_training_sequences(self.sft_state, self.tokenizer, split="heldout")
+
+    def lm_loss(self, policy, n: int | None = None) -> float:
+        """Held-out corpus cross-entropy of ``policy`` in nats per token (:func:`minippo.rlhf.sft.heldout_loss`)
+        on the first ``n`` held-out sentences (all by default): how well it still models the language, the
+        "alignment tax" PPO pays (InstructGPT sec. 3.5, PPO-ptx; lesson 18)."""
+        from minippo.blas import single_blas_thread
+        from minippo.rlhf.sft import heldout_loss
+
+        seqs = self.heldout_sequences if n is None else self.heldout_sequences[:n]
+        if not seqs:
+            raise ValueError(f"`n` must be >= 1 (held-out sentences to score), got {n!r}")
+        with single_blas_thread():
+            return heldout_loss(policy, seqs, self.tokenizer.pad_id)
+
     def trainer(self, cfg: PPOConfig, reward_model=None):
         """A fresh :class:`PPOTrainer` from the SFT policy (``reward_model`` overrides the cached RM)."""
         from minippo.rlhf.trainer import PPOTrainer

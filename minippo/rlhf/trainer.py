@@ -279,15 +279,21 @@ def load_stages(sft_dir, rm_dir):
     return sft_model, tokenizer, reward_model, sft_state
 
 
-def sft_training_sequences(sft_state: dict, tokenizer) -> list:
+def sft_training_sequences(sft_state: dict, tokenizer, split: str = "train") -> list:
     """The SFT run's own training sentences as ``<bos> ids <eos>`` arrays (the PPO-ptx "pretraining" data),
-    regenerated from the SFT config saved with the model (same corpus seed, same split)."""
+    regenerated from the SFT config saved with the model (same corpus seed, same split).
+
+    ``split="heldout"``: the SFT run's held-out sentences instead (never trained on by SFT nor by PPO-ptx):
+    the corpus on which lesson 18 measures the alignment tax.
+    """
+    from minippo.checks import check_choice
     from minippo.rlhf.corpus import generate_corpus
     from minippo.rlhf.data import encode_sequences, split_corpus
 
+    check_choice("split", split, ("train", "heldout"))
     c = sft_state["sft_config"]
-    train_texts, _ = split_corpus(generate_corpus(c["corpus_size"], seed=c["seed"]), c["heldout_frac"])
-    return encode_sequences(tokenizer, train_texts, c["block_size"])[0]
+    train_texts, held_texts = split_corpus(generate_corpus(c["corpus_size"], seed=c["seed"]), c["heldout_frac"])
+    return encode_sequences(tokenizer, train_texts if split == "train" else held_texts, c["block_size"])[0]
 
 
 def run_ppo(cfg: PPOConfig, sft_dir, rm_dir, out_dir, *, resume: bool = False, progress: bool = True,

@@ -43,3 +43,27 @@ def test_evaluate_scores_with_the_reward_model_given():
     b = study.evaluate(study.sft, reward_model=Constant())
     assert a["texts"] == b["texts"] and np.array_equal(a["gold"], b["gold"])     # same samples ...
     assert np.all(b["rm"] == 7.0) and not np.all(a["rm"] == 7.0)                # ... scored by the given RM
+
+
+def test_heldout_sequences_and_lm_loss():
+    import pytest
+
+    from minippo.rlhf.corpus import generate_corpus
+    from minippo.rlhf.data import split_corpus
+    from minippo.rlhf.sft import heldout_loss
+    from minippo.rlhf.trainer import sft_training_sequences
+
+    study = Study(quick=True, seed=0, n_eval=8)
+    c = study.sft_state["sft_config"]
+    _, held_texts = split_corpus(generate_corpus(c["corpus_size"], seed=c["seed"]), c["heldout_frac"])
+    held = study.heldout_sequences
+    assert 0 < len(held) <= len(held_texts) and len(study.ptx_sequences) > len(held)
+    # the held-out split is the tail of the corpus: its first sentence decodes to the first held-out text
+    assert study.tokenizer.decode(held[0][1:-1].tolist()).strip() == held_texts[0].strip()
+    loss = study.lm_loss(study.sft)
+    assert loss == heldout_loss(study.sft, held, study.tokenizer.pad_id)
+    assert 0 < study.lm_loss(study.sft, n=5) and study.lm_loss(study.sft, n=5) != loss
+    with pytest.raises(ValueError, match="`n`"):
+        study.lm_loss(study.sft, n=0)
+    with pytest.raises(ValueError, match="`split`"):
+        sft_training_sequences(study.sft_state, study.tokenizer, split="test")
