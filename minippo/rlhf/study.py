@@ -17,6 +17,7 @@ hyperparameter / ablation figure needs.
 """
 from __future__ import annotations
 
+import time
 from functools import cached_property
 from pathlib import Path
 
@@ -113,20 +114,27 @@ class Study:
         return self.evaluate(self.sft, sample_seed=1)
 
     def sweep(self, variants: dict[str, dict], seeds=(0,), *, base: dict | None = None, evaluate: bool = True,
-              log=lambda *a: None) -> dict:
+              extra=None, log=lambda *a: None) -> dict:
         """Run every variant (name -> config overrides on top of ``base``) for every PPO seed.
 
-        Returns name -> ``{"records": [per-seed list of records], "eval": [per-seed evaluation]}``.
+        Returns name -> ``{"records": [per-seed list of records], "eval": [per-seed evaluation],
+        "time": [per-seed {"wall", "cpu"} seconds of the training run]}``, and ``"extra"``: per seed
+        ``extra(run)`` of the :meth:`run` result (e.g. ``lambda r: study.lm_loss(r["trainer"].actor)``) when
+        ``extra`` is given.
         """
         out = {}
         for name, overrides in variants.items():
-            out[name] = {"records": [], "eval": []}
+            out[name] = {"records": [], "eval": [], "time": [], **({"extra": []} if extra is not None else {})}
             for s in seeds:
                 cfg = self.config(**{**(base or {}), **overrides, "seed": s})
+                wall, cpu = time.perf_counter(), time.process_time()
                 r = self.run(cfg)
+                out[name]["time"].append({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu})
                 out[name]["records"].append(r["records"])
                 if evaluate:
                     out[name]["eval"].append(self.evaluate(r["trainer"].actor))
+                if extra is not None:
+                    out[name]["extra"].append(extra(r))
                 log(f"  {name} seed {s}: gold {r['records'][-1]['gold/score']:+.3f} "
                     f"KL {r['records'][-1]['objective/kl']:.2f}")
         return out

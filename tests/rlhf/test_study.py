@@ -67,3 +67,12 @@ def test_heldout_sequences_and_lm_loss():
         study.lm_loss(study.sft, n=0)
     with pytest.raises(ValueError, match="`split`"):
         sft_training_sequences(study.sft_state, study.tokenizer, split="test")
+
+
+def test_sweep_times_each_run_and_collects_extra():
+    study = Study(quick=True, seed=0, n_eval=8)
+    out = study.sweep({"a": {}}, seeds=(0, 1), base={"iterations": 1}, evaluate=False,
+                      extra=lambda r: (r["config"].seed, len(r["records"])))
+    assert out["a"]["extra"] == [(0, 1), (1, 1)] and out["a"]["eval"] == []
+    assert all(t["wall"] > 0 and t["cpu"] > 0 for t in out["a"]["time"])
+    assert "extra" not in study.sweep({"a": {}}, seeds=(0,), base={"iterations": 1}, evaluate=False)["a"]
