@@ -114,13 +114,14 @@ class Study:
         return self.evaluate(self.sft, sample_seed=1)
 
     def sweep(self, variants: dict[str, dict], seeds=(0,), *, base: dict | None = None, evaluate: bool = True,
-              extra=None, log=lambda *a: None) -> dict:
+              extra=None, reward_model=None, callback=None, log=lambda *a: None) -> dict:
         """Run every variant (name -> config overrides on top of ``base``) for every PPO seed.
 
         Returns name -> ``{"records": [per-seed list of records], "eval": [per-seed evaluation],
         "time": [per-seed {"wall", "cpu"} seconds of the training run]}``, and ``"extra"``: per seed
         ``extra(run)`` of the :meth:`run` result (e.g. ``lambda r: study.lm_loss(r["trainer"].actor)``) when
-        ``extra`` is given.
+        ``extra`` is given. ``reward_model`` replaces the cached RM for training and evaluation;
+        ``callback(trainer, rollout, record)`` is passed to :meth:`run` (it may add entries to ``record``).
         """
         out = {}
         for name, overrides in variants.items():
@@ -128,11 +129,11 @@ class Study:
             for s in seeds:
                 cfg = self.config(**{**(base or {}), **overrides, "seed": s})
                 wall, cpu = time.perf_counter(), time.process_time()
-                r = self.run(cfg)
+                r = self.run(cfg, reward_model=reward_model, callback=callback)
                 out[name]["time"].append({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu})
                 out[name]["records"].append(r["records"])
                 if evaluate:
-                    out[name]["eval"].append(self.evaluate(r["trainer"].actor))
+                    out[name]["eval"].append(self.evaluate(r["trainer"].actor, reward_model=reward_model))
                 if extra is not None:
                     out[name]["extra"].append(extra(r))
                 log(f"  {name} seed {s}: gold {r['records'][-1]['gold/score']:+.3f} "

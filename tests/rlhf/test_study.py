@@ -76,3 +76,25 @@ def test_sweep_times_each_run_and_collects_extra():
     assert out["a"]["extra"] == [(0, 1), (1, 1)] and out["a"]["eval"] == []
     assert all(t["wall"] > 0 and t["cpu"] > 0 for t in out["a"]["time"])
     assert "extra" not in study.sweep({"a": {}}, seeds=(0,), base={"iterations": 1}, evaluate=False)["a"]
+
+
+def test_sweep_passes_the_reward_model_and_the_callback():
+    from minippo.rlhf.reward_model import RewardModel
+
+    study = Study(quick=True, seed=0, n_eval=4)
+    rm = study.reward_model
+    shifted = RewardModel(rm.model, gain=rm.gain, bias=rm.bias + 5.0)        # the same RM, scores + 5
+    seen = []
+
+    def callback(trainer, rollout, record):
+        seen.append(trainer.reward_model)
+        record["extra/mean_score"] = float(rollout.rm_scores.mean())
+
+    base = {"iterations": 1, "critic_bias_init": "keep"}
+    a = study.sweep({"v": {}}, seeds=(0,), base=base)["v"]
+    b = study.sweep({"v": {}}, seeds=(0,), base=base, reward_model=shifted, callback=callback)["v"]
+    assert seen == [shifted]                                                 # trained against the given RM
+    rec_a, rec_b = a["records"][0][0], b["records"][0][0]
+    assert rec_b["extra/mean_score"] == rec_b["objective/rm_scores"]          # the callback's entry is kept
+    assert np.isclose(rec_b["objective/rm_scores"], rec_a["objective/rm_scores"] + 5.0)
+    assert np.allclose(b["eval"][0]["rm"], a["eval"][0]["rm"] + 5.0)          # and evaluated with it
