@@ -1,0 +1,146 @@
+"""minippo.rlhf.pitfalls: the lr = 0 recomputes (right and deliberately wrong) against token-by-token
+forward passes, the ratio statistics against NumPy, the value error, the offset RM, the length slope."""
+import numpy as np
+import pytest
+
+from ppo_helpers import tiny_config, world
+from minippo.rl.distributions import log_softmax
+from minippo.rlhf.gold import gold_scores
+from minippo.rlhf.pitfalls import (length_slope, offset_reward_model, penalty_breakdown, ratio_statistics,
+                                   recompute_logp, value_error)
+from minippo.rlhf.trainer import PPOTrainer
+
+TEMPERATURE = 0.7
+
+
+@pytest.fixture(scope="module")
+def lr0():
+    """A float64 trainer after one lr = 0 iteration (its rollout has advantages and returns)."""
+    sft, rm, tok = world(dtype="float64")
+    tr = PPOTrainer(tiny_config(lr=0.0, batch_size=16, minibatch_size=4, temperature=TEMPERATURE), sft, rm, tok)
+    tr.step()
+    return tr
+
+
+def token_by_token(model, rollout, temperature, *, use_mask=True, shift=0):
+    """log pi(r_j | context) from one forward pass per token: the context is the real tokens only
+    (``use_mask``), or the padded row without a mask; ``shift=1`` reads the column after (the bug)."""
+    out = np.zeros(rollout.logp.shape)
+    seqs, Tp = rollout.sequences, rollout.prompt_len
+    for b in range(rollout.batch_size):
+        for j in range(int(rollout.lengths[b])):
+            if use_mask:
+                ctx = rollout.observation(b, j)
+                ctx = np.concatenate([ctx, seqs[b, Tp + j:Tp + j + 1]]) if shift else ctx
+            else:
+                ctx = seqs[b, :Tp + j + shift]
+            logits, _, _ = model.forward(ctx[None])                             # (1, len, V)
+            out[b, j] = log_softmax(logits[0, -1], temperature)[rollout.response[b, j]]
+    return out
+
+
+def test_lr_zero_recompute_is_bitwise_the_rollouts_logp(lr0):
+    ro = lr0.last_rollout
+    logp = recompute_logp(lr0.actor, ro, temperature=TEMPERATURE)
+    assert np.array_equal(logp, ro.logp)
+    s = ratio_statistics(logp, ro)
+    assert (s["ratio_mean"], s["ratio_min"], s["ratio_max"], s["approx_kl"], s["clipfrac"]) == (1.0, 1.0, 1.0, 0.0, 0.0)
+    assert s["outside_band"] == 0.0 and s["max_abs_log_ratio"] == 0.0 and s["rows_changed"] == 0.0
+
+
+@pytest.mark.parametrize("temperature", [TEMPERATURE, 1.0])
+def test_same_and_repadded_equal_one_forward_pass_per_token(lr0, temperature):
+    ro = lr0.last_rollout
+    expected = token_by_token(lr0.actor, ro, temperature)
+    for mode in ("same", "repadded"):
+        got = recompute_logp(lr0.actor, ro, temperature=temperature, mode=mode, extra_pad=2, pad_id=5)
+        np.testing.assert_allclose(got, expected, atol=1e-10, err_msg=mode)
+    if temperature != TEMPERATURE:                       # the temperature mismatch moves every row
+        s = ratio_statistics(recompute_logp(lr0.actor, ro, temperature=temperature), ro)
+        assert s["approx_kl"] > 0 and s["rows_changed"] == 1.0
+
+
+def test_no_mask_attends_the_padding_and_changes_only_padded_rows(lr0):
+    ro = lr0.last_rollout
+    got = recompute_logp(lr0.actor, ro, temperature=TEMPERATURE, mode="no_mask")
+    np.testing.assert_allclose(got, token_by_token(lr0.actor, ro, TEMPERATURE, use_mask=False), atol=1e-10)
+    padded = (ro.prompt_mask == 0).any(axis=1)                                   # (B,)
+    assert padded.any() and not padded.all()
+    np.testing.assert_allclose(got[~padded], ro.logp[~padded], atol=1e-12)
+    s = ratio_statistics(got, ro)
+    assert s["rows_changed"] == pytest.approx(padded.mean()) and s["approx_kl"] > 0
+
+
+def test_shifted_reads_the_next_column(lr0):
+    ro = lr0.last_rollout
+    got = recompute_logp(lr0.actor, ro, temperature=TEMPERATURE, mode="shifted")
+    np.testing.assert_allclose(got, token_by_token(lr0.actor, ro, TEMPERATURE, shift=1), atol=1e-10)
+    assert ratio_statistics(got, ro)["max_abs_log_ratio"] > 0.1
+
+
+def test_ratio_statistics_match_numpy(lr0):
+    ro = lr0.last_rollout
+    rng = np.random.default_rng(0)
+    m = ro.response_mask != 0
+    logp = (ro.logp + rng.normal(0, 0.3, ro.logp.shape)) * m
+    s = ratio_statistics(logp, ro, clip_eps=0.2, row_tol=0.5)
+    r = np.exp(logp - ro.logp)[m]
+    adv = ro.adv[m]
+    assert s["ratio_mean"] == pytest.approx(r.mean()) and s["ratio_max"] == pytest.approx(r.max())
+    assert s["approx_kl"] == pytest.approx(np.mean((r - 1) - np.log(r)))
+    assert s["clipfrac"] == pytest.approx(np.mean(((adv > 0) & (r > 1.2)) | ((adv < 0) & (r < 0.8))))
+    assert s["outside_band"] == pytest.approx(np.mean(np.abs(r - 1) > 0.2))
+    assert s["rows_changed"] == pytest.approx(np.mean((np.abs(logp - ro.logp) * m > 0.5).any(axis=1)))
+    with pytest.raises(ValueError, match="`logp`"):
+        ratio_statistics(logp[:, :-1], ro)
+    with pytest.raises(ValueError, match="`mode`"):
+        recompute_logp(lr0.actor, ro, temperature=1.0, mode="unmasked")
+    with pytest.raises(ValueError, match="`extra_pad`"):
+        recompute_logp(lr0.actor, ro, temperature=1.0, mode="repadded", extra_pad=0)
+
+
+def test_value_error_in_return_units(lr0):
+    ro = lr0.last_rollout
+    m = ro.response_mask != 0
+    assert value_error(ro) == pytest.approx(0.5 * np.mean((ro.values - ro.returns)[m] ** 2))
+    no_returns = ro.take(np.arange(ro.batch_size))
+    no_returns.returns = None
+    with pytest.raises(ValueError, match="returns"):
+        value_error(no_returns)
+    no_adv = ro.take(np.arange(ro.batch_size))
+    no_adv.adv = None
+    with pytest.raises(ValueError, match="adv"):
+        ratio_statistics(ro.logp, no_adv)
+
+
+def test_offset_reward_model_adds_a_constant(lr0):
+    ro = lr0.last_rollout
+    rm = lr0.reward_model
+    shifted = offset_reward_model(rm, 10.0)
+    assert shifted.model is rm.model
+    np.testing.assert_allclose(shifted.score(ro.sequences, ro.attn_mask), rm.score(ro.sequences, ro.attn_mask) + 10.0)
+    with pytest.raises(ValueError, match="`reward_model`"):
+        offset_reward_model(rm.model, 1.0)
+
+
+def test_length_slope_is_least_squares_and_decorrelates():
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(3, 30, size=200)
+    scores = 0.3 * lengths + rng.normal(0, 1, size=200)
+    slope = length_slope(scores, lengths)
+    assert slope == pytest.approx(np.polyfit(lengths, scores, 1)[0])
+    assert abs(np.corrcoef(lengths, scores - slope * lengths)[0, 1]) < 1e-12
+    assert length_slope(2.0 * lengths + 1.0, lengths) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="`lengths`"):
+        length_slope(scores, np.full(200, 7))
+
+
+def test_penalty_breakdown_averages_the_gold_terms():
+    texts = ["the film was very good .", "the film was great great great great .",
+             " ".join(["the film was good and the cast was fine"] * 4) + " ."]
+    b = penalty_breakdown(texts)
+    assert b["gold"] == pytest.approx(gold_scores(texts).mean())
+    assert b["repeat"] == pytest.approx(1.5 / 3) and b["frac_too_long"] == pytest.approx(1 / 3)
+    assert b["run_on"] > 0
+    with pytest.raises(ValueError, match="`texts`"):
+        penalty_breakdown([])
