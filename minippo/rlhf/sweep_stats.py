@@ -1,0 +1,89 @@
+"""Reading a sweep of :meth:`minippo.rlhf.study.Study.sweep`: per-seed numbers, seed noise, differences.
+
+Legend: S seeds, I iterations.
+
+A sweep gives, for every variant, the per-iteration records and the evaluation of each PPO seed. The
+hyperparameter lessons ask one question many times: "is variant b better than variant a, or is the
+difference within what another seed would give?" The answer used here:
+
+* :func:`seed_values` - one number per seed: an evaluation summary (``gold_mean``, ``kl_mean``, ...) or
+  the mean of a record key over the last iterations (``minippo.rlhf.study.final``);
+* :func:`pooled_seed_std` - the seed-to-seed standard deviation pooled over all variants (every variant
+  has the same few seeds, so one pooled estimate, with sum(S_v - 1) degrees of freedom, is far steadier
+  than each variant's own two or three seeds)::
+
+      s_pooled^2 = sum_v sum_s (x_vs - mean_v)^2 / sum_v (S_v - 1)
+
+* :func:`compare` - the difference of two variants' means, its standard error
+  ``s_pooled * sqrt(1/S_a + 1/S_b)`` and ``z = diff / se``; |z| >= 2 is read as "clearly different"
+  (about 95 % for a normal difference; with few degrees of freedom take it as a rule of thumb).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from minippo.checks import check_range
+from minippo.rlhf.study import final
+
+
+def seed_values(result: dict, key: str, *, last: int = 5, evals: str = "eval") -> np.ndarray:
+    """(S,) one value of ``key`` per seed of one variant of a sweep.
+
+    Parameters
+    ----------
+    result : one variant of ``Study.sweep``'s output (``{"records": [...], "eval": [...], ...}``)
+    key : a key of the evaluations (e.g. ``"gold_mean"``) or of the records (e.g. ``"objective/kl"``,
+        averaged over the last ``last`` iterations)
+    evals : where the evaluations are: ``"eval"`` or ``"extra"`` (when ``extra`` returned evaluations)
+    """
+    check_range("last", last, 1, None, integer=True)
+    ev = result.get(evals) or []
+    if ev and isinstance(ev[0], dict) and key in ev[0]:
+        return np.array([float(e[key]) for e in ev])
+    recs = result.get("records") or []
+    if recs and key in recs[0][0]:
+        return np.array([final(r, key, last) for r in recs])
+    raise ValueError(f"`key` {key!r} is neither an evaluation summary nor a record entry of this variant")
+
+
+def seed_curves(result: dict, key: str) -> np.ndarray:
+    """(S, I) the record entry ``key`` at every iteration of every seed of one variant."""
+    recs = result.get("records") or []
+    if not recs or key not in recs[0][0]:
+        raise ValueError(f"`key` {key!r} is not a record entry of this variant")
+    return np.array([[float(rec[key]) for rec in r] for r in recs])
+
+
+def pooled_seed_std(groups) -> tuple[float, int]:
+    """Seed noise pooled over variants: ``(s_pooled, degrees of freedom)`` (module docstring).
+
+    ``groups`` is a list of 1-D arrays, one per variant (its per-seed values); variants with a single
+    seed add nothing. ``ValueError`` when no variant has two seeds.
+    """
+    ss, dof = 0.0, 0
+    for g in groups:
+        g = np.asarray(g, dtype=np.float64).ravel()
+        if g.size >= 2:
+            ss += float(((g - g.mean()) ** 2).sum())
+            dof += g.size - 1
+    if dof == 0:
+        raise ValueError("`groups` must contain a variant with at least two seeds to estimate the seed noise")
+    return math.sqrt(ss / dof), dof
+
+
+def compare(a, b, noise: float) -> dict:
+    """``mean(b) - mean(a)`` with its standard error from the pooled seed noise, and z = diff / se.
+
+    Returns ``{"diff", "se", "z", "clear"}`` where ``clear`` is |z| >= 2 (``z`` is inf when se = 0 and
+    the means differ, 0 when they do not).
+    """
+    a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
+    if a.size == 0 or b.size == 0:
+        raise ValueError("`a` and `b` must each hold at least one value")
+    check_range("noise", noise, 0, None)
+    diff = float(b.mean() - a.mean())
+    se = noise * math.sqrt(1.0 / a.size + 1.0 / b.size)
+    z = diff / se if se > 0 else (math.copysign(math.inf, diff) if diff else 0.0)
+    return {"diff": diff, "se": se, "z": z, "clear": abs(z) >= 2.0}

@@ -1,0 +1,46 @@
+"""minippo.rlhf.sweep_stats: per-seed values of a sweep, pooled seed noise, differences in standard errors."""
+import math
+
+import numpy as np
+import pytest
+
+from minippo.rlhf.sweep_stats import compare, pooled_seed_std, seed_curves, seed_values
+
+
+def fake_variant(golds, kls):
+    """A variant as Study.sweep returns it: per seed, records of 6 iterations and an evaluation."""
+    records = [[{"objective/kl": k * (i + 1) / 6, "iteration": i} for i in range(6)] for k in kls]
+    return {"records": records, "eval": [{"gold_mean": g} for g in golds], "time": []}
+
+
+def test_seed_values_reads_evaluations_then_records():
+    v = fake_variant([0.1, 0.3], [6.0, 12.0])
+    np.testing.assert_array_equal(seed_values(v, "gold_mean"), [0.1, 0.3])
+    # mean over the last 2 iterations: k * (5 + 6) / 12
+    np.testing.assert_allclose(seed_values(v, "objective/kl", last=2), [5.5, 11.0])
+    extra = {"records": v["records"], "eval": [], "extra": v["eval"]}
+    np.testing.assert_array_equal(seed_values(extra, "gold_mean", evals="extra"), [0.1, 0.3])
+    assert seed_curves(v, "objective/kl").shape == (2, 6)
+    with pytest.raises(ValueError, match="`key`"):
+        seed_values(v, "gold/nothing")
+    with pytest.raises(ValueError, match="`key`"):
+        seed_curves(v, "gold_mean")
+
+
+def test_pooled_seed_std_by_hand():
+    groups = [np.array([1.0, 3.0]), np.array([0.0, 1.0, 2.0]), np.array([5.0])]
+    s, dof = pooled_seed_std(groups)
+    # sums of squares 2 and 2 over (1 + 2) degrees of freedom; the single seed adds nothing
+    assert dof == 3 and s == pytest.approx(math.sqrt(4.0 / 3.0))
+    with pytest.raises(ValueError, match="`groups`"):
+        pooled_seed_std([np.array([1.0]), np.array([2.0])])
+
+
+def test_compare_in_standard_errors():
+    c = compare([0.0, 0.2], [0.5, 0.7, 0.6], noise=0.1)
+    assert c["diff"] == pytest.approx(0.5) and c["se"] == pytest.approx(0.1 * math.sqrt(1 / 2 + 1 / 3))
+    assert c["z"] == pytest.approx(0.5 / c["se"]) and c["clear"]
+    assert not compare([0.0, 0.2], [0.15, 0.1], noise=0.1)["clear"]
+    assert compare([1.0], [1.0], noise=0.0)["z"] == 0.0 and compare([1.0], [2.0], noise=0.0)["z"] == math.inf
+    with pytest.raises(ValueError, match="`noise`"):
+        compare([1.0], [2.0], noise=-1.0)
