@@ -1,0 +1,348 @@
+"""Lesson 16 - pitfalls: the critic's start (value clip, value norm, bias init), length hacking and its penalty, the lr = 0 check.
+
+Pipeline step: the parts of RLHF-PPO that fail silently. Three experiments on the cached SFT policy and
+reward model (``minippo.rlhf.study.Study``), helpers in ``minippo.rlhf.pitfalls``:
+
+A. **The critic** (seed 000 "坑2：value网络不稳定 ... 对value loss进行clip ... 或使用value normalization";
+   seed 001 "Critic的V值初始化很重要，若初始值过大，GAE计算会不稳定。建议用Reward Model的初始奖励均值初始化
+   Critic输出层偏置"). A critic from the SFT trunk with a zero head (values 0) trained against the reward
+   model plus 10 (the Bradley-Terry loss fixes only score differences, so a raw RM's mean is arbitrary):
+   no fix, value clipping (``value_clip``, 0.5 max((V - R)^2, (V_clip - R)^2) with ``clip_eps_value``
+   0.2), value normalisation (``value_norm``, PopArt running mean / std of the returns), bias
+   initialisation to the mean score (``critic_bias_init="mean_score"``), all three, and the main job's
+   critic initialised from the reward model (``critic_init="reward_model"``). Measured: the critic's
+   error 0.5 mean (V - R)^2 in return units at each rollout (before its update), the explained variance
+   1 - Var[R - V] / Var[R], and the gold score. GAE (eqs. (11)-(12)) turns a value offset into
+   advantages that depend on the token's distance to the end.
+B. **Length hacking** (seed 001 "Reward Model的奖励分布可能漂移（如偏好长度作弊）... 加入长度惩罚"): the
+   score plus 0.3 per response token (``length_bonus``, a reward model that likes length) with room for
+   40 tokens; then the same bonus with ``length_penalty`` set to the slope of the shaped score against
+   length on SFT samples (``pitfalls.length_slope``). The gold score penalises > 30 words, run-on
+   sentences (> 3 conjunctions) and missing periods.
+C. **The lr = 0 check** (seed 003 sec. 18 误区三 "ratio ... exp(logp_new - logp_old)"): with lr = 0 the first
+   minibatch must give ratio exactly 1, approx KL 0, clip fraction 0 (L^CLIP, PPO paper eq. (7)); the
+   trainer does, bitwise. Then the same rollout's log-probs recomputed with one deliberate bug each:
+   another temperature, no attention mask, the logits one column off, and (a control) more padding
+   with the mask extended.
+
+Seed 003 sec. 18 误区四 ("value loss 越小策略越好") is checked in A: a small value error does not mean
+a better policy.
+
+The figure (from ``--full``: 24 iterations x 64 responses, 3 PPO seeds; lengths 30 iterations):
+(a) critic error in return units, (b) explained variance, (c) gold per critic variant, one point per
+seed; (d) response length and (e) gold of the rollouts under the length bonus, (f) the gold penalty
+terms of the final policies; (g) the lr = 0 check table, (h) the log-ratios each bug produces,
+(i) approx KL and the fraction of tokens outside the clip band against the recompute temperature.
+
+Exercises:
+1. Set ``clip_eps_value`` to 10 in the "value clip" variant: does value clipping still slow the critic?
+   Why is a clip range in return units a poor idea when the returns' scale is unknown?
+2. Replace the linear ``length_penalty`` by dividing the score by sqrt(length) (seed 001's alpha = 0.5):
+   write it as a reward model wrapper and compare the response lengths.
+3. Add "sampler log-probs" to the lr = 0 check: use ``rollout.gen_logp`` (the KV-cache sampler's numbers)
+   as logp_old. How far from 1 is the ratio, and why is it not exactly 1?
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from lessons._common import lesson_args, output_path, pyplot, save
+from minippo.rlhf.pitfalls import (length_slope, offset_reward_model, penalty_breakdown, ratio_statistics,
+                                   recompute_logp, value_error)
+from minippo.rlhf.rewards import sequence_scores
+from minippo.rlhf.study import Study
+from minippo.rlhf.sweep_stats import compare, pooled_seed_std, seed_curves, seed_values
+
+OFFSET = 10.0                   # A: added to every reward-model score
+NO_FIX = dict(critic_init="sft", value_clip=False, value_norm=False, critic_bias_init="keep")
+CRITICS = {
+    "no fix": NO_FIX,
+    "value clip": {**NO_FIX, "value_clip": True},
+    "value norm": {**NO_FIX, "value_norm": True},
+    "bias init": {**NO_FIX, "critic_bias_init": "mean_score"},
+    "all three": {**NO_FIX, "value_clip": True, "value_norm": True, "critic_bias_init": "mean_score"},
+    "RM-init critic": dict(critic_init="reward_model"),      # the main job's: RM weights, value clip, bias init
+}
+BONUS, LONG_TOKENS = 0.3, 40    # B: score + BONUS per token, responses up to LONG_TOKENS tokens
+TERMS = ("unknown", "run_on", "no_period", "word_order", "adj_chain", "long")   # the gold's penalty terms shown
+RECOMPUTES = {                  # C: label -> (recompute mode, temperature)
+    "same forward (the trainer)": ("same", 1.0),
+    "temperature 0.7, not 1": ("same", 0.7),
+    "no attention mask": ("no_mask", 1.0),
+    "logits one column off": ("shifted", 1.0),
+    "3 more pads, mask kept": ("repadded", 1.0),
+}
+TEMPS = (0.5, 0.6, 0.7, 0.85, 1.0, 1.15, 1.3, 1.5, 2.0)
+
+
+def sizes(quick: bool, full: bool) -> dict:
+    """Run lengths: quick (smoke test), default (< 60 s) or full (the committed figure)."""
+    if quick:
+        return dict(iterations=3, batch_size=16, minibatch_size=8, seeds=(0,), long_iterations=4, long_seeds=(0,))
+    if full:
+        return dict(iterations=24, batch_size=64, minibatch_size=16, seeds=(0, 1, 2), long_iterations=30,
+                    long_seeds=(0, 1, 2))
+    return dict(iterations=12, batch_size=32, minibatch_size=8, seeds=(0, 1), long_iterations=15, long_seeds=(0,))
+
+
+def lr_zero_check(study, base: dict) -> dict:
+    """One lr = 0 iteration, then its rollout's log-probs recomputed right and with each bug."""
+    r = study.run(study.config(**{**base, "iterations": 1, "lr": 0.0}))
+    tr = r["trainer"]
+    ro = tr.last_rollout
+    T = tr.cfg.temperature
+    logps = {label: recompute_logp(tr.actor, ro, temperature=t * T, mode=mode, pad_id=study.tokenizer.pad_id)
+             for label, (mode, t) in RECOMPUTES.items()}
+    valid = ro.response_mask != 0
+    temps = [dict(t=t, **ratio_statistics(recompute_logp(tr.actor, ro, temperature=t * T), ro, tr.cfg.clip_eps))
+             for t in TEMPS]
+    return {"first_minibatch": tr.first_minibatch, "record": r["records"][0], "clip_eps": tr.cfg.clip_eps,
+            "padded_rows": float(np.mean((ro.prompt_mask == 0).any(axis=1))),
+            "stats": {k: ratio_statistics(v, ro, tr.cfg.clip_eps) for k, v in logps.items()},
+            "log_ratio": {k: (v - ro.logp)[valid].astype(np.float64) for k, v in logps.items()}, "temps": temps}
+
+
+def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
+    t0, c0 = time.perf_counter(), time.process_time()
+    sz = sizes(quick, full)
+    study = Study(quick=quick, seed=seed)
+    base = dict(iterations=sz["iterations"], batch_size=sz["batch_size"], minibatch_size=sz["minibatch_size"], lr=5e-4)
+    # A. six critics against the offset reward model; the callback logs the critic's error in return units
+    add_error = lambda tr, ro, rec: rec.update({"val/value_error": value_error(ro)})   # noqa: E731
+    critic = study.sweep(CRITICS, seeds=sz["seeds"], base=base, reward_model=offset_reward_model(study.reward_model, OFFSET),
+                         callback=add_error)
+    # B. length: the SFT samples with room for LONG_TOKENS give the slope of the bonus-shaped score
+    cfg_long = study.config(max_new_tokens=LONG_TOKENS)
+    ref_long = study.evaluate(study.sft, max_new_tokens=LONG_TOKENS, sample_seed=1)
+    shaped = sequence_scores(ref_long["rm"], ref_long["ended"], ref_long["length"].astype(np.int64),
+                             missing_eos_penalty=cfg_long.missing_eos_penalty, length_bonus=BONUS)
+    slope = length_slope(shaped, ref_long["length"])
+    penalty = round(max(slope, 0.0), 4)                  # a penalty, never a bonus
+    variants = {"RM score": {}, f"RM + {BONUS}/token": {"length_bonus": BONUS},
+                f"RM + {BONUS}/token - fitted {penalty}/token": {"length_bonus": BONUS, "length_penalty": penalty}}
+    length = study.sweep(variants, seeds=sz["long_seeds"], evaluate=False,
+                         base={**base, "iterations": sz["long_iterations"], "max_new_tokens": LONG_TOKENS},
+                         extra=lambda r: study.evaluate(r["trainer"].actor, max_new_tokens=LONG_TOKENS))
+    for v in length.values():
+        v["eval"] = v.pop("extra")                       # the evaluations with room for LONG_TOKENS
+        v["terms"] = [penalty_breakdown(e["texts"]) for e in v["eval"]]
+    # C. the lr = 0 check
+    check = lr_zero_check(study, base)
+    return {"sizes": sz, "base": base, "reference": study.reference, "quick": quick, "full": full,
+            "critic": critic, "ref_long": {**ref_long, "terms": penalty_breakdown(ref_long["texts"])},
+            "slope": slope, "penalty": penalty, "length": length, "check": check,
+            "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
+
+
+def summary(r: dict) -> dict:
+    """Per critic variant: error at iteration 0 and at the end, explained variance, gold (per seed)."""
+    out = {}
+    for name, v in r["critic"].items():
+        err, ev = seed_curves(v, "val/value_error"), seed_curves(v, "val/explained_variance")
+        out[name] = {"err0": float(err[:, 0].mean()), "err_end": float(err[:, -3:].mean()),
+                     "ev_end": float(ev[:, -5:].mean()), "gold": seed_values(v, "gold_mean"),
+                     "kl": float(seed_values(v, "kl_mean").mean()), "loss_end": float(seed_values(v, "loss/value_avg").mean())}
+    return out
+
+
+def mean_terms(variant: dict) -> dict:
+    """The gold breakdown (penalty terms, sentiment, words, ...) of a length variant, mean over its seeds."""
+    return {k: float(np.mean([x[k] for x in variant["terms"]])) for k in variant["terms"][0]}
+
+
+COLORS = dict(zip(CRITICS, ("tab:red", "tab:orange", "tab:green", "tab:blue", "tab:purple", "tab:gray")))
+LCOLORS = ("tab:gray", "tab:red", "tab:blue")
+
+
+def plot(r: dict, path) -> None:
+    plt = pyplot()
+    fig, axes = plt.subplots(3, 3, figsize=(17, 14))
+    (a, b, c), (d, e, f), (g, h, i) = axes
+    s, n_seeds = summary(r), len(r["sizes"]["seeds"])
+    for name, v in r["critic"].items():
+        err, ev = seed_curves(v, "val/value_error"), seed_curves(v, "val/explained_variance")
+        a.plot(err.mean(0), color=COLORS[name], lw=1.8, label=name)
+        b.plot(ev.mean(0), color=COLORS[name], lw=1.8, label=name)
+    a.set_yscale("log")
+    a.set(title=f"(a) critic error 0.5 mean (V - R)^2, RM score + {OFFSET:g}", xlabel="iteration",
+          ylabel="return units^2, before the update (log)")
+    a.legend(fontsize=8, title=f"mean of {n_seeds} seeds; SFT-trunk critic, head 0", title_fontsize=8)
+    b.set(title="(b) explained variance 1 - Var[R - V] / Var[R]", xlabel="iteration", ylabel="explained variance")
+    b.legend(fontsize=8, loc="upper left")
+    for k, name in enumerate(CRITICS):
+        g_ = s[name]["gold"]
+        c.plot(np.full(len(g_), k) + np.linspace(-0.1, 0.1, len(g_)), g_, "o", color=COLORS[name], alpha=0.7)
+        c.plot([k - 0.25, k + 0.25], [g_.mean()] * 2, color=COLORS[name], lw=2.5)
+    c.axhline(r["reference"]["gold_mean"], color="k", ls="--", lw=1, label="SFT policy")
+    c.set_xticks(range(len(CRITICS)), [n.replace(" ", "\n", 1) for n in CRITICS], fontsize=8)
+    c.set(title="(c) gold score of the trained policies (dots: seeds, bar: mean)", ylabel="gold score, held-out prompts")
+    c.legend(fontsize=8)
+    # B. length hacking
+    for col, (name, v) in zip(LCOLORS, r["length"].items()):
+        d.plot(seed_curves(v, "response/length").mean(0), color=col, lw=1.8, label=name)
+        e.plot(seed_curves(v, "gold/score").mean(0), color=col, lw=1.8, label=name)
+    d.axhline(r["ref_long"]["length_mean"], color="k", ls="--", lw=1, label="SFT policy")
+    d.set(title=f"(d) response length, room for {LONG_TOKENS} tokens", xlabel="iteration", ylabel="tokens per response")
+    d.legend(fontsize=8, loc="upper left")
+    e.axhline(r["ref_long"]["gold_mean"], color="k", ls="--", lw=1, label="SFT policy")
+    e.set(title="(e) gold score of the rollouts", xlabel="iteration", ylabel="gold score")
+    e.legend(fontsize=8, loc="upper left")
+    terms = [r["ref_long"]["terms"]] + [mean_terms(v) for v in r["length"].values()]
+    width = 0.8 / len(TERMS)
+    for j, t in enumerate(TERMS):
+        f.bar(np.arange(len(terms)) + (j - len(TERMS) / 2 + 0.5) * width, [x[t] for x in terms], width, label=t)
+    labels = [f"{n}\nsentiment {x['sentiment']:+.2f}\ngold {x['gold']:+.2f}"
+              for n, x in zip(("SFT", "RM score", f"+{BONUS}/token", "+ bonus - penalty"), terms)]
+    f.set_xticks(range(len(terms)), labels, fontsize=8)
+    f.set(title="(f) the gold's penalty terms on fresh samples", ylabel="penalty (mean per response)")
+    f.legend(fontsize=8, ncol=2, loc="upper left")
+    # C. the lr = 0 check: table, log-ratio histograms, temperature curve
+    ck = r["check"]
+    g.axis("off")
+    g.grid(False)
+    cols = ("ratio min", "ratio max", "approx KL", "clipfrac", "rows hit")
+    rows = [[f"{x['ratio_min']:.3g}", f"{x['ratio_max']:.3g}", f"{x['approx_kl']:.2g}", f"{x['clipfrac']:.1%}",
+             f"{x['rows_changed']:.0%}"] for x in ck["stats"].values()]
+    tab = g.table(cellText=rows, rowLabels=list(ck["stats"]), colLabels=cols, loc="center", cellLoc="center")
+    tab.auto_set_font_size(False)
+    tab.set_fontsize(9)
+    tab.scale(0.82, 1.9)
+    g.set_title("(g) lr = 0: one rollout, its log-probs recomputed")
+    g.text(0.5, 0.08, f"{ck['padded_rows']:.0%} of the responses have left padding in their prompt; "
+           f"clip band eps = {ck['clip_eps']:g}", ha="center", fontsize=9, transform=g.transAxes)
+    bins = np.linspace(-6, 6, 97)
+    for k, (label, lr_) in enumerate(ck["log_ratio"].items()):
+        if label.startswith("same"):
+            continue
+        h.hist(np.clip(lr_, bins[0], bins[-1]), bins=bins, histtype="step", lw=1.5, color=f"C{k}", label=label)
+    eps = ck["clip_eps"]
+    for x in (np.log(1 - eps), np.log(1 + eps)):
+        h.axvline(x, color="k", ls=":", lw=1)
+    h.set_yscale("log")
+    h.set(title="(h) log r = logp - logp_old of each bug (dotted: clip band)", xlabel="log ratio (clipped to [-6, 6])",
+          ylabel="tokens (log)")
+    h.legend(fontsize=8)
+    ts = [x["t"] for x in ck["temps"]]
+    i.plot(ts, [x["approx_kl"] for x in ck["temps"]], "C0-o", label="approx KL (k3, per token)")
+    i.plot(ts, [x["outside_band"] for x in ck["temps"]], "C3-s", label=f"tokens with |r - 1| > {eps:g}")
+    i.axvline(1.0, color="k", ls="--", lw=1)
+    i.set(title="(i) the temperature bug: training at another temperature", xlabel="T_train / T_sample",
+          ylabel="measured at lr = 0 (should be 0)")
+    i.legend(fontsize=8)
+    fig.tight_layout()
+    save(fig, path)
+
+
+def _diff(a, b, noise) -> str:
+    c = compare(a, b, noise)
+    return f"{c['diff']:+.2f} ({c['z']:+.1f} SE, {'clear' if c['clear'] else 'within seed noise'})"
+
+
+def narrative(r: dict) -> str:
+    """The measured numbers, and which of the seeds' claims hold at this scale."""
+    sz, s = r["sizes"], summary(r)
+    L = [f"A. The critic: {sz['iterations']} iterations x {sz['batch_size']} responses, lr {r['base']['lr']:g}, PPO seeds "
+         f"{list(sz['seeds'])}; reward = RM score + {OFFSET:g}; SFT gold {r['reference']['gold_mean']:+.3f}.",
+         f"  {'critic':<16}{'error it 0':>11}{'error end':>10}{'loss/value':>11}{'EV end':>8}{'gold':>8}{'KL':>6}"]
+    for name, x in s.items():
+        L.append(f"  {name:<16}{x['err0']:>11.2f}{x['err_end']:>10.2f}{x['loss_end']:>11.3f}{x['ev_end']:>8.2f}"
+                 f"{x['gold'].mean():>+8.3f}{x['kl']:>6.2f}")
+    nf = s["no fix"]
+    noise = pooled_seed_std([x["gold"] for x in s.values()])[0] if len(sz["seeds"]) > 1 else None
+    if noise is not None:
+        L.append(f"  Seed noise of the gold (pooled over variants): {noise:.3f}. Gold vs 'no fix':")
+        L += [f"    {name:<16}{_diff(nf['gold'], x['gold'], noise)}" for name, x in s.items() if name != "no fix"]
+
+    def gain(x, ref=nf) -> str:
+        """'clearly higher' / 'clearly lower' / 'within seed noise' (or just higher / lower with one seed)."""
+        d = x["gold"].mean() - ref["gold"].mean()
+        word = "higher" if d > 0 else "lower"
+        if noise is None:
+            return f"{word} ({x['gold'].mean():+.2f} vs {ref['gold'].mean():+.2f}, one seed)"
+        c = compare(ref["gold"], x["gold"], noise)
+        return f"{'clearly ' + word if c['clear'] else 'within seed noise'} ({x['gold'].mean():+.2f} vs {ref['gold'].mean():+.2f})"
+
+    vc, vn, bi, rm = s["value clip"], s["value norm"], s["bias init"], s["RM-init critic"]
+    L += [f"  Seed 000 'clip the value loss (to calm the critic)': {'does NOT hold here' if vc['err_end'] > nf['err_end'] else 'holds'}"
+          f": with clipping the error ends at {vc['err_end']:.2f} vs {nf['err_end']:.2f} without; gold {gain(vc)}. The "
+          f"clipped loss has no gradient once V is 0.2 from its rollout value, so a critic {OFFSET:g} off needs "
+          f"~{OFFSET / 0.2:.0f} iterations to arrive: clipping is a brake, useful only near the target.",
+          f"  Seed 000 'value normalization': {'holds for the critic' if vn['err_end'] < nf['err_end'] else 'does not hold'}: "
+          f"error {nf['err_end']:.2f} -> {vn['err_end']:.2f} at the end (the loss is in units of the returns' std, "
+          f"whatever their scale); gold {gain(vn)}. Until it catches up the advantages carry the offset (see (a)).",
+          f"  Seed 001 'initialise the bias to the mean RM score': error at iteration 0 {nf['err0']:.1f} -> {bi['err0']:.2f}, "
+          f"gold {gain(bi)}: after the shift the offset is gone from every delta_t.",
+          f"  The main job's critic (RM weights, value clip, bias init) starts at {rm['err0']:.2f} and explains "
+          f"{rm['ev_end']:.2f} of the returns' variance at the end, vs {bi['ev_end']:.2f} for the SFT-trunk critic with the "
+          f"bias fixed; gold vs 'bias init': {gain(rm, bi)}. EV is blind to a constant offset (compare (a) with (b)): "
+          "it measures what the critic knows about the text, which comes from the RM's weights, not from the tricks.",
+          f"  Seed 003 误区四 'a smaller value loss means a better policy': the logged loss/value of 'value norm' "
+          f"({vn['loss_end']:.3f}) is {'below' if vn['loss_end'] < bi['loss_end'] else 'above'} that of 'bias init' "
+          f"({bi['loss_end']:.3f}), its gold {'lower' if vn['gold'].mean() < bi['gold'].mean() else 'higher'} "
+          f"({vn['gold'].mean():+.2f} vs {bi['gold'].mean():+.2f}): each head logs in its own units, and the value loss "
+          "at the end says nothing about the iterations that shaped the policy. Judge the policy by gold / return, KL "
+          "and entropy."]
+    # B
+    names = list(r["length"])
+    lens = {k: float(seed_values(r["length"][k], "length_mean").mean()) for k in names}
+    tm = {k: mean_terms(r["length"][k]) for k in names}
+    ref = {**r["ref_long"]["terms"], "length_mean": r["ref_long"]["length_mean"]}
+    L += [f"\nB. Length: {sz['long_iterations']} iterations, room for {LONG_TOKENS} tokens, seeds {list(sz['long_seeds'])}. "
+          f"Slope of the bonus-shaped score against length on SFT samples: {r['slope']:+.3f}/token (the RM's own "
+          f"{r['slope'] - BONUS:+.3f} plus the bonus) -> length_penalty {r['penalty']}.",
+          f"  {'reward':<36}{'tokens':>7}{'words':>6}{'>30w':>5}" + "".join(f"{t[:8]:>9}" for t in TERMS)
+          + f"{'sentim.':>8}{'gold':>7}"]
+    for k, x in [("SFT policy", ref)] + [(k, {**tm[k], "length_mean": lens[k]}) for k in names]:
+        L.append(f"  {k:<36}{x['length_mean']:>7.1f}{x['n_words']:>6.1f}{x['frac_too_long']:>5.0%}"
+                 + "".join(f"{x[t]:>9.3f}" for t in TERMS) + f"{x['sentiment']:>+8.2f}{x['gold']:>+7.3f}")
+    plain, hack, fixed = names
+    grown = sorted(TERMS, key=lambda t: tm[plain][t] - tm[hack][t])[:3]
+    L += [f"  Seed 001 'the RM's preference for length is exploited': "
+          f"{'holds' if lens[hack] > lens[plain] + 3 and tm[hack]['gold'] < tm[plain]['gold'] else 'not clearly here'}: "
+          f"{lens[plain]:.1f} -> {lens[hack]:.1f} tokens, gold {tm[plain]['gold']:+.2f} -> {tm[hack]['gold']:+.2f}, sentiment "
+          f"{tm[plain]['sentiment']:+.2f} -> {tm[hack]['sentiment']:+.2f}. The loss is in the penalties that grow with "
+          "length, most: " + ", ".join(f"{t} {tm[plain][t]:.2f} -> {tm[hack][t]:.2f}" for t in grown)
+          + f". More than 30 words: {tm[hack]['frac_too_long']:.0%} of the responses, so the gold's 'long' term "
+          f"{'hardly fires' if tm[hack]['long'] < 0.05 else 'fires'}: each extra token is another chance to misspell a "
+          "word (BPE pieces glued wrongly: 'unknown') or to chain one more clause.",
+          f"  The length penalty {'fixes it' if abs(lens[fixed] - lens[plain]) < 3 else 'does not fully fix it'}: "
+          f"{lens[fixed]:.1f} tokens, gold {tm[fixed]['gold']:+.2f}. Fitted on SFT samples it removes the linear length term "
+          "(here exactly the bonus plus the RM's own slope); a real RM's length bias is neither linear nor known, and "
+          "has to be measured like this.",
+          "  Samples with the bonus: " + " | ".join(r["length"][hack]["eval"][0]["texts"][:2])]
+    # C
+    ck = r["check"]
+    fm, rec = ck["first_minibatch"], ck["record"]
+    L += [f"\nC. lr = 0: first minibatch ratio {fm['ratio_mean']!r}, approx KL {fm['approx_kl']!r}, clipfrac {fm['clipfrac']!r}; "
+          f"over all minibatches val/ratio {rec['val/ratio']!r}, approxkl_max {rec['policy/approxkl_max']!r}: the check passes, "
+          "bitwise.",
+          f"  {'recompute':<28}{'ratio mean':>11}{'min':>9}{'max':>9}{'approx KL':>10}{'clipfrac':>9}{'|r-1|>eps':>10}{'rows':>6}"]
+    for k, x in ck["stats"].items():
+        L.append(f"  {k:<28}{x['ratio_mean']:>11.4f}{x['ratio_min']:>9.3g}{x['ratio_max']:>9.3g}{x['approx_kl']:>10.2g}"
+                 f"{x['clipfrac']:>9.1%}{x['outside_band']:>10.1%}{x['rows_changed']:>6.0%}")
+    nm, rp = ck["stats"]["no attention mask"], ck["stats"]["3 more pads, mask kept"]
+    L += [f"  The mean ratio hides the bugs (the temperature bug averages {ck['stats']['temperature 0.7, not 1']['ratio_mean']:.3f}); "
+          "approx KL, clipfrac and the extreme ratios do not. Without the mask exactly the rows with prompt padding change "
+          f"({nm['rows_changed']:.0%} of rows; {ck['padded_rows']:.0%} are padded). Padding itself is harmless: 3 more pads "
+          f"with the mask extended move no row (max |log r| {rp['max_abs_log_ratio']:.1g}, float32 rounding).",
+          "  Each bug makes PPO clip and 'correct' tokens before the policy learned anything: a non-zero clipfrac at "
+          "lr = 0 is always a bug."]
+    t = r["time"]
+    L.append(f"\nTime: {t['wall']:.1f} s wall, {t['cpu']:.1f} s CPU.")
+    return "\n".join(L)
+
+
+def main(argv=None) -> dict:
+    args = lesson_args(__doc__, argv)
+    r = run(quick=args.quick, seed=args.seed, full=args.full)
+    print(narrative(r))
+    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
+    plot(r, path)
+    print(f"figure: {path}")
+    return r
+
+
+if __name__ == "__main__":
+    main()
