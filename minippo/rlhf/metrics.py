@@ -44,6 +44,8 @@ GLOSSARY: dict[str, str] = {
     "time/rollout": "seconds spent on generation, scoring, rewards and advantages",
     "time/update": "seconds spent on the PPO epochs",
     "time/iteration": "seconds for the whole iteration (rollout + update; logging and checkpointing excluded)",
+    "time/cpu_rollout": "CPU seconds of this process during the rollout (all its threads; steadier than wall time on a shared machine)",
+    "time/cpu_update": "CPU seconds of this process during the PPO epochs",
 }
 
 #: metrics that differ between two identical runs (wall-clock time): left out of equality checks

@@ -151,7 +151,7 @@ class PPOTrainer:
 
     def step(self, callback=None) -> dict:
         """Run one iteration; returns its metrics record (also written to ``metrics.jsonl``)."""
-        cfg, it, t0 = self.cfg, self.iteration, time.perf_counter()
+        cfg, it, t0, c0 = self.cfg, self.iteration, time.perf_counter(), time.process_time()
         with single_blas_thread():               # small matrices: one BLAS thread is faster and deterministic
             prompts = sample_prompts(cfg.num_prompts, seed=self.rng)
             try:
@@ -172,18 +172,19 @@ class PPOTrainer:
             self.critic.update_moments(rollout.returns, mask)
             record = rollout_metrics(rollout, extras["texts"], extras["kl_exact"])
             record["val/explained_variance"] = explained_variance(rollout.values, rollout.returns, mask)
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.process_time()
             lr = lr_at(it, cfg.iterations, cfg.lr, schedule=cfg.lr_schedule)
             critic_lr = lr_at(it, cfg.iterations, self.critic_lr, schedule=cfg.lr_schedule)
             upd = ppo_update(self.actor, self.critic, self.opt_actor, self.opt_critic, rollout, cfg, self.rng,
                              lr=lr, critic_lr=critic_lr, iteration=it,
                              ptx_sampler=self.ptx_batch if cfg.ptx_coef > 0 else None)
-            t2 = time.perf_counter()
+            t2, c2 = time.perf_counter(), time.process_time()
         self.first_minibatch = upd.pop("first_minibatch")
         record.update(upd)
         self.kl_ctl.update(record["objective/kl"], n_steps=cfg.batch_size)
         record.update({"iteration": it, "episode": (it + 1) * cfg.batch_size, "kl_coef": kl_coef, "lr": lr,
-                       "time/rollout": t1 - t0, "time/update": t2 - t1})
+                       "time/rollout": t1 - t0, "time/update": t2 - t1,
+                       "time/cpu_rollout": c1 - c0, "time/cpu_update": c2 - c1})
         self.iteration = it + 1
         self.last_rollout, self.last_texts = rollout, extras["texts"]
         record["time/iteration"] = time.perf_counter() - t0
