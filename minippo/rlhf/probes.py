@@ -133,3 +133,46 @@ def tempered_policy(model, tau: float):
     for name in ("ln_f.w", "ln_f.b"):
         out.params[name] *= out.params[name].dtype.type(1.0 / tau)
     return out
+
+
+def advantage_profile(batches, n_positions: int = 6) -> dict:
+    """Where the credit of the sequence score lands: per-position statistics of the advantages, pooled.
+
+    Parameters
+    ----------
+    batches : iterable of ``(adv (B, Tn), mask (B, Tn), scores (B,))`` (e.g. one per iteration; Tn may
+        differ between batches)
+    n_positions : how many positions to report from each end of a response
+
+    Returns
+    -------
+    dict of (n_positions,) float arrays, position k counted from the START (token k) and from the END
+    (k = 0 is the last valid token, the EOS): ``corr_start`` / ``corr_end`` (correlation over responses
+    between A at that position and the response's score: how much of the outcome the token is
+    credited with), ``abs_start`` / ``abs_end`` (mean |A|); and ``n_responses``. A position a response
+    does not have (shorter than k + 1 tokens) is left out for that response.
+    """
+    check_range("n_positions", n_positions, 1, None, integer=True)
+    start = [[] for _ in range(n_positions)]
+    end = [[] for _ in range(n_positions)]
+    n = 0
+    for adv, mask, scores in batches:
+        adv = check_float_array("adv", adv, ndim=2)
+        lengths = (np.asarray(mask) != 0).sum(axis=1)                          # (B,)
+        scores = check_float_array("scores", scores, shape=lengths.shape)
+        for b, length in enumerate(lengths):
+            n += 1
+            for k in range(min(n_positions, int(length))):
+                start[k].append((adv[b, k], scores[b]))
+                end[k].append((adv[b, length - 1 - k], scores[b]))
+
+    def corr(pairs):
+        a = np.asarray(pairs, dtype=np.float64).reshape(-1, 2)
+        return float(np.corrcoef(a[:, 0], a[:, 1])[0, 1]) if len(a) > 2 and a.std(axis=0).min() > 0 else np.nan
+
+    def mean_abs(pairs):
+        return float(np.mean(np.abs([p[0] for p in pairs]))) if pairs else np.nan
+
+    return {"corr_start": np.array([corr(p) for p in start]), "corr_end": np.array([corr(p) for p in end]),
+            "abs_start": np.array([mean_abs(p) for p in start]), "abs_end": np.array([mean_abs(p) for p in end]),
+            "n_responses": n}

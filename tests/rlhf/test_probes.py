@@ -97,3 +97,26 @@ def test_kl_probe_exact_kl_and_moments_under_top_k():
     # every sampled token is one of the top 3 of pi
     sampled = np.take_along_axis(q, p["sequences"][:, -T:, None], axis=-1)[..., 0]          # q of the response tokens
     assert (sampled[m] > 0).all()
+
+
+def test_advantage_profile_pools_positions_from_both_ends():
+    from minippo.rlhf.probes import advantage_profile
+    # two batches of different widths; a response's advantage at token t is score * (t + 1) / n
+    rows = []
+    rng = np.random.default_rng(0)
+    for Tn in (5, 7):
+        lengths = rng.integers(2, Tn + 1, size=20)
+        scores = rng.normal(size=20)
+        mask = (np.arange(Tn)[None, :] < lengths[:, None]).astype(int)
+        adv = scores[:, None] * (np.arange(Tn)[None, :] + 1) / lengths[:, None] * mask
+        rows.append((adv, mask, scores))
+    p = advantage_profile(rows, n_positions=3)
+    assert p["n_responses"] == 40
+    np.testing.assert_allclose(p["corr_end"][0], 1.0)                    # the last token carries the whole score
+    # by hand: mean |A| of the first token over every response
+    first = np.concatenate([np.abs(a[:, 0]) for a, _, _ in rows])
+    assert p["abs_start"][0] == pytest.approx(first.mean())
+    second_last = [abs(a[b, m[b].sum() - 2]) for a, m, _ in rows for b in range(len(a)) if m[b].sum() >= 2]
+    assert p["abs_end"][1] == pytest.approx(np.mean(second_last))
+    with pytest.raises(ValueError, match="`n_positions`"):
+        advantage_profile(rows, 0)
