@@ -1,0 +1,265 @@
+"""Lesson 18 - ptx_and_critic: PPO-ptx and the alignment tax; where the critic lives (separate, shared, stop-gradient).
+
+Pipeline step: stage 3 of RLHF, two design choices of the PPO update: what else goes into the loss
+(language modelling on corpus text, PPO-ptx) and which network computes V(s_t) (the critic).
+
+Seed sections: seed 001 追问3 "实际中常用PPO-ptx（混合预训练数据）来缓解过拟合，此时batch中混入10%的预训练样本";
+seed 001 追问2 "Critic网络在LLM中怎么设计？和Actor共享参数吗？" ("共享参数的好处是减少显存占用…缺点是Critic
+可能过拟合到Actor的特征。工程上建议：Critic的梯度不反向传播到共享层（stop-gradient）"); seed 003 sec. 17
+"value head 通常接在语言模型上估计每个 token 位置的 value".
+
+PPO-ptx, InstructGPT (Ouyang et al. 2022, arXiv:2203.02155) eq. (2)::
+
+    objective(phi) = E_{(x,y) ~ pi_phi^RL}[ r_theta(x, y) - beta log(pi_phi^RL(y|x) / pi^SFT(y|x)) ]
+                   + gamma E_{x ~ D_pretrain}[ log pi_phi^RL(x) ]
+
+The first line is what PPO maximises (the KL-shaped reward); the second keeps the policy a good language
+model. Our loss per minibatch is PPO eq. (9) (L^CLIP + c1 L^VF - c2 S, signs for minimisation) plus
+``ptx_coef`` (gamma) times the SFT cross-entropy on 16 sentences of the SFT corpus (``ptx_batch_size``).
+The ALIGNMENT TAX is measured as the policy's cross-entropy on the SFT run's HELD-OUT sentences (never
+trained on by SFT nor by PPO-ptx; ``Study.lm_loss``) minus the SFT model's: nats per token lost.
+
+The critic arrangements (``PPOConfig.critic``; ``minippo.rlhf.critic``):
+
+* separate, RM init (the default): its own TinyGPT, initialised from the reward model;
+* separate, SFT init: its own TinyGPT from the SFT trunk with a zero head (the control: same start as a
+  shared head, but its own trunk);
+* shared + stop-gradient: ``V = w . h_L(s_t) + b`` on the ACTOR's last hidden state; the value loss
+  trains only (w, b) (``TinyGPT.backward(scalar_into_trunk=False)``);
+* shared, no stop-gradient: the value loss also flows into the actor's trunk (weighted by c1 = vf_coef).
+
+The figure (the committed one comes from ``--full``: 60 iterations x 64 responses, 3 PPO seeds, PPO-ptx
+coefficients 0, 0.1, 0.3, 1, 3 and a KL-matched control; the default, < 60 s, runs 16 iterations x 32
+responses, 2 seeds, coefficients 0, 0.3, 1): (a) the alignment tax and (b) the gold score of fresh
+samples against ptx_coef, one dot per seed; (c) the tax and (d) the gold score against the KL to the
+reference, every run of the lesson (runs without PPO-ptx in grey: they show what KL alone buys);
+(e) explained variance and (f) value loss of the critics over iterations; (g) gold and KL of each critic
+arrangement; (h) memory of the models with each arrangement, LLaMA-7B in mixed precision.
+
+Exercises:
+1. InstructGPT mixes far more pretraining text than RL text. Raise ``ptx_batch_size`` to 64 at
+   ``ptx_coef = 0.3``: does the tax fall further, and what happens to the gold score?
+2. Give the shared critic its own learning rate: the head trains with the actor's lr. Why can a separate
+   critic have ``critic_lr`` but a shared one not, in this trainer?
+3. Seed 001 also proposes a LoRA adapter for the critic. Which rows of panel (h) would it change?
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from lessons._common import lesson_args, output_path, pyplot, save
+from minippo.rlhf.memory import FP32, GB, MIXED, ModelShape, four_models, static_bytes, total_bytes
+from minippo.rlhf.study import Study, final
+from minippo.rlhf.sweep_stats import compare, pooled_seed_std, seed_curves
+
+CRITICS = {  # name -> PPOConfig overrides; the first is the default config (= the "ptx 0" run)
+    "separate, RM init": {},
+    "separate, SFT init": dict(critic_init="sft"),
+    "shared + stop-gradient": dict(critic="shared", shared_stop_gradient=True),
+    "shared, no stop-gradient": dict(critic="shared", shared_stop_gradient=False),
+}
+CRITIC_COLORS = dict(zip(CRITICS, ("tab:blue", "tab:cyan", "tab:orange", "tab:red")))
+KL_CONTROL = "ptx 0, KL target 1"      # --full: PPO without ptx held to a low KL (is ptx just a KL penalty?)
+BIG_B, BIG_T = 4, 2048                 # the 7B extrapolation's batch (lesson 12)
+
+
+def sizes(quick: bool, full: bool) -> dict:
+    """Run lengths: quick (smoke test), default (< 60 s) or full (the committed figure)."""
+    if quick:
+        return dict(iterations=4, batch_size=16, minibatch_size=8, seeds=(0,), ptx=(0.0, 1.0))
+    if full:
+        return dict(iterations=60, batch_size=64, minibatch_size=16, seeds=(0, 1, 2), ptx=(0.0, 0.1, 0.3, 1.0, 3.0))
+    return dict(iterations=16, batch_size=32, minibatch_size=8, seeds=(0, 1), ptx=(0.0, 0.3, 1.0))
+
+
+def ptx_name(coef: float) -> str:
+    return f"ptx {coef:g}"
+
+
+def memory(study: Study, minibatch: int) -> dict:
+    """Bytes per model and in total for each arrangement: ours (fp32) and LLaMA-7B (mixed precision)."""
+    ours, big = ModelShape.from_gpt_config(study.sft.cfg), ModelShape.llama_7b(BIG_T)
+    out = {}
+    for c in ("separate", "shared", "none"):
+        tiny = four_models(ours, FP32, minibatch, study.sft.cfg.block_size, critic=c)
+        seven = four_models(big, MIXED, BIG_B, BIG_T, critic=c)
+        out[c] = {"ours_total": total_bytes(tiny), "7b_total": total_bytes(seven), "7b_static": static_bytes(seven),
+                  "7b_rows": {r.name: r.total for r in seven}}
+    return out
+
+
+def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
+    t0, c0 = time.perf_counter(), time.process_time()
+    sz = sizes(quick, full)
+    study = Study(quick=quick, seed=seed)
+    base = dict(iterations=sz["iterations"], batch_size=sz["batch_size"], minibatch_size=sz["minibatch_size"])
+    variants = {ptx_name(c): ({"ptx_coef": c} if c else {}) for c in sz["ptx"]}
+    variants.update({k: v for k, v in CRITICS.items() if v})
+    if full:
+        variants[KL_CONTROL] = dict(kl_target=1.0)
+    sweep = study.sweep(variants, seeds=sz["seeds"], base=base, extra=lambda r: study.lm_loss(r["trainer"].actor))
+    sft_lm = study.lm_loss(study.sft)
+    runs = {}
+    for name, v in sweep.items():
+        runs[name] = {"gold": [e["gold_mean"] for e in v["eval"]], "kl": [e["kl_mean"] for e in v["eval"]],
+                      "lm_loss": v["extra"], "tax": [x - sft_lm for x in v["extra"]],
+                      "ptx_loss": [final(recs, "loss/ptx_avg") for recs in v["records"]],
+                      "ev": [final(recs, "val/explained_variance") for recs in v["records"]],
+                      "value_loss": [final(recs, "loss/value_avg") for recs in v["records"]],
+                      "cpu_per_it": [t["cpu"] / sz["iterations"] for t in v["time"]],
+                      "curves": {k: seed_curves(v, k) for k in ("val/explained_variance", "loss/value_avg")}}
+    critics = {name: runs[ptx_name(0.0) if not ov else name] for name, ov in CRITICS.items()}
+    return {"sizes": sz, "quick": quick, "full": full, "reference": study.reference, "sft_lm_loss": sft_lm,
+            "runs": runs, "ptx": {c: runs[ptx_name(c)] for c in sz["ptx"]}, "critics": critics,
+            "memory": memory(study, sz["minibatch_size"]),
+            "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
+
+
+def plot(r: dict, path) -> None:
+    plt = pyplot()
+    fig, axes = plt.subplots(2, 4, figsize=(21, 9.5))
+    (a, b, c, d), (e, f, g, h) = axes
+    ref, ptx, critics = r["reference"], r["ptx"], r["critics"]
+    coefs = sorted(ptx)
+    xpos = {k: i for i, k in enumerate(coefs)}                  # ptx_coef on an even axis (0 cannot go on a log one)
+    cmap = plt.get_cmap("viridis")
+    pcolor = {k: cmap(0.85 * i / max(len(coefs) - 1, 1)) for i, k in enumerate(coefs)}
+    # (a), (b): tax and gold against ptx_coef, one dot per seed and the mean
+    for ax, key, ylabel, title in ((a, "tax", "held-out LM loss - SFT's (nats / token)", "(a) alignment tax vs ptx_coef"),
+                                   (b, "gold", "gold score of fresh samples", "(b) gold score vs ptx_coef")):
+        for k in coefs:
+            ys = ptx[k][key]
+            ax.scatter([xpos[k]] * len(ys), ys, color=pcolor[k], s=40, zorder=3)
+        ax.plot([xpos[k] for k in coefs], [np.mean(ptx[k][key]) for k in coefs], color="k", lw=1.2, label="mean over seeds")
+        ax.set_xticks([xpos[k] for k in coefs], [f"{k:g}" for k in coefs])
+        ax.set_xlabel("ptx_coef (gamma of InstructGPT eq. (2))")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+    a.axhline(0.0, color="grey", ls="--", lw=1, label="SFT (no tax)")
+    b.axhline(ref["gold_mean"], color="grey", ls="--", lw=1, label="SFT")
+    a.legend(loc="upper right", fontsize=8)
+    b.legend(loc="center right", fontsize=8)
+    # (c), (d): tax and gold against KL, every run of the lesson
+    for ax, key, ylabel, title in ((c, "tax", "alignment tax (nats / token)", "(c) alignment tax vs KL, every run"),
+                                   (d, "gold", "gold score of fresh samples", "(d) gold vs KL, every run")):
+        for name, v in r["runs"].items():
+            coef = next((k for k in coefs if name == ptx_name(k)), None)
+            if coef is not None and coef > 0:
+                ax.scatter(v["kl"], v[key], color=pcolor[coef], s=45, zorder=3, label=name)
+            else:
+                ax.scatter(v["kl"], v[key], color="grey", s=30, marker="x" if name == KL_CONTROL else "o",
+                           label="no ptx (critics" + (", KL target 1)" if name == KL_CONTROL else ", seeds)"))
+        handles, labels = ax.get_legend_handles_labels()
+        seen = dict(zip(labels, handles))                        # one legend entry per label
+        ax.legend(seen.values(), seen.keys(), loc="best", fontsize=8)
+        ax.set_xlabel("KL to the reference, k1 per response (nats)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+    # (e), (f): the critics' explained variance and value loss over iterations
+    for ax, key, title in ((e, "val/explained_variance", "(e) critic: explained variance of the returns"),
+                           (f, "loss/value_avg", "(f) critic: value loss")):
+        for name, v in critics.items():
+            y = v["curves"][key]
+            x = np.arange(y.shape[1])
+            ax.plot(x, y.mean(0), color=CRITIC_COLORS[name], lw=1.8, label=name)
+            ax.fill_between(x, y.min(0), y.max(0), color=CRITIC_COLORS[name], alpha=0.15)
+        ax.set_xlabel("iteration")
+        ax.set_title(title)
+        ax.legend(loc="best", fontsize=8)
+    e.axhline(0.0, color="k", lw=0.8)
+    e.set_ylabel("1 - Var[R - V] / Var[R]")
+    f.set_ylabel("0.5 mean max((V - R)^2, (V_clip - R)^2)")
+    # (g): gold of each arrangement (dots per seed), its KL in the tick labels
+    names = list(critics)
+    for i, name in enumerate(names):
+        g.scatter([i] * len(critics[name]["gold"]), critics[name]["gold"], color=CRITIC_COLORS[name], s=45, zorder=3)
+        g.plot([i - 0.25, i + 0.25], [np.mean(critics[name]["gold"])] * 2, color="k", lw=1.5)
+    g.axhline(ref["gold_mean"], color="grey", ls="--", lw=1, label="SFT")
+    g.set_xticks(range(len(names)), [n.replace(", ", ",\n").replace(" + ", " +\n") + f"\nKL {np.mean(critics[n]['kl']):.2f}"
+                                     for n in names], fontsize=8)
+    g.set_ylabel("gold score of fresh samples")
+    g.set_title("(g) critic arrangements: gold (KL below)")
+    g.legend(loc="lower left", fontsize=8)
+    # (h): memory per model, LLaMA-7B
+    mem = r["memory"]
+    arr = ("separate", "shared", "none")
+    bottom = np.zeros(len(arr))
+    for role, color in (("actor", "tab:blue"), ("critic", "tab:orange"), ("reference", "tab:green"),
+                        ("reward", "tab:purple")):
+        hgt = np.array([mem[a_]["7b_rows"].get(role, 0) / GB for a_ in arr])
+        h.bar(np.arange(len(arr)), hgt, bottom=bottom, color=color, label=role)
+        bottom += hgt
+    for i, a_ in enumerate(arr):
+        h.text(i, bottom[i], f"{bottom[i]:.0f} GB\n(ours {mem[a_]['ours_total'] / 1e6:.0f} MB)", ha="center",
+               va="bottom", fontsize=8.5)
+    h.set_xticks(range(len(arr)), ["separate\ncritic", "shared trunk\n(value head)", "no critic\n(lesson 20)"])
+    h.set_ylim(0, bottom.max() * 1.22)
+    h.set_ylabel(f"GB, LLaMA-7B mixed precision, batch {BIG_B} x {BIG_T}")
+    h.set_title("(h) memory of the models")
+    h.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    save(fig, path)
+
+
+def _verdict(a, b, noise, seeds) -> str:
+    """``b - a`` with its standard error and whether it is beyond the seed noise."""
+    if len(seeds) < 2:
+        return f"{np.mean(b) - np.mean(a):+.3f} (one seed: no noise estimate)"
+    c = compare(a, b, noise)
+    return f"{c['diff']:+.3f} +- {c['se']:.3f} ({'beyond' if c['clear'] else 'within'} the seed noise)"
+
+
+def _per_kl(v: dict) -> str:
+    """Tax per nat of KL (blank when the run hardly moved: the ratio is then noise)."""
+    kl = np.mean(v["kl"])
+    return f"{np.mean(v['tax']) / kl:.4f}" if kl > 0.1 else "-"
+
+
+def main(argv=None) -> dict:
+    args = lesson_args(__doc__, argv)
+    r = run(quick=args.quick, seed=args.seed, full=args.full)
+    sz, ref, ptx, critics, runs = r["sizes"], r["reference"], r["ptx"], r["critics"], r["runs"]
+    print(f"{sz['iterations']} iterations x {sz['batch_size']} responses per run, PPO seeds {list(sz['seeds'])}.")
+    print(f"SFT: gold {ref['gold_mean']:+.3f}, held-out LM loss {r['sft_lm_loss']:.4f} nats/token.\n")
+    print("PPO-ptx (separate critic, RM init):")
+    print(f"  {'ptx_coef':>8s} {'gold':>7s} {'KL':>6s} {'LM loss':>8s} {'tax':>7s} {'tax/KL':>7s} {'ptx loss':>8s} {'CPU s/it':>8s}")
+    for k, v in ptx.items():
+        print(f"  {k:8g} {np.mean(v['gold']):+7.3f} {np.mean(v['kl']):6.2f} {np.mean(v['lm_loss']):8.4f} "
+              f"{np.mean(v['tax']):+7.4f} {_per_kl(v):>7s} {np.mean(v['ptx_loss']):8.4f} {np.mean(v['cpu_per_it']):8.3f}")
+    multi = len(sz["seeds"]) > 1
+    noise = {k: pooled_seed_std([v[k] for v in runs.values()])[0] if multi else 0.0 for k in ("tax", "gold", "ev")}
+    lo, hi = min(ptx), max(ptx)
+    print(f"  ptx {hi:g} vs 0: tax {_verdict(ptx[lo]['tax'], ptx[hi]['tax'], noise['tax'], sz['seeds'])}, "
+          f"gold {_verdict(ptx[lo]['gold'], ptx[hi]['gold'], noise['gold'], sz['seeds'])}, "
+          f"KL {np.mean(ptx[lo]['kl']):.2f} -> {np.mean(ptx[hi]['kl']):.2f}.")
+    if KL_CONTROL in runs:
+        v = runs[KL_CONTROL]
+        print(f"  control without ptx held to a low KL (target 1): KL {np.mean(v['kl']):.2f}, tax {np.mean(v['tax']):+.4f}, "
+              f"gold {np.mean(v['gold']):+.3f}, tax/KL {_per_kl(v)}.")
+    print("\nCritic arrangements (no ptx):")
+    print(f"  {'critic':<26s} {'expl. var.':>10s} {'value loss':>10s} {'gold':>7s} {'KL':>6s} {'tax':>7s} {'CPU s/it':>8s}")
+    for name, v in critics.items():
+        print(f"  {name:<26s} {np.mean(v['ev']):10.3f} {np.mean(v['value_loss']):10.4f} {np.mean(v['gold']):+7.3f} "
+              f"{np.mean(v['kl']):6.2f} {np.mean(v['tax']):+7.4f} {np.mean(v['cpu_per_it']):8.3f}")
+    sg, nosg, sep = critics["shared + stop-gradient"], critics["shared, no stop-gradient"], critics["separate, RM init"]
+    print(f"  no stop-gradient vs stop-gradient: explained variance {_verdict(sg['ev'], nosg['ev'], noise['ev'], sz['seeds'])}, "
+          f"gold {_verdict(sg['gold'], nosg['gold'], noise['gold'], sz['seeds'])}, "
+          f"tax {_verdict(sg['tax'], nosg['tax'], noise['tax'], sz['seeds'])}.")
+    print(f"  shared (stop-gradient) vs separate RM-init: explained variance "
+          f"{_verdict(sep['ev'], sg['ev'], noise['ev'], sz['seeds'])}, gold {_verdict(sep['gold'], sg['gold'], noise['gold'], sz['seeds'])}.")
+    mem = r["memory"]
+    print(f"\nMemory (LLaMA-7B, mixed precision, batch {BIG_B} x {BIG_T}): separate critic {mem['separate']['7b_total'] / GB:.0f} GB, "
+          f"shared trunk {mem['shared']['7b_total'] / GB:.0f} GB, no critic {mem['none']['7b_total'] / GB:.0f} GB "
+          f"(ours in fp32: {mem['separate']['ours_total'] / 1e6:.1f}, {mem['shared']['ours_total'] / 1e6:.1f}, "
+          f"{mem['none']['ours_total'] / 1e6:.1f} MB).")
+    print(f"\nLesson run time: wall {r['time']['wall']:.1f} s, CPU {r['time']['cpu']:.1f} s.")
+    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
+    plot(r, path)
+    print(f"figure: {path}")
+    return r
+
+
+if __name__ == "__main__":
+    main()

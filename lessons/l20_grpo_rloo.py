@@ -1,0 +1,276 @@
+"""Lesson 20 - grpo_rloo: critic-free advantages (GRPO, RLOO, REINFORCE) against PPO with GAE, on one token budget.
+
+Pipeline step: stage 3 of RLHF with the advantage step swapped. PPO turns one sequence score into
+per-token advantages with a learned critic V(s_t) and GAE (PPO paper eqs. (11)-(12)). The critic is
+the fourth model of seed 001 (actor, critic, reference, reward model; "四个模型的分工"); the methods
+here drop it and take the baseline from OTHER SAMPLES of the same prompt: three models instead of four.
+
+Seed sections: seed 001 sec. 1 (the four models and what each costs); seed 001 追问3 "每个prompt生成多个
+回答（如4-8个）" (several responses per prompt: exactly what the group methods need); seed 003 sec. 17
+"value head 通常接在语言模型上" (the critic these methods remove).
+
+The estimators (``minippo.rl.group_advantages``, registered in ``minippo.rlhf.advantages``), for G prompts
+with n responses each and sequence scores s (the RM score, minus beta KL when the KL is in the reward)::
+
+    GRPO       A_i = (s_i - mean_g s) / std_g s            DeepSeekMath (Shao et al. 2024, arXiv:2402.03300)
+                                                           sec. 4.1.2, outcome supervision
+    RLOO       A_i = s_i - 1/(n-1) sum_{j != i} s_j        Ahmadian et al. 2024 (arXiv:2402.14740), the
+                                                           leave-one-out estimator of Kool et al. 2019
+    REINFORCE  A_i = s_i - mean of the batch               Williams 1992, constant baseline
+    PPO        A_t = GAE(r_t + V(s_{t+1}) - V(s_t))        PPO eqs. (11)-(12), critic initialised from the RM
+
+GRPO's objective, DeepSeekMath eq. (3), is the clipped surrogate averaged over the group plus a KL LOSS,
+``- beta D_KL[pi || pi_ref]`` per token, with the estimator of eq. (4),
+``pi_ref/pi - log(pi_ref/pi) - 1`` (k3: unbiased, never negative); so GRPO runs here with
+``kl_loss_coef = 0.04`` (the paper's beta) and NO KL in the reward (``kl_coef = 0``). RLOO and REINFORCE
+keep the KL in the reward like PPO (``r = score - beta KL``, the adaptive beta of Ziegler et al. 2019).
+All four use the same trainer: the same clipped surrogate (PPO eq. (7)), 4 epochs of minibatches, the
+same prompts distribution and learning rate. (Ahmadian et al. take one on-policy step without clipping;
+here only the advantage differs.) Our choices: each response's advantage goes to all of its tokens,
+losses are token-level means (Dr. GRPO's fix of eq. (3)'s 1/|o_i|), and the critic-free advantages are
+NOT whitened again over the batch (``minippo.rlhf.advantages``, "Whitening"): GRPO's are normalised per
+group already, RLOO's and REINFORCE's keep the score's units as in the papers and in TRL.
+
+Same budget: every iteration samples the same number of responses (PPO 64 prompts x 1, the group
+methods 16 prompts x 4), for the same number of iterations; the lesson reports the generated tokens
+actually used (lengths differ by method).
+
+The figure (the committed one comes from ``--full``: 60 iterations, 3 PPO seeds; the default, < 60 s,
+runs 20 iterations and 2 seeds): (a) gold score against KL to the reference of fresh samples, one point
+per method and seed, SFT at the origin; (b) gold score of the training rollouts and (c) their KL over
+iterations (mean over seeds); (d) measured time per iteration (wall, rollout and update; CPU as dots);
+(e) memory of the models for LLaMA-7B: four models against three; (f) how much of the score's spread
+each baseline removes on the last rollout of the group methods.
+
+Exercises:
+1. Set ``samples_per_prompt = 8`` (8 prompts x 8): does the leave-one-out baseline get better or worse
+   than the batch mean? Read ``between_prompts`` in panel (f) first.
+2. Run GRPO with ``kl_loss_coef = 0.2`` (``--full`` does): where does its point land in (a)?
+3. Register GRPO with whitening (``register_advantage_estimator("grpo_w", ..., whiten=True)``) and
+   compare: which responses gain and which lose from the token-weighted re-centring?
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from lessons._common import lesson_args, output_path, pyplot, save
+from minippo.rl.baselines import BASELINES, compare_baselines
+from minippo.rl.masked import masked_mean
+from minippo.rlhf.advantages import sequence_returns
+from minippo.rlhf.memory import FP32, GB, MIXED, ModelShape, four_models, static_bytes, total_bytes
+from minippo.rlhf.study import Study, final
+from minippo.rlhf.sweep_stats import compare, pooled_seed_std
+
+GROUP = 4                   # responses per prompt of the group methods (seed 001: 4-8)
+GRPO_BETA = 0.04            # DeepSeekMath's beta of the KL loss
+BIG_B, BIG_T = 4, 2048      # the 7B extrapolation's batch (lesson 12)
+METHODS = {                 # name -> PPOConfig overrides on top of the study's base config
+    "PPO (GAE + critic)": dict(advantage_estimator="gae", critic="separate", samples_per_prompt=1),
+    "GRPO": dict(advantage_estimator="grpo", critic="none", samples_per_prompt=GROUP, kl_controller="fixed",
+                 kl_coef=0.0, kl_loss_coef=GRPO_BETA),
+    "RLOO": dict(advantage_estimator="rloo", critic="none", samples_per_prompt=GROUP),
+    "REINFORCE (batch mean)": dict(advantage_estimator="reinforce", critic="none", samples_per_prompt=GROUP),
+}
+FULL_EXTRA = {"GRPO (beta 0.2)": {**METHODS["GRPO"], "kl_loss_coef": 0.2}}
+COLORS = {"PPO (GAE + critic)": "tab:blue", "GRPO": "tab:red", "RLOO": "tab:green",
+          "REINFORCE (batch mean)": "tab:purple", "GRPO (beta 0.2)": "tab:orange"}
+MARKERS = {"PPO (GAE + critic)": "o", "GRPO": "s", "RLOO": "^", "REINFORCE (batch mean)": "D", "GRPO (beta 0.2)": "v"}
+
+
+def sizes(quick: bool, full: bool) -> dict:
+    """Run lengths: quick (smoke test), default (< 60 s) or full (the committed figure)."""
+    if quick:
+        return dict(iterations=4, batch_size=16, minibatch_size=8, seeds=(0,))
+    if full:
+        return dict(iterations=60, batch_size=64, minibatch_size=16, seeds=(0, 1, 2))
+    return dict(iterations=20, batch_size=64, minibatch_size=16, seeds=(0, 1))
+
+
+def _measure(run: dict) -> dict:
+    """What the lesson keeps of a finished run besides its records: tokens, and its last rollout's advantages."""
+    cfg, ro = run["config"], run["trainer"].last_rollout
+    out = {"tokens": int(sum(r["response/length"] * cfg.batch_size for r in run["records"])),
+           "adv_token_mean": masked_mean(ro.adv, ro.response_mask)}
+    if cfg.samples_per_prompt > 1:
+        out["baselines"] = compare_baselines(sequence_returns(ro), cfg.samples_per_prompt)
+    return out
+
+
+def memory(study: Study, minibatch: int) -> dict:
+    """Bytes of the four models (separate critic) and of the three (no critic): ours in fp32, LLaMA-7B mixed."""
+    ours, big = ModelShape.from_gpt_config(study.sft.cfg), ModelShape.llama_7b(BIG_T)
+    out = {}
+    for c in ("separate", "none"):
+        tiny = four_models(ours, FP32, minibatch, study.sft.cfg.block_size, critic=c)
+        seven = four_models(big, MIXED, BIG_B, BIG_T, critic=c)
+        out[c] = {"models": len(seven), "ours_total": total_bytes(tiny), "ours_static": static_bytes(tiny),
+                  "7b_total": total_bytes(seven), "7b_static": static_bytes(seven),
+                  "7b_rows": {r.name: r.total for r in seven}}
+    return out
+
+
+def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
+    t0, c0 = time.perf_counter(), time.process_time()
+    sz = sizes(quick, full)
+    study = Study(quick=quick, seed=seed)
+    base = dict(iterations=sz["iterations"], batch_size=sz["batch_size"], minibatch_size=sz["minibatch_size"])
+    methods = {**METHODS, **(FULL_EXTRA if full else {})}
+    sweep = study.sweep(methods, seeds=sz["seeds"], base=base, extra=_measure)
+    summary = {}
+    for name, v in sweep.items():
+        cfg = study.config(**base, **methods[name])
+        per_it = lambda key: [float(np.mean([r[key] for r in recs])) for recs in v["records"]]   # noqa: E731
+        summary[name] = {
+            "prompts": cfg.num_prompts, "samples_per_prompt": cfg.samples_per_prompt,
+            "gold": [e["gold_mean"] for e in v["eval"]], "kl": [e["kl_mean"] for e in v["eval"]],
+            "kl_exact": [e["kl_exact_mean"] for e in v["eval"]], "length": [e["length_mean"] for e in v["eval"]],
+            "train_gold_final": [final(recs, "gold/score") for recs in v["records"]],
+            "tokens": [x["tokens"] for x in v["extra"]],
+            "wall_per_it": per_it("time/iteration"), "cpu_rollout_per_it": per_it("time/cpu_rollout"),
+            "cpu_update_per_it": per_it("time/cpu_update"),
+            "cpu_per_it": [t["cpu"] / sz["iterations"] for t in v["time"]],
+            "adv_token_mean": [x["adv_token_mean"] for x in v["extra"]],
+        }
+    groups = [x["baselines"] for name in sweep for x in sweep[name]["extra"] if "baselines" in x]
+    baselines = {k: float(np.mean([g[k]["relative"] for g in groups])) for k in BASELINES}
+    baselines["between_prompts"] = float(np.mean([g["between_prompts"] for g in groups]))
+    return {"sizes": sz, "quick": quick, "full": full, "reference": study.reference, "methods": list(methods),
+            "records": {k: v["records"] for k, v in sweep.items()}, "summary": summary, "baselines": baselines,
+            "memory": memory(study, sz["minibatch_size"]),
+            "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
+
+
+def _curve(records: list[list[dict]], key: str) -> np.ndarray:
+    """(seeds, iterations) array of a record key."""
+    return np.array([[r[key] for r in recs] for recs in records], dtype=float)
+
+
+def plot(r: dict, path) -> None:
+    plt = pyplot()
+    fig, axes = plt.subplots(2, 3, figsize=(17, 10))
+    (a, b, c), (d, e, f) = axes
+    ref, S = r["reference"], r["summary"]
+    # (a) gold vs KL of fresh samples, one point per method and seed
+    a.scatter([0.0], [ref["gold_mean"]], marker="*", s=220, color="black", zorder=5, label="SFT (reference)")
+    for name in r["methods"]:
+        s = S[name]
+        a.scatter(s["kl"], s["gold"], s=60, marker=MARKERS[name], color=COLORS[name], alpha=0.85,
+                  label=f"{name}: {s['prompts']} x {s['samples_per_prompt']}, {np.mean(s['tokens']) / 1e3:.0f}k tokens")
+    a.set_xlabel("KL to the reference, k1 per response (nats)")
+    a.set_ylabel("gold score of fresh samples (mean)")
+    a.set_title("(a) gold vs KL, one point per PPO seed")
+    a.legend(loc="lower right", fontsize=8)
+    # (b), (c) training curves, mean over seeds with the min-max band
+    for ax, key, title in ((b, "gold/score", "(b) gold score of the rollouts"),
+                           (c, "objective/kl", "(c) KL of the rollouts (k1, nats / response)")):
+        for name in r["methods"]:
+            y = _curve(r["records"][name], key)
+            x = np.arange(y.shape[1])
+            ax.plot(x, y.mean(0), color=COLORS[name], lw=1.8, label=name)
+            ax.fill_between(x, y.min(0), y.max(0), color=COLORS[name], alpha=0.15)
+        ax.set_xlabel("iteration (same number of responses per iteration)")
+        ax.set_title(title)
+    b.axhline(ref["gold_mean"], color="grey", ls="--", lw=1, label="SFT")
+    b.legend(loc="lower right", fontsize=8)
+    b.set_ylabel("gold score")
+    c.set_ylabel("KL (nats / response)")
+    # (d) measured time per iteration
+    names = r["methods"]
+    x = np.arange(len(names))
+    roll = [np.mean(S[n]["cpu_rollout_per_it"]) for n in names]
+    upd = [np.mean(S[n]["cpu_update_per_it"]) for n in names]
+    d.bar(x, roll, color="tab:cyan", label="rollout (generate, score; ref / critic forward)")
+    d.bar(x, upd, bottom=roll, color="tab:gray", label="update (K epochs of minibatches)")
+    d.plot(x, [np.mean(S[n]["wall_per_it"]) for n in names], "ko", label="wall seconds (shared machine)")
+    d.set_xticks(x, [n.replace(" (", "\n(") for n in names], fontsize=8)
+    d.set_ylabel("CPU seconds per iteration")
+    d.set_title("(d) time per iteration, measured")
+    d.legend(loc="upper right", fontsize=8)
+    # (e) memory of LLaMA-7B's models: four against three
+    mem = r["memory"]
+    bottom = np.zeros(2)
+    for role, color in (("actor", "tab:blue"), ("critic", "tab:orange"), ("reference", "tab:green"),
+                        ("reward", "tab:purple")):
+        h = np.array([mem[cr]["7b_rows"].get(role, 0) / GB for cr in ("separate", "none")])
+        e.bar([0, 1], h, bottom=bottom, color=color, label=role)
+        bottom += h
+    for i, cr in enumerate(("separate", "none")):
+        e.text(i, bottom[i], f"{bottom[i]:.0f} GB\n(ours {mem[cr]['ours_total'] / 1e6:.0f} MB)", ha="center",
+               va="bottom", fontsize=9)
+    e.set_xticks([0, 1], ["PPO: 4 models", "critic-free: 3 models"])
+    e.set_ylim(0, bottom.max() * 1.2)
+    e.set_ylabel(f"GB, LLaMA-7B mixed precision, batch {BIG_B} x {BIG_T}")
+    e.set_title("(e) memory: the critic is a whole trained model")
+    e.legend(loc="upper right", fontsize=8)
+    # (f) the baselines on the group methods' last rollouts
+    bl = r["baselines"]
+    f.bar(np.arange(len(BASELINES)), [bl[k] for k in BASELINES], color=["grey", "tab:purple", "tab:red", "tab:green"])
+    f.axhline(1.0, color="k", lw=0.8)
+    f.set_xticks(np.arange(len(BASELINES)), [k.replace(" ", "\n") for k in BASELINES])
+    f.set_ylabel("mean (s - b)^2 / Var(s)")
+    f.set_title(f"(f) baselines on the group rollouts: prompts explain {bl['between_prompts']:.0%} of Var(s)")
+    fig.tight_layout()
+    save(fig, path)
+
+
+def _ms(x) -> str:
+    return f"{np.mean(x):+.3f} +- {np.std(x):.3f}" if len(x) > 1 else f"{np.mean(x):+.3f}"
+
+
+def main(argv=None) -> dict:
+    args = lesson_args(__doc__, argv)
+    r = run(quick=args.quick, seed=args.seed, full=args.full)
+    sz, S, ref = r["sizes"], r["summary"], r["reference"]
+    ppo = "PPO (GAE + critic)"
+    print(f"{sz['iterations']} iterations x {sz['batch_size']} responses per method, PPO seeds {list(sz['seeds'])}; "
+          f"group size {GROUP}; GRPO: KL as a loss (beta {GRPO_BETA}), no KL in the reward.")
+    print(f"SFT: gold {ref['gold_mean']:+.3f} (std {ref['gold_std']:.3f} over {len(ref['gold'])} prompts)\n")
+    print(f"  {'method':<24s} {'prompts x n':>11s} {'tokens':>7s} {'gold (fresh)':>16s} {'KL k1':>6s} {'KL exact':>8s} "
+          f"{'wall s/it':>9s} {'CPU s/it':>8s}")
+    for name in r["methods"]:
+        s = S[name]
+        print(f"  {name:<24s} {s['prompts']:>5d} x {s['samples_per_prompt']:<3d} {np.mean(s['tokens']):7.0f} "
+              f"{_ms(s['gold']):>16s} {np.mean(s['kl']):6.2f} {np.mean(s['kl_exact']):8.2f} "
+              f"{np.mean(s['wall_per_it']):9.3f} {np.mean(s['cpu_per_it']):8.3f}")
+    print()
+    for n in r["methods"]:
+        if n == ppo:
+            continue
+        if len(sz["seeds"]) > 1:
+            noise = pooled_seed_std([S[m]["gold"] for m in r["methods"]])[0]
+            c = compare(S[ppo]["gold"], S[n]["gold"], noise)
+            verdict = (f"{c['diff']:+.3f} +- {c['se']:.3f}: " +
+                       (("above" if c["diff"] > 0 else "below") + " PPO beyond the seed noise" if c["clear"]
+                        else "within the seed noise"))
+        else:
+            verdict = f"{np.mean(S[n]['gold']) - np.mean(S[ppo]['gold']):+.3f}, one seed: no noise estimate"
+        print(f"  {n}: gold vs PPO {verdict}; KL {np.mean(S[n]['kl']):.2f} vs {np.mean(S[ppo]['kl']):.2f}; "
+              f"CPU per iteration {np.mean(S[n]['cpu_per_it']) / np.mean(S[ppo]['cpu_per_it']):.0%} of PPO's")
+    mem = r["memory"]
+    print(f"\nMemory: PPO keeps {mem['separate']['models']} models, the critic-free methods "
+          f"{mem['none']['models']}. Ours (fp32, minibatch {sz['minibatch_size']}): "
+          f"{mem['separate']['ours_total'] / 1e6:.1f} MB -> {mem['none']['ours_total'] / 1e6:.1f} MB; LLaMA-7B "
+          f"(mixed precision, batch {BIG_B} x {BIG_T}): {mem['separate']['7b_total'] / GB:.0f} GB -> "
+          f"{mem['none']['7b_total'] / GB:.0f} GB (weights + gradients + Adam: {mem['separate']['7b_static'] / GB:.0f} "
+          f"-> {mem['none']['7b_static'] / GB:.0f} GB).")
+    bl = r["baselines"]
+    print(f"\nBaselines on the group methods' last rollouts, mean (s - b)^2 / Var(s): "
+          + ", ".join(f"{k} {bl[k]:.2f}" for k in BASELINES)
+          + f". The prompt explains {bl['between_prompts']:.0%} of the score's variance: exactly the share the group "
+          f"mean removes beyond the batch mean; leave-one-out pays (n/(n-1))^2 = {(GROUP / (GROUP - 1)) ** 2:.2f} "
+          f"times the group mean's residual for being unbiased.")
+    g = S["GRPO"]["adv_token_mean"]
+    print(f"Whitening: GRPO's advantages average 0 per response but {np.mean(g):+.3f} per token (long responses "
+          f"count more); re-whitening them over tokens (the old default) would have shifted every advantage by that "
+          f"much / std. They are used as the paper defines them.")
+    print(f"\nLesson run time: wall {r['time']['wall']:.1f} s, CPU {r['time']['cpu']:.1f} s.")
+    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
+    plot(r, path)
+    print(f"figure: {path}")
+    return r
+
+
+if __name__ == "__main__":
+    main()
