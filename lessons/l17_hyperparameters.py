@@ -1,0 +1,264 @@
+"""Lesson 17 - hyperparameters: epsilon, lambda, beta, PPO epochs and minibatch count swept, testing the seeds' claims.
+
+Pipeline step: the knobs of RLHF-PPO (seed 003 sec. 11 "PPO 的关键超参数": clip_epsilon, num_epochs,
+minibatch_size, lambda, ...; "PPO 对这些超参数较敏感，尤其是学习率、clip range、epoch 数和 advantage 尺度").
+Each is moved alone from the lesson's base run (the main job's defaults: clip_eps 0.2, lam 0.95,
+adaptive beta from 0.2 towards 4 nats/response, 4 epochs, 4 minibatches per batch) on the cached SFT
+policy and reward model, for several PPO seeds, and the policy is judged on held-out prompts:
+
+    clip_eps   0.1, 0.2, 0.5       epsilon of L^CLIP, PPO paper eq. (7)
+    lam        0.9, 0.95, 0.99     GAE lambda, eqs. (11)-(12) (gamma = 1)
+    beta       fixed 0.01, fixed 0.1, adaptive from 0.2 (Ziegler et al. 2019; the per-token KL penalty)
+    ppo_epochs 1, 4, 8             passes over each rollout batch
+    minibatches 1, 4, 16           Adam steps per epoch (minibatch_size = batch / count)
+
+The claims tested (seed 001 "ε=0.2 ... 太小收敛慢，太大策略崩溃风险高" and 5️⃣ "太大（如0.5）会导致策略崩溃，
+因为裁剪失效"; seed 000 "lambda=0.95是默认值，因为LLM的reward信号本身就有噪声，低方差更重要" and 追问2 "如果训练
+震荡，降低lambda到0.9；如果收敛慢，提高lambda到0.99"; seed 001 "β=0.01~0.1（自适应调节）" and "固定β会导致KL
+散度失控或更新停滞"; seed 003 sec. 18 误区二 "PPO 可以无限复用旧数据" (epochs); seed 001 追问3 "batch太大导致策略
+过时" (minibatches)). A difference counts as real when it exceeds about two standard errors of the seed
+noise, pooled over all variants (``minippo.rlhf.sweep_stats``).
+
+The figure (from ``--full``: 30 iterations x 64 responses, lr 2e-4, 3 PPO seeds): one column per
+hyperparameter; rows: gold score, KL to the reference per response, the policy clip fraction and the
+approx KL of the updates (k3 of KL(pi_old || pi)), each as one dot per seed and the mean as a line; the
+base run's value is shaded.
+
+Exercises:
+1. Make epsilon matter: raise lr to 2e-3 (or ppo_epochs to 16) and sweep clip_eps again. At which clip
+   fraction does epsilon = 0.5 start to hurt?
+2. The adaptive controller barely moves beta in a short run. Set ``kl_horizon`` to 100: does the beta
+   column change, and does the adaptive run now land at the target?
+3. Sweep ``lam`` with the critic initialised from the SFT trunk (``critic_init="sft"``): with a worse
+   critic, does lambda matter more? Why should it (bias of TD(0) vs variance of Monte Carlo, lesson 07)?
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from lessons._common import lesson_args, output_path, pyplot, save
+from minippo.rlhf.study import Study
+from minippo.rlhf.sweep_stats import compare, pooled_seed_std, seed_values
+
+KL_TARGET = 4.0
+
+
+def axes_of(batch_size: int) -> dict:
+    """Hyperparameter -> [(label, config overrides)], the base run's value marked by empty overrides."""
+    return {
+        "clip_eps": [("0.1", {"clip_eps": 0.1}), ("0.2", {}), ("0.5", {"clip_eps": 0.5})],
+        "lam": [("0.9", {"lam": 0.9}), ("0.95", {}), ("0.99", {"lam": 0.99})],
+        "beta": [("fixed 0.01", {"kl_controller": "fixed", "kl_coef": 0.01}),
+                 ("fixed 0.1", {"kl_controller": "fixed", "kl_coef": 0.1}), ("adaptive", {})],
+        "ppo_epochs": [("1", {"ppo_epochs": 1}), ("4", {}), ("8", {"ppo_epochs": 8})],
+        "minibatches": [("1", {"minibatch_size": batch_size}), ("4", {}), ("16", {"minibatch_size": batch_size // 16})],
+    }
+
+
+def sizes(quick: bool, full: bool) -> dict:
+    """Run lengths: quick (smoke test), default (< 60 s) or full (the committed figure)."""
+    if quick:
+        return dict(iterations=2, batch_size=16, minibatch_size=4, lr=5e-4, seeds=(0, 1))
+    if full:
+        return dict(iterations=30, batch_size=64, minibatch_size=16, lr=2e-4, seeds=(0, 1, 2))
+    return dict(iterations=10, batch_size=32, minibatch_size=8, lr=5e-4, seeds=(0, 1))
+
+
+KEYS = ("gold_mean", "kl_mean", "length_mean", "policy/clipfrac_avg", "policy/approxkl_avg", "kl_coef")
+
+
+def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
+    t0, c0 = time.perf_counter(), time.process_time()
+    sz = sizes(quick, full)
+    study = Study(quick=quick, seed=seed)
+    base = dict(iterations=sz["iterations"], batch_size=sz["batch_size"], minibatch_size=sz["minibatch_size"], lr=sz["lr"])
+    axes = axes_of(sz["batch_size"])
+    # every distinct variant once (the base run is shared by the five axes), several PPO seeds each
+    variants = {"base": {}}
+    for axis, points in axes.items():
+        variants.update({f"{axis}={label}": ov for label, ov in points if ov})
+    sweep = study.sweep(variants, seeds=sz["seeds"], base=base)
+    table = {}
+    for axis, points in axes.items():
+        table[axis] = []
+        for label, ov in points:
+            v = sweep["base" if not ov else f"{axis}={label}"]
+            row = {"label": label, "base": not ov, "cpu": float(np.mean([t["cpu"] for t in v["time"]]))}
+            row.update({k: seed_values(v, k, last=3) for k in KEYS})
+            table[axis].append(row)
+    noise = {k: pooled_seed_std([seed_values(v, k, last=3) for v in sweep.values()])[0] for k in ("gold_mean", "kl_mean")} \
+        if len(sz["seeds"]) > 1 else None
+    return {"sizes": sz, "base": base, "reference": study.reference, "quick": quick, "full": full, "table": table,
+            "noise": noise, "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
+
+
+def plot(r: dict, path) -> None:
+    plt = pyplot()
+    table = r["table"]
+    rows = (("gold_mean", "gold score (held-out prompts)"), ("kl_mean", "KL to the reference (nats / response)"),
+            ("policy/clipfrac_avg", "policy clip fraction"), ("policy/approxkl_avg", "approx KL of the updates (log)"))
+    fig, axes = plt.subplots(len(rows), len(table), figsize=(4.0 * len(table), 14), sharey="row")
+    for j, (axis, points) in enumerate(table.items()):
+        x = np.arange(len(points))
+        for i, (key, ylabel) in enumerate(rows):
+            ax = axes[i, j]
+            for k, p in enumerate(points):
+                vals = np.maximum(p[key], 1e-6) if key == "policy/approxkl_avg" else p[key]
+                ax.plot(np.full(len(vals), k) + np.linspace(-0.08, 0.08, len(vals)), vals, "o", color="tab:blue",
+                        alpha=0.6, ms=6)
+                if p["base"]:
+                    ax.axvspan(k - 0.3, k + 0.3, color="gold", alpha=0.25, lw=0)
+            floor = 1e-6 if key == "policy/approxkl_avg" else -np.inf      # a log axis cannot show 0
+            ax.plot(x, [max(p[key].mean(), floor) for p in points], "-", color="tab:blue", lw=2)
+            if key == "gold_mean":
+                ax.axhline(r["reference"]["gold_mean"], color="k", ls="--", lw=1, label="SFT policy")
+            if key == "kl_mean":
+                ax.axhline(KL_TARGET, color="crimson", ls=":", lw=1.2, label="adaptive target")
+            if key == "policy/approxkl_avg":
+                ax.set_yscale("log")
+            ax.set_xticks(x, [p["label"] for p in points])
+            ax.set_xlim(-0.5, len(points) - 0.5)
+            if j == 0:
+                ax.set_ylabel(ylabel)
+                if key in ("gold_mean", "kl_mean"):
+                    ax.legend(fontsize=8, loc="best")
+        axes[0, j].set_title(f"({'abcde'[j]}) {axis}")
+        axes[-1, j].set_xlabel(axis)
+    sz = r["sizes"]
+    fig.suptitle(f"One hyperparameter at a time from the base run (shaded): {sz['iterations']} iterations x "
+                 f"{sz['batch_size']} responses, lr {sz['lr']:g}, {len(sz['seeds'])} PPO seeds (dots), mean (line); "
+                 "training metrics over the last 3 iterations", fontsize=12)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    save(fig, path)
+
+
+def _row(r: dict, axis: str, label: str) -> dict:
+    return next(p for p in r["table"][axis] if p["label"] == label)
+
+
+def _vs(r: dict, a: dict, b: dict, key: str = "gold_mean") -> str:
+    """b - a with its size in standard errors of the seed noise (or just the difference with one seed)."""
+    d = b[key].mean() - a[key].mean()
+    if r["noise"] is None:
+        return f"{d:+.2f} (one seed)"
+    c = compare(a[key], b[key], r["noise"][key])
+    return f"{d:+.2f} ({c['z']:+.1f} SE{', clear' if c['clear'] else ''})"
+
+
+def _clear(r: dict, a: dict, b: dict, key: str = "gold_mean") -> int:
+    """+1 / -1 when b is clearly above / below a (|z| >= 2), else 0 (always 0 with one seed)."""
+    if r["noise"] is None:
+        return 0
+    c = compare(a[key], b[key], r["noise"][key])
+    return int(np.sign(c["diff"])) if c["clear"] else 0
+
+
+def claims(r: dict) -> list[tuple[str, str, str]]:
+    """(claim, what was measured, verdict and why) for each of the seeds' claims."""
+    ref_gold = r["reference"]["gold_mean"]
+    e1, e2, e5 = (_row(r, "clip_eps", x) for x in ("0.1", "0.2", "0.5"))
+    l9, l95, l99 = (_row(r, "lam", x) for x in ("0.9", "0.95", "0.99"))
+    b01, b1, bad = (_row(r, "beta", x) for x in ("fixed 0.01", "fixed 0.1", "adaptive"))
+    p1, p4, p8 = (_row(r, "ppo_epochs", x) for x in ("1", "4", "8"))
+    m1, m4, m16 = (_row(r, "minibatches", x) for x in ("1", "4", "16"))
+    g = lambda p: p["gold_mean"].mean()         # noqa: E731
+    k = lambda p: p["kl_mean"].mean()           # noqa: E731
+    cf = lambda p: p["policy/clipfrac_avg"].mean()   # noqa: E731
+    ak = lambda p: p["policy/approxkl_avg"].mean()   # noqa: E731
+    out = []
+    collapsed = g(e5) < ref_gold or _clear(r, e2, e5) < 0
+    out.append(("seed 001: eps = 0.5 collapses the policy (the clip stops working)",
+                f"gold 0.2 -> 0.5: {_vs(r, e2, e5)}; clipfrac {cf(e2):.3f} at eps 0.2, {cf(e5):.3f} at eps 0.5",
+                ("holds" if collapsed else "does NOT hold here") + f": with eps 0.5 the clip still catches {cf(e5):.1%} "
+                f"of the tokens (eps 0.2: {cf(e2):.1%}), "
+                + ("so the update is large enough for the band to matter." if collapsed else
+                   "so the steps are small enough that a wide band costs nothing. Collapse needs bigger steps "
+                   "(exercise 1).")))
+    slow = _clear(r, e2, e1) < 0 or (g(e1) < g(e2) and k(e1) < k(e2))
+    out.append(("seed 001: eps too small converges slowly",
+                f"gold 0.2 -> 0.1: {_vs(r, e2, e1)}; KL {k(e2):.2f} -> {k(e1):.2f}; clipfrac {cf(e2):.3f} -> {cf(e1):.3f}",
+                ("holds" if slow else "not seen in the gold") + f": a narrow band clips more tokens and the policy "
+                f"moves {'less' if k(e1) < k(e2) else 'no less'} (KL {k(e2):.2f} -> {k(e1):.2f})"
+                + (", and the gold follows." if slow else ", yet the gold is no lower: the clipped steps were not "
+                   "buying gold, they were buying KL.")))
+    best95 = _clear(r, l95, l9) <= 0 and _clear(r, l95, l99) <= 0
+    out.append(("seed 000: lambda = 0.95 is the right default (noisy RM: low variance matters)",
+                f"gold 0.95 -> 0.9: {_vs(r, l95, l9)}; 0.95 -> 0.99: {_vs(r, l95, l99)}",
+                ("consistent (0.95 is not beaten)" if best95 else "does NOT hold here (another lambda is clearly better)")
+                + f": with gamma = 1 the weight of the final score on the first token is lambda^(n-1), for n = 13: "
+                f"{0.9 ** 12:.2f} / {0.95 ** 12:.2f} / {0.99 ** 12:.2f}; the RM-initialised critic fills the gap, so lambda "
+                "moves the bias/variance balance only a little. 'Consistent' is not 'confirmed': no lambda is clearly "
+                "better at this size."))
+    runaway = k(b01) > 1.5 * KL_TARGET
+    stalled = _clear(r, bad, b1) < 0 or g(b1) < ref_gold
+    out.append(("seed 001: a fixed beta lets the KL run away or stalls the update",
+                f"KL: fixed 0.01 {k(b01):.1f}, fixed 0.1 {k(b1):.1f}, adaptive {k(bad):.1f} (target {KL_TARGET:g}); gold "
+                f"{g(b01):+.2f} / {g(b1):+.2f} / {g(bad):+.2f}; adaptive beta {bad['kl_coef'].mean():.3f} at the end",
+                ("the runaway half holds: beta 0.01 overshoots the target" if runaway else
+                 "runaway not seen: no fixed beta overshot 1.5x the target")
+                + (f"; the stall half holds for beta 0.1 (gold {_vs(r, bad, b1)})." if stalled else
+                   f"; no stall with beta 0.1 (gold vs adaptive {_vs(r, bad, b1)}).")
+                + f" The adaptive controller moved beta from 0.2 to {bad['kl_coef'].mean():.3f} in "
+                f"{r['sizes']['iterations']} iterations (at most 0.2 x batch / 1000 per iteration): in a short run it "
+                "is almost a fixed beta."))
+    out.append(("seed 001: beta in 0.01 .. 0.1",
+                f"gold fixed 0.01 -> 0.1: {_vs(r, b01, b1)}; KL {k(b01):.1f} -> {k(b1):.1f}",
+                "a beta multiplies a KL summed over ~13 tokens; 0.01 lets the KL grow, 0.1 holds it nearer the "
+                "target. Which beta is 'right' depends on the KL budget, so a KL target (adaptive) is the better knob."))
+    reuse = ak(p8) > ak(p4) > ak(p1)
+    worse8 = _clear(r, p4, p8) < 0 or g(p8) < ref_gold
+    slow1 = g(p1) < g(p4)
+    out.append(("seed 003 误区二: old data cannot be reused indefinitely (epochs)",
+                f"approx KL per update 1/4/8 epochs: {ak(p1):.4f} / {ak(p4):.4f} / {ak(p8):.4f}; clipfrac "
+                f"{cf(p1):.3f} / {cf(p4):.3f} / {cf(p8):.3f}; gold 4 -> 1: {_vs(r, p4, p1)}, 4 -> 8: {_vs(r, p4, p8)}",
+                ("the mechanism holds" if reuse else "mixed") + ": each extra epoch moves pi further from pi_old on "
+                "the same data (approx KL and clip fraction rise) and the clip discards more of the gradient; "
+                + ("8 epochs cost gold here." if worse8 else "8 epochs did not hurt the gold yet.")
+                + (" 1 epoch learns less per batch." if slow1 else " 1 epoch was not worse here.")))
+    more = ak(m16) > ak(m4) > ak(m1)
+    out.append(("seed 001 追问3: a too-large batch per step makes updates stale (minibatch count)",
+                f"1 / 4 / 16 minibatches: approx KL {ak(m1):.4f} / {ak(m4):.4f} / {ak(m16):.4f}, clipfrac {cf(m1):.3f} / "
+                f"{cf(m4):.3f} / {cf(m16):.3f}, gold {g(m1):+.2f} / {g(m4):+.2f} / {g(m16):+.2f}; 4 -> 16: {_vs(r, m4, m16)}",
+                ("holds in this sense" if more else "mixed") + ": more minibatches = more Adam steps on one batch, so "
+                "the later steps use data from an older policy (rising approx KL and clip fraction), like more "
+                "epochs; one minibatch per epoch takes 4 steps per batch and moves least."))
+    return out
+
+
+def narrative(r: dict) -> str:
+    sz = r["sizes"]
+    L = [f"Base run: {sz['iterations']} iterations x {sz['batch_size']} responses, lr {sz['lr']:g}, PPO seeds "
+         f"{list(sz['seeds'])}; SFT gold {r['reference']['gold_mean']:+.3f}. Values: mean over seeds, last 3 iterations "
+         "for the training metrics, held-out evaluation for gold / KL / length."]
+    if r["noise"] is not None:
+        L.append(f"Seed noise pooled over all variants: gold {r['noise']['gold_mean']:.3f}, KL {r['noise']['kl_mean']:.2f}.")
+    L.append(f"  {'hyperparameter':<15}{'value':<12}{'gold':>8}{'+-':>6}{'KL':>7}{'length':>7}{'clipfrac':>9}"
+             f"{'approx KL':>10}{'beta end':>9}{'CPU s':>7}")
+    for axis, points in r["table"].items():
+        for p in points:
+            L.append(f"  {axis:<15}{p['label'] + (' *' if p['base'] else ''):<12}{p['gold_mean'].mean():>+8.3f}"
+                     f"{p['gold_mean'].std():>6.3f}{p['kl_mean'].mean():>7.2f}{p['length_mean'].mean():>7.1f}"
+                     f"{p['policy/clipfrac_avg'].mean():>9.3f}{p['policy/approxkl_avg'].mean():>10.4f}"
+                     f"{p['kl_coef'].mean():>9.3f}{p['cpu']:>7.1f}")
+    L.append("  (* the base run; +- is the std over seeds)\n\nThe seeds' claims at this scale:")
+    for claim, measured, verdict in claims(r):
+        L += [f"- {claim}", f"    measured: {measured}", f"    verdict:  {verdict}"]
+    t = r["time"]
+    L.append(f"\nTime: {t['wall']:.1f} s wall, {t['cpu']:.1f} s CPU.")
+    return "\n".join(L)
+
+
+def main(argv=None) -> dict:
+    args = lesson_args(__doc__, argv)
+    r = run(quick=args.quick, seed=args.seed, full=args.full)
+    print(narrative(r))
+    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
+    plot(r, path)
+    print(f"figure: {path}")
+    return r
+
+
+if __name__ == "__main__":
+    main()
