@@ -1,0 +1,372 @@
+"""Lesson 19 - overoptimization: the proxy (RM) keeps rising, the gold peaks and falls (Gao et al. 2022).
+
+Pipeline step: stage 3 of RLHF pushed too far. Seed 003 sec. 16 "NLP 场景下的强化学习" warns
+"过度优化奖励模型会导致 reward hacking", sec. 17 "PPO 在 NLP 中的特殊问题" says a reference model and
+a KL penalty are needed "防止模型偏离 SFT 行为", and seed 001 "一、四个模型的分工与维护" gives the reference
+model its job: "防止Actor偏离原始LLM太远，避免奖励黑客（reward hacking）". This lesson measures what
+happens without that brake.
+
+The setup of Gao, Schulman & Hilton 2022 ("Scaling Laws for Reward Model Overoptimization",
+arXiv:2210.10760, Fig. 1) in miniature: the gold score (minippo.rlhf.gold, the simulated human) labels
+the preference pairs; proxy reward models are trained on 25, 100, 400 and all 1800 training prompts of
+the main job's pairs (nested subsets, RMConfig.n_train; cached under the study's folder); the SFT policy
+is then optimised against each proxy in two ways, and both scores are followed against
+d = sqrt(KL(pi || pi_init)) (nats per response):
+
+- RL: PPO (eq. (9) of Schulman et al. 2017 with eq. (7)'s clipped surrogate) with NO KL penalty
+  (``kl_controller="fixed", kl_coef=0``, as in Gao et al.'s main runs), a constant, higher learning rate,
+  and checkpoints judged every 2 iterations on fixed held-out prompts (exact KL to the reference);
+- best-of-n (minippo.rlhf.best_of_n): N candidates per prompt sampled once, the best by the proxy for
+  n = 1, 2, 4, ..., N (the unbiased all-subsets estimator), at KL_bon = log n - (n - 1) / n.
+
+Gao et al.'s functional forms are fitted to the gold gains R(d) = gold(d) - gold(0):
+R_bon(d) = d (alpha - beta d) and R_RL(d) = d (alpha - beta log d) (minippo.rlhf.overoptimization).
+
+The figure (the committed one comes from ``--full``: 3 PPO seeds per reward model averaged at each
+checkpoint, 40 iterations, 128 evaluation prompts, best-of-1024 on 64 prompts): (a) best-of-n, proxy
+(dashed) and gold (solid) against sqrt(KL_bon), one colour per reward model, the gold peak starred,
+best-of-n against the gold itself (a perfect reward model) in black; (b) the same for PPO; (c) the gold at
+the peak and at the end of the optimisation against the reward model's training pairs; (d) where the
+peak is; (e) the mean gold penalty terms of the samples: what the policy learned to exploit;
+(f) samples from the gold peak and from the collapse.
+
+Exercises:
+1. Put a KL penalty back (``kl_coef=0.05`` or the adaptive controller): does it move the gold-vs-sqrt(KL)
+   curve up, or only stop the run earlier on the same curve (Gao et al. found the latter)?
+2. A smaller reward model instead of less data: ``{"init": "fresh", "n_layer": 1, "n_embd": 16, "n_head": 2}``
+   in ``RM_VARIANTS``. Is it the parameters or the pairs that decide how early the gold turns?
+3. The KL of best-of-n is an upper bound when the policy repeats itself (Beirami et al. 2024). Count the
+   distinct texts among the N candidates of a prompt: how many distinct responses does best-of-1024 choose
+   from, and what does that say about the x-axis of panel (a)?
+"""
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+
+from lessons._common import lesson_args, output_path, pyplot, save
+from minippo.rlhf.best_of_n import sample_candidates, select_best
+from minippo.rlhf.overoptimization import (KLCheckpoints, fit_gold_curve, gold_peak, penalty_profile,
+                                           predict_gold_gain, rm_variants)
+from minippo.rlhf.study import Study
+
+# reward models: name -> RMConfig overrides (nested subsets of the main job's training prompts)
+RM_VARIANTS = {"25 prompts": {"n_train": 25}, "100 prompts": {"n_train": 100}, "400 prompts": {"n_train": 400},
+               "1800 prompts": {}}
+QUICK_VARIANTS = {"50 prompts": {"n_train": 50}, "340 prompts": {}}
+# the size of each version: PPO run, checkpoints, best-of-n
+SIZES = {
+    "quick": dict(iterations=6, batch_size=16, minibatch_size=8, every=2, seeds=(0,), n_eval=16,
+                  bon_prompts=8, bon_n=16),
+    "default": dict(iterations=30, batch_size=32, minibatch_size=8, every=2, seeds=(0,), n_eval=64,
+                    bon_prompts=32, bon_n=256),
+    "full": dict(iterations=40, batch_size=32, minibatch_size=8, every=2, seeds=(0, 1, 2), n_eval=128,
+                 bon_prompts=64, bon_n=1024),
+}
+LR = 3e-4                       # constant: 3x the main job's peak, no decay, no KL penalty
+PENALTY_TERMS = ("repeat", "overuse", "adj_chain", "word_order", "unknown", "run_on", "no_verb", "no_period",
+                 "after_period", "short", "long")
+
+
+def mean_points(runs: list[list[dict]]) -> list[dict]:
+    """Average the checkpoints of several seeds index by index (same iterations): sqrt_kl, rm, gold, ...;
+    the texts of the first seed are kept. The standard errors become the spread over seeds / sqrt(seeds)
+    when there are several seeds."""
+    out = []
+    for pts in zip(*runs):
+        p = dict(pts[0])
+        for k in ("kl", "sqrt_kl", "rm", "gold", "length"):
+            p[k] = float(np.mean([q[k] for q in pts]))
+        if len(pts) > 1:
+            for k in ("rm", "gold"):
+                p[k + "_sem"] = float(np.std([q[k] for q in pts], ddof=1) / np.sqrt(len(pts)))
+        out.append(p)
+    return out
+
+
+def rl_summary(points: list[dict]) -> dict:
+    """Peak, end and the Gao fit of one RL curve."""
+    d = np.array([p["sqrt_kl"] for p in points])
+    gold = np.array([p["gold"] for p in points])
+    k = gold_peak(points)
+    return {"d": d, "gold": gold, "rm": np.array([p["rm"] for p in points]), "peak": k,
+            "fit": fit_gold_curve(d, gold - gold[0], "rl"), "gold_sem": np.array([p["gold_sem"] for p in points])}
+
+
+def bon_summary(r: dict) -> dict:
+    """Peak, end and the Gao fit of one best-of-n curve."""
+    k = int(np.argmax(r["gold"]))
+    return {"d": r["sqrt_kl"], "gold": r["gold"], "rm": r["rm"], "peak": k, "ns": r["ns"],
+            "fit": fit_gold_curve(r["sqrt_kl"], r["gold"] - r["gold"][0], "bon"), "gold_sem": r["gold_sem"]}
+
+
+def run(quick: bool = False, seed: int = 0, full: bool = False, log=lambda *a: None) -> dict:
+    size = SIZES["quick" if quick else "full" if full else "default"]
+    study = Study(quick=quick, seed=0, n_eval=size["n_eval"])       # stage seed 0 (the shared caches)
+    rms = rm_variants(study, QUICK_VARIANTS if quick else RM_VARIANTS, log=log)
+
+    # best-of-n: one set of candidates, judged by every reward model (and by the gold itself)
+    cands = sample_candidates(study.sft, study.tokenizer, study.prompts[:size["bon_prompts"]], size["bon_n"],
+                              np.random.default_rng([seed, 19]), max_new_tokens=study.config().max_new_tokens)
+    bon = {name: select_best(cands, v["model"]) for name, v in rms.items()}
+    bon_gold = select_best(cands, "gold")
+    log(f"  best-of-n: {size['bon_prompts']} prompts x {size['bon_n']} candidates")
+
+    # RL: PPO without a KL penalty against every reward model, checkpoints judged on fixed prompts
+    rl = {}
+    for name, v in rms.items():
+        runs = []
+        for s in size["seeds"]:
+            cfg = study.config(seed=seed + s, kl_controller="fixed", kl_coef=0.0, lr=LR, lr_schedule="constant",
+                               iterations=size["iterations"], batch_size=size["batch_size"],
+                               minibatch_size=size["minibatch_size"])
+            cb = KLCheckpoints(study, v["model"], every=size["every"])
+            study.run(cfg, reward_model=v["model"], callback=cb)
+            runs.append(cb.points)
+        rl[name] = mean_points(runs)
+        log(f"  PPO against the RM on {name}: {len(runs)} seed(s), gold {rl[name][0]['gold']:+.2f} -> "
+            f"peak {max(p['gold'] for p in rl[name]):+.2f} -> {rl[name][-1]['gold']:+.2f}")
+
+    summary = {name: {"pairs": v["summary"].get("n_train", 0), "accuracy": v["summary"].get("heldout_accuracy"),
+                      "pearson": v["summary"].get("pearson"), "n_params": v["n_params"],
+                      "bon": bon_summary(bon[name]), "rl": rl_summary(rl[name])} for name, v in rms.items()}
+    # what was exploited: SFT, and the strongest RM's RL peak and end; the weakest RM's best-of-N
+    strong, weak = list(rms)[-1], list(rms)[0]
+    pts = rl[strong]
+    k = summary[strong]["rl"]["peak"]
+    profiles = {"SFT": penalty_profile(pts[0]["eval"]["texts"]),
+                f"PPO peak ({strong})": penalty_profile(pts[k]["eval"]["texts"]),
+                f"PPO end ({strong})": penalty_profile(pts[-1]["eval"]["texts"]),
+                f"PPO end ({weak})": penalty_profile(rl[weak][-1]["eval"]["texts"]),
+                f"best-of-{size['bon_n']} ({weak})": penalty_profile(bon[weak]["selected_texts"][size["bon_n"]])}
+    return {"size": size, "quick": quick, "full": full, "rms": {n: {k: v[k] for k in ("summary", "n_params", "config")}
+                                                               for n, v in rms.items()},
+            "bon": bon, "bon_gold": bon_gold, "rl": rl, "summary": summary, "profiles": profiles,
+            "strong": strong, "weak": weak, "candidates_prompts": cands.prompts}
+
+
+# ----------------------------------------------------------------------------------------------
+# the figure
+# ----------------------------------------------------------------------------------------------
+
+def _colors(names):
+    import matplotlib
+    cmap = matplotlib.colormaps["viridis"]
+    return {n: cmap(0.85 * i / max(len(names) - 1, 1)) for i, n in enumerate(names)}
+
+
+def _curves(ax, r, method: str, colors):
+    for name, s in r["summary"].items():
+        m = s[method]
+        c = colors[name]
+        ax.plot(m["d"], m["rm"], "--", color=c, lw=1.3)
+        ax.errorbar(m["d"], m["gold"], yerr=m["gold_sem"], color=c, lw=1.8, marker=".", ms=4, capsize=0,
+                    elinewidth=0.6, label=f"RM {name} ({s['pairs']} pairs, acc {s['accuracy']:.2f})")
+        k = m["peak"]
+        ax.plot(m["d"][k], m["gold"][k], "*", color=c, ms=15, mec="black", mew=0.8, zorder=5)
+        dd = np.linspace(0, m["d"].max(), 100)
+        ax.plot(dd, m["gold"][0] + predict_gold_gain(m["fit"], dd), ":", color=c, lw=1.0)
+    ax.axhline(r["summary"][r["strong"]][method]["gold"][0], color="grey", lw=0.8)      # the SFT policy (d = 0)
+    ax.set_xlabel("d = sqrt(KL(pi || pi_init))   (KL in nats per response)")
+    ax.set_ylabel("score (gold solid, proxy RM dashed)")
+
+
+def plot(r: dict, path) -> None:
+    plt = pyplot()
+    fig = plt.figure(figsize=(18, 16))
+    gs = fig.add_gridspec(3, 6, height_ratios=[1.2, 0.85, 0.55])
+    a, b = fig.add_subplot(gs[0, :3]), fig.add_subplot(gs[0, 3:])
+    c, c2, e = fig.add_subplot(gs[1, :2]), fig.add_subplot(gs[1, 2:4]), fig.add_subplot(gs[1, 4:])
+    t = fig.add_subplot(gs[2, :])
+    names = list(r["summary"])
+    colors = _colors(names)
+    N = r["size"]["bon_n"]
+
+    _curves(a, r, "bon", colors)
+    g = r["bon_gold"]
+    a.plot(g["sqrt_kl"], g["gold"], "-", color="black", lw=1.5, marker=".", label="best-of-n against the gold itself")
+    for k in (len(g["ns"]) // 2, len(g["ns"]) - 1):
+        a.annotate(f"n={g['ns'][k]}", (g["sqrt_kl"][k], g["gold"][k]), textcoords="offset points", xytext=(-8, 8),
+                   fontsize=8)
+    a.set_title(f"(a) best-of-n, n = 1 .. {N} ({r['size']['bon_prompts']} prompts): "
+                "KL_bon = log n - (n-1)/n\n(star: gold peak; dotted: Gao fit d(alpha - beta d))")
+    a.legend(loc="upper left", fontsize=8)
+
+    _curves(b, r, "rl", colors)
+    b.axvspan(0, g["sqrt_kl"][-1], color="grey", alpha=0.12)
+    b.text(g["sqrt_kl"][-1] / 2, 0.98, f"range of\nbest-of-{N}\nin (a)", transform=b.get_xaxis_transform(),
+           ha="center", va="top", fontsize=8, color="0.3")
+    seeds = len(r["size"]["seeds"])
+    b.set_title(f"(b) PPO without KL penalty, lr {LR:g}, {r['size']['iterations']} iterations "
+                f"({seeds} seed{'s' if seeds > 1 else ''})\n(star: gold peak; dotted: Gao fit d(alpha - beta log d))")
+    from matplotlib.lines import Line2D
+    b.legend(handles=[Line2D([], [], color="0.3", label="gold score (colours as in (a))"),
+                      Line2D([], [], color="0.3", ls="--", label="proxy: the RM's own score")],
+             loc="lower left", fontsize=8)
+
+    pairs = np.array([s["pairs"] for s in r["summary"].values()], dtype=float)
+    for method, mk in (("bon", "o"), ("rl", "s")):
+        label = f"best-of-{N}" if method == "bon" else "PPO"
+        peak = [s[method]["gold"][s[method]["peak"]] for s in r["summary"].values()]
+        end = [s[method]["gold"][-1] for s in r["summary"].values()]
+        c.plot(pairs, peak, "-" + mk, color="tab:green" if method == "bon" else "tab:purple",
+               label=f"{label}: gold at the peak")
+        c.plot(pairs, end, "--" + mk, mfc="none", color="tab:green" if method == "bon" else "tab:purple",
+               label=f"{label}: gold at n = {N}" if method == "bon" else f"{label}: gold at the last checkpoint")
+    c.axhline(r["summary"][r["strong"]]["rl"]["gold"][0], color="grey", lw=0.8, label="SFT policy")
+    c.set_xscale("log")
+    c.set_xlabel("reward-model training pairs (log scale)")
+    c.set_ylabel("mean gold score")
+    c.set_title("(c) gold at the peak and at the end vs RM data")
+    c.legend(fontsize=8, loc="lower right")
+    for method, col in (("bon", "tab:green"), ("rl", "tab:purple")):
+        label = f"best-of-{N}" if method == "bon" else "PPO"
+        c2.plot(pairs, [s[method]["d"][s[method]["peak"]] for s in r["summary"].values()], "-o", color=col,
+                label=f"{label}: measured peak")
+        c2.plot(pairs, [min(s[method]["fit"]["d_peak"], 20) for s in r["summary"].values()], ":x", color=col,
+                label=f"{label}: peak of the Gao fit")
+    c2.set_xscale("log")
+    c2.set_xlabel("reward-model training pairs (log scale)")
+    c2.set_ylabel("d = sqrt(KL) at the gold peak")
+    c2.set_title("(d) where the gold peaks")
+    lo, hi = c2.get_ylim()
+    c2.set_ylim(lo, hi + 0.45 * (hi - lo))                 # room for the legend above the lines
+    c2.legend(fontsize=8, loc="upper center", ncol=2)
+
+    prof = r["profiles"]
+    terms = [k for k in PENALTY_TERMS if max(p[k] for p in prof.values()) >= 0.02]
+    width = 0.8 / len(prof)
+    x = np.arange(len(terms))
+    pcol = ["0.6", "tab:blue", "tab:red", "tab:orange", "tab:green"]
+    for i, (lab, p) in enumerate(prof.items()):
+        e.bar(x + (i - (len(prof) - 1) / 2) * width, [p[k] for k in terms], width,
+              label=f"{lab}: gold {p['gold']:+.2f}, sentiment {p['sentiment']:+.2f}", color=pcol[i % len(pcol)])
+    e.set_xticks(x, terms, rotation=20)
+    e.set_ylabel("mean penalty per sample (gold units)")
+    e.set_title("(e) what was exploited: mean gold penalty terms")
+    e.legend(fontsize=8, loc="upper left")
+
+    t.axis("off")
+    t.grid(False)
+    strong, weak = r["strong"], r["weak"]
+    pts = r["rl"][strong]
+    k = r["summary"][strong]["rl"]["peak"]
+    rows = [f"(f) the same prompts: SFT -> PPO at the gold peak (d = {pts[k]['sqrt_kl']:.1f}) -> the end "
+            f"(d = {pts[-1]['sqrt_kl']:.1f}), RM on {strong}; and the best of {N} by the RM on {weak}  [gold, RM]"]
+    for i in range(3):
+        for lab, p in (("SFT ", pts[0]), ("peak", pts[k]), ("end ", pts[-1])):
+            ev = p["eval"]
+            rows.append(textwrap.shorten(f"{lab} [{ev['gold'][i]:+.2f}, {ev['rm'][i]:+.2f}] {ev['texts'][i]}", 150))
+        rows.append("")
+    bw = r["bon"][weak]
+    col = list(bw["ns"]).index(N)
+    for i in range(2):
+        j = int(bw["selected"][i, col])
+        rows.append(textwrap.shorten(f"best-of-{N}, RM on {weak} [{r['bon'][weak]['proxy'][i, j]:+.2f} RM]: "
+                                     f"{bw['selected_texts'][N][i]}", 150))
+    t.text(0.0, 1.0, "\n".join(rows), va="top", ha="left", family="monospace", fontsize=8.8, transform=t.transAxes)
+    fig.tight_layout()
+    save(fig, path)
+
+
+# ----------------------------------------------------------------------------------------------
+# the narrative
+# ----------------------------------------------------------------------------------------------
+
+def narrative(r: dict) -> str:
+    s, N = r["summary"], r["size"]["bon_n"]
+    lines = ["Reward models (proxies), all normalised to mean 0, std 1 on SFT samples:"]
+    for name, x in s.items():
+        lines.append(f"  {name:<13s} {x['pairs']:6d} training pairs, {x['n_params']:,} parameters, held-out accuracy "
+                     f"{x['accuracy']:.3f}, score-gold Pearson {x['pearson']:.3f}")
+    for method, title in (("bon", f"Best-of-n, n = 1 .. {N}"), ("rl", "PPO without KL penalty")):
+        lines.append(f"\n{title}: gold at d = 0 -> at the peak (where) -> at the end; proxy at the peak -> at the end; "
+                     "Gao fit's peak d*")
+        for name, x in s.items():
+            m = x[method]
+            k = m["peak"]
+            where = f"n={m['ns'][k]}, d={m['d'][k]:.2f}" if method == "bon" else f"d={m['d'][k]:.2f}"
+            lines.append(f"  RM {name:<13s} gold {m['gold'][0]:+.2f} -> {m['gold'][k]:+.2f} ({where}) -> "
+                         f"{m['gold'][-1]:+.2f} (d={m['d'][-1]:.2f});  proxy {m['rm'][k]:+.2f} -> {m['rm'][-1]:+.2f};  "
+                         f"fit d* {m['fit']['d_peak']:.2f}")
+    g = r["bon_gold"]
+    lines.append(f"  best-of-n against the gold itself: {g['gold'][0]:+.2f} -> {g['gold'][-1]:+.2f} at n = {N} "
+                 "(never falls: no proxy, no over-optimisation)")
+    lines += ["", "Which claims hold here:"] + claims(r)
+    kl_end = max(x["rl"]["d"][-1] for x in s.values()) ** 2
+    lines += ["", "Reading the numbers:",
+              f"- Without a KL penalty nothing holds PPO near the reference: the KL reaches {kl_end:.0f} nats per "
+              "response (seed 001: '固定beta会导致KL散度失控'; here beta = 0).",
+              "- Best-of-n only re-ranks SFT samples, the distribution every RM was trained on, so its gold follows "
+              "the RM's accuracy. PPO drifts to text no preference pair contained (broken subwords, stacked "
+              "sentences: panel (e)), where every RM extrapolates; more data then mostly softens the fall (not in strict order "
+              "here). PPO's peak heights differ by about their error bars (prompts with one seed, seeds with "
+              "--full), so their order is noise at this scale."]
+    return "\n".join(lines)
+
+
+def claims(r: dict) -> list[str]:
+    """The seeds' and Gao et al.'s claims, each checked on the measured numbers."""
+    s = r["summary"]
+    out = []
+    # "keeps rising": the proxy at the end is above its value at d = 0 and not below its value at the gold peak
+    not_rising = [f"{m} {n}" for n, x in s.items() for m in ("bon", "rl")
+                  if not x[m]["rm"][-1] > x[m]["rm"][0] or x[m]["rm"][-1] < x[m]["rm"][x[m]["peak"]] - 0.05]
+    falls = [(n, m) for n, x in s.items() for m in ("bon", "rl")
+             if x[m]["gold"][x[m]["peak"]] > x[m]["gold"][0] and x[m]["gold"][-1] < x[m]["gold"][x[m]["peak"]] - 0.1]
+    out.append("- The proxy keeps rising past the gold peak for every RM and both methods: "
+               + ("yes." if not not_rising else "NO for " + ", ".join(not_rising) + "."))
+    out.append(f"- The gold rises, peaks and falls by > 0.1 in {len(falls)} of {2 * len(s)} curves "
+               "(seed 003: '过度优化奖励模型会导致 reward hacking'): "
+               + ", ".join(f"{m} {n}" for n, m in falls) + ".")
+    names = list(s)
+    for method, title in (("bon", "best-of-n"), ("rl", "PPO")):
+        peaks = [s[n][method]["gold"][s[n][method]["peak"]] for n in names]
+        ends = [s[n][method]["gold"][-1] for n in names]
+        d_peaks = [s[n][method]["d"][s[n][method]["peak"]] for n in names]
+        sems = [s[n][method]["gold_sem"][s[n][method]["peak"]] for n in names]
+        out.append(f"- {title}, RMs in order of training pairs: a higher gold peak with more data (Gao et al.): "
+                   + ", ".join(f"{p:+.2f}+-{e:.2f}" for p, e in zip(peaks, sems))
+                   + (": holds (within 0.05)" if all(np.diff(peaks) >= -0.05) else ": does NOT hold in order")
+                   + "; a shallower fall with more data: gold at the end " + ", ".join(f"{e:+.2f}" for e in ends)
+                   + (": holds (within 0.05)" if all(np.diff(ends) >= -0.05) else ": does NOT hold in order")
+                   + "; the peak at d = " + ", ".join(f"{d:.2f}" for d in d_peaks) + ".")
+    strong = r["strong"]
+    b, p = s[strong]["bon"], s[strong]["rl"]
+    d_b = b["d"][-1]
+    gold_rl_at = float(np.interp(d_b, p["d"], p["gold"]))
+    out.append("- At the same KL, best-of-n beats PPO (Gao et al.: RL spends much more KL for the same gold): "
+               "with the RM "
+               f"on {strong}, at d = {d_b:.2f} best-of-{r['size']['bon_n']} reaches gold {b['gold'][-1]:+.2f}, "
+               f"PPO {gold_rl_at:+.2f} (interpolated): {'holds' if b['gold'][-1] > gold_rl_at else 'does NOT hold'}.")
+    return out
+
+
+def main(argv=None) -> dict:
+    import time
+    args = lesson_args(__doc__, argv)
+    t0, c0 = time.perf_counter(), time.process_time()
+    r = run(quick=args.quick, seed=args.seed, full=args.full, log=print)
+    print()
+    print(narrative(r))
+    print("\nWhat the policy learned to exploit (mean gold penalty per sample):")
+    for lab, p in r["profiles"].items():
+        top = sorted(((p[k], k) for k in PENALTY_TERMS), reverse=True)[:3]
+        print(f"  {lab:<28s} gold {p['gold']:+.2f} sentiment {p['sentiment']:+.2f} penalty {p['penalty']:.2f}: "
+              + ", ".join(f"{k} {v:.2f} (fires on {100 * p['frac_' + k]:.0f} %)" for v, k in top if v > 0))
+    strong = r["strong"]
+    pts, k = r["rl"][strong], r["summary"][strong]["rl"]["peak"]
+    print(f"\nSamples, RM on {strong}: SFT / PPO at the gold peak / PPO at the end  [gold, RM]")
+    for i in range(3):
+        for lab, p in (("SFT ", pts[0]), ("peak", pts[k]), ("end ", pts[-1])):
+            print(f"  {lab} [{p['eval']['gold'][i]:+.2f}, {p['eval']['rm'][i]:+.2f}] {p['eval']['texts'][i]}")
+    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
+    plot(r, path)
+    print(f"figure: {path}")
+    print(f"time: {time.perf_counter() - t0:.1f} s wall, {time.process_time() - c0:.1f} s CPU")
+    return r
+
+
+if __name__ == "__main__":
+    main()
