@@ -197,6 +197,12 @@ def proxy_scores(candidates: Candidates, reward_model) -> np.ndarray:
     return np.asarray(scores, dtype=np.float64).reshape(candidates.shape)
 
 
+def _sem(x: np.ndarray) -> np.ndarray:
+    """(K,) standard error over the P prompts of a (P, K) array (0 for a single prompt)."""
+    P = x.shape[0]
+    return x.std(axis=0, ddof=1) / np.sqrt(P) if P > 1 else np.zeros(x.shape[1])
+
+
 def select_best(candidates: Candidates, reward_model, ns=None, estimator: str = "subsets") -> dict:
     """Best-of-n by ``reward_model`` for every n in ``ns`` (default :func:`default_ns` of N), from the
     candidates sampled once. See the module docstring for the estimator.
@@ -215,10 +221,9 @@ def select_best(candidates: Candidates, reward_model, ns=None, estimator: str = 
     rm = bon_curves(proxy, proxy, ns, estimator)                                 # (P, K)
     gold = bon_curves(proxy, candidates.gold, ns, estimator)                      # (P, K)
     selected = np.stack([np.argmax(proxy[:, :n], axis=1) for n in ns], axis=1)   # (P, K) best of the first n
-    sem = lambda x: x.std(axis=0, ddof=1) / np.sqrt(P) if P > 1 else np.zeros(x.shape[1])   # noqa: E731
     kl = bon_kl(ns)
     return {"ns": ns.astype(np.int64), "kl": kl, "sqrt_kl": np.sqrt(kl), "estimator": estimator, "n_max": N,
-            "rm": rm.mean(axis=0), "gold": gold.mean(axis=0), "rm_sem": sem(rm), "gold_sem": sem(gold),
+            "rm": rm.mean(axis=0), "gold": gold.mean(axis=0), "rm_sem": _sem(rm), "gold_sem": _sem(gold),
             "rm_per_prompt": rm, "gold_per_prompt": gold, "proxy": proxy, "selected": selected,
             "selected_texts": {int(n): [candidates.text(p, int(selected[p, k])) for p in range(P)]
                                for k, n in enumerate(ns)}}
