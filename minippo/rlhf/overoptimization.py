@@ -56,7 +56,7 @@ def rm_variants(study, variants: dict[str, dict], cache_dir=None, *, log=lambda 
     variants : name -> RMConfig overrides, e.g. ``{"100 prompts": {"n_train": 100}, "all": {}}``; empty
         overrides mean the study's own reward model (not retrained)
     cache_dir : where trained variants are kept (default ``study.folder / "rm_variants"``); a variant
-        lives in ``<name>-<hash of its config>/`` and is loaded when present
+        lives in ``rm-<hash of its RMConfig>/`` (the name is only a label) and is loaded when present
     log : called with one line per variant
 
     Returns
@@ -82,14 +82,13 @@ def rm_variants(study, variants: dict[str, dict], cache_dir=None, *, log=lambda 
             target, cached = folder / "rm", True
         else:
             key = hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
-            slug = "".join(c if c.isalnum() else "_" for c in name)
-            target = cache / f"{slug}-{key}"
+            target = cache / f"rm-{key}"
             cached = has_checkpoint(target / "model")
             if not cached:
                 if pairs is None:
                     pairs = PreferencePairs.load(folder / "rm" / "pairs.npz")
                 # train into a private folder, then rename: a concurrent run never sees half a model
-                tmp = cache / f".{slug}-{key}.tmp{os.getpid()}"
+                tmp = cache / f".rm-{key}.tmp{os.getpid()}"
                 train_reward_model(cfg, folder / "sft", tmp, progress=False, pairs=pairs)
                 try:
                     os.rename(tmp, target)
