@@ -1,4 +1,4 @@
-"""Lesson 16 - pitfalls: the critic's start (value clip, value norm, bias init), length hacking and its penalty, the lr = 0 check.
+"""Lesson 16 - pitfalls: the critic's start (value clip / norm / bias init), length hacking, the lr = 0 ratio check.
 
 Pipeline step: the parts of RLHF-PPO that fail silently. Three experiments on the cached SFT policy and
 reward model (``minippo.rlhf.study.Study``), helpers in ``minippo.rlhf.pitfalls``:
@@ -111,8 +111,8 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     base = dict(iterations=sz["iterations"], batch_size=sz["batch_size"], minibatch_size=sz["minibatch_size"], lr=5e-4)
     # A. six critics against the offset reward model; the callback logs the critic's error in return units
     add_error = lambda tr, ro, rec: rec.update({"val/value_error": value_error(ro)})   # noqa: E731
-    critic = study.sweep(CRITICS, seeds=sz["seeds"], base=base, reward_model=offset_reward_model(study.reward_model, OFFSET),
-                         callback=add_error)
+    critic = study.sweep(CRITICS, seeds=sz["seeds"], base=base, callback=add_error,
+                         reward_model=offset_reward_model(study.reward_model, OFFSET))
     # B. length: the SFT samples with room for LONG_TOKENS give the slope of the bonus-shaped score
     cfg_long = study.config(max_new_tokens=LONG_TOKENS)
     ref_long = study.evaluate(study.sft, max_new_tokens=LONG_TOKENS, sample_seed=1)
@@ -143,7 +143,8 @@ def summary(r: dict) -> dict:
         err, ev = seed_curves(v, "val/value_error"), seed_curves(v, "val/explained_variance")
         out[name] = {"err0": float(err[:, 0].mean()), "err_end": float(err[:, -3:].mean()),
                      "ev_end": float(ev[:, -5:].mean()), "gold": seed_values(v, "gold_mean"),
-                     "kl": float(seed_values(v, "kl_mean").mean()), "loss_end": float(seed_values(v, "loss/value_avg").mean())}
+                     "kl": float(seed_values(v, "kl_mean").mean()),
+                     "loss_end": float(seed_values(v, "loss/value_avg").mean())}
     return out
 
 
@@ -177,7 +178,8 @@ def plot(r: dict, path) -> None:
         c.plot([k - 0.25, k + 0.25], [g_.mean()] * 2, color=COLORS[name], lw=2.5)
     c.axhline(r["reference"]["gold_mean"], color="k", ls="--", lw=1, label="SFT policy")
     c.set_xticks(range(len(CRITICS)), [n.replace(" ", "\n", 1) for n in CRITICS], fontsize=8)
-    c.set(title="(c) gold score of the trained policies (dots: seeds, bar: mean)", ylabel="gold score, held-out prompts")
+    c.set(title="(c) gold score of the trained policies (dots: seeds, bar: mean)",
+          ylabel="gold score, held-out prompts")
     c.legend(fontsize=8)
     # B. length hacking
     for col, (name, v) in zip(LCOLORS, r["length"].items()):
@@ -243,8 +245,8 @@ def _diff(a, b, noise) -> str:
 def narrative(r: dict) -> str:
     """The measured numbers, and which of the seeds' claims hold at this scale."""
     sz, s = r["sizes"], summary(r)
-    L = [f"A. The critic: {sz['iterations']} iterations x {sz['batch_size']} responses, lr {r['base']['lr']:g}, PPO seeds "
-         f"{list(sz['seeds'])}; reward = RM score + {OFFSET:g}; SFT gold {r['reference']['gold_mean']:+.3f}.",
+    L = [f"A. The critic: {sz['iterations']} iterations x {sz['batch_size']} responses, lr {r['base']['lr']:g}, "
+         f"PPO seeds {list(sz['seeds'])}; reward = RM score + {OFFSET:g}; SFT gold {r['reference']['gold_mean']:+.3f}.",
          f"  {'critic':<16}{'error it 0':>11}{'error end':>10}{'loss/value':>11}{'EV end':>8}{'gold':>8}{'KL':>6}"]
     for name, x in s.items():
         L.append(f"  {name:<16}{x['err0']:>11.2f}{x['err_end']:>10.2f}{x['loss_end']:>11.3f}{x['ev_end']:>8.2f}"
@@ -262,34 +264,40 @@ def narrative(r: dict) -> str:
         if noise is None:
             return f"{word} ({x['gold'].mean():+.2f} vs {ref['gold'].mean():+.2f}, one seed)"
         c = compare(ref["gold"], x["gold"], noise)
-        return f"{'clearly ' + word if c['clear'] else 'within seed noise'} ({x['gold'].mean():+.2f} vs {ref['gold'].mean():+.2f})"
+        verdict = "clearly " + word if c["clear"] else "within seed noise"
+        return f"{verdict} ({x['gold'].mean():+.2f} vs {ref['gold'].mean():+.2f})"
 
     vc, vn, bi, rm = s["value clip"], s["value norm"], s["bias init"], s["RM-init critic"]
-    L += [f"  Seed 000 'clip the value loss (to calm the critic)': {'does NOT hold here' if vc['err_end'] > nf['err_end'] else 'holds'}"
-          f": with clipping the error ends at {vc['err_end']:.2f} vs {nf['err_end']:.2f} without; gold {gain(vc)}. The "
-          f"clipped loss has no gradient once V is 0.2 from its rollout value, so a critic {OFFSET:g} off needs "
+    L += [f"  Seed 000 'clip the value loss (to calm the critic)': "
+          f"{'does NOT hold here' if vc['err_end'] > nf['err_end'] else 'holds'}: with clipping the error ends at "
+          f"{vc['err_end']:.2f} vs {nf['err_end']:.2f} without; gold {gain(vc)}. The clipped loss has no gradient once "
+          f"V is 0.2 from its rollout value, so a critic {OFFSET:g} off needs "
           f"~{OFFSET / 0.2:.0f} iterations to arrive: clipping is a brake, useful only near the target.",
-          f"  Seed 000 'value normalization': {'holds for the critic' if vn['err_end'] < nf['err_end'] else 'does not hold'}: "
+          "  Seed 000 'value normalization': "
+          f"{'holds for the critic' if vn['err_end'] < nf['err_end'] else 'does not hold'}: "
           f"error {nf['err_end']:.2f} -> {vn['err_end']:.2f} at the end (the loss is in units of the returns' std, "
           f"whatever their scale); gold {gain(vn)}. Until it catches up the advantages carry the offset (see (a)).",
-          f"  Seed 001 'initialise the bias to the mean RM score': error at iteration 0 {nf['err0']:.1f} -> {bi['err0']:.2f}, "
+          "  Seed 001 'initialise the bias to the mean RM score': error at iteration 0 "
+          f"{nf['err0']:.1f} -> {bi['err0']:.2f}, "
           f"gold {gain(bi)}: after the shift the offset is gone from every delta_t.",
           f"  The main job's critic (RM weights, value clip, bias init) starts at {rm['err0']:.2f} and explains "
-          f"{rm['ev_end']:.2f} of the returns' variance at the end, vs {bi['ev_end']:.2f} for the SFT-trunk critic with the "
-          f"bias fixed; gold vs 'bias init': {gain(rm, bi)}. EV is blind to a constant offset (compare (a) with (b)): "
-          "it measures what the critic knows about the text, which comes from the RM's weights, not from the tricks.",
+          f"{rm['ev_end']:.2f} of the returns' variance at the end, vs {bi['ev_end']:.2f} for the SFT-trunk critic "
+          f"with the bias fixed; gold vs 'bias init': {gain(rm, bi)}. EV is blind to a constant offset (compare (a) "
+          "with (b)): it measures what the critic knows about the text, which comes from the RM's weights, not from "
+          "the tricks.",
           f"  Seed 003 误区四 'a smaller value loss means a better policy': the logged loss/value of 'value norm' "
           f"({vn['loss_end']:.3f}) is {'below' if vn['loss_end'] < bi['loss_end'] else 'above'} that of 'bias init' "
           f"({bi['loss_end']:.3f}), its gold {'lower' if vn['gold'].mean() < bi['gold'].mean() else 'higher'} "
-          f"({vn['gold'].mean():+.2f} vs {bi['gold'].mean():+.2f}): each head logs in its own units, and the value loss "
-          "at the end says nothing about the iterations that shaped the policy. Judge the policy by gold / return, KL "
-          "and entropy."]
+          f"({vn['gold'].mean():+.2f} vs {bi['gold'].mean():+.2f}): each head logs in its own units, and the "
+          "value loss at the end says nothing about the iterations that shaped the policy. Judge the policy by "
+          "gold / return, KL and entropy."]
     # B
     names = list(r["length"])
     lens = {k: float(seed_values(r["length"][k], "length_mean").mean()) for k in names}
     tm = {k: mean_terms(r["length"][k]) for k in names}
     ref = {**r["ref_long"]["terms"], "length_mean": r["ref_long"]["length_mean"]}
-    L += [f"\nB. Length: {sz['long_iterations']} iterations, room for {LONG_TOKENS} tokens, seeds {list(sz['long_seeds'])}. "
+    L += [f"\nB. Length: {sz['long_iterations']} iterations, room for {LONG_TOKENS} tokens, "
+          f"seeds {list(sz['long_seeds'])}. "
           f"Slope of the bonus-shaped score against length on SFT samples: {r['slope']:+.3f}/token (the RM's own "
           f"{r['slope'] - BONUS:+.3f} plus the bonus) -> length_penalty {r['penalty']}.",
           f"  {'reward':<36}{'tokens':>7}{'words':>6}{'>30w':>5}" + "".join(f"{t[:8]:>9}" for t in TERMS)
@@ -300,33 +308,35 @@ def narrative(r: dict) -> str:
     plain, hack, fixed = names
     grown = sorted(TERMS, key=lambda t: tm[plain][t] - tm[hack][t])[:3]
     L += [f"  Seed 001 'the RM's preference for length is exploited': "
-          f"{'holds' if lens[hack] > lens[plain] + 3 and tm[hack]['gold'] < tm[plain]['gold'] else 'not clearly here'}: "
-          f"{lens[plain]:.1f} -> {lens[hack]:.1f} tokens, gold {tm[plain]['gold']:+.2f} -> {tm[hack]['gold']:+.2f}, sentiment "
-          f"{tm[plain]['sentiment']:+.2f} -> {tm[hack]['sentiment']:+.2f}. The loss is in the penalties that grow with "
-          "length, most: " + ", ".join(f"{t} {tm[plain][t]:.2f} -> {tm[hack][t]:.2f}" for t in grown)
+          f"{'holds' if lens[hack] > lens[plain] + 3 and tm[hack]['gold'] < tm[plain]['gold'] else 'not clear here'}: "
+          f"{lens[plain]:.1f} -> {lens[hack]:.1f} tokens, gold {tm[plain]['gold']:+.2f} -> {tm[hack]['gold']:+.2f}, "
+          f"sentiment {tm[plain]['sentiment']:+.2f} -> {tm[hack]['sentiment']:+.2f}. The loss is in the penalties "
+          "that grow with length, most: " + ", ".join(f"{t} {tm[plain][t]:.2f} -> {tm[hack][t]:.2f}" for t in grown)
           + f". More than 30 words: {tm[hack]['frac_too_long']:.0%} of the responses, so the gold's 'long' term "
           f"{'hardly fires' if tm[hack]['long'] < 0.05 else 'fires'}: each extra token is another chance to misspell a "
           "word (BPE pieces glued wrongly: 'unknown') or to chain one more clause.",
           f"  The length penalty {'fixes it' if abs(lens[fixed] - lens[plain]) < 3 else 'does not fully fix it'}: "
-          f"{lens[fixed]:.1f} tokens, gold {tm[fixed]['gold']:+.2f}. Fitted on SFT samples it removes the linear length term "
-          "(here exactly the bonus plus the RM's own slope); a real RM's length bias is neither linear nor known, and "
-          "has to be measured like this.",
+          f"{lens[fixed]:.1f} tokens, gold {tm[fixed]['gold']:+.2f}. Fitted on SFT samples it removes the linear "
+          "length term (here exactly the bonus plus the RM's own slope); a real RM's length bias is neither linear "
+          "nor known, and has to be measured like this.",
           "  Samples with the bonus: " + " | ".join(r["length"][hack]["eval"][0]["texts"][:2])]
     # C
     ck = r["check"]
     fm, rec = ck["first_minibatch"], ck["record"]
-    L += [f"\nC. lr = 0: first minibatch ratio {fm['ratio_mean']!r}, approx KL {fm['approx_kl']!r}, clipfrac {fm['clipfrac']!r}; "
-          f"over all minibatches val/ratio {rec['val/ratio']!r}, approxkl_max {rec['policy/approxkl_max']!r}: the check passes, "
-          "bitwise.",
-          f"  {'recompute':<28}{'ratio mean':>11}{'min':>9}{'max':>9}{'approx KL':>10}{'clipfrac':>9}{'|r-1|>eps':>10}{'rows':>6}"]
+    L += [f"\nC. lr = 0: first minibatch ratio {fm['ratio_mean']!r}, approx KL {fm['approx_kl']!r}, "
+          f"clipfrac {fm['clipfrac']!r}; over all minibatches val/ratio {rec['val/ratio']!r}, "
+          f"approxkl_max {rec['policy/approxkl_max']!r}: the check passes, bitwise.",
+          f"  {'recompute':<28}{'ratio mean':>11}{'min':>9}{'max':>9}{'approx KL':>10}{'clipfrac':>9}"
+          f"{'|r-1|>eps':>10}{'rows':>6}"]
     for k, x in ck["stats"].items():
         L.append(f"  {k:<28}{x['ratio_mean']:>11.4f}{x['ratio_min']:>9.3g}{x['ratio_max']:>9.3g}{x['approx_kl']:>10.2g}"
                  f"{x['clipfrac']:>9.1%}{x['outside_band']:>10.1%}{x['rows_changed']:>6.0%}")
     nm, rp = ck["stats"]["no attention mask"], ck["stats"]["3 more pads, mask kept"]
-    L += [f"  The mean ratio hides the bugs (the temperature bug averages {ck['stats']['temperature 0.7, not 1']['ratio_mean']:.3f}); "
-          "approx KL, clipfrac and the extreme ratios do not. Without the mask exactly the rows with prompt padding change "
-          f"({nm['rows_changed']:.0%} of rows; {ck['padded_rows']:.0%} are padded). Padding itself is harmless: 3 more pads "
-          f"with the mask extended move no row (max |log r| {rp['max_abs_log_ratio']:.1g}, float32 rounding).",
+    tb = ck["stats"]["temperature 0.7, not 1"]
+    L += [f"  The mean ratio hides the bugs (the temperature bug averages {tb['ratio_mean']:.3f}); approx KL, clipfrac "
+          "and the extreme ratios do not. Without the mask exactly the rows with prompt padding change "
+          f"({nm['rows_changed']:.0%} of rows; {ck['padded_rows']:.0%} are padded). Padding itself is harmless: 3 more "
+          f"pads with the mask extended move no row (max |log r| {rp['max_abs_log_ratio']:.1g}, float32 rounding).",
           "  Each bug makes PPO clip and 'correct' tokens before the policy learned anything: a non-zero clipfrac at "
           "lr = 0 is always a bug."]
     t = r["time"]
