@@ -300,11 +300,11 @@ def narrative(r: dict) -> str:
           f"seeds {list(sz['long_seeds'])}. "
           f"Slope of the bonus-shaped score against length on SFT samples: {r['slope']:+.3f}/token (the RM's own "
           f"{r['slope'] - BONUS:+.3f} plus the bonus) -> length_penalty {r['penalty']}.",
-          f"  {'reward':<36}{'tokens':>7}{'words':>6}{'>30w':>5}" + "".join(f"{t[:8]:>9}" for t in TERMS)
+          f"  {'reward':<36}{'tokens':>7}{'words':>6}{'>30w':>5}" + "".join(f"{t:>11}" for t in TERMS)
           + f"{'sentim.':>8}{'gold':>7}"]
     for k, x in [("SFT policy", ref)] + [(k, {**tm[k], "length_mean": lens[k]}) for k in names]:
         L.append(f"  {k:<36}{x['length_mean']:>7.1f}{x['n_words']:>6.1f}{x['frac_too_long']:>5.0%}"
-                 + "".join(f"{x[t]:>9.3f}" for t in TERMS) + f"{x['sentiment']:>+8.2f}{x['gold']:>+7.3f}")
+                 + "".join(f"{x[t]:>11.3f}" for t in TERMS) + f"{x['sentiment']:>+8.2f}{x['gold']:>+7.3f}")
     plain, hack, fixed = names
     grown = sorted(TERMS, key=lambda t: tm[plain][t] - tm[hack][t])[:3]
     L += [f"  Seed 001 'the RM's preference for length is exploited': "
