@@ -340,7 +340,10 @@ def narrative(r: dict) -> str:
           "  Each bug makes PPO clip and 'correct' tokens before the policy learned anything: a non-zero clipfrac at "
           "lr = 0 is always a bug."]
     t = r["time"]
-    L.append(f"\nTime: {t['wall']:.1f} s wall, {t['cpu']:.1f} s CPU.")
+    fs = sizes(quick=False, full=True)
+    L.append(f"\nTime: {t['wall']:.1f} s wall, {t['cpu']:.1f} s CPU." + ("" if r["full"] else
+             f" The committed figure comes from --full ({fs['iterations']} iterations x {fs['batch_size']} responses, "
+             f"{len(fs['seeds'])} PPO seeds)."))
     return "\n".join(L)
 
 

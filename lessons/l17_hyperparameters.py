@@ -257,7 +257,10 @@ def narrative(r: dict) -> str:
     for claim, measured, verdict in claims(r):
         L += [f"- {claim}", f"    measured: {measured}", f"    verdict:  {verdict}"]
     t = r["time"]
-    L.append(f"\nTime: {t['wall']:.1f} s wall, {t['cpu']:.1f} s CPU.")
+    fs = sizes(quick=False, full=True)
+    L.append(f"\nTime: {t['wall']:.1f} s wall, {t['cpu']:.1f} s CPU." + ("" if r["full"] else
+             f" The committed figure comes from --full ({fs['iterations']} iterations x {fs['batch_size']} responses, "
+             f"{len(fs['seeds'])} PPO seeds)."))
     return "\n".join(L)
 
 
