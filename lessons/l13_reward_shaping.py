@@ -1,4 +1,4 @@
-"""Lesson 13 - reward_shaping: one sequence score to per-token rewards (uniform vs KL + final score); sequence-ratio explosion 1.2^50.
+"""Lesson 13 - reward_shaping: a response's score as per-token rewards (uniform vs KL + final); ratio explosion 1.2^50.
 
 Pipeline step: between the reward model and GAE. The reward model gives ONE number per response;
 PPO needs a reward r_t for every sampled token (seed 000 坑1 "reward稀疏性", 追问3 "如果RM只给整个
@@ -99,7 +99,8 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     for s in SHAPINGS:
         values = tr[s].critic.values(ro.sequences, ro.attn_mask, ro.prompt_len) * (ro.response_mask != 0)
         credit[s] = token_credit(ro, beta, shaping=s, values=values, gamma=tr[s].cfg.gamma, lam=tr[s].cfg.lam)
-    profiles = {s: [advantage_profile(probe.batches[(s, k)][-LAST_ITERS:], N_POS) for k in sz["seeds"]] for s in SHAPINGS}
+    profiles = {s: [advantage_profile(probe.batches[(s, k)][-LAST_ITERS:], N_POS) for k in sz["seeds"]]
+                for s in SHAPINGS}
     for s in SHAPINGS:
         del runs[s]["extra"]                                             # the trainers: not part of the results
     rng = np.random.default_rng([seed, 13])
@@ -165,12 +166,14 @@ def plot(r: dict, path) -> None:
     mask, scores, cr = r["rollout"]["mask"], r["rollout"]["scores"], r["credit"]
     vr = max(np.abs(cr[s]["rewards"][mask != 0]).max() for s in SHAPINGS)
     va = max(np.abs(cr[s]["adv"][mask != 0]).max() for s in SHAPINGS)
-    _heat(a, fig, cr["kl_final"]["rewards"], mask, f"(a) kl_final rewards: -beta kl_t, score on the last token (beta {r['beta']:.2f})",
-          vr, "reward r_t (symlog)", linthresh=0.01)
-    _heat(b, fig, cr["uniform"]["rewards"], mask, "(b) uniform rewards: -beta kl_t + score / n", vr, "reward r_t (symlog)",
-          linthresh=0.01)
+    _heat(a, fig, cr["kl_final"]["rewards"], mask,
+          f"(a) kl_final rewards: -beta kl_t, score on the last token (beta {r['beta']:.2f})", vr,
+          "reward r_t (symlog)", linthresh=0.01)
+    _heat(b, fig, cr["uniform"]["rewards"], mask, "(b) uniform rewards: -beta kl_t + score / n", vr,
+          "reward r_t (symlog)", linthresh=0.01)
     _heat(c, fig, cr["kl_final"]["adv"], mask, "(c) kl_final: GAE advantage (its critic)", va, "advantage A_t")
-    _heat(d, fig, cr["uniform"]["adv"], mask, "(d) uniform: GAE advantage, same responses (its critic)", va, "advantage A_t")
+    _heat(d, fig, cr["uniform"]["adv"], mask, "(d) uniform: GAE advantage, same responses (its critic)", va,
+          "advantage A_t")
     for ax in (a, b, c, d):
         ax.set_yticks(range(len(scores)), [f"{s:+.2f}" for s in scores], fontsize=7)
         ax.set_ylabel("response (its score)")
@@ -197,7 +200,8 @@ def plot(r: dict, path) -> None:
     g.set(title="(g) gold score of the rollouts", xlabel="iteration", ylabel="gold score")
     g.legend(fontsize=8)
     h.axhline(0, color="k", lw=0.8)
-    h.set(title="(h) critic explained variance 1 - Var[R - V] / Var[R]", xlabel="iteration", ylabel="explained variance")
+    h.set(title="(h) critic explained variance 1 - Var[R - V] / Var[R]", xlabel="iteration",
+          ylabel="explained variance")
     h.legend(fontsize=8)
     # the ratios after each update, both shapings and every seed pooled
     recs = [rec for v in r["runs"].values() for recs in v["records"] for rec in recs]
@@ -226,8 +230,8 @@ def plot(r: dict, path) -> None:
                             ("probe/sequence_clipfrac", "responses a sequence clip would zero", "tab:pink")):
         y = np.array([[rec[key] for rec in recs] for v in r["runs"].values() for recs in v["records"]])
         k.plot(it, y.mean(0), color=col, lw=1.8, label=label)
-    k.plot(it, np.mean([[rec["policy/clipfrac_avg"] for rec in recs] for v in r["runs"].values() for recs in v["records"]], 0),
-           color="tab:blue", ls=":", label="clipfrac during the update (trainer)")
+    during = [[rec["policy/clipfrac_avg"] for rec in recs] for v in r["runs"].values() for recs in v["records"]]
+    k.plot(it, np.mean(during, axis=0), color="tab:blue", ls=":", label="clipfrac during the update (trainer)")
     k.set(title="(k) after each update: tokens vs whole responses (lr decays to 0)", xlabel="iteration",
           ylabel="fraction")
     k.legend(fontsize=8)
@@ -259,8 +263,9 @@ def narrative(r: dict) -> str:
     L = [f"Training: main-job PPO config, {sz['iterations']} iterations x {sz['batch_size']} responses, PPO seeds "
          f"{list(sz['seeds'])}, both shapings alike. SFT policy: gold {ref['gold_mean']:+.3f}.",
          f"\n1. Rewards of the same {len(last)} responses (beta {r['beta']:.3f}): the KL part is "
-         f"{kl_part:.3f} per token on average; kl_final puts the score (|score| {np.abs(r['rollout']['scores']).mean():.2f})"
-         f" on the last token (|r| there {np.abs(kf['rewards'][rows, last]).mean():.2f}), uniform spreads it "
+         f"{kl_part:.3f} per token on average; kl_final puts the score "
+         f"(|score| {np.abs(r['rollout']['scores']).mean():.2f}) on the last token "
+         f"(|r| there {np.abs(kf['rewards'][rows, last]).mean():.2f}), uniform spreads it "
          f"(|score / n| {np.abs(un['rewards'][m]).mean():.3f} per token).",
          f"\n2. Where the credit goes (GAE, lam 0.95, advantages as PPO used them, last {LAST_ITERS} iterations):",
          f"  {'shaping':<9}{'corr(A,score) last':>19}{'2nd last':>9}{'first':>7}{'|A| last':>9}{'|A| first':>10}"
@@ -290,19 +295,24 @@ def narrative(r: dict) -> str:
         L.append(f"  {sh:<9} gold {x['eval_gold']:+.3f} [{', '.join(f'{g:+.2f}' for g in x['eval_gold_seeds'])}]  "
                  f"KL {x['eval_kl']:.2f} nats/response  length {x['eval_length']:.1f} tokens")
     d = s["kl_final"]["eval_gold"] - s["uniform"]["eval_gold"]
+    spread = [np.std(s[sh]["eval_gold_seeds"]) for sh in SHAPINGS]
     L.append(f"  kl_final - uniform: {d:+.3f} gold ({'kl_final better' if d > 0 else 'uniform better'}; "
-             f"seed spread {np.std(s['kl_final']['eval_gold_seeds']):.2f} / {np.std(s['uniform']['eval_gold_seeds']):.2f}).")
+             f"std over the seeds {spread[0]:.2f} / {spread[1]:.2f}).")
+    longer = s["uniform"]["eval_length"] - s["kl_final"]["eval_length"]
+    if longer > 0.5:
+        L.append(f"  uniform's responses are {longer:.1f} tokens longer: what the anti-credit on the last tokens "
+                 "(ending a good response) predicts.")
     q = s["ratios"]
     n_mean = r["n_mean"]
-    L += [f"\n4. Sequence ratios (seed 001 追问1): 1.2^50 = {r['worst']['1.2^50']:.0f}, 0.8^50 = {r['worst']['0.8^50']:.1e}: the "
-          "worst case, every token at the edge of the band in the same direction."]
+    L += [f"\n4. Sequence ratios (seed 001 追问1): 1.2^50 = {r['worst']['1.2^50']:.0f}, 0.8^50 = "
+          f"{r['worst']['0.8^50']:.1e}: the worst case, every token at the edge of the band in the same direction."]
     for n_tok, R in r["iid"].items():
         qs = np.quantile(R, [0.05, 0.5, 0.95])
         L.append(f"  {n_tok} tokens with independent ratios uniform in [0.8, 1.2] (none would be clipped): median R "
                  f"{qs[1]:.2f}, 5-95% [{qs[0]:.2f}, {qs[2]:.2f}], max of 20000 {R.max():.1f}; "
                  f"{np.mean(np.abs(R - 1) > 0.2):.0%} of the responses outside [0.8, 1.2].")
-    L += [f"  Measured after every update (pi / pi_old on the rollout's tokens; {len(r['log_R'])} responses, mean length "
-          f"{n_mean:.1f}; per-update statistics averaged over the first half of the run): std of log r_t "
+    L += [f"  Measured after every update (pi / pi_old on the rollout's tokens; {len(r['log_R'])} responses, mean "
+          f"length {n_mean:.1f}; per-update statistics averaged over the first half of the run): std of log r_t "
           f"{q['token_log_ratio_std']:.3f} per token, std of log R "
           f"{q['sequence_log_ratio_std']:.3f} per response (independent tokens would give "
           f"{np.sqrt(n_mean) * q['token_log_ratio_std']:.3f}); R from {q['R_min']:.3f} to {q['R_max']:.1f}.",
@@ -311,11 +321,11 @@ def narrative(r: dict) -> str:
           f"responses. PPO's token clip zeroed {q['token_clipfrac']:.1%} of the tokens at the end of the update "
           f"({q['train_clipfrac']:.1%} on average during it); a sequence-level clip would have zeroed "
           f"{q['sequence_clipfrac']:.0%} of the responses.",
-          "  The explosion claim holds in direction, not in size: R is a random walk in log space (wider than independent "
-          "tokens: the tokens of a response move together), far from 1.2^50, yet it leaves the band for "
+          "  The explosion claim holds in direction, not in size: R is a random walk in log space (wider than "
+          "independent tokens: the tokens of a response move together), far from 1.2^50, yet it leaves the band for "
           + ("most responses" if q["sequence_outside"] > 0.5 else f"{q['sequence_outside']:.0%} of the responses")
-          + f" while only {q['token_outside']:.1%} of the tokens do. A sequence-level clip would silence that part of the "
-          "batch; PPO for LMs clips per token and leaves the drift of the whole response to the KL penalty."]
+          + f" while only {q['token_outside']:.1%} of the tokens do. A sequence-level clip would silence that part "
+          "of the batch; PPO for LMs clips per token and leaves the drift of the whole response to the KL penalty."]
     t = r["time"]
     L.append(f"\n(run time: {t['wall']:.1f} s wall, {t['cpu']:.1f} s CPU)")
     return "\n".join(L)

@@ -1,4 +1,4 @@
-"""Lesson 15 - kl_control: fixed vs adaptive beta; k1/k2/k3 bias and variance; negative KL from top-k; target-KL early stop.
+"""Lesson 15 - kl_control: fixed vs adaptive beta; k1/k2/k3 bias and variance; negative KL from top-k; target-KL stop.
 
 Pipeline step: the KL terms of RLHF-PPO. The per-token reward is ``r_t = -beta kl_t`` plus the score on
 the last token (Ziegler et al. 2019; InstructGPT eq. (2)) and beta is either fixed or adapted after
@@ -14,8 +14,8 @@ and PPO paper sec. 4 (halve / double beta around d_targ).
 
 What the lesson does, on the cached SFT policy and reward model (``minippo.rlhf.study.Study``):
 
-A. Five KL controls trained alike (lr 5e-4 constant, 32 responses per iteration, several PPO
-   seeds): no penalty, fixed beta 0.02 (the seeds' range), fixed beta 1, Ziegler's adaptive and the
+A. Five KL controls trained alike (lr 5e-4 constant, 32 responses per iteration; 14 iterations x 2
+   PPO seeds by default, 40 x 3 with ``--full``): no penalty, fixed beta 0.02 (the seeds' range), fixed beta 1, Ziegler's adaptive and the
    PPO paper's adaptive rule, both starting from beta 0.02 with a target of 4 nats per response.
 B. k1, k2, k3 on fresh samples of two trained policies (a close one and a far one) against the exact
    KL at the same states (``minippo.rl.kl_moments``): per token and per response.
@@ -34,7 +34,9 @@ Exercises:
 1. Run the fixed-beta variants longer (``--full``): does the KL of beta = 0.02 keep growing or settle?
    Find the beta whose KL settles at the target: how does it compare with the adaptive controllers'?
 2. Change the adaptive controller's ``kl_horizon``: how fast must it be to catch the lr-5e-4 policy?
-3. Estimate the KL with k3 in the reward (``kl_estimator="k3"``) under top-k sampling: can it be negative?
+3. Put k3 in the reward (``kl_estimator="k3"``): every sample is >= 0, but can a flattened policy still
+   pay less penalty than the reference under top-k? Compute E_q[k3] at tau = 1.5 with
+   ``kl_estimator_moments(..., probs=q)``.
 """
 from __future__ import annotations
 
@@ -93,41 +95,44 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     side = _sweep(study, {"top-k": {**CONTROLS["fixed beta 1"], "top_k": TOP_K},
                           "early stop": {**CONTROLS["no penalty"], "target_kl": TARGET_KL}}, sz["side_seeds"], base)
     cfg = study.config(**base)
-    probe = dict(rng=None, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
+
+    def sample(policy, prompts, key, top_k=0):
+        """Fresh responses of ``policy`` with the KL probe, and a per-response mean of any (B, Tn) array."""
+        p = kl_probe(policy, study.sft, study.tokenizer, prompts, rng=np.random.default_rng([seed, key]), top_k=top_k,
+                     max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
+        m = p["mask"] != 0
+        return p, m, lambda x: float(np.where(m, x, 0.0).sum(axis=1).mean())
+
     prompts = study.prompts * max(sz["n_probe"] // len(study.prompts), 1)          # B: 256 samples (2 per prompt)
     with single_blas_thread():
         # B. the estimators on a close policy (fixed beta 1) and a far one (no penalty), seed 0 of each
         estimators = {}
         for name in ("fixed beta 1", "no penalty"):
-            p = kl_probe(runs[name]["extra"][0], study.sft, study.tokenizer, prompts,
-                         **{**probe, "rng": np.random.default_rng([seed, 51])})
+            p, m, _ = sample(runs[name]["extra"][0], prompts, 51)
             estimators[name] = {"compare": compare_kl_estimators(p["logp"], p["logp_ref"], p["kl_exact"], p["mask"]),
-                                "exact_var": {k: float(p[f"{k}_var"][p["mask"] != 0].mean()) for k in ("k1", "k2", "k3")},
-                                "k1_neg_prob": float(p["k1_neg_prob"][p["mask"] != 0].mean()),
-                                "tokens": {k: p[k][p["mask"] != 0] for k in ("logp", "logp_ref", "kl_exact")}}
+                                "exact_var": {k: float(p[f"{k}_var"][m].mean()) for k in ("k1", "k2", "k3")},
+                                "k1_neg_prob": float(p["k1_neg_prob"][m].mean()),
+                                "tokens": {k: p[k][m] for k in ("logp", "logp_ref", "kl_exact")}}
         # C. flattened references under top-k sampling (plain sampling needs no probe: E_pi[k1] = KL exactly),
-        # and the top-k PPO policy
+        # and the top-k PPO policy with the two terms of E_q[k1] = KL(q || q_ref) + log(M / M_ref)
         tempered = []
         for tau in TAUS:
-            p = kl_probe(tempered_policy(study.sft, tau), study.sft, study.tokenizer, study.prompts, top_k=TOP_K,
-                         **{**probe, "rng": np.random.default_rng([seed, 52])})
-            m = p["mask"] != 0
-            tempered.append({"tau": tau, "kl_exact": float(p["kl_exact"].sum(1).mean()),
-                             "k1_sampled": float(np.where(m, p["logp"] - p["logp_ref"], 0).sum(1).mean()),
-                             "k1_expected": float(p["k1_mean"].sum(1).mean()),
+            p, m, per_response = sample(tempered_policy(study.sft, tau), study.prompts, 52, TOP_K)
+            tempered.append({"tau": tau, "kl_exact": per_response(p["kl_exact"]),
+                             "k1_sampled": per_response(p["logp"] - p["logp_ref"]),
+                             "k1_expected": per_response(p["k1_mean"]),
                              "rm": float(study.reward_model.score(p["sequences"], p["attn_mask"]).mean())})
-        p = kl_probe(side["top-k"]["extra"][0], study.sft, study.tokenizer, prompts, top_k=TOP_K,
-                     **{**probe, "rng": np.random.default_rng([seed, 53])})
-        m = p["mask"] != 0
+        p, m, per_response = sample(side["top-k"]["extra"][0], prompts, 53, TOP_K)
         dec = topk_mass_decomposition(p["logits"], p["logits_ref"], TOP_K, cfg.temperature)
-        topk_policy = {"kl_exact": float(p["kl_exact"].sum(1).mean()), "k1_expected": float(p["k1_mean"].sum(1).mean()),
-                       "k1_sampled": float(np.where(m, p["logp"] - p["logp_ref"], 0).sum(1).mean()),
-                       "kl_within": float(np.where(m, dec["kl_within"], 0).sum(1).mean()),
-                       "log_mass_ratio": float(np.where(m, dec["log_mass_ratio"], 0).sum(1).mean()),
+        topk_policy = {"kl_exact": per_response(p["kl_exact"]), "k1_expected": per_response(p["k1_mean"]),
+                       "k1_sampled": per_response(p["logp"] - p["logp_ref"]),
+                       "kl_within": per_response(dec["kl_within"]),
+                       "log_mass_ratio": per_response(dec["log_mass_ratio"]),
                        "mass": float(dec["mass"][m].mean()), "mass_ref": float(dec["mass_ref"][m].mean())}
     for v in (*runs.values(), *side.values()):
         del v["extra"]                                                    # the actors: not part of the results
     return {"sizes": sz, "base": base, "reference": study.reference, "quick": quick, "full": full,
+            "ppo_epochs": cfg.ppo_epochs,
             "runs": runs, "topk_runs": side["top-k"], "early_runs": side["early stop"],
             "estimators": estimators, "tempered": tempered, "topk_policy": topk_policy, "beta_topk": 1.0,
             "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
@@ -154,9 +159,7 @@ def summary(r: dict) -> dict:
     out = {}
     for name, v in r["runs"].items():
         out[name] = {"kl": _final(v, "objective/kl_exact"), "gold": _final(v, "gold/score"),
-                     "kl_seeds": [final(recs, "objective/kl_exact") for recs in v["records"]],
                      "eval_gold": float(np.mean([e["gold_mean"] for e in v["eval"]])),
-                     "eval_gold_seeds": [e["gold_mean"] for e in v["eval"]],
                      "eval_kl": float(np.mean([e["kl_exact_mean"] for e in v["eval"]])),
                      "beta": float(np.mean([recs[-1]["kl_coef"] for recs in v["records"]])),
                      "peak_gold": float(np.max(_curve(v, "gold/score").mean(0))),
@@ -200,14 +203,16 @@ def plot(r: dict, path) -> None:
     tok = far["tokens"]
     x = tok["logp"] - tok["logp_ref"]
     bins = np.linspace(-6, 10, 81)
-    for kind, vals, col in (("k1", x, "tab:blue"), ("k2", 0.5 * x * x, "tab:orange"), ("k3", np.expm1(-x) + x, "tab:green")):
+    estimates = (("k1", x, "tab:blue"), ("k2", 0.5 * x * x, "tab:orange"), ("k3", np.expm1(-x) + x, "tab:green"))
+    for kind, vals, col in estimates:
+        c_ = far["compare"][kind]
         d.hist(np.clip(vals, bins[0], bins[-1]), bins=bins, histtype="step", lw=1.5, color=col,
-               label=f"{kind}: mean {far['compare'][kind]['token_mean']:.2f}, std {far['compare'][kind]['token_std']:.1f}")
+               label=f"{kind}: mean {c_['token_mean']:.2f}, std {c_['token_std']:.1f}")
     d.axvline(far["compare"]["exact"]["token_mean"], color="k", ls="--", lw=1,
               label=f"exact KL, mean {far['compare']['exact']['token_mean']:.2f}")
     d.set_yscale("log")
-    d.set(title="(d) one token's estimate, far policy (no penalty)", xlabel="estimate of KL at the token (nats, clipped to [-6, 10])",
-          ylabel="tokens")
+    d.set(title="(d) one token's estimate, far policy (no penalty)", ylabel="tokens",
+          xlabel="estimate of KL at the token (nats, clipped to [-6, 10])")
     d.legend(fontsize=8)
     kinds, width = ("k1", "k2", "k3"), 0.38
     for j, (name, label) in enumerate((("fixed beta 1", "close"), ("no penalty", "far"))):
@@ -220,10 +225,11 @@ def plot(r: dict, path) -> None:
     e.axhline(0, color="k", lw=0.8)
     e.set_xticks(range(3), kinds)
     e.set(title="(e) per response: bias (bar) and noise (error bar)", ylabel="relative to the exact KL per response")
-    e.legend(fontsize=8, loc="upper left")
+    e.legend(fontsize=8, loc="upper right")
     # (f) flattened references under top-k sampling
     taus = [row["tau"] for row in r["tempered"]]
-    f.plot(taus, [row["kl_exact"] for row in r["tempered"]], "k-o", label="exact KL(pi || pi_ref) = E[k1], plain sampling")
+    f.plot(taus, [row["kl_exact"] for row in r["tempered"]], "k-o",
+           label="exact KL(pi || pi_ref) = E[k1], plain sampling")
     f.plot(taus, [row["k1_expected"] for row in r["tempered"]], "C3-^", label=f"E[k1], top-k = {TOP_K} sampling")
     f.plot(taus, [row["k1_sampled"] for row in r["tempered"]], "C3x", ms=9, label="k1 of the top-k samples")
     f.axhline(0, color="grey", lw=0.8)
@@ -232,11 +238,13 @@ def plot(r: dict, path) -> None:
     f.legend(fontsize=8)
     # (g) the top-k PPO run: estimated vs exact KL, next to the same run with plain sampling
     n_side = len(r["topk_runs"]["records"])
-    for v, label, col in ((r["topk_runs"], f"top-k = {TOP_K}", "C3"), (r["runs"]["fixed beta 1"], "plain sampling", "C0")):
+    pair = ((r["topk_runs"], f"top-k = {TOP_K}", "C3"), (r["runs"]["fixed beta 1"], "plain sampling", "C0"))
+    for v, label, col in pair:
         _band(g, it, _curve(v, "objective/kl", n_side), f"{label}: k1 estimate", col)
         _band(g, it, _curve(v, "objective/kl_exact", n_side), f"{label}: exact", col, ls=":")
     tp = r["topk_policy"]
-    g.set(title=f"(g) PPO, fixed beta 1: top-k = {TOP_K} vs plain sampling", xlabel="iteration", ylabel="nats / response")
+    g.set(title=f"(g) PPO, fixed beta 1: top-k = {TOP_K} vs plain sampling", xlabel="iteration",
+          ylabel="nats / response")
     g.legend(fontsize=8, loc="upper left", title=f"final top-k policy: top-{TOP_K} mass {tp['mass']:.2f} (reference "
              f"{tp['mass_ref']:.2f})", title_fontsize=8)
     # (h) the KL of each update and (i) the KL to the reference, with and without early stopping
@@ -271,11 +279,11 @@ def _holds(ok: bool) -> str:
     return "holds" if ok else "does NOT hold"
 
 
-def narrative(r: dict) -> str:
-    """The measured numbers, and which of the seeds' claims hold at this scale."""
-    s, sz, ref = summary(r), r["sizes"], r["reference"]
-    L = [f"A. KL control: {sz['iterations']} iterations x {sz['batch_size']} responses, lr {r['base']['lr']:g} constant, "
-         f"PPO seeds {list(sz['seeds'])}; SFT gold {ref['gold_mean']:+.3f}. KL = exact, nats per response.",
+def _narrative_controls(r: dict, s: dict) -> list[str]:
+    """Part A: the five controls, against seed 001's claim about a fixed beta."""
+    sz, ref = r["sizes"], r["reference"]
+    L = [f"A. KL control: {sz['iterations']} iterations x {sz['batch_size']} responses, lr {r['base']['lr']:g} "
+         f"constant, PPO seeds {list(sz['seeds'])}; SFT gold {ref['gold_mean']:+.3f}. KL = exact, nats per response.",
          f"  {'control':<22}{'KL (last 5)':>12}{'beta end':>9}{'gold (last 5)':>14}{'peak gold':>10}"
          f"{'eval gold':>10}{'eval KL':>8}"]
     for name, x in s.items():
@@ -285,83 +293,111 @@ def narrative(r: dict) -> str:
     zie, ppo = s["adaptive (Ziegler)"], s["adaptive (PPO paper)"]
     best = max(s, key=lambda k: s[k]["eval_gold"])
     gain_low, gain_high = low["eval_gold"] - ref["gold_mean"], high["eval_gold"] - ref["gold_mean"]
-    fell = none["peak_gold"] - none["gold"]
-    L += [f"  No penalty: KL {none['kl']:.1f} nats ({'the largest' if none['kl'] >= max(x['kl'] for x in s.values()) else 'not the largest'}"
-          f"), gold peaked at {none['peak_gold']:+.2f} and ended at {none['gold']:+.2f}"
-          + (" -- the reward model is being over-optimised." if fell > 0.2 else "."),
-          f"  Fixed beta 0.02 ends at {low['kl']:.1f} nats ({low['kl'] / KL_TARGET:.1f}x the target), fixed beta 1 at "
-          f"{high['kl']:.1f} nats; evaluation gold {low['eval_gold']:+.2f} vs {high['eval_gold']:+.2f}. Best evaluation gold: "
-          f"{best} ({s[best]['eval_gold']:+.2f}).",
+    largest = none["kl"] >= max(x["kl"] for x in s.values())
+    stall = ("stalled." if gain_high <= 0.1 else "slower, not stalled." if gain_high < gain_low
+             else "not stalled (as much gain or more).")
+    horizon = CONTROLS["adaptive (Ziegler)"]["kl_horizon"]
+    L += [f"  No penalty: KL {none['kl']:.1f} nats ({'the largest' if largest else 'not the largest'}), gold peaked "
+          f"at {none['peak_gold']:+.2f} and ended at {none['gold']:+.2f}"
+          + (" -- the reward model is being over-optimised." if none["peak_gold"] - none["gold"] > 0.2 else "."),
+          f"  Fixed beta 0.02 ends at {low['kl']:.1f} nats ({low['kl'] / KL_TARGET:.1f}x the target), fixed beta 1 "
+          f"at {high['kl']:.1f}; evaluation gold {low['eval_gold']:+.2f} vs {high['eval_gold']:+.2f}. Best "
+          f"evaluation gold: {best} ({s[best]['eval_gold']:+.2f}).",
           "  Seed 001 '固定β会导致KL散度失控或更新停滞' (a fixed beta lets the KL run away or stalls the update):",
-          f"    runaway: beta = 0 ends at {none['kl']:.1f} nats, {none['kl_slope']:+.2f} nats/iteration over the second half; "
-          f"beta 0.02 at {low['kl']:.1f} nats ({low['kl'] / KL_TARGET:.1f}x the target), {low['kl_slope']:+.2f} nats/iteration: "
-          "a small fixed beta leaves the KL where the reward pulls it, off the target, "
-          + ("and still climbing." if low["kl_slope"] > 0.1 else "but not climbing any more."),
+          f"    runaway: beta = 0 ends at {none['kl']:.1f} nats, {none['kl_slope']:+.2f} nats/iteration over the "
+          f"second half; beta 0.02 at {low['kl']:.1f} nats ({low['kl'] / KL_TARGET:.1f}x the target), "
+          f"{low['kl_slope']:+.2f} nats/iteration: a small fixed beta leaves the KL where the reward pulls it, off "
+          "the target, " + ("and still climbing." if low["kl_slope"] > 0.1 else "but not climbing any more."),
           f"    stall: beta 1 holds {high['kl']:.1f} nats and gains {gain_high:+.2f} gold over the SFT policy vs "
-          f"{gain_low:+.2f} for beta 0.02: " + ("stalled." if gain_high <= 0.1 else "slower, not stalled." if gain_high < gain_low
-                                                  else "not stalled (as much gain or more)."),
-          f"  Ziegler's controller moves beta by at most {0.2 * sz['batch_size'] / CONTROLS['adaptive (Ziegler)']['kl_horizon']:.0%}"
-          f" per iteration (error clipped to 0.2, batch/horizon = {sz['batch_size']}/"
-          f"{CONTROLS['adaptive (Ziegler)']['kl_horizon']}): beta 0.02 -> {zie['beta']:.3f}, KL {zie['kl']:.1f}. "
-          f"The PPO paper's rule halves / doubles: beta 0.02 -> {ppo['beta']:.3f}, KL {ppo['kl']:.1f} (evaluation "
-          f"{ppo['eval_kl']:.1f}; target {KL_TARGET:g})."]
-    L.append("\nB. The estimators on fresh samples (exact KL from the full distributions at the same states):")
-    L.append(f"  {'policy':<8}{'est':>4}{'bias/tok':>9}{'std/tok':>8}{'neg/tok':>8}{'bias/resp':>10}"
-             f"{'noise/resp':>11}{'exact/resp':>11}")
+          f"{gain_low:+.2f} for beta 0.02: {stall}",
+          f"  Ziegler's controller moves beta by at most {0.2 * sz['batch_size'] / horizon:.0%} per iteration (error "
+          f"clipped to 0.2, batch/horizon = {sz['batch_size']}/{horizon}): beta 0.02 -> {zie['beta']:.3f}, KL "
+          f"{zie['kl']:.1f}. The PPO paper's rule halves / doubles: beta 0.02 -> {ppo['beta']:.3f}, KL "
+          f"{ppo['kl']:.1f} (evaluation {ppo['eval_kl']:.1f}; target {KL_TARGET:g})."]
+    return L
+
+
+def _narrative_estimators(r: dict) -> list[str]:
+    """Part B: k1 / k2 / k3 against the exact KL, against Schulman's claims."""
+    L = ["\nB. The estimators on fresh samples (exact KL from the full distributions at the same states):",
+         f"  {'policy':<8}{'est':>4}{'bias/tok':>9}{'std/tok':>8}{'neg/tok':>8}{'bias/resp':>10}"
+         f"{'noise/resp':>11}{'exact/resp':>11}"]
     for name, label in (("fixed beta 1", "close"), ("no penalty", "far")):
         cmp_ = r["estimators"][name]["compare"]
         for k in ("k1", "k2", "k3"):
             c = cmp_[k]
             L.append(f"  {label:<8}{k:>4}{c['token_bias']:>+9.3f}{c['token_std']:>8.2f}{c['token_neg_frac']:>8.0%}"
-                     f"{c['response_bias']:>+10.2f}{c['response_err_std']:>11.2f}{cmp_['exact']['response_mean']:>11.2f}")
+                     f"{c['response_bias']:>+10.2f}{c['response_err_std']:>11.2f}"
+                     f"{cmp_['exact']['response_mean']:>11.2f}")
     cl, fa = r["estimators"]["fixed beta 1"], r["estimators"]["no penalty"]
     k2_rel = fa["compare"]["k2"]["response_bias"] / fa["compare"]["exact"]["response_mean"]
-    L += [f"  (close = the fixed-beta-1 policy, far = the no-penalty policy; noise/resp = std over responses of sum_t k - "
-          f"sum_t KL_exact.)",
-          f"  k1: unbiased in expectation (exact identity), and one token's k1 is negative {cl['compare']['k1']['token_neg_frac']:.0%}"
-          f" of the time (exact probability {cl['k1_neg_prob']:.0%}): 'k1 can be negative' holds. k2: never negative, "
-          f"biased high by {k2_rel:+.0%} per response on the far policy: 'k2 biased' holds. k3: unbiased and never negative: holds.",
-          f"  'k3 has low variance': exact variance of one token's estimate, k1 {cl['exact_var']['k1']:.2f} vs k3 "
-          f"{cl['exact_var']['k3']:.2f} (close), {fa['exact_var']['k1']:.1f} vs {fa['exact_var']['k3']:.1f} (far): "
-          f"{_holds(cl['exact_var']['k3'] < cl['exact_var']['k1'])} near the reference, "
-          f"{_holds(fa['exact_var']['k3'] < fa['exact_var']['k1'])} far from it: k3 = (rho - 1) - log rho grows like rho on "
-          "tokens the reference likes much more than the policy (rho = pi_ref / pi >> 1)."]
-    L.append(f"\nC. Top-k = {TOP_K} sampling, log-probs from the full softmax (the trainer's convention). The reference "
-             "flattened (logits / tau), scored by the reward model, penalised with beta 1:")
-    L.append(f"  {'tau':>5}{'exact KL':>9}{'E[k1] top-k':>12}{'k1 sampled':>11}{'RM':>7}{'RM - 1*k1':>10}   "
-             "(plain sampling: E[k1] = exact KL)")
+    var = {name: (e["exact_var"]["k1"], e["exact_var"]["k3"]) for name, e in (("close", cl), ("far", fa))}
+    L += ["  (close = the fixed-beta-1 policy, far = the no-penalty policy; noise/resp = std over responses of "
+          "sum_t k - sum_t KL_exact.)",
+          "  k1: unbiased in expectation (exact identity), and one token's k1 is negative "
+          f"{cl['compare']['k1']['token_neg_frac']:.0%} of the time (exact probability {cl['k1_neg_prob']:.0%}): "
+          f"'k1 can be negative' holds. k2: never negative, biased high by {k2_rel:+.0%} per response on the far "
+          "policy: 'k2 biased' holds. k3: unbiased and never negative: holds.",
+          f"  'k3 has low variance': exact variance of one token's estimate, k1 {var['close'][0]:.2f} vs k3 "
+          f"{var['close'][1]:.2f} (close), {var['far'][0]:.1f} vs {var['far'][1]:.1f} (far): "
+          f"{_holds(var['close'][1] < var['close'][0])} near the reference, {_holds(var['far'][1] < var['far'][0])} "
+          "far from it: k3 = (rho - 1) - log rho grows like rho on tokens the reference likes much more than the "
+          "policy (rho = pi_ref / pi >> 1)."]
+    return L
+
+
+def _narrative_topk(r: dict) -> list[str]:
+    """Part C: negative k1 under top-k sampling, and what PPO with top-k did."""
+    beta = r["beta_topk"]
+    L = [f"\nC. Top-k = {TOP_K} sampling, log-probs from the full softmax (the trainer's convention). The reference "
+         "flattened (logits / tau), scored by the reward model, penalised with beta 1:",
+         f"  {'tau':>5}{'exact KL':>9}{'E[k1] top-k':>12}{'k1 sampled':>11}{'RM':>7}{'RM - 1*k1':>10}   "
+         "(plain sampling: E[k1] = exact KL)"]
     for t in r["tempered"]:
         L.append(f"  {t['tau']:>5.2f}{t['kl_exact']:>9.2f}{t['k1_expected']:>12.2f}{t['k1_sampled']:>11.2f}"
-                 f"{t['rm']:>+7.2f}{t['rm'] - r['beta_topk'] * t['k1_expected']:>+10.2f}")
+                 f"{t['rm']:>+7.2f}{t['rm'] - beta * t['k1_expected']:>+10.2f}")
     t0, tl = r["tempered"][0], r["tempered"][-1]
-    j0, jl = t0["rm"] - r["beta_topk"] * t0["k1_expected"], tl["rm"] - r["beta_topk"] * tl["k1_expected"]
+    j0, jl = t0["rm"] - beta * t0["k1_expected"], tl["rm"] - beta * tl["k1_expected"]
     tp = r["topk_policy"]
-    L += [f"  tau {r['tempered'][-1]['tau']}: {tl['kl_exact']:.2f} nats away from the reference, top-k k1 estimate "
-          f"{tl['k1_expected']:+.2f} ({'negative' if tl['k1_expected'] < 0 else 'positive'}); the penalised objective "
-          f"goes {j0:+.2f} -> {jl:+.2f}: the policy is {'paid' if jl > j0 else 'not paid'} for moving. Why: "
-          "E_q[k1] = KL(q || q_ref) + log(M / M_ref), and flattening lowers M, the policy's top-k mass.",
-          f"  Did PPO with top-k find that exploit? The top-k run's final policy: k1 {tp['k1_sampled']:+.2f} vs exact "
-          f"{tp['kl_exact']:.2f} nats/response, top-{TOP_K} mass {tp['mass']:.2f} vs {tp['mass_ref']:.2f} for the reference "
-          f"(log M/M_ref summed over a response {tp['log_mass_ratio']:+.2f}): "
-          + ("it did (the estimate is below the exact KL)." if tp["k1_sampled"] < tp["kl_exact"] else
+    found = ("it did (the estimate is below the exact KL)." if tp["k1_sampled"] < tp["kl_exact"] else
              "no, it SHARPENED its top-k and the k1 penalty OVER-estimates the KL.")
-          + " The tail is never sampled: PPO moves it only through the softmax normalisation, with (whitened) advantages "
-          "of both signs. Under top-k the penalty is biased either way; the sign follows the top-k mass."]
-    early, none_v = r["early_runs"], r["runs"]["no penalty"]
+    L += [f"  tau {tl['tau']}: {tl['kl_exact']:.2f} nats away from the reference, top-k k1 estimate "
+          f"{tl['k1_expected']:+.2f} ({'negative' if tl['k1_expected'] < 0 else 'positive'}); the penalised "
+          f"objective goes {j0:+.2f} -> {jl:+.2f}: the policy is {'paid' if jl > j0 else 'not paid'} for moving. "
+          "Why: E_q[k1] = KL(q || q_ref) + log(M / M_ref), and flattening lowers M, the policy's top-k mass.",
+          f"  Did PPO with top-k find that exploit? The top-k run's final policy: k1 {tp['k1_sampled']:+.2f} vs exact "
+          f"{tp['kl_exact']:.2f} nats/response, top-{TOP_K} mass {tp['mass']:.2f} vs {tp['mass_ref']:.2f} for the "
+          f"reference (log M/M_ref summed over a response {tp['log_mass_ratio']:+.2f}): {found} The tail is never "
+          "sampled: PPO moves it only through the softmax normalisation, with (whitened) advantages of both signs. "
+          "Under top-k the penalty is biased either way; the sign follows the top-k mass."]
+    return L
+
+
+def _narrative_early_stop(r: dict) -> list[str]:
+    """Part D: where target-KL early stopping fires and what it bounds."""
+    early, none = r["early_runs"], r["runs"]["no penalty"]
     n_side = len(early["records"])
-    upd_none, upd_early = _curve(none_v, "probe/update_kl", n_side), _curve(early, "probe/update_kl")
+    upd_none, upd_early = _curve(none, "probe/update_kl", n_side), _curve(early, "probe/update_kl")
     stops = [rec["early_stop_epoch"] for recs in early["records"] for rec in recs]
     fired = [e for e in stops if e is not None]
-    L += [f"\nD. target_kl = {TARGET_KL} (approx KL of a minibatch, k3 per token, checked before its step), no KL penalty:",
-          f"  it stopped {len(fired)} of {len(stops)} updates, in epoch "
-          + ", ".join(f"{ep}: {fired.count(ep)}x" for ep in sorted(set(fired))) + f" (epochs 0-{r['base'].get('ppo_epochs', 4) - 1}).",
-          f"  KL of each update (per token, measured after it): {upd_none[:, 0].mean():.3f} -> {upd_early[:, 0].mean():.3f} at "
-          f"iteration 0 (a cold Adam's first steps are its largest), {upd_none[:, 1:].mean():.3f} -> "
-          f"{upd_early[:, 1:].mean():.3f} afterwards.",
-          f"  KL to the reference at the end: {_final(none_v, 'objective/kl_exact', n_side):.1f} -> "
-          f"{_final(early, 'objective/kl_exact'):.1f} nats; gold (last 5) {_final(none_v, 'gold/score', n_side):+.2f} -> "
-          f"{_final(early, 'gold/score'):+.2f}. Early stopping bounds each step (seed 003 sec. 12), not the distance to "
-          "the reference: seed 001's '实际常用KL早停' is a trust region, not a replacement for the KL penalty."]
+    where = ", ".join(f"{ep}: {fired.count(ep)}x" for ep in sorted(set(fired)))
+    return [f"\nD. target_kl = {TARGET_KL} (approx KL of a minibatch, k3 per token, checked before its step), "
+            "no KL penalty:",
+            f"  it stopped {len(fired)} of {len(stops)} updates, in epoch {where} (epochs 0-{r['ppo_epochs'] - 1}).",
+            f"  KL of each update (per token, measured after it): {upd_none[:, 0].mean():.3f} -> "
+            f"{upd_early[:, 0].mean():.3f} at iteration 0 (a cold Adam's first steps are its largest), "
+            f"{upd_none[:, 1:].mean():.3f} -> {upd_early[:, 1:].mean():.3f} afterwards.",
+            f"  KL to the reference at the end: {_final(none, 'objective/kl_exact', n_side):.1f} -> "
+            f"{_final(early, 'objective/kl_exact'):.1f} nats; gold (last 5) {_final(none, 'gold/score', n_side):+.2f}"
+            f" -> {_final(early, 'gold/score'):+.2f}. Early stopping bounds each step (seed 003 sec. 12), not the "
+            "distance to the reference: seed 001's '实际常用KL早停' is a trust region, not a replacement for the KL "
+            "penalty."]
+
+
+def narrative(r: dict) -> str:
+    """The measured numbers, and which of the seeds' claims hold at this scale."""
+    L = (_narrative_controls(r, summary(r)) + _narrative_estimators(r) + _narrative_topk(r)
+         + _narrative_early_stop(r))
     t = r["time"]
     L.append(f"\n(run time: {t['wall']:.1f} s wall, {t['cpu']:.1f} s CPU)")
     return "\n".join(L)

@@ -16,6 +16,8 @@ GAE, estimators), so what a lesson shows is what PPO computes:
   the distribution the token was really drawn from (:mod:`minippo.rl.kl_moments`).
 * :func:`tempered_policy` - a copy of a TinyGPT whose logits are divided by tau: a policy that moves
   probability mass from its top tokens into the tail (tau > 1), the move top-k sampling cannot see.
+* :func:`advantage_profile` - where the credit of the score lands: per position (from the start and
+  from the end of each response) the correlation of the advantage with the response's score.
 """
 from __future__ import annotations
 
