@@ -277,8 +277,12 @@ def narrative(r: dict) -> str:
     anti = s["uniform"]["corr_end"][0] < 0
     L += ["  (corr(A,score): over responses, between a token's advantage and its response's score; EV: the critic's "
           "explained variance, first iteration and last 5.)",
-          "  kl_final: every token's return-to-go is about the score, which the critic (initialised from the reward "
-          "model) already predicts, so every position's advantage follows the score.",
+          "  kl_final: every token's return-to-go is about the score, the quantity the critic (initialised from the "
+          "reward model) was built to predict, so its targets make sense from the first iteration; each advantage "
+          "carries the critic's error score - V(s_t)"
+          + (", positively correlated with the score at every position." if min(s["kl_final"]["corr_end"].min(),
+                                                                                 s["kl_final"]["corr_start"].min()) > 0
+             else "."),
           "  uniform: the return-to-go of token t is score (n - t) / n, a target the critic must learn per position; "
           f"the reward-model critic predicts the whole score everywhere, its explained variance starts at "
           f"{s['uniform']['ev_first']:+.2f}, and the last token's advantage is score / n - V ~ score / n - score: "

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from minippo.blas import single_blas_thread
 from minippo.checks import check_choice, check_float_array, check_range
 from minippo.rl.distributions import logprobs_from_logits
 from minippo.rl.gae import gae
@@ -38,10 +39,12 @@ def rollout_logprobs(policy, rollout, temperature: float = 1.0) -> np.ndarray:
     """(B, Tn) float64 log-probs of ``rollout.response`` under ``policy`` at ``temperature``, 0 on padding.
 
     The same forward pass as the rollout and the update (:func:`minippo.rlhf.response.forward_response`),
-    so for the policy that produced the rollout this equals ``rollout.logp`` exactly.
+    so for the policy that produced the rollout this equals ``rollout.logp`` exactly. Runs on one BLAS
+    thread (tiny products; the trainer's callback runs outside its own ``single_blas_thread`` block).
     """
-    logits, _, _ = forward_response(policy, rollout.sequences, rollout.attn_mask, rollout.prompt_len)   # (B, Tn, V)
-    logp, _ = logprobs_from_logits(logits, rollout.response, temperature)                               # (B, Tn)
+    with single_blas_thread():
+        logits, _, _ = forward_response(policy, rollout.sequences, rollout.attn_mask, rollout.prompt_len)  # (B, Tn, V)
+        logp, _ = logprobs_from_logits(logits, rollout.response, temperature)                              # (B, Tn)
     return np.where(rollout.response_mask != 0, logp.astype(np.float64), 0.0)
 
 
@@ -105,8 +108,9 @@ def kl_probe(policy, ref, tokenizer, prompts: list[str], *, rng: np.random.Gener
     ids, pmask = encode_prompts(tokenizer, list(prompts))                                  # (B, Tp)
     gen = generate(policy, ids, pmask, max_new_tokens=max_new_tokens, rng=rng, temperature=temperature,
                    top_k=top_k, top_p=top_p, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
-    logits, _, _ = forward_response(policy, gen.sequences, gen.attn_mask, gen.prompt_len)   # (B, Tn, V)
-    logits_ref, _, _ = forward_response(ref, gen.sequences, gen.attn_mask, gen.prompt_len)
+    with single_blas_thread():
+        logits, _, _ = forward_response(policy, gen.sequences, gen.attn_mask, gen.prompt_len)   # (B, Tn, V)
+        logits_ref, _, _ = forward_response(ref, gen.sequences, gen.attn_mask, gen.prompt_len)
     logp, _ = logprobs_from_logits(logits, gen.response, temperature)                      # (B, Tn)
     logp_ref, _ = logprobs_from_logits(logits_ref, gen.response, temperature)
     B, Tn, V = logits.shape
