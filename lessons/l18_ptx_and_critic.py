@@ -50,6 +50,7 @@ import time
 import numpy as np
 
 from lessons._common import lesson_args, output_path, pyplot, save
+from minippo.rlhf.critic_probes import trunk_gradient_split
 from minippo.rlhf.memory import FP32, GB, MIXED, ModelShape, four_models, static_bytes, total_bytes
 from minippo.rlhf.study import Study, final
 from minippo.rlhf.sweep_stats import compare, pooled_seed_std, seed_curves
@@ -91,10 +92,13 @@ def memory(study: Study, minibatch: int) -> dict:
 
 
 def _measure(study: Study, run: dict) -> dict:
-    """The held-out LM loss of a trained policy, and the norm of its critic's value-head weight w."""
-    critic = run["trainer"].critic
-    return {"lm_loss": study.lm_loss(run["trainer"].actor),
-            "head_w_norm": float(np.linalg.norm(critic.model.params["scalar_head.w"]))}
+    """The held-out LM loss of a trained policy; for a shared critic, the value loss's share of the trunk's
+    gradient on the last rollout (:func:`minippo.rlhf.critic_probes.trunk_gradient_split`)."""
+    tr = run["trainer"]
+    out = {"lm_loss": study.lm_loss(tr.actor)}
+    if tr.critic.kind == "shared":
+        out["split"] = trunk_gradient_split(tr.actor, tr.critic, tr.last_rollout, tr.cfg)
+    return out
 
 
 def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
@@ -112,7 +116,7 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     for name, v in sweep.items():
         runs[name] = {"gold": [e["gold_mean"] for e in v["eval"]], "kl": [e["kl_mean"] for e in v["eval"]],
                       "lm_loss": [x["lm_loss"] for x in v["extra"]], "tax": [x["lm_loss"] - sft_lm for x in v["extra"]],
-                      "head_w_norm": [x["head_w_norm"] for x in v["extra"]],
+                      "split": [x["split"] for x in v["extra"] if "split" in x],
                       "ptx_loss": [final(recs, "loss/ptx_avg") for recs in v["records"]],
                       "ev": [final(recs, "val/explained_variance") for recs in v["records"]],
                       "value_loss": [final(recs, "loss/value_avg") for recs in v["records"]],
@@ -135,12 +139,14 @@ def plot(r: dict, path) -> None:
     cmap = plt.get_cmap("viridis")
     pcolor = {k: cmap(0.85 * i / max(len(coefs) - 1, 1)) for i, k in enumerate(coefs)}
     # (a), (b): tax and gold against ptx_coef, one dot per seed and the mean
-    for ax, key, ylabel, title in ((a, "tax", "held-out LM loss - SFT's (nats / token)", "(a) alignment tax vs ptx_coef"),
+    for ax, key, ylabel, title in ((a, "tax", "held-out LM loss - SFT's (nats / token)",
+                                    "(a) alignment tax vs ptx_coef"),
                                    (b, "gold", "gold score of fresh samples", "(b) gold score vs ptx_coef")):
         for k in coefs:
             ys = ptx[k][key]
             ax.scatter([xpos[k]] * len(ys), ys, color=pcolor[k], s=40, zorder=3)
-        ax.plot([xpos[k] for k in coefs], [np.mean(ptx[k][key]) for k in coefs], color="k", lw=1.2, label="mean over seeds")
+        ax.plot([xpos[k] for k in coefs], [np.mean(ptx[k][key]) for k in coefs], color="k", lw=1.2,
+                label="mean over seeds")
         ax.set_xticks([xpos[k] for k in coefs], [f"{k:g}" for k in coefs])
         ax.set_xlabel("ptx_coef (gamma of InstructGPT eq. (2))")
         ax.set_ylabel(ylabel)
@@ -185,8 +191,8 @@ def plot(r: dict, path) -> None:
         g.scatter([i] * len(critics[name]["gold"]), critics[name]["gold"], color=CRITIC_COLORS[name], s=45, zorder=3)
         g.plot([i - 0.25, i + 0.25], [np.mean(critics[name]["gold"])] * 2, color="k", lw=1.5)
     g.axhline(ref["gold_mean"], color="grey", ls="--", lw=1, label="SFT")
-    g.set_xticks(range(len(names)), [n.replace(", ", ",\n").replace(" + ", " +\n") + f"\nKL {np.mean(critics[n]['kl']):.2f}"
-                                     for n in names], fontsize=8)
+    g.set_xticks(range(len(names)), [n.replace(", ", ",\n").replace(" + ", " +\n")
+                                     + f"\nKL {np.mean(critics[n]['kl']):.2f}" for n in names], fontsize=8)
     g.set_ylabel("gold score of fresh samples")
     g.set_title("(g) critic arrangements: gold (KL below)")
     g.legend(loc="lower left", fontsize=8)
@@ -234,23 +240,29 @@ def main(argv=None) -> dict:
     print(f"{sz['iterations']} iterations x {sz['batch_size']} responses per run, PPO seeds {list(sz['seeds'])}.")
     print(f"SFT: gold {ref['gold_mean']:+.3f}, held-out LM loss {r['sft_lm_loss']:.4f} nats/token.\n")
     print("PPO-ptx (separate critic, RM init):")
-    print(f"  {'ptx_coef':>8s} {'gold':>7s} {'KL':>6s} {'LM loss':>8s} {'tax':>7s} {'tax/KL':>7s} {'ptx loss':>8s} {'CPU s/it':>8s}")
+    print(f"  {'ptx_coef':>8s} {'gold':>7s} {'KL':>6s} {'LM loss':>8s} {'tax':>7s} {'tax/KL':>7s} {'ptx loss':>8s} "
+          f"{'CPU s/it':>8s}")
     for k, v in ptx.items():
         print(f"  {k:8g} {np.mean(v['gold']):+7.3f} {np.mean(v['kl']):6.2f} {np.mean(v['lm_loss']):8.4f} "
-              f"{np.mean(v['tax']):+7.4f} {_per_kl(v):>7s} {np.mean(v['ptx_loss']):8.4f} {np.mean(v['cpu_per_it']):8.3f}")
+              f"{np.mean(v['tax']):+7.4f} {_per_kl(v):>7s} {np.mean(v['ptx_loss']):8.4f} "
+              f"{np.mean(v['cpu_per_it']):8.3f}")
     multi = len(sz["seeds"]) > 1
     noise = {k: pooled_seed_std([v[k] for v in runs.values()])[0] if multi else 0.0 for k in ("tax", "gold", "ev")}
     lo, hi = min(ptx), max(ptx)
-    tax = _cmp(ptx[lo]["tax"], ptx[hi]["tax"], noise["tax"], multi)
-    gold = _cmp(ptx[lo]["gold"], ptx[hi]["gold"], noise["gold"], multi)
-    print(f"  ptx {hi:g} vs 0: tax {tax['text']}, gold {gold['text']}, KL {np.mean(ptx[lo]['kl']):.2f} -> "
-          f"{np.mean(ptx[hi]['kl']):.2f}.")
+    for k in sorted(ptx)[1:]:
+        print(f"  ptx {k:g} vs 0: tax {_cmp(ptx[lo]['tax'], ptx[k]['tax'], noise['tax'], multi)['text']}, "
+              f"gold {_cmp(ptx[lo]['gold'], ptx[k]['gold'], noise['gold'], multi)['text']}")
+    if KL_CONTROL in runs:
+        v = runs[KL_CONTROL]
+        print(f"  control, no ptx held to KL target 1: KL {np.mean(v['kl']):.2f}, tax {np.mean(v['tax']):+.4f} "
+              f"(per nat {_per_kl(v)}), gold {np.mean(v['gold']):+.3f}")
     no_ptx = [v for name, v in runs.items() if name not in [ptx_name(k) for k in ptx if k > 0]]
     per_kl_no_ptx = np.mean([t / k for v in no_ptx for t, k in zip(v["tax"], v["kl"]) if k > 0.1] or [np.nan])
     print(f"  tax per nat of KL: {per_kl_no_ptx:.4f} over the runs without PPO-ptx (every critic, seed"
           + (", and the KL-target-1 control" if KL_CONTROL in runs else "") + f"), {_per_kl(ptx[hi])} with ptx {hi:g}.")
     print("\nCritic arrangements (no ptx):")
-    print(f"  {'critic':<26s} {'expl. var.':>10s} {'value loss':>10s} {'gold':>7s} {'KL':>6s} {'tax':>7s} {'CPU s/it':>8s}")
+    print(f"  {'critic':<26s} {'expl. var.':>10s} {'value loss':>10s} {'gold':>7s} {'KL':>6s} {'tax':>7s} "
+          f"{'CPU s/it':>8s}")
     for name, v in critics.items():
         print(f"  {name:<26s} {np.mean(v['ev']):10.3f} {np.mean(v['value_loss']):10.4f} {np.mean(v['gold']):+7.3f} "
               f"{np.mean(v['kl']):6.2f} {np.mean(v['tax']):+7.4f} {np.mean(v['cpu_per_it']):8.3f}")
@@ -259,34 +271,45 @@ def main(argv=None) -> dict:
     sep_ev, sep_gold = (_cmp(sep[k], sg[k], noise[k], multi) for k in ("ev", "gold"))
     print(f"  no stop-gradient vs stop-gradient: explained variance {sg_ev['text']}, gold {sg_gold['text']}, "
           f"tax {_cmp(sg['tax'], nosg['tax'], noise['tax'], multi)['text']}.")
-    print(f"  shared (stop-gradient) vs separate RM-init: explained variance {sep_ev['text']}, gold {sep_gold['text']}.")
-    print(f"  the shared value head's |w| after training: {np.mean(sg['head_w_norm']):.3f} (stop-gradient), "
-          f"{np.mean(nosg['head_w_norm']):.3f} (none). The value loss reaches the trunk through w (dL/dh = w dL/dV): "
-          f"a head that starts at 0 sends almost nothing into the trunk at first, with or without stop-gradient.")
+    print(f"  shared (stop-gradient) vs separate RM-init: explained variance {sep_ev['text']}, "
+          f"gold {sep_gold['text']}.")
+    share = [x["share"] for x in nosg["split"]]
+    print(f"  no stop-gradient: the value loss makes {np.mean(share):.0%} of the norm of the trunk's gradient on the "
+          f"last rollout (head |w| {np.mean([x['head_w_norm'] for x in nosg['split']]):.2f}; dL/dh = w dL/dV, "
+          f"so a head "
+          f"that starts at 0 sends nothing into the trunk at first); tax per nat of KL {_per_kl(nosg)} vs "
+          f"{_per_kl(sg)} with stop-gradient.")
     mem = r["memory"]
-    print(f"\nMemory (LLaMA-7B, mixed precision, batch {BIG_B} x {BIG_T}): separate critic {mem['separate']['7b_total'] / GB:.0f} GB, "
+    print(f"\nMemory (LLaMA-7B, mixed precision, batch {BIG_B} x {BIG_T}): "
+          f"separate critic {mem['separate']['7b_total'] / GB:.0f} GB, "
           f"shared trunk {mem['shared']['7b_total'] / GB:.0f} GB, no critic {mem['none']['7b_total'] / GB:.0f} GB "
           f"(ours in fp32: {mem['separate']['ours_total'] / 1e6:.1f}, {mem['shared']['ours_total'] / 1e6:.1f}, "
           f"{mem['none']['ours_total'] / 1e6:.1f} MB).")
     saved = 1 - mem["shared"]["7b_total"] / mem["separate"]["7b_total"]
     print("\nWhat holds at this scale:")
+    coefs = sorted(k for k in ptx if k > 0)
+    by = {key: {k: _cmp(ptx[lo][key], ptx[k][key], noise[key], multi) for k in coefs} for key in ("tax", "gold")}
+    lower = {key: [f"{k:g}" for k in coefs if by[key][k]["clear"] and by[key][k]["diff"] < 0] for key in by}
     print("  - seed 001 追问3, PPO-ptx against the alignment tax: "
-          + ("holds" if tax["clear"] and tax["diff"] < 0 else "not shown" if tax["clear"] is not None else "one seed only")
-          + f" (tax {tax['diff']:+.3f} nats/token at ptx {hi:g}); the gold score "
-          + ("drops beyond the seed noise" if gold["clear"] and gold["diff"] < 0 else "does not drop beyond the seed noise"
-             if gold["clear"] is not None else "changes by " + f"{gold['diff']:+.3f}")
-          + f". The corpus here IS the SFT data, so PPO-ptx pulls towards the SFT model: the KL goes "
-          f"{np.mean(ptx[lo]['kl']):.2f} -> {np.mean(ptx[hi]['kl']):.2f} nats.")
+          + ("one seed only, no verdict" if not multi else
+             f"the tax is lower beyond the seed noise at ptx_coef {', '.join(lower['tax']) or 'none'} "
+             f"({by['tax'][coefs[0]]['diff']:+.3f} to {by['tax'][coefs[-1]]['diff']:+.3f} nats/token); the gold score "
+             f"is lower beyond the noise at {', '.join(lower['gold']) or 'none'}")
+          + f". Per nat of KL the tax is {per_kl_no_ptx:.3f} without PPO-ptx and {_per_kl(ptx[hi])} at ptx {hi:g}. "
+          f"The corpus here IS the SFT data: PPO-ptx pulls towards the SFT model (KL {np.mean(ptx[lo]['kl']):.2f} -> "
+          f"{np.mean(ptx[hi]['kl']):.2f} nats).")
     print(f"  - seed 001 追问2, sharing the trunk saves memory: holds ({saved:.0%} of the 7B setup's bytes).")
+    sg_tax = _cmp(sg["tax"], nosg["tax"], noise["tax"], multi)
+    clear = [name for name, c in (("explained variance", sg_ev), ("gold", sg_gold), ("tax", sg_tax)) if c["clear"]]
     print("  - seed 001 追问2, stop-gradient keeps the critic from disturbing the actor: "
-          + ("no measurable difference between the two shared critics here (the head's |w| stays small and "
-             "vf_coef = 0.1: little value gradient reaches the trunk either way)"
-             if sg_ev["clear"] is False and sg_gold["clear"] is False else
-             "a measurable difference between the two shared critics (see above)" if sg_ev["clear"] or sg_gold["clear"]
-             else "one seed only, no verdict") + ".")
+          + ("one seed only, no verdict" if not multi else
+             f"the two shared critics differ beyond the seed noise only in {', '.join(clear)}" if clear else
+             "no difference beyond the seed noise between the two shared critics")
+          + f"; the value loss is {np.mean(share):.0%} of the trunk's gradient without stop-gradient.")
     sft = critics["separate, SFT init"]
     print(f"  - seed 003 sec. 17, a value head on the language model: explained variance {np.mean(sg['ev']):.2f} "
-          f"(shared), {np.mean(sft['ev']):.2f} (own trunk from the SFT model), {np.mean(sep['ev']):.2f} (own trunk from "
+          f"(shared), {np.mean(sft['ev']):.2f} (own trunk from the SFT model), {np.mean(sep['ev']):.2f} "
+          f"(own trunk from "
           f"the reward model): an own trunk adds {_cmp(sg['ev'], sft['ev'], noise['ev'], multi)['text']}, the RM "
           f"initialisation {_cmp(sft['ev'], sep['ev'], noise['ev'], multi)['text']}.")
     print(f"\nLesson run time: wall {r['time']['wall']:.1f} s, CPU {r['time']['cpu']:.1f} s.")

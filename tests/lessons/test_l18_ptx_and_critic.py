@@ -14,6 +14,9 @@ def test_l18_quick(tmp_path, capsys):
     # every arrangement trained a critic (value loss > 0); the curves have one entry per iteration
     for v in critics.values():
         assert v["value_loss"][0] > 0 and v["curves"]["loss/value_avg"].shape == (1, sz["iterations"])
+    # the value loss's part of the shared trunk's gradient is measured for both shared critics (a probe)
+    assert all(len(critics[k]["split"]) == 1 and critics[k]["split"][0]["share"] >= 0
+               for k in ("shared + stop-gradient", "shared, no stop-gradient"))
     # memory: the shared value head saves the critic's trunk
     mem = r["memory"]
     assert mem["none"]["7b_total"] <= mem["shared"]["7b_total"] < 0.6 * mem["separate"]["7b_total"]
