@@ -187,7 +187,8 @@ def claims(r: dict) -> list[tuple[str, str, str]]:
     out.append(("seed 001: eps too small converges slowly",
                 f"gold 0.2 -> 0.1: {_vs(r, e2, e1)}; KL {k(e2):.2f} -> {k(e1):.2f}; "
                 f"clipfrac {cf(e2):.3f} -> {cf(e1):.3f}",
-                ("holds" if slow else "the claimed direction, within seed noise" if same_way else "not seen in the gold")
+                ("holds" if slow else "the claimed direction, within seed noise" if same_way else
+                 "not seen in the gold")
                 + f": a narrow band clips more tokens and the policy "
                 f"moves {'less' if k(e1) < k(e2) else 'no less'} (KL {k(e2):.2f} -> {k(e1):.2f})"
                 + (", and the gold follows." if slow or same_way else ", yet the gold is no lower: the clipped steps "
