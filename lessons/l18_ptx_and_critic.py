@@ -164,7 +164,7 @@ def plot(r: dict, path) -> None:
                 ax.scatter(v["kl"], v[key], color=pcolor[coef], s=45, zorder=3, label=name)
             else:
                 ax.scatter(v["kl"], v[key], color="grey", s=30, marker="x" if name == KL_CONTROL else "o",
-                           label="no ptx (critics" + (", KL target 1)" if name == KL_CONTROL else ", seeds)"))
+                           label="no ptx, KL target 1 (control)" if name == KL_CONTROL else "no ptx (every critic)")
         handles, labels = ax.get_legend_handles_labels()
         seen = dict(zip(labels, handles))                        # one legend entry per label
         ax.legend(seen.values(), seen.keys(), loc="best", fontsize=8)
@@ -298,6 +298,12 @@ def main(argv=None) -> dict:
           + f". Per nat of KL the tax is {per_kl_no_ptx:.3f} without PPO-ptx and {_per_kl(ptx[hi])} at ptx {hi:g}. "
           f"The corpus here IS the SFT data: PPO-ptx pulls towards the SFT model (KL {np.mean(ptx[lo]['kl']):.2f} -> "
           f"{np.mean(ptx[hi]['kl']):.2f} nats).")
+    if KL_CONTROL in runs:                          # the ptx run closest in KL to the control without ptx
+        v = runs[KL_CONTROL]
+        k = min(coefs, key=lambda c: abs(np.mean(ptx[c]["kl"]) - np.mean(v["kl"])))
+        print(f"    At a similar KL, ptx {k:g} (KL {np.mean(ptx[k]['kl']):.2f}): tax {np.mean(ptx[k]['tax']):.3f}, gold "
+              f"{np.mean(ptx[k]['gold']):+.3f}; no ptx held to KL target 1 (KL {np.mean(v['kl']):.2f}): tax "
+              f"{np.mean(v['tax']):.3f}, gold {np.mean(v['gold']):+.3f}.")
     print(f"  - seed 001 追问2, sharing the trunk saves memory: holds ({saved:.0%} of the 7B setup's bytes).")
     sg_tax = _cmp(sg["tax"], nosg["tax"], noise["tax"], multi)
     clear = [name for name, c in (("explained variance", sg_ev), ("gold", sg_gold), ("tax", sg_tax)) if c["clear"]]
@@ -305,7 +311,8 @@ def main(argv=None) -> dict:
           + ("one seed only, no verdict" if not multi else
              f"the two shared critics differ beyond the seed noise only in {', '.join(clear)}" if clear else
              "no difference beyond the seed noise between the two shared critics")
-          + f"; the value loss is {np.mean(share):.0%} of the trunk's gradient without stop-gradient.")
+          + f"; the tax per nat of KL is {_per_kl(nosg)} without and {_per_kl(sg)} with stop-gradient, and the value "
+          f"loss is {np.mean(share):.0%} of the trunk's gradient without stop-gradient.")
     sft = critics["separate, SFT init"]
     print(f"  - seed 003 sec. 17, a value head on the language model: explained variance {np.mean(sg['ev']):.2f} "
           f"(shared), {np.mean(sft['ev']):.2f} (own trunk from the SFT model), {np.mean(sep['ev']):.2f} "
