@@ -50,7 +50,7 @@ import numpy as np
 from lessons._common import lesson_args, output_path, pyplot, save
 from minippo.rlhf.pipeline import prepare_stages, stage_configs
 from minippo.rlhf.preferences import PreferencePairs, sigmoid
-from minippo.rlhf.reward_model import train_reward_model
+from minippo.rlhf.rm_train import train_reward_model
 
 GAP_BINS = (0.0, 0.1, 0.25, 0.5, 1.0, np.inf)           # |gold_a - gold_b| bins of panel (e)
 

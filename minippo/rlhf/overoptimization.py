@@ -65,7 +65,8 @@ def rm_variants(study, variants: dict[str, dict], cache_dir=None, *, log=lambda 
     heldout_gold_accuracy, pearson, n_train (pairs), ...}, "n_params": int, "cached": bool}``
     """
     from minippo.rlhf.preferences import PreferencePairs
-    from minippo.rlhf.reward_model import RMConfig, RewardModel, train_reward_model
+    from minippo.rlhf.reward_model import RewardModel
+    from minippo.rlhf.rm_train import RMConfig, train_reward_model
 
     if not isinstance(variants, dict) or not variants:
         raise ValueError("`variants` must be a non-empty dict name -> RMConfig overrides")

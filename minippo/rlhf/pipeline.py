@@ -1,7 +1,7 @@
 """``minippo rlhf``: the main job, from nothing to an aligned policy.
 
     corpus -> tokenizer -> SFT            minippo.rlhf.sft              (stage 1, ``<out>/sft``)
-    preference pairs -> reward model      minippo.rlhf.reward_model     (stage 2, ``<out>/rm``)
+    preference pairs -> reward model      minippo.rlhf.rm_train         (stage 2, ``<out>/rm``)
     PPO with the four models              minippo.rlhf.trainer          (stage 3, ``<out>/ppo``)
     evaluation: SFT vs PPO, same prompts  minippo.rlhf.evaluate         (``samples.md``, ``summary.json``)
     figures                               minippo.rlhf.plots            (``figures/ppo_curves.png``)
@@ -37,7 +37,7 @@ def peak_rss_mb() -> float:
 
 def stage_configs(quick: bool = False, seed: int = 0):
     """``(SFTConfig, RMConfig, PPOConfig)`` of the main job (``quick``: the CI size)."""
-    from minippo.rlhf.reward_model import RMConfig
+    from minippo.rlhf.rm_train import RMConfig
     from minippo.rlhf.sft import SFTConfig
 
     if quick:
@@ -79,7 +79,7 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
     ``callback`` is passed to the PPO trainer (called after every iteration). ``stages=("sft", "rm")``
     stops before PPO (no evaluation, no figure, no summary file).
     """
-    from minippo.rlhf.reward_model import train_reward_model
+    from minippo.rlhf.rm_train import train_reward_model
     from minippo.rlhf.sft import train_sft
     from minippo.rlhf.trainer import run_ppo
 

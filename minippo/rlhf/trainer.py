@@ -270,7 +270,8 @@ def load_stages(sft_dir, rm_dir):
     """``(sft_model, tokenizer, reward_model, sft_state)`` from an SFT run folder (or its ``model/``) and
     a reward-model run folder (or its ``model/``)."""
     from minippo.rlhf.checkpoint import load_model
-    from minippo.rlhf.reward_model import RewardModel, load_sft
+    from minippo.rlhf.reward_model import RewardModel
+    from minippo.rlhf.rm_train import load_sft
 
     sft_model, tokenizer = load_sft(sft_dir)
     folder = Path(sft_dir) / "model" if has_checkpoint(Path(sft_dir) / "model") else Path(sft_dir)

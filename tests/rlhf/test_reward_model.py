@@ -6,6 +6,7 @@ import pytest
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.gradcheck import assert_gradients
 from minippo.rlhf import reward_model as rmod
+from minippo.rlhf import rm_train
 from minippo.rlhf.reward_model import (RewardModel, bradley_terry_backward, bradley_terry_forward,
                                        last_token_index)
 
@@ -199,28 +200,28 @@ def test_save_load_round_trip(tmp_path):
     ("n_eval", 1), ("n_evals", 0), ("seed", -1), ("n_prompts", 2.5)])
 def test_bad_config_names_the_field(field, value):
     with pytest.raises(ValueError, match=f"`{field}`"):
-        rmod.RMConfig(**{field: value})
+        rm_train.RMConfig(**{field: value})
 
 
 def test_config_cross_checks_and_round_trip():
     with pytest.raises(ValueError, match="`heldout_frac`"):
-        rmod.RMConfig(n_prompts=4, heldout_frac=0.05)          # rounds to zero held-out prompts
+        rm_train.RMConfig(n_prompts=4, heldout_frac=0.05)          # rounds to zero held-out prompts
     with pytest.raises(ValueError, match="`n_embd`"):
-        rmod.RMConfig(init="sft", n_embd=32)
-    cfg = rmod.RMConfig.quick(seed=3)
-    assert rmod.RMConfig.from_dict(cfg.to_dict()) == cfg
+        rm_train.RMConfig(init="sft", n_embd=32)
+    cfg = rm_train.RMConfig.quick(seed=3)
+    assert rm_train.RMConfig.from_dict(cfg.to_dict()) == cfg
 
 
 def test_build_reward_model_sizes():
     sft = TinyGPT(GPTConfig(vocab_size=13, block_size=8, n_layer=3, n_head=2, n_embd=8), seed=0)
-    rm = rmod.build_reward_model(rmod.RMConfig(n_layer=2), sft)
+    rm = rm_train.build_reward_model(rm_train.RMConfig(n_layer=2), sft)
     assert rm.model.cfg.n_layer == 2 and "h.2.ln_1.w" not in rm.params
     np.testing.assert_array_equal(rm.params["h.1.mlp.c_fc.w"], sft.params["h.1.mlp.c_fc.w"])
     assert rm.params["wte"] is not sft.params["wte"]                        # a copy, not the SFT arrays
     assert rm.params["scalar_head.w"].std() > 0.1                           # a new head, std 1/sqrt(C + 1)
     with pytest.raises(ValueError, match="`n_layer`"):
-        rmod.build_reward_model(rmod.RMConfig(n_layer=4), sft)
-    small = rmod.build_reward_model(rmod.RMConfig(init="fresh", n_layer=1, n_embd=4, n_head=1), sft)
+        rm_train.build_reward_model(rm_train.RMConfig(n_layer=4), sft)
+    small = rm_train.build_reward_model(rm_train.RMConfig(init="fresh", n_layer=1, n_embd=4, n_head=1), sft)
     assert (small.model.cfg.n_layer, small.model.cfg.n_embd, small.model.cfg.vocab_size) == (1, 4, 13)
 
 
@@ -234,8 +235,8 @@ def sft_dir(tmp_path_factory):
 
 
 def test_quick_training_beats_chance_and_saves_a_normalised_model(sft_dir, tmp_path):
-    cfg = rmod.RMConfig.quick()
-    r = rmod.train_reward_model(cfg, sft_dir, tmp_path / "rm", progress=False)
+    cfg = rm_train.RMConfig.quick()
+    r = rm_train.train_reward_model(cfg, sft_dir, tmp_path / "rm", progress=False)
     assert r["n_heldout_prompts"] == 60 and r["n_train_prompts"] == 340
     # clearly above chance on held-out prompts, against the labels and against the gold order
     assert r["heldout_accuracy"] > 0.62 and r["heldout_gold_accuracy"] > 0.62
@@ -254,13 +255,13 @@ def test_quick_training_beats_chance_and_saves_a_normalised_model(sft_dir, tmp_p
     hist = read_metrics(tmp_path / "rm" / "metrics.jsonl")
     assert [h["step"] for h in hist] == list(range(len(hist))) and "rm/heldout_accuracy" in hist[-1]
     # the same seed on the same pairs and a smaller n_train reuses the same held-out prompts
-    pairs = rmod.PreferencePairs.load(tmp_path / "rm" / "pairs.npz")
-    r2 = rmod.train_reward_model(rmod.RMConfig.quick(n_train=40, epochs=1, n_eval=8), sft_dir, tmp_path / "rm2",
+    pairs = rm_train.PreferencePairs.load(tmp_path / "rm" / "pairs.npz")
+    r2 = rm_train.train_reward_model(rm_train.RMConfig.quick(n_train=40, epochs=1, n_eval=8), sft_dir, tmp_path / "rm2",
                                  progress=False, pairs=pairs)
     np.testing.assert_array_equal(r2["heldout"].sequences, r["heldout"].sequences)
     assert r2["n_train_prompts"] == 40
     with pytest.raises(ValueError, match="`n_train`"):
-        rmod.train_reward_model(rmod.RMConfig.quick(n_train=500), sft_dir, tmp_path / "rm3", progress=False,
+        rm_train.train_reward_model(rm_train.RMConfig.quick(n_train=500), sft_dir, tmp_path / "rm3", progress=False,
                                 pairs=pairs)
 
 
