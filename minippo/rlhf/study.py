@@ -117,6 +117,7 @@ class Study:
               extra=None, reward_model=None, callback=None, log=lambda *a: None) -> dict:
         """Run every variant (name -> config overrides on top of ``base``) for every PPO seed.
 
+        Each trained policy is evaluated at its variant's ``max_new_tokens`` and ``temperature``.
         Returns name -> ``{"records": [per-seed list of records], "eval": [per-seed evaluation],
         "time": [per-seed {"wall", "cpu"} seconds of the training run]}``, and ``"extra"``: per seed
         ``extra(run)`` of the :meth:`run` result (e.g. ``lambda r: study.lm_loss(r["trainer"].actor)``) when
@@ -132,8 +133,10 @@ class Study:
                 r = self.run(cfg, reward_model=reward_model, callback=callback)
                 out[name]["time"].append({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu})
                 out[name]["records"].append(r["records"])
-                if evaluate:
-                    out[name]["eval"].append(self.evaluate(r["trainer"].actor, reward_model=reward_model))
+                if evaluate:   # at the variant's own response length and temperature
+                    out[name]["eval"].append(self.evaluate(r["trainer"].actor, reward_model=reward_model,
+                                                           max_new_tokens=cfg.max_new_tokens,
+                                                           temperature=cfg.temperature))
                 if extra is not None:
                     out[name]["extra"].append(extra(r))
                 log(f"  {name} seed {s}: gold {r['records'][-1]['gold/score']:+.3f} "

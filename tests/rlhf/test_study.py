@@ -98,3 +98,9 @@ def test_sweep_passes_the_reward_model_and_the_callback():
     assert rec_b["extra/mean_score"] == rec_b["objective/rm_scores"]          # the callback's entry is kept
     assert np.isclose(rec_b["objective/rm_scores"], rec_a["objective/rm_scores"] + 5.0)
     assert np.allclose(b["eval"][0]["rm"], a["eval"][0]["rm"] + 5.0)          # and evaluated with it
+
+
+def test_sweep_evaluates_each_variant_at_its_own_response_length():
+    study = Study(quick=True, seed=0, n_eval=8)
+    out = study.sweep({"short": {"max_new_tokens": 4}}, seeds=(0,), base={"iterations": 1})
+    assert out["short"]["eval"][0]["length"].max() <= 4
