@@ -196,7 +196,8 @@ class PPOTrainer:
             if self.iteration % cfg.checkpoint_every == 0 or self.iteration == cfg.iterations:
                 self.save(self.out_dir / "checkpoint")
         if callback is not None:
-            callback(self, rollout, record)
+            with single_blas_thread():       # callbacks run forward passes of the same small models
+                callback(self, rollout, record)
         return record
 
     def train(self, until: int | None = None, *, progress: bool = False, callback=None) -> list[dict]:
