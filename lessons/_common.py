@@ -70,3 +70,11 @@ def output_path(module_name: str, args: argparse.Namespace) -> Path:
         import tempfile
         return figure_path(module_name, Path(tempfile.gettempdir()) / "minippo_quick_figures")
     return figure_path(module_name)
+
+
+def save_figure(plot, results: dict, module_name: str, args: argparse.Namespace) -> Path:
+    """Draw a lesson's figure with ``plot(results, path)`` at :func:`output_path` and print where."""
+    path = output_path(module_name, args)
+    plot(results, path)
+    print(f"figure: {path}")
+    return path

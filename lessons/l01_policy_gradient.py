@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_args, output_path, pyplot, save
+from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.rl.bandit import TokenBandit, reinforce_gradient
 
 BASELINES = ("none", "batch mean (leave-one-out)", "exact V(s)")
@@ -170,7 +170,7 @@ def plot(results: dict, path) -> None:
     a.fill_between(lrs, np.percentile(ent, 25, axis=1), np.percentile(ent, 75, axis=1),
                    color="tab:purple", alpha=0.2, label="25-75% of seeds")
     a.plot(lrs, results["p_best_after"].mean(axis=1), "s-", color="tab:orange", label="p(best token) after (mean)")
-    a.axhline(results["max_entropy"], color="k", ls=":", lw=1, label=f"uniform policy entropy = ln 10")
+    a.axhline(results["max_entropy"], color="k", ls=":", lw=1, label="uniform policy entropy = ln 10")
     a.set_xscale("log")
     a.set_xlabel("learning rate of ONE REINFORCE step (batch of 8, with baseline)")
     a.set_ylabel("nats / probability")
@@ -214,9 +214,7 @@ def main(argv=None) -> dict:
     print("Right after a large step J is even a little higher (the batch's favourite is usually a decent token), "
           "but the step trusted one noisy batch completely: the policy is now (almost) deterministic on a token "
           "that merely looked good, it stops exploring, and its gradient (1 - p) vanishes. Lessons 03-04 bound the step.")
-    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
-    plot(r, path)
-    print(f"figure: {path}")
+    save_figure(plot, r, __name__, args)
     return r
 
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_args, output_path, pyplot, save
+from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.nn.optim import AdamW
 from minippo.rl.bandit import TokenBandit
 from minippo.rl.distributions import log_softmax
@@ -320,9 +320,7 @@ def main(argv=None) -> dict:
               f"mean {is_['mean'][i]:.3f}, median {is_['median'][i]:.3f}.")
     print(f"    (the new policies raise the best token, which the old policy samples with p = {is_['p_old_best']:.3f})")
     print("Old samples only tell us about a nearby new policy: the further it moves, the fewer of them count.")
-    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
-    plot(r, path)
-    print(f"figure: {path}")
+    save_figure(plot, r, __name__, args)
     return r
 
 

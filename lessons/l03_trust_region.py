@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_args, output_path, pyplot, save
+from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.nn.optim import AdamW
 from minippo.rl.bandit import BanditPPOConfig, TokenBandit, ppo_update, reinforce_gradient
 from minippo.rl.masked import masked_whiten
@@ -259,9 +259,7 @@ def main(argv=None) -> dict:
     print("The batch's surrogate over-promises, more and more as the step moves away from the old policy: keep the "
           "step in a trust region. TRPO enforces one with second-order machinery (Fisher products, conjugate "
           "gradient, line search); PPO approximates it with a clip and plain Adam, but the clip bounds no KL.")
-    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
-    plot(r, path)
-    print(f"figure: {path}")
+    save_figure(plot, r, __name__, args)
     return r
 
 

@@ -38,7 +38,7 @@ import math
 
 import numpy as np
 
-from lessons._common import lesson_args, output_path, pyplot, save
+from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.rl.policy_loss import (CLIP_CASES, CLIPPED_CASES, clipped_policy_loss,
                                     clipped_policy_loss_reference)
 
@@ -209,9 +209,7 @@ def main(argv=None) -> dict:
     print("Seed 003, section 5: once the clipped term is selected it is a constant, so 'the actor model is not "
           "updated' by that token: only a good action pushed too high (case 3) and a bad action pushed too low "
           "(case 4) are frozen; every other token keeps its ordinary policy-gradient -A r.")
-    path = output_path(__spec__.name if __spec__ else __name__, args)
-    plot(r, path)
-    print(f"figure: {path}")
+    save_figure(plot, r, __name__, args)
     return r
 
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_args, output_path, pyplot, save
+from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.rl.bandit import BanditPPOConfig, TokenBandit, ppo_train
 
 D_TARG = 0.01
@@ -118,7 +118,7 @@ def plot(results: dict, path) -> None:
     a.legend(loc="lower right", fontsize=8)
 
     a = ax[0, 1]
-    a.axhspan(lo, hi, color="tab:green", alpha=0.15, label=f"target band [d_targ/1.5, 1.5 d_targ]")
+    a.axhspan(lo, hi, color="tab:green", alpha=0.15, label="target band [d_targ/1.5, 1.5 d_targ]")
     a.axhline(results["d_targ"], color="tab:green", lw=1)
     for name, c, mk in (("clip", "tab:blue", "o"), ("adaptive beta0=1", "tab:red", "s")):
         kl = runs[name]["kl"]
@@ -178,9 +178,7 @@ def main(argv=None) -> dict:
     early = [r["summary"][f"adaptive beta0={b:g}"]["early"] for b in INIT_BETAS]
     print(f"Initial beta 0.1 ... 100 gives {min(early):.2f} ... {max(early):.2f} after {EARLY} iterations: the rule "
           "forgets the initial value, but it takes iterations to do so.")
-    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
-    plot(r, path)
-    print(f"figure: {path}")
+    save_figure(plot, r, __name__, args)
     return r
 
 

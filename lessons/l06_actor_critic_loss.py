@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_args, output_path, pyplot, save
+from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.rl.bandit import BanditPPOConfig, TokenBandit, ppo_train
 from minippo.rl.distributions import (entropy_backward, entropy_from_logits, logprobs_backward,
                                       logprobs_from_logits)
@@ -220,9 +220,7 @@ def main(argv=None) -> dict:
           f"{g['value_on_critic']:+.4f}).")
     print(f"Loss terms on that batch: policy {lt['policy']:+.4f}, c1 * value {lt['value']:+.4f}, "
           f"-c2 * entropy {lt['entropy']:+.4f}.")
-    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
-    plot(r, path)
-    print(f"figure: {path}")
+    save_figure(plot, r, __name__, args)
     return r
 
 

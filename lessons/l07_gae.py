@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_args, output_path, pyplot, save
+from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.bench.rl import time_gae
 from minippo.rl.gae import gae
 
@@ -220,7 +220,7 @@ def plot(results: dict, path) -> None:
     ax.set_xticks(states)
     ax.set_xlabel("state of the chain (start = 5; leaving left: -1, right: +1)")
     ax.set_ylabel("advantage of 'right' over 'left'")
-    ax.set_title(f"(c) action gap per state: lambda = 0 inherits the critic's error")
+    ax.set_title("(c) action gap per state: lambda = 0 inherits the critic's error")
     ax.legend(fontsize=8)
 
     ax = axes[1, 1]
@@ -269,9 +269,7 @@ def main(argv=None) -> dict:
           f"{t['numpy'] * 1e3:.2f} ms ({t['numpy'] / t['kernel']:.0f}x), pure Python {t['python'] * 1e3:.1f} ms "
           f"({t['python'] / t['kernel']:.0f}x; {t['loop_rows']} rows timed and scaled). `minippo bench --only gae` "
           f"measures the (512, 256) case.")
-    path = output_path(__spec__.name if __spec__ else __name__, args)
-    plot(r, path)
-    print(f"figure: {path}")
+    save_figure(plot, r, __name__, args)
     return r
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_args, output_path, pyplot
+from lessons._common import lesson_args, pyplot, save_figure
 from minippo.classic.cartpole import CartPoleEnv
 from minippo.classic.dashboard import plot_dashboard
 from minippo.classic.ppo import last_mean, steps_to_reach, train_ppo
@@ -147,9 +147,7 @@ def main(argv=None) -> dict:
           f"stopped early ({k['epochs_skipped']} epochs skipped); the x marks in the KL panel are those updates, "
           f"their KL above the dashed target. That run: {_fmt_steps(k['steps_to_475'])} "
           f"(defaults: {_fmt_steps(d['steps_to_475'])}).")
-    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
-    plot(r, path)
-    print(f"figure: {path}")
+    save_figure(plot, r, __name__, args)
     return r
 
 

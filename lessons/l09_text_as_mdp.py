@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_args, output_path, pyplot, save
+from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.rlhf.pipeline import prepare_stages
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.trainer import PPOTrainer, load_stages
@@ -155,9 +155,7 @@ def main(argv=None) -> dict:
     print(f"{r['n_no_eos']} of {r['batch_size']} responses have no EOS; such a response's score carries the "
           f"missing-EOS penalty (-{r['missing_eos_penalty']:g}) and lands on its last sampled token. The advantage "
           f"column is whitened over the batch's valid tokens; return - value is the raw GAE advantage.")
-    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
-    plot(r, path)
-    print(f"figure: {path}")
+    save_figure(plot, r, __name__, args)
     return r
 
 

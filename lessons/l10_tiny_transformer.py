@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_args, output_path, pyplot, save
+from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.blas import single_blas_thread
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.gradcheck import check_gradients
@@ -215,9 +215,7 @@ def main(argv=None) -> dict:
         print(f"    gold {g:+.2f} | {t}   (prompted)")
     print("The sentiment of SFT samples is whatever the corpus had (half positive, half negative): SFT imitates; "
           "the reward model and PPO (lessons 11-14) are what push it towards the sentences humans prefer.")
-    path = output_path(__spec__.name if __spec__ else __name__, args)
-    plot(r, path)
-    print(f"figure: {path}")
+    save_figure(plot, r, __name__, args)
     return r
 
 

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lessons._common import lesson_args, output_path, pyplot, save
+from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.rlhf.pipeline import prepare_stages, stage_configs
 from minippo.rlhf.preferences import PreferencePairs, sigmoid
 from minippo.rlhf.rm_train import train_reward_model
@@ -204,9 +204,7 @@ def main(argv=None) -> dict:
         for side in ("chosen", "rejected"):
             print(f"    {side:<8} gold {ex['gold_' + side]:+.2f}  RM {ex['rm_' + side]:+.2f} | "
                   + textwrap.shorten(ex[side], 110))
-    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
-    plot(r, path)
-    print(f"figure: {path}")
+    save_figure(plot, r, __name__, args)
     return r
 
 

@@ -39,7 +39,7 @@ import tracemalloc
 
 import numpy as np
 
-from lessons._common import lesson_args, output_path, pyplot, save
+from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.nn.gpt import TinyGPT
 from minippo.rlhf.corpus import generate_corpus
 from minippo.rlhf.memory import (FP32, GB, MIXED, VOCAB_ARRAYS_TRAIN, ModelShape, PassCounter, activation_bytes,
@@ -307,9 +307,7 @@ def main(argv=None) -> dict:
           f"{sep / GB:.0f} GB resident state ({100 * (sep - none) / sep:.0f}%).")
     pf = r["pitfall"]
     print("Seed 000 pitfall 3: " + "; ".join(f"{k} {_fmt(v).strip()}" for k, v in pf.items()) + ".")
-    path = output_path(__spec__.name if __spec__ else __name__, args)
-    plot(r, path)
-    print(f"figure: {path}")
+    save_figure(plot, r, __name__, args)
     return r
 
 

@@ -42,7 +42,7 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_args, output_path, pyplot, save
+from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.rl.sequence_ratio import iid_sequence_ratios, ratio_band_stats, sequence_log_ratio
 from minippo.rlhf.advantages import sequence_returns
 from minippo.rlhf.probes import advantage_profile, token_credit, update_kl
@@ -204,7 +204,6 @@ def plot(r: dict, path) -> None:
           ylabel="explained variance")
     h.legend(fontsize=8)
     # the ratios after each update, both shapings and every seed pooled
-    recs = [rec for v in r["runs"].values() for recs in v["records"] for rec in recs]
     lo, hi = np.log10(0.8), np.log10(1.2)
     bins = np.linspace(-1.5, 1.5, 91)
     i.hist(np.clip(r["log_r"] / np.log(10), bins[0], bins[-1]), bins=bins, alpha=0.5, color="tab:blue", density=True,
@@ -339,9 +338,7 @@ def main(argv=None) -> dict:
     args = lesson_args(__doc__, argv)
     r = run(quick=args.quick, seed=args.seed, full=args.full)
     print(narrative(r))
-    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
-    plot(r, path)
-    print(f"figure: {path}")
+    save_figure(plot, r, __name__, args)
     return r
 
 

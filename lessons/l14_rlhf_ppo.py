@@ -32,7 +32,7 @@ import textwrap
 
 import numpy as np
 
-from lessons._common import lesson_args, output_path, pyplot, save
+from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.blas import single_blas_thread
 from minippo.rlhf.corpus import sample_prompts
 from minippo.rlhf.evaluate import evaluate_policy
@@ -125,9 +125,7 @@ def main(argv=None) -> dict:
     for i in range(6):
         print(f"  SFT gold {r['before']['gold'][i]:+.2f} RM {r['before']['rm'][i]:+.2f} | {r['before']['texts'][i]}")
         print(f"  PPO gold {r['after']['gold'][i]:+.2f} RM {r['after']['rm'][i]:+.2f} | {r['after']['texts'][i]}")
-    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
-    plot(r, path)
-    print(f"figure: {path}")
+    save_figure(plot, r, __name__, args)
     return r
 
 

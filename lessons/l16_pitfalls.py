@@ -48,7 +48,7 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_args, output_path, pyplot, save
+from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.rlhf.pitfalls import (length_slope, offset_reward_model, penalty_breakdown, ratio_statistics,
                                    recompute_logp, value_error)
 from minippo.rlhf.rewards import sequence_scores
@@ -351,9 +351,7 @@ def main(argv=None) -> dict:
     args = lesson_args(__doc__, argv)
     r = run(quick=args.quick, seed=args.seed, full=args.full)
     print(narrative(r))
-    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
-    plot(r, path)
-    print(f"figure: {path}")
+    save_figure(plot, r, __name__, args)
     return r
 
 

@@ -49,7 +49,7 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_args, output_path, pyplot, save
+from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.rlhf.critic_probes import trunk_gradient_split
 from minippo.rlhf.memory import FP32, GB, MIXED, ModelShape, four_models, static_bytes, total_bytes
 from minippo.rlhf.study import Study, final
@@ -320,9 +320,7 @@ def main(argv=None) -> dict:
           f"the reward model): an own trunk adds {_cmp(sg['ev'], sft['ev'], noise['ev'], multi)['text']}, the RM "
           f"initialisation {_cmp(sft['ev'], sep['ev'], noise['ev'], multi)['text']}.")
     print(f"\nLesson run time: wall {r['time']['wall']:.1f} s, CPU {r['time']['cpu']:.1f} s.")
-    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
-    plot(r, path)
-    print(f"figure: {path}")
+    save_figure(plot, r, __name__, args)
     return r
 
 

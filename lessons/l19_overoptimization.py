@@ -45,7 +45,7 @@ import textwrap
 
 import numpy as np
 
-from lessons._common import lesson_args, output_path, pyplot, save
+from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.rlhf.best_of_n import sample_candidates, select_best
 from minippo.rlhf.overoptimization import (KLCheckpoints, fit_gold_curve, gold_peak, penalty_profile,
                                            predict_gold_gain, rm_variants)
@@ -361,9 +361,7 @@ def main(argv=None) -> dict:
     for i in range(3):
         for lab, p in (("SFT ", pts[0]), ("peak", pts[k]), ("end ", pts[-1])):
             print(f"  {lab} [{p['eval']['gold'][i]:+.2f}, {p['eval']['rm'][i]:+.2f}] {p['eval']['texts'][i]}")
-    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
-    plot(r, path)
-    print(f"figure: {path}")
+    save_figure(plot, r, __name__, args)
     print(f"time: {time.perf_counter() - t0:.1f} s wall, {time.process_time() - c0:.1f} s CPU")
     return r
 

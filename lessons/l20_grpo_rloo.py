@@ -57,7 +57,7 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_args, output_path, pyplot, save
+from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.rl.baselines import BASELINES, compare_baselines
 from minippo.rl.masked import masked_mean
 from minippo.rlhf.advantages import sequence_returns
@@ -288,9 +288,7 @@ def main(argv=None) -> dict:
           f"({bl['leave-one-out']:.2f} vs 1.00)"
           + (": prompts matter little in this task." if bl["between_prompts"] < 0.3 else "."))
     print(f"\nLesson run time: wall {r['time']['wall']:.1f} s, CPU {r['time']['cpu']:.1f} s.")
-    path = output_path(__spec__.name if __spec__ else __name__, args)   # __name__ is "__main__" under -m
-    plot(r, path)
-    print(f"figure: {path}")
+    save_figure(plot, r, __name__, args)
     return r
 
 

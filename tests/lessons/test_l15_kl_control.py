@@ -1,7 +1,5 @@
 """Smoke test of lesson 15: the five KL controls run; k2 and k3 never go negative while k1 does; top-k
 sampling makes the k1 estimate of a flattened policy negative; early stopping fires and shrinks the updates."""
-import numpy as np
-
 from lessons import l15_kl_control as lesson
 
 
