@@ -1,6 +1,12 @@
-"""``python -m lessons``: list the lessons; ``python -m lessons all [--quick]``: run them in order.
+"""``python -m lessons``: list the lessons; ``python -m lessons all``: run them in order.
 
-``python -m lessons 4`` (or ``l04``, or ``clip_objective``) runs one lesson.
+``python -m lessons all`` regenerates every committed figure in ``figures/``: each lesson runs at the
+size that produced its committed figure (``--full`` for the RLHF studies 13 and 15-20, which say so in
+their docstrings; lessons without a larger version ignore the flag). It takes about half an hour on 2
+cores. ``--quick`` runs the seconds-long versions instead (figures go to a temporary folder);
+``--default`` the classroom sizes (each under a minute; figures to ``figures/``).
+
+``python -m lessons 4`` (or ``l04``, or ``clip_objective``) runs one lesson at its default size.
 """
 from __future__ import annotations
 
@@ -41,7 +47,9 @@ def resolve(key: str, names: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lessons", description=__doc__)
     parser.add_argument("which", nargs="*", help="'all', or lesson numbers / slugs; empty lists them")
-    parser.add_argument("--quick", action="store_true", help="the seconds-long version of each lesson")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="the seconds-long version of each lesson")
+    size.add_argument("--default", action="store_true", help="'all' at the classroom sizes instead of --full")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     names = discover()
@@ -54,7 +62,12 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         print(f"\n######## {n} ########", flush=True)
         mod = importlib.import_module(n)
-        extra = ["--quick"] if args.quick else []
+        if args.quick:
+            extra = ["--quick"]
+        elif args.which == ["all"] and not args.default:
+            extra = ["--full"]          # the size of the committed figure
+        else:
+            extra = []
         mod.main(extra + ["--seed", str(args.seed)])
         print(f"[{n} took {time.perf_counter() - t:.1f} s]", flush=True)
     return 0

@@ -1,0 +1,50 @@
+"""The course index: `python -m lessons` lists every lesson; numbers and slugs resolve; every lesson
+module has the shape the README promises (docstring, run, plot, main) and a smoke test."""
+from pathlib import Path
+
+import pytest
+
+from lessons.__main__ import discover, first_line, main, resolve
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_twenty_lessons_in_order_each_with_a_smoke_test():
+    names = discover()
+    assert [int(n.split(".")[1][1:3]) for n in names] == list(range(1, 21))
+    for n in names:
+        slug = n.split(".")[1]
+        assert (ROOT / "tests" / "lessons" / f"test_{slug}.py").is_file(), f"no smoke test for {slug}"
+        assert first_line(n).startswith("Lesson"), f"{slug}: the docstring's first line names the lesson"
+
+
+def test_every_lesson_has_run_plot_main():
+    import importlib
+    import inspect
+    for n in discover():
+        mod = importlib.import_module(n)
+        for fn in ("run", "plot", "main"):
+            assert callable(getattr(mod, fn, None)), f"{n} lacks {fn}()"
+        params = inspect.signature(mod.run).parameters
+        assert "quick" in params and "seed" in params, f"{n}.run must take quick= and seed="
+
+
+def test_resolve_numbers_and_slugs():
+    names = discover()
+    assert resolve("4", names) == "lessons.l04_clip_objective"
+    assert resolve("l04", names) == "lessons.l04_clip_objective"
+    assert resolve("clip_objective", names) == "lessons.l04_clip_objective"
+    with pytest.raises(SystemExit, match="no lesson matches"):
+        resolve("nope", names)
+
+
+def test_listing_prints_one_line_per_lesson(capsys):
+    assert main([]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 20 and lines[3].startswith("l04_clip_objective")
+
+
+def test_running_one_lesson_quick(capsys):
+    assert main(["4", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "lessons.l04_clip_objective" in out and "figure:" in out
