@@ -49,7 +49,8 @@ import time
 import numpy as np
 
 from lessons._common import lesson_args, pyplot, save, save_figure
-from minippo.rlhf.pitfalls import (length_slope, offset_reward_model, penalty_breakdown, ratio_statistics,
+from minippo.rlhf.gold import gold_profile
+from minippo.rlhf.pitfalls import (length_slope, offset_reward_model, ratio_statistics,
                                    recompute_logp, value_error)
 from minippo.rlhf.rewards import sequence_scores
 from minippo.rlhf.study import Study
@@ -127,11 +128,11 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
                          extra=lambda r: study.evaluate(r["trainer"].actor, max_new_tokens=LONG_TOKENS))
     for v in length.values():
         v["eval"] = v.pop("extra")                       # the evaluations with room for LONG_TOKENS
-        v["terms"] = [penalty_breakdown(e["texts"]) for e in v["eval"]]
+        v["terms"] = [gold_profile(e["texts"]) for e in v["eval"]]
     # C. the lr = 0 check
     check = lr_zero_check(study, base)
     return {"sizes": sz, "base": base, "reference": study.reference, "quick": quick, "full": full,
-            "critic": critic, "ref_long": {**ref_long, "terms": penalty_breakdown(ref_long["texts"])},
+            "critic": critic, "ref_long": {**ref_long, "terms": gold_profile(ref_long["texts"])},
             "slope": slope, "penalty": penalty, "length": length, "check": check,
             "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
 

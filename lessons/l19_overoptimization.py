@@ -47,7 +47,8 @@ import numpy as np
 
 from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.rlhf.best_of_n import sample_candidates, select_best
-from minippo.rlhf.overoptimization import (KLCheckpoints, fit_gold_curve, gold_peak, penalty_profile,
+from minippo.rlhf.gold import gold_profile
+from minippo.rlhf.overoptimization import (KLCheckpoints, fit_gold_curve, gold_peak,
                                            predict_gold_gain, rm_variants)
 from minippo.rlhf.study import Study
 
@@ -135,11 +136,11 @@ def run(quick: bool = False, seed: int = 0, full: bool = False, log=lambda *a: N
     strong, weak = list(rms)[-1], list(rms)[0]
     pts = rl[strong]
     k = summary[strong]["rl"]["peak"]
-    profiles = {"SFT": penalty_profile(pts[0]["eval"]["texts"]),
-                f"PPO peak ({strong})": penalty_profile(pts[k]["eval"]["texts"]),
-                f"PPO end ({strong})": penalty_profile(pts[-1]["eval"]["texts"]),
-                f"PPO end ({weak})": penalty_profile(rl[weak][-1]["eval"]["texts"]),
-                f"best-of-{size['bon_n']} ({weak})": penalty_profile(bon[weak]["selected_texts"][size["bon_n"]])}
+    profiles = {"SFT": gold_profile(pts[0]["eval"]["texts"]),
+                f"PPO peak ({strong})": gold_profile(pts[k]["eval"]["texts"]),
+                f"PPO end ({strong})": gold_profile(pts[-1]["eval"]["texts"]),
+                f"PPO end ({weak})": gold_profile(rl[weak][-1]["eval"]["texts"]),
+                f"best-of-{size['bon_n']} ({weak})": gold_profile(bon[weak]["selected_texts"][size["bon_n"]])}
     return {"size": size, "quick": quick, "full": full, "rms": {n: {k: v[k] for k in ("summary", "n_params", "config")}
                                                                for n, v in rms.items()},
             "bon": bon, "bon_gold": bon_gold, "rl": rl, "summary": summary, "profiles": profiles,

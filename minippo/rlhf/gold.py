@@ -211,3 +211,18 @@ def gold_scores(texts) -> np.ndarray:
     if isinstance(texts, str) or not isinstance(texts, (list, tuple)):
         raise TypeError(f"`texts` must be a list of str, got {type(texts).__name__}")
     return np.array([gold_score(t) for t in texts], dtype=np.float64)
+
+
+def gold_profile(texts) -> dict[str, float]:
+    """What a set of texts is rewarded and penalised for: the mean over ``texts`` of every entry of
+    :func:`gold_breakdown` (``n_words``, ``sentiment``, each penalty term, ``penalty``, ``gold``), plus
+    ``frac_<term>`` (the fraction of texts where each penalty of :data:`PENALTIES` fires) and
+    ``frac_too_long`` (more than ``MAX_WORDS`` = 30 words, where "long" starts). Lessons 16 and 19
+    read over-optimised samples with it."""
+    if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or not texts:
+        raise ValueError("`texts` must be a non-empty list of str")
+    rows = [gold_breakdown(t) for t in texts]
+    out = {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
+    out.update({f"frac_{k}": float(np.mean([r[k] > 0 for r in rows])) for k in PENALTIES})
+    out["frac_too_long"] = float(np.mean([r["n_words"] > MAX_WORDS for r in rows]))
+    return out

@@ -23,8 +23,8 @@ This module holds the reusable pieces:
       RL         R_RL(d)  = d (alpha - beta log d)      peak at d* = exp(alpha / beta - 1)
 
   both linear in (alpha, beta), so one ``lstsq`` each;
-- :func:`penalty_profile`: the mean of every gold penalty term over a set of texts (what the
-  policy learned to exploit: broken words, repeats, adjective chains, no period, ...).
+- what the policy learned to exploit (broken words, repeats, adjective chains, no period, ...) is
+  read with :func:`minippo.rlhf.gold.gold_profile`.
 """
 from __future__ import annotations
 
@@ -38,7 +38,6 @@ import numpy as np
 
 from minippo.checks import check_choice, check_float_array, check_range
 from minippo.io import has_checkpoint
-from minippo.rlhf.gold import PENALTIES, gold_breakdown
 
 FORMS = ("bon", "rl")
 
@@ -204,18 +203,3 @@ def predict_gold_gain(fit: dict, d) -> np.ndarray:
     """R(d) of a :func:`fit_gold_curve` result at ``d`` (array or scalar, >= 0)."""
     d = np.atleast_1d(np.asarray(d, dtype=np.float64))
     return _features(d, fit["form"]) @ np.array([fit["alpha"], fit["beta"]])
-
-
-# ----------------------------------------------------------------------------------------------
-# what was exploited
-# ----------------------------------------------------------------------------------------------
-
-def penalty_profile(texts) -> dict:
-    """Mean over ``texts`` of each gold penalty term (capped magnitudes, :data:`gold.PENALTIES`), of
-    ``sentiment``, ``penalty`` and ``gold``, and ``frac_<term>``: the fraction of texts where it fires."""
-    if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or not texts:
-        raise ValueError("`texts` must be a non-empty list of str")
-    rows = [gold_breakdown(t) for t in texts]
-    out = {k: float(np.mean([r[k] for r in rows])) for k in (*PENALTIES, "sentiment", "penalty", "gold")}
-    out.update({f"frac_{k}": float(np.mean([r[k] > 0 for r in rows])) for k in PENALTIES})
-    return out

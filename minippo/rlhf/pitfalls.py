@@ -35,8 +35,8 @@ Legend: B batch (responses), Tp prompt columns (left-padded), Tn response column
 
 4. **Length** (seed 001: "偏好长度作弊 ... 长度惩罚"): :func:`length_slope` is the least-squares slope of
    a score against response length, i.e. the ``length_penalty`` that makes the score uncorrelated with
-   length on the samples it was fitted on; :func:`penalty_breakdown` averages the gold score's terms
-   (``minippo.rlhf.gold.gold_breakdown``) over texts, to see which penalty a policy runs into.
+   length on the samples it was fitted on; :func:`minippo.rlhf.gold.gold_profile` averages the gold
+   score's terms over texts, to see which penalty a policy runs into.
 """
 from __future__ import annotations
 
@@ -46,8 +46,6 @@ from minippo.checks import check_choice, check_float_array, check_range
 from minippo.rl.distributions import logprobs_from_logits
 from minippo.rl.masked import masked_mean
 from minippo.rl.policy_loss import clipped_policy_loss
-from minippo.rlhf.corpus import MAX_WORDS
-from minippo.rlhf.gold import gold_breakdown
 from minippo.rlhf.response import response_logprobs
 
 RECOMPUTE_MODES = ("same", "no_mask", "shifted", "repadded")
@@ -167,15 +165,3 @@ def length_slope(scores, lengths) -> float:
     if not var > 0:
         raise ValueError("`lengths` must hold at least two different values to fit a slope")
     return float(np.mean((lengths - lengths.mean()) * (scores - scores.mean())) / var)
-
-
-def penalty_breakdown(texts) -> dict[str, float]:
-    """Mean over ``texts`` of every entry of :func:`minippo.rlhf.gold.gold_breakdown` (``n_words``,
-    ``sentiment``, each penalty term, ``penalty``, ``gold``), plus ``frac_too_long``: the fraction of texts
-    with more than ``corpus.MAX_WORDS`` (30) words, where the gold's "long" penalty starts."""
-    if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or not texts:
-        raise ValueError("`texts` must be a non-empty list of str")
-    rows = [gold_breakdown(t) for t in texts]
-    out = {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
-    out["frac_too_long"] = float(np.mean([r["n_words"] > MAX_WORDS for r in rows]))
-    return out

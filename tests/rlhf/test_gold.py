@@ -207,3 +207,20 @@ def test_overoptimising_a_learned_proxy_is_caught(linear_rm):
         g = gold_scores(texts)
         assert np.all(np.diff(p) > 0), p
         assert int(np.argmax(g)) <= 1 and g[-1] < g.max() - 1.0, g
+
+
+def test_gold_profile_averages_every_term_and_counts_where_penalties_fire():
+    from minippo.rlhf.gold import gold_profile
+    texts = ["the film was very good .", "the film was great great great great .",
+             " ".join(["the film was good and the cast was fine"] * 4) + " ."]
+    prof = gold_profile(texts)
+    rows = [gold_breakdown(t) for t in texts]
+    for k in rows[0]:
+        assert prof[k] == pytest.approx(np.mean([r[k] for r in rows]))
+    assert prof["gold"] == pytest.approx(gold_scores(texts).mean())
+    assert prof["frac_repeat"] == pytest.approx(1 / 3) and prof["frac_too_long"] == pytest.approx(1 / 3)
+    assert prof["run_on"] > 0
+    with pytest.raises(ValueError, match="`texts`"):
+        gold_profile([])
+    with pytest.raises(ValueError, match="`texts`"):
+        gold_profile("the film was good .")

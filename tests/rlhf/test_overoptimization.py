@@ -2,8 +2,7 @@
 import numpy as np
 import pytest
 
-from minippo.rlhf.gold import gold_breakdown
-from minippo.rlhf.overoptimization import (KLCheckpoints, fit_gold_curve, gold_peak, penalty_profile,
+from minippo.rlhf.overoptimization import (KLCheckpoints, fit_gold_curve, gold_peak,
                                            predict_gold_gain, rm_variants)
 from minippo.rlhf.study import Study
 
@@ -43,17 +42,6 @@ def test_fit_without_turnover_and_bad_input():
         fit_gold_curve(np.array([-1.0, 1.0, 2.0]), np.zeros(3), "bon")
     with pytest.raises(ValueError, match="`gain`"):
         fit_gold_curve(d, np.zeros(3), "bon")
-
-
-def test_penalty_profile_is_the_mean_of_gold_breakdown():
-    texts = ["the film was very good .", "the film was great great great great .", "the film was good good good"]
-    prof = penalty_profile(texts)
-    rows = [gold_breakdown(t) for t in texts]
-    for k in ("repeat", "overuse", "no_period", "gold", "sentiment", "penalty"):
-        assert prof[k] == pytest.approx(np.mean([r[k] for r in rows]))
-    assert prof["frac_repeat"] == pytest.approx(2 / 3) and prof["frac_no_period"] == pytest.approx(1 / 3)
-    with pytest.raises(ValueError, match="`texts`"):
-        penalty_profile("the film was good .")
 
 
 def test_gold_peak():

@@ -5,8 +5,7 @@ import pytest
 
 from ppo_helpers import tiny_config, world
 from minippo.rl.distributions import log_softmax
-from minippo.rlhf.gold import gold_scores
-from minippo.rlhf.pitfalls import (length_slope, offset_reward_model, penalty_breakdown, ratio_statistics,
+from minippo.rlhf.pitfalls import (length_slope, offset_reward_model, ratio_statistics,
                                    recompute_logp, value_error)
 from minippo.rlhf.trainer import PPOTrainer
 
@@ -133,14 +132,3 @@ def test_length_slope_is_least_squares_and_decorrelates():
     assert length_slope(2.0 * lengths + 1.0, lengths) == pytest.approx(2.0)
     with pytest.raises(ValueError, match="`lengths`"):
         length_slope(scores, np.full(200, 7))
-
-
-def test_penalty_breakdown_averages_the_gold_terms():
-    texts = ["the film was very good .", "the film was great great great great .",
-             " ".join(["the film was good and the cast was fine"] * 4) + " ."]
-    b = penalty_breakdown(texts)
-    assert b["gold"] == pytest.approx(gold_scores(texts).mean())
-    assert b["repeat"] == pytest.approx(1.5 / 3) and b["frac_too_long"] == pytest.approx(1 / 3)
-    assert b["run_on"] > 0
-    with pytest.raises(ValueError, match="`texts`"):
-        penalty_breakdown([])
