@@ -49,6 +49,7 @@ from minippo.blas import single_blas_thread
 from minippo.rl.kl_moments import compare_kl_estimators, topk_mass_decomposition
 from minippo.rlhf.probes import kl_probe, tempered_policy, update_kl
 from minippo.rlhf.study import Study, final
+from minippo.rlhf.sweep_stats import seed_curves
 
 # A: the KL controls (name -> PPOConfig overrides), all on the same BASE
 CONTROLS = {
@@ -140,7 +141,7 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
 
 def _curve(variant: dict, key: str, n_seeds: int | None = None) -> np.ndarray:
     """(seeds, iterations) array of a record key of one variant of a sweep (its first ``n_seeds`` seeds)."""
-    return np.array([[rec[key] for rec in recs] for recs in variant["records"][:n_seeds]], dtype=float)
+    return seed_curves(variant, key)[:n_seeds]
 
 
 def _final(variant: dict, key: str, n_seeds: int | None = None) -> float:
