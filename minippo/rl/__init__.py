@@ -34,6 +34,10 @@ explained variance (003 sec. 13)                           masked.explained_vari
 padding / response mask (003 sec. 17; 000)                 masked.masked_sum / masked_mean / masked_var
 critic-free advantages: GRPO, RLOO, batch-mean baseline    group_advantages.grpo_advantages, rloo_advantages,
 (beyond the seeds: Shao et al. 2024; Ahmadian et al. 2024) batch_mean_advantages; GRPO's KL loss grpo_kl_loss
+which baseline removes most variance (lesson 20)           baselines.compare_baselines, between_prompt_fraction
+k1/k2/k3 bias and variance, negative KL under top-k        kl_moments.kl_estimator_moments, topk_mass_decomposition,
+(lesson 15)                                                compare_kl_estimators
+sequence ratio prod r_t vs token clipping; 1.2^50 (001)    sequence_ratio.sequence_log_ratio, ratio_band_stats
 =========================================================  ==========================================
 
 Importing this package compiles nothing: the functions above are re-exported lazily (except
@@ -59,6 +63,10 @@ _LAZY = {
                                     "AdaptiveKLController", "PPOPaperKLController")},
     **{n: "minippo.rl.group_advantages" for n in ("grpo_advantages", "rloo_advantages",
                                                   "batch_mean_advantages", "grpo_kl_loss")},
+    **{n: "minippo.rl.kl_moments" for n in ("kl_estimator_moments", "topk_mass_decomposition",
+                                            "compare_kl_estimators")},
+    **{n: "minippo.rl.sequence_ratio" for n in ("sequence_log_ratio", "ratio_band_stats")},
+    **{n: "minippo.rl.baselines" for n in ("compare_baselines", "between_prompt_fraction")},
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY, globals())

@@ -6,8 +6,10 @@ The modules, in the order of the pipeline (``minippo rlhf`` runs them all, :mod:
     tokenizer.py, data.py     BPE tokenizer, <pad>/<bos>/<eos>; LM batches
     sft.py                    stage 1: supervised fine-tuning (``minippo sft``)
     generate.py               sampling with the KV cache (full-softmax log-probs, one temperature)
+    checkpoint.py             a model folder (safetensors + JSON + tokenizer), saved atomically
     preferences.py            pairs of SFT samples labelled by the simulated human
-    reward_model.py           stage 2: Bradley-Terry reward model, normalised (``minippo rm``)
+    reward_model.py           the reward model: TinyGPT + scalar head at the last token, Bradley-Terry loss
+    rm_train.py               stage 2: training and normalising it (``minippo rm``)
     ppo_config.py             stage 3's hyperparameters, one documented dataclass
     response.py               logits / values at the response columns (column p predicts token p + 1)
     critic.py                 the critic: separate TinyGPT, value head on the actor, or none
@@ -19,7 +21,17 @@ The modules, in the order of the pipeline (``minippo rlhf`` runs them all, :mod:
     trainer.py                the four models, one iteration, checkpoints / resume (``minippo ppo``)
     metrics.py                the glossary of every logged metric
     evaluate.py, plots.py     judging a policy (gold, RM, KL); run figures
+    pipeline.py               the main job ``minippo rlhf``; the cached SFT / RM stages lessons share
     memory.py                 what the four models cost (lesson 12)
+
+The studies of lessons 13-20 run PPO variants on the cached stages and measure them::
+
+    study.py, sweep_stats.py  run variants x seeds, judge them alike; per-seed values and seed noise
+    probes.py                 per-token credit, update KL, KL probes under top-k (lessons 13, 15)
+    pitfalls.py               lr = 0 recomputes done right and wrong, value error, length slope (16)
+    critic_probes.py          how much of a shared trunk's gradient comes from the value loss (18)
+    overoptimization.py       weaker reward models, KL checkpoints, Gao et al.'s fits (19)
+    best_of_n.py              best-of-n sampling against a reward model and its KL (19)
 
 The names most used are re-exported lazily (importing this package imports nothing heavy).
 """
@@ -47,6 +59,11 @@ _LAZY = {
     "evaluate_policy": "minippo.rlhf.evaluate",
     "run_pipeline": "minippo.rlhf.pipeline",
     "prepare_stages": "minippo.rlhf.pipeline",
+    "Study": "minippo.rlhf.study",
+    "RewardModel": "minippo.rlhf.reward_model",
+    "RMConfig": "minippo.rlhf.rm_train",
+    "train_reward_model": "minippo.rlhf.rm_train",
+    "best_of_n": "minippo.rlhf.best_of_n",
     "plot_run": "minippo.rlhf.plots",
 }
 
