@@ -39,9 +39,8 @@ from __future__ import annotations
 import numpy as np
 
 from lessons._common import lesson_args, pyplot, save, save_figure
-from minippo.rlhf.pipeline import prepare_stages
 from minippo.rlhf.ppo_config import PPOConfig
-from minippo.rlhf.trainer import PPOTrainer, load_stages
+from minippo.rlhf.study import Study
 
 
 def lesson_config(quick: bool, seed: int) -> PPOConfig:
@@ -59,11 +58,10 @@ def pick_row(ro) -> int:
 
 
 def run(quick: bool = False, seed: int = 0) -> dict:
-    folder = prepare_stages(quick=quick, seed=seed, log=lambda *a: None)
-    sft, tok, rm, _ = load_stages(folder / "sft", folder / "rm")
-    cfg = lesson_config(quick, seed)
-    trainer = PPOTrainer(cfg, sft, rm, tok)
-    records = trainer.train()
+    study = Study(quick=quick, seed=seed)          # the cached SFT policy and reward model
+    tok, cfg = study.tokenizer, lesson_config(quick, seed)
+    trained = study.run(cfg)
+    trainer, records = trained["trainer"], trained["records"]
     ro, texts = trainer.last_rollout, trainer.last_texts       # the last iteration's experience (pre-update)
     row = pick_row(ro)
     n = int(ro.lengths[row])

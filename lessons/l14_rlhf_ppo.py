@@ -33,13 +33,9 @@ import textwrap
 import numpy as np
 
 from lessons._common import lesson_args, pyplot, save, save_figure
-from minippo.blas import single_blas_thread
-from minippo.rlhf.corpus import sample_prompts
-from minippo.rlhf.evaluate import evaluate_policy
-from minippo.rlhf.pipeline import prepare_stages
 from minippo.rlhf.plots import draw_curves
 from minippo.rlhf.ppo_config import PPOConfig
-from minippo.rlhf.trainer import PPOTrainer, load_stages
+from minippo.rlhf.study import Study
 
 SUMMARY = ("gold_mean", "gold_std", "rm_mean", "kl_mean", "kl_exact_mean", "length_mean", "ended_frac")
 
@@ -52,17 +48,11 @@ def lesson_config(quick: bool, seed: int) -> PPOConfig:
 
 
 def run(quick: bool = False, seed: int = 0) -> dict:
-    folder = prepare_stages(quick=quick, seed=seed, log=lambda *a: None)
-    sft, tok, rm, _ = load_stages(folder / "sft", folder / "rm")
+    study = Study(quick=quick, seed=seed)          # the cached SFT policy and reward model, held-out prompts
     cfg = lesson_config(quick, seed)
-    trainer = PPOTrainer(cfg, sft, rm, tok)
-    records = trainer.train()
-    n_eval = 32 if quick else 128
-    prompts = sample_prompts(n_eval, seed=1000 + seed)
-    kw = dict(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
-    with single_blas_thread():
-        before = evaluate_policy(sft, sft, rm, tok, prompts, rng=np.random.default_rng([seed, 1]), **kw)
-        after = evaluate_policy(trainer.actor, sft, rm, tok, prompts, rng=np.random.default_rng([seed, 2]), **kw)
+    trained = study.run(cfg)
+    before, after = study.reference, study.evaluate(trained["trainer"].actor)
+    records, prompts = trained["records"], study.prompts
     return {"records": records, "config": cfg, "prompts": prompts,
             "before": before, "after": after, "summary": {"SFT": {k: before[k] for k in SUMMARY},
                                                           "PPO": {k: after[k] for k in SUMMARY}},
