@@ -123,11 +123,9 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     penalty = round(max(slope, 0.0), 4)                  # a penalty, never a bonus
     variants = {"RM score": {}, f"RM + {BONUS}/token": {"length_bonus": BONUS},
                 f"RM + {BONUS}/token - fitted {penalty}/token": {"length_bonus": BONUS, "length_penalty": penalty}}
-    length = study.sweep(variants, seeds=sz["long_seeds"], evaluate=False,
-                         base={**base, "iterations": sz["long_iterations"], "max_new_tokens": LONG_TOKENS},
-                         extra=lambda r: study.evaluate(r["trainer"].actor, max_new_tokens=LONG_TOKENS))
+    length = study.sweep(variants, seeds=sz["long_seeds"],   # evaluated with room for LONG_TOKENS too
+                         base={**base, "iterations": sz["long_iterations"], "max_new_tokens": LONG_TOKENS})
     for v in length.values():
-        v["eval"] = v.pop("extra")                       # the evaluations with room for LONG_TOKENS
         v["terms"] = [gold_profile(e["texts"]) for e in v["eval"]]
     # C. the lr = 0 check
     check = lr_zero_check(study, base)
