@@ -33,11 +33,9 @@ def pyplot():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    plt.rcParams.update({
-        "figure.dpi": 100, "savefig.dpi": 110, "font.size": 10, "axes.titlesize": 11,
-        "axes.grid": True, "grid.alpha": 0.3, "legend.fontsize": 9, "legend.framealpha": 0.85,
-        "axes.spines.top": False, "axes.spines.right": False,
-    })
+
+    from minippo.plotting import STYLE
+    plt.rcParams.update(STYLE)
     return plt
 
 

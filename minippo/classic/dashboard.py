@@ -16,6 +16,8 @@ from typing import Mapping
 
 import numpy as np
 
+from minippo.plotting import course_style, new_figure, save_figure
+
 # (metric key, panel title, y scale)
 PANELS = (
     ("losses/policy_loss", "policy loss (L^CLIP as a loss)", "linear"),
@@ -48,12 +50,15 @@ def plot_dashboard(runs: Mapping[str, dict], path: str | os.PathLike, *, title: 
     goal : a dashed line on the return panel (None: none).
     window : episodes in the rolling mean of the return panel.
     """
-    # matplotlib's object API: no pyplot, no global backend switch (safe inside any program);
-    # the current rcParams style applies (lesson 08 sets the course's style first)
-    from matplotlib.figure import Figure
+    # matplotlib's object API inside the course style: no pyplot, no global state (safe in any program)
+    with course_style():
+        return _draw_dashboard(runs, path, title, goal, window)
+
+
+def _draw_dashboard(runs, path, title, goal, window) -> Path:
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-    fig = Figure(figsize=(15, 10.5))
+    fig = new_figure((15, 10.5))
     axes = fig.subplots(3, 3).ravel()
     for (label, res), color in zip(runs.items(), COLORS):
         hist = res["history"]
@@ -105,7 +110,4 @@ def plot_dashboard(runs: Mapping[str, dict], path: str | os.PathLike, *, title: 
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    return path
+    return save_figure(fig, path)

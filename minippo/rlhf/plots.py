@@ -6,9 +6,10 @@ beside them); :func:`plot_run` makes the whole figure from the ``metrics.jsonl``
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
+
+from minippo.plotting import course_style, new_figure, save_figure
 
 #: panel title -> [(metric, label)], the curves of the standard dashboard
 PANELS = {
@@ -62,18 +63,13 @@ def draw_curves(axes, records: list[dict], *, kl_target: float | None = None, re
 def plot_run(records: list[dict], path: str | os.PathLike | None = None, *, kl_target: float | None = None,
              reference: dict | None = None, title: str | None = None):
     """The six-panel dashboard of a run; saved to ``path`` when given. Returns the figure."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
-    draw_curves(axes.ravel(), records, kl_target=kl_target, reference=reference)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    if path is not None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-        plt.close(fig)
+    with course_style():
+        fig = new_figure((15, 8))
+        axes = fig.subplots(2, 3)
+        draw_curves(axes.ravel(), records, kl_target=kl_target, reference=reference)
+        if title:
+            fig.suptitle(title)
+        fig.tight_layout()
+        if path is not None:
+            save_figure(fig, path)
     return fig
