@@ -76,3 +76,25 @@ def save_figure(plot, results: dict, module_name: str, args: argparse.Namespace)
     plot(results, path)
     print(f"figure: {path}")
     return path
+
+
+def study_main(doc: str, module_name: str, run, narrative, plot, argv: list[str] | None = None) -> dict:
+    """``main()`` of a study lesson (13, 15-17): parse the flags, ``run(quick, seed, full)``, print
+    ``narrative(results)`` and save ``plot(results, path)``."""
+    args = lesson_args(doc, argv)
+    r = run(quick=args.quick, seed=args.seed, full=args.full)
+    print(narrative(r))
+    save_figure(plot, r, module_name, args)
+    return r
+
+
+def time_line(r: dict, full_sizes: dict | None = None) -> str:
+    """The closing line of a narrative: the run's wall and CPU time (``r["time"]``) and, after a
+    default-size run, the size of the ``--full`` run that produced the committed figure."""
+    t = r["time"]
+    line = f"\nTime: {t['wall']:.1f} s wall, {t['cpu']:.1f} s CPU."
+    if full_sizes is not None and not r.get("full", False):
+        fs = full_sizes
+        line += (f" The committed figure comes from --full ({fs['iterations']} iterations x {fs['batch_size']} "
+                 f"responses, {len(fs['seeds'])} PPO seeds).")
+    return line

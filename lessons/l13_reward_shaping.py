@@ -42,7 +42,7 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_args, pyplot, save, save_figure
+from lessons._common import pyplot, save, study_main, time_line
 from minippo.rl.sequence_ratio import iid_sequence_ratios, ratio_band_stats, sequence_log_ratio
 from minippo.rlhf.advantages import sequence_returns
 from minippo.rlhf.probes import advantage_profile, token_credit, update_kl
@@ -329,17 +329,12 @@ def narrative(r: dict) -> str:
           + ("most responses" if q["sequence_outside"] > 0.5 else f"{q['sequence_outside']:.0%} of the responses")
           + f" while only {q['token_outside']:.1%} of the tokens do. A sequence-level clip would silence that part "
           "of the batch; PPO for LMs clips per token and leaves the drift of the whole response to the KL penalty."]
-    t = r["time"]
-    L.append(f"\n(run time: {t['wall']:.1f} s wall, {t['cpu']:.1f} s CPU)")
+    L.append(time_line(r))
     return "\n".join(L)
 
 
 def main(argv=None) -> dict:
-    args = lesson_args(__doc__, argv)
-    r = run(quick=args.quick, seed=args.seed, full=args.full)
-    print(narrative(r))
-    save_figure(plot, r, __name__, args)
-    return r
+    return study_main(__doc__, __name__, run, narrative, plot, argv)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_args, pyplot, save, save_figure
+from lessons._common import pyplot, save, study_main, time_line
 from minippo.blas import single_blas_thread
 from minippo.rl.kl_moments import compare_kl_estimators, topk_mass_decomposition
 from minippo.rlhf.probes import kl_probe, tempered_policy, update_kl
@@ -399,17 +399,12 @@ def narrative(r: dict) -> str:
     """The measured numbers, and which of the seeds' claims hold at this scale."""
     L = (_narrative_controls(r, summary(r)) + _narrative_estimators(r) + _narrative_topk(r)
          + _narrative_early_stop(r))
-    t = r["time"]
-    L.append(f"\n(run time: {t['wall']:.1f} s wall, {t['cpu']:.1f} s CPU)")
+    L.append(time_line(r))
     return "\n".join(L)
 
 
 def main(argv=None) -> dict:
-    args = lesson_args(__doc__, argv)
-    r = run(quick=args.quick, seed=args.seed, full=args.full)
-    print(narrative(r))
-    save_figure(plot, r, __name__, args)
-    return r
+    return study_main(__doc__, __name__, run, narrative, plot, argv)
 
 
 if __name__ == "__main__":

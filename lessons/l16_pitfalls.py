@@ -48,7 +48,7 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_args, pyplot, save, save_figure
+from lessons._common import pyplot, save, study_main, time_line
 from minippo.rlhf.gold import gold_profile
 from minippo.rlhf.pitfalls import (length_slope, offset_reward_model, ratio_statistics,
                                    recompute_logp, value_error)
@@ -338,20 +338,12 @@ def narrative(r: dict) -> str:
           f"pads with the mask extended move no row (max |log r| {rp['max_abs_log_ratio']:.1g}, float32 rounding).",
           "  Each bug makes PPO clip and 'correct' tokens before the policy learned anything: a non-zero clipfrac at "
           "lr = 0 is always a bug."]
-    t = r["time"]
-    fs = sizes(quick=False, full=True)
-    L.append(f"\nTime: {t['wall']:.1f} s wall, {t['cpu']:.1f} s CPU." + ("" if r["full"] else
-             f" The committed figure comes from --full ({fs['iterations']} iterations x {fs['batch_size']} responses, "
-             f"{len(fs['seeds'])} PPO seeds)."))
+    L.append(time_line(r, sizes(quick=False, full=True)))
     return "\n".join(L)
 
 
 def main(argv=None) -> dict:
-    args = lesson_args(__doc__, argv)
-    r = run(quick=args.quick, seed=args.seed, full=args.full)
-    print(narrative(r))
-    save_figure(plot, r, __name__, args)
-    return r
+    return study_main(__doc__, __name__, run, narrative, plot, argv)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_args, pyplot, save, save_figure
+from lessons._common import pyplot, save, study_main, time_line
 from minippo.rlhf.study import Study
 from minippo.rlhf.sweep_stats import compare, pooled_seed_std, seed_values
 
@@ -265,20 +265,12 @@ def narrative(r: dict) -> str:
     L.append("  (* the base run; +- is the std over seeds)\n\nThe seeds' claims at this scale:")
     for claim, measured, verdict in claims(r):
         L += [f"- {claim}", f"    measured: {measured}", f"    verdict:  {verdict}"]
-    t = r["time"]
-    fs = sizes(quick=False, full=True)
-    L.append(f"\nTime: {t['wall']:.1f} s wall, {t['cpu']:.1f} s CPU." + ("" if r["full"] else
-             f" The committed figure comes from --full ({fs['iterations']} iterations x {fs['batch_size']} responses, "
-             f"{len(fs['seeds'])} PPO seeds)."))
+    L.append(time_line(r, sizes(quick=False, full=True)))
     return "\n".join(L)
 
 
 def main(argv=None) -> dict:
-    args = lesson_args(__doc__, argv)
-    r = run(quick=args.quick, seed=args.seed, full=args.full)
-    print(narrative(r))
-    save_figure(plot, r, __name__, args)
-    return r
+    return study_main(__doc__, __name__, run, narrative, plot, argv)
 
 
 if __name__ == "__main__":
