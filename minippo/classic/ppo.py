@@ -46,7 +46,7 @@ METRICS = ("charts/episodic_return", "charts/mean_return_last20", "losses/policy
 
 
 def train_ppo(make_env: Callable[[], object], total_timesteps: int, seed: int = 0, *,
-              callback: Callable[[dict], None] | None = None, **hyperparameters) -> dict:
+              callback: Callable[[dict, dict], None] | None = None, **hyperparameters) -> dict:
     """Train a PPO agent on ``make_env()`` copies for ``total_timesteps`` environment steps.
 
     Parameters
@@ -57,7 +57,9 @@ def train_ppo(make_env: Callable[[], object], total_timesteps: int, seed: int = 
         ``total_timesteps // (num_envs * num_steps)`` updates (as CleanRL).
     seed : seeds the envs (copy i gets ``seed + i``), the initial weights, the action sampling
         and the minibatch shuffling (one ``np.random.default_rng(seed)``).
-    callback : called after every update with that update's metrics dict.
+    callback : ``callback(record, params)``, called after every completed update with that update's
+        metrics dict and the current weights (finite: a bad number stops the run before the step that
+        would apply it), e.g. to save a checkpoint.
     **hyperparameters : fields of :class:`~minippo.classic.config.PPOConfig`.
 
     Returns
@@ -138,7 +140,7 @@ def _loop(envs, params, optimizer, policy, rng, num_updates, seed, cfg, callback
         })
         history.append(record)
         if callback is not None:
-            callback(record)
+            callback(record, params)
     return {
         "episode_returns": np.array(ep_returns),
         "episode_steps": np.array(ep_steps, dtype=np.int64),
@@ -237,7 +239,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="environment steps over all envs (default 200000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of envs, weights, sampling, shuffling")
     parser.add_argument("--out", default=None,
-                        help="folder for metrics.jsonl, dashboard.png and the final weights (agent/)")
+                        help="folder for metrics.jsonl, dashboard.png and the weights (agent/)")
+    parser.add_argument("--save-every", type=int, default=10,
+                        help="with --out: save the weights every N updates, so a failed run keeps its last "
+                             "good weights (default 10)")
     parser.add_argument("--gymnasium", action="store_true",
                         help='train on gymnasium.make("CartPole-v1") (needs gymnasium installed) '
                              "instead of minippo's own CartPole")
@@ -271,6 +276,7 @@ def cli_main(args: argparse.Namespace) -> int:
     try:
         cfg = PPOConfig(**hyper)
         check_range("total_timesteps", args.total_timesteps, cfg.batch_size, None, integer=True)
+        check_range("save_every", args.save_every, 1, None, integer=True)
     except ValueError as exc:
         print(f"minippo classic: error: {exc}", file=sys.stderr)
         return 2
@@ -290,15 +296,31 @@ def cli_main(args: argparse.Namespace) -> int:
     bar = tqdm(total=args.total_timesteps // cfg.batch_size, unit="update", disable=args.no_progress,
                desc=f"PPO on {env_name}, seed {args.seed}")
 
-    def callback(record: dict) -> None:
+    saved = {}                                          # the last checkpoint written: update, global_step
+
+    def save_agent(params: dict, record: dict) -> None:
+        saved.update(update=record["update"], global_step=record["global_step"])
+        save_checkpoint(out / "agent", params, {"config": cfg.to_dict(), "seed": args.seed, "env": env_name,
+                                                **saved})
+
+    def callback(record: dict, params: dict) -> None:
         if writer is not None:
             writer.write(record)
+            if (record["update"] + 1) % args.save_every == 0:
+                save_agent(params, record)
         bar.update(1)
         last20 = record["charts/mean_return_last20"]
         bar.set_postfix(step=str(record["global_step"]), ret20="-" if last20 is None else f"{last20:.0f}",
                         kl=f"{record['losses/approx_kl']:.4f}", sps=f"{record['sps']:.0f}")
 
-    result = train_ppo(make_env, args.total_timesteps, args.seed, callback=callback, **hyper)
+    try:
+        result = train_ppo(make_env, args.total_timesteps, args.seed, callback=callback, **hyper)
+    except ValueError as exc:                          # a NaN/inf: the checkpoint on disk is the last good one
+        bar.close()
+        kept = (f"; the last good weights (update {saved['update']}, step {saved['global_step']}) are in "
+                f"{out / 'agent'}" if saved else "; no weights were saved yet")
+        print(f"minippo classic: error: {exc}{kept}", file=sys.stderr)
+        return 1
     bar.close()
     reached = steps_to_reach(result)
     print(f"env: {env_name}; {len(result['episode_returns'])} episodes in {args.total_timesteps} steps, "
@@ -307,8 +329,7 @@ def cli_main(args: argparse.Namespace) -> int:
           f"{reached if reached is not None else 'not reached'}")
     if out is not None:
         from minippo.classic.dashboard import plot_dashboard
-        save_checkpoint(out / "agent", result["params"], {"config": result["config"], "seed": args.seed,
-                                                          "env": env_name})
+        save_agent(result["params"], result["history"][-1])
         png = plot_dashboard({f"seed {args.seed}": result}, out / "dashboard.png",
                              title=f"PPO on {env_name} (seed {args.seed})")
         print(f"wrote {out / 'metrics.jsonl'}, {png}, {out / 'agent'}")

@@ -27,6 +27,46 @@ def test_cli_writes_metrics_dashboard_and_weights(tmp_path, capsys):
     assert "mean return of the last 20 episodes" in text and "steps to reach 475" in text
 
 
+def test_cli_failed_run_keeps_the_last_good_weights(tmp_path, capsys, monkeypatch):
+    """A NaN in update 5 (of 8) stops the run with exit code 1; agent/ holds update 3's weights
+    (--save-every 2: saved after updates 1 and 3), the finite weights the run had then."""
+    import minippo.classic.ppo as ppo
+    real, calls, snapshots = ppo.ppo_loss_and_grads, [], {}
+
+    def nan_in_update_5(*args):
+        loss, grads, stats = real(*args)
+        calls.append(1)
+        if len(calls) > 5 * 4:                    # FAST: 2 epochs x 2 minibatches per update
+            stats = dict(stats, **{"losses/value_loss": float("inf")})
+        return loss, grads, stats
+
+    import minippo.io as io                       # cli_main imports save_checkpoint from here when it runs
+    real_save = io.save_checkpoint
+
+    def recording_save(directory, arrays, state=None, **kw):
+        snapshots[state["update"]] = {k: v.copy() for k, v in arrays.items()}
+        return real_save(directory, arrays, state, **kw)
+
+    monkeypatch.setattr(ppo, "ppo_loss_and_grads", nan_in_update_5)
+    monkeypatch.setattr(io, "save_checkpoint", recording_save)
+    out = tmp_path / "run"
+    rc = minippo_main(["classic", "--total-timesteps", "1024", "--seed", "1", "--out", str(out),
+                       "--no-progress", "--save-every", "2", *FAST])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "update 5" in err and "`losses/value_loss` is inf" in err
+    assert "last good weights (update 3, step 512)" in err
+    assert sorted(snapshots) == [1, 3]
+    params, state = load_checkpoint(out / "agent")
+    assert state["update"] == 3 and state["global_step"] == 512 and state["seed"] == 1
+    for k, v in params.items():
+        assert np.isfinite(v).all()
+        np.testing.assert_array_equal(v, snapshots[3][k])
+    assert len(read_metrics(out / "metrics.jsonl")) == 5          # updates 0-4 were logged
+    assert minippo_main(["classic", "--save-every", "0", "--no-progress"]) == 2
+    assert "`save_every`" in capsys.readouterr().err
+
+
 def test_cli_rejects_bad_hyperparameters(capsys):
     assert minippo_main(["classic", "--lr", "-1", "--no-progress"]) == 2
     assert "`lr`" in capsys.readouterr().err
