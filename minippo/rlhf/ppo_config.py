@@ -65,6 +65,9 @@ class PPOConfig:
     lr_schedule: str = "linear"
     """``"constant"`` or ``"linear"`` (decay to 0 at the last iteration: the policy settles while the KL
     controller catches up, so the final KL stays below the target)."""
+    warmup_iterations: int = 0
+    """Iterations of linear lr warm-up (``lr * (it + 1) / warmup_iterations``) before ``lr_schedule``
+    takes over, for actor and critic; 0 = none; in [0, iterations)."""
     adam_betas: tuple = (0.9, 0.95)
     """Adam's (beta1, beta2), each in [0, 1)."""
     adam_eps: float = 1e-8
@@ -186,6 +189,7 @@ class PPOConfig:
         check_range("top_p", self.top_p, 0, 1, lo_open=True)
         check_range("gamma", self.gamma, 0, 1)
         check_range("lam", self.lam, 0, 1)
+        check_range("warmup_iterations", self.warmup_iterations, 0, self.iterations, integer=True, hi_open=True)
         if self.critic_lr is not None:
             check_range("critic_lr", self.critic_lr, 0, None)
         for name in ("target_kl", "score_clip"):

@@ -173,8 +173,9 @@ class PPOTrainer:
             record = rollout_metrics(rollout, extras["texts"], extras["kl_exact"])
             record["val/explained_variance"] = explained_variance(rollout.values, rollout.returns, mask)
             t1, c1 = time.perf_counter(), time.process_time()
-            lr = lr_at(it, cfg.iterations, cfg.lr, schedule=cfg.lr_schedule)
-            critic_lr = lr_at(it, cfg.iterations, self.critic_lr, schedule=cfg.lr_schedule)
+            schedule = dict(warmup_steps=cfg.warmup_iterations, schedule=cfg.lr_schedule)
+            lr = lr_at(it, cfg.iterations, cfg.lr, **schedule)
+            critic_lr = lr_at(it, cfg.iterations, self.critic_lr, **schedule)
             upd = ppo_update(self.actor, self.critic, self.opt_actor, self.opt_critic, rollout, cfg, self.rng,
                              lr=lr, critic_lr=critic_lr, iteration=it,
                              ptx_sampler=self.ptx_batch if cfg.ptx_coef > 0 else None)

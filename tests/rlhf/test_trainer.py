@@ -38,6 +38,8 @@ from minippo.rlhf.trainer import PPOTrainer
     (dict(ratio_threshold=0.5), "ratio_threshold"),
     (dict(value_clip=1), "value_clip"),
     (dict(adam_betas=(0.9, 1.0)), "adam_betas"),
+    (dict(iterations=4, warmup_iterations=4), "warmup_iterations"),
+    (dict(warmup_iterations=-1), "warmup_iterations"),
 ])
 def test_bad_configuration_names_the_field(kw, field):
     with pytest.raises(ValueError, match=f"`{field}"):
@@ -114,6 +116,15 @@ def test_lr_zero_gives_ratio_exactly_one():
     # and with lr = 0 every later minibatch too, bitwise
     assert rec["val/ratio"] == 1.0 and rec["policy/approxkl_max"] == 0.0 and rec["policy/clipfrac_avg"] == 0.0
     assert all((before[k] == v).all() for k, v in tr.actor.params.items())
+
+
+def test_lr_warm_up_then_schedule():
+    """warmup_iterations = 2: lr * 1/2, lr * 2/2, then the linear decay over the remaining iterations."""
+    sft, rm, tok = world()
+    tr = PPOTrainer(tiny_config(iterations=4, warmup_iterations=2, lr=1e-3, batch_size=8, minibatch_size=8),
+                    sft, rm, tok)
+    lrs = [tr.step()["lr"] for _ in range(4)]
+    np.testing.assert_allclose(lrs, [5e-4, 1e-3, 1e-3, 5e-4], rtol=1e-12)
 
 
 def test_an_iteration_writes_every_glossary_metric(tmp_path):
