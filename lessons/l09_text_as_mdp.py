@@ -22,6 +22,13 @@ token by token with ``Rollout.to_table`` (padding rows included) and checks the 
 sits on the EOS, the rewards of a response sum to score - beta * sum(kl), the return at the EOS equals
 its reward (the episode ends: V after it is 0), padding holds zeros.
 
+Old policy is not the reference model. Seed 000 describes log_prob as the log-probability of "旧策略（冻结的
+reference model）" (the old policy, "the frozen reference model"). Those are two different frozen models:
+pi_old is the actor as it was when it sampled this batch. It is frozen only for this iteration's K epochs,
+and its log_prob is the denominator of the ratio r_t = exp(logp - logp_old). pi_ref is the SFT copy,
+frozen for the whole run, and appears only in the KL penalty kl_t = log pi_old(a_t|s_t) - log pi_ref(a_t|s_t).
+They coincide only at iteration 0. The lesson measures how far apart they are after its PPO iterations.
+
 The figure: (a) the printed row as curves over its tokens: log_prob, value, reward, (whitened)
 advantage and return, with the padded positions shaded; (b) the whole batch's layout: left-padded
 prompts, right-padded responses, the column where each score lands, and the response mask.
@@ -33,6 +40,8 @@ Exercises:
    missing-EOS penalty in its reward?
 3. Why is ``log_prob`` stored in the buffer instead of recomputed during the update? Set lr = 0 and
    check the ratio of the first minibatch (``trainer.first_minibatch``).
+4. Replace ``logp_old`` by ``logp_ref`` in the ratio (the seed's wording). At iteration 0 nothing changes.
+   Later, what does the clip then bound? The step from the SFT model, not the step of this update.
 """
 from __future__ import annotations
 
@@ -74,6 +83,13 @@ def run(quick: bool = False, seed: int = 0) -> dict:
         transitions.append((state, tok.pieces([int(ro.response[row, j])])[0], tok.decode(ro.observation(row, j + 1))
                             if j + 1 < ro.response.shape[1] else ""))
     beta = records[-1]["kl_coef"]
+    # pi_old (the actor that sampled) vs pi_ref (the frozen SFT copy) on the batch's valid tokens
+    valid = ro.response_mask == 1
+    old_vs_ref = {"mean_abs_diff": float(np.abs(ro.logp - ro.logp_ref)[valid].mean()),
+                  "frac_differ": float((ro.logp != ro.logp_ref)[valid].mean()),
+                  "kl_is_logp_minus_ref": bool(np.allclose(ro.kl[valid], (ro.logp - ro.logp_ref)[valid]))
+                  if cfg.kl_estimator == "k1" else None,
+                  "row_logp_ref": ro.logp_ref[row].copy()}
     checks = {
         "score_on_eos": bool(np.isclose(ro.rewards[row, n - 1], ro.scores[row] - beta * ro.kl[row, n - 1])),
         "rewards_sum": float(ro.rewards[row].sum()),
@@ -90,7 +106,7 @@ def run(quick: bool = False, seed: int = 0) -> dict:
             "batch_lengths": ro.lengths.copy(), "ended": ro.ended.copy(), "score": float(ro.scores[row]),
             "rm_score": float(ro.rm_scores[row]), "kl_coef": beta, "transitions": transitions, "checks": checks,
             "n_no_eos": int((~ro.ended).sum()), "batch_size": ro.batch_size, "iterations": cfg.iterations,
-            "missing_eos_penalty": cfg.missing_eos_penalty}
+            "missing_eos_penalty": cfg.missing_eos_penalty, "old_vs_ref": old_vs_ref}
 
 
 def plot(r: dict, path) -> None:
@@ -153,6 +169,12 @@ def main(argv=None) -> dict:
     print(f"{r['n_no_eos']} of {r['batch_size']} responses have no EOS; such a response's score carries the "
           f"missing-EOS penalty (-{r['missing_eos_penalty']:g}) and lands on its last sampled token. The advantage "
           f"column is whitened over the batch's valid tokens; return - value is the raw GAE advantage.")
+    o = r["old_vs_ref"]
+    print(f"\nlog_prob is pi_old, the actor that sampled this batch, not the reference model. (Seed 000 writes "
+          f"'旧策略（冻结的reference model）'.) After {r['iterations']} iterations the two differ on "
+          f"{o['frac_differ']:.0%} of the batch's tokens, by {o['mean_abs_diff']:.3f} nats on average. The KL penalty "
+          f"is their difference, kl_t = log pi_old - log pi_ref (k1): {o['kl_is_logp_minus_ref']}. This row's "
+          f"log pi_ref: [{', '.join(f'{v:.3f}' for v in o['row_logp_ref'][:r['n_tokens']])}] (its log_prob column above).")
     save_figure(plot, r, __name__, args)
     return r
 

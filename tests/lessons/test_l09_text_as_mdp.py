@@ -14,6 +14,8 @@ def test_l09_quick(tmp_path, capsys):
     assert len(rows) == r["Tn"] and sum("(padding)" in line for line in rows) == r["Tn"] - r["n_tokens"]
     assert (r["mask"][:r["n_tokens"]] == 1).all() and (r["mask"][r["n_tokens"]:] == 0).all()
     assert np.abs(r["arrays"]["logp"][:r["n_tokens"]]).sum() > 0          # not an empty table
+    o = r["old_vs_ref"]                                                 # pi_old has left pi_ref
+    assert o["frac_differ"] > 0.5 and o["mean_abs_diff"] > 0 and o["kl_is_logp_minus_ref"] is True
     assert len(r["transitions"]) == 3 and r["transitions"][0][2].startswith(r["transitions"][0][0])
     out = capsys.readouterr().out
     assert "log_prob" in out and "(padding)" in out and "sits on the EOS: True" in out
