@@ -11,7 +11,7 @@ minibatches of ``minibatch_size`` responses: ``ppo_epochs * batch_size // miniba
 
 The studies switch the variants with the string fields (validated against their choices):
 ``reward_shaping``, ``kl_estimator``, ``kl_controller``, ``advantage_estimator``, ``critic``,
-``critic_init``, ``critic_bias_init``; and the numbers ``length_penalty``, ``length_bonus``,
+``critic_init``, ``critic_bias_init``; and the numbers ``length_penalty``, ``length_bonus``, ``length_norm_alpha``,
 ``ptx_coef``, ``kl_loss_coef``, ``target_kl``, ``ratio_threshold``.
 """
 from __future__ import annotations
@@ -114,6 +114,9 @@ class PPOConfig:
     """Subtracted from the score per response token (EOS included): a fix for length hacking; >= 0."""
     length_bonus: float = 0.0
     """Added to the score per response token: a deliberately length-biased reward (lesson 16); >= 0."""
+    length_norm_alpha: float = 0.0
+    """Divide the score (after the length terms, before the missing-EOS penalty) by n_tokens ** alpha: seed
+    001's length normalisation, alpha = 0.5 there; 0 = off; >= 0."""
     score_clip: float | None = None
     """Clip the final score to [-score_clip, score_clip] (None = off); > 0."""
     whiten_rewards: bool = False
@@ -184,7 +187,7 @@ class PPOConfig:
                      "kl_horizon"):
             check_range(name, getattr(self, name), 0, None, lo_open=True)
         for name in ("lr", "weight_decay", "vf_coef", "ent_coef", "ptx_coef", "kl_loss_coef", "missing_eos_penalty",
-                     "length_penalty", "length_bonus", "kl_coef"):
+                     "length_penalty", "length_bonus", "length_norm_alpha", "kl_coef"):
             check_range(name, getattr(self, name), 0, None)
         check_range("top_p", self.top_p, 0, 1, lo_open=True)
         check_range("gamma", self.gamma, 0, 1)

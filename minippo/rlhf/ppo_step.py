@@ -75,7 +75,7 @@ def collect_rollout(actor, critic, ref, reward_model, tokenizer, prompts: list[s
     ended = has_eos(gen.response, gen.response_mask, tokenizer.eos_id)
     scores = sequence_scores(rm_scores, ended, gen.lengths, missing_eos_penalty=cfg.missing_eos_penalty,
                              length_penalty=cfg.length_penalty, length_bonus=cfg.length_bonus,
-                             score_clip=cfg.score_clip)
+                             length_norm_alpha=cfg.length_norm_alpha, score_clip=cfg.score_clip)
     kl_exact = None
     if exact_kl:
         per_token = kl_exact_from_logits(logits, ref_logits, cfg.temperature)                   # (B, Tn)

@@ -7,16 +7,19 @@ The reward model reads the whole ``prompt ++ response`` and returns ONE number; 
 
 1. **Sequence score** (:func:`sequence_scores`)::
 
-       score = rm_score
-             - missing_eos_penalty * [no EOS among the response's valid tokens]
-             - length_penalty * n_tokens + length_bonus * n_tokens
+       score = rm_score - length_penalty * n_tokens + length_bonus * n_tokens
+       score = score / n_tokens ** length_norm_alpha                    (optional; 0 = off)
+       score = score - missing_eos_penalty * [no EOS among the response's valid tokens]
        score = clip(score, -score_clip, score_clip)                     (optional)
 
    The EOS is looked for in the response only (an EOS id inside the prompt does not count). A
    response that hit ``max_new_tokens`` without EOS is not a finished sentence; without the penalty
    the policy could learn to ramble into the length limit (TRL ``missing_eos_penalty``).
    ``length_bonus`` simulates a reward model that likes long answers (length hacking, lesson 16),
-   ``length_penalty`` is the usual counter-measure.
+   ``length_penalty`` is the usual counter-measure. ``length_norm_alpha`` is seed 001's other one,
+   "奖励除以序列长度的α次方，α=0.5" (divide the reward by the length to the power alpha). It cancels a
+   length bias that grows like n^alpha and no other: a linear bonus b n becomes b n^(1 - alpha), which still
+   grows. And it makes a negative score *less* negative as the response gets longer (lesson 16 measures both).
 
 2. **Per-token rewards** (:func:`per_token_rewards`), "kl_final" shaping (Ziegler et al. 2019,
    arXiv:1909.08593; InstructGPT eq. (2))::
@@ -67,7 +70,8 @@ def has_eos(response, response_mask, eos_id: int) -> np.ndarray:
 
 
 def sequence_scores(rm_scores, ended, lengths, *, missing_eos_penalty: float = 0.0, length_penalty: float = 0.0,
-                    length_bonus: float = 0.0, score_clip: float | None = None) -> np.ndarray:
+                    length_bonus: float = 0.0, length_norm_alpha: float = 0.0,
+                    score_clip: float | None = None) -> np.ndarray:
     """The score each response is rewarded with (step 1 of the module docstring).
 
     Parameters
@@ -76,6 +80,7 @@ def sequence_scores(rm_scores, ended, lengths, *, missing_eos_penalty: float = 0
     ended : (B,) bool, the response produced an EOS (see :func:`has_eos`)
     lengths : (B,) int, response tokens (EOS included)
     missing_eos_penalty, length_penalty, length_bonus : >= 0
+    length_norm_alpha : >= 0, divide the (length-shaped) RM score by ``max(n_tokens, 1) ** alpha``
     score_clip : > 0 or None
 
     Returns
@@ -88,12 +93,14 @@ def sequence_scores(rm_scores, ended, lengths, *, missing_eos_penalty: float = 0
         raise ValueError(f"`ended` must be a bool array of shape {rm_scores.shape}, got {ended.dtype} {ended.shape}")
     lengths = check_int_array("lengths", lengths, shape=rm_scores.shape, low=0)
     for name, v in (("missing_eos_penalty", missing_eos_penalty), ("length_penalty", length_penalty),
-                    ("length_bonus", length_bonus)):
+                    ("length_bonus", length_bonus), ("length_norm_alpha", length_norm_alpha)):
         check_range(name, v, 0, None)
     scores = rm_scores.astype(np.float64)
-    # the next two lines are the documented missing-EOS penalty and the linear length terms
-    scores = scores - missing_eos_penalty * (~ended)
+    # the next three lines are the linear length terms, the division by n^alpha and the missing-EOS penalty
     scores = scores + (length_bonus - length_penalty) * lengths
+    if length_norm_alpha:
+        scores = scores / np.maximum(lengths, 1) ** length_norm_alpha
+    scores = scores - missing_eos_penalty * (~ended)
     if score_clip is not None:
         check_range("score_clip", score_clip, 0, None, lo_open=True)
         scores = np.clip(scores, -score_clip, score_clip)

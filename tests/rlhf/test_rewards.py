@@ -80,6 +80,22 @@ def test_missing_eos_penalty_and_length_terms():
                                [1.0, -0.5, -1.0])
 
 
+def test_length_normalisation_divides_the_shaped_score_by_n_to_the_alpha():
+    rm = np.array([1.0, 1.0, -0.5])
+    ended = np.array([True, False, False])
+    lengths = np.array([4, 16, 16])
+    # alpha = 0.5: 1 / sqrt(4), 1 / sqrt(16), -0.5 / sqrt(16); then the missing-EOS penalty, not divided
+    np.testing.assert_allclose(sequence_scores(rm, ended, lengths, length_norm_alpha=0.5, missing_eos_penalty=1.0),
+                               [0.5, 0.25 - 1.0, -0.125 - 1.0])
+    # with a linear bonus b n the normalised score still grows like b sqrt(n): (1 + 0.1 * 4) / 2, (1 + 1.6) / 4
+    np.testing.assert_allclose(sequence_scores(rm, ended, lengths, length_bonus=0.1, length_norm_alpha=0.5),
+                               [0.7, 0.65, 1.1 / 4])
+    np.testing.assert_array_equal(sequence_scores(rm, ended, lengths, length_norm_alpha=0.0), rm)
+    assert sequence_scores(np.array([2.0]), np.array([False]), np.array([0]), length_norm_alpha=1.0)[0] == 2.0
+    with pytest.raises(ValueError, match="`length_norm_alpha`"):
+        sequence_scores(rm, ended, lengths, length_norm_alpha=-0.5)
+
+
 def test_reward_whitening_keeps_the_mean_and_ignores_padding():
     rng = np.random.default_rng(2)
     mask = (np.arange(6)[None, :] < np.array([[6], [3], [1]])).astype(np.int64)
