@@ -17,8 +17,9 @@ A. **The critic** (seed 000 "坑2：value网络不稳定 ... 对value loss进行
 B. **Length hacking** (seed 001 "Reward Model的奖励分布可能漂移（如偏好长度作弊）... 加入长度惩罚"): the
    score plus 0.3 per response token (``length_bonus``, a reward model that likes length) with room for
    40 tokens; then the same bonus with ``length_penalty`` set to the slope of the shaped score against
-   length on SFT samples (``pitfalls.length_slope``). The gold score penalises > 30 words, run-on
-   sentences (> 3 conjunctions) and missing periods.
+   length on SFT samples (``pitfalls.length_slope``). Then the same bonus with seed 001's other fix, "奖励除以
+   序列长度的α次方，α=0.5" (divide the reward by the length to the power alpha, ``length_norm_alpha``). The gold
+   score penalises > 30 words, run-on sentences (> 3 conjunctions) and missing periods.
 C. **The lr = 0 check** (seed 003 sec. 18 误区三 "ratio ... exp(logp_new - logp_old)"): with lr = 0 the first
    minibatch must give ratio exactly 1, approx KL 0, clip fraction 0 (L^CLIP, PPO paper eq. (7)); the
    trainer does, bitwise. Then the same rollout's log-probs recomputed with one deliberate bug each:
@@ -37,8 +38,8 @@ terms of the final policies; (g) the lr = 0 check table, (h) the log-ratios each
 Exercises:
 1. Set ``clip_eps_value`` to 10 in the "value clip" variant: does value clipping still slow the critic?
    Why is a clip range in return units a poor idea when the returns' scale is unknown?
-2. Replace the linear ``length_penalty`` by dividing the score by sqrt(length) (seed 001's alpha = 0.5):
-   write it as a reward model wrapper and compare the response lengths.
+2. (s + 0.3 n) / n^alpha: which alpha cancels the linear bonus exactly? Run it (``length_norm_alpha=1.0``)
+   and compare the lengths. What does it do to the reward model's own score differences?
 3. Add "sampler log-probs" to the lr = 0 check: use ``rollout.gen_logp`` (the KV-cache sampler's numbers)
    as logp_old. How far from 1 is the ratio, and why is it not exactly 1?
 """
@@ -67,6 +68,7 @@ CRITICS = {
     "RM-init critic": dict(critic_init="reward_model"),      # the main job's: RM weights, value clip, bias init
 }
 BONUS, LONG_TOKENS = 0.3, 40    # B: score + BONUS per token, responses up to LONG_TOKENS tokens
+ALPHA = 0.5                     # B: seed 001's length normalisation, score / n^ALPHA
 TERMS = ("unknown", "run_on", "no_period", "word_order", "adj_chain", "long")   # the gold's penalty terms shown
 RECOMPUTES = {                  # C: label -> (recompute mode, temperature)
     "same forward (the trainer)": ("same", 1.0),
@@ -122,7 +124,8 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     slope = length_slope(shaped, ref_long["length"])
     penalty = round(max(slope, 0.0), 4)                  # a penalty, never a bonus
     variants = {"RM score": {}, f"RM + {BONUS}/token": {"length_bonus": BONUS},
-                f"RM + {BONUS}/token - fitted {penalty}/token": {"length_bonus": BONUS, "length_penalty": penalty}}
+                f"RM + {BONUS}/token - fitted {penalty}/token": {"length_bonus": BONUS, "length_penalty": penalty},
+                f"(RM + {BONUS}/token) / length^{ALPHA}": {"length_bonus": BONUS, "length_norm_alpha": ALPHA}}
     length = study.sweep(variants, seeds=sz["long_seeds"],   # evaluated with room for LONG_TOKENS too
                          base={**base, "iterations": sz["long_iterations"], "max_new_tokens": LONG_TOKENS})
     for v in length.values():
@@ -153,7 +156,7 @@ def mean_terms(variant: dict) -> dict:
 
 
 COLORS = dict(zip(CRITICS, ("tab:red", "tab:orange", "tab:green", "tab:blue", "tab:purple", "tab:gray")))
-LCOLORS = ("tab:gray", "tab:red", "tab:blue")
+LCOLORS = ("tab:gray", "tab:red", "tab:blue", "tab:orange")
 
 
 def plot(r: dict, path) -> None:
@@ -194,11 +197,11 @@ def plot(r: dict, path) -> None:
     width = 0.8 / len(TERMS)
     for j, t in enumerate(TERMS):
         f.bar(np.arange(len(terms)) + (j - len(TERMS) / 2 + 0.5) * width, [x[t] for x in terms], width, label=t)
-    labels = [f"{n}\nsentiment {x['sentiment']:+.2f}\ngold {x['gold']:+.2f}"
-              for n, x in zip(("SFT", "RM score", f"+{BONUS}/token", "+ bonus - penalty"), terms)]
+    short = ("SFT", "RM\nscore", f"RM +\n{BONUS}/token", "+ bonus\n- penalty", f"+ bonus,\n/ n^{ALPHA}")
+    labels = [f"{n}\ngold {x['gold']:+.2f}\nsent. {x['sentiment']:+.2f}" for n, x in zip(short, terms)]
     f.set_xticks(range(len(terms)), labels, fontsize=8)
     f.set(title="(f) the gold's penalty terms on fresh samples", ylabel="penalty (mean per response)")
-    f.legend(fontsize=8, ncol=2, loc="upper left")
+    f.legend(fontsize=8, ncol=2, loc="upper right")
     # C. the lr = 0 check: table, log-ratio histograms, temperature curve
     ck = r["check"]
     g.axis("off")
@@ -304,7 +307,8 @@ def narrative(r: dict) -> str:
     for k, x in [("SFT policy", ref)] + [(k, {**tm[k], "length_mean": lens[k]}) for k in names]:
         L.append(f"  {k:<36}{x['length_mean']:>7.1f}{x['n_words']:>6.1f}{x['frac_too_long']:>5.0%}"
                  + "".join(f"{x[t]:>11.3f}" for t in TERMS) + f"{x['sentiment']:>+8.2f}{x['gold']:>+7.3f}")
-    plain, hack, fixed = names
+    plain, hack, fixed, normed = names
+    n0 = lens[plain]                                   # a typical response length without the bonus
     grown = sorted(TERMS, key=lambda t: tm[plain][t] - tm[hack][t])[:3]
     L += [f"  Seed 001 'the RM's preference for length is exploited': "
           f"{'holds' if lens[hack] > lens[plain] + 3 and tm[hack]['gold'] < tm[plain]['gold'] else 'not clear here'}: "
@@ -318,6 +322,16 @@ def narrative(r: dict) -> str:
           f"{lens[fixed]:.1f} tokens, gold {tm[fixed]['gold']:+.2f}. Fitted on SFT samples it removes the linear "
           "length term (here exactly the bonus plus the RM's own slope); a real RM's length bias is neither linear "
           "nor known, and has to be measured like this.",
+          f"  Seed 001's division by length^{ALPHA}: {lens[normed]:.1f} tokens "
+          f"({'close to' if abs(lens[normed] - lens[plain]) < 3 else 'well above'} the {lens[plain]:.1f} without the "
+          f"bonus), gold {tm[normed]['gold']:+.2f}, sentiment {tm[normed]['sentiment']:+.2f}. The bonus is flattened, "
+          f"not removed: (s + {BONUS} n) / n^{ALPHA} = s / n^{ALPHA} + {BONUS} n^{1 - ALPHA:g}. Doubling a "
+          f"{n0:.0f}-token response now gains {BONUS * (n0 * 2) ** (1 - ALPHA) - BONUS * n0 ** (1 - ALPHA):.2f} "
+          f"instead of {BONUS * n0:.1f}. The price is that the reward model's own signal s is divided by "
+          f"n^{ALPHA} ~ {n0 ** ALPHA:.1f} too, so against the same KL penalty the policy learns less "
+          f"(sentiment {tm[normed]['sentiment']:+.2f} vs {tm[plain]['sentiment']:+.2f}). Also, a negative "
+          f"s / n^{ALPHA} rises towards 0 as n grows, and {np.mean(r['ref_long']['rm'] < 0):.0%} of the SFT samples "
+          "score below 0 on the normalised RM. Dividing by n^alpha cancels exactly only a bias that grows like n^alpha.",
           "  Samples with the bonus: " + " | ".join(r["length"][hack]["eval"][0]["texts"][:2])]
     # C
     ck = r["check"]

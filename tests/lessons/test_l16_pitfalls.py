@@ -20,8 +20,11 @@ def test_l16_quick(tmp_path, capsys):
     assert clip_frac("value clip") > 0 and clip_frac("no fix") == 0
     # B. the length bonus lengthens the responses; the fitted penalty is a penalty
     lens = {k: v["eval"][0]["length_mean"] for k, v in r["length"].items()}
-    plain, hack, _ = lens
+    plain, hack, _, normed = lens
     assert lens[hack] > lens[plain] and r["penalty"] > 0
+    first = {k: r["length"][k]["records"][0][0] for k in (hack, normed)}   # same seed: the same first rollout
+    assert first[hack]["objective/rm_scores"] == first[normed]["objective/rm_scores"]
+    assert 0 < first[normed]["objective/scores"] < first[hack]["objective/scores"] / 2   # / n^0.5, n > 4
     out = capsys.readouterr().out
     assert "lr = 0" in out and "Seed 001" in out
     assert (tmp_path / "l16_pitfalls.png").stat().st_size > 50_000
