@@ -7,7 +7,9 @@ here drop it and take the baseline from OTHER SAMPLES of the same prompt: three 
 
 Seed sections: seed 001 sec. 1 (the four models and what each costs); seed 001 追问3 "每个prompt生成多个
 回答（如4-8个）" (several responses per prompt: exactly what the group methods need); seed 003 sec. 17
-"value head 通常接在语言模型上" (the critic these methods remove).
+"value head 通常接在语言模型上" (the critic these methods remove); seed 003 sec. 18 误区五 "RLHF 等于 PPO"
+(RLHF is the paradigm, PPO one optimiser of it: here the same SFT policy, reward model and KL-regularised
+objective are optimised four ways, and lesson 19's best-of-n uses no gradient at all).
 
 The estimators (``minippo.rl.group_advantages``, registered in ``minippo.rlhf.advantages``), for G prompts
 with n responses each and sequence scores s (the RM score, minus beta KL when the KL is in the reward)::
@@ -287,6 +289,12 @@ def main(argv=None) -> dict:
           f"with n = {GROUP} the unbiased leave-one-out residual is larger than the batch mean's "
           f"({bl['leave-one-out']:.2f} vs 1.00)"
           + (": prompts matter little in this task." if bl["between_prompts"] < 0.3 else "."))
+    golds = {n: float(np.mean(S[n]["gold"])) for n in r["methods"]}
+    print(f"  - seed 003 误区五 'RLHF 等于 PPO' (RLHF is PPO): it is not. The same RLHF stages, SFT -> reward model "
+          f"-> maximise the RM score under a KL leash, run here with {len(golds)} optimisers. "
+          f"{'Every one lifts' if min(golds.values()) > ref['gold_mean'] else 'They move'} the gold from {ref['gold_mean']:+.2f} to between {min(golds.values()):+.2f} ({min(golds, key=golds.get)}) and "
+          f"{max(golds.values()):+.2f} ({max(golds, key=golds.get)}). PPO is one optimiser of the RLHF objective, not "
+          "the paradigm (lesson 19's best-of-n reaches the RM with no gradient at all).")
     print(f"\nLesson run time: wall {r['time']['wall']:.1f} s, CPU {r['time']['cpu']:.1f} s.")
     save_figure(plot, r, __name__, args)
     return r
