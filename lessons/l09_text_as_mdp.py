@@ -49,7 +49,7 @@ import numpy as np
 
 from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.rlhf.ppo_config import PPOConfig
-from minippo.rlhf.study import Study
+from minippo.studies.study import Study
 
 
 def lesson_config(quick: bool, seed: int) -> PPOConfig:

@@ -13,7 +13,7 @@ saves memory; GRPO / RLOO (lesson 20) drop the critic altogether: three models i
 What the lesson does:
 1. Runs one real ``PPOTrainer.step`` with each critic arrangement ("separate", "shared", "none") on
    our default sizes (untrained weights: the lesson counts, it does not learn), counts every model
-   call with ``minippo.rlhf.memory.PassCounter`` and checks the count against
+   call with ``minippo.studies.memory.PassCounter`` and checks the count against
    ``passes_per_iteration`` (the formula from the trainer's code), and checks which parameters moved.
 2. Measures the bytes of real TinyGPT arrays (weights, gradients, AdamW moments, the forward cache,
    logits, KV cache) and the tracemalloc peak of one update minibatch, against the formulas.
@@ -42,7 +42,7 @@ import numpy as np
 from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.nn.gpt import TinyGPT
 from minippo.rlhf.corpus import generate_corpus
-from minippo.rlhf.memory import (FP32, GB, MIXED, VOCAB_ARRAYS_TRAIN, ModelShape, PassCounter, activation_bytes,
+from minippo.studies.memory import (FP32, GB, MIXED, VOCAB_ARRAYS_TRAIN, ModelShape, PassCounter, activation_bytes,
                                  buffer_bytes, four_models, kv_cache_bytes, logits_bytes, measure_tinygpt,
                                  param_count, passes_per_iteration, static_bytes, total_bytes)
 from minippo.rlhf.ppo_config import PPOConfig

@@ -13,10 +13,10 @@ A_t = delta_t + gamma lam A_{t+1} (PPO paper eqs. (11)-(12); gamma = 1, lam = 0.
 (eq. (7)) clips each token's ratio r_t = exp(logp_t - logp_old_t) to [1 - eps, 1 + eps].
 
 Seed 001 追问1 "token级别的比率乘积可能爆炸 ... 1.2^50≈9100": a response's own ratio is the product
-of its token ratios, R = prod_t r_t (``minippo.rl.sequence_ratio``). The lesson computes the worst
+of its token ratios, R = prod_t r_t (``minippo.studies.sequence_ratio``). The lesson computes the worst
 case, the random walk of independent in-band ratios, and R on real rollouts after each PPO update.
 
-What the lesson does, on the cached SFT policy and reward model (``minippo.rlhf.study.Study``): trains
+What the lesson does, on the cached SFT policy and reward model (``minippo.studies.study.Study``): trains
 both shapings (main-job config, 20 iterations x 32 responses, several PPO seeds), then shows on one
 rollout where each shaping puts the reward and the credit (advantages), the per-position statistics
 of the advantages over the last iterations, and the ratios the updates produced.
@@ -43,10 +43,10 @@ import time
 import numpy as np
 
 from lessons._common import pyplot, save, study_main, time_line
-from minippo.rl.sequence_ratio import iid_sequence_ratios, ratio_band_stats, sequence_log_ratio
+from minippo.studies.sequence_ratio import iid_sequence_ratios, ratio_band_stats, sequence_log_ratio
 from minippo.rlhf.advantages import sequence_returns
-from minippo.rlhf.probes import advantage_profile, token_credit, update_kl
-from minippo.rlhf.study import Study, final
+from minippo.studies.probes import advantage_profile, token_credit, update_kl
+from minippo.studies.study import Study, final
 
 SHAPINGS = ("kl_final", "uniform")
 COLORS = {"kl_final": "tab:blue", "uniform": "tab:orange"}

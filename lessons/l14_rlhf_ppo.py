@@ -35,7 +35,7 @@ import numpy as np
 from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.rlhf.plots import draw_curves
 from minippo.rlhf.ppo_config import PPOConfig
-from minippo.rlhf.study import Study
+from minippo.studies.study import Study
 
 SUMMARY = ("gold_mean", "gold_std", "rm_mean", "kl_mean", "kl_exact_mean", "length_mean", "ended_frac")
 

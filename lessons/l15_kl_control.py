@@ -12,13 +12,13 @@ target_kl early stopping). Estimators: Schulman 2020, "Approximating KL divergen
 (http://joschu.net/blog/kl-approx.html); controllers: Ziegler et al. 2019 sec. 2.2 (proportional)
 and PPO paper sec. 4 (halve / double beta around d_targ).
 
-What the lesson does, on the cached SFT policy and reward model (``minippo.rlhf.study.Study``):
+What the lesson does, on the cached SFT policy and reward model (``minippo.studies.study.Study``):
 
 A. Five KL controls trained alike (lr 5e-4 constant, 32 responses per iteration; 14 iterations x 2
    PPO seeds by default, 40 x 3 with ``--full``): no penalty, fixed beta 0.02 (the seeds' range), fixed beta 1, Ziegler's adaptive and the
    PPO paper's adaptive rule, both starting from beta 0.02 with a target of 4 nats per response.
 B. k1, k2, k3 on fresh samples of two trained policies (a close one and a far one) against the exact
-   KL at the same states (``minippo.rl.kl_moments``): per token and per response.
+   KL at the same states (``minippo.studies.kl_moments``): per token and per response.
 C. Top-k sampling (k = 10): the exact mean of the k1 estimate for policies that flatten the
    reference (moving mass into the tokens top-k never samples) -- negative, so the penalty pays them
    for moving -- and what a PPO run with top-k actually did to the estimate.
@@ -46,10 +46,10 @@ import numpy as np
 
 from lessons._common import pyplot, save, study_main, time_line
 from minippo.blas import single_blas_thread
-from minippo.rl.kl_moments import compare_kl_estimators, topk_mass_decomposition
-from minippo.rlhf.probes import kl_probe, tempered_policy, update_kl
-from minippo.rlhf.study import Study, final
-from minippo.rlhf.sweep_stats import seed_curves
+from minippo.studies.kl_moments import compare_kl_estimators, topk_mass_decomposition
+from minippo.studies.probes import kl_probe, tempered_policy, update_kl
+from minippo.studies.study import Study, final
+from minippo.studies.sweep_stats import seed_curves
 
 # A: the KL controls (name -> PPOConfig overrides), all on the same BASE
 CONTROLS = {

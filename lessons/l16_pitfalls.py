@@ -1,7 +1,7 @@
 """Lesson 16 - pitfalls: the critic's start (value clip / norm / bias init), length hacking, the lr = 0 ratio check.
 
 Pipeline step: the parts of RLHF-PPO that fail silently. Three experiments on the cached SFT policy and
-reward model (``minippo.rlhf.study.Study``), helpers in ``minippo.rlhf.pitfalls``:
+reward model (``minippo.studies.study.Study``), helpers in ``minippo.studies.pitfalls``:
 
 A. **The critic** (seed 000 "坑2：value网络不稳定 ... 对value loss进行clip ... 或使用value normalization";
    seed 001 "Critic的V值初始化很重要，若初始值过大，GAE计算会不稳定。建议用Reward Model的初始奖励均值初始化
@@ -51,11 +51,11 @@ import numpy as np
 
 from lessons._common import pyplot, save, study_main, time_line
 from minippo.rlhf.gold import gold_profile
-from minippo.rlhf.pitfalls import (length_slope, offset_reward_model, ratio_statistics,
+from minippo.studies.pitfalls import (length_slope, offset_reward_model, ratio_statistics,
                                    recompute_logp, value_error)
 from minippo.rlhf.rewards import sequence_scores
-from minippo.rlhf.study import Study
-from minippo.rlhf.sweep_stats import compare, pooled_seed_std, seed_curves, seed_values
+from minippo.studies.study import Study
+from minippo.studies.sweep_stats import compare, pooled_seed_std, seed_curves, seed_values
 
 OFFSET = 10.0                   # A: added to every reward-model score
 NO_FIX = dict(critic_init="sft", value_clip=False, value_norm=False, critic_bias_init="keep")

@@ -17,7 +17,7 @@ The claims tested (seed 001 "ε=0.2 ... 太小收敛慢，太大策略崩溃风�
 震荡，降低lambda到0.9；如果收敛慢，提高lambda到0.99"; seed 001 "β=0.01~0.1（自适应调节）" and "固定β会导致KL
 散度失控或更新停滞"; seed 003 sec. 18 误区二 "PPO 可以无限复用旧数据" (epochs); seed 001 追问3 "batch太大导致策略
 过时" (minibatches)). A difference counts as real when it exceeds about two standard errors of the seed
-noise, pooled over all variants (``minippo.rlhf.sweep_stats``).
+noise, pooled over all variants (``minippo.studies.sweep_stats``).
 
 The figure (from ``--full``: 30 iterations x 64 responses, lr 2e-4, 3 PPO seeds): one column per
 hyperparameter; rows: gold score and KL to the reference per response of the final policy (held-out
@@ -39,8 +39,8 @@ import time
 import numpy as np
 
 from lessons._common import pyplot, save, study_main, time_line
-from minippo.rlhf.study import Study
-from minippo.rlhf.sweep_stats import compare, pooled_seed_std, seed_values
+from minippo.studies.study import Study
+from minippo.studies.sweep_stats import compare, pooled_seed_std, seed_values
 
 KL_TARGET = 4.0
 

@@ -50,10 +50,10 @@ import time
 import numpy as np
 
 from lessons._common import lesson_args, pyplot, save, save_figure
-from minippo.rlhf.critic_probes import trunk_gradient_split
-from minippo.rlhf.memory import FP32, GB, MIXED, ModelShape, four_models, static_bytes, total_bytes
-from minippo.rlhf.study import Study, final
-from minippo.rlhf.sweep_stats import compare, pooled_seed_std, seed_curves
+from minippo.studies.critic_probes import trunk_gradient_split
+from minippo.studies.memory import FP32, GB, MIXED, ModelShape, four_models, static_bytes, total_bytes
+from minippo.studies.study import Study, final
+from minippo.studies.sweep_stats import compare, pooled_seed_std, seed_curves
 
 CRITICS = {  # name -> PPOConfig overrides; the first is the default config (= the "ptx 0" run)
     "separate, RM init": {},
@@ -93,7 +93,7 @@ def memory(study: Study, minibatch: int) -> dict:
 
 def _measure(study: Study, run: dict) -> dict:
     """The held-out LM loss of a trained policy; for a shared critic, the value loss's share of the trunk's
-    gradient on the last rollout (:func:`minippo.rlhf.critic_probes.trunk_gradient_split`)."""
+    gradient on the last rollout (:func:`minippo.studies.critic_probes.trunk_gradient_split`)."""
     tr = run["trainer"]
     out = {"lm_loss": study.lm_loss(tr.actor)}
     if tr.critic.kind == "shared":
@@ -218,7 +218,7 @@ def plot(r: dict, path) -> None:
 
 
 def _cmp(a, b, noise: float, multi: bool) -> dict:
-    """``b - a`` with its standard error (pooled seed noise, :mod:`minippo.rlhf.sweep_stats`) and a text;
+    """``b - a`` with its standard error (pooled seed noise, :mod:`minippo.studies.sweep_stats`) and a text;
     ``clear`` is None with a single seed (no noise estimate)."""
     if not multi:
         d = float(np.mean(b) - np.mean(a))

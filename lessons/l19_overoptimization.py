@@ -16,11 +16,11 @@ d = sqrt(KL(pi || pi_init)) (nats per response):
 - RL: PPO (eq. (9) of Schulman et al. 2017 with eq. (7)'s clipped surrogate) with NO KL penalty
   (``kl_controller="fixed", kl_coef=0``, as in Gao et al.'s main runs), a constant, higher learning rate,
   and checkpoints judged every 2 iterations on fixed held-out prompts (exact KL to the reference);
-- best-of-n (minippo.rlhf.best_of_n): N candidates per prompt sampled once, the best by the proxy for
+- best-of-n (minippo.studies.best_of_n): N candidates per prompt sampled once, the best by the proxy for
   n = 1, 2, 4, ..., N (the unbiased all-subsets estimator), at KL_bon = log n - (n - 1) / n.
 
 Gao et al.'s functional forms are fitted to the gold gains R(d) = gold(d) - gold(0):
-R_bon(d) = d (alpha - beta d) and R_RL(d) = d (alpha - beta log d) (minippo.rlhf.overoptimization).
+R_bon(d) = d (alpha - beta d) and R_RL(d) = d (alpha - beta log d) (minippo.studies.overoptimization).
 
 The figure (the committed one comes from ``--full``: 3 PPO seeds per reward model averaged at each
 checkpoint, 40 iterations, 128 evaluation prompts, best-of-1024 on 64 prompts): (a) best-of-n, proxy
@@ -46,11 +46,11 @@ import textwrap
 import numpy as np
 
 from lessons._common import lesson_args, pyplot, save, save_figure
-from minippo.rlhf.best_of_n import sample_candidates, select_best
+from minippo.studies.best_of_n import sample_candidates, select_best
 from minippo.rlhf.gold import gold_profile
-from minippo.rlhf.overoptimization import (KLCheckpoints, fit_gold_curve, gold_peak,
+from minippo.studies.overoptimization import (KLCheckpoints, fit_gold_curve, gold_peak,
                                            predict_gold_gain, rm_variants)
-from minippo.rlhf.study import Study
+from minippo.studies.study import Study
 
 # reward models: name -> RMConfig overrides (nested subsets of the main job's training prompts)
 RM_VARIANTS = {"25 prompts": {"n_train": 25}, "100 prompts": {"n_train": 100}, "400 prompts": {"n_train": 400},

@@ -60,12 +60,12 @@ import time
 import numpy as np
 
 from lessons._common import lesson_args, pyplot, save, save_figure
-from minippo.rl.baselines import BASELINES, compare_baselines
+from minippo.studies.baselines import BASELINES, compare_baselines
 from minippo.rl.masked import masked_mean
 from minippo.rlhf.advantages import sequence_returns
-from minippo.rlhf.memory import FP32, GB, MIXED, ModelShape, four_models, static_bytes, total_bytes
-from minippo.rlhf.study import Study, final
-from minippo.rlhf.sweep_stats import compare, pooled_seed_std
+from minippo.studies.memory import FP32, GB, MIXED, ModelShape, four_models, static_bytes, total_bytes
+from minippo.studies.study import Study, final
+from minippo.studies.sweep_stats import compare, pooled_seed_std
 
 GROUP = 4                   # responses per prompt of the group methods (seed 001: 4-8)
 GRPO_BETA = 0.04            # DeepSeekMath's beta of the KL loss

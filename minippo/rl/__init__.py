@@ -63,10 +63,6 @@ _LAZY = {
                                     "AdaptiveKLController", "PPOPaperKLController")},
     **{n: "minippo.rl.group_advantages" for n in ("grpo_advantages", "rloo_advantages",
                                                   "batch_mean_advantages", "grpo_kl_loss")},
-    **{n: "minippo.rl.kl_moments" for n in ("kl_estimator_moments", "topk_mass_decomposition",
-                                            "compare_kl_estimators")},
-    **{n: "minippo.rl.sequence_ratio" for n in ("sequence_log_ratio", "ratio_band_stats")},
-    **{n: "minippo.rl.baselines" for n in ("compare_baselines", "between_prompt_fraction")},
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY, globals())

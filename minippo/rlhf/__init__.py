@@ -59,11 +59,9 @@ _LAZY = {
     "evaluate_policy": "minippo.rlhf.evaluate",
     "run_pipeline": "minippo.rlhf.pipeline",
     "prepare_stages": "minippo.rlhf.pipeline",
-    "Study": "minippo.rlhf.study",
     "RewardModel": "minippo.rlhf.reward_model",
     "RMConfig": "minippo.rlhf.rm_train",
     "train_reward_model": "minippo.rlhf.rm_train",
-    "best_of_n": "minippo.rlhf.best_of_n",
     "plot_run": "minippo.rlhf.plots",
 }
 

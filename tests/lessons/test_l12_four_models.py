@@ -2,7 +2,7 @@
 formula predicts, only the actor and critic move, the formulas equal real TinyGPT arrays, and the 7B
 extrapolation shows the critic's cost and seed 000's pitfall 3."""
 from lessons import l12_four_models as lesson
-from minippo.rlhf.memory import GB, param_count, static_bytes
+from minippo.studies.memory import GB, param_count, static_bytes
 
 
 def test_l12_quick(tmp_path, capsys):

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.rl.distributions import entropy_from_logits, logprobs_from_logits
-from minippo.rlhf.memory import (FP32, MIXED, VOCAB_ARRAYS_TRAIN, ModelShape, PassCounter, activation_bytes,
+from minippo.studies.memory import (FP32, MIXED, VOCAB_ARRAYS_TRAIN, ModelShape, PassCounter, activation_bytes,
                                  block_cache_per_token, buffer_bytes, four_models, kv_cache_bytes, logits_bytes,
                                  measure_tinygpt, model_memory, param_count, passes_per_iteration, static_bytes,
                                  total_bytes)
@@ -155,7 +155,7 @@ def test_validation():
 
 @pytest.mark.parametrize("critic,ptx_coef", [("separate", 0.0), ("shared", 0.0), ("none", 0.0), ("separate", 0.5)])
 def test_passes_per_iteration_match_the_trainer(critic, ptx_coef):
-    from ppo_helpers import tiny_config, world
+    from tests.rlhf.ppo_helpers import tiny_config, world
 
     from minippo.rlhf.corpus import generate_corpus
     from minippo.rlhf.data import encode_sequences

@@ -1,8 +1,8 @@
-"""minippo.rl.baselines: each baseline's residual against a loop, the variance identities, validation."""
+"""minippo.studies.baselines: each baseline's residual against a loop, the variance identities, validation."""
 import numpy as np
 import pytest
 
-from minippo.rl.baselines import BASELINES, baseline_residuals, between_prompt_fraction, compare_baselines
+from minippo.studies.baselines import BASELINES, baseline_residuals, between_prompt_fraction, compare_baselines
 
 
 def residuals_loop(scores, n):

@@ -1,9 +1,9 @@
-"""minippo.rlhf.critic_probes: the value loss's part of the shared trunk's gradient, checked independently."""
+"""minippo.studies.critic_probes: the value loss's part of the shared trunk's gradient, checked independently."""
 import numpy as np
 import pytest
-from ppo_helpers import tiny_config, world
+from tests.rlhf.ppo_helpers import tiny_config, world
 
-from minippo.rlhf.critic_probes import HEAD, trunk_gradient_split
+from minippo.studies.critic_probes import HEAD, trunk_gradient_split
 from minippo.rlhf.ppo_update import minibatch_loss_and_grads
 from minippo.rlhf.trainer import PPOTrainer
 

@@ -1,10 +1,10 @@
-"""minippo.rlhf.sweep_stats: per-seed values of a sweep, pooled seed noise, differences in standard errors."""
+"""minippo.studies.sweep_stats: per-seed values of a sweep, pooled seed noise, differences in standard errors."""
 import math
 
 import numpy as np
 import pytest
 
-from minippo.rlhf.sweep_stats import compare, pooled_seed_std, seed_curves, seed_values
+from minippo.studies.sweep_stats import compare, pooled_seed_std, seed_curves, seed_values
 
 
 def fake_variant(golds, kls):

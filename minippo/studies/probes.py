@@ -13,7 +13,7 @@ GAE, estimators), so what a lesson shows is what PPO computes:
   shaping (``"kl_final"`` or ``"uniform"``, :mod:`minippo.rlhf.rewards`) and values.
 * :func:`kl_probe` - fresh samples of a policy (optionally top-k / top-p) with, at every sampled
   state, the exact KL to the reference and the exact moments of the k1 / k2 / k3 estimators under
-  the distribution the token was really drawn from (:mod:`minippo.rl.kl_moments`).
+  the distribution the token was really drawn from (:mod:`minippo.studies.kl_moments`).
 * :func:`tempered_policy` - a copy of a TinyGPT whose logits are divided by tau: a policy that moves
   probability mass from its top tokens into the tail (tau > 1), the move top-k sampling cannot see.
 * :func:`advantage_profile` - where the credit of the score lands: per position (from the start and
@@ -28,7 +28,7 @@ from minippo.checks import check_choice, check_float_array, check_range
 from minippo.rl.distributions import logprobs_from_logits
 from minippo.rl.gae import gae
 from minippo.rl.kl import kl_estimate
-from minippo.rl.kl_moments import kl_estimator_moments
+from minippo.studies.kl_moments import kl_estimator_moments
 from minippo.rl.masked import masked_mean
 from minippo.rlhf.generate import encode_prompts, generate, sampling_distribution
 from minippo.rlhf.response import forward_response

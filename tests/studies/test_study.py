@@ -1,8 +1,8 @@
-"""minippo.rlhf.study: variants run from the cached quick stages, deterministically, judged alike."""
+"""minippo.studies.study: variants run from the cached quick stages, deterministically, judged alike."""
 import numpy as np
 
 from minippo.rlhf.metrics import without_timing
-from minippo.rlhf.study import Study, final
+from minippo.studies.study import Study, final
 
 
 def _without_timing(records):

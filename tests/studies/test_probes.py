@@ -1,16 +1,16 @@
-"""minippo.rlhf.probes: the per-token probes of lessons 13 and 15 against the trainer's own numbers and loops."""
+"""minippo.studies.probes: the per-token probes of lessons 13 and 15 against the trainer's own numbers and loops."""
 import numpy as np
 import pytest
-from ppo_helpers import tiny_config, world
+from tests.rlhf.ppo_helpers import tiny_config, world
 
 from minippo.rl.kl import kl_estimate, kl_exact_from_logits
-from minippo.rl.kl_moments import topk_mass_decomposition
+from minippo.studies.kl_moments import topk_mass_decomposition
 from minippo.rlhf.advantages import compute_advantages
 from minippo.rlhf.corpus import sample_prompts
 from minippo.rlhf.critic import Critic
 from minippo.rlhf.generate import sampling_distribution
 from minippo.rlhf.ppo_step import collect_rollout, compute_rewards
-from minippo.rlhf.probes import kl_probe, rollout_logprobs, tempered_policy, token_credit, update_kl
+from minippo.studies.probes import kl_probe, rollout_logprobs, tempered_policy, token_credit, update_kl
 from minippo.rlhf.trainer import PPOTrainer
 
 
@@ -100,7 +100,7 @@ def test_kl_probe_exact_kl_and_moments_under_top_k():
 
 
 def test_advantage_profile_pools_positions_from_both_ends():
-    from minippo.rlhf.probes import advantage_profile
+    from minippo.studies.probes import advantage_profile
     # two batches of different widths; a response's advantage at token t is score * (t + 1) / n
     rows = []
     rng = np.random.default_rng(0)

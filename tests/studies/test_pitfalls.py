@@ -1,11 +1,11 @@
-"""minippo.rlhf.pitfalls: the lr = 0 recomputes (right and deliberately wrong) against token-by-token
+"""minippo.studies.pitfalls: the lr = 0 recomputes (right and deliberately wrong) against token-by-token
 forward passes, the ratio statistics against NumPy, the value error, the offset RM, the length slope."""
 import numpy as np
 import pytest
 
-from ppo_helpers import tiny_config, world
+from tests.rlhf.ppo_helpers import tiny_config, world
 from minippo.rl.distributions import log_softmax
-from minippo.rlhf.pitfalls import (length_slope, offset_reward_model, ratio_statistics,
+from minippo.studies.pitfalls import (length_slope, offset_reward_model, ratio_statistics,
                                    recompute_logp, value_error)
 from minippo.rlhf.trainer import PPOTrainer
 

@@ -5,7 +5,7 @@ import pytest
 
 from minippo.rl.distributions import log_softmax
 from minippo.rl.kl import kl_exact_from_logits
-from minippo.rl.kl_moments import compare_kl_estimators, kl_estimator_moments, topk_mass_decomposition
+from minippo.studies.kl_moments import compare_kl_estimators, kl_estimator_moments, topk_mass_decomposition
 
 
 def _pair(seed=0, shape=(3, 7), scale=1.5):

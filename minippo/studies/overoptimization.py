@@ -51,7 +51,7 @@ def rm_variants(study, variants: dict[str, dict], cache_dir=None, *, log=lambda 
 
     Parameters
     ----------
-    study : :class:`minippo.rlhf.study.Study` (its ``folder`` holds ``sft/`` and ``rm/`` with ``pairs.npz``)
+    study : :class:`minippo.studies.study.Study` (its ``folder`` holds ``sft/`` and ``rm/`` with ``pairs.npz``)
     variants : name -> RMConfig overrides, e.g. ``{"100 prompts": {"n_train": 100}, "all": {}}``; empty
         overrides mean the study's own reward model (not retrained)
     cache_dir : where trained variants are kept (default ``study.folder / "rm_variants"``); a variant

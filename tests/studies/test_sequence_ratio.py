@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from minippo.rl.sequence_ratio import iid_sequence_ratios, ratio_band_stats, sequence_log_ratio
+from minippo.studies.sequence_ratio import iid_sequence_ratios, ratio_band_stats, sequence_log_ratio
 
 
 def test_sequence_ratio_is_the_product_of_token_ratios():

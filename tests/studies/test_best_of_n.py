@@ -1,14 +1,14 @@
-"""minippo.rlhf.best_of_n: the KL formula, the all-subsets estimator, a perfect RM, determinism, bad input."""
+"""minippo.studies.best_of_n: the KL formula, the all-subsets estimator, a perfect RM, determinism, bad input."""
 import itertools
 import math
 
 import numpy as np
 import pytest
 
-from minippo.rlhf.best_of_n import (Candidates, best_of_n, bon_curves, bon_kl, bon_weights, default_ns,
+from minippo.studies.best_of_n import (Candidates, best_of_n, bon_curves, bon_kl, bon_weights, default_ns,
                                     sample_candidates, select_best)
 from minippo.rlhf.generate import encode_prompts
-from minippo.rlhf.study import Study
+from minippo.studies.study import Study
 
 
 @pytest.fixture(scope="module")

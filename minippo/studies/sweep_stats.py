@@ -1,4 +1,4 @@
-"""Reading a sweep of :meth:`minippo.rlhf.study.Study.sweep`: per-seed numbers, seed noise, differences.
+"""Reading a sweep of :meth:`minippo.studies.study.Study.sweep`: per-seed numbers, seed noise, differences.
 
 Legend: S seeds, I iterations.
 
@@ -7,7 +7,7 @@ hyperparameter lessons ask one question many times: "is variant b better than va
 difference within what another seed would give?" The answer used here:
 
 * :func:`seed_values` - one number per seed: an evaluation summary (``gold_mean``, ``kl_mean``, ...) or
-  the mean of a record key over the last iterations (``minippo.rlhf.study.final``);
+  the mean of a record key over the last iterations (``minippo.studies.study.final``);
 * :func:`pooled_seed_std` - the seed-to-seed standard deviation pooled over all variants (every variant
   has the same few seeds, so one pooled estimate, with sum(S_v - 1) degrees of freedom, is far steadier
   than each variant's own two or three seeds)::
@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from minippo.checks import check_range
-from minippo.rlhf.study import final
+from minippo.studies.study import final
 
 
 def seed_values(result: dict, key: str, *, last: int = 5, evals: str = "eval") -> np.ndarray:

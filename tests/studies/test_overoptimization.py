@@ -1,10 +1,10 @@
-"""minippo.rlhf.overoptimization: Gao et al.'s fits, penalty profiles, checkpoints of a run, cached RM variants."""
+"""minippo.studies.overoptimization: Gao et al.'s fits, penalty profiles, checkpoints of a run, cached RM variants."""
 import numpy as np
 import pytest
 
-from minippo.rlhf.overoptimization import (KLCheckpoints, fit_gold_curve, gold_peak,
+from minippo.studies.overoptimization import (KLCheckpoints, fit_gold_curve, gold_peak,
                                            predict_gold_gain, rm_variants)
-from minippo.rlhf.study import Study
+from minippo.studies.study import Study
 
 
 @pytest.fixture(scope="module")

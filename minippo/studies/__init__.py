@@ -1,0 +1,13 @@
+"""minippo.studies: what only the lessons measure. The library (nn, rl, classic, rlhf) never imports it.
+
+    study.py, sweep_stats.py  run PPO variants x seeds on the cached stages, judge them alike; seed noise
+    probes.py                 per-token credit, update KL, KL probes under top-k (lessons 13, 15)
+    pitfalls.py               the lr = 0 recompute done right and wrong, value error, length slope (16)
+    critic_probes.py          how much of a shared trunk's gradient comes from the value loss (18)
+    overoptimization.py       weaker reward models, KL checkpoints, Gao et al.'s fits (19)
+    best_of_n.py              best-of-n sampling against a reward model and its KL (19)
+    memory.py                 what the four models cost, from tiny to 7B (lesson 12)
+    kl_moments.py             k1 / k2 / k3 bias and variance, negative KL under top-k (lesson 15)
+    sequence_ratio.py         the sequence ratio prod r_t vs token clipping; 1.2^50 (lesson 13)
+    baselines.py              which baseline removes most variance (lesson 20)
+"""
