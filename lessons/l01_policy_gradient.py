@@ -17,7 +17,7 @@ Paper: the policy gradient theorem (Williams 1992, REINFORCE) as written in the 
 
 Here A_t = R_t - b: the reward minus a baseline b that does not depend on the action (none,
 the mean reward of the OTHER samples of the batch, or the exact value V(s) = E_pi[R]). The
-task is a token bandit (minippo.rl.bandit): one context, V = 10 tokens, rewards 1.0 ... 2.0
+task is a token bandit (minippo.toy.bandit): one context, V = 10 tokens, rewards 1.0 ... 2.0
 (all positive, like an un-centred reward model score) observed with noise; the policy is a
 softmax over 10 logits, the gradient is exact (no autograd).
 
@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from lessons._common import lesson_args, pyplot, save, save_figure
-from minippo.rl.bandit import TokenBandit, reinforce_gradient
+from minippo.toy.bandit import TokenBandit, reinforce_gradient
 
 BASELINES = ("none", "batch mean (leave-one-out)", "exact V(s)")
 

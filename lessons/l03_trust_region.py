@@ -19,7 +19,7 @@ Paper: Schulman et al. 2017 (arXiv:1707.06347), with r_t = pi_theta / pi_theta_o
     L^CLIP = E_t[min(r_t A_t, clip(r_t, 1-eps, 1+eps) A_t)]                                      eq. (7)
 
 and TRPO itself (Schulman et al. 2015, arXiv:1502.05477): the natural-gradient step F^{-1} g scaled
-to the KL bound, then a backtracking line search on the exact KL (minippo.rl.trust_region).
+to the KL bound, then a backtracking line search on the exact KL (minippo.toy.trust_region).
 
 The problem: a token bandit whose 32 contexts share one parameter matrix (4 features x 8 tokens,
 like a small network), starting from a decent "SFT-like" policy; each batch has 128 noisy rewards
@@ -58,10 +58,10 @@ import numpy as np
 
 from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.nn.optim import AdamW
-from minippo.rl.bandit import BanditPPOConfig, TokenBandit, ppo_update, reinforce_gradient
+from minippo.toy.bandit import BanditPPOConfig, TokenBandit, ppo_update, reinforce_gradient
 from minippo.rl.masked import masked_whiten
 from minippo.rl.policy_loss import clipped_policy_loss
-from minippo.rl.trust_region import cpi_loss, trpo_step
+from minippo.toy.trust_region import cpi_loss, trpo_step
 
 METHODS = ("vanilla PG", "TRPO", "PPO-clip")
 BASE = {"vanilla PG": 5.0, "TRPO": 0.01, "PPO-clip": 0.005}     # alpha, delta, lr at m = 1

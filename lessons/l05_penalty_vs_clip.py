@@ -22,7 +22,7 @@ practice because the algorithm quickly adjusts it"; this lesson measures that cl
 
 The task: a token bandit with 32 contexts and 32 tokens (tabular softmax policy, rewards N(0, 1)
 plus noise of std 1), 256 samples per iteration, 4 epochs of minibatch (64) Adam, lr 0.1, a
-learned value table as critic (minippo.rl.bandit.ppo_train). The per-token KL in the penalty is
+learned value table as critic (minippo.toy.bandit.ppo_train). The per-token KL in the penalty is
 the k3 estimate of the library's ``ppo_penalty_loss``; d for the rule is the exact KL of the
 update over the batch's contexts. Rewards are shown as the fraction of the achievable
 improvement, (J - J_uniform) / (J_optimal - J_uniform), averaged over several seeds (tasks).
@@ -46,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from lessons._common import lesson_args, pyplot, save, save_figure
-from minippo.rl.bandit import BanditPPOConfig, TokenBandit, ppo_train
+from minippo.toy.bandit import BanditPPOConfig, TokenBandit, ppo_train
 
 D_TARG = 0.01
 INIT_BETAS = (0.1, 1.0, 10.0, 100.0)

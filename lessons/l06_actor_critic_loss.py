@@ -17,7 +17,7 @@ Paper: Schulman et al. 2017 (arXiv:1707.06347), eq. (9), maximised:
     L^{CLIP+VF+S}_t(theta) = E_t[ L^CLIP_t(theta) - c1 L^VF_t(theta) + c2 S[pi_theta](s_t) ]
 
 with L^VF_t = (V_theta(s_t) - V_t^targ)^2 and S the entropy. Minimised as a loss:
-loss = -L^CLIP + c1 * 0.5 * (V - R)^2 - c2 * H (minippo.rl.bandit.actor_critic_loss). The gradients
+loss = -L^CLIP + c1 * 0.5 * (V - R)^2 - c2 * H (minippo.toy.bandit.actor_critic_loss). The gradients
 of the three loss terms with respect to the logits z of a context are, per sample (n samples):
     policy  d(-L^CLIP)/dz = -(A r / n) (onehot(a) - p)      where not clipped (logprobs_backward)
     entropy d(-c2 H)/dz   =  c2 p (log p + H) / n            (entropy_backward)
@@ -51,7 +51,7 @@ from __future__ import annotations
 import numpy as np
 
 from lessons._common import lesson_args, pyplot, save, save_figure
-from minippo.rl.bandit import BanditPPOConfig, TokenBandit, ppo_train
+from minippo.toy.bandit import BanditPPOConfig, TokenBandit, ppo_train
 from minippo.rl.distributions import (entropy_backward, entropy_from_logits, logprobs_backward,
                                       logprobs_from_logits)
 from minippo.rl.masked import masked_whiten

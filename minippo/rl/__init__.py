@@ -11,9 +11,7 @@ Where each concept of the seeds (``shared/seeds``) lives:
 =========================================================  ==========================================
 seed concept                                               function
 =========================================================  ==========================================
-policy gradient, REINFORCE, baseline (003 sec. 1-2)        bandit.reinforce_gradient, bandit.pg_loss (token bandit)
 ratio r_t = exp(logp_new - logp_old) (003 sec. 3)          computed inside the losses below
-L^CPI eq. (6), TRPO trust region (003 sec. 2, 14)          trust_region.cpi_loss, trust_region.trpo_step
 log-probs of the taken tokens from the LM's logits         distributions.logprobs_from_logits / _backward
 PPO-Clip L^CLIP, eq. (7); the six cases (003 sec. 4-5)     policy_loss.clipped_policy_loss (kernel),
                                                            clipped_policy_loss_reference, CLIP_CASES

@@ -5,8 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minippo.nn.gradcheck import assert_gradients, numerical_gradient
-from minippo.rl.bandit import TokenBandit
-from minippo.rl.trust_region import (backtracking_line_search, conjugate_gradient, cpi_loss,
+from minippo.toy.bandit import TokenBandit
+from minippo.toy.trust_region import (backtracking_line_search, conjugate_gradient, cpi_loss,
                                      fisher_matrix, fisher_vector_product, trpo_step)
 
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from minippo.nn.gradcheck import assert_gradients
-from minippo.rl.bandit import (BanditPPOConfig, TokenBandit, actor_critic_loss, pg_loss, ppo_train,
+from minippo.toy.bandit import (BanditPPOConfig, TokenBandit, actor_critic_loss, pg_loss, ppo_train,
                                reinforce_gradient)
 
 

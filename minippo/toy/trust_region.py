@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 
 from minippo.checks import check_float_array, check_range
-from minippo.rl.bandit import TokenBandit
+from minippo.toy.bandit import TokenBandit
 from minippo.rl.distributions import log_softmax
 from minippo.rl.masked import masked_mean, token_inputs
 
