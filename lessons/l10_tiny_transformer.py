@@ -38,9 +38,9 @@ from minippo.blas import single_blas_thread
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.gradcheck import check_gradients
 from minippo.rl.distributions import logprobs_backward, logprobs_from_logits
-from minippo.rlhf.corpus import generate_corpus
+from minippo.rlhf.data.corpus import generate_corpus
 from minippo.rlhf.generate import generate_text
-from minippo.rlhf.gold import gold_scores
+from minippo.rlhf.data.gold import gold_scores
 from minippo.rlhf.sft import SFTConfig, init_model, sample_and_judge, train_sft
 
 # the lesson's SFT: the pipeline's model (`minippo sft`) with 1000 steps instead of 1500, ~20 s on one core

@@ -6,7 +6,7 @@ the fourth of seed 001's four models ("Reward Model（奖励模型）：训练�
 (normalise the reward's scale).
 
 The data: for each prompt, K = 8 samples of the SFT policy; every pair of them is labelled by the
-simulated human (minippo.rlhf.gold) with P(a preferred) = sigmoid((gold_a - gold_b) / tau): a noisy
+simulated human (minippo.rlhf.data.gold) with P(a preferred) = sigmoid((gold_a - gold_b) / tau): a noisy
 human, so even a perfect model cannot agree with every label. The model: the SFT TinyGPT with a new
 scalar head read at the last real token (the EOS), trained on InstructGPT eq. (1) (Ouyang et al. 2022,
 arXiv:2203.02155)::
@@ -49,7 +49,7 @@ import numpy as np
 
 from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.rlhf.pipeline import prepare_stages, stage_configs
-from minippo.rlhf.preferences import PreferencePairs, sigmoid
+from minippo.rlhf.data.preferences import PreferencePairs, sigmoid
 from minippo.rlhf.rm_train import train_reward_model
 
 GAP_BINS = (0.0, 0.1, 0.25, 0.5, 1.0, np.inf)           # |gold_a - gold_b| bins of panel (e)

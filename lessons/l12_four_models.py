@@ -41,7 +41,7 @@ import numpy as np
 
 from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.nn.gpt import TinyGPT
-from minippo.rlhf.corpus import generate_corpus
+from minippo.rlhf.data.corpus import generate_corpus
 from minippo.studies.memory import (FP32, GB, MIXED, VOCAB_ARRAYS_TRAIN, ModelShape, PassCounter, activation_bytes,
                                  buffer_bytes, four_models, kv_cache_bytes, logits_bytes, measure_tinygpt,
                                  param_count, passes_per_iteration, static_bytes, total_bytes)
@@ -49,7 +49,7 @@ from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.ppo_update import minibatch_loss_and_grads
 from minippo.rlhf.reward_model import RewardModel
 from minippo.rlhf.sft import SFTConfig
-from minippo.rlhf.tokenizer import Tokenizer
+from minippo.rlhf.data.tokenizer import Tokenizer
 from minippo.rlhf.trainer import PPOTrainer
 
 CRITICS = ("separate", "shared", "none")

@@ -50,7 +50,7 @@ import time
 import numpy as np
 
 from lessons._common import pyplot, save, study_main, time_line
-from minippo.rlhf.gold import gold_profile
+from minippo.rlhf.data.gold import gold_profile
 from minippo.studies.pitfalls import (length_slope, offset_reward_model, ratio_statistics,
                                    recompute_logp, value_error)
 from minippo.rlhf.rewards import sequence_scores

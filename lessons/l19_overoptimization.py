@@ -7,7 +7,7 @@ model its job: "防止Actor偏离原始LLM太远，避免奖励黑客（reward h
 happens without that brake.
 
 The setup of Gao, Schulman & Hilton 2022 ("Scaling Laws for Reward Model Overoptimization",
-arXiv:2210.10760, Fig. 1) in miniature: the gold score (minippo.rlhf.gold, the simulated human) labels
+arXiv:2210.10760, Fig. 1) in miniature: the gold score (minippo.rlhf.data.gold, the simulated human) labels
 the preference pairs; proxy reward models are trained on 25, 100, 400 and all 1800 training prompts of
 the main job's pairs (nested subsets, RMConfig.n_train; cached under the study's folder); the SFT policy
 is then optimised against each proxy in two ways, and both scores are followed against
@@ -47,7 +47,7 @@ import numpy as np
 
 from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.studies.best_of_n import sample_candidates, select_best
-from minippo.rlhf.gold import gold_profile
+from minippo.rlhf.data.gold import gold_profile
 from minippo.studies.overoptimization import (KLCheckpoints, fit_gold_curve, gold_peak,
                                            predict_gold_gain, rm_variants)
 from minippo.studies.study import Study

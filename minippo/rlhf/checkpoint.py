@@ -42,7 +42,7 @@ def save_model(directory: str | os.PathLike, model: TinyGPT, *, tokenizer=None, 
     ----------
     directory : the model folder (created; an existing one is replaced only once the new one is complete)
     model : TinyGPT
-    tokenizer : a :class:`minippo.rlhf.tokenizer.Tokenizer` to store beside the weights, or None
+    tokenizer : a :class:`minippo.rlhf.data.tokenizer.Tokenizer` to store beside the weights, or None
     extra_state : JSON-serialisable dict merged into ``state.json`` (step counters, configs, RNG
         state, metrics, ...); its keys must not be one of ``RESERVED``
     extra_arrays : more arrays to store (optimizer moments, running statistics, ...)

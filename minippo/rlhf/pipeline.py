@@ -155,7 +155,7 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
 def evaluate_stages(out: Path, ppo_cfg: PPOConfig, n_eval: int, seed: int, log=print) -> dict:
     """SFT vs PPO on the same ``n_eval`` prompts (fresh samples): gold, RM, KL; writes ``samples.md``."""
     from minippo.rlhf.checkpoint import load_model
-    from minippo.rlhf.corpus import sample_prompts
+    from minippo.rlhf.data.corpus import sample_prompts
     from minippo.blas import single_blas_thread
     from minippo.rlhf.evaluate import evaluate_policy, samples_markdown
     from minippo.rlhf.trainer import load_stages

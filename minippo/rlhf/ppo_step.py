@@ -30,7 +30,7 @@ from minippo.rl.distributions import logprobs_from_logits
 from minippo.rl.kl import kl_exact_from_logits
 from minippo.rl.masked import masked_mean
 from minippo.rlhf.generate import encode_prompts, generate
-from minippo.rlhf.gold import gold_scores
+from minippo.rlhf.data.gold import gold_scores
 from minippo.rlhf.response import forward_response
 from minippo.rlhf.rewards import has_eos, per_token_rewards, sequence_scores, whiten_rewards
 from minippo.rlhf.rollout import Rollout

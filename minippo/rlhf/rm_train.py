@@ -2,7 +2,7 @@
 
 Legend: B batch (sequences), N pairs, T tokens, K responses per prompt.
 
-The model and its loss are :mod:`minippo.rlhf.reward_model`; the data is :mod:`minippo.rlhf.preferences`.
+The model and its loss are :mod:`minippo.rlhf.reward_model`; the data is :mod:`minippo.rlhf.data.preferences`.
 This module is the run around them: :class:`RMConfig` (every knob, documented and validated),
 :func:`train_reward_model` (sample K SFT responses per prompt, label all their pairs with the simulated
 human, split by prompt, train with AdamW on seeded minibatches, normalise on fresh SFT samples, report
@@ -23,12 +23,12 @@ from minippo.io import MetricsWriter, atomic_write_text, has_checkpoint
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
 from minippo.rlhf.checkpoint import load_model
-from minippo.rlhf.data import batch_indices, steps_per_epoch
-from minippo.rlhf.corpus import sample_prompts
-from minippo.rlhf.preferences import (PreferencePairs, gold_order_accuracy, make_preference_pairs,
+from minippo.rlhf.data.batches import batch_indices, steps_per_epoch
+from minippo.rlhf.data.corpus import sample_prompts
+from minippo.rlhf.data.preferences import (PreferencePairs, gold_order_accuracy, make_preference_pairs,
                                       pairwise_accuracy, pearson, sample_policy, spearman)
 from minippo.rlhf.reward_model import RewardModel, bradley_terry_forward
-from minippo.rlhf.tokenizer import Tokenizer
+from minippo.rlhf.data.tokenizer import Tokenizer
 
 
 # ----------------------------------------------------------------------------------------------
@@ -167,7 +167,7 @@ def fit_reward_model(rm: RewardModel, train: PreferencePairs, heldout: Preferenc
                      progress: bool = True, metrics: MetricsWriter | None = None) -> list[dict]:
     """Minimise the Bradley-Terry loss on ``train`` with AdamW; returns the per-step records.
 
-    A step takes ``cfg.batch_prompts`` prompts (seeded order, :func:`minippo.rlhf.data.batch_indices`),
+    A step takes ``cfg.batch_prompts`` prompts (seeded order, :func:`minippo.rlhf.data.batches.batch_indices`),
     scores their responses once and averages the loss over all their pairs. Every step records
     ``rm/loss``, ``rm/accuracy`` (of that minibatch), ``rm/grad_norm`` (before clipping), ``rm/lr``; at
     step 0 and ``cfg.n_evals`` evenly spaced steps also ``rm/heldout_loss``, ``rm/heldout_accuracy``,

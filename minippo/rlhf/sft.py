@@ -6,7 +6,7 @@ In InstructGPT (Ouyang et al. 2022, arXiv:2203.02155, step 1 of Fig. 2) SFT fine
 model on demonstrations. Here there is no pretrained model: SFT *is* the language modelling of the
 corpus, and it produces the policy that PPO starts from, the frozen reference pi_ref of the KL
 penalty, and the initialisation of the reward model and the critic. The loss is the mean next-token
-cross-entropy over the real tokens of ``<bos> sentence <eos>`` (see :mod:`minippo.rlhf.data`)::
+cross-entropy over the real tokens of ``<bos> sentence <eos>`` (see :mod:`minippo.rlhf.data.batches`)::
 
     L_SFT = -1/N sum_{b,t: mask=1} log pi_theta(x_{b,t+1} | x_{b,<=t})
 
@@ -47,11 +47,11 @@ from minippo.io import MetricsWriter, atomic_write_text, has_checkpoint, read_me
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
 from minippo.rlhf.checkpoint import load_model, save_model
-from minippo.rlhf.corpus import generate_corpus
-from minippo.rlhf.data import batch_indices, encode_sequences, lm_batch, split_corpus, unigram_loss
+from minippo.rlhf.data.corpus import generate_corpus
+from minippo.rlhf.data.batches import batch_indices, encode_sequences, lm_batch, split_corpus, unigram_loss
 from minippo.rlhf.generate import generate_text
-from minippo.rlhf.gold import gold_breakdown
-from minippo.rlhf.tokenizer import MIN_VOCAB, Tokenizer
+from minippo.rlhf.data.gold import gold_breakdown
+from minippo.rlhf.data.tokenizer import MIN_VOCAB, Tokenizer
 
 # purposes of the random streams derived from cfg.seed: np.random.default_rng([seed, purpose])
 SEED_MODEL, SEED_BATCHES, SEED_SAMPLES = 1, 2, 3

@@ -53,7 +53,7 @@ from minippo.rl.kl import AdaptiveKLController, FixedKLController, PPOPaperKLCon
 from minippo.rl.masked import explained_variance
 from minippo.rlhf.advantages import compute_advantages
 from minippo.rlhf.checkpoint import save_model
-from minippo.rlhf.corpus import sample_prompts
+from minippo.rlhf.data.corpus import sample_prompts
 from minippo.rlhf.critic import Critic, init_bias_to_mean_score
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.ppo_step import collect_rollout, compute_rewards, rollout_metrics
@@ -145,7 +145,7 @@ class PPOTrainer:
     # ---- one iteration ------------------------------------------------------------------------
     def ptx_batch(self, rng: np.random.Generator):
         """``ptx_batch_size`` corpus sequences drawn with ``rng``, as ``(idx, targets, mask, attn_mask)``."""
-        from minippo.rlhf.data import lm_batch
+        from minippo.rlhf.data.batches import lm_batch
         pick = rng.integers(0, len(self.ptx_sequences), size=self.cfg.ptx_batch_size)
         return lm_batch([self.ptx_sequences[i] for i in pick], self.tokenizer.pad_id)
 
@@ -291,8 +291,8 @@ def sft_training_sequences(sft_state: dict, tokenizer, split: str = "train") -> 
     the corpus on which lesson 18 measures the alignment tax.
     """
     from minippo.checks import check_choice
-    from minippo.rlhf.corpus import generate_corpus
-    from minippo.rlhf.data import encode_sequences, split_corpus
+    from minippo.rlhf.data.corpus import generate_corpus
+    from minippo.rlhf.data.batches import encode_sequences, split_corpus
 
     check_choice("split", split, ("train", "heldout"))
     c = sft_state["sft_config"]

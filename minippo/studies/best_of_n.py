@@ -45,7 +45,7 @@ import numpy as np
 
 from minippo.checks import check_choice, check_float_array, check_range
 from minippo.rlhf.generate import encode_prompts, generate
-from minippo.rlhf.gold import gold_scores
+from minippo.rlhf.data.gold import gold_scores
 
 ESTIMATORS = ("subsets", "first")
 

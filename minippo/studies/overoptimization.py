@@ -2,7 +2,7 @@
 
 Legend: P points (checkpoints or values of n), S samples, B batch.
 
-The setup of Gao et al. in miniature: the gold score (:mod:`minippo.rlhf.gold`, the simulated human)
+The setup of Gao et al. in miniature: the gold score (:mod:`minippo.rlhf.data.gold`, the simulated human)
 labels preference pairs; proxy reward models of different quality are trained on them; a policy is
 optimised against a proxy, by RL (PPO with weak KL control) or by best-of-n (:mod:`.best_of_n`), and
 both scores are followed as the policy moves away from the initial one, measured by
@@ -24,7 +24,7 @@ This module holds the reusable pieces:
 
   both linear in (alpha, beta), so one ``lstsq`` each;
 - what the policy learned to exploit (broken words, repeats, adjective chains, no period, ...) is
-  read with :func:`minippo.rlhf.gold.gold_profile`.
+  read with :func:`minippo.rlhf.data.gold.gold_profile`.
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def rm_variants(study, variants: dict[str, dict], cache_dir=None, *, log=lambda 
     name -> ``{"model": RewardModel, "config": RMConfig, "summary": {heldout_accuracy,
     heldout_gold_accuracy, pearson, n_train (pairs), ...}, "n_params": int, "cached": bool}``
     """
-    from minippo.rlhf.preferences import PreferencePairs
+    from minippo.rlhf.data.preferences import PreferencePairs
     from minippo.rlhf.reward_model import RewardModel
     from minippo.rlhf.rm_train import RMConfig, train_reward_model
 

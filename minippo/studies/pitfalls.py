@@ -35,7 +35,7 @@ Legend: B batch (responses), Tp prompt columns (left-padded), Tn response column
 
 4. **Length** (seed 001: "偏好长度作弊 ... 长度惩罚"): :func:`length_slope` is the least-squares slope of
    a score against response length, i.e. the ``length_penalty`` that makes the score uncorrelated with
-   length on the samples it was fitted on; :func:`minippo.rlhf.gold.gold_profile` averages the gold
+   length on the samples it was fitted on; :func:`minippo.rlhf.data.gold.gold_profile` averages the gold
    score's terms over texts, to see which penalty a policy runs into.
 """
 from __future__ import annotations

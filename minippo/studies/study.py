@@ -41,7 +41,7 @@ class Study:
 
     def __init__(self, quick: bool = False, seed: int = 0, *, n_eval: int | None = None, cache_dir=None,
                  log=lambda *a: None):
-        from minippo.rlhf.corpus import sample_prompts
+        from minippo.rlhf.data.corpus import sample_prompts
         from minippo.rlhf.pipeline import prepare_stages
         from minippo.rlhf.trainer import load_stages
 

@@ -9,10 +9,10 @@ from functools import lru_cache
 import numpy as np
 
 from minippo.nn.gpt import GPTConfig, TinyGPT
-from minippo.rlhf.corpus import generate_corpus
+from minippo.rlhf.data.corpus import generate_corpus
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.reward_model import RewardModel
-from minippo.rlhf.tokenizer import Tokenizer
+from minippo.rlhf.data.tokenizer import Tokenizer
 
 
 @lru_cache(maxsize=None)

@@ -8,9 +8,9 @@ from minippo.cli import main as cli
 from minippo.io import read_metrics
 from minippo.nn.gpt import TinyGPT
 from minippo.rlhf.checkpoint import load_model
-from minippo.rlhf.data import batch_indices, lm_batch, unigram_loss
+from minippo.rlhf.data.batches import batch_indices, lm_batch, unigram_loss
 from minippo.rlhf.sft import SFTConfig, train_sft
-from minippo.rlhf.tokenizer import Tokenizer
+from minippo.rlhf.data.tokenizer import Tokenizer
 
 # a few seconds: 1200 sentences, V 160, one block of width 32
 TINY = dict(corpus_size=1200, heldout_frac=0.1, vocab_size=160, n_layer=1, n_head=2, n_embd=32, batch_size=16,

@@ -157,8 +157,8 @@ def test_validation():
 def test_passes_per_iteration_match_the_trainer(critic, ptx_coef):
     from tests.rlhf.ppo_helpers import tiny_config, world
 
-    from minippo.rlhf.corpus import generate_corpus
-    from minippo.rlhf.data import encode_sequences
+    from minippo.rlhf.data.corpus import generate_corpus
+    from minippo.rlhf.data.batches import encode_sequences
     from minippo.rlhf.trainer import PPOTrainer
 
     sft, rm, tok = world()

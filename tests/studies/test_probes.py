@@ -6,7 +6,7 @@ from tests.rlhf.ppo_helpers import tiny_config, world
 from minippo.rl.kl import kl_estimate, kl_exact_from_logits
 from minippo.studies.kl_moments import topk_mass_decomposition
 from minippo.rlhf.advantages import compute_advantages
-from minippo.rlhf.corpus import sample_prompts
+from minippo.rlhf.data.corpus import sample_prompts
 from minippo.rlhf.critic import Critic
 from minippo.rlhf.generate import sampling_distribution
 from minippo.rlhf.ppo_step import collect_rollout, compute_rewards

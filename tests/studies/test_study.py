@@ -48,8 +48,8 @@ def test_evaluate_scores_with_the_reward_model_given():
 def test_heldout_sequences_and_lm_loss():
     import pytest
 
-    from minippo.rlhf.corpus import generate_corpus
-    from minippo.rlhf.data import split_corpus
+    from minippo.rlhf.data.corpus import generate_corpus
+    from minippo.rlhf.data.batches import split_corpus
     from minippo.rlhf.sft import heldout_loss
     from minippo.rlhf.trainer import sft_training_sequences
 

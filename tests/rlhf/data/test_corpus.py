@@ -4,9 +4,9 @@ import random
 import numpy as np
 import pytest
 
-from minippo.rlhf.corpus import (LEXICON, MAX_WORDS, MIN_WORDS, NEGATIONS, INTENSIFIERS, POLARITY, PROMPTS,
+from minippo.rlhf.data.corpus import (LEXICON, MAX_WORDS, MIN_WORDS, NEGATIONS, INTENSIFIERS, POLARITY, PROMPTS,
                                  count_words, generate_corpus, iter_corpus, sample_prompts)
-from minippo.rlhf.gold import gold_breakdown, gold_scores
+from minippo.rlhf.data.gold import gold_breakdown, gold_scores
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from minippo.checks import check_mask
-from minippo.rlhf.corpus import LEXICON, generate_corpus, iter_corpus
-from minippo.rlhf.tokenizer import MIN_VOCAB, Tokenizer, pad_left, pad_right, train_tokenizer
+from minippo.rlhf.data.corpus import LEXICON, generate_corpus, iter_corpus
+from minippo.rlhf.data.tokenizer import MIN_VOCAB, Tokenizer, pad_left, pad_right, train_tokenizer
 
 
 _TOK = Tokenizer.train(iter_corpus(2000, seed=1), vocab_size=256)      # small, for the hypothesis test

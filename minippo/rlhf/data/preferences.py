@@ -4,7 +4,7 @@ Legend: M responses, N pairs, K responses per prompt, B batch (sequences), T tok
 
 RLHF stage 2 (seed 003 section 15: "Reward Model: 用人类偏好比较数据训练奖励模型") needs comparisons
 "which of these two responses to the same prompt is better?". Here the human is simulated by
-:func:`minippo.rlhf.gold.gold_score`, and the comparisons are collected the way InstructGPT collected
+:func:`minippo.rlhf.data.gold.gold_score`, and the comparisons are collected the way InstructGPT collected
 its labels (Ouyang et al. 2022, arXiv:2203.02155, section 3.5: K = 4..9 responses per prompt, every
 pair of them compared):
 
@@ -47,8 +47,8 @@ import numpy as np
 
 from minippo.io import atomic_write_bytes
 from minippo.checks import check_float_array, check_int_array, check_mask, check_range, check_same_shape
-from minippo.rlhf.corpus import sample_prompts
-from minippo.rlhf.gold import gold_scores
+from minippo.rlhf.data.corpus import sample_prompts
+from minippo.rlhf.data.gold import gold_scores
 
 
 # ----------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Everything the language model ever reads is generated here, from a seed, with no download. The
 sentences come from a small grammar over a lexicon of about 250 words in which **every word has exactly
-one part-of-speech tag** (so the simulated human in :mod:`minippo.rlhf.gold` can parse them without
+one part-of-speech tag** (so the simulated human in :mod:`minippo.rlhf.data.gold` can parse them without
 ambiguity)::
 
     the film was very good .

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from minippo.rlhf.corpus import LEXICON, generate_corpus
-from minippo.rlhf.gold import (MAX_PENALTY, PENALTIES, SENTIMENT_SCALE, gold_breakdown, gold_score,
+from minippo.rlhf.data.corpus import LEXICON, generate_corpus
+from minippo.rlhf.data.gold import (MAX_PENALTY, PENALTIES, SENTIMENT_SCALE, gold_breakdown, gold_score,
                                gold_scores, tokenize_words)
 
 
@@ -210,7 +210,7 @@ def test_overoptimising_a_learned_proxy_is_caught(linear_rm):
 
 
 def test_gold_profile_averages_every_term_and_counts_where_penalties_fire():
-    from minippo.rlhf.gold import gold_profile
+    from minippo.rlhf.data.gold import gold_profile
     texts = ["the film was very good .", "the film was great great great great .",
              " ".join(["the film was good and the cast was fine"] * 4) + " ."]
     prof = gold_profile(texts)

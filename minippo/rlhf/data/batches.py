@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from minippo.checks import check_int_array, check_range
-from minippo.rlhf.tokenizer import pad_right
+from minippo.rlhf.data.tokenizer import pad_right
 
 
 def split_corpus(texts: list[str], heldout_frac: float) -> tuple[list[str], list[str]]:

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 
 from minippo.nn.gpt import GPTConfig, TinyGPT
-from minippo.rlhf.corpus import PROMPTS, generate_corpus
-from minippo.rlhf.gold import gold_score
-from minippo.rlhf.preferences import (PreferencePairs, gold_order_accuracy, make_preference_pairs, pairwise_accuracy,
+from minippo.rlhf.data.corpus import PROMPTS, generate_corpus
+from minippo.rlhf.data.gold import gold_score
+from minippo.rlhf.data.preferences import (PreferencePairs, gold_order_accuracy, make_preference_pairs, pairwise_accuracy,
                                       pearson, preference_probability, rankdata, right_align, sample_labels,
                                       sample_policy, spearman)
-from minippo.rlhf.tokenizer import Tokenizer
+from minippo.rlhf.data.tokenizer import Tokenizer
 
 
 @pytest.fixture(scope="module")
