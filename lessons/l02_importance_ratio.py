@@ -50,9 +50,8 @@ import numpy as np
 from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.nn.optim import AdamW
 from minippo.toy.bandit import TokenBandit
-from minippo.rl.distributions import log_softmax
+from minippo.rl.losses import clipped_policy_loss, log_softmax
 from minippo.rl.masked import masked_whiten
-from minippo.rl.policy_loss import clipped_policy_loss
 from minippo.toy.trust_region import cpi_loss
 
 

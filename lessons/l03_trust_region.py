@@ -60,7 +60,7 @@ from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.nn.optim import AdamW
 from minippo.toy.bandit import BanditPPOConfig, TokenBandit, ppo_update, reinforce_gradient
 from minippo.rl.masked import masked_whiten
-from minippo.rl.policy_loss import clipped_policy_loss
+from minippo.rl.losses import clipped_policy_loss
 from minippo.toy.trust_region import cpi_loss, trpo_step
 
 METHODS = ("vanilla PG", "TRPO", "PPO-clip")

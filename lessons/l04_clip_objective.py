@@ -13,7 +13,7 @@ Paper: Schulman et al. 2017 (arXiv:1707.06347), with r_t = exp(logp - logp_old),
     L^CLIP(theta) = E_t[ min(r_t A_t, clip(r_t, 1 - eps, 1 + eps) A_t) ]          eq. (7)
 
 and its Figure 1 (one term of L^CLIP as a function of r, for A > 0 and A < 0, eps = 0.2).
-Everything is computed by ``minippo.rl.policy_loss.clipped_policy_loss`` (the numba kernel)
+Everything is computed by ``minippo.rl.losses.clipped_policy_loss`` (the numba kernel)
 and checked against ``clipped_policy_loss_reference`` (plain NumPy); the loss is -L^CLIP.
 
 The figure: top row, Figure 1 of the paper redrawn: one token's objective min(rA, clip(r)A)
@@ -39,8 +39,7 @@ import math
 import numpy as np
 
 from lessons._common import lesson_args, pyplot, save, save_figure
-from minippo.rl.policy_loss import (CLIP_CASES, CLIPPED_CASES, clipped_policy_loss,
-                                    clipped_policy_loss_reference)
+from minippo.rl.losses import CLIP_CASES, CLIPPED_CASES, clipped_policy_loss, clipped_policy_loss_reference
 
 # one representative token per case: (A, r)
 CASE_POINTS = [(1.0, 0.6), (1.0, 1.0), (1.0, 1.4), (-1.0, 0.6), (-1.0, 1.0), (-1.0, 1.4)]

@@ -17,7 +17,7 @@ Paper: Schulman et al. 2017 (arXiv:1707.06347):
 
 and the adaptive rule of section 4, applied after each policy update with d = E_t[KL[pi_old, pi]]:
 d < d_targ / 1.5 -> beta <- beta / 2;  d > d_targ * 1.5 -> beta <- beta * 2
-(minippo.rl.kl.PPOPaperKLController). The paper notes the initial beta "is not important in
+(minippo.rl.kl_control.PPOPaperKLController). The paper notes the initial beta "is not important in
 practice because the algorithm quickly adjusts it"; this lesson measures that claim too.
 
 The task: a token bandit with 32 contexts and 32 tokens (tabular softmax policy, rewards N(0, 1)

@@ -52,11 +52,9 @@ import numpy as np
 
 from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.toy.bandit import BanditPPOConfig, TokenBandit, ppo_train
-from minippo.rl.distributions import (entropy_backward, entropy_from_logits, logprobs_backward,
-                                      logprobs_from_logits)
+from minippo.rl.losses import (clipped_policy_loss, entropy_backward, entropy_from_logits, logprobs_backward,
+                               logprobs_from_logits, value_loss)
 from minippo.rl.masked import masked_whiten
-from minippo.rl.policy_loss import clipped_policy_loss
-from minippo.rl.value_loss import value_loss
 
 VF_COEF = 0.5
 SHOW_ENT_COEF = 0.1                     # c2 used in panel (f)

@@ -37,7 +37,7 @@ from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.blas import single_blas_thread
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.gradcheck import check_gradients
-from minippo.rl.distributions import logprobs_backward, logprobs_from_logits
+from minippo.rl.losses import logprobs_backward, logprobs_from_logits
 from minippo.rlhf.data.corpus import generate_corpus
 from minippo.rlhf.generate import generate_text
 from minippo.rlhf.data.gold import gold_scores

@@ -25,9 +25,9 @@ _LAZY = {
     "TinyGPT": "minippo.nn.gpt",
     "gae": "minippo.rl.gae",
     "gae_classic": "minippo.rl.gae",
-    "clipped_policy_loss": "minippo.rl.policy_loss",
-    "clipped_value_loss": "minippo.rl.value_loss",
-    "kl_estimate": "minippo.rl.kl",
+    "clipped_policy_loss": "minippo.rl.losses",
+    "clipped_value_loss": "minippo.rl.losses",
+    "kl_estimate": "minippo.rl.losses",
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY, globals())

@@ -24,7 +24,7 @@ def clip_batch(B: int = 512, T: int = 256, seed: int = 0):
 
 def bench(report: Report, quick: bool = False) -> None:
     from minippo.bench.startup import cold_compile_timings
-    from minippo.rl.policy_loss import clipped_policy_loss, clipped_policy_loss_reference
+    from minippo.rl.losses import clipped_policy_loss, clipped_policy_loss_reference
 
     B, T = 512, 256
     report.note(f"B={B}, T={T}, float32, right-padded; outputs: loss, dlogp, clipfrac, approx_kl, ratio stats, cases")

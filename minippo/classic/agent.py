@@ -12,7 +12,7 @@ written as a loss to minimise:
     loss = L^CLIP_loss + c1 * L^VF - c2 * mean(H[pi(.|s_t)])
 
 with L^CLIP (eq. (7)) from :func:`minippo.rl.clipped_policy_loss`, L^VF (clipped or not) from
-:mod:`minippo.rl.value_loss` and the entropy H from :mod:`minippo.rl.distributions`. The
+:mod:`minippo.rl.losses` and the entropy H from :mod:`minippo.rl.losses`. The
 backward pass is the chain rule written out: dloss/dlogits (policy + entropy) into the actor,
 c1 * dloss/dvalues into the critic.
 
@@ -23,12 +23,9 @@ from __future__ import annotations
 import numpy as np
 
 from minippo.nn.mlp import mlp_backward, mlp_forward, mlp_init
-from minippo.rl.distributions import entropy_backward, entropy_from_logits, logprobs_backward, \
-    logprobs_from_logits
-from minippo.rl.kl import kl_estimate
+from minippo.rl.losses import (clipped_policy_loss, clipped_value_loss, entropy_backward, entropy_from_logits,
+                               kl_estimate, logprobs_backward, logprobs_from_logits, value_loss)
 from minippo.rl.masked import masked_whiten
-from minippo.rl.policy_loss import clipped_policy_loss
-from minippo.rl.value_loss import clipped_value_loss, value_loss
 
 ACTOR, CRITIC = "actor.", "critic."
 

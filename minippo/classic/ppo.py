@@ -35,7 +35,7 @@ from minippo.classic.rollout import collect_rollout, rollout_advantages
 from minippo.classic.vec_env import SyncVectorEnv
 from minippo.checks import check_range
 from minippo.nn.optim import AdamW, clip_grad_norm, global_norm, lr_at
-from minippo.rl.distributions import logprobs_from_logits
+from minippo.rl.losses import logprobs_from_logits
 from minippo.rl.masked import explained_variance
 
 #: the per-update metrics, in the order the dashboard shows them

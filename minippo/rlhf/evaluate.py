@@ -18,8 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from minippo.checks import check_range
-from minippo.rl.distributions import logprobs_from_logits
-from minippo.rl.kl import kl_exact_from_logits
+from minippo.rl.losses import kl_exact_from_logits, logprobs_from_logits
 from minippo.rlhf.generate import encode_prompts, generate
 from minippo.rlhf.data.gold import gold_scores
 from minippo.rlhf.response import forward_response

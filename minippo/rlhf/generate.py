@@ -44,7 +44,7 @@ from numba import njit
 
 from minippo.checks import check_int_array, check_mask, check_range, check_same_shape
 from minippo.blas import single_blas_thread
-from minippo.rl.distributions import log_softmax
+from minippo.rl.losses import log_softmax
 
 
 @dataclass

@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minippo.rl.distributions import logprobs_from_logits
-from minippo.rl.kl import kl_exact_from_logits
+from minippo.rl.losses import kl_exact_from_logits, logprobs_from_logits
 from minippo.rl.masked import masked_mean
 from minippo.rlhf.generate import encode_prompts, generate
 from minippo.rlhf.data.gold import gold_scores

@@ -30,10 +30,9 @@ import numpy as np
 
 from minippo.nn.optim import clip_grad_norm
 from minippo.rl.group_advantages import grpo_kl_loss
-from minippo.rl.distributions import entropy_backward, entropy_from_logits, logprobs_backward, logprobs_from_logits
+from minippo.rl.losses import (clipped_policy_loss, clipped_value_loss, entropy_backward, entropy_from_logits,
+                               logprobs_backward, logprobs_from_logits, value_loss)
 from minippo.rl.masked import masked_mean
-from minippo.rl.policy_loss import clipped_policy_loss
-from minippo.rl.value_loss import clipped_value_loss, value_loss
 from minippo.rlhf.response import backward_response, forward_response
 from minippo.rlhf.rollout import minibatches
 

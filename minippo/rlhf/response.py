@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from minippo.checks import check_range
-from minippo.rl.distributions import logprobs_from_logits
+from minippo.rl.losses import logprobs_from_logits
 
 
 def forward_response(model, sequences, attn_mask, prompt_len: int, *, scalar: bool = False):

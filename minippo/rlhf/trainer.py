@@ -49,7 +49,7 @@ from minippo.io import (MetricsWriter, atomic_write_text, has_checkpoint, load_c
                         rng_state, save_checkpoint)
 from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW, lr_at
-from minippo.rl.kl import AdaptiveKLController, FixedKLController, PPOPaperKLController
+from minippo.rl.kl_control import AdaptiveKLController, FixedKLController, PPOPaperKLController
 from minippo.rl.masked import explained_variance
 from minippo.rlhf.advantages import compute_advantages
 from minippo.rlhf.checkpoint import save_model

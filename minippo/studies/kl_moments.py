@@ -3,7 +3,7 @@
 Legend: B batch, T tokens, V vocab; "..." is any leading shape (e.g. (B, T)).
 
 The reward of RLHF charges ``beta * k(a_t)`` for every sampled token, with k one of the estimators of
-:func:`minippo.rl.kl.kl_estimate` (Schulman 2020, "Approximating KL divergence",
+:func:`minippo.rl.losses.kl_estimate` (Schulman 2020, "Approximating KL divergence",
 http://joschu.net/blog/kl-approx.html). At a state s both distributions are known over the whole
 vocabulary, so how each estimator behaves needs no sampling. With
 
@@ -40,10 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from minippo.checks import check_float_array, check_mask, check_range, check_same_shape
-from minippo.rl.distributions import log_softmax
-from minippo.rl.kl import KL_KINDS, kl_estimate
-
-
+from minippo.rl.losses import KL_KINDS, kl_estimate, log_softmax
 def kl_estimator_moments(logits, logits_ref, temperature: float = 1.0, *, probs=None) -> dict[str, np.ndarray]:
     """Exact KL(pi || pi_ref) and the exact mean / variance of k1, k2, k3 at every position.
 

@@ -43,9 +43,8 @@ from __future__ import annotations
 import numpy as np
 
 from minippo.checks import check_choice, check_float_array, check_range
-from minippo.rl.distributions import logprobs_from_logits
+from minippo.rl.losses import clipped_policy_loss, logprobs_from_logits
 from minippo.rl.masked import masked_mean
-from minippo.rl.policy_loss import clipped_policy_loss
 from minippo.rlhf.response import response_logprobs
 
 RECOMPUTE_MODES = ("same", "no_mask", "shifted", "repadded")

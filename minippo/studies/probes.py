@@ -25,9 +25,8 @@ import numpy as np
 
 from minippo.blas import single_blas_thread
 from minippo.checks import check_choice, check_float_array, check_range
-from minippo.rl.distributions import logprobs_from_logits
+from minippo.rl.losses import kl_estimate, logprobs_from_logits
 from minippo.rl.gae import gae
-from minippo.rl.kl import kl_estimate
 from minippo.studies.kl_moments import kl_estimator_moments
 from minippo.rl.masked import masked_mean
 from minippo.rlhf.generate import encode_prompts, generate, sampling_distribution

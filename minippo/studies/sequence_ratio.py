@@ -18,14 +18,14 @@ PPO's L^CLIP (eq. (7)) clips each r_t separately; a sequence-level clip would ap
 ``min(R A, clip(R, 1 - eps, 1 + eps) A)`` to the whole response, which zeroes the gradient of every
 response whose R left the band on the side its advantage pushes to. :func:`ratio_band_stats`
 measures both on the same numbers; a sequence-level objective is just L^CLIP on 1-D arrays of
-summed log-probs, so both clip fractions come from :func:`minippo.rl.policy_loss.clipped_policy_loss`.
+summed log-probs, so both clip fractions come from :func:`minippo.rl.losses.clipped_policy_loss`.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from minippo.checks import check_float_array, check_mask, check_range
-from minippo.rl.policy_loss import clipped_policy_loss
+from minippo.rl.losses import clipped_policy_loss
 
 
 def sequence_log_ratio(logp, logp_old, mask) -> np.ndarray:
@@ -51,7 +51,7 @@ def ratio_band_stats(logp, logp_old, mask, clip_eps: float = 0.2, *, adv=None, s
     mask : (B, T) 0/1, right-padded.
     clip_eps : epsilon > 0.
     adv : (B, T) token advantages, or None: then ``token_clipfrac`` (PPO's clip fraction: the tokens
-        whose gradient the clip zeroes, cases 3-4 of :data:`minippo.rl.policy_loss.CLIP_CASES`) is
+        whose gradient the clip zeroes, cases 3-4 of :data:`minippo.rl.losses.CLIP_CASES`) is
         also returned.
     seq_adv : (B,) one advantage per response, or None: then ``sequence_clipfrac``, the fraction of
         responses a sequence-level clip would zero, is also returned.

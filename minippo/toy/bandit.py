@@ -17,7 +17,7 @@ step taken for one context moves the others (why a large step can hurt, lesson 0
 Everything a lesson compares against is exact here: the expected reward
 J(W) = sum_s mu(s) sum_a pi(a|s) R(s, a) and its gradient, the state values
 V(s) = sum_a pi(a|s) R(s, a), the entropy, the KL between two policies. The log-probabilities
-and entropies are those of :mod:`minippo.rl.distributions` (the same code the transformer
+and entropies are those of :mod:`minippo.rl.losses` (the same code the transformer
 uses); this module only adds the chain rule through ``logits = x_s @ W``.
 
 The second half is a tiny PPO loop on a bandit (:func:`ppo_train`), used by the lessons to
@@ -31,12 +31,11 @@ import numpy as np
 
 from minippo.checks import check_choice, check_float_array, check_int_array, check_range
 from minippo.nn.optim import AdamW
-from minippo.rl.distributions import (entropy_backward, entropy_from_logits, log_softmax,
-                                      logprobs_backward, logprobs_from_logits)
-from minippo.rl.kl import FixedKLController, PPOPaperKLController, kl_estimate, kl_exact_from_logits
+from minippo.rl.losses import (clipped_policy_loss, entropy_backward, entropy_from_logits, kl_estimate,
+                               kl_exact_from_logits, log_softmax, logprobs_backward, logprobs_from_logits,
+                               ppo_penalty_loss, value_loss)
+from minippo.rl.kl_control import FixedKLController, PPOPaperKLController
 from minippo.rl.masked import explained_variance, masked_mean, masked_whiten, token_inputs
-from minippo.rl.policy_loss import clipped_policy_loss, ppo_penalty_loss
-from minippo.rl.value_loss import value_loss
 
 
 class TokenBandit:
@@ -225,7 +224,7 @@ def pg_loss(logp, adv, mask=None):
     """The policy-gradient loss ``L = -E_t[log pi(a_t|s_t) A_t]`` (L^PG, PPO paper eq. (2)).
 
     Its gradient is minus the estimator g_hat of eq. (1): ``dL/dlogp = -A_t / n``.
-    Returns ``(loss, dlogp, stats)`` like :func:`minippo.rl.policy_loss.clipped_policy_loss`.
+    Returns ``(loss, dlogp, stats)`` like :func:`minippo.rl.losses.clipped_policy_loss`.
     """
     (logp, adv), mask = token_inputs(mask, logp=logp, adv=adv)
     n = int((mask == 1).sum())
@@ -356,7 +355,7 @@ def ppo_train(bandit: TokenBandit, cfg: BanditPPOConfig, n_iters: int, rng: np.r
 
     A one-token episode has no future: GAE (PPO eqs. (11)-(12)) reduces to A = delta = R - V(s),
     and the value target is R. With ``objective="penalty"`` and a ``kl_target``, beta follows
-    the paper's adaptive rule (:class:`~minippo.rl.kl.PPOPaperKLController`) using the exact
+    the paper's adaptive rule (:class:`~minippo.rl.kl_control.PPOPaperKLController`) using the exact
     KL of each update over the batch's contexts.
 
     Returns a dict of (n_iters,) arrays: ``reward`` (exact J after the update), ``entropy``

@@ -34,7 +34,7 @@ import numpy as np
 
 from minippo.checks import check_float_array, check_range
 from minippo.toy.bandit import TokenBandit
-from minippo.rl.distributions import log_softmax
+from minippo.rl.losses import log_softmax
 from minippo.rl.masked import masked_mean, token_inputs
 
 
@@ -43,7 +43,7 @@ def cpi_loss(logp, logp_old, adv, mask=None):
 
     The "conservative policy iteration" objective of Kakade & Langford 2002 that TRPO
     maximises (eq. (3)). Returns ``(loss, dlogp, stats)`` like
-    :func:`minippo.rl.policy_loss.clipped_policy_loss`: ``dlogp = -A r / n`` on every valid
+    :func:`minippo.rl.losses.clipped_policy_loss`: ``dlogp = -A r / n`` on every valid
     token (dr/dlogp = r: nothing is ever clipped), stats ``ratio_mean``, ``ratio_max``,
     ``ratio_min``, ``n_tokens``.
     """

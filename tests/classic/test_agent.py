@@ -5,7 +5,7 @@ import pytest
 from minippo.classic.agent import actor_logits, critic_values, init_agent, ppo_loss_and_grads, sample_actions
 from minippo.classic.config import PPOConfig
 from minippo.nn.gradcheck import assert_gradients
-from minippo.rl.distributions import logprobs_from_logits
+from minippo.rl.losses import logprobs_from_logits
 
 
 def test_init_matches_cleanrl_layout():

@@ -5,9 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from minippo.rl.distributions import log_softmax
-from minippo.rl.kl import (AdaptiveKLController, FixedKLController, PPOPaperKLController, kl_estimate,
-                           kl_exact_from_logits)
+from minippo.rl.kl_control import AdaptiveKLController, FixedKLController, PPOPaperKLController
+from minippo.rl.losses import kl_estimate, kl_exact_from_logits, log_softmax
 
 
 def test_estimator_formulas():

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from ppo_helpers import tiny_config, world
-from minippo.rl.distributions import log_softmax
+from minippo.rl.losses import log_softmax
 from minippo.rlhf.critic import Critic
 from minippo.rlhf.ppo_step import collect_rollout, compute_rewards, rollout_metrics
 from minippo.rlhf.rollout import Rollout, minibatches

@@ -3,8 +3,7 @@ decomposition, and the sample-based comparison against hand-computed numbers."""
 import numpy as np
 import pytest
 
-from minippo.rl.distributions import log_softmax
-from minippo.rl.kl import kl_exact_from_logits
+from minippo.rl.losses import kl_exact_from_logits, log_softmax
 from minippo.studies.kl_moments import compare_kl_estimators, kl_estimator_moments, topk_mass_decomposition
 
 

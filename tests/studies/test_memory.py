@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minippo.nn.gpt import GPTConfig, TinyGPT
-from minippo.rl.distributions import entropy_from_logits, logprobs_from_logits
+from minippo.rl.losses import entropy_from_logits, logprobs_from_logits
 from minippo.studies.memory import (FP32, MIXED, VOCAB_ARRAYS_TRAIN, ModelShape, PassCounter, activation_bytes,
                                  block_cache_per_token, buffer_bytes, four_models, kv_cache_bytes, logits_bytes,
                                  measure_tinygpt, model_memory, param_count, passes_per_iteration, static_bytes,

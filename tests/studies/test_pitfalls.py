@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tests.rlhf.ppo_helpers import tiny_config, world
-from minippo.rl.distributions import log_softmax
+from minippo.rl.losses import log_softmax
 from minippo.studies.pitfalls import (length_slope, offset_reward_model, ratio_statistics,
                                    recompute_logp, value_error)
 from minippo.rlhf.trainer import PPOTrainer

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from tests.rlhf.ppo_helpers import tiny_config, world
 
-from minippo.rl.kl import kl_estimate, kl_exact_from_logits
+from minippo.rl.losses import kl_estimate, kl_exact_from_logits
 from minippo.studies.kl_moments import topk_mass_decomposition
 from minippo.rlhf.advantages import compute_advantages
 from minippo.rlhf.data.corpus import sample_prompts

@@ -1,21 +1,6 @@
-"""KL divergence: per-token estimators, the exact value from logits, and the beta controllers.
+"""Controllers of a KL coefficient beta: fixed, adaptive (Ziegler et al. 2019) and the PPO paper's rule.
 
-Legend: B batch, T tokens, V vocab; "..." is any leading shape.
-
-Per-token estimators of KL(pi || pi_ref) from tokens a ~ pi (Schulman 2020, "Approximating KL
-divergence", http://joschu.net/blog/kl-approx.html), with log rho = logp_ref - logp:
-
-    k1 = -log rho = logp - logp_ref          unbiased, high variance, can be negative
-    k2 = 0.5 (log rho)^2                     biased (low for close policies), never negative
-    k3 = (rho - 1) - log rho                 unbiased, low variance, never negative
-
-In RLHF the policy is pi and the reference pi_ref is the frozen SFT model: ``kl_t`` enters the
-per-token reward ``-beta * kl_t`` (Ziegler et al. 2019; InstructGPT eq. (2)). In the PPO
-losses the samples come from pi_old, so ``approx_kl = kl_estimate(logp_old, logp, "k3")``
-estimates KL(pi_old || pi), the direction of PPO paper eq. (8).
-
-Controllers of the coefficient beta (``kl_coef``): each has ``.value`` and
-``.update(current_kl, n_steps=1) -> new value``:
+Each has ``.value`` and ``.update(current_kl, n_steps=1) -> new value``:
 
 * :class:`FixedKLController` - beta never changes.
 * :class:`AdaptiveKLController` - Ziegler et al. 2019 (arXiv:1909.08593) sec. 2.2:
@@ -28,54 +13,7 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from minippo.checks import check_choice, check_float_array, check_range, check_same_shape
-from minippo.rl.distributions import log_softmax
-
-KL_KINDS = ("k1", "k2", "k3")
-
-
-def kl_estimate(logp, logp_ref, kind="k3"):
-    """Per-token estimate of KL(pi || pi_ref) from the taken tokens' log-probabilities.
-
-    Parameters
-    ----------
-    logp : (...) log pi(a_t|s_t) of tokens sampled from pi (the "current" policy).
-    logp_ref : (...) log pi_ref(a_t|s_t) of the same tokens.
-    kind : "k1" (logp - logp_ref), "k2" (0.5 (logp - logp_ref)^2) or "k3" ((rho - 1) - log rho,
-        rho = exp(logp_ref - logp)).
-
-    Returns
-    -------
-    kl : (...) per-token estimates, in the inputs' dtype. Average them over valid tokens (with
-        :func:`minippo.rl.masked.masked_mean`) to estimate the KL.
-    """
-    check_choice("kind", kind, KL_KINDS)
-    logp = check_float_array("logp", logp)
-    logp_ref = check_float_array("logp_ref", logp_ref)
-    check_same_shape(logp=logp, logp_ref=logp_ref)
-    log_rho = logp_ref - logp                                  # log pi_ref / pi
-    if kind == "k1":
-        return -log_rho
-    if kind == "k2":
-        return 0.5 * log_rho * log_rho
-    # k3 = (rho - 1) - log rho; expm1 keeps the precision when rho is close to 1
-    return np.expm1(log_rho) - log_rho
-
-
-def kl_exact_from_logits(logits, logits_ref, temperature=1.0):
-    """Exact KL(pi || pi_ref) at each position from the full distributions.
-
-    ``KL = sum_v pi(v) (log pi(v) - log pi_ref(v))`` with both distributions
-    ``softmax(logits / temperature)``. Shapes (..., V) -> (...), computed in float64.
-    """
-    logits = check_float_array("logits", logits)
-    logits_ref = check_float_array("logits_ref", logits_ref)
-    check_same_shape(logits=logits, logits_ref=logits_ref)
-    logq = log_softmax(logits.astype(np.float64), temperature)            # (..., V)
-    logq_ref = log_softmax(logits_ref.astype(np.float64), temperature)    # (..., V)
-    return np.sum(np.exp(logq) * (logq - logq_ref), axis=-1)              # (...)
+from minippo.checks import check_range
 
 
 def _check_kl_value(current_kl, n_steps) -> float:

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from minippo.nn.gradcheck import assert_gradients
-from minippo.rl.distributions import (entropy_backward, entropy_from_logits, log_softmax, logprobs_backward,
-                                      logprobs_from_logits)
+from minippo.rl.losses import (entropy_backward, entropy_from_logits, log_softmax, logprobs_backward,
+                               logprobs_from_logits)
 
 
 def test_log_softmax_matches_naive_and_is_stable():

@@ -7,11 +7,10 @@ import pytest
 from hypothesis import given
 
 from minippo.nn.gradcheck import assert_gradients
-from minippo.rl.kl import kl_estimate
+from minippo.rl.losses import (CLIP_CASES, CLIPPED_CASES, NEG_ABOVE, NEG_CLIPPED, NEG_INSIDE, PAD, POS_BELOW,
+                               POS_CLIPPED, POS_INSIDE, ZERO_ADV, clipped_policy_loss,
+                               clipped_policy_loss_reference, kl_estimate, ppo_penalty_loss)
 from minippo.rl.masked import masked_mean
-from minippo.rl.policy_loss import (CLIP_CASES, CLIPPED_CASES, NEG_ABOVE, NEG_CLIPPED, NEG_INSIDE, PAD,
-                                    POS_BELOW, POS_CLIPPED, POS_INSIDE, ZERO_ADV, clipped_policy_loss,
-                                    clipped_policy_loss_reference, ppo_penalty_loss)
 from tests.rl.helpers import padded_batches, random_batch, right_padded_mask
 
 KERNEL = pytest.param(clipped_policy_loss, id="kernel", marks=pytest.mark.kernels)

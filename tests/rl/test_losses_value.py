@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 
 from minippo.nn.gradcheck import assert_gradients
-from minippo.rl.value_loss import clipped_value_loss, value_loss
+from minippo.rl.losses import clipped_value_loss, value_loss
 from tests.rl.helpers import padded_batches, random_batch, right_padded_mask
 
 

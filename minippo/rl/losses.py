@@ -1,0 +1,515 @@
+"""The losses of PPO paper eq. (9) and the distribution they are computed from, arrays in, arrays out.
+
+Legend: B batch, T tokens, V vocab; N flat tokens for 1-D inputs; "..." any leading shape.
+
+Schulman et al. 2017 (arXiv:1707.06347) train with
+
+    L^{CLIP+VF+S}(theta) = E_t[ L^CLIP_t(theta) - c1 L^VF_t(theta) + c2 S[pi_theta](s_t) ]     eq. (9)
+
+and every term is here, in the order a reader needs them:
+
+1. **The policy's distribution** over the vocabulary at each position, ``pi = softmax(logits / T)``:
+   the log-probability of the taken token (what the ratio and the KL are built from) and the
+   entropy S, each a forward/backward pair in the layer API of ``minippo.nn``.
+2. **KL estimators** k1, k2, k3 from the taken tokens (Schulman 2020) and the exact KL from logits:
+   the per-token penalty of the RLHF reward, ``approx_kl`` of the update, the KL term of eq. (8).
+3. **The policy losses**: L^CLIP, eq. (7), with its six clip cases; L^KLPEN, eq. (8).
+4. **The value loss** L^VF, optionally clipped around the rollout's values.
+
+Every loss returns ``(loss, d<input>, stats)``: the loss to MINIMISE (``-objective`` for the policy
+terms) and its analytic gradient. Conventions: ``mask`` is 1 on valid tokens (rows right-padded),
+``mask=None`` means all valid; means are token-level masked means over the whole batch.
+
+## 1. The policy's distribution
+
+The policy at each position is ``pi = softmax(logits / temperature)``. DESIGN: there is ONE
+temperature, applied to the logits of the policy, the old policy, the reference and the
+entropy alike; a ratio or a KL computed with mismatched temperatures is wrong (the sampled
+tokens came from the tempered distribution).
+
+Forward/backward pairs in the layer API of ``minippo.nn``::
+
+    logp, cache = logprobs_from_logits(logits, actions, temperature)   # (..., V) -> (...)
+    dlogits = logprobs_backward(dlogp, cache)                           # (...) -> (..., V)
+    ent, cache = entropy_from_logits(logits, temperature)               # (..., V) -> (...)
+    dlogits = entropy_backward(dent, cache)
+
+With z = logits / temperature and p = softmax(z):
+
+    d log p_a / d z_j = 1[j = a] - p_j
+    d H / d z_j       = -p_j (log p_j + H),     H = -sum_j p_j log p_j
+    d z_j / d logits_j = 1 / temperature
+
+## 2. KL estimators
+
+Per-token estimators of KL(pi || pi_ref) from tokens a ~ pi (Schulman 2020, "Approximating KL
+divergence", http://joschu.net/blog/kl-approx.html), with log rho = logp_ref - logp:
+
+    k1 = -log rho = logp - logp_ref          unbiased, high variance, can be negative
+    k2 = 0.5 (log rho)^2                     biased (low for close policies), never negative
+    k3 = (rho - 1) - log rho                 unbiased, low variance, never negative
+
+In RLHF the policy is pi and the reference pi_ref is the frozen SFT model: ``kl_t`` enters the
+per-token reward ``-beta * kl_t`` (Ziegler et al. 2019; InstructGPT eq. (2)). In the PPO
+losses the samples come from pi_old, so ``approx_kl = kl_estimate(logp_old, logp, "k3")``
+estimates KL(pi_old || pi), the direction of PPO paper eq. (8).
+
+## 3. The policy losses
+
+Schulman et al. 2017 (arXiv:1707.06347), with r_t = pi(a_t|s_t) / pi_old(a_t|s_t):
+
+    L^CLIP  = E_t[ min(r_t A_t, clip(r_t, 1-eps, 1+eps) A_t) ]          eq. (7)
+    L^KLPEN = E_t[ r_t A_t - beta KL[pi_old(.|s_t), pi(.|s_t)] ]          eq. (8)
+
+Both are maximised; the functions here return the LOSS ``L = -objective`` and its gradient
+``dlogp = dL/dlogp`` with respect to the current log-probabilities of the taken tokens (the
+chain rule to the logits is :func:`minippo.rl.losses.logprobs_backward`). The ratio is
+computed as ``exp(logp - logp_old)``, never as a quotient of probabilities (which underflow).
+E_t is a token-level masked mean over every valid token of the batch, so with n valid tokens
+each token's gradient carries a factor 1/n.
+
+The six clip cases (seed 003, section 5 "PPO-Clip 的符号理解"). Because min() picks the smaller
+term, the clipped term is selected exactly where clipping would let the objective grow further:
+
+    code  advantage  ratio r            selected term        dL/dlogp
+    1     A > 0      r < 1-eps          r A  (unclipped)     -A r / n
+    2     A > 0      1-eps <= r <= 1+eps r A  (both equal)    -A r / n
+    3     A > 0      r > 1+eps          (1+eps) A  CLIPPED   0       "good action already boosted enough"
+    4     A < 0      r < 1-eps          (1-eps) A  CLIPPED   0       "bad action already cut enough"
+    5     A < 0      1-eps <= r <= 1+eps r A  (both equal)    -A r / n
+    6     A < 0      r > 1+eps          r A  (unclipped)     -A r / n
+    7     A = 0      any                0                    0       (no signal; neither branch active)
+    0     padding                                            0
+
+The band is CLOSED: exactly at r = 1 +/- eps the two terms are equal, the token counts as inside
+(case 2 or 5), is not counted in ``clipfrac``, and gets the unclipped gradient -A r / n (the
+one-sided derivative from inside the band; PyTorch's ``clamp`` gives the same). ``clipfrac`` is
+the fraction of valid tokens in cases 3 and 4, i.e. whose gradient is exactly zero because of
+the clip (TRL's definition; CleanRL's ``|r - 1| > eps`` also counts cases 1 and 6).
+
+## 4. The value loss
+
+The value term of PPO paper eq. (9) is ``L^VF = (V(s_t) - V_t^targ)^2`` with the targets
+``returns = adv + values_old`` from GAE. Implementations (OpenAI baselines, TRL, CleanRL's
+``clip_vloss``) also clip the new values around the ones stored at rollout time, so the critic
+cannot move more than ``clip_eps`` per update, and take the larger of the two errors:
+
+    v_clipped = values_old + clip(values - values_old, -eps, eps)
+    L^VF      = 0.5 * masked_mean(max((values - R)^2, (v_clipped - R)^2))
+
+The factor 0.5 makes the gradient of the unclipped term exactly ``(values - R) / n``. As in
+the policy loss, the mean is over all valid tokens of the batch and padding gets no gradient.
+
+Gradient of the clipped form, per valid token (n valid tokens):
+* the unclipped error is selected (it is >= the clipped one; ties go here): ``(v - R) / n``;
+* the clipped error is strictly larger: ``(v_clipped - R) * dv_clipped/dv / n``, and
+  ``dv_clipped/dv = 0`` there (the larger clipped error only happens when ``|v - v_old| > eps``),
+  so the gradient is exactly 0. ``vf_clipfrac`` is the fraction of valid tokens in this case.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from minippo.checks import check_choice, check_float_array, check_int_array, check_range, check_same_shape
+from minippo.rl._status import MASK_HOLE, MASK_VALUE, NONFINITE, OK, raise_for_status
+from minippo.rl.masked import masked_mean, token_inputs
+
+# ----------------------------------------------------------------------------------------------
+# 1. the policy's distribution: log-probs of the taken tokens, entropy
+# ----------------------------------------------------------------------------------------------
+
+def _tempered(logits, temperature) -> np.ndarray:
+    logits = check_float_array("logits", logits)
+    if logits.ndim < 1 or logits.shape[-1] == 0:
+        raise ValueError(f"`logits` must have a non-empty last (vocab) axis, got shape {logits.shape}")
+    check_range("temperature", temperature, 0, None, lo_open=True)
+    return logits / logits.dtype.type(temperature)                   # z, (..., V)
+
+
+def log_softmax(logits, temperature=1.0):
+    """Stable ``log softmax(logits / temperature)`` over the last axis: ``z - max - log sum exp(z - max)``."""
+    z = _tempered(logits, temperature)
+    z = z - z.max(axis=-1, keepdims=True)                             # shift: the largest exp is 1
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))          # (..., V)
+
+
+def logprobs_from_logits(logits, actions, temperature=1.0):
+    """Log-probability of the taken tokens: ``logp = log_softmax(logits / T)[..., actions]``.
+
+    Parameters
+    ----------
+    logits : (..., V) float32/float64.
+    actions : (...) integer token ids in [0, V).
+    temperature : > 0.
+
+    Returns
+    -------
+    logp : (...) in the logits' dtype.
+    cache : what :func:`logprobs_backward` needs (the probabilities, the actions, T).
+    """
+    logq = log_softmax(logits, temperature)                           # (..., V)
+    V = logq.shape[-1]
+    actions = check_int_array("actions", actions, shape=logq.shape[:-1], low=0, high=V)
+    logp = np.take_along_axis(logq, actions[..., None], axis=-1)[..., 0]    # (...)
+    return logp, (np.exp(logq), actions, float(temperature))
+
+
+def logprobs_backward(dlogp, cache):
+    """dL/dlogits from dL/dlogp: ``dlogits = dlogp[..., None] * (onehot(a) - p) / T``."""
+    probs, actions, temperature = cache
+    dlogp = check_float_array("dlogp", dlogp, shape=probs.shape[:-1])
+    # logp = z[a] - logsumexp(z)  ->  d/dz = onehot(a) - softmax(z)
+    onehot = np.zeros_like(probs)                                     # (..., V)
+    np.put_along_axis(onehot, actions[..., None], 1.0, axis=-1)
+    dz = (onehot - probs) * dlogp[..., None]                          # (..., V)
+    return (dz / temperature).astype(probs.dtype)                     # z = logits / T
+
+
+def entropy_from_logits(logits, temperature=1.0):
+    """Entropy of the tempered categorical at each position: ``H = -sum_v p_v log p_v``.
+
+    Returns ``ent`` (...) in the logits' dtype and the cache for :func:`entropy_backward`.
+    The entropy bonus of PPO paper eq. (9) is ``c2 * mean(H)``.
+    """
+    logq = log_softmax(logits, temperature)                           # (..., V)
+    probs = np.exp(logq)                                              # (..., V)
+    ent = -np.sum(probs * logq, axis=-1)                              # (...)
+    return ent, (probs, logq, ent, float(temperature))
+
+
+def entropy_backward(dent, cache):
+    """dL/dlogits from dL/dH: ``dlogits = dent[..., None] * (-p (log p + H)) / T``."""
+    probs, logq, ent, temperature = cache
+    dent = check_float_array("dent", dent, shape=probs.shape[:-1])
+    # H = -sum_j p_j log p_j  ->  dH/dz_j = -p_j (log p_j + H)
+    dz = -probs * (logq + ent[..., None]) * dent[..., None]           # (..., V)
+    return (dz / temperature).astype(probs.dtype)                     # z = logits / T
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. KL estimators from the taken tokens, and the exact KL from the logits
+# ----------------------------------------------------------------------------------------------
+
+KL_KINDS = ("k1", "k2", "k3")
+
+
+def kl_estimate(logp, logp_ref, kind="k3"):
+    """Per-token estimate of KL(pi || pi_ref) from the taken tokens' log-probabilities.
+
+    Parameters
+    ----------
+    logp : (...) log pi(a_t|s_t) of tokens sampled from pi (the "current" policy).
+    logp_ref : (...) log pi_ref(a_t|s_t) of the same tokens.
+    kind : "k1" (logp - logp_ref), "k2" (0.5 (logp - logp_ref)^2) or "k3" ((rho - 1) - log rho,
+        rho = exp(logp_ref - logp)).
+
+    Returns
+    -------
+    kl : (...) per-token estimates, in the inputs' dtype. Average them over valid tokens (with
+        :func:`minippo.rl.masked.masked_mean`) to estimate the KL.
+    """
+    check_choice("kind", kind, KL_KINDS)
+    logp = check_float_array("logp", logp)
+    logp_ref = check_float_array("logp_ref", logp_ref)
+    check_same_shape(logp=logp, logp_ref=logp_ref)
+    log_rho = logp_ref - logp                                  # log pi_ref / pi
+    if kind == "k1":
+        return -log_rho
+    if kind == "k2":
+        return 0.5 * log_rho * log_rho
+    # k3 = (rho - 1) - log rho; expm1 keeps the precision when rho is close to 1
+    return np.expm1(log_rho) - log_rho
+
+
+def kl_exact_from_logits(logits, logits_ref, temperature=1.0):
+    """Exact KL(pi || pi_ref) at each position from the full distributions.
+
+    ``KL = sum_v pi(v) (log pi(v) - log pi_ref(v))`` with both distributions
+    ``softmax(logits / temperature)``. Shapes (..., V) -> (...), computed in float64.
+    """
+    logits = check_float_array("logits", logits)
+    logits_ref = check_float_array("logits_ref", logits_ref)
+    check_same_shape(logits=logits, logits_ref=logits_ref)
+    logq = log_softmax(logits.astype(np.float64), temperature)            # (..., V)
+    logq_ref = log_softmax(logits_ref.astype(np.float64), temperature)    # (..., V)
+    return np.sum(np.exp(logq) * (logq - logq_ref), axis=-1)              # (...)
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. the policy losses: L^CLIP, eq. (7), and L^KLPEN, eq. (8)
+# ----------------------------------------------------------------------------------------------
+
+PAD, POS_BELOW, POS_INSIDE, POS_CLIPPED, NEG_CLIPPED, NEG_INSIDE, NEG_ABOVE, ZERO_ADV = range(8)
+#: code -> description of the per-token clip cases in ``stats["clip_case"]`` (int8)
+CLIP_CASES = {
+    PAD: "padding",
+    POS_BELOW: "A>0, r<1-eps: unclipped, grad -A r/n",
+    POS_INSIDE: "A>0, r in band: unclipped, grad -A r/n",
+    POS_CLIPPED: "A>0, r>1+eps: CLIPPED, grad 0",
+    NEG_CLIPPED: "A<0, r<1-eps: CLIPPED, grad 0",
+    NEG_INSIDE: "A<0, r in band: unclipped, grad -A r/n",
+    NEG_ABOVE: "A<0, r>1+eps: unclipped, grad -A r/n",
+    ZERO_ADV: "A=0: no signal, grad 0",
+}
+#: the codes whose clipped branch is active (zero gradient), counted by ``clipfrac``
+CLIPPED_CASES = (POS_CLIPPED, NEG_CLIPPED)
+_NAMES = ["logp", "logp_old", "adv"]
+
+
+def _ratio_stats(ratio, mask, n):
+    """ratio_mean / ratio_max / ratio_min over the valid tokens (1.0 when there are none)."""
+    if n == 0:
+        return {"ratio_mean": 1.0, "ratio_max": 1.0, "ratio_min": 1.0}
+    valid = ratio[mask == 1]
+    return {"ratio_mean": masked_mean(ratio, mask), "ratio_max": float(valid.max()),
+            "ratio_min": float(valid.min())}
+
+
+def clipped_policy_loss(logp, logp_old, adv, mask=None, clip_eps=0.2):
+    """L^CLIP loss, its gradient and its statistics from one fused numba kernel (eq. (7) of the PPO paper).
+
+    Parameters
+    ----------
+    logp : (B, T) or (N,) log pi(a_t|s_t) under the current policy, float32 or float64.
+    logp_old : same shape, log pi_old(a_t|s_t) stored at rollout time.
+    adv : same shape, advantages A_t (usually whitened).
+    mask : 0/1 like ``logp`` or None (all valid). 2-D masks must be right-padded.
+    clip_eps : epsilon > 0.
+
+    Returns
+    -------
+    loss : float, ``-masked_mean(min(r A, clip(r, 1-eps, 1+eps) A))`` (0 with no valid token).
+    dlogp : array like ``logp``, dL/dlogp: -A r / n where the unclipped branch is active, exactly
+        0 on clipped tokens (cases 3, 4), A = 0 and padding.
+    stats : dict with ``clipfrac``, ``approx_kl`` (k3 = mean((r - 1) - log r), an estimate of
+        KL(pi_old || pi)), ``ratio_mean``, ``ratio_max``, ``ratio_min`` (1.0 with no valid
+        token), ``n_tokens`` and ``clip_case`` (int8 array like ``logp``, codes in
+        :data:`CLIP_CASES`).
+
+    NumPy reference: :func:`clipped_policy_loss_reference` (same outputs).
+    """
+    check_range("clip_eps", clip_eps, 0, None, lo_open=True)
+    (logp, logp_old, adv), mask = token_inputs(mask, validate_values=False,
+                                               logp=logp, logp_old=logp_old, adv=adv)
+    shape, one_d = logp.shape, logp.ndim == 1
+    as2 = [a.reshape(1, -1) if one_d else a for a in (logp, logp_old, adv, mask)]
+    dlogp = np.empty(as2[0].shape, dtype=logp.dtype)
+    case = np.empty(as2[0].shape, dtype=np.int8)
+    lo, hi = logp.dtype.type(1 - clip_eps), logp.dtype.type(1 + clip_eps)   # the band, in the data's dtype
+    out = _clipped_policy_kernel(*as2, lo, hi, not one_d, dlogp, case)
+    status, which, b, t, n, n_clipped, obj_sum, kl_sum, ratio_sum, ratio_max, ratio_min = out
+    raise_for_status(status, which, b, t, _NAMES, as2[:3], as2[3], one_d)
+    stats = {"clipfrac": n_clipped / n if n else 0.0, "approx_kl": kl_sum / n if n else 0.0,
+             "ratio_mean": ratio_sum / n if n else 1.0, "ratio_max": ratio_max if n else 1.0,
+             "ratio_min": ratio_min if n else 1.0, "n_tokens": int(n), "clip_case": case.reshape(shape)}
+    return (-obj_sum / n if n else 0.0), dlogp.reshape(shape), stats
+
+
+@njit(cache=True)
+def _clipped_policy_kernel(logp, logp_old, adv, mask, lo, hi, check_holes, dlogp, case):
+    """Per row: a validation sweep, then one pass for ratio, case, objective, gradient and sums.
+
+    The per-token work is branch-free (selects, not if/else: the six cases come in random
+    order, so branches would be mispredicted); sums are float64. A last light pass scales
+    ``dlogp`` by 1/n once n is known. Returns
+    ``(status, which, b, t, n, n_clipped, obj_sum, kl_sum, ratio_sum, ratio_max, ratio_min)``.
+    NumPy reference: :func:`clipped_policy_loss_reference`.
+    """
+    B, T = logp.shape
+    n = 0
+    n_clipped = 0
+    obj_sum = 0.0
+    kl_sum = 0.0
+    ratio_sum = 0.0
+    ratio_max = -np.inf
+    ratio_min = np.inf
+    for b in range(B):
+        # validation sweep over the row (vectorisable): NaN/inf and mask values
+        bad = False
+        for t in range(T):
+            bad |= not math.isfinite(logp[b, t])
+            bad |= not math.isfinite(logp_old[b, t])
+            bad |= not math.isfinite(adv[b, t])
+            bad |= (mask[b, t] != 0) & (mask[b, t] != 1)
+        if bad:
+            status, which, t = _locate_clip_error(logp, logp_old, adv, mask, b)
+            return status, which, b, t, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0
+        row_open = True                      # False after the row's first padding token
+        for t in range(T):
+            if mask[b, t] == 0:
+                row_open = False
+                dlogp[b, t] = 0
+                case[b, t] = PAD
+                continue
+            if check_holes and not row_open:
+                return MASK_HOLE, 0, b, t, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0
+            a = adv[b, t]
+            # r_t = exp(logp - logp_old)
+            log_ratio = logp[b, t] - logp_old[b, t]
+            ratio = np.exp(log_ratio)
+            # min(r A, clip(r, 1-eps, 1+eps) A): the clipped term binds in cases 3 and 4 only
+            below, above = ratio < lo, ratio > hi
+            clipped = ((a > 0) & above) | ((a < 0) & below)
+            obj = min(ratio * a, min(max(ratio, lo), hi) * a)
+            dlogp[b, t] = 0.0 if clipped else -a * ratio     # d(-r A)/dlogp = -A r; /n below
+            # case code: 2 (A > 0) or 5 (A < 0), -1 below the band, +1 above it; 7 for A = 0
+            base = POS_INSIDE if a > 0 else NEG_INSIDE
+            case[b, t] = ZERO_ADV if a == 0 else base + above - below
+            n += 1
+            n_clipped += clipped
+            obj_sum += obj
+            kl_sum += (ratio - 1.0) - log_ratio             # k3 = (r - 1) - log r
+            ratio_sum += ratio
+            ratio_max = max(ratio_max, ratio)
+            ratio_min = min(ratio_min, ratio)
+    if n > 0:
+        inv_n = 1.0 / n
+        for b in range(B):
+            for t in range(T):
+                dlogp[b, t] *= inv_n
+    return OK, 0, 0, 0, n, n_clipped, obj_sum, kl_sum, ratio_sum, ratio_max, ratio_min
+
+
+@njit(cache=True)
+def _locate_clip_error(logp, logp_old, adv, mask, b):
+    """The first bad entry of row ``b`` as ``(status, which, t)`` (the slow path of the sweep)."""
+    for t in range(logp.shape[1]):
+        if not math.isfinite(logp[b, t]):
+            return NONFINITE, 0, t
+        if not math.isfinite(logp_old[b, t]):
+            return NONFINITE, 1, t
+        if not math.isfinite(adv[b, t]):
+            return NONFINITE, 2, t
+        if mask[b, t] != 0 and mask[b, t] != 1:
+            return MASK_VALUE, 0, t
+    return OK, 0, 0  # pragma: no cover - only called on a row with a bad entry
+
+
+def clipped_policy_loss_reference(logp, logp_old, adv, mask=None, clip_eps=0.2):
+    """Plain NumPy L^CLIP (eq. (7)): the formula as a student writes it, with the same outputs
+    (loss, dlogp, stats) as the kernel-backed :func:`clipped_policy_loss`."""
+    check_range("clip_eps", clip_eps, 0, None, lo_open=True)
+    (logp, logp_old, adv), mask = token_inputs(mask, logp=logp, logp_old=logp_old, adv=adv)
+    lo, hi = logp.dtype.type(1 - clip_eps), logp.dtype.type(1 + clip_eps)
+    valid = mask == 1
+    n = int(valid.sum())
+    # the next four lines are L^CLIP, eq. (7)
+    ratio = np.exp(logp - logp_old)                                 # r_t
+    surr_unclipped = ratio * adv                                    # r_t A_t
+    surr_clipped = np.clip(ratio, lo, hi) * adv                     # clip(r_t, 1-eps, 1+eps) A_t
+    loss = -masked_mean(np.minimum(surr_unclipped, surr_clipped), mask)
+    # min() selects the constant clipped term where clipping binds: zero gradient there
+    clipped = ((adv > 0) & (ratio > hi)) | ((adv < 0) & (ratio < lo))
+    # d(-r A)/dlogp = -A r (dr/dlogp = r), averaged over the n valid tokens
+    dlogp = np.where(clipped | ~valid, 0.0, -adv * ratio / max(n, 1)).astype(logp.dtype)
+    case = np.select(
+        [~valid, adv == 0, (adv > 0) & (ratio < lo), (adv > 0) & (ratio <= hi), adv > 0,
+         ratio < lo, ratio <= hi],
+        [PAD, ZERO_ADV, POS_BELOW, POS_INSIDE, POS_CLIPPED, NEG_CLIPPED, NEG_INSIDE],
+        default=NEG_ABOVE).astype(np.int8)
+    stats = {"clipfrac": masked_mean(clipped.astype(logp.dtype), mask),
+             "approx_kl": masked_mean(kl_estimate(logp_old, logp, kind="k3"), mask),
+             **_ratio_stats(ratio, mask, n), "n_tokens": n, "clip_case": case}
+    return loss, dlogp, stats
+
+
+def ppo_penalty_loss(logp, logp_old, adv, mask=None, kl_coef=1.0):
+    """KL-penalised surrogate loss, PPO paper eq. (8): ``L = -masked_mean(r A - beta KL_t)``.
+
+    The per-token KL is the k3 estimate of KL[pi_old || pi] from tokens sampled by pi_old,
+    ``KL_t = (r_t - 1) - log r_t`` (Schulman 2020, "Approximating KL divergence"): unbiased,
+    never negative, and only the taken token's log-probabilities are needed. Its gradient is
+    ``d KL_t / dlogp = r_t - 1``, whose expectation under pi_old equals that of the exact KL.
+
+    Parameters as :func:`clipped_policy_loss`, with ``kl_coef`` = beta >= 0 (pair it with a
+    controller from :mod:`minippo.rl.kl`, e.g. :class:`~minippo.rl.kl_control.PPOPaperKLController`).
+
+    Returns
+    -------
+    loss : float. dlogp : like ``logp``, ``-(A r - beta (r - 1)) / n`` on valid tokens, 0 on padding.
+    stats : ``kl`` (= ``approx_kl``, the mean k3), ``surrogate`` (mean r A), ``ratio_mean``,
+        ``ratio_max``, ``ratio_min``, ``n_tokens``.
+    """
+    check_range("kl_coef", kl_coef, 0, None)
+    (logp, logp_old, adv), mask = token_inputs(mask, logp=logp, logp_old=logp_old, adv=adv)
+    n = int((mask == 1).sum())
+    # the next three lines are L^KLPEN, eq. (8), with the k3 per-token KL
+    ratio = np.exp(logp - logp_old)                                 # r_t
+    kl = kl_estimate(logp_old, logp, kind="k3")                     # (r_t - 1) - log r_t
+    loss = -masked_mean(ratio * adv - kl_coef * kl, mask)
+    # d/dlogp of (r A - beta ((r - 1) - log r)) = r A - beta (r - 1)
+    dlogp = (-(ratio * adv - kl_coef * (ratio - 1.0)) * mask / max(n, 1)).astype(logp.dtype)
+    kl_mean = masked_mean(kl, mask)
+    stats = {"kl": kl_mean, "approx_kl": kl_mean, "surrogate": masked_mean(ratio * adv, mask),
+             **_ratio_stats(ratio, mask, n), "n_tokens": n}
+    return loss, dlogp, stats
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. the value loss L^VF
+# ----------------------------------------------------------------------------------------------
+
+def value_loss(values, returns, mask=None):
+    """Unclipped value loss ``0.5 * masked_mean((values - returns)^2)``.
+
+    Parameters
+    ----------
+    values : (B, T) or (N,) V(s_t) from the critic being trained.
+    returns : same shape, the regression targets R_t (adv + values_old).
+    mask : 0/1 like ``values`` or None (all valid); 2-D masks must be right-padded.
+
+    Returns
+    -------
+    loss : float. dvalues : like ``values``, ``(values - returns) / n``, 0 on padding.
+    stats : ``vf_clipfrac`` (0.0: nothing is clipped), ``values_mean``, ``returns_mean``, ``n_tokens``.
+    """
+    (values, returns), mask = token_inputs(mask, values=values, returns=returns)
+    n = int((mask == 1).sum())
+    error = values - returns                                          # V(s_t) - R_t
+    loss = 0.5 * masked_mean(error * error, mask)
+    dvalues = (error * mask / max(n, 1)).astype(values.dtype)        # d(0.5 e^2)/dv = e, /n
+    stats = {"vf_clipfrac": 0.0, "values_mean": masked_mean(values, mask),
+             "returns_mean": masked_mean(returns, mask), "n_tokens": n}
+    return loss, dvalues, stats
+
+
+def clipped_value_loss(values, values_old, returns, mask=None, clip_eps=0.2):
+    """Clipped value loss ``0.5 * masked_mean(max((v - R)^2, (v_old + clip(v - v_old, -eps, eps) - R)^2))``.
+
+    Parameters
+    ----------
+    values : (B, T) or (N,) V(s_t) from the critic being trained.
+    values_old : same shape, the values stored at rollout time.
+    returns : same shape, R_t = adv + values_old.
+    mask : 0/1 like ``values`` or None; 2-D masks must be right-padded.
+    clip_eps : > 0, in the units of the values (its own hyperparameter: ``clip_eps_value``
+        in the trainers' configs).
+
+    Returns
+    -------
+    loss : float. dvalues : like ``values`` (see the module docstring; 0 on padding).
+    stats : ``vf_clipfrac`` (fraction of valid tokens where the clipped error is strictly the
+        larger: their gradient is 0), ``values_mean``, ``returns_mean``, ``n_tokens``.
+    """
+    check_range("clip_eps", clip_eps, 0, None, lo_open=True)
+    (values, values_old, returns), mask = token_inputs(
+        mask, values=values, values_old=values_old, returns=returns)
+    valid = mask == 1
+    n = int(valid.sum())
+    # the next four lines are the clipped value loss
+    v_clipped = values_old + np.clip(values - values_old, -clip_eps, clip_eps)
+    err_unclipped = (values - returns) ** 2                           # (V - R)^2
+    err_clipped = (v_clipped - returns) ** 2                          # (V_clip - R)^2
+    loss = 0.5 * masked_mean(np.maximum(err_unclipped, err_clipped), mask)
+    # max() picks the clipped error only where it is strictly larger, which needs v outside the
+    # band (inside it v_clipped = v up to rounding); v_clipped is then constant: no gradient
+    outside = np.abs(values - values_old) > clip_eps
+    clipped = outside & (err_clipped > err_unclipped) & valid
+    dvalues = np.where(clipped | ~valid, 0.0, (values - returns) / max(n, 1)).astype(values.dtype)
+    stats = {"vf_clipfrac": masked_mean(clipped.astype(values.dtype), mask),
+             "values_mean": masked_mean(values, mask), "returns_mean": masked_mean(returns, mask),
+             "n_tokens": n}
+    return loss, dvalues, stats
