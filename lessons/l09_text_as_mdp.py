@@ -55,7 +55,7 @@ from minippo.studies.study import Study
 def lesson_config(quick: bool, seed: int) -> PPOConfig:
     """A short PPO run: enough iterations for the policy to leave the reference."""
     return PPOConfig(iterations=6 if quick else 12, batch_size=16, minibatch_size=8, seed=seed, max_new_tokens=24,
-                     kl_coef=0.1, kl_controller="fixed", lr=3e-4)
+                     kl_ref_coef=0.1, kl_ref_controller="fixed", lr=3e-4)
 
 
 def pick_row(ro) -> int:
@@ -71,7 +71,8 @@ def run(quick: bool = False, seed: int = 0) -> dict:
     tok, cfg = study.tokenizer, lesson_config(quick, seed)
     trained = study.run(cfg)
     trainer, records = trained["trainer"], trained["records"]
-    ro, texts = trainer.last_rollout, trainer.last_texts       # the last iteration's experience (pre-update)
+    ro = trainer.last_rollout                       # the last iteration's experience (pre-update)
+    texts = trainer.state.tokenizer.decode_batch(ro.sequences)
     row = pick_row(ro)
     n = int(ro.lengths[row])
     Tp = ro.prompt_len
@@ -88,7 +89,7 @@ def run(quick: bool = False, seed: int = 0) -> dict:
     old_vs_ref = {"mean_abs_diff": float(np.abs(ro.logp - ro.logp_ref)[valid].mean()),
                   "frac_differ": float((ro.logp != ro.logp_ref)[valid].mean()),
                   "kl_is_logp_minus_ref": bool(np.allclose(ro.kl[valid], (ro.logp - ro.logp_ref)[valid]))
-                  if cfg.kl_estimator == "k1" else None,
+                  if cfg.kl_ref_estimator == "k1" else None,
                   "row_logp_ref": ro.logp_ref[row].copy()}
     checks = {
         "score_on_eos": bool(np.isclose(ro.rewards[row, n - 1], ro.scores[row] - beta * ro.kl[row, n - 1])),

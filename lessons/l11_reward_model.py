@@ -18,7 +18,7 @@ the scores of fresh SFT samples mean 0, std 1 (lm-human-preferences, Ziegler et 
 rewards then have a known scale.
 
 What the lesson does: it reuses the main job's cached SFT policy and preference pairs (built once
-under runs/cache by minippo.rlhf.pipeline.prepare_stages), trains the reward model with the main job's
+under runs/cache by minippo.rlhf.run.pipeline.prepare_stages), trains the reward model with the main job's
 configuration, and judges it on held-out prompts and on fresh SFT samples that are in no pair.
 
 The figure: (a) the Bradley-Terry loss, training minibatches and held-out pairs, against chance (ln 2);
@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from lessons._common import lesson_args, pyplot, save, save_figure
-from minippo.rlhf.pipeline import prepare_stages, stage_configs
+from minippo.rlhf.run.pipeline import prepare_stages, stage_configs
 from minippo.rlhf.data.preferences import PreferencePairs, sigmoid
 from minippo.rlhf.rm_train import train_reward_model
 

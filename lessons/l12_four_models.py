@@ -29,7 +29,7 @@ passes per iteration counted on the real trainer; (f) resident weights + optimiz
 Exercises:
 1. Set ``critic_init="sft"`` or ``critic="shared", shared_stop_gradient=False``: which passes change?
    Which memory? (``passes_per_iteration`` and ``four_models`` answer before you run it.)
-2. Double ``ppo_epochs``: what grows, the rollout or the update? And with ``target_kl`` early stops?
+2. Double ``update_epochs``: what grows, the rollout or the update? And with ``kl_old_target`` early stops?
 3. With gradient checkpointing, which term dominates the 7B actor now? At which T does the
    attention-probability term (H T per token, quadratic) overtake the rest of a block (8C + 4F)?
 """
@@ -46,11 +46,11 @@ from minippo.studies.memory import (FP32, GB, MIXED, VOCAB_ARRAYS_TRAIN, ModelSh
                                  buffer_bytes, four_models, kv_cache_bytes, logits_bytes, measure_tinygpt,
                                  param_count, passes_per_iteration, static_bytes, total_bytes)
 from minippo.rlhf.ppo_config import PPOConfig
-from minippo.rlhf.ppo_update import minibatch_loss_and_grads
+from minippo.rlhf.ppo import minibatch_loss_and_grads
 from minippo.rlhf.reward_model import RewardModel
 from minippo.rlhf.sft import SFTConfig
 from minippo.rlhf.data.tokenizer import Tokenizer
-from minippo.rlhf.trainer import PPOTrainer
+from minippo.rlhf.run.trainer import PPOTrainer
 
 CRITICS = ("separate", "shared", "none")
 SETUP_NAMES = {"separate": "PPO, separate critic (4 models)", "shared": "PPO, shared-trunk critic",
@@ -81,7 +81,8 @@ def count_passes(cfg: PPOConfig, tok, sft, rm) -> dict:
     """One real trainer step with ``cfg``: the counted calls, the formula's, which parameters moved,
     and (separate critic) the tracemalloc peak of one update minibatch."""
     trainer = PPOTrainer(cfg, sft, rm, tok)
-    models = {"actor": trainer.actor, "critic": trainer.critic.model, "reference": trainer.ref, "reward": rm.model}
+    s = trainer.state
+    models = {"actor": s.actor, "critic": s.critic, "reference": s.ref, "reward": rm.model}
     before = {n: {k: v.copy() for k, v in m.params.items()} for n, m in models.items() if m is not None}
     with PassCounter(models) as pc:
         trainer.step()
@@ -92,14 +93,14 @@ def count_passes(cfg: PPOConfig, tok, sft, rm) -> dict:
         moved["critic"] = max(float(np.max(np.abs(trainer.actor.params[k] - before["actor"][k]))) for k in head)
     ro = trainer.last_rollout
     out = {"counted": pc.counts, "formula": passes_per_iteration(cfg, ro.response.shape[1] - 1), "moved": moved,
-           "optimizers": {"actor": trainer.opt_actor is not None, "critic": trainer.opt_critic is not None},
+           "optimizers": {"actor": s.opt_actor is not None, "critic": s.opt_critic is not None},
            "T_rollout": ro.sequences.shape[1], "buffer_nbytes": sum(a.nbytes for a in vars(ro).values()
                                                                     if isinstance(a, np.ndarray))}
     if cfg.critic == "separate":
         mb = ro.take(np.arange(cfg.minibatch_size))
         tracemalloc.start()                     # counts NumPy's allocations made from here on
         try:
-            minibatch_loss_and_grads(trainer.actor, trainer.critic, mb, cfg)
+            minibatch_loss_and_grads(s, mb, cfg)
             out["update_peak"] = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
@@ -113,7 +114,7 @@ def count_passes(cfg: PPOConfig, tok, sft, rm) -> dict:
 
 def run(quick: bool = False, seed: int = 0) -> dict:
     tok, gcfg, sft, rm = tiny_models(quick, seed)
-    base = (PPOConfig.quick(batch_size=16, minibatch_size=8, ppo_epochs=2, max_new_tokens=8, seed=seed) if quick
+    base = (PPOConfig.quick(batch_size=16, minibatch_size=8, update_epochs=2, max_new_tokens=8, seed=seed) if quick
             else PPOConfig(seed=seed))
     passes = {c: count_passes(base.replace(critic=c), tok, sft, rm) for c in CRITICS}
     # our sizes: a minibatch of full-length sequences, every array measured
@@ -231,7 +232,7 @@ def plot(results: dict, path) -> None:
     cfg = results["ppo"]
     ax.set_ylabel("passes over the batch per iteration")
     ax.set_title(f"(e) passes in one real PPOTrainer step (separate critic)\n"
-                 f"B={Bb}, K={cfg.ppo_epochs} epochs x M={cfg.num_minibatches} minibatches")
+                 f"B={Bb}, K={cfg.update_epochs} epochs x M={cfg.num_minibatches} minibatches")
     ax.legend(fontsize=8, loc="upper right")
 
     ax = axes[1, 2]
@@ -269,7 +270,7 @@ def main(argv=None) -> dict:
     args = lesson_args(__doc__, argv)
     r = run(quick=args.quick, seed=args.seed)
     cfg, g = r["ppo"], r["gpt_config"]
-    print(f"One PPOTrainer.step per critic arrangement (batch {cfg.batch_size}, {cfg.ppo_epochs} epochs x "
+    print(f"One PPOTrainer.step per critic arrangement (batch {cfg.batch_size}, {cfg.update_epochs} epochs x "
           f"{cfg.num_minibatches} minibatches, max {cfg.max_new_tokens} new tokens); TinyGPT L={g.n_layer}, "
           f"C={g.n_embd}, V={g.vocab_size}.")
     for c in CRITICS:

@@ -44,7 +44,7 @@ import numpy as np
 
 from lessons._common import pyplot, save, study_main, time_line
 from minippo.studies.sequence_ratio import iid_sequence_ratios, ratio_band_stats, sequence_log_ratio
-from minippo.rlhf.advantages import sequence_returns
+from minippo.rlhf.ppo import forward_response
 from minippo.studies.probes import advantage_profile, token_credit, update_kl
 from minippo.studies.study import Study, final
 
@@ -75,7 +75,7 @@ class _Probe:
         cfg, mask = trainer.cfg, rollout.response_mask
         self.batches.setdefault((cfg.reward_shaping, cfg.seed), []).append((rollout.adv, mask, rollout.scores))
         logp = update_kl(trainer.actor, rollout, cfg.temperature)["logp"]              # (B, Tn) pi after the update
-        seq_adv = sequence_returns(rollout) - sequence_returns(rollout).mean()         # (B,) a sequence-level advantage
+        seq_adv = rollout.sequence_returns - rollout.sequence_returns.mean()         # (B,) a sequence-level advantage
         stats = ratio_band_stats(logp, rollout.logp, mask, cfg.clip_eps, adv=rollout.adv, seq_adv=seq_adv)
         record.update({f"probe/{k}": v for k, v in stats.items()})
         self.lengths.append(rollout.lengths)
@@ -94,10 +94,12 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     # one rollout (the kl_final run's last, seed 0) credited both ways, each shaping with its own critic
     tr = {s: runs[s]["extra"][0] for s in SHAPINGS}
     ro = tr["kl_final"].last_rollout.take(np.arange(N_ROWS))
-    beta = tr["kl_final"].kl_ctl.value
+    beta = tr["kl_final"].state.kl_ctl.value
     credit = {}
     for s in SHAPINGS:
-        values = tr[s].critic.values(ro.sequences, ro.attn_mask, ro.prompt_len) * (ro.response_mask != 0)
+        st = tr[s].state                        # the separate critic's values V(s_t) on this rollout
+        head = forward_response(st.critic, ro.sequences, ro.attn_mask, ro.prompt_len, scalar=True)[1]
+        values = st.value_norm.denormalise(head) * (ro.response_mask != 0)
         credit[s] = token_credit(ro, beta, shaping=s, values=values, gamma=tr[s].cfg.gamma, lam=tr[s].cfg.lam)
     profiles = {s: [advantage_profile(probe.batches[(s, k)][-LAST_ITERS:], N_POS) for k in sz["seeds"]]
                 for s in SHAPINGS}

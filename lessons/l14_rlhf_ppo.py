@@ -20,9 +20,9 @@ moves much further than the gold: over-optimisation starts here, lesson 19); (i)
 after for the same prompts.
 
 Exercises:
-1. Set ``kl_controller="fixed"`` and ``kl_coef=0.05``: how far does the KL run, and what happens to
+1. Set ``kl_ref_controller="fixed"`` and ``kl_ref_coef=0.05``: how far does the KL run, and what happens to
    the gold score and to the words the policy uses (seed 001: "固定beta会导致KL散度失控")?
-2. Set ``ppo_epochs=1`` or ``8``: how do the clip fraction and the approx KL per update change?
+2. Set ``update_epochs=1`` or ``8``: how do the clip fraction and the approx KL per update change?
 3. Read the samples: which word does the PPO policy overuse, and does the gold function reward it as
    much as the reward model does?
 """
@@ -33,7 +33,7 @@ import textwrap
 import numpy as np
 
 from lessons._common import lesson_args, pyplot, save, save_figure
-from minippo.rlhf.plots import draw_curves
+from minippo.rlhf.run.plots import draw_curves
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.studies.study import Study
 
@@ -63,7 +63,7 @@ def plot(r: dict, path) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(3, 3, figsize=(16, 13))
     cfg, before, after = r["config"], r["before"], r["after"]
-    draw_curves(axes.ravel()[:6], r["records"], kl_target=cfg.kl_target if cfg.kl_controller == "adaptive" else None,
+    draw_curves(axes.ravel()[:6], r["records"], kl_ref_target=cfg.kl_ref_target if cfg.kl_ref_controller == "adaptive" else None,
                 reference={"gold/score": before["gold_mean"]})
     for ax, letter in zip(axes.ravel()[:6], "abcdef"):
         ax.set_title(f"({letter}) {ax.get_title()}")
@@ -97,9 +97,9 @@ def main(argv=None) -> dict:
     args = lesson_args(__doc__, argv)
     r = run(quick=args.quick, seed=args.seed)
     cfg, recs = r["config"], r["records"]
-    print(f"PPO: {cfg.iterations} iterations x {cfg.batch_size} responses, {cfg.ppo_epochs} epochs of "
+    print(f"PPO: {cfg.iterations} iterations x {cfg.batch_size} responses, {cfg.update_epochs} epochs of "
           f"{cfg.num_minibatches} minibatches, lr {cfg.lr:g} ({cfg.lr_schedule}), clip_eps {cfg.clip_eps}, "
-          f"adaptive KL target {cfg.kl_target:g} nats/response (beta {cfg.kl_coef:g} -> {recs[-1]['kl_coef']:.3f}).")
+          f"adaptive KL target {cfg.kl_ref_target:g} nats/response (beta {cfg.kl_ref_coef:g} -> {recs[-1]['kl_coef']:.3f}).")
     for k in ("objective/scores", "gold/score", "objective/kl", "policy/entropy_avg", "policy/clipfrac_avg",
               "val/explained_variance", "response/length"):
         print(f"  {k:<24s} first iteration {recs[0][k]:+8.3f}   last iteration {recs[-1][k]:+8.3f}")

@@ -2,13 +2,13 @@
 
 Pipeline step: the KL terms of RLHF-PPO. The per-token reward is ``r_t = -beta kl_t`` plus the score on
 the last token (Ziegler et al. 2019; InstructGPT eq. (2)) and beta is either fixed or adapted after
-every iteration; inside an update, ``target_kl`` stops the epochs when the policy moved too far from
+every iteration; inside an update, ``kl_old_target`` stops the epochs when the policy moved too far from
 pi_old (the approx KL of PPO paper eq. (8)'s direction, KL(pi_old || pi)).
 
 Seed sections: seed 001 sec. 二 "KL惩罚" (L_total = L_CLIP - beta KL, beta 0.01 ~ 0.1, adaptive) and
 5️⃣ "KL惩罚系数β固定即可" -> "β需要自适应调节 ... 固定β会导致KL散度失控或更新停滞"; seed 000
 "固定beta=0.01 vs 自适应KL"; seed 003 sec. 12-13 ("KL monitoring 监控新旧策略距离", "Approx KL",
-target_kl early stopping). Estimators: Schulman 2020, "Approximating KL divergence"
+kl_old_target early stopping). Estimators: Schulman 2020, "Approximating KL divergence"
 (http://joschu.net/blog/kl-approx.html); controllers: Ziegler et al. 2019 sec. 2.2 (proportional)
 and PPO paper sec. 4 (halve / double beta around d_targ).
 
@@ -22,7 +22,7 @@ B. k1, k2, k3 on fresh samples of two trained policies (a close one and a far on
 C. Top-k sampling (k = 10): the exact mean of the k1 estimate for policies that flatten the
    reference (moving mass into the tokens top-k never samples) -- negative, so the penalty pays them
    for moving -- and what a PPO run with top-k actually did to the estimate.
-D. ``target_kl`` early stopping on the no-penalty run: where it fires and the KL of each update.
+D. ``kl_old_target`` early stopping on the no-penalty run: where it fires and the KL of each update.
 
 The figure (from ``--full``: 3 seeds, 40 iterations): (a) exact KL to the reference per response,
 (b) gold score (mean of the seeds), (c) beta; (d) per-token k1 / k2 / k3 values on the far policy,
@@ -33,8 +33,8 @@ without early stopping, (i) the KL to the reference of the same two runs.
 Exercises:
 1. Run the fixed-beta variants longer (``--full``): does the KL of beta = 0.02 keep growing or settle?
    Find the beta whose KL settles at the target: how does it compare with the adaptive controllers'?
-2. Change the adaptive controller's ``kl_horizon``: how fast must it be to catch the lr-5e-4 policy?
-3. Put k3 in the reward (``kl_estimator="k3"``): every sample is >= 0, but can a flattened policy still
+2. Change the adaptive controller's ``kl_ref_horizon``: how fast must it be to catch the lr-5e-4 policy?
+3. Put k3 in the reward (``kl_ref_estimator="k3"``): every sample is >= 0, but can a flattened policy still
    pay less penalty than the reference under top-k? Compute E_q[k3] at tau = 1.5 with
    ``kl_estimator_moments(..., probs=q)``.
 """
@@ -53,11 +53,11 @@ from minippo.studies.sweep_stats import seed_curves
 
 # A: the KL controls (name -> PPOConfig overrides), all on the same BASE
 CONTROLS = {
-    "no penalty": dict(kl_controller="fixed", kl_coef=0.0),
-    "fixed beta 0.02": dict(kl_controller="fixed", kl_coef=0.02),
-    "fixed beta 1": dict(kl_controller="fixed", kl_coef=1.0),
-    "adaptive (Ziegler)": dict(kl_controller="adaptive", kl_coef=0.02, kl_target=4.0, kl_horizon=64),
-    "adaptive (PPO paper)": dict(kl_controller="ppo_paper", kl_coef=0.02, kl_target=4.0),
+    "no penalty": dict(kl_ref_controller="fixed", kl_ref_coef=0.0),
+    "fixed beta 0.02": dict(kl_ref_controller="fixed", kl_ref_coef=0.02),
+    "fixed beta 1": dict(kl_ref_controller="fixed", kl_ref_coef=1.0),
+    "adaptive (Ziegler)": dict(kl_ref_controller="adaptive", kl_ref_coef=0.02, kl_ref_target=4.0, kl_ref_horizon=64),
+    "adaptive (PPO paper)": dict(kl_ref_controller="ppo_paper", kl_ref_coef=0.02, kl_ref_target=4.0),
 }
 KL_TARGET = 4.0
 TOP_K = 10
@@ -94,7 +94,7 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     # early-stopping run beside "no penalty"
     runs = _sweep(study, CONTROLS, sz["seeds"], base)
     side = _sweep(study, {"top-k": {**CONTROLS["fixed beta 1"], "top_k": TOP_K},
-                          "early stop": {**CONTROLS["no penalty"], "target_kl": TARGET_KL}}, sz["side_seeds"], base)
+                          "early stop": {**CONTROLS["no penalty"], "kl_old_target": TARGET_KL}}, sz["side_seeds"], base)
     cfg = study.config(**base)
 
     def sample(policy, prompts, key, top_k=0):
@@ -133,7 +133,7 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     for v in (*runs.values(), *side.values()):
         del v["extra"]                                                    # the actors: not part of the results
     return {"sizes": sz, "base": base, "reference": study.reference, "quick": quick, "full": full,
-            "ppo_epochs": cfg.ppo_epochs,
+            "update_epochs": cfg.update_epochs,
             "runs": runs, "topk_runs": side["top-k"], "early_runs": side["early stop"],
             "estimators": estimators, "tempered": tempered, "topk_policy": topk_policy, "beta_topk": 1.0,
             "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
@@ -252,8 +252,8 @@ def plot(r: dict, path) -> None:
     none, early = r["runs"]["no penalty"], r["early_runs"]
     n_side = len(early["records"])
     _band(h, it, _curve(none, "probe/update_kl", n_side), "no penalty", "tab:red")
-    _band(h, it, _curve(early, "probe/update_kl"), f"no penalty + target_kl {TARGET_KL}", "tab:cyan")
-    h.axhline(TARGET_KL, color="k", ls=":", lw=1, label="target_kl")
+    _band(h, it, _curve(early, "probe/update_kl"), f"no penalty + kl_old_target {TARGET_KL}", "tab:cyan")
+    h.axhline(TARGET_KL, color="k", ls=":", lw=1, label="kl_old_target")
     for k, rec in enumerate(early["records"][0]):
         if rec["early_stop_epoch"] is not None:
             h.annotate(str(rec["early_stop_epoch"]), (k, rec["probe/update_kl"]), textcoords="offset points",
@@ -262,7 +262,7 @@ def plot(r: dict, path) -> None:
     h.set(title="(h) KL of each update (digits: epoch it stopped in)", xlabel="iteration",
           ylabel="KL(pi_old || pi) per token after the update (k3, log)")
     h.legend(fontsize=8)
-    for v, label, col in ((none, "no penalty", "tab:red"), (early, f"+ target_kl {TARGET_KL}", "tab:cyan")):
+    for v, label, col in ((none, "no penalty", "tab:red"), (early, f"+ kl_old_target {TARGET_KL}", "tab:cyan")):
         _band(i, it, _curve(v, "objective/kl_exact", n_side), f"{label}: KL to reference", col)
     twin = i.twinx()
     for v, col in ((none, "tab:red"), (early, "tab:cyan")):
@@ -297,7 +297,7 @@ def _narrative_controls(r: dict, s: dict) -> list[str]:
     largest = none["kl"] >= max(x["kl"] for x in s.values())
     stall = ("stalled." if gain_high <= 0.1 else "slower, not stalled." if gain_high < gain_low
              else "not stalled (as much gain or more).")
-    horizon = CONTROLS["adaptive (Ziegler)"]["kl_horizon"]
+    horizon = CONTROLS["adaptive (Ziegler)"]["kl_ref_horizon"]
     L += [f"  No penalty: KL {none['kl']:.1f} nats ({'the largest' if largest else 'not the largest'}), gold peaked "
           f"at {none['peak_gold']:+.2f} and ended at {none['gold']:+.2f}"
           + (" -- the reward model is being over-optimised." if none["peak_gold"] - none["gold"] > 0.2 else "."),
@@ -382,9 +382,9 @@ def _narrative_early_stop(r: dict) -> list[str]:
     stops = [rec["early_stop_epoch"] for recs in early["records"] for rec in recs]
     fired = [e for e in stops if e is not None]
     where = ", ".join(f"{ep}: {fired.count(ep)}x" for ep in sorted(set(fired)))
-    return [f"\nD. target_kl = {TARGET_KL} (approx KL of a minibatch, k3 per token, checked before its step), "
+    return [f"\nD. kl_old_target = {TARGET_KL} (approx KL of a minibatch, k3 per token, checked before its step), "
             "no KL penalty:",
-            f"  it stopped {len(fired)} of {len(stops)} updates, in epoch {where} (epochs 0-{r['ppo_epochs'] - 1}).",
+            f"  it stopped {len(fired)} of {len(stops)} updates, in epoch {where} (epochs 0-{r['update_epochs'] - 1}).",
             f"  KL of each update (per token, measured after it): {upd_none[:, 0].mean():.3f} -> "
             f"{upd_early[:, 0].mean():.3f} at iteration 0 (a cold Adam's first steps are its largest), "
             f"{upd_none[:, 1:].mean():.3f} -> {upd_early[:, 1:].mean():.3f} afterwards.",

@@ -9,7 +9,7 @@ policy and reward model, for several PPO seeds, and the policy is judged on held
     clip_eps   0.1, 0.2, 0.5       epsilon of L^CLIP, PPO paper eq. (7)
     lam        0.9, 0.95, 0.99     GAE lambda, eqs. (11)-(12) (gamma = 1)
     beta       fixed 0.01, fixed 0.1, adaptive from 0.2 (Ziegler et al. 2019; the per-token KL penalty)
-    ppo_epochs 1, 4, 8             passes over each rollout batch
+    update_epochs 1, 4, 8             passes over each rollout batch
     minibatches 1, 4, 16           Adam steps per epoch (minibatch_size = batch / count)
 
 The claims tested (seed 001 "ε=0.2 ... 太小收敛慢，太大策略崩溃风险高" and 5️⃣ "太大（如0.5）会导致策略崩溃，
@@ -25,9 +25,9 @@ prompts), the policy clip fraction and the approx KL of the updates (k3 of KL(pi
 over the run, each as one dot per seed and the mean as a line; the base run's value is shaded.
 
 Exercises:
-1. Make epsilon matter: raise lr to 2e-3 (or ppo_epochs to 16) and sweep clip_eps again. At which clip
+1. Make epsilon matter: raise lr to 2e-3 (or update_epochs to 16) and sweep clip_eps again. At which clip
    fraction does epsilon = 0.5 start to hurt?
-2. The adaptive controller barely moves beta in a short run. Set ``kl_horizon`` to 100: does the beta
+2. The adaptive controller barely moves beta in a short run. Set ``kl_ref_horizon`` to 100: does the beta
    column change, and does the adaptive run now land at the target?
 3. Sweep ``lam`` with the critic initialised from the SFT trunk (``critic_init="sft"``): with a worse
    critic, does lambda matter more? Why should it (bias of TD(0) vs variance of Monte Carlo, lesson 07)?
@@ -50,9 +50,9 @@ def axes_of(batch_size: int) -> dict:
     return {
         "clip_eps": [("0.1", {"clip_eps": 0.1}), ("0.2", {}), ("0.5", {"clip_eps": 0.5})],
         "lam": [("0.9", {"lam": 0.9}), ("0.95", {}), ("0.99", {"lam": 0.99})],
-        "beta": [("fixed 0.01", {"kl_controller": "fixed", "kl_coef": 0.01}),
-                 ("fixed 0.1", {"kl_controller": "fixed", "kl_coef": 0.1}), ("adaptive", {})],
-        "ppo_epochs": [("1", {"ppo_epochs": 1}), ("4", {}), ("8", {"ppo_epochs": 8})],
+        "beta": [("fixed 0.01", {"kl_ref_controller": "fixed", "kl_ref_coef": 0.01}),
+                 ("fixed 0.1", {"kl_ref_controller": "fixed", "kl_ref_coef": 0.1}), ("adaptive", {})],
+        "update_epochs": [("1", {"update_epochs": 1}), ("4", {}), ("8", {"update_epochs": 8})],
         "minibatches": [("1", {"minibatch_size": batch_size}), ("4", {}), ("16", {"minibatch_size": batch_size // 16})],
     }
 
@@ -167,7 +167,7 @@ def claims(r: dict) -> list[tuple[str, str, str]]:
     e1, e2, e5 = (_row(r, "clip_eps", x) for x in ("0.1", "0.2", "0.5"))
     l9, l95, l99 = (_row(r, "lam", x) for x in ("0.9", "0.95", "0.99"))
     b01, b1, bad = (_row(r, "beta", x) for x in ("fixed 0.01", "fixed 0.1", "adaptive"))
-    p1, p4, p8 = (_row(r, "ppo_epochs", x) for x in ("1", "4", "8"))
+    p1, p4, p8 = (_row(r, "update_epochs", x) for x in ("1", "4", "8"))
     m1, m4, m16 = (_row(r, "minibatches", x) for x in ("1", "4", "16"))
     g = lambda p: p["gold_mean"].mean()         # noqa: E731
     k = lambda p: p["kl_mean"].mean()           # noqa: E731

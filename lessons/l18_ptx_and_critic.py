@@ -96,8 +96,8 @@ def _measure(study: Study, run: dict) -> dict:
     gradient on the last rollout (:func:`minippo.studies.critic_probes.trunk_gradient_split`)."""
     tr = run["trainer"]
     out = {"lm_loss": study.lm_loss(tr.actor)}
-    if tr.critic.kind == "shared":
-        out["split"] = trunk_gradient_split(tr.actor, tr.critic, tr.last_rollout, tr.cfg)
+    if tr.cfg.critic == "shared":
+        out["split"] = trunk_gradient_split(tr.state, tr.last_rollout, tr.cfg)
     return out
 
 
@@ -109,7 +109,7 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     variants = {ptx_name(c): ({"ptx_coef": c} if c else {}) for c in sz["ptx"]}
     variants.update({k: v for k, v in CRITICS.items() if v})
     if full:
-        variants[KL_CONTROL] = dict(kl_target=1.0)
+        variants[KL_CONTROL] = dict(kl_ref_target=1.0)
     sweep = study.sweep(variants, seeds=sz["seeds"], base=base, extra=lambda r: _measure(study, r))
     sft_lm = study.lm_loss(study.sft)
     runs = {}

@@ -14,7 +14,7 @@ is then optimised against each proxy in two ways, and both scores are followed a
 d = sqrt(KL(pi || pi_init)) (nats per response):
 
 - RL: PPO (eq. (9) of Schulman et al. 2017 with eq. (7)'s clipped surrogate) with NO KL penalty
-  (``kl_controller="fixed", kl_coef=0``, as in Gao et al.'s main runs), a constant, higher learning rate,
+  (``kl_ref_controller="fixed", kl_ref_coef=0``, as in Gao et al.'s main runs), a constant, higher learning rate,
   and checkpoints judged every 2 iterations on fixed held-out prompts (exact KL to the reference);
 - best-of-n (minippo.studies.best_of_n): N candidates per prompt sampled once, the best by the proxy for
   n = 1, 2, 4, ..., N (the unbiased all-subsets estimator), at KL_bon = log n - (n - 1) / n.
@@ -31,7 +31,7 @@ peak is; (e) the mean gold penalty terms of the samples: what the policy learned
 (f) samples from the gold peak and from the collapse.
 
 Exercises:
-1. Put a KL penalty back (``kl_coef=0.05`` or the adaptive controller): does it move the gold-vs-sqrt(KL)
+1. Put a KL penalty back (``kl_ref_coef=0.05`` or the adaptive controller): does it move the gold-vs-sqrt(KL)
    curve up, or only stop the run earlier on the same curve (Gao et al. found the latter)?
 2. A smaller reward model instead of less data: ``{"init": "fresh", "n_layer": 1, "n_embd": 16, "n_head": 2}``
    in ``RM_VARIANTS``. Is it the parameters or the pairs that decide how early the gold turns?
@@ -119,7 +119,7 @@ def run(quick: bool = False, seed: int = 0, full: bool = False, log=lambda *a: N
     for name, v in rms.items():
         runs = []
         for s in size["seeds"]:
-            cfg = study.config(seed=seed + s, kl_controller="fixed", kl_coef=0.0, lr=LR, lr_schedule="constant",
+            cfg = study.config(seed=seed + s, kl_ref_controller="fixed", kl_ref_coef=0.0, lr=LR, lr_schedule="constant",
                                iterations=size["iterations"], batch_size=size["batch_size"],
                                minibatch_size=size["minibatch_size"])
             cb = KLCheckpoints(study, v["model"], every=size["every"])

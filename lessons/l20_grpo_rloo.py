@@ -24,7 +24,7 @@ with n responses each and sequence scores s (the RM score, minus beta KL when th
 GRPO's objective, DeepSeekMath eq. (3), is the clipped surrogate averaged over the group plus a KL LOSS,
 ``- beta D_KL[pi || pi_ref]`` per token, with the estimator of eq. (4),
 ``pi_ref/pi - log(pi_ref/pi) - 1`` (k3: unbiased, never negative); so GRPO runs here with
-``kl_loss_coef = 0.04`` (the paper's beta) and NO KL in the reward (``kl_coef = 0``). RLOO and REINFORCE
+``kl_ref_loss_coef = 0.04`` (the paper's beta) and NO KL in the reward (``kl_ref_coef = 0``). RLOO and REINFORCE
 keep the KL in the reward like PPO (``r = score - beta KL``, the adaptive beta of Ziegler et al. 2019).
 All four use the same trainer: the same clipped surrogate (PPO eq. (7)), 4 epochs of minibatches, the
 same prompts distribution and learning rate. (Ahmadian et al. take one on-policy step without clipping;
@@ -62,7 +62,6 @@ import numpy as np
 from lessons._common import lesson_args, pyplot, save, save_figure
 from minippo.studies.baselines import BASELINES, compare_baselines
 from minippo.rl.masked import masked_mean
-from minippo.rlhf.advantages import sequence_returns
 from minippo.studies.memory import FP32, GB, MIXED, ModelShape, four_models, static_bytes, total_bytes
 from minippo.studies.study import Study, final
 from minippo.studies.sweep_stats import compare, pooled_seed_std
@@ -72,12 +71,12 @@ GRPO_BETA = 0.04            # DeepSeekMath's beta of the KL loss
 BIG_B, BIG_T = 4, 2048      # the 7B extrapolation's batch (lesson 12)
 METHODS = {                 # name -> PPOConfig overrides on top of the study's base config
     "PPO (GAE + critic)": dict(advantage_estimator="gae", critic="separate", samples_per_prompt=1),
-    "GRPO": dict(advantage_estimator="grpo", critic="none", samples_per_prompt=GROUP, kl_controller="fixed",
-                 kl_coef=0.0, kl_loss_coef=GRPO_BETA),
+    "GRPO": dict(advantage_estimator="grpo", critic="none", samples_per_prompt=GROUP, kl_ref_controller="fixed",
+                 kl_ref_coef=0.0, kl_ref_loss_coef=GRPO_BETA),
     "RLOO": dict(advantage_estimator="rloo", critic="none", samples_per_prompt=GROUP),
     "REINFORCE (batch mean)": dict(advantage_estimator="reinforce", critic="none", samples_per_prompt=GROUP),
 }
-FULL_EXTRA = {"GRPO (beta 0.2)": {**METHODS["GRPO"], "kl_loss_coef": 0.2}}
+FULL_EXTRA = {"GRPO (beta 0.2)": {**METHODS["GRPO"], "kl_ref_loss_coef": 0.2}}
 CRITIC_FREE = ("GRPO", "RLOO", "REINFORCE (batch mean)", "GRPO (beta 0.2)")
 COLORS = {"PPO (GAE + critic)": "tab:blue", "GRPO": "tab:red", "RLOO": "tab:green",
           "REINFORCE (batch mean)": "tab:purple", "GRPO (beta 0.2)": "tab:orange"}
@@ -99,7 +98,7 @@ def _measure(run: dict) -> dict:
     out = {"tokens": int(sum(r["response/length"] * cfg.batch_size for r in run["records"])),
            "adv_token_mean": masked_mean(ro.adv, ro.response_mask)}
     if cfg.samples_per_prompt > 1:
-        out["baselines"] = compare_baselines(sequence_returns(ro), cfg.samples_per_prompt)
+        out["baselines"] = compare_baselines(ro.sequence_returns, cfg.samples_per_prompt)
     return out
 
 

@@ -157,3 +157,11 @@ def check_choice(name: str, value, choices: Iterable) -> None:
     choices = tuple(choices)
     if value not in choices:
         raise ValueError(f"`{name}` must be one of {', '.join(repr(c) for c in choices)}; got {value!r}")
+
+
+def check_finite_values(values: dict, where: str = "") -> None:
+    """``ValueError`` naming the first entry of ``values`` (name -> number) that is NaN or infinite, and
+    ``where`` it happened (e.g. "at iteration 3, epoch 1"): the test of a training run's NaN guard."""
+    for name, v in values.items():
+        if not math.isfinite(v):
+            raise ValueError(f"`{name}` is {v}" + (f" {where}" if where else ""))

@@ -10,11 +10,15 @@ glossary table (:func:`glossary_markdown`).
 """
 from __future__ import annotations
 
+import numpy as np
+
+from minippo.rl.masked import masked_mean
+
 GLOSSARY: dict[str, str] = {
     "objective/kl": "mean over responses of sum_t (logp_t - logp_ref_t): the k1 estimate of KL(pi_old || pi_ref) per response (what the adaptive controller targets)",
     "objective/kl_exact": "mean over responses of sum_t KL(pi_old(.|s_t) || pi_ref(.|s_t)) computed exactly from the full distributions (only with log_exact_kl)",
     "objective/entropy": "mean over responses of sum_t -logp_t: a one-sample estimate of the policy's entropy per response",
-    "objective/non_score_reward": "mean over responses of sum_t -kl_coef * kl_t: the KL-penalty part of the return",
+    "objective/non_score_reward": "mean over responses of sum_t -kl_ref_coef * kl_t: the KL-penalty part of the return",
     "objective/rlhf_reward": "mean over responses of score + non_score_reward: the return PPO maximises",
     "objective/scores": "mean score per response: RM score minus the missing-EOS penalty (and length terms)",
     "objective/rm_scores": "mean raw reward-model score per response (normalised RM, before penalties)",
@@ -29,14 +33,14 @@ GLOSSARY: dict[str, str] = {
     "loss/policy_avg": "mean over minibatches of the clipped surrogate loss -L^CLIP (PPO eq. (7))",
     "loss/value_avg": "mean over minibatches of the value loss 0.5 mean_t max((V - R)^2, (V_clip - R)^2) (unclipped without value_clip)",
     "loss/ptx_avg": "mean over minibatches of the corpus language-model loss of PPO-ptx (0 when ptx_coef = 0)",
-    "loss/kl_avg": "mean over minibatches of the KL loss term mean_t k3(pi, pi_ref) (0 when kl_loss_coef = 0)",
+    "loss/kl_avg": "mean over minibatches of the KL loss term mean_t k3(pi, pi_ref) (0 when kl_ref_loss_coef = 0)",
     "val/clipfrac_avg": "mean over minibatches of the fraction of valid tokens where the clipped value error is the larger one",
     "val/explained_variance": "1 - Var[R - V] / Var[R] over the rollout's valid tokens (critic quality; 1 perfect, <= 0 useless)",
     "val/ratio": "mean over minibatches of the mean ratio r_t = exp(logp - logp_old) (exactly 1 with lr = 0)",
     "val/num_eos_tokens": "number of responses in the batch that produced an EOS",
     "val/values_avg": "mean critic value V(s_t) over the rollout's valid tokens",
     "response/length": "mean number of response tokens (EOS included)",
-    "kl_coef": "beta used for this iteration's rewards (the controller updates it after the iteration)",
+    "kl_coef": "beta (kl_ref_coef) used for this iteration's rewards (the controller updates it after the iteration)",
     "lr": "actor learning rate used in this iteration",
     "episode": "responses generated so far, this iteration's included",
     "iteration": "0-based index of the iteration",
@@ -62,3 +66,50 @@ def glossary_markdown() -> str:
 def without_timing(record: dict) -> dict:
     """``record`` without the wall-clock entries (for comparing runs)."""
     return {k: v for k, v in record.items() if k not in TIMING}
+
+
+def rollout_metrics(ro, gold) -> dict:
+    """The ``objective/*``, ``gold/score``, ``val/num_eos_tokens``, ``val/values_avg`` and ``response/length``
+    metrics of one rollout with rewards (``gold``: (B,) gold scores of its texts); sums run over valid tokens."""
+    m = ro.response_mask
+    kl_per_response = ro.kl.sum(axis=1)                                 # (B,) padding is 0
+    non_score = ro.non_score_reward.sum(axis=1)                         # (B,)
+    return {
+        "objective/kl": float(kl_per_response.mean()),
+        "objective/entropy": float((-ro.logp * m).sum(axis=1).mean()),
+        "objective/non_score_reward": float(non_score.mean()),
+        "objective/rlhf_reward": float((ro.scores + non_score).mean()),
+        "objective/scores": float(ro.scores.mean()),
+        "objective/rm_scores": float(ro.rm_scores.mean()),
+        "gold/score": float(np.mean(gold)),
+        "val/num_eos_tokens": int(ro.ended.sum()),
+        "response/length": float(ro.lengths.mean()),
+        "val/values_avg": masked_mean(ro.values, m),
+    }
+
+
+def update_metrics(history: list[dict], *, early_stop: int | None, skipped: int) -> dict:
+    """The ``policy/*``, ``loss/*``, ``val/clipfrac_avg``, ``val/ratio`` metrics of one update from the
+    per-minibatch ``history`` (every minibatch whose loss was computed; ``grad_norm`` is None for those not
+    applied), plus ``first_minibatch``: the ratio statistics of the update's first minibatch (the lr = 0 check)."""
+    def mean(key):
+        vals = [h[key] for h in history if h[key] is not None]
+        return float(np.mean(vals)) if vals else 0.0
+    first = history[0] if history else {}
+    return {
+        "policy/approxkl_avg": mean("approx_kl"),
+        "policy/approxkl_max": float(np.max([h["approx_kl"] for h in history])) if history else 0.0,
+        "policy/clipfrac_avg": mean("clipfrac"),
+        "policy/entropy_avg": mean("entropy"),
+        "loss/policy_avg": mean("loss/policy"),
+        "loss/value_avg": mean("loss/value"),
+        "loss/ptx_avg": mean("loss/ptx"),
+        "loss/kl_avg": mean("loss/kl"),
+        "val/clipfrac_avg": mean("vf_clipfrac"),
+        "val/ratio": mean("ratio_mean"),
+        "policy/grad_norm_avg": mean("grad_norm"),
+        "policy/skipped_minibatches": skipped,
+        "policy/steps": sum(h["grad_norm"] is not None for h in history),
+        "early_stop_epoch": early_stop,
+        "first_minibatch": {k: first[k] for k in ("ratio_mean", "approx_kl", "clipfrac")} if history else {},
+    }

@@ -1,24 +1,34 @@
 """Hyperparameters of RLHF-PPO: one validated dataclass, every field documented.
 
 Names follow the PPO paper (Schulman et al. 2017, arXiv:1707.06347): ``clip_eps`` is epsilon of
-L^CLIP (eq. (7)), ``vf_coef`` c1 and ``ent_coef`` c2 of eq. (9), ``gamma`` and ``lam`` the GAE
-coefficients (eqs. (11)-(12)); ``kl_coef`` is beta of the per-token KL penalty (Ziegler et al. 2019,
-arXiv:1909.08593; InstructGPT eq. (2)) and ``ptx_coef`` gamma of InstructGPT's PPO-ptx objective.
+L^CLIP (eq. (7)), ``vf_coef`` c1 and ``ent_coef`` c2 of eq. (9), ``update_epochs`` the K epochs of
+Algorithm 1, ``gamma`` and ``lam`` the GAE coefficients (eqs. (11)-(12)), ``ptx_coef`` the gamma of
+InstructGPT's PPO-ptx objective (eq. (2)). Two KLs appear in RLHF-PPO and every KL knob says which:
+
+* ``kl_ref_*``: KL(pi || pi_ref) to the frozen reference, the penalty in the reward
+  (``r_t = -kl_ref_coef * kl_t``, Ziegler et al. 2019, arXiv:1909.08593; InstructGPT eq. (2)), its
+  controller, target, horizon and estimator; ``kl_ref_loss_coef`` puts it in the loss instead (GRPO).
+* ``kl_old_target``: KL(pi_old || pi) of one update (approx KL, k3), the early stop of the epochs.
 
 Sizes: one iteration samples ``batch_size`` responses (``batch_size // samples_per_prompt`` prompts,
-each repeated ``samples_per_prompt`` times), then runs ``ppo_epochs`` passes over them in
-minibatches of ``minibatch_size`` responses: ``ppo_epochs * batch_size // minibatch_size`` Adam steps.
+each repeated ``samples_per_prompt`` times), then runs ``update_epochs`` passes over them in
+minibatches of ``minibatch_size`` responses: ``update_epochs * batch_size // minibatch_size`` Adam steps.
 
-The studies switch the variants with the string fields (validated against their choices):
-``reward_shaping``, ``kl_estimator``, ``kl_controller``, ``advantage_estimator``, ``critic``,
-``critic_init``, ``critic_bias_init``; and the numbers ``length_penalty``, ``length_bonus``, ``length_norm_alpha``,
-``ptx_coef``, ``kl_loss_coef``, ``target_kl``, ``ratio_threshold``.
+Fields a lesson ablates stay here (each says which lesson), because each is a knob a practitioner meets in
+TRL or OpenRLHF too: ``reward_shaping`` (13), ``kl_ref_estimator`` (15), ``critic``, ``critic_init``,
+``critic_bias_init``, ``value_norm`` (16, 18), ``shared_stop_gradient`` (18), ``length_norm_alpha`` (16);
+``length_bonus`` alone is no practitioner's knob: it simulates a reward model that likes long answers
+(lesson 16), and stays a field so that the ablation is one config change like the others.
+
+Renamed fields (the old names are accepted by :meth:`PPOConfig.from_dict` and as command-line flags
+for one release, with a deprecation message): :data:`RENAMED`.
 """
 from __future__ import annotations
 
 import ast
 import inspect
 import textwrap
+import warnings
 from dataclasses import asdict, dataclass, fields
 
 from minippo.checks import check_choice, check_range
@@ -30,6 +40,12 @@ CRITICS = ("separate", "shared", "none")
 CRITIC_INITS = ("reward_model", "sft", "random")
 CRITIC_BIAS_INITS = ("mean_score", "keep")
 LR_SCHEDULES = ("constant", "linear")
+ADVANTAGE_ESTIMATORS = ("gae", "grpo", "dr_grpo", "rloo", "reinforce")
+
+#: old field name -> new name (issue 14's one vocabulary); accepted for one release with a deprecation message
+RENAMED = {"ppo_epochs": "update_epochs", "kl_coef": "kl_ref_coef", "kl_controller": "kl_ref_controller",
+           "kl_target": "kl_ref_target", "kl_horizon": "kl_ref_horizon", "kl_estimator": "kl_ref_estimator",
+           "kl_loss_coef": "kl_ref_loss_coef", "target_kl": "kl_old_target"}
 
 
 @dataclass
@@ -76,7 +92,7 @@ class PPOConfig:
     """AdamW decoupled weight decay, >= 0 (0 in TRL's PPO)."""
     max_grad_norm: float = 1.0
     """Global gradient-norm clip over actor and critic together (seed 003 sec. 12), > 0."""
-    ppo_epochs: int = 4
+    update_epochs: int = 4
     """K, passes over each rollout batch (TRL ``num_ppo_epochs``); >= 1, 1 .. 8 typical."""
     minibatch_size: int = 16
     """Responses per Adam step; 1 <= minibatch_size <= batch_size, must divide ``batch_size``."""
@@ -97,7 +113,7 @@ class PPOConfig:
     (InstructGPT eq. (2)'s gamma); >= 0, 0 disables it."""
     ptx_batch_size: int = 16
     """Corpus sentences per minibatch for PPO-ptx; >= 1."""
-    kl_loss_coef: float = 0.0
+    kl_ref_loss_coef: float = 0.0
     """Weight of a KL(pi || pi_ref) LOSS term (k3 per token, GRPO-style) instead of / besides the KL in
     the reward; >= 0, 0 disables it."""
 
@@ -105,7 +121,7 @@ class PPOConfig:
     reward_shaping: str = "kl_final"
     """``"kl_final"``: r_t = -beta kl_t, score added on the last valid token (Ziegler et al. 2019);
     ``"uniform"``: r_t = -beta kl_t + score / n on every valid token (seed 000's first option)."""
-    kl_estimator: str = "k1"
+    kl_ref_estimator: str = "k1"
     """Per-token KL in the reward: ``"k1"`` logp - logp_ref (Ziegler, TRL), ``"k2"``, ``"k3"``."""
     missing_eos_penalty: float = 1.0
     """Subtracted from the score of a response that produced no EOS within ``max_new_tokens``
@@ -113,7 +129,8 @@ class PPOConfig:
     length_penalty: float = 0.0
     """Subtracted from the score per response token (EOS included): a fix for length hacking; >= 0."""
     length_bonus: float = 0.0
-    """Added to the score per response token: a deliberately length-biased reward (lesson 16); >= 0."""
+    """Added to the score per response token: a deliberately length-biased reward, lesson 16's ablation of
+    length hacking (a real run leaves it 0); >= 0."""
     length_norm_alpha: float = 0.0
     """Divide the score (after the length terms, before the missing-EOS penalty) by n_tokens ** alpha: seed
     001's length normalisation, alpha = 0.5 there; 0 = off; >= 0."""
@@ -124,8 +141,8 @@ class PPOConfig:
 
     # ---- advantages -------------------------------------------------------------------------
     advantage_estimator: str = "gae"
-    """Name in ``minippo.rlhf.advantages.ADVANTAGE_ESTIMATORS``: ``"gae"`` (with the critic), or the critic-free
-    ``"grpo"``, ``"dr_grpo"``, ``"rloo"`` (need ``samples_per_prompt`` >= 2) and ``"reinforce"``."""
+    """``"gae"`` (with the critic), or the critic-free ``"grpo"``, ``"dr_grpo"``, ``"rloo"`` (need
+    ``samples_per_prompt`` >= 2) and ``"reinforce"`` (lesson 20; :func:`minippo.rlhf.ppo.advantages`)."""
     gamma: float = 1.0
     """Discount gamma in [0, 1]; 1 in RLHF (seed 000)."""
     lam: float = 0.95
@@ -133,23 +150,23 @@ class PPOConfig:
     whiten_advantages: bool = True
     """Whiten GAE's advantages over the batch's valid tokens before the update (seed 003 sec. 12). The critic-free
     estimators (GRPO, RLOO, REINFORCE) are never whitened again: they keep their papers' normalisation
-    (``minippo.rlhf.advantages``, "Whitening")."""
+    (:func:`minippo.rlhf.ppo.advantages` says why)."""
 
     # ---- KL control -------------------------------------------------------------------------
-    kl_controller: str = "adaptive"
-    """``"fixed"`` (beta = ``kl_coef`` forever; 0 = no KL penalty), ``"adaptive"`` (Ziegler et al. 2019 sec. 2.2,
+    kl_ref_controller: str = "adaptive"
+    """``"fixed"`` (beta = ``kl_ref_coef`` forever; 0 = no KL penalty), ``"adaptive"`` (Ziegler et al. 2019 sec. 2.2,
     proportional) or ``"ppo_paper"`` (PPO paper sec. 4: halve / double beta when the KL is below
-    target / 1.5 or above 1.5 target), each targeting ``kl_target``."""
-    kl_coef: float = 0.2
+    target / 1.5 or above 1.5 target), each targeting ``kl_ref_target``."""
+    kl_ref_coef: float = 0.2
     """beta, the initial KL-penalty coefficient; >= 0, 0.01 .. 0.5. The default starts high enough that the
     KL approaches the target from below while the adaptive controller lowers beta (a low start
     overshoots: beta rises too slowly to pull a fast policy back)."""
-    kl_target: float = 4.0
+    kl_ref_target: float = 4.0
     """Target of the adaptive controller: the mean per-response KL (sum over tokens of k1, nats); > 0.
     4 nats for responses of ~13 tokens (~0.3 nats per token)."""
-    kl_horizon: float = 1000.0
+    kl_ref_horizon: float = 1000.0
     """Adaptive controller horizon in responses (beta moves by err * batch_size / horizon); > 0."""
-    target_kl: float | None = None
+    kl_old_target: float | None = None
     """Early stop: the update stops (that minibatch and the rest skipped) when a minibatch's approx KL
     (k3 per token, pi_old vs pi) exceeds it; None disables; 0.02 .. 0.1 typical."""
     ratio_threshold: float | None = 10.0
@@ -180,14 +197,14 @@ class PPOConfig:
 
     def __post_init__(self):
         ints = {"iterations": 1, "seed": 0, "batch_size": 1, "samples_per_prompt": 1, "max_new_tokens": 1,
-                "top_k": 0, "ppo_epochs": 1, "minibatch_size": 1, "ptx_batch_size": 1, "checkpoint_every": 1}
+                "top_k": 0, "update_epochs": 1, "minibatch_size": 1, "ptx_batch_size": 1, "checkpoint_every": 1}
         for name, lo in ints.items():
             check_range(name, getattr(self, name), lo, None, integer=True)
-        for name in ("temperature", "adam_eps", "max_grad_norm", "clip_eps", "clip_eps_value", "kl_target",
-                     "kl_horizon"):
+        for name in ("temperature", "adam_eps", "max_grad_norm", "clip_eps", "clip_eps_value", "kl_ref_target",
+                     "kl_ref_horizon"):
             check_range(name, getattr(self, name), 0, None, lo_open=True)
-        for name in ("lr", "weight_decay", "vf_coef", "ent_coef", "ptx_coef", "kl_loss_coef", "missing_eos_penalty",
-                     "length_penalty", "length_bonus", "length_norm_alpha", "kl_coef"):
+        for name in ("lr", "weight_decay", "vf_coef", "ent_coef", "ptx_coef", "kl_ref_loss_coef", "missing_eos_penalty",
+                     "length_penalty", "length_bonus", "length_norm_alpha", "kl_ref_coef"):
             check_range(name, getattr(self, name), 0, None)
         check_range("top_p", self.top_p, 0, 1, lo_open=True)
         check_range("gamma", self.gamma, 0, 1)
@@ -195,7 +212,7 @@ class PPOConfig:
         check_range("warmup_iterations", self.warmup_iterations, 0, self.iterations, integer=True, hi_open=True)
         if self.critic_lr is not None:
             check_range("critic_lr", self.critic_lr, 0, None)
-        for name in ("target_kl", "score_clip"):
+        for name in ("kl_old_target", "score_clip"):
             if getattr(self, name) is not None:
                 check_range(name, getattr(self, name), 0, None, lo_open=True)
         if self.ratio_threshold is not None:
@@ -206,12 +223,11 @@ class PPOConfig:
         for i, b in enumerate(self.adam_betas):
             check_range(f"adam_betas[{i}]", b, 0, 1, hi_open=True)
         for name, choices in (("lr_schedule", LR_SCHEDULES), ("reward_shaping", REWARD_SHAPINGS),
-                              ("kl_estimator", KL_ESTIMATORS), ("kl_controller", KL_CONTROLLERS),
+                              ("kl_ref_estimator", KL_ESTIMATORS), ("kl_ref_controller", KL_CONTROLLERS),
                               ("critic", CRITICS), ("critic_init", CRITIC_INITS),
                               ("critic_bias_init", CRITIC_BIAS_INITS)):
             check_choice(name, getattr(self, name), choices)
-        from minippo.rlhf.advantages import ADVANTAGE_ESTIMATORS
-        check_choice("advantage_estimator", self.advantage_estimator, tuple(ADVANTAGE_ESTIMATORS))
+        check_choice("advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS)
         for name in ("value_clip", "whiten_rewards", "whiten_advantages", "shared_stop_gradient", "value_norm",
                      "log_exact_kl", "dump_rollouts"):
             if not isinstance(getattr(self, name), bool):
@@ -253,7 +269,15 @@ class PPOConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "PPOConfig":
-        """Build from a dict (e.g. a checkpoint's JSON); an unknown key is a ``ValueError``."""
+        """Build from a dict (e.g. a checkpoint's JSON); an unknown key is a ``ValueError``; an old name of
+        :data:`RENAMED` is translated with a ``DeprecationWarning``."""
+        d = dict(d)
+        for old in [k for k in d if k in RENAMED]:
+            new = RENAMED[old]
+            warnings.warn(f"PPOConfig field `{old}` is now `{new}`", DeprecationWarning, stacklevel=2)
+            if new in d:
+                raise ValueError(f"`{old}` and `{new}` name the same field: give `{new}` only")
+            d[new] = d.pop(old)
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:

@@ -22,7 +22,7 @@ from minippo.blas import single_blas_thread
 from minippo.io import MetricsWriter, atomic_write_text, has_checkpoint
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
-from minippo.rlhf.checkpoint import load_model
+from minippo.rlhf.run.checkpoint import load_model
 from minippo.rlhf.data.batches import batch_indices, steps_per_epoch
 from minippo.rlhf.data.corpus import sample_prompts
 from minippo.rlhf.data.preferences import (PreferencePairs, gold_order_accuracy, make_preference_pairs,
@@ -210,15 +210,16 @@ def fit_reward_model(rm: RewardModel, train: PreferencePairs, heldout: Preferenc
     return history
 
 
-def load_sft(sft_dir) -> tuple[TinyGPT, Tokenizer]:
-    """The SFT policy and its tokenizer from an SFT run folder (``<dir>/model``) or a model folder."""
+def load_sft(sft_dir) -> tuple[TinyGPT, Tokenizer, dict]:
+    """The SFT policy, its tokenizer and its saved state (``sft_config``, ...) from an SFT run folder
+    (``<dir>/model``) or a model folder."""
     folder = Path(sft_dir)
     if has_checkpoint(folder / "model"):
         folder = folder / "model"
     model, state = load_model(folder)
     if state["tokenizer"] is None:
         raise ValueError(f"`sft_dir` {sft_dir} has no tokenizer.json beside the model")
-    return model, Tokenizer.load(state["tokenizer"])
+    return model, Tokenizer.load(state["tokenizer"]), state
 
 
 def train_reward_model(cfg: RMConfig, sft_dir, out_dir, progress: bool = True,
@@ -251,7 +252,7 @@ def train_reward_model(cfg: RMConfig, sft_dir, out_dir, progress: bool = True,
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out_dir / "config.json", json.dumps(cfg.to_dict(), indent=1))
-    sft_model, tokenizer = load_sft(sft_dir)
+    sft_model, tokenizer, _ = load_sft(sft_dir)
     sample = dict(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
     with single_blas_thread():          # tiny matrices: one BLAS thread is faster and deterministic
         if pairs is None:

@@ -97,6 +97,14 @@ class Rollout:
         """(B,) response tokens per row (EOS included)."""
         return self.response_mask.sum(axis=1)
 
+    @property
+    def sequence_returns(self) -> np.ndarray:
+        """(B,) each response's whole return: its score plus its summed KL penalty (after the reward step);
+        what the critic-free estimators compare within a prompt's group."""
+        if self.non_score_reward is None:
+            raise ValueError("`rollout` has no rewards yet: run the reward step first")
+        return self.scores + self.non_score_reward.sum(axis=1)
+
     def observation(self, row: int, j: int) -> np.ndarray:
         """The context ids of token j of ``row`` (the state s_j): real prompt tokens + response[:j]."""
         check_range("row", row, 0, self.batch_size - 1, integer=True)

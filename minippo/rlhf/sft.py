@@ -46,7 +46,7 @@ from minippo.blas import single_blas_thread
 from minippo.io import MetricsWriter, atomic_write_text, has_checkpoint, read_metrics
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
-from minippo.rlhf.checkpoint import load_model, save_model
+from minippo.rlhf.run.checkpoint import load_model, save_model
 from minippo.rlhf.data.corpus import generate_corpus
 from minippo.rlhf.data.batches import batch_indices, encode_sequences, lm_batch, split_corpus, unigram_loss
 from minippo.rlhf.generate import generate_text

@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from minippo.rlhf.ppo_update import minibatch_loss_and_grads
+from minippo.rlhf.ppo import minibatch_loss_and_grads
 
 HEAD = ("scalar_head.w", "scalar_head.b")
 
@@ -29,12 +29,12 @@ def _norm(grads: dict) -> float:
     return math.sqrt(sum(float(np.sum(np.asarray(g, dtype=np.float64) ** 2)) for g in grads.values()))
 
 
-def trunk_gradient_split(actor, critic, rollout, cfg, rows=None) -> dict:
+def trunk_gradient_split(state, rollout, cfg, rows=None) -> dict:
     """Norms of the actor trunk's gradient on a minibatch, and of the value loss's part of it.
 
     Parameters
     ----------
-    actor : TinyGPT; critic : a ``"shared"`` :class:`minippo.rlhf.critic.Critic` of ``actor``
+    state : the :class:`minippo.rlhf.ppo.PPOState` of a run with ``cfg.critic == "shared"`` (e.g. ``trainer.state``)
     rollout : a Rollout with ``adv`` and ``returns`` (e.g. ``trainer.last_rollout``)
     cfg : the PPOConfig of the run (``vf_coef``, clipping, ...)
     rows : indices of the minibatch (default: the first ``cfg.minibatch_size`` rows)
@@ -43,11 +43,10 @@ def trunk_gradient_split(actor, critic, rollout, cfg, rows=None) -> dict:
     -------
     dict: ``total`` the norm of the trunk gradient with the value loss flowing in (no stop-gradient),
     ``value`` the norm of the value loss's part (``total``'s gradient minus the stop-gradient one),
-    ``share`` = value / total, ``head_w_norm`` = |w| of the value head. Nothing is updated; the critic's
-    ``stop_gradient`` switch is restored.
+    ``share`` = value / total, ``head_w_norm`` = |w| of the value head. Nothing is updated.
     """
-    if critic.kind != "shared" or critic.model is not actor:
-        raise ValueError("`critic` must be the 'shared' critic of `actor` (a value head on its trunk)")
+    if cfg.critic != "shared":
+        raise ValueError(f"`cfg.critic` must be 'shared' (a value head on the actor's trunk), got {cfg.critic!r}")
     if rollout.adv is None or rollout.returns is None:
         raise ValueError("`rollout` must carry `adv` and `returns` (compute_advantages first)")
     if rows is None:
@@ -56,16 +55,11 @@ def trunk_gradient_split(actor, critic, rollout, cfg, rows=None) -> dict:
     if rows.ndim != 1 or not 1 <= rows.size <= rollout.batch_size or rows.min() < 0 or rows.max() >= rollout.batch_size:
         raise ValueError(f"`rows` must hold 1 .. {rollout.batch_size} row indices in [0, {rollout.batch_size}), "
                          f"got {rows.tolist()}")
-    mb = rollout.take(rows)
-    saved, grads = critic.stop_gradient, {}
-    try:
-        for sg in (False, True):
-            critic.stop_gradient = sg
-            g = minibatch_loss_and_grads(actor, critic, mb, cfg)[2]
-            grads[sg] = {k: v for k, v in g.items() if k not in HEAD}
-    finally:
-        critic.stop_gradient = saved
+    mb, grads = rollout.take(rows), {}
+    for sg in (False, True):
+        g = minibatch_loss_and_grads(state, mb, cfg.replace(shared_stop_gradient=sg))[2]
+        grads[sg] = {k: v for k, v in g.items() if k not in HEAD}
     total = _norm(grads[False])
     value = _norm({k: grads[False][k].astype(np.float64) - grads[True][k] for k in grads[False]})
     return {"total": total, "value": value, "share": value / total if total > 0 else 0.0,
-            "head_w_norm": float(np.linalg.norm(actor.params["scalar_head.w"]))}
+            "head_w_norm": float(np.linalg.norm(state.actor.params["scalar_head.w"]))}

@@ -306,7 +306,7 @@ def passes_per_iteration(cfg, decode_steps: int | None = None) -> dict[str, dict
     ``decode_steps`` one-token ``decode_step`` calls, at most ``max_new_tokens - 1``, the default
     here), then one full forward each: actor (logp_old, and the values of a shared critic), reference
     (logp_ref), separate critic (values), reward model (score; one call per 256 rows). Update
-    (``ppo_update``): ``ppo_epochs x batch_size / minibatch_size`` minibatches, each one forward and
+    (``ppo_update``): ``update_epochs x batch_size / minibatch_size`` minibatches, each one forward and
     one backward of the actor and of a separate critic (plus an actor forward and backward on corpus
     text with PPO-ptx). A target-KL early stop ends the update sooner: these are the maxima.
 
@@ -315,7 +315,7 @@ def passes_per_iteration(cfg, decode_steps: int | None = None) -> dict[str, dict
     """
     steps = cfg.max_new_tokens - 1 if decode_steps is None else decode_steps
     check_range("decode_steps", steps, 0, cfg.max_new_tokens - 1, integer=True)
-    B, K, M = cfg.batch_size, cfg.ppo_epochs, cfg.num_minibatches
+    B, K, M = cfg.batch_size, cfg.update_epochs, cfg.num_minibatches
     ptx = cfg.ptx_coef > 0
 
     def calls(prefill=0, decode=0, forward=0, backward=0, forward_rows=0, backward_rows=0):

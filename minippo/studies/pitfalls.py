@@ -45,7 +45,7 @@ import numpy as np
 from minippo.checks import check_choice, check_float_array, check_range
 from minippo.rl.losses import clipped_policy_loss, logprobs_from_logits
 from minippo.rl.masked import masked_mean
-from minippo.rlhf.response import response_logprobs
+from minippo.rlhf.ppo import response_logprobs
 
 RECOMPUTE_MODES = ("same", "no_mask", "shifted", "repadded")
 

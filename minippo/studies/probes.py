@@ -30,14 +30,14 @@ from minippo.rl.gae import gae
 from minippo.studies.kl_moments import kl_estimator_moments
 from minippo.rl.masked import masked_mean
 from minippo.rlhf.generate import encode_prompts, generate, sampling_distribution
-from minippo.rlhf.response import forward_response
+from minippo.rlhf.ppo import forward_response
 from minippo.rlhf.rewards import SHAPINGS, per_token_rewards
 
 
 def rollout_logprobs(policy, rollout, temperature: float = 1.0) -> np.ndarray:
     """(B, Tn) float64 log-probs of ``rollout.response`` under ``policy`` at ``temperature``, 0 on padding.
 
-    The same forward pass as the rollout and the update (:func:`minippo.rlhf.response.forward_response`),
+    The same forward pass as the rollout and the update (:func:`minippo.rlhf.ppo.forward_response`),
     so for the policy that produced the rollout this equals ``rollout.logp`` exactly. Runs on one BLAS
     thread (tiny products; the trainer's callback runs outside its own ``single_blas_thread`` block).
     """
@@ -51,7 +51,7 @@ def update_kl(policy, rollout, temperature: float = 1.0) -> dict:
     """How far ``policy`` moved from the rollout's pi_old, on the rollout's own tokens (samples of pi_old).
 
     Returns ``approx_kl`` (k3 mean over valid tokens: an unbiased estimate of KL(pi_old || pi), the
-    quantity ``target_kl`` watches), ``logp`` (B, Tn) of ``policy`` and ``log_ratio`` (B, Tn) =
+    quantity ``kl_old_target`` watches), ``logp`` (B, Tn) of ``policy`` and ``log_ratio`` (B, Tn) =
     logp - logp_old (0 on padding).
     """
     logp = rollout_logprobs(policy, rollout, temperature)

@@ -3,13 +3,13 @@
 The lessons that test the seeds' claims (13-20) all do the same three things, which live here once:
 
 1. ``Study(quick, seed)`` loads the SFT policy, tokenizer and reward model of the main job, built once
-   and cached by :func:`minippo.rlhf.pipeline.prepare_stages` (``runs/cache/...``; a temporary folder
+   and cached by :func:`minippo.rlhf.run.pipeline.prepare_stages` (``runs/cache/...``; a temporary folder
    for ``quick``), and fixes a set of held-out evaluation prompts;
 2. ``study.run(cfg)`` trains one PPO variant (a :class:`PPOConfig`) from that SFT policy and returns
    its per-iteration metric records and the final policy;
 3. ``study.evaluate(policy)`` judges any policy on the evaluation prompts with fresh samples: gold
    score (the simulated human), RM score (the proxy), KL to the reference, length
-   (:func:`minippo.rlhf.evaluate.evaluate_policy`); the SFT policy's own evaluation is ``study.reference``.
+   (:func:`minippo.rlhf.run.evaluate.evaluate_policy`); the SFT policy's own evaluation is ``study.reference``.
 
 ``study.sweep(base_cfg, {"name": {field: value, ...}, ...}, seeds)`` runs the variants for several
 seeds and returns, per variant, the records and the evaluation of every seed: the shape every
@@ -36,14 +36,14 @@ class Study:
     quick : use the CI-sized stages (seconds) instead of the main job's
     seed : seed of the stages, of the evaluation prompts and of the default PPO configs
     n_eval : number of evaluation prompts (default 32 quick, 128 otherwise)
-    cache_dir : where the stages are cached (default :func:`minippo.rlhf.pipeline.default_cache_dir`)
+    cache_dir : where the stages are cached (default :func:`minippo.rlhf.run.pipeline.default_cache_dir`)
     """
 
     def __init__(self, quick: bool = False, seed: int = 0, *, n_eval: int | None = None, cache_dir=None,
                  log=lambda *a: None):
         from minippo.rlhf.data.corpus import sample_prompts
-        from minippo.rlhf.pipeline import prepare_stages
-        from minippo.rlhf.trainer import load_stages
+        from minippo.rlhf.run.pipeline import prepare_stages
+        from minippo.rlhf.run.trainer import load_stages
 
         self.quick, self.seed = quick, seed
         self.folder = Path(prepare_stages(cache_dir, quick=quick, seed=seed, log=log))
@@ -60,13 +60,13 @@ class Study:
     @cached_property
     def ptx_sequences(self) -> list:
         """The SFT run's training sentences, for PPO-ptx (built on first use)."""
-        from minippo.rlhf.trainer import sft_training_sequences
+        from minippo.rlhf.run.trainer import sft_training_sequences
         return sft_training_sequences(self.sft_state, self.tokenizer)
 
     @cached_property
     def heldout_sequences(self) -> list:
         """The SFT run's held-out sentences (never trained on), for the corpus LM loss (built on first use)."""
-        from minippo.rlhf.trainer import sft_training_sequences
+        from minippo.rlhf.run.trainer import sft_training_sequences
         return sft_training_sequences(self.sft_state, self.tokenizer, split="heldout")
 
     def lm_loss(self, policy, n: int | None = None) -> float:
@@ -84,7 +84,7 @@ class Study:
 
     def trainer(self, cfg: PPOConfig, reward_model=None):
         """A fresh :class:`PPOTrainer` from the SFT policy (``reward_model`` overrides the cached RM)."""
-        from minippo.rlhf.trainer import PPOTrainer
+        from minippo.rlhf.run.trainer import PPOTrainer
         ptx = self.ptx_sequences if cfg.ptx_coef > 0 else None
         return PPOTrainer(cfg, self.sft, reward_model or self.reward_model, self.tokenizer, ptx_sequences=ptx)
 
@@ -99,7 +99,7 @@ class Study:
         """:func:`evaluate_policy` of ``policy`` on the study's prompts (RM = the cached reward model, or
         ``reward_model``: e.g. the proxy a variant was trained against, lesson 19)."""
         from minippo.blas import single_blas_thread
-        from minippo.rlhf.evaluate import evaluate_policy
+        from minippo.rlhf.run.evaluate import evaluate_policy
 
         base = self.config()
         with single_blas_thread():

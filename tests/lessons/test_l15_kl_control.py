@@ -23,5 +23,5 @@ def test_l15_quick(tmp_path, capsys):
     none = lesson._curve(r["runs"]["no penalty"], "probe/update_kl", len(early))
     assert early.mean() < none.mean()
     out = capsys.readouterr().out
-    assert "KL control" in out and "Top-k" in out and "target_kl" in out
+    assert "KL control" in out and "Top-k" in out and "kl_old_target" in out
     assert (tmp_path / "l15_kl_control.png").stat().st_size > 50_000

@@ -6,7 +6,7 @@ from lessons import l17_hyperparameters as lesson
 def test_l17_quick(tmp_path, capsys):
     r = lesson.main(["--quick", "--out", str(tmp_path)])
     t = r["table"]
-    assert list(t) == ["clip_eps", "lam", "beta", "ppo_epochs", "minibatches"]
+    assert list(t) == ["clip_eps", "lam", "beta", "update_epochs", "minibatches"]
     assert all(len(points) == 3 and sum(p["base"] for p in points) == 1 for points in t.values())
     n_seeds = len(r["sizes"]["seeds"])
     assert all(len(p["gold_mean"]) == n_seeds for points in t.values() for p in points)
@@ -14,7 +14,7 @@ def test_l17_quick(tmp_path, capsys):
     cf = lambda axis, label: row(axis, label)["policy/clipfrac_avg"].mean()     # noqa: E731
     ak = lambda axis, label: row(axis, label)["policy/approxkl_avg"].mean()     # noqa: E731
     assert cf("clip_eps", "0.1") > cf("clip_eps", "0.5")                     # a narrower band clips more
-    assert ak("ppo_epochs", "1") < ak("ppo_epochs", "8") and cf("ppo_epochs", "1") < cf("ppo_epochs", "8")
+    assert ak("update_epochs", "1") < ak("update_epochs", "8") and cf("update_epochs", "1") < cf("update_epochs", "8")
     assert cf("minibatches", "1") < cf("minibatches", "16")                  # more steps on one batch
     assert row("beta", "fixed 0.01")["kl_coef"].mean() == 0.01
     assert r["noise"]["gold_mean"] > 0

@@ -33,5 +33,15 @@ def world(dtype: str = "float32", seed: int = 0, block_size: int = 40, n_layer: 
 
 def tiny_config(**kw) -> PPOConfig:
     """A PPOConfig that runs an iteration of the tiny world in a few milliseconds."""
-    base = dict(iterations=4, batch_size=8, minibatch_size=4, max_new_tokens=8, ppo_epochs=2, checkpoint_every=1)
+    base = dict(iterations=4, batch_size=8, minibatch_size=4, max_new_tokens=8, update_epochs=2, checkpoint_every=1)
     return PPOConfig(**{**base, **kw})
+
+
+def state_of(cfg: PPOConfig, sft, rm, tok, seed: int = 0):
+    """A fresh :class:`minippo.rlhf.ppo.PPOState` for ``cfg`` (the one PPOTrainer builds), its rng seeded."""
+    import numpy as np
+    from minippo.rlhf.run.trainer import PPOTrainer
+
+    state = PPOTrainer(cfg, sft, rm, tok).state
+    state.rng = np.random.default_rng(seed)
+    return state

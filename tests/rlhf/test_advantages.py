@@ -1,4 +1,4 @@
-"""minippo.rlhf.advantages: which estimators ``compute_advantages`` whitens, and why the group ones are not."""
+"""minippo.rlhf.ppo.advantages: which estimators are whitened (GAE), and why the group ones are not."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 
 from minippo.rl.group_advantages import batch_mean_advantages, grpo_advantages, rloo_advantages
 from minippo.rl.masked import masked_mean, masked_whiten
-from minippo.rlhf.advantages import ADVANTAGE_ESTIMATORS, compute_advantages, register_advantage_estimator
+from minippo.rlhf.ppo import advantages as compute_advantages
 from minippo.rlhf.ppo_config import PPOConfig
 
 
@@ -17,8 +17,10 @@ def fake_rollout(scores, lengths, Tn=6, seed=0):
     non_score = -0.05 * rng.random(mask.shape) * mask
     rewards = non_score.copy()
     rewards[np.arange(len(scores)), np.asarray(lengths) - 1] += scores
-    return SimpleNamespace(scores=np.asarray(scores, dtype=np.float64), non_score_reward=non_score, rewards=rewards,
-                           values=rng.normal(size=mask.shape) * mask, response_mask=mask)
+    scores = np.asarray(scores, dtype=np.float64)
+    return SimpleNamespace(scores=scores, non_score_reward=non_score, rewards=rewards,
+                           values=rng.normal(size=mask.shape) * mask, response_mask=mask,
+                           sequence_returns=scores + non_score.sum(axis=1))
 
 
 # two prompts x 3 responses; the second group scored all the same and has responses of different lengths
@@ -35,6 +37,7 @@ LENGTHS = [2, 6, 3, 1, 6, 4]
 def test_critic_free_advantages_are_not_whitened_again(name, fn):
     ro = fake_rollout(SCORES, LENGTHS)
     ro.non_score_reward[...] = 0.0                                 # GRPO-style: no KL in the reward
+    ro.sequence_returns = ro.scores.copy()
     cfg = PPOConfig.quick(advantage_estimator=name, samples_per_prompt=3, batch_size=6, minibatch_size=3,
                           critic="none")
     assert cfg.whiten_advantages                                   # the default stays on (for GAE) ...
@@ -62,19 +65,3 @@ def test_gae_is_still_whitened_and_the_switch_still_works():
     assert abs(masked_mean(adv, m)) < 1e-12 and np.std(adv[m == 1]) == pytest.approx(1.0, abs=1e-6)
     raw, _ = compute_advantages(ro, PPOConfig.quick(whiten_advantages=False))
     np.testing.assert_allclose(adv, masked_whiten(raw, m))
-
-
-def test_registered_estimators_are_whitened_unless_registered_otherwise():
-    ro = fake_rollout(SCORES, LENGTHS)
-    raw = lambda rollout, cfg: (rollout.rewards.copy(), rollout.rewards.copy())     # noqa: E731
-    try:
-        register_advantage_estimator("_test_raw_whitened", raw, needs_critic=False)
-        register_advantage_estimator("_test_raw_kept", raw, needs_critic=False, whiten=False)
-        white, _ = compute_advantages(ro, PPOConfig.quick(advantage_estimator="_test_raw_whitened"))
-        kept, _ = compute_advantages(ro, PPOConfig.quick(advantage_estimator="_test_raw_kept"))
-    finally:
-        ADVANTAGE_ESTIMATORS.pop("_test_raw_whitened", None)
-        ADVANTAGE_ESTIMATORS.pop("_test_raw_kept", None)
-    np.testing.assert_allclose(white, masked_whiten(ro.rewards, ro.response_mask))
-    np.testing.assert_array_equal(kept, ro.rewards)
-    assert [k for k, (_, _, w) in ADVANTAGE_ESTIMATORS.items() if w] == ["gae"]

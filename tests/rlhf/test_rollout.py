@@ -2,10 +2,11 @@
 import numpy as np
 import pytest
 
-from ppo_helpers import tiny_config, world
+from tests.rlhf.ppo_helpers import state_of, tiny_config, world
 from minippo.rl.losses import log_softmax
-from minippo.rlhf.critic import Critic
-from minippo.rlhf.ppo_step import collect_rollout, compute_rewards, rollout_metrics
+from minippo.rlhf.data.gold import gold_scores
+from minippo.rlhf.metrics import rollout_metrics
+from minippo.rlhf.ppo import compute_rewards, sample_and_score
 from minippo.rlhf.rollout import Rollout, minibatches
 
 EOS, PAD = 2, 0
@@ -49,7 +50,7 @@ def test_padding_never_enters_a_metric():
         compute_rewards(ro, tiny_config(), kl_coef=0.2)
     np.testing.assert_allclose(other.rewards[:, :5], base.rewards)
     assert (other.rewards[:, 5:] == 0).all()
-    assert rollout_metrics(base, texts) == rollout_metrics(other, texts)
+    assert rollout_metrics(base, gold_scores(texts)) == rollout_metrics(other, gold_scores(texts))
     # the score of row 0 lands on its EOS (column 2), row 1 (no EOS) on its last token
     assert base.rewards[0, 2] == pytest.approx(0.5 - 0.2 * base.kl[0, 2])
     assert base.rewards[1, 4] == pytest.approx(0.0 - 0.2 * base.kl[1, 4])
@@ -97,9 +98,7 @@ def test_rollout_logprobs_equal_the_training_recompute_at_temperature_0_7(critic
     log_softmax(logits / 0.7) over the whole sequence all agree (float64): one temperature everywhere."""
     sft, rm, tok = world(dtype="float64")
     cfg = tiny_config(temperature=0.7, batch_size=6, minibatch_size=3, max_new_tokens=10, critic=critic_kind)
-    critic = Critic(critic_kind, sft.copy() if critic_kind == "separate" else sft)
-    ro, extras = collect_rollout(sft, critic, sft.copy(), rm, tok, ["the film", "i", "the acting was"] * 2, cfg,
-                                 np.random.default_rng(0))
+    ro = sample_and_score(state_of(cfg, sft, rm, tok), cfg, ["the film", "i", "the acting was"] * 2)[0]
     m = ro.response_mask == 1
     np.testing.assert_allclose(ro.gen_logp[m], ro.logp[m], atol=1e-9, rtol=0)
     # an independent recompute: one forward pass over prompt ++ response, column Tp + j - 1 predicts token j
@@ -117,4 +116,4 @@ def test_rollout_logprobs_equal_the_training_recompute_at_temperature_0_7(critic
     np.testing.assert_array_equal(ro.ended, ended)
     np.testing.assert_allclose(ro.scores, ro.rm_scores - cfg.missing_eos_penalty * (~ended))
     np.testing.assert_allclose(ro.rm_scores, rm.score(ro.sequences, ro.attn_mask))
-    assert len(extras["texts"]) == 6 and extras["kl_exact"] is None
+    assert len(tok.decode_batch(ro.sequences)) == 6

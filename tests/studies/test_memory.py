@@ -159,13 +159,14 @@ def test_passes_per_iteration_match_the_trainer(critic, ptx_coef):
 
     from minippo.rlhf.data.corpus import generate_corpus
     from minippo.rlhf.data.batches import encode_sequences
-    from minippo.rlhf.trainer import PPOTrainer
+    from minippo.rlhf.run.trainer import PPOTrainer
 
     sft, rm, tok = world()
     ptx = encode_sequences(tok, generate_corpus(50, seed=1), sft.cfg.block_size)[0] if ptx_coef else None
     cfg = tiny_config(critic=critic, ptx_coef=ptx_coef, ptx_batch_size=3)
     trainer = PPOTrainer(cfg, sft, rm, tok, ptx_sequences=ptx)
-    models = {"actor": trainer.actor, "critic": trainer.critic.model, "reference": trainer.ref, "reward": rm.model}
+    s = trainer.state
+    models = {"actor": s.actor, "critic": s.critic, "reference": s.ref, "reward": rm.model}
     with PassCounter(models) as pc:
         trainer.step()
     for m in models.values():

@@ -52,7 +52,7 @@ def test_gold_peak():
 
 def test_checkpoints_follow_the_run(study):
     cb = KLCheckpoints(study, study.reward_model, every=2)
-    cfg = study.config(iterations=3, batch_size=8, minibatch_size=4, kl_controller="fixed", kl_coef=0.0, lr=3e-4)
+    cfg = study.config(iterations=3, batch_size=8, minibatch_size=4, kl_ref_controller="fixed", kl_ref_coef=0.0, lr=3e-4)
     study.run(cfg, callback=cb)
     assert [p["iteration"] for p in cb.points] == [0, 2, 3]                 # start, every 2, and the last
     assert cb.points[0]["kl"] == pytest.approx(0.0, abs=1e-9)                 # the initial policy is the reference

@@ -7,7 +7,7 @@ from tests.rlhf.ppo_helpers import tiny_config, world
 from minippo.rl.losses import log_softmax
 from minippo.studies.pitfalls import (length_slope, offset_reward_model, ratio_statistics,
                                    recompute_logp, value_error)
-from minippo.rlhf.trainer import PPOTrainer
+from minippo.rlhf.run.trainer import PPOTrainer
 
 TEMPERATURE = 0.7
 
@@ -114,7 +114,7 @@ def test_value_error_in_return_units(lr0):
 
 def test_offset_reward_model_adds_a_constant(lr0):
     ro = lr0.last_rollout
-    rm = lr0.reward_model
+    rm = lr0.state.reward_model
     shifted = offset_reward_model(rm, 10.0)
     assert shifted.model is rm.model
     np.testing.assert_allclose(shifted.score(ro.sequences, ro.attn_mask), rm.score(ro.sequences, ro.attn_mask) + 10.0)

@@ -1,24 +1,22 @@
 """minippo.studies.probes: the per-token probes of lessons 13 and 15 against the trainer's own numbers and loops."""
 import numpy as np
 import pytest
-from tests.rlhf.ppo_helpers import tiny_config, world
+from tests.rlhf.ppo_helpers import state_of, tiny_config, world
 
 from minippo.rl.losses import kl_estimate, kl_exact_from_logits
 from minippo.studies.kl_moments import topk_mass_decomposition
-from minippo.rlhf.advantages import compute_advantages
 from minippo.rlhf.data.corpus import sample_prompts
-from minippo.rlhf.critic import Critic
 from minippo.rlhf.generate import sampling_distribution
-from minippo.rlhf.ppo_step import collect_rollout, compute_rewards
+from minippo.rlhf.ppo import advantages as compute_advantages
+from minippo.rlhf.ppo import compute_rewards, sample_and_score
 from minippo.studies.probes import kl_probe, rollout_logprobs, tempered_policy, token_credit, update_kl
-from minippo.rlhf.trainer import PPOTrainer
+from minippo.rlhf.run.trainer import PPOTrainer
 
 
 def _rollout(cfg=None, seed=0):
     sft, rm, tok = world("float64")
     cfg = cfg or tiny_config(batch_size=6, minibatch_size=3)
-    ro, _ = collect_rollout(sft, Critic("separate", rm.normalized_model()), sft, rm, tok, sample_prompts(6, seed=seed),
-                            cfg, np.random.default_rng(seed))
+    ro = sample_and_score(state_of(cfg, sft, rm, tok, seed), cfg, sample_prompts(6, seed=seed))[0]
     return ro, sft, rm, tok, cfg
 
 

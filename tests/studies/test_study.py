@@ -51,7 +51,7 @@ def test_heldout_sequences_and_lm_loss():
     from minippo.rlhf.data.corpus import generate_corpus
     from minippo.rlhf.data.batches import split_corpus
     from minippo.rlhf.sft import heldout_loss
-    from minippo.rlhf.trainer import sft_training_sequences
+    from minippo.rlhf.run.trainer import sft_training_sequences
 
     study = Study(quick=True, seed=0, n_eval=8)
     c = study.sft_state["sft_config"]
@@ -87,7 +87,7 @@ def test_sweep_passes_the_reward_model_and_the_callback():
     seen = []
 
     def callback(trainer, rollout, record):
-        seen.append(trainer.reward_model)
+        seen.append(trainer.state.reward_model)
         record["extra/mean_score"] = float(rollout.rm_scores.mean())
 
     base = {"iterations": 1, "critic_bias_init": "keep"}

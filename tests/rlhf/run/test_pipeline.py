@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from minippo.io import read_metrics
-from minippo.rlhf.pipeline import run_pipeline
+from minippo.rlhf.run.pipeline import run_pipeline
 
 
 @pytest.mark.slow

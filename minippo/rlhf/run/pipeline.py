@@ -2,9 +2,9 @@
 
     corpus -> tokenizer -> SFT            minippo.rlhf.sft              (stage 1, ``<out>/sft``)
     preference pairs -> reward model      minippo.rlhf.rm_train         (stage 2, ``<out>/rm``)
-    PPO with the four models              minippo.rlhf.trainer          (stage 3, ``<out>/ppo``)
-    evaluation: SFT vs PPO, same prompts  minippo.rlhf.evaluate         (``samples.md``, ``summary.json``)
-    figures                               minippo.rlhf.plots            (``figures/ppo_curves.png``)
+    PPO with the four models              minippo.rlhf.run.trainer          (stage 3, ``<out>/ppo``)
+    evaluation: SFT vs PPO, same prompts  minippo.rlhf.run.evaluate         (``samples.md``, ``summary.json``)
+    figures                               minippo.rlhf.run.plots            (``figures/ppo_curves.png``)
 
 Every stage shows a progress bar and writes into ``--out`` (default ``runs/<timestamp>``). A stage whose
 final checkpoint already exists there is reused, and the log says so: pointing ``--out`` at an earlier
@@ -64,7 +64,7 @@ def default_cache_dir(quick: bool = False, seed: int = 0) -> Path:
 def prepare_stages(cache_dir=None, *, quick: bool = False, seed: int = 0, progress: bool = False, log=print) -> Path:
     """The main job's SFT and reward-model stages, built once into ``cache_dir`` (default
     :func:`default_cache_dir`) and reused afterwards; returns the folder holding ``sft/`` and ``rm/``
-    (pass them to ``minippo.rlhf.trainer.load_stages`` / ``run_ppo``)."""
+    (pass them to ``minippo.rlhf.run.trainer.load_stages`` / ``run_ppo``)."""
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir(quick, seed)
     run_pipeline(folder, quick=quick, seed=seed, progress=progress, log=log, stages=("sft", "rm"))
     return folder
@@ -81,7 +81,7 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
     """
     from minippo.rlhf.rm_train import train_reward_model
     from minippo.rlhf.sft import train_sft
-    from minippo.rlhf.trainer import run_ppo
+    from minippo.rlhf.run.trainer import run_ppo
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -125,9 +125,9 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
     else:
         resuming = has_checkpoint(out / "ppo" / "checkpoint")
         log(f"[3/3] PPO: {'resuming from ' + str(out / 'ppo' / 'checkpoint') + ', ' if resuming else ''}"
-            f"{ppo_cfg.iterations} iterations x {ppo_cfg.batch_size} responses, {ppo_cfg.ppo_epochs} epochs of "
-            f"{ppo_cfg.num_minibatches} minibatches; KL controller {ppo_cfg.kl_controller} "
-            f"(target {ppo_cfg.kl_target:g} nats/response)")
+            f"{ppo_cfg.iterations} iterations x {ppo_cfg.batch_size} responses, {ppo_cfg.update_epochs} epochs of "
+            f"{ppo_cfg.num_minibatches} minibatches; KL controller {ppo_cfg.kl_ref_controller} "
+            f"(target {ppo_cfg.kl_ref_target:g} nats/response)")
         run_ppo(ppo_cfg, out / "sft", out / "rm", out / "ppo", resume=True, progress=progress, callback=callback)
     summary["seconds"]["ppo"] = time.perf_counter() - t
     records = read_metrics(out / "ppo" / "metrics.jsonl")
@@ -137,10 +137,10 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
         summary["eval"] = evaluate_stages(out, ppo_cfg, n_eval, seed, log)
         summary["seconds"]["eval"] = time.perf_counter() - t
     if figures:
-        from minippo.rlhf.plots import plot_run
+        from minippo.rlhf.run.plots import plot_run
         ref = {"gold/score": summary["eval"]["sft"]["gold_mean"]} if evaluate else None
         path = plot_run(records, out / "figures" / "ppo_curves.png", reference=ref,
-                        kl_target=ppo_cfg.kl_target if ppo_cfg.kl_controller == "adaptive" else None,
+                        kl_ref_target=ppo_cfg.kl_ref_target if ppo_cfg.kl_ref_controller == "adaptive" else None,
                         title=f"RLHF-PPO run {out.name}")
         summary["figure"] = str(out / "figures" / "ppo_curves.png") if path is None else str(path)
     summary["seconds"]["total"] = time.perf_counter() - t_all
@@ -154,11 +154,11 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
 
 def evaluate_stages(out: Path, ppo_cfg: PPOConfig, n_eval: int, seed: int, log=print) -> dict:
     """SFT vs PPO on the same ``n_eval`` prompts (fresh samples): gold, RM, KL; writes ``samples.md``."""
-    from minippo.rlhf.checkpoint import load_model
+    from minippo.rlhf.run.checkpoint import load_model
     from minippo.rlhf.data.corpus import sample_prompts
     from minippo.blas import single_blas_thread
-    from minippo.rlhf.evaluate import evaluate_policy, samples_markdown
-    from minippo.rlhf.trainer import load_stages
+    from minippo.rlhf.run.evaluate import evaluate_policy, samples_markdown
+    from minippo.rlhf.run.trainer import load_stages
 
     sft_model, tokenizer, reward_model, _ = load_stages(out / "sft", out / "rm")
     policy, _ = load_model(out / "ppo" / "policy")
@@ -171,7 +171,7 @@ def evaluate_stages(out: Path, ppo_cfg: PPOConfig, n_eval: int, seed: int, log=p
                                 rng=np.random.default_rng([seed, SEED_EVAL, 2]), **kw)
     keys = ("gold_mean", "gold_std", "rm_mean", "kl_mean", "kl_exact_mean", "length_mean", "ended_frac")
     res = {"n_prompts": n_eval, "sft": {k: before[k] for k in keys}, "ppo": {k: after[k] for k in keys},
-           "kl_target": ppo_cfg.kl_target}
+           "kl_ref_target": ppo_cfg.kl_ref_target}
     res["gold_gain_in_sft_std"] = (after["gold_mean"] - before["gold_mean"]) / max(before["gold_std"], 1e-12)
     text = (f"# Samples before and after PPO\n\nThe same {min(16, n_eval)} prompts (of {n_eval} evaluated), one fresh "
             f"sample each at temperature {ppo_cfg.temperature:g}; gold = the simulated human, RM = the normalised "
@@ -186,7 +186,7 @@ def evaluate_stages(out: Path, ppo_cfg: PPOConfig, n_eval: int, seed: int, log=p
     log(f"evaluation on {n_eval} prompts: gold SFT {before['gold_mean']:+.3f} (std {before['gold_std']:.3f}) -> "
         f"PPO {after['gold_mean']:+.3f}  (+{res['gold_gain_in_sft_std']:.2f} SFT std); RM "
         f"{before['rm_mean']:+.2f} -> {after['rm_mean']:+.2f}; KL to SFT {after['kl_mean']:.2f} nats/response "
-        f"(exact {after['kl_exact_mean']:.2f}; target {ppo_cfg.kl_target:g}); samples in {out / 'samples.md'}")
+        f"(exact {after['kl_exact_mean']:.2f}; target {ppo_cfg.kl_ref_target:g}); samples in {out / 'samples.md'}")
     return res
 
 

@@ -29,10 +29,10 @@ def _series(records, key):
     return it, y
 
 
-def draw_curves(axes, records: list[dict], *, kl_target: float | None = None, reference: dict | None = None) -> None:
+def draw_curves(axes, records: list[dict], *, kl_ref_target: float | None = None, reference: dict | None = None) -> None:
     """Draw the :data:`PANELS` into six matplotlib axes (any iterable of 6).
 
-    ``kl_target`` draws the adaptive controller's target on the KL panel (with beta on a twin axis);
+    ``kl_ref_target`` draws the adaptive controller's target on the KL panel (with beta on a twin axis);
     ``reference`` maps a metric to a horizontal reference line (e.g. ``{"gold/score": sft_gold}``).
     """
     axes = list(axes)
@@ -46,8 +46,8 @@ def draw_curves(axes, records: list[dict], *, kl_target: float | None = None, re
             if reference and key in reference:
                 ax.axhline(reference[key], color="grey", ls="--", lw=1, label=f"{label} before PPO")
         if title.startswith("KL"):
-            if kl_target is not None:
-                ax.axhline(kl_target, color="crimson", ls=":", lw=1.2, label=f"target {kl_target:g}")
+            if kl_ref_target is not None:
+                ax.axhline(kl_ref_target, color="crimson", ls=":", lw=1.2, label=f"target {kl_ref_target:g}")
             x, beta = _series(records, "kl_coef")
             if len(x):
                 twin = ax.twinx()
@@ -60,13 +60,13 @@ def draw_curves(axes, records: list[dict], *, kl_target: float | None = None, re
             ax.legend(loc="best")
 
 
-def plot_run(records: list[dict], path: str | os.PathLike | None = None, *, kl_target: float | None = None,
+def plot_run(records: list[dict], path: str | os.PathLike | None = None, *, kl_ref_target: float | None = None,
              reference: dict | None = None, title: str | None = None):
     """The six-panel dashboard of a run; saved to ``path`` when given. Returns the figure."""
     with course_style():
         fig = new_figure((15, 8))
         axes = fig.subplots(2, 3)
-        draw_curves(axes.ravel(), records, kl_target=kl_target, reference=reference)
+        draw_curves(axes.ravel(), records, kl_ref_target=kl_ref_target, reference=reference)
         if title:
             fig.suptitle(title)
         fig.tight_layout()

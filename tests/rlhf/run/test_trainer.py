@@ -4,25 +4,25 @@ import json
 import numpy as np
 import pytest
 
-from ppo_helpers import tiny_config, world
+from tests.rlhf.ppo_helpers import tiny_config, world
 from minippo.io import load_checkpoint, read_metrics
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.gradcheck import assert_gradients
 from minippo.nn.optim import AdamW
-from minippo.rlhf.checkpoint import save_model
-from minippo.rlhf.critic import Critic
+from minippo.rlhf.run.checkpoint import save_model
+from minippo.rlhf.critic import ValueNorm
 from minippo.rlhf.metrics import GLOSSARY, without_timing
 from minippo.rlhf.ppo_config import PPOConfig, field_docs
-from minippo.rlhf.ppo_update import minibatch_loss_and_grads, ppo_update
+from minippo.rlhf.ppo import PPOState, forward_response, minibatch_loss_and_grads, ppo_update
 from minippo.rlhf.rollout import Rollout
-from minippo.rlhf.trainer import PPOTrainer
+from minippo.rlhf.run.trainer import PPOTrainer
 
 
 # ---- configuration ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kw, field", [
-    (dict(kl_coef=-0.1), "kl_coef"),
-    (dict(ppo_epochs=0), "ppo_epochs"),
+    (dict(kl_ref_coef=-0.1), "kl_ref_coef"),
+    (dict(update_epochs=0), "update_epochs"),
     (dict(batch_size=8, minibatch_size=16), "minibatch_size"),
     (dict(batch_size=8, minibatch_size=3), "minibatch_size"),
     (dict(clip_eps=0.0), "clip_eps"),
@@ -32,7 +32,7 @@ from minippo.rlhf.trainer import PPOTrainer
     (dict(lr=-1e-4), "lr"),
     (dict(critic="twin"), "critic"),
     (dict(advantage_estimator="vtrace"), "advantage_estimator"),
-    (dict(kl_controller="pid"), "kl_controller"),
+    (dict(kl_ref_controller="pid"), "kl_ref_controller"),
     (dict(samples_per_prompt=3, batch_size=8, minibatch_size=4), "samples_per_prompt"),
     (dict(advantage_estimator="rloo"), "samples_per_prompt"),
     (dict(ratio_threshold=0.5), "ratio_threshold"),
@@ -63,8 +63,9 @@ def gradcheck_setup(critic_kind, stop_gradient=False):
     for p in sft.params.values():                    # O(0.3) weights: every path carries gradient
         p += rng.normal(0, 0.3, p.shape)
     actor = sft.copy()
-    critic_model = sft.copy() if critic_kind == "separate" else actor
-    critic = Critic(critic_kind, critic_model, stop_gradient=stop_gradient)
+    state = PPOState(actor=actor, ref=None, critic=sft.copy() if critic_kind == "separate" else None,
+                     reward_model=None, tokenizer=None, opt_actor=None, opt_critic=None, kl_ctl=None,
+                     value_norm=ValueNorm(False), rng=np.random.default_rng(0))
     B, Tp, Tn = 3, 3, 4
     V = 16
     response = rng.integers(3, V, (B, Tn))
@@ -76,33 +77,34 @@ def gradcheck_setup(critic_kind, stop_gradient=False):
     ro.adv, ro.returns = rng.normal(0, 1, (B, Tn)) * mask, rng.normal(0, 1, (B, Tn)) * mask
     ptx = (rng.integers(0, V, (2, 5)), rng.integers(0, V, (2, 5)), np.array([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]),
            np.ones((2, 5), dtype=np.int64))
-    return actor, critic, ro, ptx
+    return state, ro, ptx
 
 
 @pytest.mark.parametrize("critic_kind, stop_gradient", [("separate", False), ("shared", False), ("shared", True)])
 def test_minibatch_loss_gradients_every_tensor(critic_kind, stop_gradient):
     """loss = L^CLIP + c1 L^VF(clipped) - c2 S + ptx LM + KL loss: hand-written gradients of every
     actor and critic tensor against central differences (float64, whole model)."""
-    actor, critic, ro, ptx = gradcheck_setup(critic_kind, stop_gradient)
-    cfg = tiny_config(clip_eps=0.2, clip_eps_value=0.3, vf_coef=0.7, ent_coef=0.05, ptx_coef=0.3, kl_loss_coef=0.2,
-                      temperature=0.8)
-    terms, stats, g_actor, g_critic = minibatch_loss_and_grads(actor, critic, ro, cfg, ptx)
+    state, ro, ptx = gradcheck_setup(critic_kind, stop_gradient)
+    actor = state.actor
+    cfg = tiny_config(clip_eps=0.2, clip_eps_value=0.3, vf_coef=0.7, ent_coef=0.05, ptx_coef=0.3, kl_ref_loss_coef=0.2,
+                      temperature=0.8, critic=critic_kind, shared_stop_gradient=stop_gradient)
+    terms, stats, g_actor, g_critic = minibatch_loss_and_grads(state, ro, cfg, ptx)
     assert 0 < stats["clipfrac"] < 1 and 0 < stats["vf_clipfrac"] < 1      # both clips are active somewhere
-    loss = lambda: minibatch_loss_and_grads(actor, critic, ro, cfg, ptx)[0]["loss/total"]   # noqa: E731
+    loss = lambda: minibatch_loss_and_grads(state, ro, cfg, ptx)[0]["loss/total"]   # noqa: E731
     if stop_gradient:
         # the value loss reaches only the head; the numerical gradient of the trunk would include it,
         # so the trunk is checked against the loss without the value term
         head = {k: actor.params[k] for k in ("scalar_head.w", "scalar_head.b")}
         assert_gradients(loss, head, {k: g_actor[k] for k in head}, tol=1e-5)
         cfg0 = cfg.replace(vf_coef=0.0)
-        trunk_grads = minibatch_loss_and_grads(actor, critic, ro, cfg0, ptx)[2]
+        trunk_grads = minibatch_loss_and_grads(state, ro, cfg0, ptx)[2]
         for k in actor.params:
             if not k.startswith("scalar_head"):
                 np.testing.assert_array_equal(g_actor[k], trunk_grads[k])
         return
     assert_gradients(loss, actor.params, g_actor, tol=1e-5)
     if critic_kind == "separate":
-        assert_gradients(loss, critic.model.params, g_critic, tol=1e-5)
+        assert_gradients(loss, state.critic.params, g_critic, tol=1e-5)
 
 
 # ---- whole iterations --------------------------------------------------------------------------
@@ -151,25 +153,27 @@ def test_critic_bias_starts_at_the_mean_score():
     tr2 = PPOTrainer(tiny_config(iterations=1, lr=0.0), sft, rm, tok)
     tr2.step(callback=lambda t, ro, rec: seen.update(ro2=ro))
     ro2 = seen["ro2"]
-    fresh = tr2.critic.values(ro2.sequences, ro2.attn_mask, ro2.prompt_len) * ro2.response_mask
+    h = forward_response(tr2.state.critic, ro2.sequences, ro2.attn_mask, ro2.prompt_len, scalar=True)[1]
+    fresh = tr2.state.value_norm.denormalise(h) * ro2.response_mask
     np.testing.assert_allclose(fresh, ro2.values, atol=1e-5)
 
 
 def test_value_normalisation_preserves_the_values():
     sft, rm, tok = world(dtype="float64")
-    critic = Critic("separate", sft.copy(), value_norm=True)
+    model, value_norm = sft.copy(), ValueNorm(True)
     rng = np.random.default_rng(0)
     seqs, attn = rng.integers(3, tok.vocab_size, (3, 9)), np.ones((3, 9), dtype=np.int64)
-    v0 = critic.values(seqs, attn, 4)
+    values = lambda: value_norm.denormalise(forward_response(model, seqs, attn, 4, scalar=True)[1])   # noqa: E731
+    v0 = values()
     for shift in (5.0, -2.0):
-        critic.update_moments(rng.normal(shift, 3.0, (3, 5)), np.ones((3, 5)))
-        np.testing.assert_allclose(critic.values(seqs, attn, 4), v0, atol=1e-10)
-    assert critic.mu_sigma[1] > 1.5
+        value_norm.update(rng.normal(shift, 3.0, (3, 5)), np.ones((3, 5)), model.params)
+        np.testing.assert_allclose(values(), v0, atol=1e-10)
+    assert value_norm.mu_sigma[1] > 1.5
 
 
 def test_target_kl_stops_the_update_and_ratio_threshold_skips():
     sft, rm, tok = world()
-    tr = PPOTrainer(tiny_config(lr=3e-2, target_kl=1e-9, ppo_epochs=3), sft, rm, tok)
+    tr = PPOTrainer(tiny_config(lr=3e-2, kl_old_target=1e-9, update_epochs=3), sft, rm, tok)
     rec = tr.step()
     assert rec["early_stop_epoch"] == 0 and rec["policy/steps"] == 1     # the 2nd minibatch exceeded it
     # a rollout whose stored log-probs are 1 nat below the policy's: ratio e > threshold, every step skipped
@@ -179,9 +183,9 @@ def test_target_kl_stops_the_update_and_ratio_threshold_skips():
     ro = seen["ro"]
     ro.logp = (ro.logp - 1.0) * ro.response_mask
     before = {k: v.copy() for k, v in tr.actor.params.items()}
-    upd = ppo_update(tr.actor, tr.critic, tr.opt_actor, tr.opt_critic, ro, tr.cfg, np.random.default_rng(0),
-                     lr=1e-2, critic_lr=1e-2)
-    assert upd["policy/skipped_minibatches"] == tr.cfg.ppo_epochs * tr.cfg.num_minibatches and upd["policy/steps"] == 0
+    tr.state.rng = np.random.default_rng(0)
+    upd = ppo_update(tr.state, ro, tr.cfg)
+    assert upd["policy/skipped_minibatches"] == tr.cfg.update_epochs * tr.cfg.num_minibatches and upd["policy/steps"] == 0
     assert all((before[k] == v).all() for k, v in tr.actor.params.items())
 
 
@@ -189,8 +193,8 @@ def test_critic_free_estimators_give_one_advantage_per_response():
     sft, rm, tok = world()
     seen = {}
     for name in ("grpo", "rloo", "reinforce"):
-        cfg = tiny_config(iterations=1, critic="none", advantage_estimator=name, samples_per_prompt=4, kl_coef=0.0,
-                          kl_loss_coef=0.1, whiten_advantages=False)
+        cfg = tiny_config(iterations=1, critic="none", advantage_estimator=name, samples_per_prompt=4, kl_ref_coef=0.0,
+                          kl_ref_loss_coef=0.1, whiten_advantages=False)
         tr = PPOTrainer(cfg, sft, rm, tok)
         rec = tr.step(callback=lambda t, ro, r: seen.update(ro=ro))
         ro = seen["ro"]
@@ -209,8 +213,8 @@ def test_critic_free_estimators_give_one_advantage_per_response():
 
 
 @pytest.mark.parametrize("kw", [dict(critic="none"), dict(critic="shared", value_norm=True),
-                                dict(kl_controller="fixed", reward_shaping="uniform", whiten_rewards=True),
-                                dict(kl_controller="ppo_paper", top_k=5, ent_coef=0.01, length_bonus=0.1),
+                                dict(kl_ref_controller="fixed", reward_shaping="uniform", whiten_rewards=True),
+                                dict(kl_ref_controller="ppo_paper", top_k=5, ent_coef=0.01, length_bonus=0.1),
                                 dict(critic_init="random", samples_per_prompt=2, value_clip=False)])
 def test_variants_run(kw):
     sft, rm, tok = world()
@@ -218,16 +222,16 @@ def test_variants_run(kw):
     recs = tr.train()
     assert all(np.isfinite(v) for r in recs for v in r.values() if isinstance(v, float))
     if kw.get("critic") == "none":
-        assert tr.opt_critic is None and recs[-1]["loss/value_avg"] == 0.0
-    if kw.get("kl_controller") == "fixed":
-        assert recs[0]["kl_coef"] == recs[1]["kl_coef"] == tr.cfg.kl_coef
-    if kw.get("kl_controller") == "ppo_paper":          # KL far below target / 1.5: beta halves
-        assert recs[0]["objective/kl"] < tr.cfg.kl_target / 1.5 and recs[1]["kl_coef"] == tr.cfg.kl_coef / 2
+        assert tr.state.opt_critic is None and recs[-1]["loss/value_avg"] == 0.0
+    if kw.get("kl_ref_controller") == "fixed":
+        assert recs[0]["kl_coef"] == recs[1]["kl_coef"] == tr.cfg.kl_ref_coef
+    if kw.get("kl_ref_controller") == "ppo_paper":          # KL far below target / 1.5: beta halves
+        assert recs[0]["objective/kl"] < tr.cfg.kl_ref_target / 1.5 and recs[1]["kl_coef"] == tr.cfg.kl_ref_coef / 2
 
 
 def test_adaptive_controller_follows_ziegler():
     sft, rm, tok = world()
-    tr = PPOTrainer(tiny_config(iterations=2, kl_coef=0.1, kl_target=0.5, kl_horizon=100.0), sft, rm, tok)
+    tr = PPOTrainer(tiny_config(iterations=2, kl_ref_coef=0.1, kl_ref_target=0.5, kl_ref_horizon=100.0), sft, rm, tok)
     r0, r1 = tr.train()
     err = min(max(r0["objective/kl"] / 0.5 - 1, -0.2), 0.2)
     assert r1["kl_coef"] == pytest.approx(0.1 * (1 + err * 8 / 100.0))
@@ -259,14 +263,14 @@ def test_nan_guard_names_the_metric_and_keeps_the_checkpoint(tmp_path):
     tr.step()
     good = {k: v.copy() for k, v in tr.actor.params.items()}
     # a critic blowing up: values ~1e30, float32 gradients overflow -> the update stops before any step
-    w = tr.critic.model.params["scalar_head.w"]
+    w = tr.state.critic.params["scalar_head.w"]
     saved_w, w[...] = w.copy(), 1e30
     with pytest.raises(ValueError, match=r"`policy/grad_norm` is nan at iteration 1"):
         tr.step()
     assert all((good[k] == v).all() for k, v in tr.actor.params.items())
     # a reward model returning NaN: caught in the rollout, named with the iteration
     w[...] = saved_w
-    tr.reward_model.gain = float("nan")
+    tr.state.reward_model.gain = float("nan")
     with pytest.raises(ValueError, match=r"`rm_scores` must be finite.*iteration 1"):
         tr.step()
     arrays, state = load_checkpoint(tmp_path / "checkpoint")
@@ -277,7 +281,7 @@ def test_nan_guard_names_the_metric_and_keeps_the_checkpoint(tmp_path):
 
 
 def test_nan_policy_loss_is_named(monkeypatch):
-    import minippo.rlhf.ppo_update as upd
+    import minippo.rlhf.ppo as upd
     sft, rm, tok = world()
     tr = PPOTrainer(tiny_config(), sft, rm, tok)
     real = upd.clipped_policy_loss
@@ -294,17 +298,34 @@ def test_minippo_ppo_command(tmp_path, capsys):
     rc = main(["ppo", "--sft", str(tmp_path / "sft"), "--rm", str(tmp_path / "rm"), "--out", str(tmp_path / "ppo"),
                "--quick", "--iterations", "2", "--batch-size", "8", "--minibatch-size", "4", "--max-new-tokens", "6",
                "--value-norm", "true", "--target-kl", "none", "--no-progress"])
-    assert rc == 0 and "gold/score" in capsys.readouterr().out
+    cap = capsys.readouterr()
+    assert rc == 0 and "gold/score" in cap.out
+    assert "--target-kl is deprecated: it is now --kl-old-target" in cap.err      # the old flag still works
     saved = json.loads((tmp_path / "ppo" / "config.json").read_text())
-    assert saved["iterations"] == 2 and saved["value_norm"] is True and saved["target_kl"] is None
+    assert saved["iterations"] == 2 and saved["value_norm"] is True and saved["kl_old_target"] is None
     assert len(read_metrics(tmp_path / "ppo" / "metrics.jsonl")) == 2
 
 
 def test_optimizers_hold_the_models_arrays():
     sft, rm, tok = world()
     tr = PPOTrainer(tiny_config(), sft, rm, tok)
-    assert isinstance(tr.opt_actor, AdamW)
-    assert all(tr.opt_actor.params[k] is tr.actor.params[k] for k in tr.actor.params)
-    assert all(tr.opt_critic.params[k] is tr.critic.model.params[k] for k in tr.critic.model.params)
+    s = tr.state
+    assert isinstance(s.opt_actor, AdamW)
+    assert all(s.opt_actor.params[k] is s.actor.params[k] for k in s.actor.params)
+    assert all(s.opt_critic.params[k] is s.critic.params[k] for k in s.critic.params)
     # the reference is a frozen copy, not the actor
-    assert all(tr.ref.params[k] is not tr.actor.params[k] for k in tr.actor.params)
+    assert all(s.ref.params[k] is not s.actor.params[k] for k in s.actor.params)
+
+
+def test_renamed_fields_are_accepted_for_one_release():
+    """One vocabulary: the old names of renamed PPOConfig fields still load (old config.json files), with a
+    DeprecationWarning naming the new name; both names at once is an error."""
+    from minippo.rlhf.ppo_config import RENAMED
+    old = {"ppo_epochs": 2, "kl_coef": 0.3, "kl_controller": "fixed", "kl_target": 5.0, "kl_horizon": 500.0,
+           "kl_estimator": "k3", "kl_loss_coef": 0.1, "target_kl": 0.05}
+    assert set(old) == set(RENAMED)
+    with pytest.warns(DeprecationWarning, match="`ppo_epochs` is now `update_epochs`"):
+        cfg = PPOConfig.from_dict(old)
+    assert cfg == PPOConfig(**{RENAMED[k]: v for k, v in old.items()})
+    with pytest.raises(ValueError, match="`kl_coef` and `kl_ref_coef`"):
+        PPOConfig.from_dict({"kl_coef": 0.1, "kl_ref_coef": 0.2})

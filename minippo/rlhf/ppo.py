@@ -1,0 +1,329 @@
+"""One RLHF PPO iteration, read top to bottom: PPO paper Algorithm 1 with a language model as the policy.
+
+Legend: B batch (responses), Tp prompt columns (left-padded), Tn response columns (right-padded),
+T = Tp + Tn, V vocab, n valid response tokens of a (mini)batch.
+
+    prompts   B / samples_per_prompt prompts, each repeated samples_per_prompt times
+    1. sample   responses ~ pi_old(.|prompt) with the KV cache                      collect_experience
+    2. score    logp_old (actor), logp_ref (reference), V(s_t) (critic), score (RM)
+    3. rewards  r_t = -beta kl_t on every token, + the score on the last one        rlhf/rewards.py
+    4. A_t      GAE(gamma, lam) on those rewards, whitened (or GRPO / RLOO / REINFORCE)   PPO eqs. (11)-(12)
+    5. update   K epochs x minibatches of  L^CLIP + c1 L^VF - c2 S  (+ PPO-ptx, + KL loss)   ppo_update, eq. (9)
+                gradients by hand into actor and critic, one global norm clip, AdamW
+    6. beta     the KL controller reads objective/kl                              Ziegler et al. 2019 sec. 2.2
+
+The four models: the actor pi_theta (trained), the critic V_phi (trained; ``cfg.critic`` says which
+network, :mod:`minippo.rlhf.critic`), the reference pi_ref (the frozen SFT copy) and the reward model
+(frozen). One temperature: sampling, logp_old, logp_ref, the update's logp and the entropy all use
+``cfg.temperature``, so with lr = 0 the ratio is 1 and the KL compares the same two distributions.
+
+Position alignment, written once (:func:`forward_response`): the logits and the value at column p belong
+to the token at column p + 1, so response token j (column Tp + j) is scored at column Tp + j - 1::
+
+    column       Tp-2   Tp-1 | Tp    Tp+1   Tp+2
+    token        p      p    | r0    r1     EOS      (then padding)
+    read at             ^      ^     ^               logits / value for r0, r1, EOS
+
+This file has no timers, files or checkpoints: :class:`minippo.rlhf.run.trainer.PPOTrainer` calls
+:func:`collect_experience` and :func:`ppo_update`, times them, saves checkpoints and writes the metrics
+(their names and definitions: :mod:`minippo.rlhf.metrics`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from minippo.checks import check_finite_values
+from minippo.nn.gpt import TinyGPT
+from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
+from minippo.rl.gae import gae
+from minippo.rl.group_advantages import batch_mean_advantages, grpo_advantages, grpo_kl_loss, rloo_advantages
+from minippo.rl.losses import (clipped_policy_loss, clipped_value_loss, entropy_backward, entropy_from_logits,
+                               kl_exact_from_logits, logprobs_backward, logprobs_from_logits, value_loss)
+from minippo.rl.masked import explained_variance, masked_mean, masked_whiten
+from minippo.rlhf.critic import ValueNorm, init_bias_to_mean_score
+from minippo.rlhf.data.corpus import sample_prompts
+from minippo.rlhf.data.batches import lm_batch
+from minippo.rlhf.data.gold import gold_scores
+from minippo.rlhf.generate import encode_prompts, generate
+from minippo.rlhf.ppo_config import PPOConfig
+from minippo.rlhf.rewards import has_eos, per_token_rewards, sequence_scores, whiten_rewards
+from minippo.rlhf.rollout import Rollout, minibatches
+from minippo.rlhf.metrics import rollout_metrics, update_metrics
+
+
+@dataclass
+class PPOState:
+    """Everything one iteration reads and changes (``PPOTrainer`` builds, saves and restores it)."""
+
+    actor: TinyGPT                  # pi_theta, trained; starts as a copy of the SFT policy
+    ref: TinyGPT                    # pi_ref, the frozen SFT policy
+    critic: TinyGPT | None          # V_phi when cfg.critic == "separate"; "shared" uses the actor's scalar head
+    reward_model: object            # RewardModel, frozen: .score(sequences, attn_mask) -> (B,)
+    tokenizer: object
+    opt_actor: AdamW
+    opt_critic: AdamW | None        # over critic.params (None unless the critic is separate)
+    kl_ctl: object                  # beta's controller: .value, .update(kl, n_steps)
+    value_norm: ValueNorm           # the identity unless cfg.value_norm
+    rng: np.random.Generator        # prompts, sampling, minibatch shuffles, PPO-ptx batches
+    iteration: int = 0
+    ptx_sequences: list | None = None   # corpus sentences <bos> ids <eos> for PPO-ptx
+
+    def value_head(self, cfg: PPOConfig) -> dict | None:
+        """The parameters holding ``scalar_head.w|b`` of the critic (None without a critic)."""
+        return {"separate": getattr(self.critic, "params", None), "shared": self.actor.params}.get(cfg.critic)
+
+
+def ppo_iteration(state: PPOState, cfg: PPOConfig) -> tuple[Rollout, dict]:
+    """One iteration: steps 1-4 then 5-6 of the module docstring; returns the rollout and its metrics."""
+    rollout, record = collect_experience(state, cfg)
+    record.update(ppo_update(state, rollout, cfg))
+    return rollout, record
+
+
+# ----------------------------------------------------------------------------------------------
+# steps 1-4: sample, score with the four models, per-token rewards, advantages
+# ----------------------------------------------------------------------------------------------
+
+def forward_response(model, sequences, attn_mask, prompt_len: int, *, scalar: bool = False):
+    """``(logits (B, Tn, V), values (B, Tn) or None, cache)`` of ``model`` at the columns that predict the
+    response tokens (Tp - 1 .. T - 2, see the module docstring); the last token is never an input."""
+    logits, values, cache = model.forward(sequences[:, :-1], attn_mask[:, :-1], scalar=scalar)   # (B, T-1, V)
+    cols = slice(prompt_len - 1, None)
+    return logits[:, cols], (values[:, cols] if scalar else None), (cache, prompt_len, logits.shape)
+
+
+def response_logprobs(model, sequences, attn_mask, response, prompt_len: int, temperature: float = 1.0):
+    """(B, Tn) ``log_softmax(logits / temperature)`` of ``model`` at the response tokens (padding columns hold
+    meaningless finite numbers: multiply by the response mask)."""
+    logits, _, _ = forward_response(model, sequences, attn_mask, prompt_len)
+    return logprobs_from_logits(logits, response, temperature)[0]
+
+
+def backward_response(model, cache, dlogits=None, dvalues=None, *, scalar_into_trunk: bool = True) -> dict:
+    """Parameter gradients from d loss / d logits (B, Tn, V) and / or d loss / d values (B, Tn) given at the
+    response columns: zeros go to the prompt columns, then ``TinyGPT.backward``."""
+    model_cache, prompt_len, (B, Tm1, V) = cache
+    cols = slice(prompt_len - 1, None)
+    full_dlogits = full_dvalues = None
+    if dlogits is not None:
+        full_dlogits = np.zeros((B, Tm1, V), dtype=dlogits.dtype)        # (B, T-1, V)
+        full_dlogits[:, cols] = dlogits
+    if dvalues is not None:
+        full_dvalues = np.zeros((B, Tm1), dtype=dvalues.dtype)           # (B, T-1)
+        full_dvalues[:, cols] = dvalues
+    return model.backward(model_cache, dlogits=full_dlogits, dscalar=full_dvalues,
+                          scalar_into_trunk=scalar_into_trunk)
+
+
+def collect_experience(state: PPOState, cfg: PPOConfig, prompts: list[str] | None = None) -> tuple[Rollout, dict]:
+    """Steps 1-4 on ``prompts`` (default: ``cfg.num_prompts`` drawn with ``state.rng``): a filled
+    :class:`Rollout` (logp, logp_ref, values, scores, rewards, adv, returns) and the rollout's metrics."""
+    if prompts is None:
+        prompts = sample_prompts(cfg.num_prompts, seed=state.rng)
+    ro, logits, ref_logits = sample_and_score(state, cfg, prompts)                 # steps 1-2
+    if state.iteration == 0 and cfg.critic_bias_init == "mean_score" and cfg.critic != "none":
+        # start the critic at the mean score: shift its head's bias, and the stored values with it
+        delta = init_bias_to_mean_score(state.value_head(cfg), state.value_norm, ro.values, ro.scores,
+                                        ro.response_mask)
+        ro.values = (ro.values + delta) * ro.response_mask
+    kl_coef = state.kl_ctl.value
+    compute_rewards(ro, cfg, kl_coef)                                              # step 3
+    ro.adv, ro.returns = advantages(ro, cfg)                                       # step 4
+    state.value_norm.update(ro.returns, ro.response_mask, state.value_head(cfg))
+    record = rollout_metrics(ro, gold_scores(state.tokenizer.decode_batch(ro.sequences)))
+    record["val/explained_variance"] = explained_variance(ro.values, ro.returns, ro.response_mask)
+    record["kl_coef"] = kl_coef
+    if cfg.log_exact_kl:
+        per_token = kl_exact_from_logits(logits, ref_logits, cfg.temperature)                      # (B, Tn)
+        record["objective/kl_exact"] = float(np.mean((per_token * ro.response_mask).sum(axis=1)))
+    return ro, record
+
+
+def sample_and_score(state: PPOState, cfg: PPOConfig, prompts: list[str]):
+    """Steps 1-2: sample ``cfg.samples_per_prompt`` responses per prompt, then the four models' forward passes.
+    Returns ``(rollout, logits, ref_logits)``: the rollout without rewards, the actor's and the reference's
+    logits at the response columns (B, Tn, V)."""
+    # 1. sample: each prompt samples_per_prompt times, with the actor's KV cache
+    n = cfg.samples_per_prompt
+    prompt_ids, prompt_mask = encode_prompts(state.tokenizer, [p for p in prompts for _ in range(n)])   # (B, Tp)
+    gen = generate(state.actor, prompt_ids, prompt_mask, max_new_tokens=cfg.max_new_tokens, rng=state.rng,
+                   temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
+                   eos_id=state.tokenizer.eos_id, pad_id=state.tokenizer.pad_id)
+    seqs, attn, Tp, mask = gen.sequences, gen.attn_mask, gen.prompt_len, gen.response_mask
+    # 2. score. logp_old: one full forward pass of the actor (what the update recomputes), not the sampler's
+    logits, head, _ = forward_response(state.actor, seqs, attn, Tp, scalar=cfg.critic == "shared")  # (B, Tn, V)
+    logp, _ = logprobs_from_logits(logits, gen.response, cfg.temperature)                          # (B, Tn)
+    ref_logits, _, _ = forward_response(state.ref, seqs, attn, Tp)
+    logp_ref, _ = logprobs_from_logits(ref_logits, gen.response, cfg.temperature)                  # (B, Tn)
+    if cfg.critic == "separate":
+        _, head, _ = forward_response(state.critic, seqs, attn, Tp, scalar=True)                    # (B, Tn)
+    values = (state.value_norm.denormalise(head) if cfg.critic != "none"
+              else np.zeros(mask.shape, dtype=np.float64))                                          # V(s_t)
+    rm_scores = state.reward_model.score(seqs, attn)                                                # (B,)
+    ended = has_eos(gen.response, mask, state.tokenizer.eos_id)                                     # (B,)
+    scores = sequence_scores(rm_scores, ended, gen.lengths, missing_eos_penalty=cfg.missing_eos_penalty,
+                             length_penalty=cfg.length_penalty, length_bonus=cfg.length_bonus,
+                             length_norm_alpha=cfg.length_norm_alpha, score_clip=cfg.score_clip)   # (B,)
+    check_finite_values({"objective/scores": float(np.sum(scores)), "val/values_avg": float(np.sum(values))},
+                        f"at iteration {state.iteration} (rollout)")
+    ro = Rollout(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response=gen.response, response_mask=mask,
+                 prompt_index=np.repeat(np.arange(len(prompts)), n), logp=logp, logp_ref=logp_ref,
+                 values=values, rm_scores=rm_scores, scores=scores, ended=ended, gen_logp=gen.logp)
+    return ro, logits, ref_logits
+
+
+def compute_rewards(ro: Rollout, cfg: PPOConfig, kl_coef: float) -> Rollout:
+    """Step 3, in place: ``ro.rewards`` = -beta kl_t on every valid token plus the score on the last one
+    (or spread, ``cfg.reward_shaping``), whitened if ``cfg.whiten_rewards``; ``ro.kl``, ``ro.non_score_reward``."""
+    ro.rewards, ro.kl, ro.non_score_reward = per_token_rewards(
+        ro.scores, ro.logp, ro.logp_ref, ro.response_mask, kl_coef, kl_kind=cfg.kl_ref_estimator,
+        shaping=cfg.reward_shaping)
+    if cfg.whiten_rewards:
+        ro.rewards = whiten_rewards(ro.rewards, ro.response_mask)
+    return ro
+
+
+def advantages(ro: Rollout, cfg: PPOConfig):
+    """``(adv, returns)`` (B, Tn), 0 on padding, of ``cfg.advantage_estimator``.
+
+    ``"gae"``: GAE-lambda on the per-token rewards and the critic's values (the value after a response's
+    last token is 0), whitened over the batch's valid tokens when ``cfg.whiten_advantages``. The
+    critic-free estimators give each response ONE advantage from the scores of the other responses to
+    its prompt (rows of one prompt are contiguous), on all its tokens, and are NOT whitened again: GRPO's
+    are normalised per group already, Dr. GRPO drops the std on purpose, RLOO / REINFORCE keep the
+    score's units (and whitening over tokens would shift a group's zero-mean advantages by a
+    length-weighted constant)."""
+    mask = ro.response_mask
+    if cfg.advantage_estimator == "gae":
+        adv, returns = gae(ro.rewards, ro.values, mask, gamma=cfg.gamma, lam=cfg.lam)
+        if cfg.whiten_advantages:
+            adv = masked_whiten(adv, mask)
+        return adv, returns
+    s = ro.sequence_returns                                   # (B,) each response's whole return
+    n = cfg.samples_per_prompt
+    if cfg.advantage_estimator == "grpo":                     # (s - mean_g s) / (std_g s + eps)  Shao et al. 2024
+        adv = grpo_advantages(s, n, mask)
+    elif cfg.advantage_estimator == "dr_grpo":                # s - mean_g s                     Liu et al. 2025
+        adv = grpo_advantages(s, n, mask, scale=False)
+    elif cfg.advantage_estimator == "rloo":                   # s - mean of the other n - 1      Ahmadian et al. 2024
+        adv = rloo_advantages(s, n, mask)
+    else:                                                     # "reinforce": s - mean of the batch
+        adv = batch_mean_advantages(s, mask)
+    adv = adv.astype(np.float64)
+    return adv, (adv + ro.values) * mask
+
+
+# ----------------------------------------------------------------------------------------------
+# steps 5-6: K epochs x minibatches of eq. (9), then the KL controller
+# ----------------------------------------------------------------------------------------------
+
+def minibatch_loss_and_grads(state: PPOState, mb: Rollout, cfg: PPOConfig, ptx_batch=None):
+    """Loss terms, statistics and gradients of one minibatch (nothing is updated)::
+
+        logp   = log_softmax(logits / T)[response]            the same temperature as the rollout
+        L_pi   = -mean(min(r A, clip(r, 1-eps, 1+eps) A))      L^CLIP, eq. (7), as a loss; r = exp(logp - logp_old)
+        L_V    = 0.5 mean(max((V - R)^2, (V_clip - R)^2))      value loss (unclipped without cfg.value_clip)
+        S      = mean(H[pi(.|s_t)])                            entropy bonus
+        loss   = L_pi + c1 L_V - c2 S                          eq. (9), signs for minimisation
+               + ptx_coef * L_LM(corpus)                       PPO-ptx, InstructGPT eq. (2)
+               + kl_ref_loss_coef * mean(k3(pi, pi_ref))       KL as a loss (GRPO), optional
+
+    Returns ``(terms, stats, grads_actor, grads_critic)``: loss terms (floats), ``approx_kl`` / ``clipfrac``
+    / ratio statistics / ``vf_clipfrac`` / ``entropy``, and gradient dicts like the parameters."""
+    seqs, attn, Tp, mask = mb.sequences, mb.attn_mask, mb.prompt_len, mb.response_mask
+    logits, head, cache = forward_response(state.actor, seqs, attn, Tp, scalar=cfg.critic == "shared")
+    # the policy: new log-probs, the clipped surrogate, the entropy bonus
+    logp, c_logp = logprobs_from_logits(logits, mb.response, cfg.temperature)                  # (B, Tn)
+    pg_loss, dlogp, pstats = clipped_policy_loss(logp, mb.logp.astype(logp.dtype), mb.adv.astype(logp.dtype),
+                                                 mask, cfg.clip_eps)
+    ent, c_ent = entropy_from_logits(logits, cfg.temperature)                                  # (B, Tn)
+    ent_mean = masked_mean(ent, mask)
+    terms = {"loss/policy": pg_loss, "loss/entropy": -ent_mean, "loss/kl": 0.0, "loss/ptx": 0.0, "loss/value": 0.0}
+    if cfg.kl_ref_loss_coef > 0:
+        # KL(pi || pi_ref) as a loss: kl_ref_loss_coef * mean(k3), gradient 1 - pi_ref / pi per token
+        _, dkl, kstats = grpo_kl_loss(logp, mb.logp_ref.astype(logp.dtype), mask, cfg.kl_ref_loss_coef)
+        terms["loss/kl"] = kstats["kl"]
+        dlogp = dlogp + dkl
+    dlogits = logprobs_backward(dlogp.astype(logits.dtype), c_logp)                            # (B, Tn, V)
+    if cfg.ent_coef > 0:
+        # -c2 mean(H): d/dH = -c2 / n on each valid token
+        dent = (-cfg.ent_coef * (mask != 0) / max(int(mask.sum()), 1)).astype(logits.dtype)   # (B, Tn)
+        dlogits += entropy_backward(dent, c_ent)
+    # the critic: the (clipped) squared error, in the head's (possibly normalised) units
+    dhead, vf_clipfrac, grads_critic = None, 0.0, {}
+    if cfg.critic != "none":
+        if cfg.critic == "separate":
+            _, head, c_cache = forward_response(state.critic, seqs, attn, Tp, scalar=True)     # (B, Tn)
+        h64 = head.astype(np.float64)
+        returns, values_old = state.value_norm.normalise(mb.returns), state.value_norm.normalise(mb.values)
+        if cfg.value_clip:
+            vf_loss, dh, vstats = clipped_value_loss(h64, values_old, returns, mask, cfg.clip_eps_value)
+        else:
+            vf_loss, dh, vstats = value_loss(h64, returns, mask)
+        terms["loss/value"], vf_clipfrac = vf_loss, vstats["vf_clipfrac"]
+        dhead = (cfg.vf_coef * dh).astype(head.dtype)
+        if cfg.critic == "separate":
+            grads_critic = backward_response(state.critic, c_cache, dvalues=dhead)
+            dhead = None
+    # both heads' gradients into the actor's trunk in one backward pass (the value head's only if shared)
+    grads_actor = backward_response(state.actor, cache, dlogits=dlogits, dvalues=dhead,
+                                    scalar_into_trunk=not (cfg.critic == "shared" and cfg.shared_stop_gradient))
+    if ptx_batch is not None:
+        # PPO-ptx: the SFT language-model loss on corpus text, its gradient added with weight ptx_coef
+        terms["loss/ptx"], g_ptx = state.actor.lm_loss_and_grads(*ptx_batch)
+        for k, g in g_ptx.items():
+            grads_actor[k] += g.dtype.type(cfg.ptx_coef) * g
+    terms["loss/total"] = (terms["loss/policy"] + cfg.vf_coef * terms["loss/value"] - cfg.ent_coef * ent_mean
+                           + cfg.ptx_coef * terms["loss/ptx"] + cfg.kl_ref_loss_coef * terms["loss/kl"])
+    stats = {"approx_kl": pstats["approx_kl"], "clipfrac": pstats["clipfrac"], "ratio_mean": pstats["ratio_mean"],
+             "ratio_min": pstats["ratio_min"], "ratio_max": pstats["ratio_max"], "vf_clipfrac": vf_clipfrac,
+             "entropy": ent_mean}
+    return {k: float(v) for k, v in terms.items()}, stats, grads_actor, grads_critic
+
+
+def ppo_update(state: PPOState, ro: Rollout, cfg: PPOConfig) -> dict:
+    """Steps 5-6: ``cfg.update_epochs`` passes over ``ro`` in minibatches, then beta's update; the metrics.
+
+    Control flow: the update stops (that minibatch not applied, nor any after it) when a minibatch's approx
+    KL (k3 of pi_old vs pi, measured before its step) exceeds ``cfg.kl_old_target``, and
+    ``early_stop_epoch`` records the epoch; a minibatch whose mean ratio exceeds ``cfg.ratio_threshold``
+    is skipped (TRL). A non-finite loss or gradient norm raises ``ValueError`` naming it (the NaN guard:
+    nothing is applied after it)."""
+    it = state.iteration
+    schedule = dict(warmup_steps=cfg.warmup_iterations, schedule=cfg.lr_schedule)
+    lr = lr_at(it, cfg.iterations, cfg.lr, **schedule)
+    critic_lr = lr_at(it, cfg.iterations, cfg.lr if cfg.critic_lr is None else cfg.critic_lr, **schedule)
+    history, early_stop, skipped = [], None, 0
+    for epoch in range(cfg.update_epochs):
+        for idx in minibatches(ro.batch_size, cfg.minibatch_size, state.rng):
+            ptx_batch = None
+            if cfg.ptx_coef > 0:      # ptx_batch_size corpus sentences, drawn with the same rng
+                pick = state.rng.integers(0, len(state.ptx_sequences), size=cfg.ptx_batch_size)
+                ptx_batch = lm_batch([state.ptx_sequences[i] for i in pick], state.tokenizer.pad_id)
+            terms, stats, g_actor, g_critic = minibatch_loss_and_grads(state, ro.take(idx), cfg, ptx_batch)
+            check_finite_values(terms, f"at iteration {it}, epoch {epoch}")
+            history.append({**terms, **stats, "grad_norm": None})
+            if cfg.kl_old_target is not None and stats["approx_kl"] > cfg.kl_old_target:
+                early_stop = epoch                       # this minibatch is not applied, nor any after it
+                break
+            if cfg.ratio_threshold is not None and stats["ratio_mean"] > cfg.ratio_threshold:
+                skipped += 1                             # a minibatch whose policy has drifted too far
+                continue
+            # one global norm over actor and critic, then an AdamW step for each
+            norm = clip_grad_norm({**{"actor." + k: g for k, g in g_actor.items()},
+                                   **{"critic." + k: g for k, g in g_critic.items()}}, cfg.max_grad_norm)
+            check_finite_values({"policy/grad_norm": norm}, f"at iteration {it}, epoch {epoch}")
+            history[-1]["grad_norm"] = norm
+            state.opt_actor.step(g_actor, lr=lr)
+            if state.opt_critic is not None:
+                state.opt_critic.step(g_critic, lr=critic_lr)
+        if early_stop is not None:
+            break
+    record = update_metrics(history, early_stop=early_stop, skipped=skipped)
+    record["lr"] = lr
+    # 6. beta for the next iteration, from this rollout's KL per response (objective/kl)
+    state.kl_ctl.update(float(ro.kl.sum(axis=1).mean()), n_steps=cfg.batch_size)
+    state.iteration = it + 1
+    return record

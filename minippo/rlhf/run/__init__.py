@@ -1,0 +1,10 @@
+"""The run plumbing of the RLHF pipeline, apart from the algorithm (minippo.rlhf.ppo is one iteration).
+
+    trainer.py      PPOTrainer: builds the four models, runs iterations, times them, NaN guard,
+                    checkpoints and resume, the metrics file (``minippo ppo``'s engine)
+    ppo_cli.py      the ``minippo ppo`` command (every PPOConfig field a flag)
+    pipeline.py     the main job ``minippo rlhf``: SFT -> reward model -> PPO -> evaluation, cached stages
+    checkpoint.py   a model folder (safetensors + JSON + tokenizer), saved atomically; ``load_model``
+    evaluate.py     judging a policy on fixed prompts: gold, RM, KL; samples.md
+    plots.py        the run's curves (figures/ppo_curves.png)
+"""

@@ -1,0 +1,259 @@
+"""Stage 3's run plumbing around :mod:`minippo.rlhf.ppo`: the four models, timing, NaN guard, checkpoints, resume.
+
+Legend: B batch (responses), Tn response tokens.
+
+:class:`PPOTrainer` builds the :class:`~minippo.rlhf.ppo.PPOState` (actor = a copy of the SFT policy, the
+reference = a frozen copy, the critic of ``cfg.critic``, the reward model, two AdamW, the KL controller, one
+``np.random.Generator``) and runs iterations: each :meth:`PPOTrainer.step` calls the two halves of
+:func:`minippo.rlhf.ppo.ppo_iteration` (``collect_experience``, ``ppo_update``), timing each, and then
+writes the metrics record and, every ``checkpoint_every`` iterations, a checkpoint.
+
+Run folder (``out_dir``)::
+
+    config.json      the PPOConfig
+    metrics.jsonl    one record per iteration (names: minippo.rlhf.metrics.GLOSSARY)
+    checkpoint/      every ``checkpoint_every`` iterations and at the end, atomically: actor and critic
+                     weights and AdamW moments (safetensors), config, iteration, KL-controller state,
+                     value-normalisation statistics and the RNG state (JSON); ``resume=True`` continues from
+                     it and the metrics then equal an uninterrupted run's (tested, timing entries aside)
+    policy/          the final actor + tokenizer (``load_model``), for evaluation and later stages
+    rollouts/        per-token dumps ``iter_NNNN.npz`` when ``dump_rollouts``
+
+The NaN guard: a non-finite score, value, loss or gradient norm raises ``ValueError`` naming the metric,
+the iteration and what is on disk (the last good checkpoint, or that none was written yet); nothing
+computed after it is applied.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from minippo.blas import single_blas_thread
+from minippo.io import (MetricsWriter, atomic_write_text, has_checkpoint, load_checkpoint, rng_from_state,
+                        rng_state, save_checkpoint)
+from minippo.nn.gpt import TinyGPT
+from minippo.nn.optim import AdamW
+from minippo.rl.kl_control import AdaptiveKLController, FixedKLController, PPOPaperKLController
+from minippo.rlhf import ppo
+from minippo.rlhf.critic import ValueNorm, build_critic
+from minippo.rlhf.data.corpus import generate_corpus
+from minippo.rlhf.data.batches import encode_sequences, split_corpus
+from minippo.rlhf.ppo_config import PPOConfig
+from minippo.rlhf.reward_model import RewardModel
+from minippo.rlhf.rm_train import load_sft
+from minippo.rlhf.run.checkpoint import save_model
+
+CHECKPOINT_FORMAT = "minippo.ppo/2"
+
+
+def make_kl_controller(cfg: PPOConfig):
+    """The controller of the reward's beta chosen by ``cfg.kl_ref_controller`` (minippo.rl.kl_control)."""
+    if cfg.kl_ref_controller == "fixed":
+        return FixedKLController(cfg.kl_ref_coef)
+    if cfg.kl_ref_controller == "ppo_paper":
+        return PPOPaperKLController(cfg.kl_ref_coef, d_targ=cfg.kl_ref_target)
+    return AdaptiveKLController(cfg.kl_ref_coef, target=cfg.kl_ref_target, horizon=cfg.kl_ref_horizon)
+
+
+class PPOTrainer:
+    """RLHF-PPO with actor, critic, reference and reward model; see the module docstring.
+
+    Parameters
+    ----------
+    cfg : PPOConfig
+    sft_model : TinyGPT, the SFT policy: the actor starts as a copy, the reference IS a frozen copy
+    reward_model : RewardModel (frozen; its normalised ``score``)
+    tokenizer : Tokenizer
+    out_dir : run folder for metrics, checkpoints and the final policy (None: nothing is written)
+    resume : continue from ``out_dir/checkpoint`` when it exists (its config must equal ``cfg`` up
+        to ``iterations``)
+    ptx_sequences : list of int64 arrays ``<bos> ids <eos>`` (corpus text) for PPO-ptx, or None
+
+    ``state`` is the :class:`~minippo.rlhf.ppo.PPOState`; ``last_rollout`` the last iteration's experience
+    and ``first_minibatch`` its update's first-minibatch ratio statistics (the lr = 0 check).
+    """
+
+    def __init__(self, cfg: PPOConfig, sft_model: TinyGPT, reward_model, tokenizer, *, out_dir=None,
+                 resume: bool = False, ptx_sequences=None):
+        if not isinstance(cfg, PPOConfig):
+            raise ValueError(f"`cfg` must be a PPOConfig, got {type(cfg).__name__}")
+        if not isinstance(sft_model, TinyGPT):
+            raise ValueError(f"`sft_model` must be a TinyGPT, got {type(sft_model).__name__}")
+        if cfg.ptx_coef > 0 and not ptx_sequences:
+            raise ValueError("`ptx_sequences` must hold corpus sequences when `cfg.ptx_coef` > 0 (PPO-ptx)")
+        self.cfg = cfg
+        actor = sft_model.copy()
+        critic = build_critic(cfg, sft_model, reward_model)
+        b1, b2 = cfg.adam_betas
+        opt = dict(betas=(b1, b2), eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+        self.state = ppo.PPOState(
+            actor=actor, ref=sft_model.copy(), critic=critic, reward_model=reward_model, tokenizer=tokenizer,
+            opt_actor=AdamW(actor.params, lr=cfg.lr, **opt),
+            opt_critic=None if critic is None else AdamW(critic.params, lr=cfg.lr if cfg.critic_lr is None else cfg.critic_lr,
+                                                               **opt),
+            kl_ctl=make_kl_controller(cfg), value_norm=ValueNorm(cfg.value_norm),
+            rng=np.random.default_rng(cfg.seed), ptx_sequences=ptx_sequences)
+        self.last_rollout, self.first_minibatch = None, None
+        self.out_dir = None if out_dir is None else Path(out_dir)
+        self.metrics, self.last_saved = None, None
+        if self.out_dir is not None:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            if resume and has_checkpoint(self.out_dir / "checkpoint"):
+                self.load(self.out_dir / "checkpoint")
+                self.metrics = MetricsWriter(self.out_dir / "metrics.jsonl", append=True)
+                self.metrics.truncate_after("iteration", self.iteration - 1)
+            else:
+                atomic_write_text(self.out_dir / "config.json", json.dumps(cfg.to_dict(), indent=1))
+                self.metrics = MetricsWriter(self.out_dir / "metrics.jsonl")
+
+    @property
+    def actor(self) -> TinyGPT:
+        return self.state.actor
+
+    @property
+    def iteration(self) -> int:
+        return self.state.iteration
+
+    # ---- one iteration ------------------------------------------------------------------------
+    def _on_disk(self) -> str:
+        """What a stopped run leaves: the last good checkpoint, or that there is none."""
+        if self.last_saved is not None:
+            return f"the last good checkpoint (iteration {self.last_saved}) is kept in {self.out_dir / 'checkpoint'}"
+        return "no checkpoint had been written yet"
+
+    def step(self, callback=None) -> dict:
+        """Run one iteration; returns its metrics record (also written to ``metrics.jsonl``)."""
+        cfg, it = self.cfg, self.iteration
+        t0, c0 = time.perf_counter(), time.process_time()
+        try:
+            with single_blas_thread():      # small matrices: one BLAS thread is faster and deterministic
+                rollout, record = ppo.collect_experience(self.state, cfg)
+                t1, c1 = time.perf_counter(), time.process_time()
+                record.update(ppo.ppo_update(self.state, rollout, cfg))
+                t2, c2 = time.perf_counter(), time.process_time()
+        except ValueError as exc:           # the NaN guard, or bad data: say what is kept on disk
+            raise ValueError(f"{exc}: training stopped at iteration {it}; {self._on_disk()}") from exc
+        self.first_minibatch = record.pop("first_minibatch")
+        record.update({"iteration": it, "episode": (it + 1) * cfg.batch_size,
+                       "time/rollout": t1 - t0, "time/update": t2 - t1, "time/iteration": t2 - t0,
+                       "time/cpu_rollout": c1 - c0, "time/cpu_update": c2 - c1})
+        self.last_rollout = rollout
+        if self.out_dir is not None:
+            # the record first, then the checkpoint: a checkpoint never exists without its iteration's record
+            self.metrics.write(record)
+            if cfg.dump_rollouts:
+                rollout.save_npz(self.out_dir / "rollouts" / f"iter_{it:04d}.npz")
+            if self.iteration % cfg.checkpoint_every == 0 or self.iteration == cfg.iterations:
+                self.save(self.out_dir / "checkpoint")
+        if callback is not None:
+            with single_blas_thread():       # callbacks run forward passes of the same small models
+                callback(self, rollout, record)
+        return record
+
+    def train(self, until: int | None = None, *, progress: bool = False, callback=None) -> list[dict]:
+        """Run iterations up to ``until`` (default ``cfg.iterations``); returns their metrics records.
+
+        ``callback(trainer, rollout, record)`` is called after every iteration. At the end the policy is
+        saved to ``out_dir/policy`` (when the run is complete).
+        """
+        from tqdm.auto import tqdm   # lazy: tqdm.auto is slow to import, and only training needs it
+
+        until = self.cfg.iterations if until is None else min(int(until), self.cfg.iterations)
+        records = []
+        bar = tqdm(range(self.iteration, until), initial=self.iteration, total=self.cfg.iterations, desc="ppo",
+                   disable=not progress, dynamic_ncols=True)
+        for _ in bar:
+            r = self.step(callback)
+            records.append(r)
+            bar.set_postfix(score=f"{r['objective/scores']:+.2f}", gold=f"{r['gold/score']:+.2f}",
+                            kl=f"{r['objective/kl']:.2f}")
+        bar.close()
+        if self.out_dir is not None and self.iteration == self.cfg.iterations:
+            save_model(self.out_dir / "policy", self.actor, tokenizer=self.state.tokenizer,
+                       extra_state={"ppo_config": self.cfg.to_dict(), "iteration": self.iteration})
+        return records
+
+    # ---- checkpoints --------------------------------------------------------------------------
+    def save(self, directory) -> Path:
+        """Write everything needed to continue bitwise (see the module docstring), atomically."""
+        s = self.state
+        arrays = {"actor/" + k: v for k, v in s.actor.params.items()}
+        a_moments, a_scalars = s.opt_actor.state_dict()
+        arrays.update({"opt_actor/" + k: v for k, v in a_moments.items()})
+        state = {"format": CHECKPOINT_FORMAT, "ppo_config": self.cfg.to_dict(), "iteration": s.iteration,
+                 "opt_actor": a_scalars, "kl_coef": s.kl_ctl.value, "rng": rng_state(s.rng),
+                 "value_norm": s.value_norm.state_dict(), "gpt_config": s.actor.cfg.to_dict()}
+        if s.critic is not None:
+            arrays.update({"critic/" + k: v for k, v in s.critic.params.items()})
+            c_moments, state["opt_critic"] = s.opt_critic.state_dict()
+            arrays.update({"opt_critic/" + k: v for k, v in c_moments.items()})
+        path = save_checkpoint(directory, arrays, state)
+        self.last_saved = s.iteration
+        return path
+
+    def load(self, directory) -> None:
+        """Restore a checkpoint written by :meth:`save` (the config must match up to ``iterations``)."""
+        arrays, state = load_checkpoint(directory)
+        if state.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"`directory` {directory} does not hold a PPO checkpoint of format {CHECKPOINT_FORMAT}")
+        saved = {k: v for k, v in state["ppo_config"].items() if k != "iterations"}
+        given = {k: v for k, v in self.cfg.to_dict().items() if k != "iterations"}
+        differ = {k: (saved.get(k), given[k]) for k in given if saved.get(k) != given[k]}
+        if differ:
+            raise ValueError(f"`cfg` differs from the run being resumed (saved, given): {differ}")
+        s = self.state
+        for name, p in s.actor.params.items():              # in place: the optimizer holds these arrays
+            p[...] = arrays["actor/" + name]
+        s.opt_actor.load_state_dict({k[len("opt_actor/"):]: v for k, v in arrays.items()
+                                     if k.startswith("opt_actor/")}, state["opt_actor"])
+        if s.critic is not None:
+            for name, p in s.critic.params.items():
+                p[...] = arrays["critic/" + name]
+            s.opt_critic.load_state_dict({k[len("opt_critic/"):]: v for k, v in arrays.items()
+                                          if k.startswith("opt_critic/")}, state["opt_critic"])
+        s.value_norm = ValueNorm.from_state(state["value_norm"])
+        s.kl_ctl.value = float(state["kl_coef"])
+        s.rng = rng_from_state(state["rng"])
+        s.iteration = int(state["iteration"])
+        self.last_saved = s.iteration
+
+
+# ----------------------------------------------------------------------------------------------
+# running the stage from the previous stages' folders
+# ----------------------------------------------------------------------------------------------
+
+def load_stages(sft_dir, rm_dir):
+    """``(sft_model, tokenizer, reward_model, sft_state)`` from an SFT run folder (or its ``model/``) and
+    a reward-model run folder (or its ``model/``)."""
+    sft_model, tokenizer, sft_state = load_sft(sft_dir)
+    rm_folder = Path(rm_dir) / "model" if has_checkpoint(Path(rm_dir) / "model") else Path(rm_dir)
+    reward_model, _ = RewardModel.load(rm_folder)
+    return sft_model, tokenizer, reward_model, sft_state
+
+
+def sft_training_sequences(sft_state: dict, tokenizer, split: str = "train") -> list:
+    """The SFT run's own training sentences as ``<bos> ids <eos>`` arrays (the PPO-ptx "pretraining" data),
+    regenerated from the SFT config saved with the model (same corpus seed, same split).
+
+    ``split="heldout"``: the SFT run's held-out sentences instead (never trained on by SFT nor by PPO-ptx):
+    the corpus on which lesson 18 measures the alignment tax.
+    """
+    from minippo.checks import check_choice
+
+    check_choice("split", split, ("train", "heldout"))
+    c = sft_state["sft_config"]
+    train_texts, held_texts = split_corpus(generate_corpus(c["corpus_size"], seed=c["seed"]), c["heldout_frac"])
+    return encode_sequences(tokenizer, train_texts if split == "train" else held_texts, c["block_size"])[0]
+
+
+def run_ppo(cfg: PPOConfig, sft_dir, rm_dir, out_dir, *, resume: bool = False, progress: bool = True,
+            callback=None) -> PPOTrainer:
+    """Stage 3 from the saved SFT and reward-model folders into ``out_dir``; returns the finished trainer."""
+    sft_model, tokenizer, reward_model, sft_state = load_stages(sft_dir, rm_dir)
+    ptx = sft_training_sequences(sft_state, tokenizer) if cfg.ptx_coef > 0 else None
+    trainer = PPOTrainer(cfg, sft_model, reward_model, tokenizer, out_dir=out_dir, resume=resume, ptx_sequences=ptx)
+    trainer.train(progress=progress, callback=callback)
+    return trainer
