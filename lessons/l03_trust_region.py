@@ -98,7 +98,7 @@ def take_step(method, knob, bandit, W0, batch, rng):
         return W0 + knob * reinforce_gradient(bandit, W0, s, a, adv)          # g of eq. (1), A = adv
     if method == "TRPO":
         return trpo_step(bandit, W0, s, a, adv, max_kl=knob)[0]
-    cfg = BanditPPOConfig(objective="clip", epochs=10, minibatch_size=32, batch_size=len(s), lr=knob,
+    cfg = BanditPPOConfig(objective="clip", update_epochs=10, minibatch_size=32, batch_size=len(s), lr=knob,
                           clip_eps=0.2, critic="none", vf_coef=0.0)
     params = {"W": W0.copy(), "values": np.zeros(bandit.n_states)}
     ppo_update(bandit, params, AdamW(params, lr=knob, weight_decay=0.0), batch, cfg, rng)

@@ -56,12 +56,12 @@ EARLY = 10                                          # "after 10 iterations" in p
 
 def configs() -> dict:
     """name -> BanditPPOConfig of every run of the lesson."""
-    common = dict(batch_size=256, minibatch_size=64, epochs=4, lr=0.1, critic="table", vf_coef=0.5)
+    common = dict(batch_size=256, minibatch_size=64, update_epochs=4, lr=0.1, critic="table", vf_coef=0.5)
     out = {"clip": BanditPPOConfig(objective="clip", clip_eps=0.2, **common)}
     for b in INIT_BETAS:
-        out[f"adaptive beta0={b:g}"] = BanditPPOConfig(objective="penalty", kl_coef=b, kl_target=D_TARG, **common)
+        out[f"adaptive beta0={b:g}"] = BanditPPOConfig(objective="penalty", kl_old_coef=b, kl_old_target=D_TARG, **common)
     for b in FIXED_BETAS:
-        out[f"fixed beta={b:g}"] = BanditPPOConfig(objective="penalty", kl_coef=b, kl_target=None, **common)
+        out[f"fixed beta={b:g}"] = BanditPPOConfig(objective="penalty", kl_old_coef=b, kl_old_target=None, **common)
     return out
 
 

@@ -75,7 +75,7 @@ def make_task(rng: np.random.Generator, S: int = 8, V: int = 8):
 
 def config(ent_coef: float) -> BanditPPOConfig:
     return BanditPPOConfig(objective="clip", clip_eps=0.2, ent_coef=ent_coef, vf_coef=VF_COEF, critic="table",
-                           lr=0.05, batch_size=128, minibatch_size=64, epochs=4)
+                           lr=0.05, batch_size=128, minibatch_size=64, update_epochs=4)
 
 
 def gradient_terms(bandit, W0, rng, context: int = 0) -> dict:

@@ -257,7 +257,7 @@ class BanditPPOConfig:
     """"clip" (L^CLIP, eq. (7)), "penalty" (L^KLPEN, eq. (8)) or "pg" (L^PG, eq. (2))."""
     batch_size: int = 256
     """one-token episodes per rollout (N), >= 1."""
-    epochs: int = 4
+    update_epochs: int = 4
     """passes over each rollout (K), >= 1; 3-10 in the paper."""
     minibatch_size: int = 64
     """samples per gradient step (M), 1..batch_size."""
@@ -265,30 +265,31 @@ class BanditPPOConfig:
     """Adam step size on W and on the value table, > 0."""
     clip_eps: float = 0.2
     """epsilon of L^CLIP, > 0; 0.1-0.3."""
-    kl_coef: float = 1.0
-    """beta of L^KLPEN (its initial value with the adaptive rule), >= 0."""
-    kl_target: float | None = 0.01
-    """d_targ of the paper's adaptive-beta rule (sec. 4), > 0; None keeps beta fixed."""
+    kl_old_coef: float = 1.0
+    """beta of L^KLPEN, the weight of KL(pi_old || pi) (its initial value with the adaptive rule), >= 0."""
+    kl_old_target: float | None = 0.01
+    """d_targ of the paper's adaptive-beta rule (sec. 4): the target KL(pi_old || pi) of one update, > 0;
+    None keeps beta fixed."""
     vf_coef: float = 0.5
     """c1 of eq. (9), >= 0: weight of the value loss."""
     ent_coef: float = 0.0
     """c2 of eq. (9), >= 0: weight of the entropy bonus."""
     critic: str = "table"
     """baseline V(s) in A = R - V(s): "table" (a learned value per context), "exact" (V^pi) or "none"."""
-    whiten_adv: bool = True
+    whiten_advantages: bool = True
     """whiten the advantages over the batch (mean 0, std 1)."""
 
     def __post_init__(self):
         check_choice("objective", self.objective, ("clip", "penalty", "pg"))
         check_choice("critic", self.critic, ("table", "exact", "none"))
         check_range("batch_size", self.batch_size, 1, None, integer=True)
-        check_range("epochs", self.epochs, 1, None, integer=True)
+        check_range("update_epochs", self.update_epochs, 1, None, integer=True)
         check_range("minibatch_size", self.minibatch_size, 1, self.batch_size, integer=True)
         check_range("lr", self.lr, 0, None, lo_open=True)
         check_range("clip_eps", self.clip_eps, 0, None, lo_open=True)
-        check_range("kl_coef", self.kl_coef, 0, None)
-        if self.kl_target is not None:
-            check_range("kl_target", self.kl_target, 0, None, lo_open=True)
+        check_range("kl_old_coef", self.kl_old_coef, 0, None)
+        if self.kl_old_target is not None:
+            check_range("kl_old_target", self.kl_old_target, 0, None, lo_open=True)
         check_range("vf_coef", self.vf_coef, 0, None)
         check_range("ent_coef", self.ent_coef, 0, None)
 
@@ -336,7 +337,7 @@ def ppo_update(bandit: TokenBandit, params, optimizer: AdamW, batch, cfg: Bandit
     n = len(batch["states"])
     sums: dict[str, float] = {}
     n_steps = 0
-    for _ in range(cfg.epochs):
+    for _ in range(cfg.update_epochs):
         order = rng.permutation(n)
         for start in range(0, n, cfg.minibatch_size):
             idx = order[start:start + cfg.minibatch_size]
@@ -354,7 +355,7 @@ def ppo_train(bandit: TokenBandit, cfg: BanditPPOConfig, n_iters: int, rng: np.r
     """Run ``n_iters`` PPO iterations (rollout -> advantages -> K epochs) on a token bandit.
 
     A one-token episode has no future: GAE (PPO eqs. (11)-(12)) reduces to A = delta = R - V(s),
-    and the value target is R. With ``objective="penalty"`` and a ``kl_target``, beta follows
+    and the value target is R. With ``objective="penalty"`` and a ``kl_old_target``, beta follows
     the paper's adaptive rule (:class:`~minippo.rl.kl_control.PPOPaperKLController`) using the exact
     KL of each update over the batch's contexts.
 
@@ -369,10 +370,10 @@ def ppo_train(bandit: TokenBandit, cfg: BanditPPOConfig, n_iters: int, rng: np.r
     W = bandit.init_params() if W0 is None else np.array(bandit._check_W(W0, "W0"), dtype=np.float64)
     params = {"W": W, "values": np.zeros(bandit.n_states)}
     optimizer = AdamW(params, lr=cfg.lr, weight_decay=0.0)
-    if cfg.objective == "penalty" and cfg.kl_target is not None:
-        controller = PPOPaperKLController(cfg.kl_coef, cfg.kl_target)
+    if cfg.objective == "penalty" and cfg.kl_old_target is not None:
+        controller = PPOPaperKLController(cfg.kl_old_coef, cfg.kl_old_target)
     else:
-        controller = FixedKLController(cfg.kl_coef)
+        controller = FixedKLController(cfg.kl_old_coef)
     best = bandit.rewards.argmax(axis=1)                                       # (S,)
     keys = ("reward", "entropy", "kl", "kl_coef", "approx_kl", "clipfrac", "value_loss",
             "explained_variance", "explained_variance_exact", "p_best")
@@ -389,7 +390,7 @@ def ppo_train(bandit: TokenBandit, cfg: BanditPPOConfig, n_iters: int, rng: np.r
             values = np.zeros_like(rewards)
         adv = rewards - values                                                 # delta = R - V(s)
         returns = rewards                                                      # = adv + values
-        if cfg.whiten_adv:
+        if cfg.whiten_advantages:
             adv = masked_whiten(adv, None)
         batch = {"states": states, "actions": actions, "logp_old": logp_old, "adv": adv,
                  "returns": returns}

@@ -162,7 +162,7 @@ def test_actor_critic_loss_gradcheck(bandit, objective):
 
 def test_ppo_train_learns_and_is_reproducible():
     bandit = TokenBandit.random(4, 6, np.random.default_rng(0), noise_std=0.5)
-    cfg = BanditPPOConfig(batch_size=128, minibatch_size=32, epochs=4, lr=0.1)
+    cfg = BanditPPOConfig(batch_size=128, minibatch_size=32, update_epochs=4, lr=0.1)
     h = ppo_train(bandit, cfg, 30, np.random.default_rng(1))
     J0 = bandit.expected_reward(bandit.init_params())
     assert h["reward"][-1] > J0 + 0.7 * (bandit.optimal_reward() - J0)
@@ -175,14 +175,14 @@ def test_ppo_train_learns_and_is_reproducible():
 
 def test_ppo_train_penalty_uses_the_paper_rule():
     bandit = TokenBandit.random(4, 6, np.random.default_rng(0), noise_std=0.5)
-    cfg = BanditPPOConfig(objective="penalty", kl_coef=1.0, kl_target=0.01, lr=0.1)
+    cfg = BanditPPOConfig(objective="penalty", kl_old_coef=1.0, kl_old_target=0.01, lr=0.1)
     h = ppo_train(bandit, cfg, 15, np.random.default_rng(1))
     beta, kl = h["kl_coef"], h["kl"]
     for t in range(len(beta) - 1):                            # beta_{t+1} from d_t = kl_t
         want = beta[t] / 2 if kl[t] < 0.01 / 1.5 else beta[t] * 2 if kl[t] > 0.015 else beta[t]
         assert beta[t + 1] == pytest.approx(want)
     assert len(set(beta)) > 1
-    fixed = ppo_train(bandit, BanditPPOConfig(objective="penalty", kl_target=None), 5, np.random.default_rng(1))
+    fixed = ppo_train(bandit, BanditPPOConfig(objective="penalty", kl_old_target=None), 5, np.random.default_rng(1))
     assert np.all(fixed["kl_coef"] == 1.0)
 
 
