@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
+from safetensors.numpy import load_file, save as st_save
 
 WEIGHTS = "weights.safetensors"
 STATE = "state.json"
@@ -62,7 +63,6 @@ def save_checkpoint(directory: str | os.PathLike, arrays: dict[str, np.ndarray],
     written into the same temporary folder, so they are swapped in together with the weights.
     The previous content of ``directory`` stays intact until the new one is complete.
     """
-    from safetensors.numpy import save as st_save
 
     directory = Path(directory)
     tmp = directory.with_name(directory.name + ".tmp")
@@ -95,7 +95,6 @@ def load_checkpoint(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray]
     If a save was interrupted between the two renames, the previous checkpoint is at
     ``<dir>.old`` and is used.
     """
-    from safetensors.numpy import load_file
 
     directory = Path(directory)
     if not (directory / WEIGHTS).exists():

@@ -42,8 +42,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from minippo.checks import check_int_array, check_mask, check_range, check_same_shape
 from minippo.blas import single_blas_thread
+from minippo.checks import check_int_array, check_mask, check_range, check_same_shape
 from minippo.rl.losses import log_softmax
 
 

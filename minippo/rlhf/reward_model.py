@@ -47,8 +47,8 @@ import numpy as np
 
 from minippo.checks import check_float_array, check_int_array, check_mask, check_range
 from minippo.nn.gpt import GPTConfig, TinyGPT
-from minippo.rlhf.run.checkpoint import load_model, save_model
 from minippo.rlhf.data.preferences import log_sigmoid
+from minippo.rlhf.run.checkpoint import load_model, save_model
 
 STATE_KEY = "reward_model"          # the entry of the checkpoint's state holding gain, bias, config
 

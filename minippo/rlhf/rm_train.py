@@ -16,20 +16,27 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
-from minippo.checks import check_choice, check_range
 from minippo.blas import single_blas_thread
+from minippo.checks import check_choice, check_range
 from minippo.io import MetricsWriter, atomic_write_text, has_checkpoint
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
-from minippo.rlhf.run.checkpoint import load_model
 from minippo.rlhf.data.batches import batch_indices, steps_per_epoch
 from minippo.rlhf.data.corpus import sample_prompts
-from minippo.rlhf.data.preferences import (PreferencePairs, gold_order_accuracy, make_preference_pairs,
-                                      pairwise_accuracy, pearson, sample_policy, spearman)
-from minippo.rlhf.reward_model import RewardModel, bradley_terry_forward
+from minippo.rlhf.data.preferences import (
+    PreferencePairs,
+    gold_order_accuracy,
+    make_preference_pairs,
+    pairwise_accuracy,
+    pearson,
+    sample_policy,
+    spearman,
+)
 from minippo.rlhf.data.tokenizer import Tokenizer
-
+from minippo.rlhf.reward_model import RewardModel, bradley_terry_forward
+from minippo.rlhf.run.checkpoint import load_model
 
 # ----------------------------------------------------------------------------------------------
 # configuration
@@ -93,7 +100,6 @@ class RMConfig:
     """Held-out evaluations spread over the training (plus one before it), >= 1: the curve's points."""
     seed: int = 0
     """Seeds the samples, labels, split, head init, minibatch order and fresh samples, >= 0."""
-
     def __post_init__(self):
         for name in ("n_prompts", "responses_per_prompt", "n_eval"):
             check_range(name, getattr(self, name), 2, None, integer=True)
@@ -173,7 +179,6 @@ def fit_reward_model(rm: RewardModel, train: PreferencePairs, heldout: Preferenc
     step 0 and ``cfg.n_evals`` evenly spaced steps also ``rm/heldout_loss``, ``rm/heldout_accuracy``,
     ``rm/heldout_gold_accuracy``. A non-finite loss stops the run naming the metric and the step.
     """
-    from tqdm.auto import tqdm
 
     per_epoch = steps_per_epoch(train.n_groups, cfg.batch_prompts)
     total = cfg.epochs * per_epoch

@@ -40,18 +40,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
-from minippo.checks import check_choice, check_range
 from minippo.blas import single_blas_thread
+from minippo.checks import check_choice, check_range
 from minippo.io import MetricsWriter, atomic_write_text, has_checkpoint, read_metrics
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
-from minippo.rlhf.run.checkpoint import load_model, save_model
-from minippo.rlhf.data.corpus import generate_corpus
 from minippo.rlhf.data.batches import batch_indices, encode_sequences, lm_batch, split_corpus, unigram_loss
-from minippo.rlhf.generate import generate_text
+from minippo.rlhf.data.corpus import generate_corpus
 from minippo.rlhf.data.gold import gold_breakdown
 from minippo.rlhf.data.tokenizer import MIN_VOCAB, Tokenizer
+from minippo.rlhf.generate import generate_text
+from minippo.rlhf.run.checkpoint import load_model, save_model
 
 # purposes of the random streams derived from cfg.seed: np.random.default_rng([seed, purpose])
 SEED_MODEL, SEED_BATCHES, SEED_SAMPLES = 1, 2, 3
@@ -105,7 +106,6 @@ class SFTConfig:
     """Sentences sampled at the end to judge the model with the gold score, >= 0."""
     sample_temperature: float = 1.0
     """Temperature of those samples, > 0."""
-
     def __post_init__(self):
         check_range("corpus_size", self.corpus_size, 10, None, integer=True)
         check_range("heldout_frac", self.heldout_frac, 0, 0.5, lo_open=True)
@@ -219,8 +219,6 @@ def train_sft(cfg: SFTConfig, out_dir, *, resume: bool = False, progress: bool =
 
 
 def _train(cfg: SFTConfig, out_dir: Path, resume: bool, progress: bool) -> dict:
-    from tqdm.auto import tqdm
-
     tokenizer, train, held, n_dropped = _prepare(cfg, out_dir)
     V = tokenizer.vocab_size
     model = init_model(cfg, V)

@@ -43,9 +43,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from minippo.blas import single_blas_thread
 from minippo.checks import check_choice, check_float_array, check_range
-from minippo.rlhf.generate import encode_prompts, generate
 from minippo.rlhf.data.gold import gold_scores
+from minippo.rlhf.generate import encode_prompts, generate
 
 ESTIMATORS = ("subsets", "first")
 
@@ -191,7 +192,6 @@ def proxy_scores(candidates: Candidates, reward_model) -> np.ndarray:
     if not hasattr(reward_model, "score"):
         raise ValueError(f"`reward_model` must be a RewardModel (with .score) or 'gold', got "
                          f"{type(reward_model).__name__}")
-    from minippo.blas import single_blas_thread
     with single_blas_thread():
         scores = reward_model.score(candidates.sequences, candidates.attn_mask)
     return np.asarray(scores, dtype=np.float64).reshape(candidates.shape)

@@ -41,6 +41,8 @@ import numpy as np
 
 from minippo.checks import check_float_array, check_mask, check_range, check_same_shape
 from minippo.rl.losses import KL_KINDS, kl_estimate, log_softmax
+
+
 def kl_estimator_moments(logits, logits_ref, temperature: float = 1.0, *, probs=None) -> dict[str, np.ndarray]:
     """Exact KL(pi || pi_ref) and the exact mean / variance of k1, k2, k3 at every position.
 

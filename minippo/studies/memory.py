@@ -44,6 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from minippo.checks import check_choice, check_range
+from minippo.nn.gpt import TinyGPT
+from minippo.nn.optim import AdamW
 
 GB = 1e9
 #: (B, T, V)-sized arrays that ``ppo_update.minibatch_loss_and_grads`` holds from forward to backward:
@@ -56,7 +58,6 @@ VOCAB_ARRAYS_FORWARD = 2
 @dataclass(frozen=True)
 class ModelShape:
     """The shape of a decoder-only transformer, enough to count its parameters and activations."""
-
     n_layer: int
     """L, transformer blocks."""
     n_embd: int
@@ -71,7 +72,6 @@ class ModelShape:
     """``"gpt2"`` (TinyGPT) or ``"llama"`` (see the module docstring)."""
     d_ff: int | None = None
     """F, MLP width: 4C for gpt2 (None), 11008 for LLaMA-7B."""
-
     def __post_init__(self):
         for name in ("n_layer", "n_embd", "n_head", "vocab_size", "seq_len"):
             check_range(name, getattr(self, name), 1, None, integer=True)
@@ -101,7 +101,6 @@ class ModelShape:
 @dataclass(frozen=True)
 class Precision:
     """Bytes per parameter of each kind of state, and per activation value."""
-
     name: str
     weights: int
     grads: int
@@ -112,7 +111,6 @@ class Precision:
     activations: int
     logits: int
     """Per value of the (B, T, V) arrays: 4, since the log-softmax runs in fp32 in both conventions."""
-
     def trained_bytes_per_param(self) -> int:
         return self.weights + self.grads + self.master + self.adam
 
@@ -229,7 +227,6 @@ ROLES = {  # name -> (what it does, trained?, output head)
 @dataclass
 class ModelMemory:
     """Bytes of one model in one PPO setup (0 where it does not apply)."""
-
     name: str
     trained: bool
     params: int
@@ -240,7 +237,6 @@ class ModelMemory:
     activations: int
     logits: int
     """(B, T, V) arrays of the LM-head models."""
-
     @property
     def total(self) -> int:
         return self.weights + self.grads + self.optimizer + self.activations + self.logits
@@ -401,8 +397,6 @@ def measure_tinygpt(cfg, B: int, T: int, *, seed: int = 0) -> dict[str, int]:
     in the forward cache, parameters excluded), ``logits`` (the (B, T, V) output) and ``kv_cache``
     (the KV cache ``prefill`` allocates for ``block_size`` positions, key mask excluded).
     """
-    from minippo.nn.gpt import TinyGPT
-    from minippo.nn.optim import AdamW
 
     check_range("T", T, 1, cfg.block_size, integer=True)
     rng = np.random.default_rng(seed)

@@ -38,6 +38,9 @@ import numpy as np
 
 from minippo.checks import check_choice, check_float_array, check_range
 from minippo.io import has_checkpoint
+from minippo.rlhf.data.preferences import PreferencePairs
+from minippo.rlhf.reward_model import RewardModel
+from minippo.rlhf.rm_train import RMConfig, train_reward_model
 
 FORMS = ("bon", "rl")
 
@@ -63,9 +66,6 @@ def rm_variants(study, variants: dict[str, dict], cache_dir=None, *, log=lambda 
     name -> ``{"model": RewardModel, "config": RMConfig, "summary": {heldout_accuracy,
     heldout_gold_accuracy, pearson, n_train (pairs), ...}, "n_params": int, "cached": bool}``
     """
-    from minippo.rlhf.data.preferences import PreferencePairs
-    from minippo.rlhf.reward_model import RewardModel
-    from minippo.rlhf.rm_train import RMConfig, train_reward_model
 
     if not isinstance(variants, dict) or not variants:
         raise ValueError("`variants` must be a non-empty dict name -> RMConfig overrides")

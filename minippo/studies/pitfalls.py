@@ -46,6 +46,7 @@ from minippo.checks import check_choice, check_float_array, check_range
 from minippo.rl.losses import clipped_policy_loss, logprobs_from_logits
 from minippo.rl.masked import masked_mean
 from minippo.rlhf.ppo import response_logprobs
+from minippo.rlhf.reward_model import RewardModel
 
 RECOMPUTE_MODES = ("same", "no_mask", "shifted", "repadded")
 
@@ -138,8 +139,6 @@ def value_error(rollout) -> float:
 
 def offset_reward_model(reward_model, offset: float):
     """The same reward model (shared, frozen weights) with ``offset`` added to every score."""
-    from minippo.rlhf.reward_model import RewardModel
-
     check_range("offset", offset)
     if not isinstance(reward_model, RewardModel):
         raise ValueError(f"`reward_model` must be a RewardModel, got {type(reward_model).__name__}")

@@ -25,13 +25,13 @@ import numpy as np
 
 from minippo.blas import single_blas_thread
 from minippo.checks import check_choice, check_float_array, check_range
-from minippo.rl.losses import kl_estimate, logprobs_from_logits
 from minippo.rl.gae import gae
-from minippo.studies.kl_moments import kl_estimator_moments
+from minippo.rl.losses import kl_estimate, logprobs_from_logits
 from minippo.rl.masked import masked_mean
 from minippo.rlhf.generate import encode_prompts, generate, sampling_distribution
 from minippo.rlhf.ppo import forward_response
 from minippo.rlhf.rewards import SHAPINGS, per_token_rewards
+from minippo.studies.kl_moments import kl_estimator_moments
 
 
 def rollout_logprobs(policy, rollout, temperature: float = 1.0) -> np.ndarray:

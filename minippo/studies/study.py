@@ -23,7 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
+from minippo.blas import single_blas_thread
+from minippo.rlhf.data.corpus import sample_prompts
 from minippo.rlhf.ppo_config import PPOConfig
+from minippo.rlhf.run.evaluate import evaluate_policy
+from minippo.rlhf.run.pipeline import prepare_stages
+from minippo.rlhf.run.trainer import PPOTrainer, load_stages, sft_training_sequences
+from minippo.rlhf.sft import heldout_loss
 
 EVAL_SEED = 1000        # evaluation prompts: sample_prompts(n_eval, seed=EVAL_SEED + seed)
 
@@ -41,9 +47,6 @@ class Study:
 
     def __init__(self, quick: bool = False, seed: int = 0, *, n_eval: int | None = None, cache_dir=None,
                  log=lambda *a: None):
-        from minippo.rlhf.data.corpus import sample_prompts
-        from minippo.rlhf.run.pipeline import prepare_stages
-        from minippo.rlhf.run.trainer import load_stages
 
         self.quick, self.seed = quick, seed
         self.folder = Path(prepare_stages(cache_dir, quick=quick, seed=seed, log=log))
@@ -60,21 +63,17 @@ class Study:
     @cached_property
     def ptx_sequences(self) -> list:
         """The SFT run's training sentences, for PPO-ptx (built on first use)."""
-        from minippo.rlhf.run.trainer import sft_training_sequences
         return sft_training_sequences(self.sft_state, self.tokenizer)
 
     @cached_property
     def heldout_sequences(self) -> list:
         """The SFT run's held-out sentences (never trained on), for the corpus LM loss (built on first use)."""
-        from minippo.rlhf.run.trainer import sft_training_sequences
         return sft_training_sequences(self.sft_state, self.tokenizer, split="heldout")
 
     def lm_loss(self, policy, n: int | None = None) -> float:
         """Held-out corpus cross-entropy of ``policy`` in nats per token (:func:`minippo.rlhf.sft.heldout_loss`)
         on the first ``n`` held-out sentences (all by default): how well it still models the language, the
         "alignment tax" PPO pays (InstructGPT sec. 3.5, PPO-ptx; lesson 18)."""
-        from minippo.blas import single_blas_thread
-        from minippo.rlhf.sft import heldout_loss
 
         seqs = self.heldout_sequences if n is None else self.heldout_sequences[:n]
         if not seqs:
@@ -84,7 +83,6 @@ class Study:
 
     def trainer(self, cfg: PPOConfig, reward_model=None):
         """A fresh :class:`PPOTrainer` from the SFT policy (``reward_model`` overrides the cached RM)."""
-        from minippo.rlhf.run.trainer import PPOTrainer
         ptx = self.ptx_sequences if cfg.ptx_coef > 0 else None
         return PPOTrainer(cfg, self.sft, reward_model or self.reward_model, self.tokenizer, ptx_sequences=ptx)
 
@@ -98,8 +96,6 @@ class Study:
                  sample_seed: int = 2, reward_model=None) -> dict:
         """:func:`evaluate_policy` of ``policy`` on the study's prompts (RM = the cached reward model, or
         ``reward_model``: e.g. the proxy a variant was trained against, lesson 19)."""
-        from minippo.blas import single_blas_thread
-        from minippo.rlhf.run.evaluate import evaluate_policy
 
         base = self.config()
         with single_blas_thread():

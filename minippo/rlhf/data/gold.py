@@ -75,8 +75,7 @@ from collections import Counter
 
 import numpy as np
 
-from minippo.rlhf.data.corpus import (FUNCTION_TAGS, INTENSIFIERS, LEXICON, MAX_CONJ, MAX_WORDS, MIN_WORDS,
-                                   POLARITY)
+from minippo.rlhf.data.corpus import FUNCTION_TAGS, INTENSIFIERS, LEXICON, MAX_CONJ, MAX_WORDS, MIN_WORDS, POLARITY
 
 SENTIMENT_SCALE = 1.5            # sentiment = tanh(raw / SENTIMENT_SCALE)
 MAX_INTENSITY = 2.0              # cap on the product of stacked intensifiers

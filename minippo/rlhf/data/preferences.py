@@ -45,11 +45,11 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from minippo.io import atomic_write_bytes
 from minippo.checks import check_float_array, check_int_array, check_mask, check_range, check_same_shape
+from minippo.io import atomic_write_bytes
 from minippo.rlhf.data.corpus import sample_prompts
 from minippo.rlhf.data.gold import gold_scores
-
+from minippo.rlhf.generate import generate_text
 
 # ----------------------------------------------------------------------------------------------
 # labels from the simulated human
@@ -273,7 +273,6 @@ def sample_policy(model, tokenizer, prompts: list[str], *, rng: np.random.Genera
     """Sample one response per prompt (``generate`` with the KV cache), ``batch_size`` prompts at a
     time, and score each full text with the gold function. Rows come back right-aligned
     (``prompt ++ response`` from column 0, see :func:`right_align`)."""
-    from minippo.rlhf.generate import generate_text
 
     if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)) or len(prompts) == 0:
         raise ValueError("`prompts` must be a non-empty list of str")

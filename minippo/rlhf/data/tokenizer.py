@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
+from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers, trainers
 
 from minippo.checks import check_int_array, check_range
 from minippo.io import atomic_write_text
@@ -60,8 +61,6 @@ def _check_text(text, name: str = "text") -> str:
 
 def _build(hf_tokenizer):
     """Attach our pre-tokenizer/decoder settings and never parse special tokens from text."""
-    from tokenizers import decoders, pre_tokenizers
-
     hf_tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always")
     hf_tokenizer.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme="always")
     hf_tokenizer.encode_special_tokens = True    # "<eos>" typed in text is text (not saved in the json)
@@ -92,7 +91,6 @@ class Tokenizer:
         ``MIN_VOCAB`` (99); a small corpus may stop with fewer merges (``.vocab_size`` is the real size).
         The same texts give the same vocabulary and merges.
         """
-        from tokenizers import Tokenizer as HFTokenizer, models, trainers
 
         check_range("vocab_size", vocab_size, MIN_VOCAB, None, integer=True)
         n_seen = 0
@@ -122,8 +120,6 @@ class Tokenizer:
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Tokenizer":
         """Read a ``tokenizer.json`` written by :meth:`save` (``path`` is the file or its folder)."""
-        from tokenizers import Tokenizer as HFTokenizer
-
         path = Path(path)
         if path.is_dir():
             path = path / FILE_NAME

@@ -19,8 +19,8 @@ import numpy as np
 
 from minippo.checks import check_range
 from minippo.rl.losses import kl_exact_from_logits, logprobs_from_logits
-from minippo.rlhf.generate import encode_prompts, generate
 from minippo.rlhf.data.gold import gold_scores
+from minippo.rlhf.generate import encode_prompts, generate
 from minippo.rlhf.ppo import forward_response
 from minippo.rlhf.rewards import has_eos
 

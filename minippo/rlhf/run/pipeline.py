@@ -17,15 +17,25 @@ std, the KL to the reference against the controller's target, RM scores, lengths
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import resource
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from minippo.blas import single_blas_thread
 from minippo.io import atomic_write_text, has_checkpoint, read_metrics
+from minippo.rlhf.data.corpus import sample_prompts
 from minippo.rlhf.ppo_config import PPOConfig
+from minippo.rlhf.rm_train import RMConfig, train_reward_model
+from minippo.rlhf.run.checkpoint import load_model
+from minippo.rlhf.run.evaluate import evaluate_policy, samples_markdown
+from minippo.rlhf.run.plots import plot_run
+from minippo.rlhf.run.trainer import load_stages, run_ppo
+from minippo.rlhf.sft import SFTConfig, train_sft
 
 SEED_EVAL = 11          # the evaluation prompts and samples: np.random.default_rng([seed, SEED_EVAL])
 
@@ -37,9 +47,6 @@ def peak_rss_mb() -> float:
 
 def stage_configs(quick: bool = False, seed: int = 0):
     """``(SFTConfig, RMConfig, PPOConfig)`` of the main job (``quick``: the CI size)."""
-    from minippo.rlhf.rm_train import RMConfig
-    from minippo.rlhf.sft import SFTConfig
-
     if quick:
         # SFTConfig.quick() alone writes mostly broken words; 600 steps at C = 64 give a policy worth aligning
         return (SFTConfig.quick(seed=seed, steps=600, n_embd=64, corpus_size=6000),
@@ -52,13 +59,11 @@ def default_cache_dir(quick: bool = False, seed: int = 0) -> Path:
     the repository (resolved from the package location, never the working directory), or a temporary
     folder for ``quick`` runs (the smoke tests). ``<hash>`` identifies the stage configs, so changed
     defaults never reuse a stale cache."""
-    import hashlib
     sft_cfg, rm_cfg, _ = stage_configs(quick, seed)
     key = hashlib.sha256(json.dumps([sft_cfg.to_dict(), rm_cfg.to_dict()], sort_keys=True).encode()).hexdigest()[:8]
     if quick:
-        import tempfile
         return Path(tempfile.gettempdir()) / "minippo_cache" / f"quick-seed{seed}-{key}"
-    return Path(__file__).resolve().parents[2] / "runs" / "cache" / f"main-seed{seed}-{key}"
+    return Path(__file__).resolve().parents[3] / "runs" / "cache" / f"main-seed{seed}-{key}"   # <repo>/runs/cache
 
 
 def prepare_stages(cache_dir=None, *, quick: bool = False, seed: int = 0, progress: bool = False, log=print) -> Path:
@@ -79,9 +84,6 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
     ``callback`` is passed to the PPO trainer (called after every iteration). ``stages=("sft", "rm")``
     stops before PPO (no evaluation, no figure, no summary file).
     """
-    from minippo.rlhf.rm_train import train_reward_model
-    from minippo.rlhf.sft import train_sft
-    from minippo.rlhf.run.trainer import run_ppo
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -137,7 +139,6 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
         summary["eval"] = evaluate_stages(out, ppo_cfg, n_eval, seed, log)
         summary["seconds"]["eval"] = time.perf_counter() - t
     if figures:
-        from minippo.rlhf.run.plots import plot_run
         ref = {"gold/score": summary["eval"]["sft"]["gold_mean"]} if evaluate else None
         path = plot_run(records, out / "figures" / "ppo_curves.png", reference=ref,
                         kl_ref_target=ppo_cfg.kl_ref_target if ppo_cfg.kl_ref_controller == "adaptive" else None,
@@ -154,12 +155,6 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
 
 def evaluate_stages(out: Path, ppo_cfg: PPOConfig, n_eval: int, seed: int, log=print) -> dict:
     """SFT vs PPO on the same ``n_eval`` prompts (fresh samples): gold, RM, KL; writes ``samples.md``."""
-    from minippo.rlhf.run.checkpoint import load_model
-    from minippo.rlhf.data.corpus import sample_prompts
-    from minippo.blas import single_blas_thread
-    from minippo.rlhf.run.evaluate import evaluate_policy, samples_markdown
-    from minippo.rlhf.run.trainer import load_stages
-
     sft_model, tokenizer, reward_model, _ = load_stages(out / "sft", out / "rm")
     policy, _ = load_model(out / "ppo" / "policy")
     prompts = sample_prompts(n_eval, seed=int(np.random.default_rng([seed, SEED_EVAL]).integers(2**31)))

@@ -3,6 +3,7 @@ is a flag (``--update-epochs 4``, ``--kl-old-target none``); the renamed fields'
 one release and print what they are called now."""
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from dataclasses import fields
@@ -37,7 +38,6 @@ def flag(name: str) -> str:
 def add_config_flags(parser, cls=PPOConfig, renamed: dict | None = None) -> None:
     """One ``--field-name X`` flag per dataclass field (defaults in brackets), plus the old spellings of
     ``renamed`` fields as hidden aliases (``args.<old>``)."""
-    import argparse
 
     docs = field_docs(cls)
     group = parser.add_argument_group(f"{cls.__name__} fields (defaults in brackets)")

@@ -30,17 +30,26 @@ import time
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from minippo.blas import single_blas_thread
-from minippo.io import (MetricsWriter, atomic_write_text, has_checkpoint, load_checkpoint, rng_from_state,
-                        rng_state, save_checkpoint)
+from minippo.checks import check_choice
+from minippo.io import (
+    MetricsWriter,
+    atomic_write_text,
+    has_checkpoint,
+    load_checkpoint,
+    rng_from_state,
+    rng_state,
+    save_checkpoint,
+)
 from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW
 from minippo.rl.kl_control import AdaptiveKLController, FixedKLController, PPOPaperKLController
 from minippo.rlhf import ppo
 from minippo.rlhf.critic import ValueNorm, build_critic
-from minippo.rlhf.data.corpus import generate_corpus
 from minippo.rlhf.data.batches import encode_sequences, split_corpus
+from minippo.rlhf.data.corpus import generate_corpus
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.reward_model import RewardModel
 from minippo.rlhf.rm_train import load_sft
@@ -159,8 +168,6 @@ class PPOTrainer:
         ``callback(trainer, rollout, record)`` is called after every iteration. At the end the policy is
         saved to ``out_dir/policy`` (when the run is complete).
         """
-        from tqdm.auto import tqdm   # lazy: tqdm.auto is slow to import, and only training needs it
-
         until = self.cfg.iterations if until is None else min(int(until), self.cfg.iterations)
         records = []
         bar = tqdm(range(self.iteration, until), initial=self.iteration, total=self.cfg.iterations, desc="ppo",
@@ -241,7 +248,6 @@ def sft_training_sequences(sft_state: dict, tokenizer, split: str = "train") -> 
     ``split="heldout"``: the SFT run's held-out sentences instead (never trained on by SFT nor by PPO-ptx):
     the corpus on which lesson 18 measures the alignment tax.
     """
-    from minippo.checks import check_choice
 
     check_choice("split", split, ("train", "heldout"))
     c = sft_state["sft_config"]

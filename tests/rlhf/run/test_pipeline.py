@@ -40,3 +40,14 @@ def test_quick_pipeline_end_to_end(tmp_path, capsys):
     assert printed.count("reusing") == 3
     again = json.loads((out / "summary.json").read_text())
     assert again["eval"] == json.loads(json.dumps(e))
+
+
+def test_the_shared_stages_are_cached_in_the_repositorys_runs_folder():
+    """``runs/cache`` beside the package (ignored by git), whatever the working directory; quick runs in a temp dir."""
+    from pathlib import Path
+
+    import minippo
+    from minippo.rlhf.run.pipeline import default_cache_dir
+    repo = Path(minippo.__file__).resolve().parents[1]
+    assert default_cache_dir(quick=False).parent == repo / "runs" / "cache"
+    assert repo not in default_cache_dir(quick=True).parents
