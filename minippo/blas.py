@@ -18,6 +18,8 @@ import contextlib
 import ctypes
 from pathlib import Path
 
+import numpy  # noqa: F401  (NumPy's BLAS must be loaded before /proc/self/maps is read)
+
 # (setter, getter) symbol names of the OpenBLAS builds NumPy ships or links
 _SYMBOLS = (
     ("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
@@ -34,7 +36,6 @@ def _openblas_functions():
         return _cached[0]
     found = None
     try:
-        import numpy  # noqa: F401  (makes sure NumPy's BLAS is loaded)
         maps = Path("/proc/self/maps").read_text()
         paths = sorted({line.split()[-1] for line in maps.splitlines()
                         if "openblas" in line.lower() and line.split()[-1].startswith("/")})

@@ -11,6 +11,9 @@ import contextlib
 import os
 from pathlib import Path
 
+import matplotlib
+from matplotlib.figure import Figure
+
 #: the rcParams of every minippo figure
 STYLE = {
     "figure.dpi": 100, "savefig.dpi": 110, "font.size": 10, "axes.titlesize": 11,
@@ -22,14 +25,12 @@ STYLE = {
 @contextlib.contextmanager
 def course_style():
     """``with course_style():`` draw and save with :data:`STYLE`; the caller's settings come back after."""
-    import matplotlib
     with matplotlib.rc_context(STYLE):
         yield
 
 
 def new_figure(figsize):
     """A matplotlib ``Figure`` from the object API (no pyplot, no global state), ``figsize`` in inches."""
-    from matplotlib.figure import Figure
     return Figure(figsize=figsize)
 
 
