@@ -78,14 +78,20 @@ def save_figure(plot, results: dict, module_name: str, args: argparse.Namespace)
     return path
 
 
-def study_main(doc: str, module_name: str, run, narrative, plot, argv: list[str] | None = None) -> dict:
-    """``main()`` of a study lesson (13, 15-17): parse the flags, ``run(quick, seed, full)``, print
-    ``narrative(results)`` and save ``plot(results, path)``."""
+def lesson_main(doc: str, module_name: str, run, narrative, plot, argv: list[str] | None = None) -> dict:
+    """The ``main()`` of every lesson: parse the flags, ``run(quick, seed)`` (and ``full`` where the lesson has
+    a larger version), print ``narrative(results)``, save ``plot(results, path)``; returns the results."""
+    import inspect
+
     args = lesson_args(doc, argv)
-    r = run(quick=args.quick, seed=args.seed, full=args.full)
+    kwargs = {"full": args.full} if "full" in inspect.signature(run).parameters else {}
+    r = run(quick=args.quick, seed=args.seed, **kwargs)
     print(narrative(r))
     save_figure(plot, r, module_name, args)
     return r
+
+
+study_main = lesson_main      # the name lessons 13 and 15-17 used; one skeleton for all (issue 14)
 
 
 def time_line(r: dict, full_sizes: dict | None = None) -> str:

@@ -1,28 +1,37 @@
-"""Lesson 14 - rlhf_ppo: the full RLHF run: RM and gold score, KL, entropy, clip fraction, length; samples before/after.
+"""Lesson 14 - rlhf_ppo: one RLHF PPO iteration walked by hand through rlhf/ppo.py, then the full run.
 
-Pipeline step: stage 3 of RLHF (seed 003 sec. 15: SFT -> reward model -> RL optimisation), with the
-four models of seed 001: the actor and the critic train, the reference (frozen SFT copy) and the reward
-model only run forward. One iteration: sample with the KV cache, score, per-token rewards
--beta kl_t + score on the EOS, GAE, then K epochs of minibatches of PPO paper eq. (9) (L^CLIP of
-eq. (7) plus c1 times the clipped value loss), with the KL coefficient beta adapted after each
-iteration (Ziegler et al. 2019: beta *= 1 + clip(KL / target - 1, +-0.2) * B / horizon).
+Pipeline step: stage 3 of RLHF (SFT -> reward model -> RL optimisation) with the four models: the actor
+and the critic train, the reference (a frozen SFT copy) and the reward model only run forward.
 
-What the lesson does: it reuses the SFT policy and reward model of the main job (built once and
-cached in ``runs/cache``), runs PPO with the main job's defaults (``minippo rlhf``), and then judges
-the SFT and the PPO policy on the same held-out prompts with fresh samples: the reward model's score
-(the proxy PPO maximised), the gold score (the simulated human that labelled the preference pairs,
-never seen by PPO), and the KL to the reference.
+Part 1 walks iteration 0 through ``minippo/rlhf/ppo.py`` (open it beside this lesson), step by step,
+counting which of the four models runs in each step (prefill / decode = sampling with the KV cache,
+forward, backward) and printing the shape and one row of each of the seven per-token fields::
+
+    1. sample   responses ~ pi_old(.|prompt), KV cache                   ppo.sample_and_score (first half)
+    2. score    logp_old (actor), logp_ref (reference), V (critic), score (RM) at the last token
+    3. rewards  r_t = -beta (logp_t - logp_ref_t); + score on the last valid token   InstructGPT eq. (2)
+    4. A_t      GAE with gamma = 1, lam = 0.95, whitened; returns = A + V               PPO eqs. (11)-(12)
+    5. update   K epochs x minibatches of L^CLIP + c1 L^VF (- c2 S)                  PPO eqs. (7), (9)
+    6. beta     beta *= 1 + clip(KL / target - 1, +-0.2) * B / horizon              Ziegler et al. 2019
+
+The walk calls the same functions in the same order as the trainer (``PPOTrainer.step``), so its numbers
+ARE iteration 0 of the run in part 2 (the lesson checks that its record equals the run's).
+
+Part 2 trains with the main job's defaults (``minippo rlhf``) on the cached SFT policy and reward model,
+then judges the SFT and the PPO policy on the same held-out prompts with fresh samples: the reward
+model's score (the proxy PPO maximised), the gold score (the simulated human that labelled the
+preference pairs, never seen by PPO), and the KL to the reference.
 
 The figure: (a)-(f) the run's curves (RM score, gold score, KL against the controller's target with
-beta, per-token entropy, policy / value clip fractions, response length); (g) gold scores of the
-fresh samples before and after PPO; (h) RM score against gold score for both policies (the proxy
-moves much further than the gold: over-optimisation starts here, lesson 19); (i) samples before and
-after for the same prompts.
+beta, per-token entropy, policy / value clip fractions, response length); (g) gold scores of the fresh
+samples before and after PPO; (h) RM score against gold score for both policies (the proxy moves much
+further than the gold: over-optimisation starts here, lesson 19); (i) samples before and after.
 
 Exercises:
 1. Set ``kl_ref_controller="fixed"`` and ``kl_ref_coef=0.05``: how far does the KL run, and what happens to
-   the gold score and to the words the policy uses (seed 001: "固定beta会导致KL散度失控")?
-2. Set ``update_epochs=1`` or ``8``: how do the clip fraction and the approx KL per update change?
+   the gold score and to the words the policy uses?
+2. Set ``update_epochs=1`` or ``8``: how do the clip fraction and the approx KL per update change, and the
+   count of actor backward passes in part 1?
 3. Read the samples: which word does the PPO policy overuse, and does the gold function reward it as
    much as the reward model does?
 """
@@ -32,12 +41,17 @@ import textwrap
 
 import numpy as np
 
-from lessons._common import lesson_args, pyplot, save, save_figure
-from minippo.rlhf.run.plots import draw_curves
+from lessons._common import lesson_main, pyplot, save
+from minippo.blas import single_blas_thread
+from minippo.rlhf import ppo
+from minippo.rlhf.metrics import without_timing
 from minippo.rlhf.ppo_config import PPOConfig
+from minippo.rlhf.run.plots import draw_curves
+from minippo.studies.memory import PassCounter
 from minippo.studies.study import Study
 
 SUMMARY = ("gold_mean", "gold_std", "rm_mean", "kl_mean", "kl_exact_mean", "length_mean", "ended_frac")
+FIELDS = ("action", "log_prob", "value", "reward", "advantage", "return")     # + the observation, 7 in all
 
 
 def lesson_config(quick: bool, seed: int) -> PPOConfig:
@@ -47,23 +61,124 @@ def lesson_config(quick: bool, seed: int) -> PPOConfig:
     return PPOConfig(seed=seed)
 
 
+def walk_one_iteration(trainer) -> dict:
+    """Iteration 0 through rlhf/ppo.py's two halves, as ``PPOTrainer.step`` calls them, with the passes each
+    model makes counted per half; returns the counts, the rollout's per-token fields and the record."""
+    s, cfg = trainer.state, trainer.cfg
+    models = {"actor": s.actor, "critic": s.critic, "reference": s.ref, "reward model": s.reward_model.model}
+    beta_before = s.kl_ctl.value
+    with single_blas_thread():
+        with PassCounter(models) as pc_rollout:                       # steps 1-4
+            ro, record = ppo.collect_experience(s, cfg)
+        with PassCounter(models) as pc_update:                        # steps 5-6
+            record.update(ppo.ppo_update(s, ro, cfg))
+    record.pop("first_minibatch")
+    record.update({"iteration": 0, "episode": cfg.batch_size})          # what PPOTrainer.step adds, timing aside
+    row = int(np.argmax(ro.lengths < ro.response.shape[1])) if (ro.lengths < ro.response.shape[1]).any() else 0
+    n = int(ro.lengths[row])
+    fields = {"action": ro.response, "log_prob": ro.logp, "value": ro.values, "reward": ro.rewards,
+              "advantage": ro.adv, "return": ro.returns}
+    return {"rollout_calls": pc_rollout.counts, "update_calls": pc_update.counts, "record": record,
+            "beta": (beta_before, s.kl_ctl.value), "row": row, "n": n, "Tp": ro.prompt_len,
+            "shapes": {"observation": ro.sequences.shape, **{k: v.shape for k, v in fields.items()}},
+            "rows": {k: v[row].copy() for k, v in fields.items()}, "mask": ro.response_mask[row].copy(),
+            "observation": s.tokenizer.pieces([int(i) for i in ro.observation(row, n - 1)]),
+            "text": s.tokenizer.decode(ro.sequences[row].tolist()), "score": float(ro.scores[row]),
+            "steps": cfg.update_epochs * cfg.num_minibatches, "B": ro.batch_size, "Tn": ro.response.shape[1]}
+
+
 def run(quick: bool = False, seed: int = 0) -> dict:
     study = Study(quick=quick, seed=seed)          # the cached SFT policy and reward model, held-out prompts
     cfg = lesson_config(quick, seed)
-    trained = study.run(cfg)
-    before, after = study.reference, study.evaluate(trained["trainer"].actor)
-    records, prompts = trained["records"], study.prompts
-    return {"records": records, "config": cfg, "prompts": prompts,
+    trainer = study.trainer(cfg)
+    walk = walk_one_iteration(trainer)             # part 1: iteration 0, by hand
+    records = [walk["record"]] + trainer.train()   # part 2: the remaining iterations, by the trainer
+    before, after = study.reference, study.evaluate(trainer.actor)
+    # the walk is iteration 0 of this very run: the same record as a run the trainer does alone
+    alone = without_timing(study.trainer(cfg).step())
+    return {"records": records, "config": cfg, "prompts": study.prompts, "walk": walk,
+            "walk_equals_trainer": without_timing(records[0]) == alone,
             "before": before, "after": after, "summary": {"SFT": {k: before[k] for k in SUMMARY},
                                                           "PPO": {k: after[k] for k in SUMMARY}},
             "gold_gain_in_sft_std": (after["gold_mean"] - before["gold_mean"]) / max(before["gold_std"], 1e-12)}
+
+
+def _calls(counts: dict) -> str:
+    """``actor prefill 1, decode 23, forward 1`` for the models that ran (rows in brackets)."""
+    parts = []
+    for name, c in counts.items():
+        did = [f"{k} {c[k]}" + (f" ({c[k + '_rows']} rows)" if k + "_rows" in c and c[k] else "")
+               for k in ("prefill", "decode", "forward", "backward") if c[k]]
+        parts.append(f"{name}: " + (", ".join(did) if did else "nothing"))
+    return "; ".join(parts)
+
+
+def narrative(r: dict) -> str:
+    cfg, w, recs = r["config"], r["walk"], r["records"]
+    rc, uc = w["rollout_calls"], w["update_calls"]
+    L = [f"Part 1: iteration 0 of rlhf/ppo.py, by hand ({w['B']} responses of up to {w['Tn']} tokens).",
+         f"  steps 1-2 (sample, score) and 3-4 (rewards, GAE: no model runs): {_calls(rc)}",
+         f"  steps 5-6 (update, beta): {_calls(uc)}",
+         f"  -> the actor samples (prefill + decode), then runs forward {rc['actor']['forward']}x for logp_old and "
+         f"forward + backward {uc['actor']['backward']}x in the update ({cfg.update_epochs} epochs x "
+         f"{cfg.num_minibatches} minibatches = {w['steps']} steps); the reference and the reward model run forward "
+         f"once each, in the rollout only, and never backward."]
+    if "critic" in rc:
+        L.append(f"  -> the critic (a separate TinyGPT) runs forward once in the rollout (the values V(s_t)) and "
+                 f"forward + backward {uc['critic']['backward']}x in the update.")
+    L.append(f"\n  The seven per-token fields, row {w['row']} ({w['n']} response tokens of {w['Tn']}; score "
+             f"{w['score']:+.3f} on its last valid token): {w['text']!r}")
+    n, Tn = w["n"], w["Tn"]
+    cols = sorted({j for j in (0, 1, 2, n - 2, n - 1, n) if 0 <= j < Tn})     # the start, the end, the first pad
+    L.append(f"  {'field':<12}{'shape':<14}columns j = {', '.join(map(str, cols))} of the row (j = {n - 1}: the last "
+             f"valid token{', j = ' + str(n) + ': padding' if n < Tn else ''})")
+    last = w["observation"][-4:]
+    L.append(f"  {'observation':<12}{str(w['shapes']['observation']):<14}prompt ++ response[:j]: the context of "
+             f"token j (Tp = {w['Tp']} columns of prompt); for the last token ... {' '.join(last)}")
+    for k in FIELDS:
+        vals = [w["rows"][k][j] for j in cols]
+        shown = " ".join(f"{int(v):>6d}" if k == "action" else f"{float(v) + 0.0:+6.3f}" for v in vals)
+        L.append(f"  {k:<12}{str(w['shapes'][k]):<14}{shown}")
+    b0, b1 = w["beta"]
+    L.append(f"  step 6: beta {b0:g} -> {b1:.4f} (objective/kl {w['record']['objective/kl']:.3f} nats/response, "
+             f"target {cfg.kl_ref_target:g}).")
+    L.append("  The walk's record " + ("equals" if r["walk_equals_trainer"] else "DIFFERS FROM")
+             + " the first record of a run the trainer does alone (same seed, same calls).")
+    L.append(f"\nPart 2: PPO, {cfg.iterations} iterations x {cfg.batch_size} responses, {cfg.update_epochs} epochs of "
+             f"{cfg.num_minibatches} minibatches, lr {cfg.lr:g} ({cfg.lr_schedule}), clip_eps {cfg.clip_eps}, adaptive "
+             f"KL target {cfg.kl_ref_target:g} nats/response (beta {cfg.kl_ref_coef:g} -> {recs[-1]['kl_coef']:.3f}).")
+    for k in ("objective/scores", "gold/score", "objective/kl", "policy/entropy_avg", "policy/clipfrac_avg",
+              "val/explained_variance", "response/length"):
+        L.append(f"  {k:<24s} first iteration {recs[0][k]:+8.3f}   last iteration {recs[-1][k]:+8.3f}")
+    s = r["summary"]
+    L += [f"\nFresh samples for {len(r['prompts'])} held-out prompts:",
+          f"  {'policy':<6} {'gold mean':>9} {'gold std':>8} {'RM mean':>8} {'KL k1':>6} {'KL exact':>8} {'length':>6}"]
+    for name, x in s.items():
+        L.append(f"  {name:<6} {x['gold_mean']:+9.3f} {x['gold_std']:8.3f} {x['rm_mean']:+8.3f} {x['kl_mean']:6.2f} "
+                 f"{x['kl_exact_mean']:8.2f} {x['length_mean']:6.1f}")
+    gold_gain, rm_gain = r["gold_gain_in_sft_std"], s["PPO"]["rm_mean"] - s["SFT"]["rm_mean"]
+    rm_gain_std = rm_gain / max(1e-12, float(np.std(r["before"]["rm"])))
+    L.append(f"The gold score moved by {gold_gain:+.2f} standard deviations of the SFT samples, the RM score by "
+             f"{rm_gain_std:+.2f} of its own: " + ("the proxy moves further than what it stands for."
+                                                  if rm_gain_std > gold_gain else
+                                                  "here the gold moved as far as the proxy."))
+    L.append("\nSamples, same prompt before -> after:")
+    for i in range(6):
+        L.append(f"  SFT gold {r['before']['gold'][i]:+.2f} RM {r['before']['rm'][i]:+.2f} | {r['before']['texts'][i]}")
+        L.append(f"  PPO gold {r['after']['gold'][i]:+.2f} RM {r['after']['rm'][i]:+.2f} | {r['after']['texts'][i]}")
+    return "\n".join(L)
+
+
+def main(argv=None) -> dict:
+    return lesson_main(__doc__, __name__, run, narrative, plot, argv)
 
 
 def plot(r: dict, path) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(3, 3, figsize=(16, 13))
     cfg, before, after = r["config"], r["before"], r["after"]
-    draw_curves(axes.ravel()[:6], r["records"], kl_ref_target=cfg.kl_ref_target if cfg.kl_ref_controller == "adaptive" else None,
+    draw_curves(axes.ravel()[:6], r["records"],
+                kl_ref_target=cfg.kl_ref_target if cfg.kl_ref_controller == "adaptive" else None,
                 reference={"gold/score": before["gold_mean"]})
     for ax, letter in zip(axes.ravel()[:6], "abcdef"):
         ax.set_title(f"({letter}) {ax.get_title()}")
@@ -91,32 +206,6 @@ def plot(r: dict, path) -> None:
     t.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=8.5, transform=t.transAxes)
     fig.tight_layout()
     save(fig, path)
-
-
-def main(argv=None) -> dict:
-    args = lesson_args(__doc__, argv)
-    r = run(quick=args.quick, seed=args.seed)
-    cfg, recs = r["config"], r["records"]
-    print(f"PPO: {cfg.iterations} iterations x {cfg.batch_size} responses, {cfg.update_epochs} epochs of "
-          f"{cfg.num_minibatches} minibatches, lr {cfg.lr:g} ({cfg.lr_schedule}), clip_eps {cfg.clip_eps}, "
-          f"adaptive KL target {cfg.kl_ref_target:g} nats/response (beta {cfg.kl_ref_coef:g} -> {recs[-1]['kl_coef']:.3f}).")
-    for k in ("objective/scores", "gold/score", "objective/kl", "policy/entropy_avg", "policy/clipfrac_avg",
-              "val/explained_variance", "response/length"):
-        print(f"  {k:<24s} first iteration {recs[0][k]:+8.3f}   last iteration {recs[-1][k]:+8.3f}")
-    s = r["summary"]
-    print(f"\nFresh samples for {len(r['prompts'])} held-out prompts:")
-    print(f"  {'policy':<6} {'gold mean':>9} {'gold std':>8} {'RM mean':>8} {'KL k1':>6} {'KL exact':>8} {'length':>6}")
-    for name, x in s.items():
-        print(f"  {name:<6} {x['gold_mean']:+9.3f} {x['gold_std']:8.3f} {x['rm_mean']:+8.3f} {x['kl_mean']:6.2f} "
-              f"{x['kl_exact_mean']:8.2f} {x['length_mean']:6.1f}")
-    print(f"The gold score rose by {r['gold_gain_in_sft_std']:.2f} standard deviations of the SFT samples, the RM "
-          f"score by {s['PPO']['rm_mean'] - s['SFT']['rm_mean']:.2f}: the proxy moves further than what it stands for.")
-    print("\nSamples, same prompt before -> after:")
-    for i in range(6):
-        print(f"  SFT gold {r['before']['gold'][i]:+.2f} RM {r['before']['rm'][i]:+.2f} | {r['before']['texts'][i]}")
-        print(f"  PPO gold {r['after']['gold'][i]:+.2f} RM {r['after']['rm'][i]:+.2f} | {r['after']['texts'][i]}")
-    save_figure(plot, r, __name__, args)
-    return r
 
 
 if __name__ == "__main__":
