@@ -68,9 +68,9 @@ def ppo_loss_and_grads(params, obs, actions, logp_old, adv, returns, values_old,
     Parameters
     ----------
     obs : (B, D) float64. actions : (B,) int. logp_old, values_old : (B,) stored at rollout time.
-    adv, returns : (B,) from GAE (``adv`` is whitened here when ``config.norm_adv``).
+    adv, returns : (B,) from GAE (``adv`` is whitened here when ``config.whiten_advantages``).
     config : a :class:`~minippo.classic.config.PPOConfig` (clip_eps, clip_eps_value,
-        clip_vloss, norm_adv, ent_coef, vf_coef).
+        value_clip, whiten_advantages, ent_coef, vf_coef).
 
     Returns
     -------
@@ -87,13 +87,13 @@ def ppo_loss_and_grads(params, obs, actions, logp_old, adv, returns, values_old,
     logp, logp_cache = logprobs_from_logits(logits, actions)          # (B,)
     ent, ent_cache = entropy_from_logits(logits)                      # (B,)
     # advantage normalisation over the minibatch (CleanRL's norm_adv)
-    if config.norm_adv:
+    if config.whiten_advantages:
         adv = masked_whiten(adv, None)
     # L^CLIP, eq. (7): loss and dloss/dlogp
     pg_loss, dlogp, pg_stats = clipped_policy_loss(logp, logp_old, adv, clip_eps=config.clip_eps)
     # critic: L^VF, clipped around the rollout's values or plain
     values, critic_cache = critic_values(params, obs)                 # (B,)
-    if config.clip_vloss:
+    if config.value_clip:
         v_loss, dvalues, _ = clipped_value_loss(values, values_old, returns, clip_eps=config.clip_eps_value)
     else:
         v_loss, dvalues, _ = value_loss(values, returns)

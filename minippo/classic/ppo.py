@@ -2,13 +2,13 @@
 
 One iteration of the loop (Algorithm 1 of Schulman et al. 2017, arXiv:1707.06347):
 
-1. anneal the learning rate linearly towards 0;
+1. anneal the learning rate linearly towards 0 (``lr_schedule``);
 2. run the policy in N envs for T steps (:func:`~minippo.classic.rollout.collect_rollout`);
 3. compute V(s_t), V(s_{t+1}) and GAE advantages, bootstrapping truncated episodes with V(s_T)
    (:func:`~minippo.classic.rollout.rollout_advantages`);
 4. for K epochs, shuffle the N*T transitions into minibatches and take one Adam step per
    minibatch on the loss of eq. (9), with the global grad norm clipped; optionally stop the
-   epochs early when the approximate KL to the rollout policy exceeds ``target_kl``;
+   epochs early when the approximate KL to the rollout policy exceeds ``kl_old_target``;
 5. log CleanRL's metrics.
 
 One deliberate difference from CleanRL: its ``ppo.py`` sets ``next_done = terminated | truncated``
@@ -30,7 +30,7 @@ import numpy as np
 from minippo.classic.agent import ACTOR, CRITIC, actor_logits, critic_values, init_agent, \
     ppo_loss_and_grads, sample_actions
 from minippo.blas import single_blas_thread
-from minippo.classic.config import PPOConfig
+from minippo.classic.config import DEPRECATED_NAMES, LR_SCHEDULES, PPOConfig, deprecated_value, field_docs
 from minippo.classic.rollout import collect_rollout, rollout_advantages
 from minippo.classic.vec_env import SyncVectorEnv
 from minippo.checks import check_range
@@ -71,7 +71,7 @@ def train_ppo(make_env: Callable[[], object], total_timesteps: int, seed: int = 
         ``charts/episodic_return`` is the mean over the episodes that ended in this update's
         rollout and ``charts/mean_return_last20`` over the last 20 so far, both None before the
         first episode ends; ``charts/episodes`` the count so far; ``early_stop_epoch``:
-        None or the 0-based epoch after which target-KL stopped, ``epochs``, ``update``,
+        None or the 0-based epoch after which ``kl_old_target`` stopped, ``epochs``, ``update``,
         ``global_step``, ``sps``), ``params`` the final weights, ``config`` the hyperparameters,
         ``wall_time`` seconds.
 
@@ -79,7 +79,7 @@ def train_ppo(make_env: Callable[[], object], total_timesteps: int, seed: int = 
     ------
     ValueError naming the metric and the update if a loss becomes NaN or infinite.
     """
-    cfg = PPOConfig.from_kwargs(**hyperparameters)
+    cfg = PPOConfig.from_kwargs(stacklevel=3, **hyperparameters)     # old names warn at our caller
     check_range("total_timesteps", total_timesteps, cfg.batch_size, None, integer=True)
     check_range("seed", seed, 0, None, integer=True)
     if callback is not None and not callable(callback):
@@ -113,7 +113,7 @@ def _loop(envs, params, optimizer, policy, rng, num_updates, seed, cfg, callback
     global_step, t_start = 0, time.perf_counter()
     for update in range(num_updates):
         # 1. CleanRL's annealing: lr * (1 - update / num_updates)
-        lr_now = lr_at(update, num_updates, cfg.lr, schedule="linear") if cfg.anneal_lr else cfg.lr
+        lr_now = lr_at(update, num_updates, cfg.lr, schedule=cfg.lr_schedule)
         # 2. rollout with the current (frozen) policy
         ro = collect_rollout(envs, policy, next_obs, cfg.num_steps)
         next_obs = ro.next_obs
@@ -158,7 +158,7 @@ def ppo_update(params: dict, optimizer: AdamW, ro, cfg: PPOConfig, lr: float,
     steps on eq. (9), with target-KL early stopping. Updates ``params`` in place; returns the metrics.
 
     CleanRL's logging: the losses, entropy and KLs of the *last* minibatch (the approx KL is the
-    one compared with ``target_kl``); clip fraction and grad norm (before clipping; also split
+    one compared with ``kl_old_target``); clip fraction and grad norm (before clipping; also split
     into ``losses/grad_norm_actor`` and ``losses/grad_norm_critic``) averaged over all
     minibatches; explained variance of the rollout's values against the GAE returns.
     """
@@ -184,7 +184,7 @@ def ppo_update(params: dict, optimizer: AdamW, ro, cfg: PPOConfig, lr: float,
             clipfracs.append(stats["losses/clipfrac"])
             grad_norms.append(grad_norm)
         # CleanRL's target-KL check after each epoch (recorded only when epochs are actually skipped)
-        if cfg.target_kl is not None and stats["losses/approx_kl"] > cfg.target_kl \
+        if cfg.kl_old_target is not None and stats["losses/approx_kl"] > cfg.kl_old_target \
                 and epoch < cfg.update_epochs - 1:
             early_stop = epoch
             break
@@ -233,8 +233,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``minippo classic``: run options, then one flag per :class:`PPOConfig` field."""
     from dataclasses import MISSING, fields
 
-    from minippo.classic.config import field_docs
-
     parser.add_argument("--total-timesteps", type=int, default=200_000,
                         help="environment steps over all envs (default 200000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of envs, weights, sampling, shuffling")
@@ -251,30 +249,63 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     docs = field_docs()
     for f in fields(PPOConfig):
         default = f.default if f.default is not MISSING else None
-        flag = "--" + f.name.replace("_", "-")
         help_text = f"{docs.get(f.name, '')} (default {default})".replace("%", "%%")
-        if isinstance(default, bool):
-            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default,
-                               help=help_text)
-        elif f.name == "target_kl":
-            group.add_argument(flag, dest=f.name, type=float, default=default, help=help_text)
-        else:
-            group.add_argument(flag, dest=f.name, type=type(default), default=default, help=help_text)
+        _add_field_flag(group, f.name, default, help_text)
+    old = parser.add_argument_group("deprecated spellings (one release; each prints the new one)")
+    for name, new in DEPRECATED_NAMES.items():
+        _add_field_flag(old, name, None, f"deprecated: use {_flag(new)}", bool_flag=name != "target_kl")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _add_field_flag(group, name: str, default, help_text: str, bool_flag: bool | None = None) -> None:
+    """One flag per field: ``--x/--no-x`` for booleans, a choice for ``lr_schedule``, else typed."""
+    if bool_flag or isinstance(default, bool):
+        group.add_argument(_flag(name), dest=name, action=argparse.BooleanOptionalAction, default=default,
+                           help=help_text)
+    elif name == "lr_schedule":
+        group.add_argument(_flag(name), dest=name, choices=LR_SCHEDULES, default=default, help=help_text)
+    elif default is None:                                   # kl_old_target (None: off) and target_kl
+        group.add_argument(_flag(name), dest=name, type=float, default=default, help=help_text)
+    else:
+        group.add_argument(_flag(name), dest=name, type=type(default), default=default, help=help_text)
+
+
+def _hyperparameters(args: argparse.Namespace) -> dict:
+    """The PPOConfig fields from the flags; a deprecated flag that was given sets its new field and
+    prints one line naming the new flag (the CLI's DeprecationWarning)."""
+    import sys
+    from dataclasses import fields
+
+    hyper = {f.name: getattr(args, f.name) for f in fields(PPOConfig)}
+    for old, new in DEPRECATED_NAMES.items():
+        value = getattr(args, old)
+        if value is None:
+            continue
+        hyper[new] = deprecated_value(old, value)
+        if old == "target_kl":
+            given, use = f"{_flag(old)} {value}", f"{_flag(new)} {value}"
+        else:                                                   # --x / --no-x
+            given = _flag(old if value else "no_" + old)
+            use = f"{_flag(new)} {hyper[new]}" if old == "anneal_lr" else _flag(new if value else "no_" + new)
+        print(f"minippo classic: {given} is deprecated, use {use} (the old spelling goes in the next release)",
+              file=sys.stderr)
+    return hyper
 
 
 def cli_main(args: argparse.Namespace) -> int:
     """Train, show a progress bar, write metrics/dashboard/weights to ``--out``, print a summary."""
     import sys
-    from dataclasses import fields
     from pathlib import Path
 
     from tqdm import tqdm
 
     from minippo.io import MetricsWriter, save_checkpoint
 
-    hyper = {f.name: getattr(args, f.name) for f in fields(PPOConfig)}
     try:
-        cfg = PPOConfig(**hyper)
+        cfg = PPOConfig(**_hyperparameters(args))
         check_range("total_timesteps", args.total_timesteps, cfg.batch_size, None, integer=True)
         check_range("save_every", args.save_every, 1, None, integer=True)
     except ValueError as exc:
@@ -314,7 +345,7 @@ def cli_main(args: argparse.Namespace) -> int:
                         kl=f"{record['losses/approx_kl']:.4f}", sps=f"{record['sps']:.0f}")
 
     try:
-        result = train_ppo(make_env, args.total_timesteps, args.seed, callback=callback, **hyper)
+        result = train_ppo(make_env, args.total_timesteps, args.seed, callback=callback, **cfg.to_dict())
     except ValueError as exc:                          # a NaN/inf: the checkpoint on disk is the last good one
         bar.close()
         kept = (f"; the last good weights (update {saved['update']}, step {saved['global_step']}) are in "

@@ -51,7 +51,7 @@ def make_batch(rng, params, b=12, logp_noise=0.05, value_noise=0.05):
 @pytest.mark.parametrize("cfg", [
     PPOConfig(),                                                           # every ratio inside the band
     PPOConfig(clip_eps=0.03, clip_eps_value=0.03, ent_coef=0.05),          # some clipped, policy and value
-    PPOConfig(norm_adv=False, clip_vloss=False, vf_coef=1.0),
+    PPOConfig(whiten_advantages=False, value_clip=False, vf_coef=1.0),
 ])
 def test_whole_loss_gradient(cfg):
     rng = np.random.default_rng(1)
