@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from minippo.classic.cartpole import CartPoleEnv
-from minippo.classic.config import CLEANRL_DEFAULTS, PPOConfig
+from minippo.classic.config import CLEANRL_DEFAULTS, PPOConfig, field_docs
 from minippo.classic.ppo import train_ppo
 
 
@@ -78,3 +78,10 @@ def test_train_ppo_accepts_the_old_names():
     np.testing.assert_array_equal(old["episode_returns"], new["episode_returns"])
     assert old["config"] == new["config"] and new["config"]["lr_schedule"] == "constant"
     assert [h["charts/learning_rate"] for h in new["history"]] == [1e-3] * 8     # "constant" keeps lr
+
+
+def test_every_config_field_has_a_docstring_and_a_flag():
+    from dataclasses import fields
+    docs = field_docs(PPOConfig)                                   # also the --help text of each flag
+    assert set(docs) == {f.name for f in fields(PPOConfig)}
+    assert all(len(d) > 20 for d in docs.values())
