@@ -2,11 +2,13 @@
 
 Pipeline step: seed 003's chain "... -> rollout + GAE -> multi-epoch minibatches -> KL monitoring /
 early stop", run for real with (s, a, r, s', done) transitions before the course moves to language
-models. The loop is CleanRL's ``ppo.py`` (minippo.classic.ppo): N = 4 CartPole copies, T = 128 steps
-per rollout, GAE (gamma 0.99, lambda 0.95) with truncated episodes bootstrapped by V(s_T), 4 epochs
-of 4 minibatches, whitened advantages, L^CLIP (eq. (7) of Schulman et al. 2017, arXiv:1707.06347)
-with clipped value loss and entropy bonus (eq. (9)), global grad-norm clipping, learning rate
-annealed to 0, optional target-KL early stop.
+models. The loop is CleanRL's ``ppo.py``, one function read top to bottom (``train_ppo`` in
+``minippo/classic/ppo.py``, with the formulas of ``minippo/rl/gae.py`` and ``minippo/rl/losses.py`` and
+the MLPs of ``minippo/nn/mlp.py``): N = 4 CartPole copies, T = 128 steps per rollout, GAE (gamma 0.99,
+lambda 0.95) with truncated episodes bootstrapped by V(s_T), 4 epochs of 4 minibatches, whitened
+advantages, L^CLIP (eq. (7) of Schulman et al. 2017, arXiv:1707.06347) with clipped value loss and
+entropy bonus (eq. (9)), global grad-norm clipping, learning rate annealed to 0, optional target-KL
+early stop (``kl_old_target``).
 
 Seed: 003 section 8 "Rollout 与 On-policy 数据", section 10 "PPO 训练流程" (the pseudo-code, including
 "optionally early stop if KL too large"), section 11 (target_kl: ``kl_old_target`` here), and section 13
@@ -21,9 +23,9 @@ enough that the early stop fires visibly. The figure is the dashboard (minippo.c
 one panel per metric against environment steps; x marks the updates whose epochs target-KL cut short.
 
 Exercises:
-1. Treat truncation as termination: in ``minippo/classic/rollout.py`` pass ``terminated | truncated``
-   as ``terminated`` to ``gae_classic``. Where do the value loss and explained variance change once
-   episodes reach the 500-step limit, and why?
+1. Treat truncation as termination: in ``rollout_advantages`` (``minippo/classic/ppo.py``) pass
+   ``terminated | truncated`` as ``terminated`` to ``gae_classic``. Where do the value loss and
+   explained variance change once episodes reach the 500-step limit, and why?
 2. ``minippo classic --lr 2.5e-4`` is CleanRL's learning rate: compare the steps to reach 475 with
    the default 1e-3 (``minippo bench --only cartpole`` prints both for seeds 0-2).
 3. ``--update-epochs 10 --lr 3e-3``: watch the clip fraction and approx KL rise; add
@@ -145,8 +147,8 @@ def main(argv=None) -> dict:
           f"clipped{dominant}; {d['grad_norm_last']:.2f} in the last quarter. Spikes far above the usual level are "
           f"the ones the clipping is there to tame.")
     print(f"- epochs run per update: with kl_old_target = {KL_OLD_TARGET:g}, {k['early_stops']} of {k['updates']} "
-          f"updates stopped early ({k['epochs_skipped']} epochs skipped); the x marks in the KL panel are those updates, "
-          f"their KL above the dashed target. That run: {_fmt_steps(k['steps_to_475'])} "
+          f"updates stopped early ({k['epochs_skipped']} epochs skipped); the x marks in the KL panel are those "
+          f"updates, their KL above the dashed target. That run: {_fmt_steps(k['steps_to_475'])} "
           f"(defaults: {_fmt_steps(d['steps_to_475'])}).")
     save_figure(plot, r, __name__, args)
     return r

@@ -21,7 +21,8 @@ def test_defaults():
     ("lr", -1e-3), ("clip_eps", 0.0), ("clip_eps", -0.2), ("clip_eps_value", 0.0), ("gamma", 1.5),
     ("lam", -0.1), ("num_envs", 0), ("num_steps", 2.5), ("update_epochs", 0), ("ent_coef", -0.01),
     ("vf_coef", -1.0), ("max_grad_norm", 0.0), ("kl_old_target", 0.0), ("adam_eps", 0.0), ("hidden_size", 0),
-    ("num_minibatches", 0), ("whiten_advantages", 1), ("value_clip", None), ("lr_schedule", "cosine"), ("lr_schedule", True), ("lr", float("nan")),
+    ("num_minibatches", 0), ("whiten_advantages", 1), ("value_clip", None), ("lr_schedule", "cosine"),
+    ("lr_schedule", True), ("lr", float("nan")),
 ])
 def test_bad_values_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"`{field}`"):

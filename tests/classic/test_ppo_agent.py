@@ -1,9 +1,10 @@
-"""The actor-critic: CleanRL's init, action sampling, and the gradient of the whole PPO loss (eq. (9))."""
+"""The agent of minippo.classic.ppo: CleanRL's init, action sampling, and the gradient of the whole PPO loss
+(eq. (9)) of one minibatch."""
 import numpy as np
 import pytest
 
-from minippo.classic.agent import actor_logits, critic_values, init_agent, ppo_loss_and_grads, sample_actions
 from minippo.classic.config import PPOConfig
+from minippo.classic.ppo import actor_logits, critic_values, init_agent, ppo_loss_and_grads, sample_actions
 from minippo.nn.gradcheck import assert_gradients
 from minippo.rl.losses import logprobs_from_logits
 
