@@ -2,31 +2,34 @@
 
 Pipeline step: seed 003's chain "... -> rollout + GAE -> multi-epoch minibatches -> KL monitoring /
 early stop", run for real with (s, a, r, s', done) transitions before the course moves to language
-models. The loop is CleanRL's ``ppo.py`` (minippo.classic.ppo): N = 4 CartPole copies, T = 128 steps
-per rollout, GAE (gamma 0.99, lambda 0.95) with truncated episodes bootstrapped by V(s_T), 4 epochs
-of 4 minibatches, whitened advantages, L^CLIP (eq. (7) of Schulman et al. 2017, arXiv:1707.06347)
-with clipped value loss and entropy bonus (eq. (9)), global grad-norm clipping, learning rate
-annealed to 0, optional target-KL early stop.
+models. The loop is CleanRL's ``ppo.py``, one function read top to bottom (``train_ppo`` in
+``minippo/classic/ppo.py``, with the formulas of ``minippo/rl/gae.py`` and ``minippo/rl/losses.py`` and
+the MLPs of ``minippo/nn/mlp.py``): N = 4 CartPole copies, T = 128 steps per rollout, GAE (gamma 0.99,
+lambda 0.95) with truncated episodes bootstrapped by V(s_T), 4 epochs of 4 minibatches, whitened
+advantages, L^CLIP (eq. (7) of Schulman et al. 2017, arXiv:1707.06347) with clipped value loss and
+entropy bonus (eq. (9)), global grad-norm clipping, learning rate annealed to 0, optional target-KL
+early stop (``kl_old_target``).
 
 Seed: 003 section 8 "Rollout 与 On-policy 数据", section 10 "PPO 训练流程" (the pseudo-code, including
-"optionally early stop if KL too large"), section 11 (target_kl), and section 13 "PPO 的常见指标":
+"optionally early stop if KL too large"), section 11 (target_kl: ``kl_old_target`` here), and section 13
+"PPO 的常见指标":
 episode return, policy loss, value loss, entropy, approx KL, clip fraction, explained variance,
 gradient norm - "如果 clip fraction 长期很高，说明更新过猛；如果 entropy 迅速下降，说明策略过早确定"
 (a clip fraction that stays high means the updates are too violent; an entropy that drops fast means
 the policy became deterministic too early).
 
-Two runs with the same seed: the project's defaults, and the same with ``target_kl`` = 0.005, small
+Two runs with the same seed: the project's defaults, and the same with ``kl_old_target`` = 0.005, small
 enough that the early stop fires visibly. The figure is the dashboard (minippo.classic.dashboard):
 one panel per metric against environment steps; x marks the updates whose epochs target-KL cut short.
 
 Exercises:
-1. Treat truncation as termination: in ``minippo/classic/rollout.py`` pass ``terminated | truncated``
-   as ``terminated`` to ``gae_classic``. Where do the value loss and explained variance change once
-   episodes reach the 500-step limit, and why?
+1. Treat truncation as termination: in ``rollout_advantages`` (``minippo/classic/ppo.py``) pass
+   ``terminated | truncated`` as ``terminated`` to ``gae_classic``. Where do the value loss and
+   explained variance change once episodes reach the 500-step limit, and why?
 2. ``minippo classic --lr 2.5e-4`` is CleanRL's learning rate: compare the steps to reach 475 with
    the default 1e-3 (``minippo bench --only cartpole`` prints both for seeds 0-2).
 3. ``--update-epochs 10 --lr 3e-3``: watch the clip fraction and approx KL rise; add
-   ``--target-kl 0.01`` and count the early stops.
+   ``--kl-old-target 0.01`` and count the early stops.
 4. ``--ent-coef 0`` vs ``--ent-coef 0.05``: how does the entropy panel change, and the return?
 """
 from __future__ import annotations
@@ -38,7 +41,7 @@ from minippo.classic.cartpole import CartPoleEnv
 from minippo.classic.dashboard import plot_dashboard
 from minippo.classic.ppo import last_mean, steps_to_reach, train_ppo
 
-TARGET_KL = 0.005
+KL_OLD_TARGET = 0.005
 
 
 def _metric(hist, key) -> np.ndarray:
@@ -87,7 +90,7 @@ def run(quick: bool = False, seed: int = 0) -> dict:
     total = 8192 if quick else 200_000
     runs = {
         "defaults": train_ppo(CartPoleEnv, total, seed),
-        f"target_kl = {TARGET_KL:g}": train_ppo(CartPoleEnv, total, seed, target_kl=TARGET_KL),
+        f"kl_old_target = {KL_OLD_TARGET:g}": train_ppo(CartPoleEnv, total, seed, kl_old_target=KL_OLD_TARGET),
     }
     return {"total_timesteps": total, "seed": seed, "runs": runs,
             "summary": {k: summarize(v) for k, v in runs.items()}}
@@ -107,7 +110,7 @@ def _fmt_steps(s) -> str:
 def main(argv=None) -> dict:
     args = lesson_args(__doc__, argv)
     r = run(quick=args.quick, seed=args.seed)
-    d, k = r["summary"]["defaults"], r["summary"][f"target_kl = {TARGET_KL:g}"]
+    d, k = r["summary"]["defaults"], r["summary"][f"kl_old_target = {KL_OLD_TARGET:g}"]
     print(f"Classic PPO (CleanRL's loop, lr 1e-3) on minippo's CartPole-v1, {r['total_timesteps']} env steps, "
           f"seed {r['seed']}:")
     for name, s in r["summary"].items():
@@ -143,9 +146,9 @@ def main(argv=None) -> dict:
           f"the critic's {d['grad_norm_critic_first']:.2f}; {d['clipped_share_first']:.0%} of those updates were "
           f"clipped{dominant}; {d['grad_norm_last']:.2f} in the last quarter. Spikes far above the usual level are "
           f"the ones the clipping is there to tame.")
-    print(f"- epochs run per update: with target_kl = {TARGET_KL:g}, {k['early_stops']} of {k['updates']} updates "
-          f"stopped early ({k['epochs_skipped']} epochs skipped); the x marks in the KL panel are those updates, "
-          f"their KL above the dashed target. That run: {_fmt_steps(k['steps_to_475'])} "
+    print(f"- epochs run per update: with kl_old_target = {KL_OLD_TARGET:g}, {k['early_stops']} of {k['updates']} "
+          f"updates stopped early ({k['epochs_skipped']} epochs skipped); the x marks in the KL panel are those "
+          f"updates, their KL above the dashed target. That run: {_fmt_steps(k['steps_to_475'])} "
           f"(defaults: {_fmt_steps(d['steps_to_475'])}).")
     save_figure(plot, r, __name__, args)
     return r

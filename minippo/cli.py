@@ -19,7 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sft": ("minippo.rlhf.sft", "stage 1: train the tiny GPT on the synthetic corpus (supervised fine-tuning)"),
     "rm": ("minippo.rlhf.rm_train", "stage 2: label preference pairs and train the Bradley-Terry reward model"),
     "ppo": ("minippo.rlhf.run.ppo_cli", "stage 3: PPO with actor, critic, reference and reward model"),
-    "classic": ("minippo.classic.ppo", "classic PPO on CartPole (s, a, r, s', done)"),
+    "classic": ("minippo.classic.run", "classic PPO on CartPole (s, a, r, s', done)"),
     "bench": ("minippo.bench", "measure kernels and models side by side and print ratios"),
 }
 

@@ -4,17 +4,22 @@
     result = train_ppo(CartPoleEnv, total_timesteps=200_000, seed=0)        # ~10 s on 2 cores
     result = train_ppo(lambda: gymnasium.make("CartPole-v1"), 200_000, 0)   # any Gymnasium-API env
 
-Modules, in the order of the loop:
+To follow one iteration, read ``ppo.py``: ``train_ppo`` is the loop top to bottom (rollout,
+bootstrap + GAE, K epochs x minibatches of eq. (9), target-KL stop, metrics), with the agent, the
+rollout buffer and the minibatch loss + gradient below it; the formulas it calls are in
+``minippo/rl/gae.py`` and ``minippo/rl/losses.py``, the networks in ``minippo/nn/mlp.py``.
+
+Modules:
 
 ==============  ===============================================================================
+ppo             ``train_ppo``: the loop; the agent (two MLPs, CleanRL's init), ``collect_rollout``,
+                ``rollout_advantages`` (truncation bootstraps), ``ppo_loss_and_grads`` (eq. (9));
+                ``steps_to_reach``, ``last_mean``
+config          ``PPOConfig``: the hyperparameters, validated; the deprecated old names
 cartpole        ``CartPoleEnv``: CartPole-v1's dynamics with the Gymnasium API (spaces: ``spaces``)
 vec_env         ``SyncVectorEnv``: N copies, auto-reset, the true final observation in ``info``
-agent           actor and critic MLPs (``minippo.nn.mlp``), action sampling, the eq. (9) loss + gradient
-rollout         collect (s, a, r, s', terminated, truncated); GAE with truncation bootstrapping
-config          ``PPOConfig``: the hyperparameters, validated
-ppo             ``train_ppo``, ``ppo_update``, the ``minippo classic`` command
+run             the ``minippo classic`` command: flags, progress bar, metrics file, checkpoints
 dashboard       ``plot_dashboard``: the nine monitoring panels (lesson 08, ``minippo classic --out``)
-blas            one BLAS thread for the tiny matrices (4x faster on a busy 2-core machine)
 ==============  ===============================================================================
 
 Names are imported lazily: ``import minippo.classic`` loads nothing else.

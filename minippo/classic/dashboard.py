@@ -6,7 +6,7 @@ epochs each update ran (where target-KL early stopping cut them short). Used by 
 ``minippo classic --out`` command and by lesson 08.
 
 Every panel's x axis is the global environment step. Several runs (e.g. with and without a
-``target_kl``) can share one figure; each gets its own colour.
+``kl_old_target``) can share one figure; each gets its own colour.
 """
 from __future__ import annotations
 
@@ -81,9 +81,9 @@ def _draw_dashboard(runs, path, title, goal, window) -> Path:
             if key == "losses/approx_kl" and stops.any():
                 ax.scatter(steps[stops], y[stops], marker="x", s=28, color=color, zorder=3,
                            label=f"{label}: early stop ({stops.sum()})")
-        target_kl = res.get("config", {}).get("target_kl")
-        if target_kl is not None:
-            axes[4].axhline(target_kl, color=color, ls="--", lw=1, label=f"target_kl = {target_kl:g}")
+        kl_old_target = res.get("config", {}).get("kl_old_target")
+        if kl_old_target is not None:
+            axes[4].axhline(kl_old_target, color=color, ls="--", lw=1, label=f"kl_old_target = {kl_old_target:g}")
         max_norm = res.get("config", {}).get("max_grad_norm")
         if max_norm is not None and label == next(iter(runs)):
             axes[7].axhline(max_norm, color="gray", ls="--", lw=1, label=f"max_grad_norm = {max_norm:g}")

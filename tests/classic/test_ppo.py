@@ -59,9 +59,9 @@ def test_zero_learning_rate_keeps_the_ratio_at_one():
         assert h["losses/clipfrac"] == 0.0
 
 
-def test_target_kl_stops_the_epochs_early():
+def test_kl_old_target_stops_the_epochs_early():
     # a tiny target with a large learning rate: the KL after the first epoch already exceeds it
-    result = train_ppo(CartPoleEnv, 2048, seed=0, target_kl=1e-4, lr=3e-3, update_epochs=8, **{
+    result = train_ppo(CartPoleEnv, 2048, seed=0, kl_old_target=1e-4, lr=3e-3, update_epochs=8, **{
         k: v for k, v in SMALL.items() if k != "update_epochs"})
     stops = [h["early_stop_epoch"] for h in result["history"]]
     assert stops[0] == 0 and sum(s is not None for s in stops) >= len(stops) // 2

@@ -1,9 +1,7 @@
-"""The `minippo classic` command, the dashboard figure, the one-BLAS-thread context, field docs."""
+"""The `minippo classic` command (minippo.classic.run): metrics, dashboard and weights on disk, the last good
+weights kept when a run fails, the deprecated flag spellings, bad flags rejected."""
 import numpy as np
-import pytest
 
-from minippo.blas import blas_threads, single_blas_thread
-from minippo.classic.config import PPOConfig, field_docs
 from minippo.cli import main as minippo_main
 from minippo.io import load_checkpoint, read_metrics
 
@@ -13,7 +11,7 @@ FAST = ["--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2", "--upd
 def test_cli_writes_metrics_dashboard_and_weights(tmp_path, capsys):
     out = tmp_path / "run"
     rc = minippo_main(["classic", "--total-timesteps", "1024", "--seed", "3", "--out", str(out),
-                       "--no-progress", "--target-kl", "0.001", "--no-norm-adv", *FAST])
+                       "--no-progress", "--kl-old-target", "0.001", "--no-whiten-advantages", *FAST])
     assert rc == 0
     records = read_metrics(out / "metrics.jsonl")
     assert len(records) == 8 and records[-1]["global_step"] == 1024
@@ -22,7 +20,7 @@ def test_cli_writes_metrics_dashboard_and_weights(tmp_path, capsys):
     assert (out / "dashboard.png").stat().st_size > 50_000
     params, state = load_checkpoint(out / "agent")
     assert params["actor.0.w"].shape == (4, 64) and state["seed"] == 3
-    assert state["config"]["target_kl"] == 0.001 and state["config"]["norm_adv"] is False
+    assert state["config"]["kl_old_target"] == 0.001 and state["config"]["whiten_advantages"] is False
     text = capsys.readouterr().out
     assert "mean return of the last 20 episodes" in text and "steps to reach 475" in text
 
@@ -40,15 +38,15 @@ def test_cli_failed_run_keeps_the_last_good_weights(tmp_path, capsys, monkeypatc
             stats = dict(stats, **{"losses/value_loss": float("inf")})
         return loss, grads, stats
 
-    import minippo.io as io                       # cli_main imports save_checkpoint from here when it runs
-    real_save = io.save_checkpoint
+    import minippo.classic.run as run
+    real_save = run.save_checkpoint
 
     def recording_save(directory, arrays, state=None, **kw):
         snapshots[state["update"]] = {k: v.copy() for k, v in arrays.items()}
         return real_save(directory, arrays, state, **kw)
 
     monkeypatch.setattr(ppo, "ppo_loss_and_grads", nan_in_update_5)
-    monkeypatch.setattr(io, "save_checkpoint", recording_save)
+    monkeypatch.setattr(run, "save_checkpoint", recording_save)
     out = tmp_path / "run"
     rc = minippo_main(["classic", "--total-timesteps", "1024", "--seed", "1", "--out", str(out),
                        "--no-progress", "--save-every", "2", *FAST])
@@ -67,38 +65,25 @@ def test_cli_failed_run_keeps_the_last_good_weights(tmp_path, capsys, monkeypatc
     assert "`save_every`" in capsys.readouterr().err
 
 
+def test_cli_old_spellings_still_work_and_print_the_new_flag(tmp_path, capsys, recwarn):
+    out = tmp_path / "run"
+    rc = minippo_main(["classic", "--total-timesteps", "1024", "--out", str(out), "--no-progress",
+                       "--target-kl", "0.001", "--no-norm-adv", "--no-clip-vloss", "--no-anneal-lr", *FAST])
+    assert rc == 0
+    err = capsys.readouterr().err
+    for old, new in (("--target-kl 0.001", "--kl-old-target 0.001"), ("--no-norm-adv", "--no-whiten-advantages"),
+                     ("--no-clip-vloss", "--no-value-clip"), ("--no-anneal-lr", "--lr-schedule constant")):
+        assert f"{old} is deprecated, use {new}" in err
+    _, state = load_checkpoint(out / "agent")
+    assert (state["config"]["kl_old_target"], state["config"]["whiten_advantages"], state["config"]["value_clip"],
+            state["config"]["lr_schedule"]) == (0.001, False, False, "constant")
+    assert not [w for w in recwarn if "PPOConfig" in str(w.message)]      # one notice per flag, not two
+    assert minippo_main(["classic", "--anneal-lr", "--total-timesteps", "1024", "--no-progress", *FAST]) == 0
+    assert "--anneal-lr is deprecated, use --lr-schedule linear" in capsys.readouterr().err
+
+
 def test_cli_rejects_bad_hyperparameters(capsys):
     assert minippo_main(["classic", "--lr", "-1", "--no-progress"]) == 2
     assert "`lr`" in capsys.readouterr().err
     assert minippo_main(["classic", "--total-timesteps", "10", "--no-progress"]) == 2
     assert "`total_timesteps`" in capsys.readouterr().err
-
-
-def test_every_config_field_has_a_docstring_and_a_flag():
-    from dataclasses import fields
-    docs = field_docs(PPOConfig)
-    assert set(docs) == {f.name for f in fields(PPOConfig)}
-    assert all(len(d) > 20 for d in docs.values())
-
-
-def test_dashboard_several_runs_with_early_stops(tmp_path):
-    from minippo.classic.dashboard import plot_dashboard, rolling_mean
-    np.testing.assert_allclose(rolling_mean(np.array([1.0, 3.0, 5.0, 7.0]), 2), [1, 2, 4, 6])
-    hist = [{"global_step": 512 * (i + 1), "losses/policy_loss": 0.01, "losses/value_loss": 10.0 / (i + 1),
-             "losses/entropy": 0.69 - 0.01 * i, "losses/approx_kl": 0.02 if i % 2 else 0.0,
-             "losses/clipfrac": 0.1, "losses/explained_variance": 0.5, "losses/grad_norm": 1.0,
-             "early_stop_epoch": 0 if i % 2 else None, "epochs": 1 if i % 2 else 4} for i in range(6)]
-    res = {"episode_returns": np.arange(30.0), "episode_steps": np.arange(30) * 100, "history": hist,
-           "config": {"target_kl": 0.01, "max_grad_norm": 0.5}}
-    empty = dict(res, episode_returns=np.array([]), episode_steps=np.array([]))
-    path = plot_dashboard({"a": res, "b": empty}, tmp_path / "d.png", title="t")
-    assert path.stat().st_size > 50_000
-
-
-def test_single_blas_thread_restores_the_count():
-    before = blas_threads()
-    if before is None:
-        pytest.skip("OpenBLAS not found in this process (another BLAS): the context is a no-op")
-    with single_blas_thread():
-        assert blas_threads() == 1
-    assert blas_threads() == before

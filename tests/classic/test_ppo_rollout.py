@@ -1,4 +1,5 @@
-"""Termination vs truncation bootstrapping and the done-index convention, through the rollout code.
+"""Termination vs truncation bootstrapping and the done-index convention, through the rollout code of
+minippo.classic.ppo (collect_rollout, rollout_advantages).
 
 A scripted env plays episodes of known length and ending; its observation names the state
 (``[episode id, step in episode]``), so a hand-written value table V(s) gives every advantage by hand.
@@ -6,9 +7,8 @@ A scripted env plays episodes of known length and ending; its observation names 
 import numpy as np
 import pytest
 
-from minippo.classic.agent import critic_values, init_agent
 from minippo.classic.cartpole import CartPoleEnv
-from minippo.classic.rollout import collect_rollout, rollout_advantages
+from minippo.classic.ppo import collect_rollout, critic_values, init_agent, rollout_advantages
 from minippo.classic.spaces import Box, Discrete
 from minippo.classic.vec_env import SyncVectorEnv
 

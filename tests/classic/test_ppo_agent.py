@@ -1,9 +1,10 @@
-"""The actor-critic: CleanRL's init, action sampling, and the gradient of the whole PPO loss (eq. (9))."""
+"""The agent of minippo.classic.ppo: CleanRL's init, action sampling, and the gradient of the whole PPO loss
+(eq. (9)) of one minibatch."""
 import numpy as np
 import pytest
 
-from minippo.classic.agent import actor_logits, critic_values, init_agent, ppo_loss_and_grads, sample_actions
 from minippo.classic.config import PPOConfig
+from minippo.classic.ppo import actor_logits, critic_values, init_agent, ppo_loss_and_grads, sample_actions
 from minippo.nn.gradcheck import assert_gradients
 from minippo.rl.losses import logprobs_from_logits
 
@@ -51,7 +52,7 @@ def make_batch(rng, params, b=12, logp_noise=0.05, value_noise=0.05):
 @pytest.mark.parametrize("cfg", [
     PPOConfig(),                                                           # every ratio inside the band
     PPOConfig(clip_eps=0.03, clip_eps_value=0.03, ent_coef=0.05),          # some clipped, policy and value
-    PPOConfig(norm_adv=False, clip_vloss=False, vf_coef=1.0),
+    PPOConfig(whiten_advantages=False, value_clip=False, vf_coef=1.0),
 ])
 def test_whole_loss_gradient(cfg):
     rng = np.random.default_rng(1)
