@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Mapping
 
 import numpy as np
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from minippo.plotting import course_style, new_figure, save_figure
 
@@ -56,7 +57,6 @@ def plot_dashboard(runs: Mapping[str, dict], path: str | os.PathLike, *, title: 
 
 
 def _draw_dashboard(runs, path, title, goal, window) -> Path:
-    from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     fig = new_figure((15, 10.5))
     axes = fig.subplots(3, 3).ravel()

@@ -96,7 +96,7 @@ def cli_main(args: argparse.Namespace) -> int:
         return 2
     if args.gymnasium:
         try:
-            import gymnasium
+            import gymnasium  # lazy: optional, not a dependency (the parity runs only)
         except ImportError:
             print("minippo classic: error: --gymnasium needs `pip install gymnasium`", file=sys.stderr)
             return 2
