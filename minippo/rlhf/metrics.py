@@ -32,7 +32,7 @@ GLOSSARY: dict[str, str] = {
     "loss/kl_avg": "mean over minibatches of the KL loss term mean_t k3(pi, pi_ref) (0 when kl_loss_coef = 0)",
     "val/clipfrac_avg": "mean over minibatches of the fraction of valid tokens where the clipped value error is the larger one",
     "val/explained_variance": "1 - Var[R - V] / Var[R] over the rollout's valid tokens (critic quality; 1 perfect, <= 0 useless)",
-    "val/ratio": "mean over minibatches of the mean ratio r_t = exp(logp - logp_old) (exactly 1 with lr = 0)",
+    "val/ratio": "mean over minibatches of the mean ratio r_t = exp(logp - logp_old) (1 with lr = 0, to float32 rounding: lesson 16)",
     "val/num_eos_tokens": "number of responses in the batch that produced an EOS",
     "val/values_avg": "mean critic value V(s_t) over the rollout's valid tokens",
     "response/length": "mean number of response tokens (EOS included)",

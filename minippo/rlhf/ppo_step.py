@@ -15,12 +15,20 @@ needs; :func:`compute_rewards` turns the scores into per-token rewards (:mod:`mi
 
 **One temperature.** The responses are sampled from softmax(logits / T); the old log-probs, the
 reference log-probs, the new log-probs of the update and the entropy all use the same T, so that the
-ratio at the first minibatch is exactly 1 and the KL compares the same two distributions (DESIGN.md).
+ratio at the first minibatch is 1 (to rounding, below) and the KL compares the same two distributions
+(DESIGN.md).
 
 **logp_old is recomputed** with one full forward pass after sampling (as TRL does) instead of reusing
-the sampler's numbers: the update computes the new log-probs with that same forward pass, so with
-lr = 0 the ratio is exactly 1.0 (bitwise), not 1 +/- 1e-7. The sampler's log-probs are kept in
-``rollout.gen_logp``: they agree with ``logp`` to rounding (tested).
+the sampler's numbers: the update computes the new log-probs with that same forward function
+(``forward_response``, the same temperature), not with the KV-cache sampler's incremental one. With
+lr = 0 the parameters are bitwise unchanged, and recomputing the whole batch's log-probs with the same
+shapes gives bitwise ``logp`` on any machine (determinism; lesson 16's "same forward"). The update's
+minibatches hold fewer rows, though: a BLAS kernel may sum a product of b*T rows in another order than
+one of B*T rows (OpenBLAS's Haswell / Zen kernels do; SkylakeX, Sandybridge do not), so the first
+minibatch's ratio is 1 to float32 rounding (|log r| below
+``minippo.rlhf.pitfalls.logp_rounding_tolerance``, ~1e-6 measured) and bitwise 1 only with some kernels;
+clipfrac is exactly 0 on every machine. The sampler's log-probs are kept in ``rollout.gen_logp``: they
+agree with ``logp`` to rounding (tested).
 """
 from __future__ import annotations
 

@@ -58,7 +58,8 @@ def minibatch_loss_and_grads(actor, critic, mb, cfg, ptx_batch=None):
     -------
     terms : dict of floats (``loss/policy``, ``loss/value``, ``loss/entropy``, ``loss/ptx``, ``loss/kl``,
         ``loss/total``)
-    stats : dict (``approx_kl``, ``clipfrac``, ``ratio_mean``, ``vf_clipfrac``, ``entropy``)
+    stats : dict (``approx_kl``, ``clipfrac``, ``ratio_mean``, ``ratio_min``, ``ratio_max``, ``vf_clipfrac``,
+        ``entropy``)
     grads_actor : dict like ``actor.params``; grads_critic : dict like the critic's own params (or {})
     """
     seqs, attn, Tp, mask = mb.sequences, mb.attn_mask, mb.prompt_len, mb.response_mask
@@ -109,6 +110,7 @@ def minibatch_loss_and_grads(actor, critic, mb, cfg, ptx_batch=None):
     terms["loss/total"] = (terms["loss/policy"] + cfg.vf_coef * terms["loss/value"] - cfg.ent_coef * ent_mean
                            + cfg.ptx_coef * terms["loss/ptx"] + cfg.kl_loss_coef * terms["loss/kl"])
     stats = {"approx_kl": pstats["approx_kl"], "clipfrac": pstats["clipfrac"], "ratio_mean": pstats["ratio_mean"],
+             "ratio_min": float(pstats["ratio_min"]), "ratio_max": float(pstats["ratio_max"]),
              "vf_clipfrac": vf_clipfrac, "entropy": ent_mean}
     return {k: float(v) for k, v in terms.items()}, stats, grads_actor, grads_critic
 
@@ -129,11 +131,13 @@ def ppo_update(actor, critic, opt_actor, opt_critic, rollout, cfg, rng: np.rando
     Returns
     -------
     metrics : ``policy/*``, ``loss/*``, ``val/clipfrac_avg``, ``val/ratio``, ``early_stop_epoch``,
-        ``policy/skipped_minibatches``, ``policy/grad_norm_avg``, ``policy/steps``
+        ``policy/skipped_minibatches``, ``policy/grad_norm_avg``, ``policy/steps``, and ``first_minibatch``:
+        ``ratio_mean``, ``ratio_min``, ``ratio_max``, ``approx_kl``, ``clipfrac`` of the first minibatch, measured
+        before its step (the lr = 0 check: ``minippo.rlhf.pitfalls.lr_zero_verdict``)
     """
     hist = {k: [] for k in ("approx_kl", "clipfrac", "ratio_mean", "vf_clipfrac", "entropy", "loss/policy",
                             "loss/value", "loss/ptx", "loss/kl", "grad_norm")}
-    early_stop, skipped, steps = None, 0, 0
+    early_stop, skipped, steps, first = None, 0, 0, None
     for epoch in range(cfg.ppo_epochs):
         for idx in minibatches(rollout.batch_size, cfg.minibatch_size, rng):
             ptx_batch = ptx_sampler(rng) if (ptx_sampler is not None and cfg.ptx_coef > 0) else None
@@ -144,6 +148,8 @@ def ppo_update(actor, critic, opt_actor, opt_critic, rollout, cfg, rng: np.rando
                 raise ValueError(f"{exc} (iteration {iteration}, epoch {epoch}): training stopped, the last good "
                                  f"checkpoint is kept") from exc
             check_finite(terms, iteration)
+            if first is None:
+                first = {k: stats[k] for k in ("ratio_mean", "ratio_min", "ratio_max", "approx_kl", "clipfrac")}
             for k in hist:
                 if k in stats:
                     hist[k].append(stats[k])
@@ -182,6 +188,5 @@ def ppo_update(actor, critic, opt_actor, opt_critic, rollout, cfg, rng: np.rando
         "policy/skipped_minibatches": skipped,
         "policy/steps": steps,
         "early_stop_epoch": early_stop,
-        "first_minibatch": {"ratio_mean": hist["ratio_mean"][0], "approx_kl": hist["approx_kl"][0],
-                            "clipfrac": hist["clipfrac"][0]},
+        "first_minibatch": first,
     }
