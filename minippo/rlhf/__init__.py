@@ -28,7 +28,8 @@ The studies of lessons 13-20 run PPO variants on the cached stages and measure t
 
     study.py, sweep_stats.py  run variants x seeds, judge them alike; per-seed values and seed noise
     probes.py                 per-token credit, update KL, KL probes under top-k (lessons 13, 15)
-    pitfalls.py               lr = 0 recomputes done right and wrong, value error, length slope (16)
+    pitfalls.py               lr = 0 recomputes done right and wrong, their float32 rounding tolerance and
+                              verdict, value error, length slope (16)
     critic_probes.py          how much of a shared trunk's gradient comes from the value loss (18)
     overoptimization.py       weaker reward models, KL checkpoints, Gao et al.'s fits (19)
     best_of_n.py              best-of-n sampling against a reward model and its KL (19)
