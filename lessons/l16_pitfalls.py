@@ -401,7 +401,7 @@ def lr_zero_paragraph(ck: dict) -> list[str]:
         L.append(f"  Verdict: 1 to within {v['max_abs_log_ratio']:.2g} (tolerance {tol:.2g}): float32 rounding of "
                  f"differently shaped matrix products on this BLAS kernel ({kernel}). The rollout multiplied "
                  f"B*T-row matrices, the update b*T-row ones, and this kernel sums them in another order. clipfrac is "
-                 f"still exactly 0: {v['max_abs_log_ratio']:.2g} is far below log(1 + eps) = "
+                 f"still exactly 0: {v['max_abs_log_ratio']:.2g} is far below log(1 + clip_eps) = "
                  f"{np.log1p(ck['clip_eps']):.3f}.")
     else:
         L.append(f"  Verdict: FAILED: max |log r| {v['max_abs_log_ratio']:.2g}, approx KL {fm['approx_kl']:.2g}, "
