@@ -21,10 +21,17 @@ B. **Length hacking** (seed 001 "Reward Model的奖励分布可能漂移（如�
    序列长度的α次方，α=0.5" (divide the reward by the length to the power alpha, ``length_norm_alpha``). The gold
    score penalises > 30 words, run-on sentences (> 3 conjunctions) and missing periods.
 C. **The lr = 0 check** (seed 003 sec. 18 误区三 "ratio ... exp(logp_new - logp_old)"): with lr = 0 the first
-   minibatch must give ratio exactly 1, approx KL 0, clip fraction 0 (L^CLIP, PPO paper eq. (7)); the
-   trainer does, bitwise. Then the same rollout's log-probs recomputed with one deliberate bug each:
-   another temperature, no attention mask, the logits one column off, and (a control) more padding
-   with the mask extended.
+   minibatch must give ratio 1, approx KL 0, clip fraction 0 (L^CLIP, PPO paper eq. (7)). Exact on any
+   machine: the parameters stay bitwise unchanged, and recomputing the whole rollout batch with the
+   rollout's own shapes ("same forward (the trainer)") is bitwise its logp. To float32 rounding only:
+   the update's minibatches hold b of the B responses, and a BLAS kernel may sum a product of b*T rows
+   in another order than one of B*T rows (OpenBLAS's Haswell / Zen kernels do, SkylakeX does not), so
+   the first minibatch's ratio is bitwise 1 on some machines and 1 to within
+   ``pitfalls.logp_rounding_tolerance`` (eps * (4L + 2) * sqrt(4C) * max|logp|) on others; clipfrac is
+   exactly 0 either way. The lesson prints which of the two this machine measured, and names its BLAS
+   kernel. Then the same rollout's log-probs recomputed with one deliberate bug each: another
+   temperature, no attention mask, the logits one column off, and (a control) more padding with the
+   mask extended.
 
 Seed 003 sec. 18 误区四 ("value loss 越小策略越好") is checked in A: a small value error does not mean
 a better policy.
@@ -50,9 +57,10 @@ import time
 import numpy as np
 
 from lessons._common import pyplot, save, study_main, time_line
+from minippo.blas import blas_core_name
 from minippo.rlhf.data.gold import gold_profile
-from minippo.studies.pitfalls import (length_slope, offset_reward_model, ratio_statistics,
-                                   recompute_logp, value_error)
+from minippo.studies.pitfalls import (length_slope, logp_rounding_tolerance, lr_zero_verdict, offset_reward_model,
+                                      ratio_statistics, recompute_logp, value_error)
 from minippo.rlhf.rewards import sequence_scores
 from minippo.studies.study import Study
 from minippo.studies.sweep_stats import compare, pooled_seed_std, seed_curves, seed_values
@@ -91,7 +99,8 @@ def sizes(quick: bool, full: bool) -> dict:
 
 
 def lr_zero_check(study, base: dict) -> dict:
-    """One lr = 0 iteration, then its rollout's log-probs recomputed right and with each bug."""
+    """One lr = 0 iteration, then its rollout's log-probs recomputed right and with each bug; the float32
+    rounding tolerance of this model and what the first minibatch measured against it."""
     r = study.run(study.config(**{**base, "iterations": 1, "lr": 0.0}))
     tr = r["trainer"]
     ro = tr.last_rollout
@@ -99,12 +108,21 @@ def lr_zero_check(study, base: dict) -> dict:
     logps = {label: recompute_logp(tr.actor, ro, temperature=t * T, mode=mode, pad_id=study.tokenizer.pad_id)
              for label, (mode, t) in RECOMPUTES.items()}
     valid = ro.response_mask != 0
+    scale = float(np.abs(ro.logp[valid]).max())              # the largest |log pi_old| compared
+    tol = logp_rounding_tolerance(tr.actor.cfg, scale)
+    dtype = tr.actor.cfg.dtype
+    stats = {k: ratio_statistics(v, ro, tr.cfg.clip_eps, row_tol=tol) for k, v in logps.items()}
     temps = [dict(t=t, **ratio_statistics(recompute_logp(tr.actor, ro, temperature=t * T), ro, tr.cfg.clip_eps))
              for t in TEMPS]
     return {"first_minibatch": tr.first_minibatch, "record": r["records"][0], "clip_eps": tr.cfg.clip_eps,
-            "padded_rows": float(np.mean((ro.prompt_mask == 0).any(axis=1))),
-            "stats": {k: ratio_statistics(v, ro, tr.cfg.clip_eps) for k, v in logps.items()},
-            "log_ratio": {k: (v - ro.logp)[valid].astype(np.float64) for k, v in logps.items()}, "temps": temps}
+            "padded_rows": float(np.mean((ro.prompt_mask == 0).any(axis=1))), "stats": stats,
+            "log_ratio": {k: (v - ro.logp)[valid].astype(np.float64) for k, v in logps.items()}, "temps": temps,
+            "tolerance": tol, "logp_scale": scale, "dtype": str(dtype), "kernel": blas_core_name(),
+            "model": {"n_layer": tr.actor.cfg.n_layer, "n_embd": tr.actor.cfg.n_embd},
+            "batch_size": tr.cfg.batch_size, "minibatch_size": tr.cfg.minibatch_size,
+            "verdict": lr_zero_verdict(tr.first_minibatch, tol, dtype),
+            "same_verdict": lr_zero_verdict(stats["same forward (the trainer)"], tol, dtype),
+            "params_unchanged": all(np.array_equal(tr.actor.params[k], study.sft.params[k]) for k in study.sft.params)}
 
 
 def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
@@ -334,26 +352,72 @@ def narrative(r: dict) -> str:
           "score below 0 on the normalised RM. Dividing by n^alpha cancels exactly only a bias that grows like n^alpha.",
           "  Samples with the bonus: " + " | ".join(r["length"][hack]["eval"][0]["texts"][:2])]
     # C
+    L += lr_zero_paragraph(r["check"])
     ck = r["check"]
-    fm, rec = ck["first_minibatch"], ck["record"]
-    L += [f"\nC. lr = 0: first minibatch ratio {fm['ratio_mean']!r}, approx KL {fm['approx_kl']!r}, "
-          f"clipfrac {fm['clipfrac']!r}; over all minibatches val/ratio {rec['val/ratio']!r}, "
-          f"approxkl_max {rec['policy/approxkl_max']!r}: the check passes, bitwise.",
-          f"  {'recompute':<28}{'ratio mean':>11}{'min':>9}{'max':>9}{'approx KL':>10}{'clipfrac':>9}"
+    L += [f"  {'recompute':<28}{'ratio mean':>11}{'min':>9}{'max':>9}{'approx KL':>10}{'clipfrac':>9}"
           f"{'|r-1|>eps':>10}{'rows':>6}"]
     for k, x in ck["stats"].items():
         L.append(f"  {k:<28}{x['ratio_mean']:>11.4f}{x['ratio_min']:>9.3g}{x['ratio_max']:>9.3g}{x['approx_kl']:>10.2g}"
                  f"{x['clipfrac']:>9.1%}{x['outside_band']:>10.1%}{x['rows_changed']:>6.0%}")
     nm, rp = ck["stats"]["no attention mask"], ck["stats"]["3 more pads, mask kept"]
     tb = ck["stats"]["temperature 0.7, not 1"]
+    pads_ok = rp["max_abs_log_ratio"] <= ck["tolerance"]
+    pads = (f"Padding itself is harmless: 3 more pads with the mask extended move no row beyond float32 rounding "
+            f"(max |log r| {rp['max_abs_log_ratio']:.2g} <= tolerance {ck['tolerance']:.2g}; other shapes, so not "
+            "bitwise)." if pads_ok else
+            f"3 more pads with the mask extended move log-probs by {rp['max_abs_log_ratio']:.2g}, ABOVE the float32 "
+            f"tolerance {ck['tolerance']:.2g}: padding is not harmless here, a bug in the mask or the positions.")
     L += [f"  The mean ratio hides the bugs (the temperature bug averages {tb['ratio_mean']:.3f}); approx KL, clipfrac "
           "and the extreme ratios do not. Without the mask exactly the rows with prompt padding change "
-          f"({nm['rows_changed']:.0%} of rows; {ck['padded_rows']:.0%} are padded). Padding itself is harmless: 3 more "
-          f"pads with the mask extended move no row (max |log r| {rp['max_abs_log_ratio']:.1g}, float32 rounding).",
+          f"({nm['rows_changed']:.0%} of rows hit, i.e. with a token beyond the rounding tolerance; "
+          f"{ck['padded_rows']:.0%} are padded). " + pads,
           "  Each bug makes PPO clip and 'correct' tokens before the policy learned anything: a non-zero clipfrac at "
           "lr = 0 is always a bug."]
     L.append(time_line(r, sizes(quick=False, full=True)))
     return "\n".join(L)
+
+
+def lr_zero_paragraph(ck: dict) -> list[str]:
+    """The lr = 0 check's verdict in words, each claim decided by the numbers this machine measured."""
+    fm, rec, v = ck["first_minibatch"], ck["record"], ck["verdict"]
+    kernel = ck["kernel"] or "unknown: OpenBLAS not found"
+    B, b, tol = ck["batch_size"], ck["minibatch_size"], ck["tolerance"]
+    m = ck["model"]
+    L = [f"\nC. lr = 0, one iteration (BLAS kernel {kernel}, {ck['dtype']}): the rollout's forward pass scores B = {B} "
+         f"responses at once, the update's minibatches b = {b}.",
+         f"  First minibatch: ratio mean {fm['ratio_mean']!r} (min {fm['ratio_min']!r}, max {fm['ratio_max']!r}), "
+         f"max |log r| {v['max_abs_log_ratio']:.2g}, approx KL {fm['approx_kl']!r}, clipfrac {fm['clipfrac']!r}; "
+         f"over all minibatches val/ratio {rec['val/ratio']!r}, approxkl_max {rec['policy/approxkl_max']!r}, "
+         f"clipfrac_avg {rec['policy/clipfrac_avg']!r}.",
+         f"  float32 rounding tolerance of this model (L {m['n_layer']}, C {m['n_embd']}, max |logp| "
+         f"{ck['logp_scale']:.1f}): eps * (4L + 2) * sqrt(4C) * max|logp| = {tol:.2g} on |log r|, "
+         f"{v['approx_kl_tol']:.2g} on approx KL."]
+    if v["verdict"] == "bitwise":
+        L.append("  Verdict: bitwise 1 on this machine: every ratio of the first minibatch is exactly 1.0, approx KL "
+                 f"and clipfrac exactly 0. That b-row minibatches reproduce the B-row rollout bitwise is a property "
+                 f"of this BLAS kernel ({kernel}), not a guarantee: other kernels (OpenBLAS Haswell, Zen) sum a product "
+                 "in an order that depends on its row count, and there the check holds to float32 rounding only.")
+    elif v["verdict"] == "rounding":
+        L.append(f"  Verdict: 1 to within {v['max_abs_log_ratio']:.2g} (tolerance {tol:.2g}): float32 rounding of "
+                 f"differently shaped matrix products on this BLAS kernel ({kernel}). The rollout multiplied "
+                 f"B*T-row matrices, the update b*T-row ones, and this kernel sums them in another order. clipfrac is "
+                 f"still exactly 0: {v['max_abs_log_ratio']:.2g} is far below log(1 + clip_eps) = "
+                 f"{np.log1p(ck['clip_eps']):.3f}.")
+    else:
+        L.append(f"  Verdict: FAILED: max |log r| {v['max_abs_log_ratio']:.2g}, approx KL {fm['approx_kl']:.2g}, "
+                 f"clipfrac {fm['clipfrac']:.2g} are more than float32 rounding explains (tolerance {tol:.2g} / "
+                 f"{v['approx_kl_tol']:.2g}, clipfrac 0): the update does not compute the rollout's log-probs. "
+                 "Look for one of the bugs below.")
+    unchanged = "bitwise unchanged" if ck["params_unchanged"] else "CHANGED (a bug: lr = 0 must not move them)"
+    same_max = ck["stats"]["same forward (the trainer)"]["max_abs_log_ratio"]
+    if same_max == 0.0:
+        recompute = ("recomputing the whole batch with the rollout's own shapes ('same forward' below) gives bitwise "
+                     "its logp (max |log r| 0)")
+    else:
+        recompute = (f"recomputing the whole batch with the rollout's own shapes ('same forward' below) is NOT "
+                     f"bitwise its logp (max |log r| {same_max:.2g}): not deterministic, a bug")
+    L.append(f"  On every machine: with lr = 0 the parameters stay {unchanged}, and {recompute}.")
+    return L
 
 
 def main(argv=None) -> dict:

@@ -11,6 +11,14 @@ of the number of cores, so a seed gives the same run on every machine with the s
 restores the previous count after. It finds OpenBLAS among the libraries already loaded by
 NumPy (Linux: ``/proc/self/maps``); with another BLAS (MKL, Accelerate) or none found it does
 nothing, and ``OPENBLAS_NUM_THREADS=1`` in the environment has the same effect.
+
+**Which kernel.** NumPy's OpenBLAS is built for many CPUs (``DYNAMIC_ARCH``) and picks its matrix
+kernels at start-up from the CPU it finds (``OPENBLAS_CORETYPE=Haswell`` etc. overrides the choice).
+Kernels sum the products of a matrix multiply in different orders, and some (Haswell, Zen) also change
+the order with the number of rows M or the thread count, so float32 results differ in the last bits
+between kernels, and on those kernels between a product over B rows and one over b < B rows.
+:func:`blas_core_name` says which kernel is active (``"SkylakeX"``, ``"Haswell"``, ...; None when
+OpenBLAS was not found). A seed gives bitwise the same run only with the same kernel.
 """
 from __future__ import annotations
 
@@ -27,7 +35,31 @@ _SYMBOLS = (
     ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
     ("openblas_set_num_threads", "openblas_get_num_threads"),
 )
+# the core-name getter of the same builds: returns the active kernel's name as a C string
+_CORENAME_SYMBOLS = ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename",
+                     "openblas_get_corename64_", "openblas_get_corename")
 _cached: list = []
+_cached_libs: list = []
+
+
+def _openblas_libraries() -> list:
+    """The OpenBLAS libraries loaded in this process (``ctypes.CDLL``), possibly none."""
+    if _cached_libs:
+        return _cached_libs[0]
+    libs = []
+    try:
+        maps = Path("/proc/self/maps").read_text()
+        paths = sorted({line.split()[-1] for line in maps.splitlines()
+                        if "openblas" in line.lower() and line.split()[-1].startswith("/")})
+        for path in paths:
+            try:
+                libs.append(ctypes.CDLL(path))
+            except OSError:   # a library that cannot be opened
+                continue
+    except OSError:           # no /proc (macOS, Windows)
+        libs = []
+    _cached_libs.append(libs)
+    return libs
 
 
 def _openblas_functions():
@@ -35,23 +67,16 @@ def _openblas_functions():
     if _cached:
         return _cached[0]
     found = None
-    try:
-        maps = Path("/proc/self/maps").read_text()
-        paths = sorted({line.split()[-1] for line in maps.splitlines()
-                        if "openblas" in line.lower() and line.split()[-1].startswith("/")})
-        for path in paths:
-            lib = ctypes.CDLL(path)
-            for setter, getter in _SYMBOLS:
-                if hasattr(lib, setter) and hasattr(lib, getter):
-                    set_fn, get_fn = getattr(lib, setter), getattr(lib, getter)
-                    set_fn.restype, get_fn.restype = None, ctypes.c_int
-                    set_fn.argtypes = [ctypes.c_int]
-                    found = (set_fn, get_fn)
-                    break
-            if found:
+    for lib in _openblas_libraries():
+        for setter, getter in _SYMBOLS:
+            if hasattr(lib, setter) and hasattr(lib, getter):
+                set_fn, get_fn = getattr(lib, setter), getattr(lib, getter)
+                set_fn.restype, get_fn.restype = None, ctypes.c_int
+                set_fn.argtypes = [ctypes.c_int]
+                found = (set_fn, get_fn)
                 break
-    except OSError:           # no /proc (macOS, Windows) or a library that cannot be opened
-        found = None
+        if found:
+            break
     _cached.append(found)
     return found
 
@@ -76,3 +101,21 @@ def blas_threads() -> int | None:
     """The current OpenBLAS thread count (None when OpenBLAS was not found)."""
     fns = _openblas_functions()
     return None if fns is None else int(fns[1]())
+
+
+def blas_core_name() -> str | None:
+    """The name of the kernel the loaded OpenBLAS selected for this CPU, e.g. ``"SkylakeX"`` or
+    ``"Haswell"`` (``OPENBLAS_CORETYPE`` in the environment overrides the choice); None when OpenBLAS
+    or its ``*_get_corename*`` symbol was not found (another BLAS, no ``/proc``).
+
+    ``python -c "from minippo.blas import blas_core_name; print(blas_core_name())"`` prints it.
+    """
+    for lib in _openblas_libraries():
+        for name in _CORENAME_SYMBOLS:
+            if hasattr(lib, name):
+                fn = getattr(lib, name)
+                fn.restype, fn.argtypes = ctypes.c_char_p, []
+                raw = fn()
+                if raw:
+                    return raw.decode("ascii", "replace").strip() or None
+    return None

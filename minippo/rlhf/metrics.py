@@ -36,7 +36,7 @@ GLOSSARY: dict[str, str] = {
     "loss/kl_avg": "mean over minibatches of the KL loss term mean_t k3(pi, pi_ref) (0 when kl_ref_loss_coef = 0)",
     "val/clipfrac_avg": "mean over minibatches of the fraction of valid tokens where the clipped value error is the larger one",
     "val/explained_variance": "1 - Var[R - V] / Var[R] over the rollout's valid tokens (critic quality; 1 perfect, <= 0 useless)",
-    "val/ratio": "mean over minibatches of the mean ratio r_t = exp(logp - logp_old) (exactly 1 with lr = 0)",
+    "val/ratio": "mean over minibatches of the mean ratio r_t = exp(logp - logp_old) (1 with lr = 0, to float32 rounding: lesson 16)",
     "val/num_eos_tokens": "number of responses in the batch that produced an EOS",
     "val/values_avg": "mean critic value V(s_t) over the rollout's valid tokens",
     "response/length": "mean number of response tokens (EOS included)",
@@ -111,5 +111,6 @@ def update_metrics(history: list[dict], *, early_stop: int | None, skipped: int)
         "policy/skipped_minibatches": skipped,
         "policy/steps": sum(h["grad_norm"] is not None for h in history),
         "early_stop_epoch": early_stop,
-        "first_minibatch": {k: first[k] for k in ("ratio_mean", "approx_kl", "clipfrac")} if history else {},
+        "first_minibatch": {k: float(first[k]) for k in ("ratio_mean", "ratio_min", "ratio_max", "approx_kl", "clipfrac")}
+                           if history else {},
     }

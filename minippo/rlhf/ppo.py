@@ -17,6 +17,14 @@ network, :mod:`minippo.rlhf.critic`), the reference pi_ref (the frozen SFT copy)
 (frozen). One temperature: sampling, logp_old, logp_ref, the update's logp and the entropy all use
 ``cfg.temperature``, so with lr = 0 the ratio is 1 and the KL compares the same two distributions.
 
+logp_old is recomputed with one full forward pass after sampling (as TRL does), with the function the update
+uses (:func:`forward_response`), not taken from the KV-cache sampler. With lr = 0 the parameters stay
+bitwise unchanged and a recompute of the whole batch with the same shapes is bitwise ``logp`` on any
+machine; the update's minibatches hold fewer rows, though, and a BLAS kernel may sum a product of b*T rows
+in another order than one of B*T rows (OpenBLAS's Haswell and Zen kernels do), so the first minibatch's
+ratio is 1 to float32 rounding (~1e-6 measured; lesson 16) and bitwise 1 only with some kernels; clipfrac is
+exactly 0 everywhere.
+
 Position alignment, written once (:func:`forward_response`): the logits and the value at column p belong
 to the token at column p + 1, so response token j (column Tp + j) is scored at column Tp + j - 1::
 

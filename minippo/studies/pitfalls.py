@@ -4,21 +4,37 @@ Legend: B batch (responses), Tp prompt columns (left-padded), Tn response column
 
 1. **The lr = 0 check** (seed 003 sec. 18, "ratio 可以直接用概率相除" and the on-policy ratio). With the
    learning rate at 0 the policy never moves, so every minibatch of the update must see
-   ``ratio = exp(logp - logp_old) = 1`` exactly, ``approx_kl = 0`` and ``clipfrac = 0``. The trainer
-   passes it bitwise (``logp_old`` is recomputed with the update's own forward pass, ppo_step.py). Any
-   difference between how the rollout and the update compute the log-probs shows up as a ratio != 1
-   *before any learning happened*, and PPO then clips and "corrects" noise. :func:`recompute_logp`
-   computes the update's log-probs of a rollout the right way or with one deliberate bug::
+   ``ratio = exp(logp - logp_old) = 1``, ``approx_kl = 0`` and ``clipfrac = 0``. What holds exactly,
+   and what only to float32 rounding:
+
+   * **exact, on any machine**: with lr = 0 every parameter is bitwise unchanged; recomputing the
+     log-probs of the same batch with the same shapes on the same BLAS thread count is bitwise the
+     rollout's (determinism: the same products in the same order). :func:`recompute_logp` does that
+     (``mode="same"``), and ``logp_old`` itself is recomputed after sampling with the update's own
+     forward function (ppo_step.py), not taken from the KV-cache sampler.
+   * **to float32 rounding**: the update's minibatches hold b of the rollout's B responses, so its
+     matrix products have b*T rows where the rollout's had B*T. Some OpenBLAS kernels (Haswell, Zen)
+     sum the products in an order that depends on the row count, so the first minibatch's ratio is
+     1 only to within :func:`logp_rounding_tolerance` (bitwise 1 with other kernels, e.g. SkylakeX;
+     ``minippo.blas.blas_core_name()`` says which one is active). ``clipfrac`` is still exactly 0:
+     that rounding is many orders below ``log(1 + clip_eps)``. :func:`lr_zero_verdict` classifies a
+     measurement as ``"bitwise"``, ``"rounding"`` or ``"bug"``.
+
+   Any real difference between how the rollout and the update compute the log-probs shows up as a
+   ratio far from 1 *before any learning happened*, and PPO then clips and "corrects" noise.
+   :func:`recompute_logp` computes the update's log-probs of a rollout the right way or with one
+   deliberate bug::
 
        mode         what the recompute does                                        ratio at lr = 0
-       "same"       forward_response(prompt ++ response, attn_mask), log-softmax     exactly 1
-                    at the given temperature (what ppo_update does)
+       "same"       forward_response(prompt ++ response, attn_mask), log-softmax     exactly 1 (same
+                    at the given temperature (what ppo_update does)                  shapes, bitwise)
        "no_mask"    the same forward with an all-ones attention mask: the left       != 1 on rows that
                     padding of short prompts is attended and shifts the positions     have prompt padding
        "shifted"    off by one: the logits of column Tp + j (they predict token       far from 1
                     j + 1) are used for token j
-       "repadded"   ``extra_pad`` more pad columns in front of every prompt, the      1 (to rounding): padding
-                    mask extended to match (a control)                                 with a mask is harmless
+       "repadded"   ``extra_pad`` more pad columns in front of every prompt, the      1 to float32 rounding
+                    mask extended to match (a control)                                 (other shapes): padding
+                                                                                   with a mask is harmless
 
    A temperature mismatch (sampling at T, training at T') is ``mode="same"`` with ``temperature=T'``.
    :func:`ratio_statistics` summarises any recompute against the rollout's ``logp`` with the
@@ -40,8 +56,11 @@ Legend: B batch (responses), Tp prompt columns (left-padded), Tn response column
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from minippo.blas import single_blas_thread
 from minippo.checks import check_choice, check_float_array, check_range
 from minippo.rl.losses import clipped_policy_loss, logprobs_from_logits
 from minippo.rl.masked import masked_mean
@@ -67,9 +86,18 @@ def recompute_logp(model, rollout, *, temperature: float, mode: str = "same", ex
     Returns
     -------
     logp : (B, Tn) in the model's dtype, 0 on the response padding
+
+    The forward pass runs on one BLAS thread, as the trainer's rollout does, so ``mode="same"`` with the
+    rollout's temperature repeats the rollout's computation exactly (same shapes, same thread count):
+    bitwise the rollout's ``logp`` when the model has not moved.
     """
     check_choice("mode", mode, RECOMPUTE_MODES)
     check_range("temperature", temperature, 0, None, lo_open=True)
+    with single_blas_thread():      # the trainer's rollout ran on one BLAS thread: the same products, same order
+        return _recompute_logp(model, rollout, temperature, mode, extra_pad, pad_id)
+
+
+def _recompute_logp(model, rollout, temperature, mode, extra_pad, pad_id):
     seqs, attn, Tp, response = rollout.sequences, rollout.attn_mask, rollout.prompt_len, rollout.response
     if mode == "same":
         logp = response_logprobs(model, seqs, attn, response, Tp, temperature)
@@ -127,6 +155,83 @@ def ratio_statistics(logp, rollout, clip_eps: float = 0.2, *, row_tol: float = 1
             "outside_band": float(np.mean(np.abs(ratio - 1.0) > clip_eps)),
             "max_abs_log_ratio": float(np.abs(log_ratio).max()),
             "rows_changed": float(np.mean((np.abs(log_ratio) > row_tol).any(axis=1)))}
+
+
+def logp_rounding_tolerance(cfg, logp_scale: float = 1.0) -> float:
+    """How far two correct computations of the same log-probs may differ by floating-point rounding alone.
+
+    ``eps(dtype) * (4 L + 2) * sqrt(4 C) * max(1, logp_scale)`` for a TinyGPT config ``cfg`` (L = n_layer,
+    C = n_embd, dtype float32 or float64) and ``logp_scale`` = the largest |log-prob| compared.
+
+    Why: two correct computations may differ in the shapes of their matrix products (a minibatch of b
+    rows vs the rollout's B rows, padding), in the BLAS thread count or in the BLAS kernel, and each
+    may then sum the products of a dot product in another order. On the path to a log-prob there are
+    about 4 L + 2 such sums whose order can change: four linear layers per block (attention in/out
+    projections, the MLP's two layers), the LM head and the log-softmax's normaliser. Each has at most
+    K = 4C terms (the MLP's output layer); rounding errors of a reordered K-term sum are of order
+    sqrt(K) ulps of its magnitude (a random walk of K roundings of relative size eps; the worst case K
+    ulps is not reached in practice), LayerNorm keeps every layer's activations at scale O(1), and the
+    relative errors of the ~4L + 2 sums add up. A log-prob is a difference of logits of order
+    max(1, |logp|), hence the last factor.
+
+    Measured (OpenBLAS Haswell / Zen kernels, float32, the lr = 0 first minibatch vs the rollout):
+    max |log r| 1.7e-6 for lesson 16's default run (L 2, C 64, max |logp| 10: tolerance 1.9e-4, 110x
+    above), 1.4e-6 for its --full and --quick runs (2.0e-4 and 9.2e-5: 140x, 65x), 4.8e-7 for the
+    tests' tiny world (L 1, C 16: 2.9e-5, 61x); even at scale 1 the tolerance is 20x above 9.5e-7
+    (L 2, C 64) and 100x above 4.8e-7 (L 4, C 128). Bitwise 0 with the SkylakeX and Sandybridge
+    kernels. A real bug is orders above it: the lesson's bugs move log-probs by 0.05-5 nats (approx
+    KL > 1e-3).
+
+    Parameters
+    ----------
+    cfg : GPTConfig (``n_layer``, ``n_embd``, ``dtype``)
+    logp_scale : >= 0, the largest |log pi| among the compared log-probs
+    """
+    check_range("logp_scale", logp_scale, 0, None)
+    eps = float(np.finfo(np.dtype(cfg.dtype)).eps)
+    return eps * (4 * cfg.n_layer + 2) * math.sqrt(4 * cfg.n_embd) * max(1.0, float(logp_scale))
+
+
+def lr_zero_verdict(stats: dict, tolerance: float, dtype="float32") -> dict:
+    """What an lr = 0 measurement shows: ``"bitwise"``, ``"rounding"`` or ``"bug"``.
+
+    Parameters
+    ----------
+    stats : dict with ``ratio_min``, ``ratio_max``, ``approx_kl``, ``clipfrac`` (the trainer's
+        ``first_minibatch`` or :func:`ratio_statistics` of a recompute)
+    tolerance : the largest |delta logp| rounding may explain (:func:`logp_rounding_tolerance`)
+    dtype : the dtype the ratios were computed in (the model's)
+
+    Returns
+    -------
+    dict with ``verdict``, ``max_abs_log_ratio`` (max |log r| = max(log ratio_max, -log ratio_min)),
+    ``log_ratio_tol``, ``approx_kl_tol`` and ``tolerance``:
+
+    * ``"bitwise"``: every ratio is exactly 1.0 (ratio_min == ratio_max == 1), approx KL and clipfrac 0.0;
+    * ``"rounding"``: not bitwise, but max |log r| <= t = tolerance + eps (the ratio itself is
+      exp(delta logp) rounded to ``dtype``: one more ulp), |approx KL| <= (eps + t^2 / 2) e^t (k3 =
+      (r - 1) - log r per token with r rounded to one ulp: |k3| <= |fl(e^d) - e^d| + |e^d - 1 - d|
+      <= eps e^|d| + d^2 / 2 e^|d|, and a mean is bounded like its terms) and clipfrac exactly 0 (such
+      ratios are inside any clip band wider than the tolerance);
+    * ``"bug"``: anything else, more than rounding can explain.
+    """
+    for k in ("ratio_min", "ratio_max", "approx_kl", "clipfrac"):
+        if k not in stats:
+            raise ValueError(f"`stats` must hold {k!r} (e.g. the trainer's first_minibatch), got {sorted(stats)}")
+    check_range("tolerance", tolerance, 0, None)
+    eps = float(np.finfo(np.dtype(dtype)).eps)
+    r_min, r_max = float(stats["ratio_min"]), float(stats["ratio_max"])
+    max_abs = max(abs(math.log(r_max)) if r_max > 0 else math.inf, abs(math.log(r_min)) if r_min > 0 else math.inf)
+    log_ratio_tol = tolerance + eps
+    kl_tol = (eps + log_ratio_tol ** 2 / 2) * math.exp(log_ratio_tol)
+    if r_min == r_max == 1.0 and stats["approx_kl"] == 0.0 and stats["clipfrac"] == 0.0:
+        verdict = "bitwise"
+    elif max_abs <= log_ratio_tol and abs(stats["approx_kl"]) <= kl_tol and stats["clipfrac"] == 0.0:
+        verdict = "rounding"
+    else:
+        verdict = "bug"
+    return {"verdict": verdict, "max_abs_log_ratio": max_abs, "log_ratio_tol": log_ratio_tol,
+            "approx_kl_tol": kl_tol, "tolerance": float(tolerance)}
 
 
 def value_error(rollout) -> float:

@@ -37,9 +37,11 @@ from minippo.studies.kl_moments import kl_estimator_moments
 def rollout_logprobs(policy, rollout, temperature: float = 1.0) -> np.ndarray:
     """(B, Tn) float64 log-probs of ``rollout.response`` under ``policy`` at ``temperature``, 0 on padding.
 
-    The same forward pass as the rollout and the update (:func:`minippo.rlhf.ppo.forward_response`),
-    so for the policy that produced the rollout this equals ``rollout.logp`` exactly. Runs on one BLAS
-    thread (tiny products; the trainer's callback runs outside its own ``single_blas_thread`` block).
+    The same forward pass as the rollout (:func:`minippo.rlhf.ppo.forward_response` over the whole
+    batch) on one BLAS thread, as the trainer's rollout runs: for the policy that produced the rollout this
+    is the same computation with the same shapes, so it equals ``rollout.logp`` bitwise on any machine. (On
+    another thread count or batch shape a BLAS kernel may sum the products in another order: equal only to
+    float32 rounding, ``minippo.studies.pitfalls.logp_rounding_tolerance``.)
     """
     with single_blas_thread():
         logits, _, _ = forward_response(policy, rollout.sequences, rollout.attn_mask, rollout.prompt_len)  # (B, Tn, V)

@@ -40,6 +40,7 @@ def token_by_token(model, rollout, temperature, *, use_mask=True, shift=0):
 
 def test_lr_zero_recompute_is_bitwise_the_rollouts_logp(lr0):
     ro = lr0.last_rollout
+    # exact on any machine: the whole batch with the rollout's shapes, on one BLAS thread like the trainer's rollout
     logp = recompute_logp(lr0.actor, ro, temperature=TEMPERATURE)
     assert np.array_equal(logp, ro.logp)
     s = ratio_statistics(logp, ro)

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 from tests.rlhf.ppo_helpers import state_of, tiny_config, world
 
+from minippo.blas import single_blas_thread
 from minippo.rl.losses import kl_estimate, kl_exact_from_logits
 from minippo.studies.kl_moments import topk_mass_decomposition
 from minippo.rlhf.data.corpus import sample_prompts
@@ -16,12 +17,14 @@ from minippo.rlhf.run.trainer import PPOTrainer
 def _rollout(cfg=None, seed=0):
     sft, rm, tok = world("float64")
     cfg = cfg or tiny_config(batch_size=6, minibatch_size=3)
-    ro = sample_and_score(state_of(cfg, sft, rm, tok, seed), cfg, sample_prompts(6, seed=seed))[0]
+    with single_blas_thread():        # as in the trainer: the probes recompute on one BLAS thread too
+        ro = sample_and_score(state_of(cfg, sft, rm, tok, seed), cfg, sample_prompts(6, seed=seed))[0]
     return ro, sft, rm, tok, cfg
 
 
 def test_rollout_logprobs_are_the_rollouts_own_and_update_kl_measures_the_step():
     ro, sft, rm, tok, cfg = _rollout()
+    # the same batch, shapes and BLAS thread count as the rollout's forward pass: bitwise on any machine
     np.testing.assert_array_equal(rollout_logprobs(sft, ro, cfg.temperature), np.where(ro.response_mask != 0, ro.logp, 0))
     same = update_kl(sft, ro, cfg.temperature)
     assert same["approx_kl"] == 0.0 and not same["log_ratio"].any()

@@ -12,6 +12,7 @@ from minippo.nn.optim import AdamW
 from minippo.rlhf.run.checkpoint import save_model
 from minippo.rlhf.critic import ValueNorm
 from minippo.rlhf.metrics import GLOSSARY, without_timing
+from minippo.studies.pitfalls import logp_rounding_tolerance, lr_zero_verdict, recompute_logp
 from minippo.rlhf.ppo_config import PPOConfig, field_docs
 from minippo.rlhf.ppo import PPOState, forward_response, minibatch_loss_and_grads, ppo_update
 from minippo.rlhf.rollout import Rollout
@@ -109,15 +110,57 @@ def test_minibatch_loss_gradients_every_tensor(critic_kind, stop_gradient):
 
 # ---- whole iterations --------------------------------------------------------------------------
 
-def test_lr_zero_gives_ratio_exactly_one():
+def test_lr_zero_gives_ratio_one_to_float32_rounding():
+    """lr = 0: what is exact on every machine, and what holds to float32 rounding (pitfalls.py docstring)."""
     sft, rm, tok = world()
     tr = PPOTrainer(tiny_config(lr=0.0, batch_size=16, minibatch_size=4, temperature=0.7), sft, rm, tok)
     before = {k: v.copy() for k, v in tr.actor.params.items()}
     rec = tr.step()
-    assert tr.first_minibatch == {"ratio_mean": 1.0, "approx_kl": 0.0, "clipfrac": 0.0}
-    # and with lr = 0 every later minibatch too, bitwise
-    assert rec["val/ratio"] == 1.0 and rec["policy/approxkl_max"] == 0.0 and rec["policy/clipfrac_avg"] == 0.0
+    ro = tr.last_rollout
+    # exact on any machine: lr = 0 moves no parameter, not one bit
     assert all((before[k] == v).all() for k, v in tr.actor.params.items())
+    # exact on any machine: the same batch, the same shapes, the same (single) BLAS thread -> bitwise logp_old
+    assert np.array_equal(recompute_logp(tr.actor, ro, temperature=0.7), ro.logp)
+    # to float32 rounding: the minibatches hold 4 of the rollout's 16 rows, and a BLAS kernel may sum a product of
+    # 4*T rows in another order than one of 16*T rows (OpenBLAS Haswell / Zen do). The tolerance on |delta logp| is
+    # eps32 * (4L + 2) * sqrt(4C) * max|logp| = 1.19e-7 * 6 * 8 * max|logp| (L 1, C 16), ~6e-5 at max|logp| 10;
+    # measured: 0 with the SkylakeX / Sandybridge kernels, ~1e-6 with Haswell / Zen (logp_rounding_tolerance).
+    tol = logp_rounding_tolerance(tr.actor.cfg, np.abs(ro.logp[ro.response_mask != 0]).max())
+    fm = tr.first_minibatch
+    assert set(fm) == {"ratio_mean", "ratio_min", "ratio_max", "approx_kl", "clipfrac"}
+    v = lr_zero_verdict(fm, tol)
+    assert v["verdict"] in ("bitwise", "rounding"), (fm, v)
+    # |log r| <= tol + eps32 (r = exp(delta logp) is itself rounded to one float32 ulp)
+    assert v["max_abs_log_ratio"] <= tol + np.finfo(np.float32).eps
+    # k3 = (r - 1) - log r per token, with r one ulp off exp(delta logp): |k3| <= (eps32 + t^2 / 2) e^t, t = tol + eps32
+    assert abs(fm["approx_kl"]) <= v["approx_kl_tol"] and abs(rec["policy/approxkl_max"]) <= v["approx_kl_tol"]
+    assert abs(fm["ratio_mean"] - 1.0) <= np.expm1(v["log_ratio_tol"]) and abs(rec["val/ratio"] - 1.0) <= np.expm1(
+        v["log_ratio_tol"])
+    # exact on any machine: rounding-sized ratios are deep inside the clip band [0.8, 1.2], nothing is clipped
+    assert fm["clipfrac"] == 0.0 and rec["policy/clipfrac_avg"] == 0.0
+
+
+def test_lr_zero_verdict_follows_the_numbers():
+    tol = 1e-5
+    assert lr_zero_verdict({"ratio_min": 1.0, "ratio_max": 1.0, "approx_kl": 0.0, "clipfrac": 0.0}, tol)["verdict"] \
+        == "bitwise"
+    near = {"ratio_min": float(np.float32(np.exp(-2e-6))), "ratio_max": float(np.float32(np.exp(3e-6))),
+            "approx_kl": 2e-9, "clipfrac": 0.0}
+    v = lr_zero_verdict(near, tol)
+    assert v["verdict"] == "rounding" and v["max_abs_log_ratio"] == pytest.approx(3e-6, rel=0.05)
+    for bad in ({**near, "ratio_max": 1.001}, {**near, "approx_kl": 1e-6}, {**near, "clipfrac": 0.01}):
+        assert lr_zero_verdict(bad, tol)["verdict"] == "bug", bad
+    with pytest.raises(ValueError, match="`stats`"):
+        lr_zero_verdict({"ratio_mean": 1.0}, tol)
+
+
+def test_logp_rounding_tolerance_formula():
+    cfg = GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=64)
+    eps = float(np.finfo(np.float32).eps)
+    assert logp_rounding_tolerance(cfg, 0.5) == pytest.approx(eps * 10 * 16)          # max(1, scale)
+    assert logp_rounding_tolerance(cfg, 8.0) == pytest.approx(eps * 10 * 16 * 8)
+    cfg64 = GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=64, dtype="float64")
+    assert logp_rounding_tolerance(cfg64, 1.0) == pytest.approx(np.finfo(np.float64).eps * 10 * 16)
 
 
 def test_lr_warm_up_then_schedule():
@@ -173,7 +216,10 @@ def test_value_normalisation_preserves_the_values():
 
 def test_target_kl_stops_the_update_and_ratio_threshold_skips():
     sft, rm, tok = world()
-    tr = PPOTrainer(tiny_config(lr=3e-2, kl_old_target=1e-9, update_epochs=3), sft, rm, tok)
+    # the 1st minibatch (before any step) measures only float32 rounding: |approx KL| <= (eps32 + t^2/2) e^t ~ 1.2e-7
+    # (pitfalls.lr_zero_verdict; ~3e-9 measured with the Haswell kernel, 0 with SkylakeX); after one lr 3e-2 step the
+    # 2nd measures ~1.5e-2. A target of 1e-6 sits between the two on any BLAS kernel.
+    tr = PPOTrainer(tiny_config(lr=3e-2, kl_old_target=1e-6, update_epochs=3), sft, rm, tok)
     rec = tr.step()
     assert rec["early_stop_epoch"] == 0 and rec["policy/steps"] == 1     # the 2nd minibatch exceeded it
     # a rollout whose stored log-probs are 1 nat below the policy's: ratio e > threshold, every step skipped
