@@ -47,16 +47,8 @@ from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
 from minippo.rl.gae import gae
 from minippo.rl.group_advantages import batch_mean_advantages, grpo_advantages, grpo_kl_loss, rloo_advantages
-from minippo.rl.losses import (
-    clipped_policy_loss,
-    clipped_value_loss,
-    entropy_backward,
-    entropy_from_logits,
-    kl_exact_from_logits,
-    logprobs_backward,
-    logprobs_from_logits,
-    value_loss,
-)
+from minippo.rl.losses import (clipped_policy_loss, clipped_value_loss, entropy_backward, entropy_from_logits,
+                               kl_exact_from_logits, logprobs_backward, logprobs_from_logits, value_loss)
 from minippo.rl.masked import explained_variance, masked_mean, masked_whiten
 from minippo.rlhf.critic import ValueNorm, init_bias_to_mean_score
 from minippo.rlhf.data.batches import lm_batch
@@ -72,6 +64,7 @@ from minippo.rlhf.rollout import Rollout, minibatches
 @dataclass
 class PPOState:
     """Everything one iteration reads and changes (``PPOTrainer`` builds, saves and restores it)."""
+
     actor: TinyGPT                  # pi_theta, trained; starts as a copy of the SFT policy
     ref: TinyGPT                    # pi_ref, the frozen SFT policy
     critic: TinyGPT | None          # V_phi when cfg.critic == "separate"; "shared" uses the actor's scalar head

@@ -25,15 +25,8 @@ from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
 from minippo.rlhf.data.batches import batch_indices, steps_per_epoch
 from minippo.rlhf.data.corpus import sample_prompts
-from minippo.rlhf.data.preferences import (
-    PreferencePairs,
-    gold_order_accuracy,
-    make_preference_pairs,
-    pairwise_accuracy,
-    pearson,
-    sample_policy,
-    spearman,
-)
+from minippo.rlhf.data.preferences import (PreferencePairs, gold_order_accuracy, make_preference_pairs,
+                                           pairwise_accuracy, pearson, sample_policy, spearman)
 from minippo.rlhf.data.tokenizer import Tokenizer
 from minippo.rlhf.reward_model import RewardModel, bradley_terry_forward
 from minippo.rlhf.run.checkpoint import load_model
@@ -100,6 +93,7 @@ class RMConfig:
     """Held-out evaluations spread over the training (plus one before it), >= 1: the curve's points."""
     seed: int = 0
     """Seeds the samples, labels, split, head init, minibatch order and fresh samples, >= 0."""
+
     def __post_init__(self):
         for name in ("n_prompts", "responses_per_prompt", "n_eval"):
             check_range(name, getattr(self, name), 2, None, integer=True)

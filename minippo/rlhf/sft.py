@@ -106,6 +106,7 @@ class SFTConfig:
     """Sentences sampled at the end to judge the model with the gold score, >= 0."""
     sample_temperature: float = 1.0
     """Temperature of those samples, > 0."""
+
     def __post_init__(self):
         check_range("corpus_size", self.corpus_size, 10, None, integer=True)
         check_range("heldout_frac", self.heldout_frac, 0, 0.5, lo_open=True)

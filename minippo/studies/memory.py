@@ -58,6 +58,7 @@ VOCAB_ARRAYS_FORWARD = 2
 @dataclass(frozen=True)
 class ModelShape:
     """The shape of a decoder-only transformer, enough to count its parameters and activations."""
+
     n_layer: int
     """L, transformer blocks."""
     n_embd: int
@@ -72,6 +73,7 @@ class ModelShape:
     """``"gpt2"`` (TinyGPT) or ``"llama"`` (see the module docstring)."""
     d_ff: int | None = None
     """F, MLP width: 4C for gpt2 (None), 11008 for LLaMA-7B."""
+
     def __post_init__(self):
         for name in ("n_layer", "n_embd", "n_head", "vocab_size", "seq_len"):
             check_range(name, getattr(self, name), 1, None, integer=True)
@@ -101,6 +103,7 @@ class ModelShape:
 @dataclass(frozen=True)
 class Precision:
     """Bytes per parameter of each kind of state, and per activation value."""
+
     name: str
     weights: int
     grads: int
@@ -111,6 +114,7 @@ class Precision:
     activations: int
     logits: int
     """Per value of the (B, T, V) arrays: 4, since the log-softmax runs in fp32 in both conventions."""
+
     def trained_bytes_per_param(self) -> int:
         return self.weights + self.grads + self.master + self.adam
 
@@ -227,6 +231,7 @@ ROLES = {  # name -> (what it does, trained?, output head)
 @dataclass
 class ModelMemory:
     """Bytes of one model in one PPO setup (0 where it does not apply)."""
+
     name: str
     trained: bool
     params: int
@@ -237,6 +242,7 @@ class ModelMemory:
     activations: int
     logits: int
     """(B, T, V) arrays of the LM-head models."""
+
     @property
     def total(self) -> int:
         return self.weights + self.grads + self.optimizer + self.activations + self.logits

@@ -34,15 +34,8 @@ from tqdm.auto import tqdm
 
 from minippo.blas import single_blas_thread
 from minippo.checks import check_choice
-from minippo.io import (
-    MetricsWriter,
-    atomic_write_text,
-    has_checkpoint,
-    load_checkpoint,
-    rng_from_state,
-    rng_state,
-    save_checkpoint,
-)
+from minippo.io import (MetricsWriter, atomic_write_text, has_checkpoint, load_checkpoint, rng_from_state,
+                        rng_state, save_checkpoint)
 from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW
 from minippo.rl.kl_control import AdaptiveKLController, FixedKLController, PPOPaperKLController
