@@ -18,9 +18,9 @@ thread start-up on every call.
 
 Every public function here has exactly the API of its NumPy reference, imported under the name
 ``<name>_reference`` from :mod:`minippo.nn.layers` (the textbook version to read); the tests check
-that both agree (``pytest -m kernels``, also with ``NUMBA_DISABLE_JIT=1``). Set
-``fused.USE_KERNELS = False`` to run the NumPy references instead (the bench does this to show the
-difference).
+that both agree (``pytest -m kernels``, also with ``NUMBA_DISABLE_JIT=1``). With the switch of
+:mod:`minippo.kernels` off every function here calls its NumPy reference (the bench does this to
+show the difference).
 
 Kernels compute in the dtype of their inputs (constants are made with ``x.dtype.type``), so float32
 stays float32 and float64 gradient checks run through these very kernels.
@@ -34,6 +34,7 @@ import sys
 import numpy as np
 from numba import njit, prange
 
+from minippo import kernels
 from minippo.nn.layers import GELU_A, GELU_K
 from minippo.nn.layers import embedding_backward as embedding_backward_reference
 from minippo.nn.layers import gelu_backward as gelu_backward_reference
@@ -45,7 +46,6 @@ from minippo.nn.layers import masked_softmax_forward as masked_softmax_forward_r
 from minippo.nn.layers import softmax_cross_entropy_backward as softmax_cross_entropy_backward_reference
 from minippo.nn.layers import softmax_cross_entropy_forward as softmax_cross_entropy_forward_reference
 
-USE_KERNELS = True   # False: every function below calls its NumPy reference
 _MALLOC_TUNED: bool | None = None
 
 
@@ -191,7 +191,7 @@ def _column_sums_kernel(dout, xhat, dw, db):
 
 def layernorm_forward(x, w, b, eps=1e-5):
     """Fused :func:`minippo.nn.layers.layernorm_forward` (same arguments, same returns)."""
-    if not USE_KERNELS:
+    if not kernels.enabled():
         return layernorm_forward_reference(x, w, b, eps)
     x2 = _rows(x)                                   # (N, C)
     out, xhat = np.empty_like(x2), np.empty_like(x2)
@@ -203,7 +203,7 @@ def layernorm_forward(x, w, b, eps=1e-5):
 
 def layernorm_backward(dout, cache):
     """Fused :func:`minippo.nn.layers.layernorm_backward` (returns ``dx, dw, db``)."""
-    if not USE_KERNELS:
+    if not kernels.enabled():
         return layernorm_backward_reference(dout, cache)
     xhat, rstd, w = cache
     C = xhat.shape[-1]
@@ -256,7 +256,7 @@ def gelu_forward(x):
     Three passes: the tanh argument (numba), ``np.tanh`` in place (NumPy's SIMD tanh: numba's scalar
     tanh is ~40x slower on x86 without Intel SVML), the output (numba).
     """
-    if not USE_KERNELS:
+    if not kernels.enabled():
         return gelu_forward_reference(x)
     x2 = _rows(x)
     t, out = np.empty_like(x2), np.empty_like(x2)
@@ -269,7 +269,7 @@ def gelu_forward(x):
 
 def gelu_backward(dout, cache):
     """Fused :func:`minippo.nn.layers.gelu_backward`."""
-    if not USE_KERNELS:
+    if not kernels.enabled():
         return gelu_backward_reference(dout, cache)
     x, t = cache
     d2 = _rows(dout)
@@ -322,7 +322,7 @@ def _masked_softmax_backward_kernel(datt, att, scale):
 
 def masked_softmax_forward(scores, allowed, scale):
     """Fused :func:`minippo.nn.layers.masked_softmax_forward` (in place on ``scores``)."""
-    if not USE_KERNELS:
+    if not kernels.enabled():
         return masked_softmax_forward_reference(scores, allowed, scale)
     B, H, T, S = scores.shape
     allowed = np.broadcast_to(allowed, (B, T, S))
@@ -334,7 +334,7 @@ def masked_softmax_forward(scores, allowed, scale):
 
 def masked_softmax_backward(datt, cache, scale):
     """Fused :func:`minippo.nn.layers.masked_softmax_backward` (in place on ``datt``)."""
-    if not USE_KERNELS:
+    if not kernels.enabled():
         return masked_softmax_backward_reference(datt, cache, scale)
     _masked_softmax_backward_kernel(datt, cache, datt.dtype.type(scale))
     return datt
@@ -378,7 +378,7 @@ def _softmax_xent_backward_kernel(probs, targets, w, dlogits):
 
 def softmax_cross_entropy_forward(logits, targets, mask):
     """Fused :func:`minippo.nn.layers.softmax_cross_entropy_forward`."""
-    if not USE_KERNELS:
+    if not kernels.enabled():
         return softmax_cross_entropy_forward_reference(logits, targets, mask)
     n = float(np.sum(mask))
     if n == 0:
@@ -397,7 +397,7 @@ def softmax_cross_entropy_forward(logits, targets, mask):
 
 def softmax_cross_entropy_backward(dloss, cache):
     """Fused :func:`minippo.nn.layers.softmax_cross_entropy_backward`."""
-    if not USE_KERNELS:
+    if not kernels.enabled():
         return softmax_cross_entropy_backward_reference(dloss, cache)
     probs, t, m, n, shape = cache
     dlogits = np.empty_like(probs)
@@ -421,7 +421,7 @@ def _scatter_add_rows_kernel(idx, dout, dw):
 
 def embedding_backward(dout, cache):
     """Fused :func:`minippo.nn.layers.embedding_backward` (repeated ids accumulate)."""
-    if not USE_KERNELS:
+    if not kernels.enabled():
         return embedding_backward_reference(dout, cache)
     idx, w_shape = cache
     dw = np.zeros(w_shape, dtype=dout.dtype)

@@ -23,7 +23,7 @@ two fan-outs (the tied ``wte``, and ``x`` feeding both heads) are summed in one 
 
 Speed (``minippo bench --only gpt kvcache``): float32 throughout; 2-D matrix products; the
 elementwise layers run as the fused numba kernels of ``fused.py`` (``K.``; the NumPy versions in
-``layers.py`` are the ones to read, and ``fused.USE_KERNELS = False`` switches to them); freed
+``layers.py`` are the ones to read, and ``minippo.kernels.use_kernels(False)`` switches to them); freed
 activation memory is kept for the next step (``fused.keep_freed_memory``); decoding runs its tiny
 products on one BLAS thread.
 """
