@@ -22,7 +22,7 @@ adaptive beta (003 sec. 6; PPO paper sec. 4)               kl.PPOPaperKLControll
 critic loss (V - R)^2 (003 sec. 7), value clipping (000)   value_loss.value_loss, value_loss.clipped_value_loss
 entropy bonus H(pi) (003 sec. 7), eq. (9)                  distributions.entropy_from_logits / _backward
 one temperature for every distribution                     the ``temperature`` argument of distributions
-GAE delta_t, A_t, returns = A + V (003 sec. 9; 000)        gae.gae (tokens, kernel), gae_reference, gae_loop
+GAE delta_t, A_t, returns = A + V (003 sec. 9; 000)        gae.gae (tokens)
 GAE with (s, a, r, s', done) for classic control           gae.gae_classic (terminated vs truncated)
 advantage normalisation (003 sec. 12)                      masked.masked_whiten
 approx KL, KL monitoring, early stop (003 sec. 12-13)      stats["approx_kl"]; kl.kl_estimate (k1, k2, k3)
@@ -51,7 +51,7 @@ _LAZY = {
     **{n: "minippo.rl.masked" for n in ("masked_sum", "masked_mean", "masked_var", "masked_whiten",
                                         "explained_variance")},
     # not "gae" itself: that name is the submodule minippo.rl.gae (use minippo.gae)
-    **{n: "minippo.rl.gae" for n in ("gae_reference", "gae_loop", "gae_classic", "gae_classic_reference")},
+    **{n: "minippo.rl.gae" for n in ("gae_classic",)},
     **{n: "minippo.rl.losses" for n in ("log_softmax", "logprobs_from_logits", "logprobs_backward",
                                         "entropy_from_logits", "entropy_backward", "kl_estimate",
                                         "kl_exact_from_logits", "clipped_policy_loss", "clipped_policy_loss_reference",

@@ -114,7 +114,7 @@ import numpy as np
 from numba import njit
 
 from minippo.checks import check_choice, check_float_array, check_int_array, check_range, check_same_shape
-from minippo.rl._status import MASK_HOLE, MASK_VALUE, NONFINITE, OK, raise_for_status
+from minippo.rl._kernels import MASK_HOLE, MASK_VALUE, NONFINITE, OK, raise_for_status
 from minippo.rl.masked import masked_mean, token_inputs
 
 # ----------------------------------------------------------------------------------------------

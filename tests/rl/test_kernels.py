@@ -1,0 +1,100 @@
+"""The numba kernels of minippo.rl (rl/_kernels.py) against the NumPy formulas they compile: each
+public function with ``use_kernels(True)`` vs ``use_kernels(False)``, on the same inputs; and the
+switch itself (with it off, no kernel is called).
+
+Marked ``kernels``: CI runs these again with ``NUMBA_DISABLE_JIT=1`` (the kernels as plain Python).
+"""
+import numpy as np
+import pytest
+
+from minippo import kernels
+from minippo.rl import _kernels
+from minippo.rl.gae import gae, gae_classic
+from tests.rl.helpers import random_batch, with_kernels
+
+gae_kernel, gae_numpy = with_kernels(gae, True), with_kernels(gae, False)
+gae_classic_kernel, gae_classic_numpy = with_kernels(gae_classic, True), with_kernels(gae_classic, False)
+
+
+# ------------------------------------------------------------------ GAE (tokens, classic control)
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("gamma,lam", [(1.0, 0.95), (0.99, 0.95), (0.9, 0.0), (1.0, 1.0), (0.5, 0.3)])
+def test_gae_kernel_matches_the_formula_float64(gamma, lam):
+    rng = np.random.default_rng(0)
+    (rewards, values), mask = random_batch(rng, 7, 13, 2)
+    mask[0] = 0                                   # an empty row
+    mask[1] = 1                                   # a full row
+    adv_k, ret_k = gae_kernel(rewards, values, mask, gamma, lam)
+    adv_r, ret_r = gae_numpy(rewards, values, mask, gamma, lam)
+    np.testing.assert_allclose(adv_k, adv_r, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(ret_k, ret_r, rtol=0, atol=1e-12)
+    assert adv_k.dtype == np.float64
+
+
+@pytest.mark.kernels
+def test_gae_kernel_matches_the_formula_float32():
+    rng = np.random.default_rng(1)
+    (rewards, values), mask = random_batch(rng, 6, 40, 2, dtype=np.float32)
+    adv_k, ret_k = gae_kernel(rewards, values, mask, 1.0, 0.95)
+    adv_r, ret_r = gae_numpy(rewards, values, mask, 1.0, 0.95)
+    assert adv_k.dtype == ret_k.dtype == np.float32
+    for got, want in zip(gae_kernel(rewards, values, mask.astype(np.float64), 1.0, 0.95), (adv_k, ret_k)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)   # a float64 mask works alike
+    np.testing.assert_allclose(adv_k, adv_r, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ret_k, ret_r, rtol=1e-5, atol=1e-5)
+    # the kernel recurses in float64: it is at least as close to the float64 result
+    adv_64, _ = gae_numpy(rewards.astype(np.float64), values.astype(np.float64), mask, 1.0, 0.95)
+    assert np.abs(adv_k - adv_64).max() <= np.abs(adv_r - adv_64).max() + 1e-6
+
+
+@pytest.mark.kernels
+def test_gae_kernel_bool_and_int_masks():
+    rng = np.random.default_rng(2)
+    (rewards, values), mask = random_batch(rng, 4, 6, 2)
+    expected = gae_numpy(rewards, values, mask)
+    for m in (mask.astype(bool), mask.astype(np.int64), mask.astype(np.float32), mask.astype(np.uint8)):
+        for got, want in zip(gae_kernel(rewards, values, m), expected):
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.kernels
+def test_gae_classic_kernel_matches_the_formula():
+    rng = np.random.default_rng(3)
+    T, N = 17, 5
+    rewards, values, next_values = (rng.standard_normal((T, N)) for _ in range(3))
+    terminated = rng.random((T, N)) < 0.15
+    truncated = rng.random((T, N)) < 0.15
+    for dtype, tol in ((np.float64, 1e-12), (np.float32, 1e-5)):
+        args = [a.astype(dtype) for a in (rewards, values, next_values)]
+        got = gae_classic_kernel(*args, terminated, truncated, gamma=0.99, lam=0.95)
+        want = gae_classic_numpy(*args, terminated.astype(int), truncated.astype(int), gamma=0.99, lam=0.95)
+        for g, w in zip(got, want):
+            assert g.dtype == dtype
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+
+
+# ------------------------------------------------------------------ the switch
+
+def raising(name):
+    def kernel(*args, **kwargs):
+        raise AssertionError(f"the kernel {name} was called")
+    return kernel
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("name,call", [
+    ("gae", lambda: gae(np.ones((2, 3)), np.zeros((2, 3)), None)),
+    ("gae_classic", lambda: gae_classic(*(np.ones((3, 2)),) * 3, np.zeros((3, 2)), np.zeros((3, 2)))),
+])
+def test_the_switch_routes_every_call(monkeypatch, name, call):
+    """Off: the NumPy body runs and the kernel is never called; on: the kernel is called."""
+    with kernels.use_kernels(True):
+        want = call()
+    monkeypatch.setattr(_kernels, name, raising(name))
+    with kernels.use_kernels(False):
+        got = call()
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+    with kernels.use_kernels(True), pytest.raises(AssertionError, match=f"the kernel {name} was called"):
+        call()
