@@ -10,10 +10,13 @@ import pytest
 from minippo import kernels
 from minippo.rl import _kernels
 from minippo.rl.gae import gae, gae_classic
+from minippo.rl.losses import clipped_policy_loss, kl_estimate
+from minippo.rl.masked import masked_mean
 from tests.rl.helpers import random_batch, with_kernels
 
 gae_kernel, gae_numpy = with_kernels(gae, True), with_kernels(gae, False)
 gae_classic_kernel, gae_classic_numpy = with_kernels(gae_classic, True), with_kernels(gae_classic, False)
+clip_kernel, clip_numpy = with_kernels(clipped_policy_loss, True), with_kernels(clipped_policy_loss, False)
 
 
 # ------------------------------------------------------------------ GAE (tokens, classic control)
@@ -74,7 +77,68 @@ def test_gae_classic_kernel_matches_the_formula():
             np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
 
 
+# ------------------------------------------------------------------ the clipped surrogate L^CLIP
+
+def assert_same_outputs(a, b, tol):
+    loss_a, d_a, s_a = a
+    loss_b, d_b, s_b = b
+    assert loss_a == pytest.approx(loss_b, rel=tol, abs=tol)
+    assert d_a.dtype == d_b.dtype and d_a.shape == d_b.shape
+    np.testing.assert_allclose(d_a, d_b, rtol=tol, atol=tol)
+    assert set(s_a) == set(s_b)
+    np.testing.assert_array_equal(s_a["clip_case"], s_b["clip_case"])
+    for k in s_a:
+        if k != "clip_case":
+            assert s_a[k] == pytest.approx(s_b[k], rel=tol, abs=tol), k
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-12), (np.float32, 2e-6)])
+def test_clip_kernel_matches_the_formula(dtype, tol):
+    rng = np.random.default_rng(3)
+    (logp, logp_old, adv), mask = random_batch(rng, 9, 17, 3, scale=0.4, dtype=dtype)
+    mask[0] = 0
+    adv[1, :3] = 0.0
+    other = np.float32 if dtype == np.float64 else np.float64
+    for m in (mask, None, mask.astype(bool), mask.astype(other)):
+        a = clip_kernel(logp, logp_old, adv, m, clip_eps=0.15)
+        b = clip_numpy(logp, logp_old, adv, m, clip_eps=0.15)
+        assert a[1].dtype == dtype
+        assert_same_outputs(a, b, tol)
+    stats = a[2]
+    assert stats["approx_kl"] == pytest.approx(masked_mean(kl_estimate(logp_old, logp, "k3"), mask), rel=tol)
+
+
+@pytest.mark.kernels
+def test_clip_kernel_1d_inputs_any_mask_and_empty():
+    rng = np.random.default_rng(4)
+    logp, logp_old, adv = (0.5 * rng.standard_normal(11) for _ in range(3))
+    holes = (rng.random(11) < 0.6).astype(float)           # a flat token batch needs no contiguity
+    for m in (None, holes):
+        assert_same_outputs(clip_kernel(logp, logp_old, adv, m),
+                            clip_numpy(logp, logp_old, adv, m), 1e-12)
+    empty = np.zeros(11)
+    for fn in (clip_kernel, clip_numpy):
+        loss, dlogp, stats = fn(logp, logp_old, adv, empty)
+        assert loss == 0.0 and (dlogp == 0).all()
+        assert stats["clipfrac"] == 0.0 and stats["approx_kl"] == 0.0 and stats["ratio_mean"] == 1.0
+
+
 # ------------------------------------------------------------------ the switch
+
+def assert_same(got, want):
+    """Equal up to 1e-12 entry by entry, through the tuples and stats dicts the functions return."""
+    if isinstance(want, dict):
+        assert got.keys() == want.keys()
+        for k in want:
+            assert_same(got[k], want[k])
+    elif isinstance(want, tuple):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert_same(g, w)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
 
 def raising(name):
     def kernel(*args, **kwargs):
@@ -86,6 +150,7 @@ def raising(name):
 @pytest.mark.parametrize("name,call", [
     ("gae", lambda: gae(np.ones((2, 3)), np.zeros((2, 3)), None)),
     ("gae_classic", lambda: gae_classic(*(np.ones((3, 2)),) * 3, np.zeros((3, 2)), np.zeros((3, 2)))),
+    ("clipped_policy_loss", lambda: clipped_policy_loss(np.zeros((2, 3)), np.full((2, 3), -0.5), np.ones((2, 3)))),
 ])
 def test_the_switch_routes_every_call(monkeypatch, name, call):
     """Off: the NumPy body runs and the kernel is never called; on: the kernel is called."""
@@ -94,7 +159,6 @@ def test_the_switch_routes_every_call(monkeypatch, name, call):
     monkeypatch.setattr(_kernels, name, raising(name))
     with kernels.use_kernels(False):
         got = call()
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+    assert_same(got, want)
     with kernels.use_kernels(True), pytest.raises(AssertionError, match=f"the kernel {name} was called"):
         call()
