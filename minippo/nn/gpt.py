@@ -24,7 +24,7 @@ two fan-outs (the tied ``wte``, and ``x`` feeding both heads) are summed in one 
 Speed (``minippo bench --only gpt kvcache``): float32 throughout; 2-D matrix products; the
 elementwise layers run as the fused numba kernels of ``fused.py`` (``K.``; the NumPy versions in
 ``layers.py`` are the ones to read, and ``minippo.kernels.use_kernels(False)`` switches to them); freed
-activation memory is kept for the next step (``fused.keep_freed_memory``); decoding runs its tiny
+activation memory is kept for the next step (``minippo.malloc.keep_freed_memory``); decoding runs its tiny
 products on one BLAS thread.
 """
 from __future__ import annotations
@@ -35,6 +35,7 @@ import numpy as np
 
 from minippo.blas import single_blas_thread
 from minippo.checks import check_choice, check_float_array, check_int_array, check_mask, check_range
+from minippo.malloc import keep_freed_memory
 from minippo.nn import fused as K
 from minippo.nn.attention import LN_EPS, attention_allowed, block_backward, block_decode, block_forward
 from minippo.nn.layers import embedding_forward, linear_backward, linear_forward
@@ -154,14 +155,14 @@ class TinyGPT:
             raise ValueError(f"`rng` must be a np.random.Generator, got {type(rng).__name__}")
         self.cfg = cfg
         self.params: dict[str, np.ndarray] = init_params(cfg, rng)
-        K.keep_freed_memory()          # reuse freed activation memory across steps (see fused.py)
+        keep_freed_memory()            # reuse freed activation memory across steps (minippo/malloc.py)
 
     @classmethod
     def from_params(cls, cfg: GPTConfig, params: dict[str, np.ndarray]) -> "TinyGPT":
         """A model using the given arrays (cast to ``cfg.dtype`` if needed; names and shapes checked)."""
         model = cls.__new__(cls)
         model.cfg = cfg
-        K.keep_freed_memory()
+        keep_freed_memory()
         missing = set(param_shapes(cfg)) ^ set(params)
         if missing:
             raise ValueError(f"`params` must have exactly the keys of param_shapes(cfg); differing: {sorted(missing)}")
