@@ -68,3 +68,27 @@ def test_lazy_module_imports_at_first_use_and_sees_monkeypatches(monkeypatch):
     assert lazy.dumps([1]) == "patched"                                     # looked up on the module each time
     with pytest.raises(AttributeError):
         lazy.no_such_name
+
+
+STEP = """
+import sys
+import numpy as np
+from minippo import kernels
+from minippo.nn.gpt import GPTConfig, TinyGPT
+from minippo.rl.gae import gae
+from minippo.rl.losses import clipped_policy_loss
+print('numba' in sys.modules)                                   # after the imports
+model = TinyGPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8), seed=0)
+idx = np.arange(12).reshape(2, 6) % 11
+model.lm_loss_and_grads(idx, idx, np.ones((2, 6)))
+z = np.zeros((2, 6), dtype=np.float32)
+gae(z, z, None)
+clipped_policy_loss(z, z, z)
+print(kernels.enabled(), 'numba' in sys.modules)                 # after a step, GAE and L^CLIP
+"""
+
+
+def test_with_kernels_off_numba_is_never_imported():
+    """Importing the formula modules never loads numba; with MINIPPO_KERNELS=0 running them does not either."""
+    assert run_python(STEP, MINIPPO_KERNELS="0").split() == ["False", "False", "False"]
+    assert run_python(STEP).split() == ["False", "True", "True"]   # on: the first kernel call loads it

@@ -1,23 +1,8 @@
-"""Shared helpers for the minippo.rl tests: right-padded batches, plain and with hypothesis; a
-public function run on its kernel path or on its NumPy formula."""
+"""Shared generators for the minippo.rl tests: right-padded batches, plain and with hypothesis."""
 from __future__ import annotations
-
-import functools
 
 import numpy as np
 from hypothesis import strategies as st
-
-from minippo import kernels
-
-
-def with_kernels(fn, flag: bool):
-    """``fn`` called inside ``kernels.use_kernels(flag)``: its numba kernel (True) or its NumPy body (False)."""
-    @functools.wraps(fn)
-    def run(*args, **kwargs):
-        with kernels.use_kernels(flag):
-            return fn(*args, **kwargs)
-    run.__name__ = f"{fn.__name__}[{'kernel' if flag else 'numpy'}]"
-    return run
 
 
 def right_padded_mask(lengths, T, dtype=np.float64) -> np.ndarray:

@@ -12,7 +12,8 @@ from minippo.rl import _kernels
 from minippo.rl.gae import gae, gae_classic
 from minippo.rl.losses import clipped_policy_loss, kl_estimate
 from minippo.rl.masked import masked_mean
-from tests.rl.helpers import random_batch, with_kernels
+from tests.helpers import with_kernels
+from tests.rl.helpers import random_batch
 
 gae_kernel, gae_numpy = with_kernels(gae, True), with_kernels(gae, False)
 gae_classic_kernel, gae_classic_numpy = with_kernels(gae_classic, True), with_kernels(gae_classic, False)

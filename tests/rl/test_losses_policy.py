@@ -10,7 +10,8 @@ from hypothesis import given
 from minippo.nn.gradcheck import assert_gradients
 from minippo.rl.losses import (CLIP_CASES, CLIPPED_CASES, NEG_ABOVE, NEG_CLIPPED, NEG_INSIDE, PAD, POS_BELOW,
                                POS_CLIPPED, POS_INSIDE, ZERO_ADV, clipped_policy_loss, ppo_penalty_loss)
-from tests.rl.helpers import padded_batches, random_batch, right_padded_mask, with_kernels
+from tests.helpers import with_kernels
+from tests.rl.helpers import padded_batches, random_batch, right_padded_mask
 
 # clipped_policy_loss on each path: the numba kernel, the NumPy formula
 clip_kernel, clip_numpy = with_kernels(clipped_policy_loss, True), with_kernels(clipped_policy_loss, False)
