@@ -14,8 +14,9 @@ What runs in each mode:
   GELU, masked softmax, softmax cross-entropy, embedding backward). They return the same outputs as
   the formulas (same dtypes, stats keys and error messages; equal up to rounding, which the
   ``pytest -m kernels`` parity tests bound) and are what the trainers and ``minippo bench`` time.
-* ``MINIPPO_KERNELS=0``: the NumPy bodies, the code a student reads, run everywhere; numba is not
-  even imported (the kernels' modules load on the first kernel call).
+* ``MINIPPO_KERNELS=0``: the NumPy bodies, the code a student reads, run instead; ``minippo.rl`` and
+  ``minippo.nn`` do not even import numba (their kernels' modules load at the first kernel call).
+  (The token sampler of ``minippo.rlhf.generate`` keeps its own kernel, outside this switch.)
 
 The environment variable is read once, when this module is first imported. Inside a process, switch
 with the context manager (tests, ``minippo bench``, lessons)::
