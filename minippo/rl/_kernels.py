@@ -28,7 +28,8 @@ step through it in pdb, and the tests pass that way too.
 Status codes: a kernel cannot raise a ``ValueError`` with a good message, so on the first bad entry
 it returns ``(status, which, b, t)``: the code, the index of the offending array in the caller's
 list of names, and the position; :func:`raise_for_status` raises the same ``ValueError`` as the
-checks of ``minippo.checks`` do. (They lived in ``_status.py``; nothing but these kernels uses them.)
+checks of ``minippo.checks`` do (for float inputs word for word; an integer mask reaches a kernel as
+floats, so its bad value prints as 2.0). The codes live here because nothing but these kernels uses them.
 """
 from __future__ import annotations
 
@@ -59,10 +60,11 @@ def raise_for_status(status: int, which: int, b: int, t: int, names: list[str],
     if status == OK:
         return
     pos = t if one_d else (b, t)
+    # .item(): the value as minippo.checks prints it (nan, not np.float64(nan))
     if status == NONFINITE:
-        raise ValueError(f"`{names[which]}` must be finite, found {arrays[which][b, t]!r} at {pos}")
+        raise ValueError(f"`{names[which]}` must be finite, found {arrays[which][b, t].item()!r} at {pos}")
     if status == MASK_VALUE:
-        raise ValueError(f"`{mask_name}` must contain only 0 and 1, found {mask[b, t]!r} at {pos}")
+        raise ValueError(f"`{mask_name}` must contain only 0 and 1, found {mask[b, t].item()!r} at {pos}")
     if status == MASK_HOLE:
         row = (np.asarray(mask[b]) != 0).astype(int).tolist()
         raise ValueError(f"`{mask_name}` row {b} has a hole: valid tokens must be contiguous and start at "

@@ -125,6 +125,40 @@ def test_clip_kernel_1d_inputs_any_mask_and_empty():
         assert stats["clipfrac"] == 0.0 and stats["approx_kl"] == 0.0 and stats["ratio_mean"] == 1.0
 
 
+# ------------------------------------------------------------------ errors
+
+def _with(a, index, value):
+    a = a.copy()
+    a[index] = value
+    return a
+
+
+Z, M = np.zeros((2, 4)), np.ones((2, 4))
+BAD_INPUTS = {
+    "gae rewards nan": lambda: gae(_with(Z, (1, 2), np.nan), Z, M),
+    "gae values inf": lambda: gae(Z, _with(Z, (0, 3), np.inf), M),
+    "gae mask 0.5": lambda: gae(Z, Z, _with(M, (0, 1), 0.5)),
+    "gae mask hole": lambda: gae(Z, Z, _with(M, (1, 1), 0.0)),
+    "gae_classic next_values nan": lambda: gae_classic(Z, Z, _with(Z, (1, 0), np.nan), Z, Z),
+    "clip logp_old nan (1-D)": lambda: clipped_policy_loss(Z[0], _with(Z[0], 2, np.nan), Z[0]),
+    "clip adv -inf": lambda: clipped_policy_loss(Z, Z, _with(Z, (1, 3), -np.inf), M),
+    "clip mask 3.0": lambda: clipped_policy_loss(Z, Z, Z, _with(M, (1, 2), 3.0)),
+    "clip mask hole": lambda: clipped_policy_loss(Z, Z, Z, _with(M, (1, 1), 0.0)),
+}
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("name", BAD_INPUTS)
+def test_both_paths_raise_the_same_error(name):
+    """The kernel validates while it computes, the formula through minippo.checks: same message."""
+    messages = []
+    for flag in (True, False):
+        with kernels.use_kernels(flag), pytest.raises(ValueError) as info:
+            BAD_INPUTS[name]()
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+
+
 # ------------------------------------------------------------------ the switch
 
 def assert_same(got, want):
