@@ -13,8 +13,8 @@ Paper: Schulman et al. 2017 (arXiv:1707.06347), with r_t = exp(logp - logp_old),
     L^CLIP(theta) = E_t[ min(r_t A_t, clip(r_t, 1 - eps, 1 + eps) A_t) ]          eq. (7)
 
 and its Figure 1 (one term of L^CLIP as a function of r, for A > 0 and A < 0, eps = 0.2).
-Everything is computed by ``minippo.rl.losses.clipped_policy_loss`` (the numba kernel)
-and checked against ``clipped_policy_loss_reference`` (plain NumPy); the loss is -L^CLIP.
+Everything is computed by ``minippo.rl.losses.clipped_policy_loss`` (its numba kernel, the default)
+and checked against the same function's NumPy formula (``kernels.use_kernels(False)``); the loss is -L^CLIP.
 
 The figure: top row, Figure 1 of the paper redrawn: one token's objective min(rA, clip(r)A)
 against r, with the unclipped r A dashed, the band [1 - eps, 1 + eps] shaded, the flat (clipped,
@@ -39,7 +39,8 @@ import math
 import numpy as np
 
 from lessons._common import lesson_args, pyplot, save, save_figure
-from minippo.rl.losses import CLIP_CASES, CLIPPED_CASES, clipped_policy_loss, clipped_policy_loss_reference
+from minippo import kernels
+from minippo.rl.losses import CLIP_CASES, CLIPPED_CASES, clipped_policy_loss
 
 # one representative token per case: (A, r)
 CASE_POINTS = [(1.0, 0.6), (1.0, 1.0), (1.0, 1.4), (-1.0, 0.6), (-1.0, 1.0), (-1.0, 1.4)]
@@ -81,7 +82,8 @@ def run(quick: bool = False, seed: int = 0, clip_eps: float = 0.2) -> dict:
     cases = []
     for A, r in CASE_POINTS:
         obj_k, d_k, code = one_token(clipped_policy_loss, A, r, clip_eps)
-        obj_r, d_r, code_r = one_token(clipped_policy_loss_reference, A, r, clip_eps)
+        with kernels.use_kernels(False):                        # the NumPy formula
+            obj_r, d_r, code_r = one_token(clipped_policy_loss, A, r, clip_eps)
         assert code == code_r
         cases.append({"code": code, "A": A, "r": r, "objective": obj_k, "objective_ref": obj_r,
                       "dlogp": d_k, "dlogp_ref": d_r, "analytic": 0.0 if code in CLIPPED_CASES else -A * r,
@@ -103,7 +105,8 @@ def run(quick: bool = False, seed: int = 0, clip_eps: float = 0.2) -> dict:
     adv = rng.standard_normal((B, T))
     mask = (np.arange(T)[None, :] < rng.integers(T // 4, T + 1, size=B)[:, None]).astype(float)
     loss, dlogp, stats = clipped_policy_loss(logp, logp_old, adv, mask, clip_eps=clip_eps)
-    loss_ref, dlogp_ref, _ = clipped_policy_loss_reference(logp, logp_old, adv, mask, clip_eps=clip_eps)
+    with kernels.use_kernels(False):                            # the NumPy formula
+        loss_ref, dlogp_ref, _ = clipped_policy_loss(logp, logp_old, adv, mask, clip_eps=clip_eps)
     valid = mask == 1
     ratio = np.exp(logp - logp_old)[valid]
     case_counts = {c: int((stats["clip_case"][valid] == c).sum()) for c in range(1, 8)}

@@ -10,7 +10,8 @@ stays fast and does not compile any numba kernel)::
     kl = minippo.kl_estimate(logp, logp_ref, kind="k3")
 
 Packages: ``minippo.nn`` (layers with hand-written backward, TinyGPT, MLP, AdamW, gradient check),
-``minippo.rl`` (GAE, losses, KL, masked statistics; numba kernels beside NumPy references),
+``minippo.rl`` (GAE, losses, KL, masked statistics: NumPy formulas, numba kernels apart behind
+``minippo.kernels``),
 ``minippo.classic`` (CartPole PPO), ``minippo.rlhf`` (corpus, tokenizer, SFT, reward model, PPO trainer).
 """
 from __future__ import annotations

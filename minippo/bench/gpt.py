@@ -15,7 +15,7 @@ FLOPs are counted explicitly (PaLM / nanoGPT convention, multiply-add = 2 FLOPs)
 LayerNorm, GELU, softmax, embeddings and the residual adds are not counted: they are the overhead
 that keeps the achieved rate below the matmul peak. The section also prints the time of the
 matmuls alone (the same GEMMs on the same shapes) and of the step with the NumPy reference layers
-(``fused.USE_KERNELS = False``), to show where the time goes.
+(``kernels.use_kernels(False)``), to show where the time goes.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from minippo import kernels
 from minippo.bench.report import Report, best_time
 
 B, T, L, H, C, V = 32, 64, 4, 4, 128, 512
@@ -59,7 +60,6 @@ def matmul_only_step(rng: np.random.Generator):
 
 def bench(report: Report, quick: bool = False) -> None:
     from minippo.bench.matmul import matmul_peak_gflops
-    from minippo.nn import fused
     from minippo.nn.gpt import GPTConfig, TinyGPT
 
     rng = np.random.default_rng(0)
@@ -81,18 +81,16 @@ def bench(report: Report, quick: bool = False) -> None:
     t = t_mm = float("inf")
     peak = report.shared.get("matmul_peak_gflops", 0.0)
     budget, start, rounds = (8.0 if quick else 30.0), time.perf_counter(), 0
-    while rounds < 2 or time.perf_counter() - start < budget:
-        t = min(t, best_time(step, repeat=3, warmup=1))
-        t_mm = min(t_mm, best_time(gemms, repeat=3, warmup=1))
-        peak = max(peak, matmul_peak_gflops(1024, repeat=2))
-        rounds += 1
+    with kernels.use_kernels(True):                    # the step with the numba kernels of nn/_kernels.py
+        while rounds < 2 or time.perf_counter() - start < budget:
+            t = min(t, best_time(step, repeat=3, warmup=1))
+            t_mm = min(t_mm, best_time(gemms, repeat=3, warmup=1))
+            peak = max(peak, matmul_peak_gflops(1024, repeat=2))
+            rounds += 1
     report.note(f"best of {rounds} alternating rounds ({time.perf_counter() - start:.0f} s)")
     report.shared["matmul_peak_gflops"] = peak
-    fused.USE_KERNELS = False
-    try:
+    with kernels.use_kernels(False):                   # the NumPy layers of layers.py
         t_ref = best_time(step, repeat=2 if quick else 5, warmup=1)
-    finally:
-        fused.USE_KERNELS = True
 
     report.value("float32 matmul peak used", peak, "GFLOP/s")
     report.time("forward+backward step", t)

@@ -1,5 +1,5 @@
-"""Bench section "clip": the fused clipped-surrogate kernel (loss + dlogp + stats in one pass) vs
-the same outputs computed by the plain NumPy expression (``clipped_policy_loss_reference``),
+"""Bench section "clip": :func:`minippo.rl.losses.clipped_policy_loss` with its fused kernel (loss +
+dlogp + stats in one pass) vs the same function's plain NumPy expression (``kernels.use_kernels(False)``),
 on a right-padded (B=512, T=256) float32 batch. Compile time from a cold-cache subprocess.
 """
 from __future__ import annotations
@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 
+from minippo import kernels
 from minippo.bench.report import Report, best_time
 
 
@@ -24,20 +25,22 @@ def clip_batch(B: int = 512, T: int = 256, seed: int = 0):
 
 def bench(report: Report, quick: bool = False) -> None:
     from minippo.bench.startup import cold_compile_timings
-    from minippo.rl.losses import clipped_policy_loss, clipped_policy_loss_reference
+    from minippo.rl.losses import clipped_policy_loss
 
     B, T = 512, 256
     report.note(f"B={B}, T={T}, float32, right-padded; outputs: loss, dlogp, clipfrac, approx_kl, ratio stats, cases")
     cold = cold_compile_timings()
     report.time("compile clip kernel (cold cache)", cold["first clipped_policy_loss call"])
     args = clip_batch(B, T)
-    t = time.perf_counter()
-    loss_k, dlogp_k, stats = clipped_policy_loss(*args)
-    report.time("first call in this process", time.perf_counter() - t)
     repeat = 3 if quick else 7
-    kernel = best_time(lambda: clipped_policy_loss(*args), repeat=repeat, number=5)
-    numpy_ref = best_time(lambda: clipped_policy_loss_reference(*args), repeat=repeat)
-    loss_r, dlogp_r, _ = clipped_policy_loss_reference(*args)
+    with kernels.use_kernels(True):
+        t = time.perf_counter()
+        loss_k, dlogp_k, stats = clipped_policy_loss(*args)
+        report.time("first call in this process", time.perf_counter() - t)
+        kernel = best_time(lambda: clipped_policy_loss(*args), repeat=repeat, number=5)
+    with kernels.use_kernels(False):                          # the NumPy formula of losses.py
+        numpy_ref = best_time(lambda: clipped_policy_loss(*args), repeat=repeat)
+        loss_r, dlogp_r, _ = clipped_policy_loss(*args)
     report.time("numba kernel", kernel)
     report.time("NumPy expression (reference)", numpy_ref)
     report.value("clipfrac of this batch", stats["clipfrac"])

@@ -28,7 +28,8 @@ B, T = 4, 8
 r, v, lp, lpo, adv = (rng.standard_normal((B, T)).astype(np.float32) for _ in range(5))
 mask = np.ones((B, T), dtype=np.float32)
 t_data = time.perf_counter()
-gae = minippo.gae                         # imports minippo.rl.gae (and numba)
+gae = minippo.gae                         # imports minippo.rl.gae (NumPy only)
+import minippo.rl._kernels                # numba and the kernels' module (else loaded by the first gae call)
 t_gae_import = time.perf_counter()
 # numba's first dispatch probes for BLAS by importing scipy.linalg when SciPy is installed
 # (minippo does not need SciPy); done here explicitly so that its cost is reported apart

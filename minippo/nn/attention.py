@@ -30,8 +30,8 @@ import math
 
 import numpy as np
 
-from minippo.nn import fused
-from minippo.nn.layers import linear_backward, linear_forward
+from minippo.nn.layers import (gelu_backward, gelu_forward, layernorm_backward, layernorm_forward, linear_backward,
+                               linear_forward, masked_softmax_backward, masked_softmax_forward)
 
 LN_EPS = 1e-5   # LayerNorm's epsilon (GPT-2)
 
@@ -68,7 +68,7 @@ def sdpa_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarra
     scale = 1.0 / math.sqrt(q.shape[-1])
     scores = q @ k.swapaxes(-1, -2)               # (B, H, T, S) batched matmul, one BLAS call per head
     # att = softmax(scale * scores + M), M = -inf where not allowed (in place on scores)
-    att, _ = fused.masked_softmax_forward(scores, allowed, scale)
+    att, _ = masked_softmax_forward(scores, allowed, scale)
     y = att @ v                                   # (B, H, T, hs)
     return y, (q, k, v, att, scale)
 
@@ -80,7 +80,7 @@ def sdpa_backward(dy: np.ndarray, cache):
     datt = dy @ v.swapaxes(-1, -2)                # (B, H, T, S)
     dv = att.swapaxes(-1, -2) @ dy                # (B, H, S, hs)
     # att = softmax(scale * scores + M)  ->  dscores (in place on datt)
-    ds = fused.masked_softmax_backward(datt, att, scale)
+    ds = masked_softmax_backward(datt, att, scale)
     # scores = q @ k.T  ->  dq = dscores @ k,  dk = dscores.T @ q
     dq = ds @ k                                   # (B, H, T, hs)
     dk = ds.swapaxes(-1, -2) @ q                  # (B, H, S, hs)
@@ -192,13 +192,13 @@ def attention_decode(x: np.ndarray, w_attn: np.ndarray, b_attn: np.ndarray, w_pr
 
 def block_forward(x, p, prefix, n_head, allowed):
     """One pre-LN block; ``p[prefix + name]`` are its parameters. Returns ``(x, cache)``."""
-    h, c_ln1 = fused.layernorm_forward(x, p[prefix + "ln_1.w"], p[prefix + "ln_1.b"], LN_EPS)
+    h, c_ln1 = layernorm_forward(x, p[prefix + "ln_1.w"], p[prefix + "ln_1.b"], LN_EPS)
     a, c_attn = attention_forward(h, p[prefix + "attn.c_attn.w"], p[prefix + "attn.c_attn.b"],
                                   p[prefix + "attn.c_proj.w"], p[prefix + "attn.c_proj.b"], n_head, allowed)
     x = x + a                                                        # residual 1
-    h, c_ln2 = fused.layernorm_forward(x, p[prefix + "ln_2.w"], p[prefix + "ln_2.b"], LN_EPS)
+    h, c_ln2 = layernorm_forward(x, p[prefix + "ln_2.w"], p[prefix + "ln_2.b"], LN_EPS)
     h, c_fc = linear_forward(h, p[prefix + "mlp.c_fc.w"], p[prefix + "mlp.c_fc.b"])   # (B, T, 4C)
-    h, c_gelu = fused.gelu_forward(h)
+    h, c_gelu = gelu_forward(h)
     m, c_mproj = linear_forward(h, p[prefix + "mlp.c_proj.w"], p[prefix + "mlp.c_proj.b"])  # (B, T, C)
     x = x + m                                                        # residual 2
     return x, (c_ln1, c_attn, c_ln2, c_fc, c_gelu, c_mproj)
@@ -211,27 +211,27 @@ def block_backward(dx, cache, prefix, grads):
     # m = h @ mlp.c_proj.w + b
     dh, grads[prefix + "mlp.c_proj.w"], grads[prefix + "mlp.c_proj.b"] = linear_backward(dx, c_mproj)
     # h = gelu(h)
-    dh = fused.gelu_backward(dh, c_gelu)
+    dh = gelu_backward(dh, c_gelu)
     # h = ln_2(x) @ mlp.c_fc.w + b
     dh, grads[prefix + "mlp.c_fc.w"], grads[prefix + "mlp.c_fc.b"] = linear_backward(dh, c_fc)
     # h = ln_2(x)
-    dh, grads[prefix + "ln_2.w"], grads[prefix + "ln_2.b"] = fused.layernorm_backward(dh, c_ln2)
+    dh, grads[prefix + "ln_2.w"], grads[prefix + "ln_2.b"] = layernorm_backward(dh, c_ln2)
     dx = dx + dh                                                     # x fed the skip and ln_2: summed
     # x = x + attn(ln_1(x))
     (dh, grads[prefix + "attn.c_attn.w"], grads[prefix + "attn.c_attn.b"],
      grads[prefix + "attn.c_proj.w"], grads[prefix + "attn.c_proj.b"]) = attention_backward(dx, c_attn)
-    dh, grads[prefix + "ln_1.w"], grads[prefix + "ln_1.b"] = fused.layernorm_backward(dh, c_ln1)
+    dh, grads[prefix + "ln_1.w"], grads[prefix + "ln_1.b"] = layernorm_backward(dh, c_ln1)
     return dx + dh                                                   # x fed the skip and ln_1: summed
 
 
 def block_decode(x, p, prefix, n_head, k_cache, v_cache, key_mask, t):
     """:func:`block_forward` for one new token per row, reading and extending the KV cache."""
-    h, _ = fused.layernorm_forward(x, p[prefix + "ln_1.w"], p[prefix + "ln_1.b"], LN_EPS)
+    h, _ = layernorm_forward(x, p[prefix + "ln_1.w"], p[prefix + "ln_1.b"], LN_EPS)
     x = x + attention_decode(h, p[prefix + "attn.c_attn.w"], p[prefix + "attn.c_attn.b"],
                              p[prefix + "attn.c_proj.w"], p[prefix + "attn.c_proj.b"], n_head,
                              k_cache, v_cache, key_mask, t)
-    h, _ = fused.layernorm_forward(x, p[prefix + "ln_2.w"], p[prefix + "ln_2.b"], LN_EPS)
+    h, _ = layernorm_forward(x, p[prefix + "ln_2.w"], p[prefix + "ln_2.b"], LN_EPS)
     h, _ = linear_forward(h, p[prefix + "mlp.c_fc.w"], p[prefix + "mlp.c_fc.b"])
-    h, _ = fused.gelu_forward(h)
+    h, _ = gelu_forward(h)
     m, _ = linear_forward(h, p[prefix + "mlp.c_proj.w"], p[prefix + "mlp.c_proj.b"])
     return x + m

@@ -21,11 +21,11 @@ produce finite numbers that mean nothing; callers mask them out of every loss (s
 Every gradient is written by hand; ``backward`` mirrors ``forward`` line by line in reverse, and the
 two fan-outs (the tied ``wte``, and ``x`` feeding both heads) are summed in one visible place each.
 
-Speed (``minippo bench --only gpt kvcache``): float32 throughout; 2-D matrix products; the
-elementwise layers run as the fused numba kernels of ``fused.py`` (``K.``; the NumPy versions in
-``layers.py`` are the ones to read, and ``fused.USE_KERNELS = False`` switches to them); freed
-activation memory is kept for the next step (``fused.keep_freed_memory``); decoding runs its tiny
-products on one BLAS thread.
+The layers are the NumPy ones of layers.py / attention.py; with the switch of ``minippo.kernels`` on
+(the default) the elementwise ones run as their numba twins in nn/_kernels.py.
+
+Speed (``minippo bench --only gpt kvcache``): float32, 2-D matrix products, those kernels, freed
+activation memory kept for the next step (``minippo.malloc``), decoding on one BLAS thread.
 """
 from __future__ import annotations
 
@@ -35,9 +35,11 @@ import numpy as np
 
 from minippo.blas import single_blas_thread
 from minippo.checks import check_choice, check_float_array, check_int_array, check_mask, check_range
-from minippo.nn import fused as K
+from minippo.malloc import keep_freed_memory
 from minippo.nn.attention import LN_EPS, attention_allowed, block_backward, block_decode, block_forward
-from minippo.nn.layers import embedding_forward, linear_backward, linear_forward
+from minippo.nn.layers import (embedding_backward, embedding_forward, layernorm_backward, layernorm_forward,
+                               linear_backward, linear_forward, softmax_cross_entropy_backward,
+                               softmax_cross_entropy_forward)
 
 
 @dataclass
@@ -154,14 +156,14 @@ class TinyGPT:
             raise ValueError(f"`rng` must be a np.random.Generator, got {type(rng).__name__}")
         self.cfg = cfg
         self.params: dict[str, np.ndarray] = init_params(cfg, rng)
-        K.keep_freed_memory()          # reuse freed activation memory across steps (see fused.py)
+        keep_freed_memory()            # reuse freed activation memory across steps (minippo/malloc.py)
 
     @classmethod
     def from_params(cls, cfg: GPTConfig, params: dict[str, np.ndarray]) -> "TinyGPT":
         """A model using the given arrays (cast to ``cfg.dtype`` if needed; names and shapes checked)."""
         model = cls.__new__(cls)
         model.cfg = cfg
-        K.keep_freed_memory()
+        keep_freed_memory()
         missing = set(param_shapes(cfg)) ^ set(params)
         if missing:
             raise ValueError(f"`params` must have exactly the keys of param_shapes(cfg); differing: {sorted(missing)}")
@@ -221,7 +223,7 @@ class TinyGPT:
         for i in range(cfg.n_layer):
             x, c_block = block_forward(x, p, f"h.{i}.", cfg.n_head, allowed)
             blocks.append(c_block)
-        x, c_lnf = K.layernorm_forward(x, p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (B, T, C)
+        x, c_lnf = layernorm_forward(x, p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (B, T, C)
         return x, (c_tok, c_pos, blocks, c_lnf)
 
     def forward(self, idx, attn_mask=None, scalar: bool = False, logits: bool = True):
@@ -297,12 +299,12 @@ class TinyGPT:
                 dx += dx_scalar              # fan-out of x into the two heads: summed here
         c_tok, c_pos, blocks, c_lnf = c_trunk
         # x = ln_f(x)
-        dx, grads["ln_f.w"], grads["ln_f.b"] = K.layernorm_backward(dx, c_lnf)
+        dx, grads["ln_f.w"], grads["ln_f.b"] = layernorm_backward(dx, c_lnf)
         for i in reversed(range(cfg.n_layer)):
             dx = block_backward(dx, blocks[i], f"h.{i}.", grads)
         # x = wte[idx] + wpe[pos]
-        dwte_emb = K.embedding_backward(dx, c_tok)                # (V, C)
-        grads["wpe"] = K.embedding_backward(dx, c_pos)             # (T_block, C) rows >= T stay 0
+        dwte_emb = embedding_backward(dx, c_tok)                # (V, C)
+        grads["wpe"] = embedding_backward(dx, c_pos)             # (T_block, C) rows >= T stay 0
         # wte is used twice (embedding and LM head): its gradient is the sum of both uses
         grads["wte"] = dwte_emb if dwte_head is None else dwte_emb + dwte_head
         for k, g in grads.items():
@@ -325,7 +327,7 @@ class TinyGPT:
         """Mean cross-entropy of ``targets`` over the ``mask == 1`` tokens (forward only)."""
         idx, targets, mask, attn_mask = self._check_lm_inputs(idx, targets, mask, attn_mask)
         logits, _, _ = self._forward(idx, attn_mask, False)
-        loss, _ = K.softmax_cross_entropy_forward(logits, targets, mask)
+        loss, _ = softmax_cross_entropy_forward(logits, targets, mask)
         return loss
 
     def lm_loss_and_grads(self, idx, targets, mask, attn_mask=None):
@@ -345,8 +347,8 @@ class TinyGPT:
         """
         idx, targets, mask, attn_mask = self._check_lm_inputs(idx, targets, mask, attn_mask)
         logits, _, cache = self._forward(idx, attn_mask, False)
-        loss, c_ce = K.softmax_cross_entropy_forward(logits, targets, mask)
-        dlogits = K.softmax_cross_entropy_backward(1.0, c_ce)
+        loss, c_ce = softmax_cross_entropy_forward(logits, targets, mask)
+        dlogits = softmax_cross_entropy_backward(1.0, c_ce)
         return loss, self.backward(cache, dlogits=dlogits)
 
     # ------------------------------------------------------------------------------------------
@@ -418,5 +420,5 @@ class TinyGPT:
             for i in range(cfg.n_layer):
                 x = block_decode(x, p, f"h.{i}.", cfg.n_head, kv.k[i], kv.v[i], kv.key_mask, t)
             kv.t = t + 1
-            x, _ = K.layernorm_forward(x[:, 0], p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (B, C)
+            x, _ = layernorm_forward(x[:, 0], p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (B, C)
             return x @ p["wte"].T                                    # (B, V)

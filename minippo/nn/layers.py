@@ -1,4 +1,4 @@
-"""The layers of minippo, each a forward/backward pair with no autograd: the NumPy reference.
+"""The layers of minippo, each a forward/backward pair with no autograd, written in NumPy.
 
 Legend: N rows (any leading batch shape, e.g. B*T), Din / Dout features, B batch, T tokens,
 C channels, V vocab, H heads, S keys.
@@ -13,14 +13,23 @@ Arrays keep the dtype they come in (float32 for speed, float64 for gradient chec
 to the return shape: ``embedding_backward`` returns only ``dw`` (token ids have no gradient) and the
 cross-entropy's backward takes the upstream scalar ``dloss``.
 
-TinyGPT runs the numba versions of the elementwise layers in ``fused.py`` (same API, parity-tested
-against the functions here); these are the versions to read.
+Each body is the layer's formula: the code that runs with the switch of :mod:`minippo.kernels` off.
+The elementwise layers (LayerNorm, GELU, masked softmax, softmax cross-entropy, embedding backward)
+start with one line that, while the switch is on (the default), hands the call to their numba twin
+in ``nn/_kernels.py`` (same API, parity-tested against the body below it).
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
+
+from minippo import kernels
+from minippo._lazy import LazyModule
+
+# the compiled twins of the elementwise layers; imported (with numba) at the first kernel call, so
+# `import minippo` stays fast
+_kernels = LazyModule("minippo.nn._kernels")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -107,6 +116,8 @@ def embedding_backward(dout: np.ndarray, cache):
     uses: ``np.add.at`` accumulates over repeated indices (plain ``dw[idx] += dout`` would keep only
     one of them).
     """
+    if kernels.enabled():            # the same layer, compiled: nn/_kernels.py
+        return _kernels.embedding_backward(dout, cache)
     idx, w_shape = cache
     dw = np.zeros(w_shape, dtype=dout.dtype)      # (V, C)
     # out = w[idx]  ->  dw[idx[n]] += dout[n] for every n, repeats accumulated
@@ -132,6 +143,8 @@ def layernorm_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 
     out : (..., C)
     cache : (xhat, rstd, w)
     """
+    if kernels.enabled():            # the same layer, compiled: nn/_kernels.py
+        return _kernels.layernorm_forward(x, w, b, eps)
     mean = x.mean(axis=-1, keepdims=True)         # (..., 1)
     xc = x - mean                                 # (..., C)
     var = np.mean(xc * xc, axis=-1, keepdims=True)  # (..., 1) biased variance
@@ -147,6 +160,8 @@ def layernorm_backward(dout: np.ndarray, cache):
     With ``xhat = (x - mean) * rstd`` and ``g = dout * w``, the gradient through the mean and the
     variance collapses to ``dx = rstd * (g - mean(g) - xhat * mean(g * xhat))`` (means over C).
     """
+    if kernels.enabled():            # the same layer, compiled: nn/_kernels.py
+        return _kernels.layernorm_backward(dout, cache)
     xhat, rstd, w = cache
     C = xhat.shape[-1]
     dout2, xhat2 = dout.reshape(-1, C), xhat.reshape(-1, C)   # (N, C)
@@ -172,6 +187,8 @@ def gelu_forward(x: np.ndarray):
 
     Returns ``(out, cache)`` with ``cache = (x, t)``, ``t = tanh(sqrt(2/pi) (x + 0.044715 x^3))``.
     """
+    if kernels.enabled():            # the same layer, compiled: nn/_kernels.py
+        return _kernels.gelu_forward(x)
     u = GELU_K * (x + GELU_A * (x * x * x))       # (...) the tanh argument
     t = np.tanh(u)
     out = 0.5 * x * (1.0 + t)
@@ -184,6 +201,8 @@ def gelu_backward(dout: np.ndarray, cache):
     out = 0.5 x (1 + t),  t = tanh(u),  u = k (x + a x^3)
     d out/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2)
     """
+    if kernels.enabled():            # the same layer, compiled: nn/_kernels.py
+        return _kernels.gelu_backward(dout, cache)
     x, t = cache
     dudx = GELU_K * (1.0 + 3.0 * GELU_A * (x * x))
     return dout * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * dudx)
@@ -207,6 +226,8 @@ def masked_softmax_forward(scores: np.ndarray, allowed: np.ndarray, scale: float
     att : (B, H, T, S), the same array as ``scores``; 0 exactly where not allowed
     cache : att
     """
+    if kernels.enabled():            # the same layer, compiled: nn/_kernels.py
+        return _kernels.masked_softmax_forward(scores, allowed, scale)
     att = scores
     att *= scale
     # M = -inf where not allowed: exp(-inf) = 0 exactly, so those keys get weight 0
@@ -225,6 +246,8 @@ def masked_softmax_backward(datt: np.ndarray, cache, scale: float):
     att = softmax(z), z = scale * scores  ->  dz = att * (datt - sum_j datt_j att_j),  dscores = scale * dz
     (0 where not allowed, because att is 0 there).
     """
+    if kernels.enabled():            # the same layer, compiled: nn/_kernels.py
+        return _kernels.masked_softmax_backward(datt, cache, scale)
     att = cache
     ds = datt
     ds -= np.sum(datt * att, axis=-1, keepdims=True)
@@ -253,6 +276,8 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, mask:
 
     ``mask`` must contain at least one 1 (a mean over zero tokens is undefined).
     """
+    if kernels.enabled():            # the same layer, compiled: nn/_kernels.py
+        return _kernels.softmax_cross_entropy_forward(logits, targets, mask)
     n = float(np.sum(mask))
     if n == 0:
         raise ValueError("`mask` must contain at least one 1: the loss is a mean over mask == 1 tokens")
@@ -273,6 +298,8 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, mask:
 
 def softmax_cross_entropy_backward(dloss: float, cache):
     """Backward of the masked mean cross-entropy: ``dlogits = dloss * mask * (softmax - onehot) / n``."""
+    if kernels.enabled():            # the same layer, compiled: nn/_kernels.py
+        return _kernels.softmax_cross_entropy_backward(dloss, cache)
     probs, t, m, n, shape = cache
     dlogits = probs.copy()                        # (N, V)
     # nll = logsumexp(z) - z[target]  ->  d nll/dz = softmax(z) - onehot(target)

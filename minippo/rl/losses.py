@@ -19,6 +19,10 @@ and every term is here, in the order a reader needs them:
 Every loss returns ``(loss, d<input>, stats)``: the loss to MINIMISE (``-objective`` for the policy
 terms) and its analytic gradient. Conventions: ``mask`` is 1 on valid tokens (rows right-padded),
 ``mask=None`` means all valid; means are token-level masked means over the whole batch.
+Each function's body is its formula in NumPy. :func:`clipped_policy_loss`, which every PPO
+minibatch calls, also has a compiled twin in ``rl/_kernels.py`` (loss, gradient and statistics in
+one pass over the tokens); its first line hands the call to it while the switch of
+:mod:`minippo.kernels` is on (the default).
 
 ## 1. The policy's distribution
 
@@ -108,14 +112,15 @@ Gradient of the clipped form, per valid token (n valid tokens):
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
-from numba import njit
 
+from minippo import kernels
+from minippo._lazy import LazyModule
 from minippo.checks import check_choice, check_float_array, check_int_array, check_range, check_same_shape
-from minippo.rl._status import MASK_HOLE, MASK_VALUE, NONFINITE, OK, raise_for_status
 from minippo.rl.masked import masked_mean, token_inputs
+
+# the compiled twin of clipped_policy_loss; imported (with numba) at its first call, so `import minippo` stays fast
+_kernels = LazyModule("minippo.rl._kernels")
 
 # ----------------------------------------------------------------------------------------------
 # 1. the policy's distribution: log-probs of the taken tokens, entropy
@@ -256,7 +261,6 @@ CLIP_CASES = {
 }
 #: the codes whose clipped branch is active (zero gradient), counted by ``clipfrac``
 CLIPPED_CASES = (POS_CLIPPED, NEG_CLIPPED)
-_NAMES = ["logp", "logp_old", "adv"]
 
 
 def _ratio_stats(ratio, mask, n):
@@ -269,7 +273,7 @@ def _ratio_stats(ratio, mask, n):
 
 
 def clipped_policy_loss(logp, logp_old, adv, mask=None, clip_eps=0.2):
-    """L^CLIP loss, its gradient and its statistics from one fused numba kernel (eq. (7) of the PPO paper).
+    """L^CLIP loss, its gradient and its statistics (eq. (7) of the PPO paper).
 
     Parameters
     ----------
@@ -288,112 +292,12 @@ def clipped_policy_loss(logp, logp_old, adv, mask=None, clip_eps=0.2):
         KL(pi_old || pi)), ``ratio_mean``, ``ratio_max``, ``ratio_min`` (1.0 with no valid
         token), ``n_tokens`` and ``clip_case`` (int8 array like ``logp``, codes in
         :data:`CLIP_CASES`).
-
-    NumPy reference: :func:`clipped_policy_loss_reference` (same outputs).
     """
-    check_range("clip_eps", clip_eps, 0, None, lo_open=True)
-    (logp, logp_old, adv), mask = token_inputs(mask, validate_values=False,
-                                               logp=logp, logp_old=logp_old, adv=adv)
-    shape, one_d = logp.shape, logp.ndim == 1
-    as2 = [a.reshape(1, -1) if one_d else a for a in (logp, logp_old, adv, mask)]
-    dlogp = np.empty(as2[0].shape, dtype=logp.dtype)
-    case = np.empty(as2[0].shape, dtype=np.int8)
-    lo, hi = logp.dtype.type(1 - clip_eps), logp.dtype.type(1 + clip_eps)   # the band, in the data's dtype
-    out = _clipped_policy_kernel(*as2, lo, hi, not one_d, dlogp, case)
-    status, which, b, t, n, n_clipped, obj_sum, kl_sum, ratio_sum, ratio_max, ratio_min = out
-    raise_for_status(status, which, b, t, _NAMES, as2[:3], as2[3], one_d)
-    stats = {"clipfrac": n_clipped / n if n else 0.0, "approx_kl": kl_sum / n if n else 0.0,
-             "ratio_mean": ratio_sum / n if n else 1.0, "ratio_max": ratio_max if n else 1.0,
-             "ratio_min": ratio_min if n else 1.0, "n_tokens": int(n), "clip_case": case.reshape(shape)}
-    return (-obj_sum / n if n else 0.0), dlogp.reshape(shape), stats
-
-
-@njit(cache=True)
-def _clipped_policy_kernel(logp, logp_old, adv, mask, lo, hi, check_holes, dlogp, case):
-    """Per row: a validation sweep, then one pass for ratio, case, objective, gradient and sums.
-
-    The per-token work is branch-free (selects, not if/else: the six cases come in random
-    order, so branches would be mispredicted); sums are float64. A last light pass scales
-    ``dlogp`` by 1/n once n is known. Returns
-    ``(status, which, b, t, n, n_clipped, obj_sum, kl_sum, ratio_sum, ratio_max, ratio_min)``.
-    NumPy reference: :func:`clipped_policy_loss_reference`.
-    """
-    B, T = logp.shape
-    n = 0
-    n_clipped = 0
-    obj_sum = 0.0
-    kl_sum = 0.0
-    ratio_sum = 0.0
-    ratio_max = -np.inf
-    ratio_min = np.inf
-    for b in range(B):
-        # validation sweep over the row (vectorisable): NaN/inf and mask values
-        bad = False
-        for t in range(T):
-            bad |= not math.isfinite(logp[b, t])
-            bad |= not math.isfinite(logp_old[b, t])
-            bad |= not math.isfinite(adv[b, t])
-            bad |= (mask[b, t] != 0) & (mask[b, t] != 1)
-        if bad:
-            status, which, t = _locate_clip_error(logp, logp_old, adv, mask, b)
-            return status, which, b, t, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0
-        row_open = True                      # False after the row's first padding token
-        for t in range(T):
-            if mask[b, t] == 0:
-                row_open = False
-                dlogp[b, t] = 0
-                case[b, t] = PAD
-                continue
-            if check_holes and not row_open:
-                return MASK_HOLE, 0, b, t, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0
-            a = adv[b, t]
-            # r_t = exp(logp - logp_old)
-            log_ratio = logp[b, t] - logp_old[b, t]
-            ratio = np.exp(log_ratio)
-            # min(r A, clip(r, 1-eps, 1+eps) A): the clipped term binds in cases 3 and 4 only
-            below, above = ratio < lo, ratio > hi
-            clipped = ((a > 0) & above) | ((a < 0) & below)
-            obj = min(ratio * a, min(max(ratio, lo), hi) * a)
-            dlogp[b, t] = 0.0 if clipped else -a * ratio     # d(-r A)/dlogp = -A r; /n below
-            # case code: 2 (A > 0) or 5 (A < 0), -1 below the band, +1 above it; 7 for A = 0
-            base = POS_INSIDE if a > 0 else NEG_INSIDE
-            case[b, t] = ZERO_ADV if a == 0 else base + above - below
-            n += 1
-            n_clipped += clipped
-            obj_sum += obj
-            kl_sum += (ratio - 1.0) - log_ratio             # k3 = (r - 1) - log r
-            ratio_sum += ratio
-            ratio_max = max(ratio_max, ratio)
-            ratio_min = min(ratio_min, ratio)
-    if n > 0:
-        inv_n = 1.0 / n
-        for b in range(B):
-            for t in range(T):
-                dlogp[b, t] *= inv_n
-    return OK, 0, 0, 0, n, n_clipped, obj_sum, kl_sum, ratio_sum, ratio_max, ratio_min
-
-
-@njit(cache=True)
-def _locate_clip_error(logp, logp_old, adv, mask, b):
-    """The first bad entry of row ``b`` as ``(status, which, t)`` (the slow path of the sweep)."""
-    for t in range(logp.shape[1]):
-        if not math.isfinite(logp[b, t]):
-            return NONFINITE, 0, t
-        if not math.isfinite(logp_old[b, t]):
-            return NONFINITE, 1, t
-        if not math.isfinite(adv[b, t]):
-            return NONFINITE, 2, t
-        if mask[b, t] != 0 and mask[b, t] != 1:
-            return MASK_VALUE, 0, t
-    return OK, 0, 0  # pragma: no cover - only called on a row with a bad entry
-
-
-def clipped_policy_loss_reference(logp, logp_old, adv, mask=None, clip_eps=0.2):
-    """Plain NumPy L^CLIP (eq. (7)): the formula as a student writes it, with the same outputs
-    (loss, dlogp, stats) as the kernel-backed :func:`clipped_policy_loss`."""
+    if kernels.enabled():            # the same formula, compiled: rl/_kernels.py
+        return _kernels.clipped_policy_loss(logp, logp_old, adv, mask, clip_eps)
     check_range("clip_eps", clip_eps, 0, None, lo_open=True)
     (logp, logp_old, adv), mask = token_inputs(mask, logp=logp, logp_old=logp_old, adv=adv)
-    lo, hi = logp.dtype.type(1 - clip_eps), logp.dtype.type(1 + clip_eps)
+    lo, hi = logp.dtype.type(1 - clip_eps), logp.dtype.type(1 + clip_eps)   # the band, in the data's dtype
     valid = mask == 1
     n = int(valid.sum())
     # the next four lines are L^CLIP, eq. (7)
@@ -405,6 +309,7 @@ def clipped_policy_loss_reference(logp, logp_old, adv, mask=None, clip_eps=0.2):
     clipped = ((adv > 0) & (ratio > hi)) | ((adv < 0) & (ratio < lo))
     # d(-r A)/dlogp = -A r (dr/dlogp = r), averaged over the n valid tokens
     dlogp = np.where(clipped | ~valid, 0.0, -adv * ratio / max(n, 1)).astype(logp.dtype)
+    # each token's case in the table of the module docstring (codes of CLIP_CASES)
     case = np.select(
         [~valid, adv == 0, (adv > 0) & (ratio < lo), (adv > 0) & (ratio <= hi), adv > 0,
          ratio < lo, ratio <= hi],

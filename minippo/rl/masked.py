@@ -56,7 +56,7 @@ def token_inputs(mask, layout: str = "right", validate_values: bool = True, **ar
         of tokens) only need to be 0/1.
     validate_values : if False only the cheap checks run here (dtype, rank, shapes); finiteness
         and the mask's 0/1 values and holes are left to a numba kernel that checks them while
-        it computes (see ``minippo.rl._status``). The mask then keeps a float dtype of its own
+        it computes (see ``minippo.rl._kernels``). The mask then keeps a float dtype of its own
         (bool and integer masks are converted exactly) so the kernel still sees a 0.5.
     **arrays : name -> float array, all with the same shape, 1-D or 2-D.
 

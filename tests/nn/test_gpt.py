@@ -3,7 +3,7 @@ KV cache == full forward, overfitting one batch, determinism, and input validati
 import numpy as np
 import pytest
 
-from minippo import GPTConfig, TinyGPT
+from minippo import GPTConfig, TinyGPT, kernels
 from minippo.nn.gpt import param_shapes
 from minippo.nn.gradcheck import assert_gradients
 from minippo.nn.optim import AdamW
@@ -120,13 +120,13 @@ def test_backward_validates_its_inputs():
         model.backward(cache2, dlogits=np.ones(idx.shape + (11,)))
 
 
-def test_fused_kernels_and_numpy_layers_agree(monkeypatch):
-    from minippo.nn import fused
+def test_fused_kernels_and_numpy_layers_agree():
     model = tiny_model(10)
     idx, targets, mask, attn_mask = batch(seed=12)
-    loss, grads = model.lm_loss_and_grads(idx, targets, mask, attn_mask)
-    monkeypatch.setattr(fused, "USE_KERNELS", False)
-    loss_ref, grads_ref = model.lm_loss_and_grads(idx, targets, mask, attn_mask)
+    with kernels.use_kernels(True):
+        loss, grads = model.lm_loss_and_grads(idx, targets, mask, attn_mask)
+    with kernels.use_kernels(False):
+        loss_ref, grads_ref = model.lm_loss_and_grads(idx, targets, mask, attn_mask)
     assert loss == pytest.approx(loss_ref, rel=1e-12)
     for k in grads:
         np.testing.assert_allclose(grads[k], grads_ref[k], rtol=1e-9, atol=1e-13)

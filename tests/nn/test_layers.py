@@ -1,17 +1,20 @@
 """Gradient checks of every layer on its own (float64, central differences, tol 1e-7).
 
-Each layer is checked through its NumPy reference (minippo.nn.layers) and through the fused numba
-version used by TinyGPT (minippo.nn.fused): a loss ``sum(out * R)`` with a random ``R`` makes
-``R`` the upstream gradient, so ``backward(R)`` must equal the finite differences of the loss.
+Each layer of minippo.nn.layers is checked on both paths of the switch of minippo.kernels: its
+NumPy body and, for the elementwise layers, its numba twin (nn/_kernels.py): a loss ``sum(out * R)``
+with a random ``R`` makes ``R`` the upstream gradient, so ``backward(R)`` must equal the finite
+differences of the loss.
 """
 import numpy as np
 import pytest
 
-from minippo.nn import fused, layers
+from minippo.nn import layers
 from minippo.nn.gradcheck import assert_gradients
+from tests.helpers import KernelPath
 
 TOL = 1e-7
-IMPLS = [pytest.param(layers, id="numpy"), pytest.param(fused, id="fused")]
+NUMPY, KERNEL = KernelPath(layers, False), KernelPath(layers, True)
+IMPLS = [pytest.param(NUMPY, id="numpy"), pytest.param(KERNEL, id="kernel")]
 
 
 def _rng(seed=0):
@@ -144,7 +147,7 @@ def test_layers_keep_float32():
     rng = _rng(8)
     x = rng.standard_normal((4, 8), dtype=np.float32)
     w, b = np.ones(8, np.float32), np.zeros(8, np.float32)
-    for K in (layers, fused):
+    for K in (NUMPY, KERNEL):
         out, cache = K.layernorm_forward(x, w, b)
         assert out.dtype == np.float32 and K.layernorm_backward(x, cache)[0].dtype == np.float32
         out, cache = K.gelu_forward(x)

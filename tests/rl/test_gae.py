@@ -1,72 +1,20 @@
-"""GAE: kernel == NumPy reference == naive double loop; the lambda = 0 / 1 limits; padding;
-classic-control GAE against hand-computed trajectories with termination and truncation."""
+"""GAE: the formula == its kernel == a naive double loop == the explicit sum; the lambda = 0 / 1
+limits; padding; classic-control GAE against hand-computed trajectories with termination and
+truncation. (The kernel-vs-formula parity tests at 1e-12 are in test_kernels.py.)"""
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minippo.rl.gae import gae, gae_classic, gae_classic_reference, gae_loop, gae_reference
-from tests.rl.helpers import padded_batches, random_batch, right_padded_mask
+from minippo.bench.rl import gae_loop
+from minippo.rl.gae import gae, gae_classic
+from tests.helpers import with_kernels
+from tests.rl.helpers import padded_batches, right_padded_mask
 
 coef = st.floats(0.0, 1.0)
-
-
-# ------------------------------------------------------------------ kernel parity
-
-@pytest.mark.kernels
-@pytest.mark.parametrize("gamma,lam", [(1.0, 0.95), (0.99, 0.95), (0.9, 0.0), (1.0, 1.0), (0.5, 0.3)])
-def test_gae_kernel_matches_reference_float64(gamma, lam):
-    rng = np.random.default_rng(0)
-    (rewards, values), mask = random_batch(rng, 7, 13, 2)
-    mask[0] = 0                                   # an empty row
-    mask[1] = 1                                   # a full row
-    adv_k, ret_k = gae(rewards, values, mask, gamma, lam)
-    adv_r, ret_r = gae_reference(rewards, values, mask, gamma, lam)
-    np.testing.assert_allclose(adv_k, adv_r, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(ret_k, ret_r, rtol=0, atol=1e-12)
-    assert adv_k.dtype == np.float64
-
-
-@pytest.mark.kernels
-def test_gae_kernel_matches_reference_float32():
-    rng = np.random.default_rng(1)
-    (rewards, values), mask = random_batch(rng, 6, 40, 2, dtype=np.float32)
-    adv_k, ret_k = gae(rewards, values, mask, 1.0, 0.95)
-    adv_r, ret_r = gae_reference(rewards, values, mask, 1.0, 0.95)
-    assert adv_k.dtype == ret_k.dtype == np.float32
-    for got, want in zip(gae(rewards, values, mask.astype(np.float64), 1.0, 0.95), (adv_k, ret_k)):
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)   # a float64 mask works alike
-    np.testing.assert_allclose(adv_k, adv_r, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(ret_k, ret_r, rtol=1e-5, atol=1e-5)
-    # the kernel recurses in float64: it is at least as close to the float64 result
-    adv_64, _ = gae_reference(rewards.astype(np.float64), values.astype(np.float64), mask, 1.0, 0.95)
-    assert np.abs(adv_k - adv_64).max() <= np.abs(adv_r - adv_64).max() + 1e-6
-
-
-@pytest.mark.kernels
-def test_gae_kernel_bool_and_int_masks():
-    rng = np.random.default_rng(2)
-    (rewards, values), mask = random_batch(rng, 4, 6, 2)
-    expected = gae_reference(rewards, values, mask)
-    for m in (mask.astype(bool), mask.astype(np.int64), mask.astype(np.float32), mask.astype(np.uint8)):
-        for got, want in zip(gae(rewards, values, m), expected):
-            np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
-
-
-@pytest.mark.kernels
-def test_gae_classic_kernel_matches_reference():
-    rng = np.random.default_rng(3)
-    T, N = 17, 5
-    rewards, values, next_values = (rng.standard_normal((T, N)) for _ in range(3))
-    terminated = rng.random((T, N)) < 0.15
-    truncated = rng.random((T, N)) < 0.15
-    for dtype, tol in ((np.float64, 1e-12), (np.float32, 1e-5)):
-        args = [a.astype(dtype) for a in (rewards, values, next_values)]
-        got = gae_classic(*args, terminated, truncated, gamma=0.99, lam=0.95)
-        want = gae_classic_reference(*args, terminated.astype(int), truncated.astype(int), gamma=0.99, lam=0.95)
-        for g, w in zip(got, want):
-            assert g.dtype == dtype
-            np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+# the public functions on each path: the numba kernel, the NumPy formula
+gae_kernel, gae_numpy = with_kernels(gae, True), with_kernels(gae, False)
+gae_classic_kernel, gae_classic_numpy = with_kernels(gae_classic, True), with_kernels(gae_classic, False)
 
 
 # ------------------------------------------------------------------ against independent computations
@@ -89,7 +37,7 @@ def test_gae_equals_double_loop_and_explicit_sum(batch, gamma, lam):
     adv_sum = gae_explicit_sum(rewards, values, mask, gamma, lam)
     adv_loop, ret_loop = gae_loop(rewards, values, mask, gamma, lam)
     np.testing.assert_allclose(adv_loop, adv_sum, rtol=1e-10, atol=1e-10)
-    for fn in (gae, gae_reference):
+    for fn in (gae_kernel, gae_numpy):
         adv, ret = fn(rewards, values, mask, gamma, lam)
         np.testing.assert_allclose(adv, adv_loop, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(ret, ret_loop, rtol=1e-12, atol=1e-12)
@@ -151,14 +99,14 @@ def test_gae_small_example_by_hand():
     a2 = d2
     a1 = d1 + 0.45 * a2
     a0 = d0 + 0.45 * a1
-    for fn in (gae, gae_reference, gae_loop):
+    for fn in (gae_kernel, gae_numpy, gae_loop):
         adv, ret = fn(rewards, values, mask, gamma=0.9, lam=0.5)
         np.testing.assert_allclose(adv, [[a0, a1, a2, 0.0]], atol=1e-12)
         np.testing.assert_allclose(ret, [[a0 + 0.5, a1 + 0.6, a2 + 0.7, 0.0]], atol=1e-12)
 
 
 def test_empty_batch_and_rows():
-    for fn in (gae, gae_reference, gae_loop):
+    for fn in (gae_kernel, gae_numpy, gae_loop):
         adv, ret = fn(np.zeros((0, 5)), np.zeros((0, 5)), np.zeros((0, 5)))
         assert adv.shape == ret.shape == (0, 5)
         adv, ret = fn(np.ones((2, 3)), np.ones((2, 3)), np.zeros((2, 3)))
@@ -172,7 +120,7 @@ HAND = dict(rewards=[[1.0], [1.0], [1.0], [1.0]], values=[[0.5]] * 4,
             terminated=[[0], [1], [0], [0]], truncated=[[0], [0], [1], [0]])
 
 
-@pytest.mark.parametrize("fn", [gae_classic, gae_classic_reference])
+@pytest.mark.parametrize("fn", [gae_classic_kernel, gae_classic_numpy])
 def test_gae_classic_docstring_example(fn):
     """The worked example in gae_classic's docstring (gamma = lam = 1)."""
     arrays = {k: np.array(v, dtype=float) for k, v in HAND.items()}
@@ -181,7 +129,7 @@ def test_gae_classic_docstring_example(fn):
     np.testing.assert_allclose(ret[:, 0], [2.0, 1.0, 1.8, 1.5], atol=1e-12)
 
 
-@pytest.mark.parametrize("fn", [gae_classic, gae_classic_reference])
+@pytest.mark.parametrize("fn", [gae_classic_kernel, gae_classic_numpy])
 def test_gae_classic_termination_vs_truncation_by_hand(fn):
     """Same transitions, the middle episode ends at t=1 by termination or by truncation."""
     g, lam = 0.9, 0.8
@@ -223,7 +171,7 @@ def test_gae_classic_without_dones_equals_token_gae():
 # ------------------------------------------------------------------ bad input
 
 @pytest.mark.kernels
-@pytest.mark.parametrize("fn", [gae, gae_reference, gae_loop])
+@pytest.mark.parametrize("fn", [gae_kernel, gae_numpy, gae_loop])
 def test_bad_input_names_the_argument(fn):
     r, v, m = np.zeros((2, 4)), np.zeros((2, 4)), right_padded_mask([2, 4], 4)
     bad_r = r.copy(); bad_r[1, 2] = np.nan
@@ -242,7 +190,7 @@ def test_bad_input_names_the_argument(fn):
 
 
 @pytest.mark.kernels
-@pytest.mark.parametrize("fn", [gae_classic, gae_classic_reference])
+@pytest.mark.parametrize("fn", [gae_classic_kernel, gae_classic_numpy])
 def test_gae_classic_bad_input(fn):
     a = {k: np.array(v, dtype=float) for k, v in HAND.items()}
     bad = dict(a, next_values=a["next_values"].copy()); bad["next_values"][1, 0] = np.nan

@@ -1,5 +1,6 @@
-"""The clipped surrogate (PPO paper eq. (7)): the six clip cases, the band's boundary, gradients
-by finite differences, padding, kernel == NumPy reference; the KL-penalty loss (eq. (8))."""
+"""The clipped surrogate (PPO paper eq. (7)), on its NumPy formula and on its kernel: the six clip
+cases, the band's boundary, gradients by finite differences, padding; the KL-penalty loss (eq. (8)).
+(The kernel-vs-formula parity tests are in test_kernels.py.)"""
 import math
 
 import numpy as np
@@ -8,14 +9,15 @@ from hypothesis import given
 
 from minippo.nn.gradcheck import assert_gradients
 from minippo.rl.losses import (CLIP_CASES, CLIPPED_CASES, NEG_ABOVE, NEG_CLIPPED, NEG_INSIDE, PAD, POS_BELOW,
-                               POS_CLIPPED, POS_INSIDE, ZERO_ADV, clipped_policy_loss,
-                               clipped_policy_loss_reference, kl_estimate, ppo_penalty_loss)
-from minippo.rl.masked import masked_mean
+                               POS_CLIPPED, POS_INSIDE, ZERO_ADV, clipped_policy_loss, ppo_penalty_loss)
+from tests.helpers import with_kernels
 from tests.rl.helpers import padded_batches, random_batch, right_padded_mask
 
-KERNEL = pytest.param(clipped_policy_loss, id="kernel", marks=pytest.mark.kernels)
-REFERENCE = pytest.param(clipped_policy_loss_reference, id="reference")
-BOTH = [KERNEL, REFERENCE]
+# clipped_policy_loss on each path: the numba kernel, the NumPy formula
+clip_kernel, clip_numpy = with_kernels(clipped_policy_loss, True), with_kernels(clipped_policy_loss, False)
+KERNEL = pytest.param(clip_kernel, id="kernel", marks=pytest.mark.kernels)
+NUMPY = pytest.param(clip_numpy, id="numpy")
+BOTH = [KERNEL, NUMPY]
 EPS = 0.2
 
 # (code, sign of A, three ratios inside the case's range, clipped branch active?)
@@ -163,7 +165,7 @@ def test_padding_never_changes_loss_or_gets_gradient(batch):
     changed = [a.copy() for a in (logp, logp_old, adv)]
     for a in changed:
         a[pad] = 10 * rng.standard_normal(pad.sum())
-    for fn in (clipped_policy_loss, clipped_policy_loss_reference, ppo_penalty_loss):
+    for fn in (clip_kernel, clip_numpy, ppo_penalty_loss):
         loss, dlogp, stats = fn(logp, logp_old, adv, mask)
         loss2, dlogp2, stats2 = fn(*changed, mask)
         assert loss == loss2
@@ -171,53 +173,6 @@ def test_padding_never_changes_loss_or_gets_gradient(batch):
         assert (dlogp[pad] == 0).all()
         for k in ("approx_kl", "ratio_mean", "ratio_max", "ratio_min"):
             assert stats[k] == stats2[k]
-
-
-# ------------------------------------------------------------------ kernel == reference
-
-def assert_same_outputs(a, b, tol):
-    loss_a, d_a, s_a = a
-    loss_b, d_b, s_b = b
-    assert loss_a == pytest.approx(loss_b, rel=tol, abs=tol)
-    assert d_a.dtype == d_b.dtype and d_a.shape == d_b.shape
-    np.testing.assert_allclose(d_a, d_b, rtol=tol, atol=tol)
-    assert set(s_a) == set(s_b)
-    np.testing.assert_array_equal(s_a["clip_case"], s_b["clip_case"])
-    for k in s_a:
-        if k != "clip_case":
-            assert s_a[k] == pytest.approx(s_b[k], rel=tol, abs=tol), k
-
-
-@pytest.mark.kernels
-@pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-12), (np.float32, 2e-6)])
-def test_kernel_matches_reference(dtype, tol):
-    rng = np.random.default_rng(3)
-    (logp, logp_old, adv), mask = random_batch(rng, 9, 17, 3, scale=0.4, dtype=dtype)
-    mask[0] = 0
-    adv[1, :3] = 0.0
-    other = np.float32 if dtype == np.float64 else np.float64
-    for m in (mask, None, mask.astype(bool), mask.astype(other)):
-        a = clipped_policy_loss(logp, logp_old, adv, m, clip_eps=0.15)
-        b = clipped_policy_loss_reference(logp, logp_old, adv, m, clip_eps=0.15)
-        assert a[1].dtype == dtype
-        assert_same_outputs(a, b, tol)
-    stats = a[2]
-    assert stats["approx_kl"] == pytest.approx(masked_mean(kl_estimate(logp_old, logp, "k3"), mask), rel=tol)
-
-
-@pytest.mark.kernels
-def test_kernel_1d_inputs_any_mask_and_empty():
-    rng = np.random.default_rng(4)
-    logp, logp_old, adv = (0.5 * rng.standard_normal(11) for _ in range(3))
-    holes = (rng.random(11) < 0.6).astype(float)           # a flat token batch needs no contiguity
-    for m in (None, holes):
-        assert_same_outputs(clipped_policy_loss(logp, logp_old, adv, m),
-                            clipped_policy_loss_reference(logp, logp_old, adv, m), 1e-12)
-    empty = np.zeros(11)
-    for fn in (clipped_policy_loss, clipped_policy_loss_reference):
-        loss, dlogp, stats = fn(logp, logp_old, adv, empty)
-        assert loss == 0.0 and (dlogp == 0).all()
-        assert stats["clipfrac"] == 0.0 and stats["approx_kl"] == 0.0 and stats["ratio_mean"] == 1.0
 
 
 @pytest.mark.parametrize("fn", BOTH)

@@ -1,11 +1,24 @@
-"""Fused numba kernels for the elementwise passes of TinyGPT, each beside its NumPy reference.
+"""The numba kernels of minippo.nn: the elementwise layers of ``layers.py``, fused and compiled.
 
 Legend: N rows (B*T), C channels, V vocab, B batch, H heads, T queries, S keys.
 
+Nothing here is new math. Each layer below has the NumPy formula as its body in
+:mod:`minippo.nn.layers` (the version to read), and its first line calls the function of the same
+name here while the switch of :mod:`minippo.kernels` is on (the default)::
+
+    layers.layernorm_forward / _backward                  layers.gelu_forward / _backward
+    layers.masked_softmax_forward / _backward             layers.softmax_cross_entropy_forward / _backward
+    layers.embedding_backward
+
+Each function here has exactly the API of its layer (same arguments, same returns, same dtypes);
+the parity tests (``tests/nn/test_kernels.py``, ``pytest -m kernels``, also with
+``NUMBA_DISABLE_JIT=1``) compare both paths, and ``minippo bench --only gpt`` times TinyGPT's step
+both ways.
+
 Why: in plain NumPy every line of GELU, LayerNorm or a softmax is a separate pass over memory with a
 fresh temporary, and at TinyGPT's sizes those passes cost as much as the matrix products (profile
-with ``minippo bench --only gpt``: the fused step is ~1.3x faster than the NumPy layers). Each kernel
-below does one layer's forward or backward in one to three passes. Transcendentals (exp, tanh) are
+with ``minippo bench --only gpt``: the step with these kernels is ~1.3x faster than with the NumPy
+layers). Each kernel below does one layer's forward or backward in one to three passes. Transcendentals (exp, tanh) are
 left to NumPy's vectorised ``np.exp`` / ``np.tanh``, which on x86 are several times faster than
 numba's scalar libm calls (no Intel SVML here).
 
@@ -16,64 +29,16 @@ bench step took 98 ms with these serial kernels and 296 ms with ``parallel=True`
 (alternating measurements in one process), and small inputs (gradient checks, decoding) paid the
 thread start-up on every call.
 
-Every public function here has exactly the API of its NumPy reference, imported under the name
-``<name>_reference`` from :mod:`minippo.nn.layers` (the textbook version to read); the tests check
-that both agree (``pytest -m kernels``, also with ``NUMBA_DISABLE_JIT=1``). Set
-``fused.USE_KERNELS = False`` to run the NumPy references instead (the bench does this to show the
-difference).
-
 Kernels compute in the dtype of their inputs (constants are made with ``x.dtype.type``), so float32
-stays float32 and float64 gradient checks run through these very kernels.
+stays float32 and float64 gradient checks run through these very kernels. Numba rules (DESIGN.md):
+``@njit(cache=True)``, no ``fastmath``; ``NUMBA_DISABLE_JIT=1`` runs every kernel as plain Python.
 """
 from __future__ import annotations
-
-import ctypes
-import os
-import sys
 
 import numpy as np
 from numba import njit, prange
 
 from minippo.nn.layers import GELU_A, GELU_K
-from minippo.nn.layers import embedding_backward as embedding_backward_reference
-from minippo.nn.layers import gelu_backward as gelu_backward_reference
-from minippo.nn.layers import gelu_forward as gelu_forward_reference
-from minippo.nn.layers import layernorm_backward as layernorm_backward_reference
-from minippo.nn.layers import layernorm_forward as layernorm_forward_reference
-from minippo.nn.layers import masked_softmax_backward as masked_softmax_backward_reference
-from minippo.nn.layers import masked_softmax_forward as masked_softmax_forward_reference
-from minippo.nn.layers import softmax_cross_entropy_backward as softmax_cross_entropy_backward_reference
-from minippo.nn.layers import softmax_cross_entropy_forward as softmax_cross_entropy_forward_reference
-
-USE_KERNELS = True   # False: every function below calls its NumPy reference
-_MALLOC_TUNED: bool | None = None
-
-
-def keep_freed_memory(trim_threshold: int = 512 << 20) -> bool:
-    """Ask glibc's malloc to keep freed memory for reuse instead of returning it to the OS at once.
-
-    A TinyGPT step allocates ~100 MB of activations (fresh arrays, cs231n style) and frees them at
-    the end of backward. With glibc's defaults most of that is handed back to the kernel and faulted
-    in again, page by page, at the next step: we measured ~26,000 page faults per bench step and a
-    third of the step's CPU time spent in them. Raising ``M_MMAP_THRESHOLD`` (to glibc's maximum,
-    32 MB) and ``M_TRIM_THRESHOLD`` keeps those pages in the process for the next step (0 faults).
-
-    Process-wide and idempotent; called when a TinyGPT is built. Does nothing (returns False) on
-    non-glibc systems or when the user set ``MALLOC_TRIM_THRESHOLD_`` / ``MALLOC_MMAP_THRESHOLD_``.
-    """
-    global _MALLOC_TUNED
-    if _MALLOC_TUNED is None:
-        _MALLOC_TUNED = False
-        user_set = "MALLOC_TRIM_THRESHOLD_" in os.environ or "MALLOC_MMAP_THRESHOLD_" in os.environ
-        if sys.platform.startswith("linux") and not user_set:
-            try:
-                mallopt = ctypes.CDLL("libc.so.6").mallopt
-                M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3          # glibc's malloc.h
-                ok_mmap = bool(mallopt(M_MMAP_THRESHOLD, 32 << 20))     # glibc's largest allowed value
-                _MALLOC_TUNED = ok_mmap and bool(mallopt(M_TRIM_THRESHOLD, trim_threshold))
-            except (OSError, AttributeError):
-                pass
-    return _MALLOC_TUNED
 
 
 def _rows(x: np.ndarray) -> np.ndarray:
@@ -88,7 +53,7 @@ def _rows(x: np.ndarray) -> np.ndarray:
 # (~4 cycles), and without fastmath the compiler may not reorder them. Four accumulators make four
 # independent chains (LayerNorm's forward kernel: 0.53 -> 0.33 ms on (2048, 128)); the result
 # differs from NumPy's pairwise sum only by rounding.
-# References: a.sum(), (a * b).sum(), ((a - m) ** 2).sum(), a.max().
+# Formulas: a.sum(), (a * b).sum(), ((a - m) ** 2).sum(), a.max().
 
 @njit(cache=True)
 def _sum4(a):
@@ -148,12 +113,13 @@ def _max4(a):
 
 
 # ----------------------------------------------------------------------------------------------
-# LayerNorm                                  reference: layers.layernorm_forward / _backward
+# LayerNorm                                  formula: layers.layernorm_forward / _backward
 # ----------------------------------------------------------------------------------------------
 
 @njit(cache=True)
 def _layernorm_forward_kernel(x, w, b, eps, out, xhat, rstd):
-    """Per row: mean, biased variance (two passes), then xhat and out = xhat * w + b."""
+    """Per row: mean, biased variance (two passes), then xhat and out = xhat * w + b.
+    Formula: :func:`minippo.nn.layers.layernorm_forward`."""
     N, C = x.shape
     one = x.dtype.type(1)
     for r in prange(N):
@@ -168,7 +134,8 @@ def _layernorm_forward_kernel(x, w, b, eps, out, xhat, rstd):
 
 @njit(cache=True)
 def _layernorm_backward_kernel(dout, xhat, rstd, w, dx):
-    """Per row: g = dout * w;  dx = rstd * (g - mean(g) - xhat * mean(g * xhat))."""
+    """Per row: g = dout * w;  dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
+    Formula: :func:`minippo.nn.layers.layernorm_backward`."""
     N, C = dout.shape
     g = np.empty(C, dtype=dout.dtype)
     for r in prange(N):
@@ -181,7 +148,8 @@ def _layernorm_backward_kernel(dout, xhat, rstd, w, dx):
 
 @njit(cache=True)
 def _column_sums_kernel(dout, xhat, dw, db):
-    """dw[c] = sum_r dout[r, c] * xhat[r, c],  db[c] = sum_r dout[r, c]  (serial: each c its own sum)."""
+    """dw[c] = sum_r dout[r, c] * xhat[r, c],  db[c] = sum_r dout[r, c]  (serial: each c its own sum).
+    Formula: :func:`minippo.nn.layers.layernorm_backward`."""
     N, C = dout.shape
     for r in range(N):
         for c in range(C):
@@ -190,9 +158,7 @@ def _column_sums_kernel(dout, xhat, dw, db):
 
 
 def layernorm_forward(x, w, b, eps=1e-5):
-    """Fused :func:`minippo.nn.layers.layernorm_forward` (same arguments, same returns)."""
-    if not USE_KERNELS:
-        return layernorm_forward_reference(x, w, b, eps)
+    """:func:`minippo.nn.layers.layernorm_forward` by numba kernels (same arguments, same returns)."""
     x2 = _rows(x)                                   # (N, C)
     out, xhat = np.empty_like(x2), np.empty_like(x2)
     rstd = np.empty((x2.shape[0], 1), dtype=x.dtype)  # (N, 1)
@@ -202,9 +168,7 @@ def layernorm_forward(x, w, b, eps=1e-5):
 
 
 def layernorm_backward(dout, cache):
-    """Fused :func:`minippo.nn.layers.layernorm_backward` (returns ``dx, dw, db``)."""
-    if not USE_KERNELS:
-        return layernorm_backward_reference(dout, cache)
+    """:func:`minippo.nn.layers.layernorm_backward` by numba kernels (returns ``dx, dw, db``)."""
     xhat, rstd, w = cache
     C = xhat.shape[-1]
     d2, xh2 = _rows(dout), xhat.reshape(-1, C)
@@ -216,12 +180,12 @@ def layernorm_backward(dout, cache):
 
 
 # ----------------------------------------------------------------------------------------------
-# GELU, tanh form                            reference: layers.gelu_forward / _backward
+# GELU, tanh form                            formula: layers.gelu_forward / _backward
 # ----------------------------------------------------------------------------------------------
 
 @njit(cache=True)
 def _gelu_arg_kernel(x, k, a, u):
-    """u = k (x + a x^3), the argument of the tanh."""
+    """u = k (x + a x^3), the argument of the tanh. Formula: :func:`minippo.nn.layers.gelu_forward`."""
     N, C = x.shape
     for r in prange(N):
         for c in range(C):
@@ -231,7 +195,7 @@ def _gelu_arg_kernel(x, k, a, u):
 
 @njit(cache=True)
 def _gelu_out_kernel(x, t, out):
-    """out = 0.5 x (1 + t)."""
+    """out = 0.5 x (1 + t). Formula: :func:`minippo.nn.layers.gelu_forward`."""
     N, C = x.shape
     half, one = x.dtype.type(0.5), x.dtype.type(1)
     for r in prange(N):
@@ -241,7 +205,8 @@ def _gelu_out_kernel(x, t, out):
 
 @njit(cache=True)
 def _gelu_backward_kernel(dout, x, t, k, a, dx):
-    """dx = dout * (0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2))."""
+    """dx = dout * (0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2)).
+    Formula: :func:`minippo.nn.layers.gelu_backward`."""
     N, C = x.shape
     half, one, three = x.dtype.type(0.5), x.dtype.type(1), x.dtype.type(3)
     for r in prange(N):
@@ -251,13 +216,11 @@ def _gelu_backward_kernel(dout, x, t, k, a, dx):
 
 
 def gelu_forward(x):
-    """Fused :func:`minippo.nn.layers.gelu_forward`.
+    """:func:`minippo.nn.layers.gelu_forward` by numba kernels.
 
     Three passes: the tanh argument (numba), ``np.tanh`` in place (NumPy's SIMD tanh: numba's scalar
     tanh is ~40x slower on x86 without Intel SVML), the output (numba).
     """
-    if not USE_KERNELS:
-        return gelu_forward_reference(x)
     x2 = _rows(x)
     t, out = np.empty_like(x2), np.empty_like(x2)
     dt = x.dtype.type
@@ -268,9 +231,7 @@ def gelu_forward(x):
 
 
 def gelu_backward(dout, cache):
-    """Fused :func:`minippo.nn.layers.gelu_backward`."""
-    if not USE_KERNELS:
-        return gelu_backward_reference(dout, cache)
+    """:func:`minippo.nn.layers.gelu_backward` by numba kernels."""
     x, t = cache
     d2 = _rows(dout)
     dx = np.empty_like(d2)
@@ -280,12 +241,13 @@ def gelu_backward(dout, cache):
 
 
 # ----------------------------------------------------------------------------------------------
-# masked softmax of attention scores         reference: layers.masked_softmax_forward / _backward
+# masked softmax of attention scores         formula: layers.masked_softmax_forward / _backward
 # ----------------------------------------------------------------------------------------------
 
 @njit(cache=True)
 def _masked_softmax_shift_kernel(att, allowed, scale):
-    """In place, per (b, h, i) row: att = scale * att - max over allowed j, and -inf where not allowed."""
+    """In place, per (b, h, i) row: att = scale * att - max over allowed j, and -inf where not allowed.
+    Formula: :func:`minippo.nn.layers.masked_softmax_forward`."""
     B, H, T, S = att.shape
     for bh in prange(B * H):
         b, h = bh // H, bh % H
@@ -300,7 +262,8 @@ def _masked_softmax_shift_kernel(att, allowed, scale):
 
 @njit(cache=True)
 def _normalize_rows_kernel(e):
-    """In place: every row of the (N, S) array ``e`` divided by its sum."""
+    """In place: every row of the (N, S) array ``e`` divided by its sum.
+    Formula: :func:`minippo.nn.layers.masked_softmax_forward`."""
     N, S = e.shape
     for r in prange(N):
         s = _sum4(e[r])
@@ -310,7 +273,8 @@ def _normalize_rows_kernel(e):
 
 @njit(cache=True)
 def _masked_softmax_backward_kernel(datt, att, scale):
-    """In place, per row: datt = scale * att * (datt - sum_j datt_j att_j)."""
+    """In place, per row: datt = scale * att * (datt - sum_j datt_j att_j).
+    Formula: :func:`minippo.nn.layers.masked_softmax_backward`."""
     B, H, T, S = att.shape
     for bh in prange(B * H):
         b, h = bh // H, bh % H
@@ -321,9 +285,7 @@ def _masked_softmax_backward_kernel(datt, att, scale):
 
 
 def masked_softmax_forward(scores, allowed, scale):
-    """Fused :func:`minippo.nn.layers.masked_softmax_forward` (in place on ``scores``)."""
-    if not USE_KERNELS:
-        return masked_softmax_forward_reference(scores, allowed, scale)
+    """:func:`minippo.nn.layers.masked_softmax_forward` by numba kernels (in place on ``scores``)."""
     B, H, T, S = scores.shape
     allowed = np.broadcast_to(allowed, (B, T, S))
     _masked_softmax_shift_kernel(scores, allowed, scores.dtype.type(scale))
@@ -333,20 +295,19 @@ def masked_softmax_forward(scores, allowed, scale):
 
 
 def masked_softmax_backward(datt, cache, scale):
-    """Fused :func:`minippo.nn.layers.masked_softmax_backward` (in place on ``datt``)."""
-    if not USE_KERNELS:
-        return masked_softmax_backward_reference(datt, cache, scale)
+    """:func:`minippo.nn.layers.masked_softmax_backward` by numba kernels (in place on ``datt``)."""
     _masked_softmax_backward_kernel(datt, cache, datt.dtype.type(scale))
     return datt
 
 
 # ----------------------------------------------------------------------------------------------
-# softmax cross-entropy with a mask          reference: layers.softmax_cross_entropy_forward / _backward
+# softmax cross-entropy with a mask          formula: layers.softmax_cross_entropy_forward / _backward
 # ----------------------------------------------------------------------------------------------
 
 @njit(cache=True)
 def _shift_rows_kernel(z, shifted, zmax):
-    """Per row: zmax = max_j z, shifted = z - zmax."""
+    """Per row: zmax = max_j z, shifted = z - zmax.
+    Formula: :func:`minippo.nn.layers.softmax_cross_entropy_forward`."""
     N, V = z.shape
     for r in prange(N):
         m = _max4(z[r])
@@ -357,7 +318,8 @@ def _shift_rows_kernel(z, shifted, zmax):
 
 @njit(cache=True)
 def _xent_normalize_kernel(z, targets, zmax, probs, nll):
-    """Per row, given probs = exp(z - zmax): s = sum, probs /= s, nll = log(s) + zmax - z[target]."""
+    """Per row, given probs = exp(z - zmax): s = sum, probs /= s, nll = log(s) + zmax - z[target].
+    Formula: :func:`minippo.nn.layers.softmax_cross_entropy_forward`."""
     N, V = z.shape
     for r in prange(N):
         s = _sum4(probs[r])
@@ -368,7 +330,8 @@ def _xent_normalize_kernel(z, targets, zmax, probs, nll):
 
 @njit(cache=True)
 def _softmax_xent_backward_kernel(probs, targets, w, dlogits):
-    """Per row: dlogits = w[r] * (probs - onehot(target)),  w = dloss * mask / n."""
+    """Per row: dlogits = w[r] * (probs - onehot(target)),  w = dloss * mask / n.
+    Formula: :func:`minippo.nn.layers.softmax_cross_entropy_backward`."""
     N, V = probs.shape
     for r in prange(N):
         for j in range(V):
@@ -377,9 +340,7 @@ def _softmax_xent_backward_kernel(probs, targets, w, dlogits):
 
 
 def softmax_cross_entropy_forward(logits, targets, mask):
-    """Fused :func:`minippo.nn.layers.softmax_cross_entropy_forward`."""
-    if not USE_KERNELS:
-        return softmax_cross_entropy_forward_reference(logits, targets, mask)
+    """:func:`minippo.nn.layers.softmax_cross_entropy_forward` by numba kernels."""
     n = float(np.sum(mask))
     if n == 0:
         raise ValueError("`mask` must contain at least one 1: the loss is a mean over mask == 1 tokens")
@@ -396,9 +357,7 @@ def softmax_cross_entropy_forward(logits, targets, mask):
 
 
 def softmax_cross_entropy_backward(dloss, cache):
-    """Fused :func:`minippo.nn.layers.softmax_cross_entropy_backward`."""
-    if not USE_KERNELS:
-        return softmax_cross_entropy_backward_reference(dloss, cache)
+    """:func:`minippo.nn.layers.softmax_cross_entropy_backward` by numba kernels."""
     probs, t, m, n, shape = cache
     dlogits = np.empty_like(probs)
     _softmax_xent_backward_kernel(probs, t, (m * (dloss / n)).astype(probs.dtype), dlogits)
@@ -406,12 +365,13 @@ def softmax_cross_entropy_backward(dloss, cache):
 
 
 # ----------------------------------------------------------------------------------------------
-# embedding backward (scatter-add)           reference: layers.embedding_backward (np.add.at)
+# embedding backward (scatter-add)           formula: layers.embedding_backward (np.add.at)
 # ----------------------------------------------------------------------------------------------
 
 @njit(cache=True)
 def _scatter_add_rows_kernel(idx, dout, dw):
-    """dw[idx[n]] += dout[n] for every n, in order (serial: repeated ids would race in parallel)."""
+    """dw[idx[n]] += dout[n] for every n, in order (serial: repeated ids would race in parallel).
+    Formula: :func:`minippo.nn.layers.embedding_backward`."""
     N, C = dout.shape
     for n in range(N):
         row = idx[n]
@@ -420,9 +380,7 @@ def _scatter_add_rows_kernel(idx, dout, dw):
 
 
 def embedding_backward(dout, cache):
-    """Fused :func:`minippo.nn.layers.embedding_backward` (repeated ids accumulate)."""
-    if not USE_KERNELS:
-        return embedding_backward_reference(dout, cache)
+    """:func:`minippo.nn.layers.embedding_backward` by numba kernels (repeated ids accumulate)."""
     idx, w_shape = cache
     dw = np.zeros(w_shape, dtype=dout.dtype)
     _scatter_add_rows_kernel(np.ascontiguousarray(idx).reshape(-1).astype(np.int64, copy=False),
