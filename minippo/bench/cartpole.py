@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 
 from minippo.bench.report import Report
+from minippo.classic.cartpole import CartPoleEnv
+from minippo.classic.ppo import last_mean, steps_to_reach, train_ppo
 
 TOTAL = 200_000
 GOAL = 475.0
@@ -18,7 +20,6 @@ GOAL = 475.0
 
 def _runs(report: Report, label: str, make_env, seeds, **hyper) -> int:
     """Train each seed, print one line per seed; return how many reached the goal at the end."""
-    from minippo.classic.ppo import last_mean, steps_to_reach, train_ppo
 
     met = 0
     for seed in seeds:
@@ -35,7 +36,6 @@ def _runs(report: Report, label: str, make_env, seeds, **hyper) -> int:
 
 
 def bench(report: Report, quick: bool = False) -> None:
-    from minippo.classic.cartpole import CartPoleEnv
 
     seeds = (0,) if quick else (0, 1, 2)
     met = _runs(report, "minippo CartPole, defaults", CartPoleEnv, seeds)
@@ -43,7 +43,7 @@ def bench(report: Report, quick: bool = False) -> None:
     if quick:
         return
     try:
-        import gymnasium
+        import gymnasium  # lazy: optional, not a dependency (the parity run only)
     except ImportError:
         report.note("gymnasium not installed: parity run skipped (pip install gymnasium to add it)")
     else:

@@ -24,7 +24,9 @@ import time
 import numpy as np
 
 from minippo import kernels
+from minippo.bench.matmul import matmul_peak_gflops
 from minippo.bench.report import Report, best_time
+from minippo.nn.gpt import GPTConfig, TinyGPT
 
 B, T, L, H, C, V = 32, 64, 4, 4, 128, 512
 
@@ -59,8 +61,6 @@ def matmul_only_step(rng: np.random.Generator):
 
 
 def bench(report: Report, quick: bool = False) -> None:
-    from minippo.bench.matmul import matmul_peak_gflops
-    from minippo.nn.gpt import GPTConfig, TinyGPT
 
     rng = np.random.default_rng(0)
     model = TinyGPT(GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C), seed=0)

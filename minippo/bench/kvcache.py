@@ -18,12 +18,12 @@ import time
 import numpy as np
 
 from minippo.bench.report import Report, best_time
+from minippo.nn.gpt import GPTConfig, TinyGPT
 
 B, PROMPT, NEW, L, H, C, V = 32, 16, 64, 4, 4, 128, 512
 
 
 def bench(report: Report, quick: bool = False) -> None:
-    from minippo.nn.gpt import GPTConfig, TinyGPT
 
     rng = np.random.default_rng(0)
     model = TinyGPT(GPTConfig(vocab_size=V, block_size=PROMPT + NEW, n_layer=L, n_head=H, n_embd=C), seed=0)

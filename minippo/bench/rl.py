@@ -16,6 +16,7 @@ import numpy as np
 
 from minippo import kernels
 from minippo.bench.report import Report, best_time
+from minippo.bench.startup import cold_compile_timings
 from minippo.rl.gae import _gae_inputs, gae
 
 
@@ -77,7 +78,6 @@ def time_gae(B: int = 512, T: int = 256, loop_rows: int = 16, repeat: int = 7) -
 
 
 def bench(report: Report, quick: bool = False) -> None:
-    from minippo.bench.startup import cold_compile_timings
 
     B, T = 512, 256
     report.note(f"B={B}, T={T}, float32, right-padded (lengths uniform in [{T // 4}, {T}])")

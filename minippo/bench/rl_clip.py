@@ -10,6 +10,8 @@ import numpy as np
 
 from minippo import kernels
 from minippo.bench.report import Report, best_time
+from minippo.bench.startup import cold_compile_timings
+from minippo.rl.losses import clipped_policy_loss
 
 
 def clip_batch(B: int = 512, T: int = 256, seed: int = 0):
@@ -24,8 +26,6 @@ def clip_batch(B: int = 512, T: int = 256, seed: int = 0):
 
 
 def bench(report: Report, quick: bool = False) -> None:
-    from minippo.bench.startup import cold_compile_timings
-    from minippo.rl.losses import clipped_policy_loss
 
     B, T = 512, 256
     report.note(f"B={B}, T={T}, float32, right-padded; outputs: loss, dlogp, clipfrac, approx_kl, ratio stats, cases")

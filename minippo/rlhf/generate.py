@@ -40,11 +40,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
+from minippo import kernels
+from minippo._lazy import LazyModule
 from minippo.blas import single_blas_thread
 from minippo.checks import check_int_array, check_mask, check_range, check_same_shape
 from minippo.rl.losses import log_softmax
+
+_kernels = LazyModule("minippo.rlhf._kernels")   # numba: loaded at the first sampled token
 
 
 @dataclass
@@ -104,47 +107,19 @@ def sampling_distribution(logits, temperature: float = 1.0, top_k: int = 0, top_
     return probs / probs.sum(axis=1, keepdims=True)
 
 
-def sample_from_reference(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Inverse-CDF sampling, the NumPy reference of :func:`sample_from`.
-
-    For each row the first token whose cumulative probability reaches ``u * total`` (the CDF is
-    accumulated left to right in float64). ``u`` (B,) must lie in (0, 1], so a token of probability
-    0 is never chosen.
-    """
-    cdf = np.cumsum(probs, axis=1, dtype=np.float64)                   # (B, V)
-    tokens = (cdf < (u * cdf[:, -1])[:, None]).sum(axis=1)             # (B,) first index with cdf >= u * total
-    return np.minimum(tokens, probs.shape[1] - 1).astype(np.int64)
-
-
-@njit(cache=True)
-def _sample_from_kernel(probs, u, out):
-    """Numba kernel of :func:`sample_from_reference` (same float64 left-to-right sums, so the same
-    tokens): one pass for the row total, then a scan that stops at the sampled token."""
-    B, V = probs.shape
-    for b in range(B):
-        total = 0.0
-        for j in range(V):
-            total += probs[b, j]
-        threshold = u[b] * total
-        acc = 0.0
-        token = V - 1
-        for j in range(V):
-            acc += probs[b, j]
-            if acc >= threshold:
-                token = j
-                break
-        out[b] = token
-
-
 def sample_from(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
     """One token per row of ``probs`` (B, V) by inverse-CDF sampling with the uniforms ``u`` (B,) in (0, 1].
 
-    The numba kernel of :func:`sample_from_reference` (NumPy's row-wise cumsum costs about a third
-    of a decode step at B = 64, V = 512; the kernel stops scanning at the sampled token).
+    For each row the first token whose cumulative probability reaches ``u * total`` (the CDF is
+    accumulated left to right in float64), so a token of probability 0 is never chosen. With the switch
+    of :mod:`minippo.kernels` on, the same scan runs compiled (``rlhf/_kernels.py``: NumPy's row-wise
+    cumsum costs about a third of a decode step at B = 64, V = 512; the kernel stops at the sampled token).
     """
-    out = np.empty(probs.shape[0], dtype=np.int64)
-    _sample_from_kernel(np.ascontiguousarray(probs), np.ascontiguousarray(u, dtype=np.float64), out)
-    return out
+    if kernels.enabled():            # the same scan, compiled: rlhf/_kernels.py
+        return _kernels.sample_from(probs, u)
+    cdf = np.cumsum(probs, axis=1, dtype=np.float64)                   # (B, V)
+    tokens = (cdf < (u * cdf[:, -1])[:, None]).sum(axis=1)             # (B,) first index with cdf >= u * total
+    return np.minimum(tokens, probs.shape[1] - 1).astype(np.int64)
 
 
 def _validate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, top_k, top_p, eos_id, pad_id):
