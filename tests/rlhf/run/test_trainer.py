@@ -373,5 +373,5 @@ def test_renamed_fields_are_accepted_for_one_release():
     with pytest.warns(DeprecationWarning, match="`ppo_epochs` is now `update_epochs`"):
         cfg = PPOConfig.from_dict(old)
     assert cfg == PPOConfig(**{RENAMED[k]: v for k, v in old.items()})
-    with pytest.raises(ValueError, match="`kl_coef` and `kl_ref_coef`"):
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="`kl_coef` and `kl_ref_coef`"):
         PPOConfig.from_dict({"kl_coef": 0.1, "kl_ref_coef": 0.2})
