@@ -370,8 +370,9 @@ def test_renamed_fields_are_accepted_for_one_release():
     old = {"ppo_epochs": 2, "kl_coef": 0.3, "kl_controller": "fixed", "kl_target": 5.0, "kl_horizon": 500.0,
            "kl_estimator": "k3", "kl_loss_coef": 0.1, "target_kl": 0.05}
     assert set(old) == set(RENAMED)
-    with pytest.warns(DeprecationWarning, match="`ppo_epochs` is now `update_epochs`"):
+    with pytest.warns(DeprecationWarning) as caught:
         cfg = PPOConfig.from_dict(old)
+    assert sorted(str(w.message) for w in caught) == sorted(f"PPOConfig field `{k}` is now `{v}`" for k, v in RENAMED.items())
     assert cfg == PPOConfig(**{RENAMED[k]: v for k, v in old.items()})
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="`kl_coef` and `kl_ref_coef`"):
         PPOConfig.from_dict({"kl_coef": 0.1, "kl_ref_coef": 0.2})
