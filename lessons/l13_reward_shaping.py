@@ -2,7 +2,7 @@
 
 Pipeline step: between the reward model and GAE. The reward model gives ONE number per response;
 PPO needs a reward r_t for every sampled token (seed 000 坑1 "reward稀疏性", 追问3 "如果RM只给整个
-序列一个奖励，如何生成逐token的reward？"). Two answers, both in ``minippo.rlhf.rewards``::
+序列一个奖励，如何生成逐token的reward？"). Two answers, both in ``minippo.rlhf.ppo``::
 
     "uniform"    r_t = -beta kl_t + score / n          every valid token gets an equal share
     "kl_final"   r_t = -beta kl_t  (+ score at t = n-1) the score on the last valid token (Ziegler et al.

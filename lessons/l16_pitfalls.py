@@ -59,9 +59,9 @@ import numpy as np
 from lessons._common import pyplot, save, study_main, time_line
 from minippo.blas import blas_core_name
 from minippo.rlhf.data.gold import gold_profile
+from minippo.rlhf.reward_model import sequence_scores
 from minippo.studies.pitfalls import (length_slope, logp_rounding_tolerance, lr_zero_verdict, offset_reward_model,
                                       ratio_statistics, recompute_logp, value_error)
-from minippo.rlhf.rewards import sequence_scores
 from minippo.studies.study import Study
 from minippo.studies.sweep_stats import compare, pooled_seed_std, seed_curves, seed_values
 

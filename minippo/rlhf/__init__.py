@@ -4,18 +4,19 @@ The folder reads as the pipeline (``minippo rlhf`` runs it all, :mod:`.run.pipel
 
     data/            the corpus, the simulated human (gold score), the tokenizer, preference pairs, LM batches
     sft.py           stage 1: supervised fine-tuning of the tiny GPT (``minippo sft``)
-    reward_model.py  stage 2: the reward model (TinyGPT + scalar head at the last token), Bradley-Terry loss
+    reward_model.py  stage 2: the reward model (TinyGPT + scalar head at the last token), Bradley-Terry loss,
+                     and the sequence score PPO rewards (RM score, missing-EOS and length terms)
     rm_train.py      stage 2: training and normalising it (``minippo rm``)
     generate.py      sampling with the KV cache (full-softmax log-probs, one temperature)
     ppo.py           stage 3: ONE PPO iteration, top to bottom (rollout -> rewards -> GAE -> K epochs x
                      minibatches of eq. (9) -> KL controller)
     ppo_config.py    its hyperparameters, one documented dataclass
-    rewards.py       sequence score -> per-token rewards (the KL penalty, the score on the last token)
     rollout.py       the experience buffer: the per-token 7-tuple, minibatches, ``to_table``
     critic.py        which network is the critic, its initialisation, value normalisation
     metrics.py       the glossary of every logged metric and how an iteration's numbers are summarised
+    checkpoint.py    a model folder (safetensors + JSON + tokenizer), saved atomically; load_model
     run/             the plumbing: PPOTrainer (timing, NaN guard, checkpoints, resume), the commands,
-                     the main job's pipeline, model folders, evaluation, run figures
+                     the main job's pipeline, evaluation, run figures
 
 What only the lessons measure lives in :mod:`minippo.studies` (this package never imports it).
 The names most used are re-exported lazily (importing this package imports nothing heavy).
@@ -36,8 +37,8 @@ _LAZY = {
     "load_stages": "minippo.rlhf.run.trainer",
     "Rollout": "minippo.rlhf.rollout",
     "minibatches": "minippo.rlhf.rollout",
-    "per_token_rewards": "minippo.rlhf.rewards",
-    "sequence_scores": "minippo.rlhf.rewards",
+    "per_token_rewards": "minippo.rlhf.ppo",
+    "sequence_scores": "minippo.rlhf.ppo",
     "GLOSSARY": "minippo.rlhf.metrics",
     "evaluate_policy": "minippo.rlhf.run.evaluate",
     "run_pipeline": "minippo.rlhf.run.pipeline",

@@ -6,7 +6,7 @@ T = Tp + Tn, V vocab, n valid response tokens of a (mini)batch.
     prompts   B / samples_per_prompt prompts, each repeated samples_per_prompt times
     1. sample   responses ~ pi_old(.|prompt) with the KV cache                      collect_experience
     2. score    logp_old (actor), logp_ref (reference), V(s_t) (critic), score (RM)
-    3. rewards  r_t = -beta kl_t on every token, + the score on the last one        rlhf/rewards.py
+    3. rewards  r_t = -beta kl_t on every token, + the score on the last one        InstructGPT eq. (2)
     4. A_t      GAE(gamma, lam) on those rewards, whitened (or GRPO / RLOO / REINFORCE)   PPO eqs. (11)-(12)
     5. update   K epochs x minibatches of  L^CLIP + c1 L^VF - c2 S  (+ PPO-ptx, + KL loss)   ppo_update, eq. (9)
                 gradients by hand into actor and critic, one global norm clip, AdamW
@@ -42,13 +42,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minippo.checks import check_finite_values
+from minippo.checks import check_choice, check_finite_values, check_float_array, check_mask, check_range
 from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
 from minippo.rl.gae import gae
 from minippo.rl.group_advantages import batch_mean_advantages, grpo_advantages, grpo_kl_loss, rloo_advantages
 from minippo.rl.losses import (clipped_policy_loss, clipped_value_loss, entropy_backward, entropy_from_logits,
-                               kl_exact_from_logits, logprobs_backward, logprobs_from_logits, value_loss)
+                               kl_estimate, kl_exact_from_logits, logprobs_backward, logprobs_from_logits,
+                               value_loss)
 from minippo.rl.masked import explained_variance, masked_mean, masked_whiten
 from minippo.rlhf.critic import ValueNorm, init_bias_to_mean_score
 from minippo.rlhf.data.batches import lm_batch
@@ -57,8 +58,10 @@ from minippo.rlhf.data.gold import gold_scores
 from minippo.rlhf.generate import encode_prompts, generate
 from minippo.rlhf.metrics import rollout_metrics, update_metrics
 from minippo.rlhf.ppo_config import PPOConfig
-from minippo.rlhf.rewards import has_eos, per_token_rewards, sequence_scores, whiten_rewards
+from minippo.rlhf.reward_model import has_eos, last_token_index, sequence_scores
 from minippo.rlhf.rollout import Rollout, minibatches
+
+SHAPINGS = ("kl_final", "uniform")      # cfg.reward_shaping: where the sequence score lands
 
 
 @dataclass
@@ -180,6 +183,68 @@ def sample_and_score(state: PPOState, cfg: PPOConfig, prompts: list[str]):
                  prompt_index=np.repeat(np.arange(len(prompts)), n), logp=logp, logp_ref=logp_ref,
                  values=values, rm_scores=rm_scores, scores=scores, ended=ended, gen_logp=gen.logp)
     return ro, logits, ref_logits
+
+
+def per_token_rewards(scores, logp, logp_ref, mask, kl_coef: float, *, kl_kind: str = "k1",
+                      shaping: str = "kl_final"):
+    """Per-token rewards, "kl_final" shaping (Ziegler et al. 2019, arXiv:1909.08593; InstructGPT eq. (2))::
+
+        kl_t = logp_t - logp_ref_t                  (k1; k2 or k3 with kl_kind)
+        r_t  = -kl_coef * kl_t                      on every valid token
+        r_T += score                                on the LAST valid token T (the EOS if there is one)
+
+    For the response ``[t0, t1, EOS, PAD, PAD]`` (mask ``[1, 1, 1, 0, 0]``)::
+
+        position   0           1           2                 3    4
+        token      t0          t1          EOS               PAD  PAD
+        reward     -b kl_0     -b kl_1     -b kl_2 + score   0    0
+
+    "uniform" shaping spreads the score instead: ``r_t = -kl_coef * kl_t + score / n`` on each of the ``n``
+    valid tokens (lesson 13 compares the two). Padding never receives a reward.
+
+    Parameters
+    ----------
+    scores : (B,) sequence scores (:func:`sequence_scores`)
+    logp : (B, Tn) log pi_old(a_t|s_t) of the sampled tokens (at the sampling temperature)
+    logp_ref : (B, Tn) log pi_ref(a_t|s_t) of the same tokens (same temperature)
+    mask : (B, Tn) 0/1 response mask, right-padded, at least one valid token per row
+    kl_coef : beta >= 0
+    kl_kind : "k1" (default), "k2" or "k3" (:func:`minippo.rl.losses.kl_estimate`)
+    shaping : "kl_final" (score on the last valid token) or "uniform" (score / n on every valid token)
+
+    Returns
+    -------
+    rewards : (B, Tn) float64, 0 on padding
+    kl : (B, Tn) float64 per-token KL estimate, 0 on padding
+    non_score_reward : (B, Tn) float64, ``-kl_coef * kl``, 0 on padding
+    """
+    logp = check_float_array("logp", logp, ndim=2)
+    logp_ref = check_float_array("logp_ref", logp_ref, shape=logp.shape)
+    mask = check_mask("mask", mask, shape=logp.shape, layout="right")
+    B = logp.shape[0]
+    scores = check_float_array("scores", scores, shape=(B,))
+    check_range("kl_coef", kl_coef, 0, None)
+    check_choice("shaping", shaping, SHAPINGS)
+    m = (mask != 0).astype(np.float64)                                   # (B, Tn)
+    kl = kl_estimate(logp.astype(np.float64), logp_ref.astype(np.float64), kl_kind) * m
+    non_score_reward = -kl_coef * kl                                     # (B, Tn), 0 on padding
+    rewards = non_score_reward.copy()
+    if shaping == "kl_final":
+        # the score lands on the last valid token: the EOS when there is one, never the padding after it
+        last = last_token_index(mask)                                    # (B,)
+        rewards[np.arange(B), last] += scores
+    else:
+        # uniform: score / n on each of the n valid tokens of the row
+        n = m.sum(axis=1)                                                # (B,)
+        if (n == 0).any():
+            raise ValueError(f"`mask` row {int(np.argmax(n == 0))} has no valid token: nothing to reward")
+        rewards += (scores / n)[:, None] * m
+    return rewards, kl, non_score_reward
+
+
+def whiten_rewards(rewards, mask) -> np.ndarray:
+    """Rewards divided by their std over the valid tokens, mean kept (TRL ``whiten_rewards``); 0 on padding."""
+    return masked_whiten(rewards, mask, shift_mean=False)
 
 
 def compute_rewards(ro: Rollout, cfg: PPOConfig, kl_coef: float) -> Rollout:

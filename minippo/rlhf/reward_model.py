@@ -47,8 +47,8 @@ import numpy as np
 
 from minippo.checks import check_float_array, check_int_array, check_mask, check_range
 from minippo.nn.gpt import GPTConfig, TinyGPT
+from minippo.rlhf.checkpoint import load_model, save_model
 from minippo.rlhf.data.preferences import log_sigmoid
-from minippo.rlhf.run.checkpoint import load_model, save_model
 
 STATE_KEY = "reward_model"          # the entry of the checkpoint's state holding gain, bias, config
 
@@ -261,3 +261,70 @@ class RewardModel:
             raise ValueError(f"`directory` {directory} holds a model but no reward model (no "
                              f"{STATE_KEY!r} entry in state.json)")
         return cls(model, gain=state[STATE_KEY]["gain"], bias=state[STATE_KEY]["bias"]), state
+
+
+# ----------------------------------------------------------------------------------------------
+# the score PPO rewards a response with: the RM score and the sequence-level terms
+# ----------------------------------------------------------------------------------------------
+
+def has_eos(response, response_mask, eos_id: int) -> np.ndarray:
+    """(B,) bool: the response contains ``eos_id`` among its valid tokens (the response only).
+
+    Parameters
+    ----------
+    response : (B, Tn) int token ids, right-padded
+    response_mask : (B, Tn) 0/1, 1 on response tokens (EOS included)
+    eos_id : the end-of-sequence id
+    """
+    response = check_int_array("response", response, ndim=2)
+    response_mask = check_mask("response_mask", response_mask, shape=response.shape, layout="right")
+    check_range("eos_id", eos_id, 0, None, integer=True)
+    return ((response == eos_id) & (response_mask != 0)).any(axis=1)
+
+
+def sequence_scores(rm_scores, ended, lengths, *, missing_eos_penalty: float = 0.0, length_penalty: float = 0.0,
+                    length_bonus: float = 0.0, length_norm_alpha: float = 0.0,
+                    score_clip: float | None = None) -> np.ndarray:
+    """The score each response is rewarded with::
+
+        score = rm_score - length_penalty * n_tokens + length_bonus * n_tokens
+        score = score / n_tokens ** length_norm_alpha                    (0 = off)
+        score = score - missing_eos_penalty * [no EOS among the response's valid tokens]
+        score = clip(score, -score_clip, score_clip)                     (None = off)
+
+    A response that hit ``max_new_tokens`` without EOS is not a finished sentence: without the penalty the
+    policy can learn to ramble into the length limit (TRL ``missing_eos_penalty``). ``length_penalty``
+    counters length hacking; ``length_bonus`` simulates a reward model that likes long answers (lesson 16);
+    dividing by n^alpha cancels a length bias that grows like n^alpha and no other (lesson 16 measures it).
+
+    Parameters
+    ----------
+    rm_scores : (B,) the reward model's (normalised) scores
+    ended : (B,) bool, the response produced an EOS (see :func:`has_eos`)
+    lengths : (B,) int, response tokens (EOS included)
+    missing_eos_penalty, length_penalty, length_bonus : >= 0
+    length_norm_alpha : >= 0, divide the (length-shaped) RM score by ``max(n_tokens, 1) ** alpha``
+    score_clip : > 0 or None
+
+    Returns
+    -------
+    scores : (B,) float64
+    """
+    rm_scores = check_float_array("rm_scores", rm_scores, ndim=1)
+    ended = np.asarray(ended)
+    if ended.dtype != np.bool_ or ended.shape != rm_scores.shape:
+        raise ValueError(f"`ended` must be a bool array of shape {rm_scores.shape}, got {ended.dtype} {ended.shape}")
+    lengths = check_int_array("lengths", lengths, shape=rm_scores.shape, low=0)
+    for name, v in (("missing_eos_penalty", missing_eos_penalty), ("length_penalty", length_penalty),
+                    ("length_bonus", length_bonus), ("length_norm_alpha", length_norm_alpha)):
+        check_range(name, v, 0, None)
+    scores = rm_scores.astype(np.float64)
+    # the next three lines are the linear length terms, the division by n^alpha and the missing-EOS penalty
+    scores = scores + (length_bonus - length_penalty) * lengths
+    if length_norm_alpha:
+        scores = scores / np.maximum(lengths, 1) ** length_norm_alpha
+    scores = scores - missing_eos_penalty * (~ended)
+    if score_clip is not None:
+        check_range("score_clip", score_clip, 0, None, lo_open=True)
+        scores = np.clip(scores, -score_clip, score_clip)
+    return scores

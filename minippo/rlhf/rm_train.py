@@ -23,13 +23,13 @@ from minippo.checks import check_choice, check_range
 from minippo.io import MetricsWriter, atomic_write_text, has_checkpoint
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
+from minippo.rlhf.checkpoint import load_model
 from minippo.rlhf.data.batches import batch_indices, steps_per_epoch
 from minippo.rlhf.data.corpus import sample_prompts
 from minippo.rlhf.data.preferences import (PreferencePairs, gold_order_accuracy, make_preference_pairs,
                                            pairwise_accuracy, pearson, sample_policy, spearman)
 from minippo.rlhf.data.tokenizer import Tokenizer
 from minippo.rlhf.reward_model import RewardModel, bradley_terry_forward
-from minippo.rlhf.run.checkpoint import load_model
 
 # ----------------------------------------------------------------------------------------------
 # configuration

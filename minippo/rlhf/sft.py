@@ -47,12 +47,12 @@ from minippo.checks import check_choice, check_range
 from minippo.io import MetricsWriter, atomic_write_text, has_checkpoint, read_metrics
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
+from minippo.rlhf.checkpoint import load_model, save_model
 from minippo.rlhf.data.batches import batch_indices, encode_sequences, lm_batch, split_corpus, unigram_loss
 from minippo.rlhf.data.corpus import generate_corpus
 from minippo.rlhf.data.gold import gold_breakdown
 from minippo.rlhf.data.tokenizer import MIN_VOCAB, Tokenizer
 from minippo.rlhf.generate import generate_text
-from minippo.rlhf.run.checkpoint import load_model, save_model
 
 # purposes of the random streams derived from cfg.seed: np.random.default_rng([seed, purpose])
 SEED_MODEL, SEED_BATCHES, SEED_SAMPLES = 1, 2, 3

@@ -10,7 +10,7 @@ GAE, estimators), so what a lesson shows is what PPO computes:
   AFTER the update (``trainer.step``'s callback runs then): with the rollout's ``logp`` (pi_old) this
   gives the ratios r_t the update ended with, and the update's KL(pi_old || pi).
 * :func:`token_credit` - a rollout's per-token rewards and GAE advantages under a chosen reward
-  shaping (``"kl_final"`` or ``"uniform"``, :mod:`minippo.rlhf.rewards`) and values.
+  shaping (``"kl_final"`` or ``"uniform"``, :func:`minippo.rlhf.ppo.per_token_rewards`) and values.
 * :func:`kl_probe` - fresh samples of a policy (optionally top-k / top-p) with, at every sampled
   state, the exact KL to the reference and the exact moments of the k1 / k2 / k3 estimators under
   the distribution the token was really drawn from (:mod:`minippo.studies.kl_moments`).
@@ -29,8 +29,7 @@ from minippo.rl.gae import gae
 from minippo.rl.losses import kl_estimate, logprobs_from_logits
 from minippo.rl.masked import masked_mean
 from minippo.rlhf.generate import encode_prompts, generate, sampling_distribution
-from minippo.rlhf.ppo import forward_response
-from minippo.rlhf.rewards import SHAPINGS, per_token_rewards
+from minippo.rlhf.ppo import SHAPINGS, forward_response, per_token_rewards
 from minippo.studies.kl_moments import kl_estimator_moments
 
 

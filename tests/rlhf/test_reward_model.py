@@ -183,7 +183,7 @@ def test_save_load_round_trip(tmp_path):
     for k in rm.params:
         np.testing.assert_array_equal(rm2.params[k], rm.params[k])
     # a plain model folder is not a reward model
-    from minippo.rlhf.run.checkpoint import save_model
+    from minippo.rlhf.checkpoint import save_model
     save_model(tmp_path / "plain", rm.model)
     with pytest.raises(ValueError, match="no reward model"):
         RewardModel.load(tmp_path / "plain")

@@ -1,8 +1,10 @@
-"""Sequence score -> per-token rewards: placement on the last valid token, masks, penalties, shaping."""
+"""Sequence score (reward_model.sequence_scores) -> per-token rewards (ppo.per_token_rewards): placement on the
+last valid token, masks, penalties, shaping."""
 import numpy as np
 import pytest
 
-from minippo.rlhf.rewards import has_eos, per_token_rewards, sequence_scores, whiten_rewards
+from minippo.rlhf.ppo import per_token_rewards, whiten_rewards
+from minippo.rlhf.reward_model import has_eos, sequence_scores
 
 EOS, PAD = 2, 0
 

@@ -7,7 +7,7 @@ import pytest
 from minippo.cli import main as cli
 from minippo.io import read_metrics
 from minippo.nn.gpt import TinyGPT
-from minippo.rlhf.run.checkpoint import load_model
+from minippo.rlhf.checkpoint import load_model
 from minippo.rlhf.data.batches import batch_indices, lm_batch, unigram_loss
 from minippo.rlhf.sft import SFTConfig, train_sft
 from minippo.rlhf.data.tokenizer import Tokenizer

@@ -4,7 +4,6 @@
                     checkpoints and resume, the metrics file (``minippo ppo``'s engine)
     ppo_cli.py      the ``minippo ppo`` command (every PPOConfig field a flag)
     pipeline.py     the main job ``minippo rlhf``: SFT -> reward model -> PPO -> evaluation, cached stages
-    checkpoint.py   a model folder (safetensors + JSON + tokenizer), saved atomically; ``load_model``
     evaluate.py     judging a policy on fixed prompts: gold, RM, KL; samples.md
     plots.py        the run's curves (figures/ppo_curves.png)
 """

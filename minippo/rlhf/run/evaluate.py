@@ -22,7 +22,7 @@ from minippo.rl.losses import kl_exact_from_logits, logprobs_from_logits
 from minippo.rlhf.data.gold import gold_scores
 from minippo.rlhf.generate import encode_prompts, generate
 from minippo.rlhf.ppo import forward_response
-from minippo.rlhf.rewards import has_eos
+from minippo.rlhf.reward_model import has_eos
 
 
 def evaluate_policy(policy, ref, reward_model, tokenizer, prompts: list[str], *, rng: np.random.Generator,

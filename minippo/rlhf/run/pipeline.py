@@ -28,10 +28,10 @@ import numpy as np
 
 from minippo.blas import single_blas_thread
 from minippo.io import atomic_write_text, has_checkpoint, read_metrics
+from minippo.rlhf.checkpoint import load_model
 from minippo.rlhf.data.corpus import sample_prompts
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.rm_train import RMConfig, train_reward_model
-from minippo.rlhf.run.checkpoint import load_model
 from minippo.rlhf.run.evaluate import evaluate_policy, samples_markdown
 from minippo.rlhf.run.plots import plot_run
 from minippo.rlhf.run.trainer import load_stages, run_ppo

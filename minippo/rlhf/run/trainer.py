@@ -40,13 +40,13 @@ from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW
 from minippo.rl.kl_control import AdaptiveKLController, FixedKLController, PPOPaperKLController
 from minippo.rlhf import ppo
+from minippo.rlhf.checkpoint import save_model
 from minippo.rlhf.critic import ValueNorm, build_critic
 from minippo.rlhf.data.batches import encode_sequences, split_corpus
 from minippo.rlhf.data.corpus import generate_corpus
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.reward_model import RewardModel
 from minippo.rlhf.rm_train import load_sft
-from minippo.rlhf.run.checkpoint import save_model
 
 CHECKPOINT_FORMAT = "minippo.ppo/2"
 

@@ -9,7 +9,7 @@ from minippo.io import load_checkpoint, read_metrics
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.gradcheck import assert_gradients
 from minippo.nn.optim import AdamW
-from minippo.rlhf.run.checkpoint import save_model
+from minippo.rlhf.checkpoint import save_model
 from minippo.rlhf.critic import ValueNorm
 from minippo.rlhf.metrics import GLOSSARY, without_timing
 from minippo.studies.pitfalls import logp_rounding_tolerance, lr_zero_verdict, recompute_logp

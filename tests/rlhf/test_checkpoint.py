@@ -6,7 +6,7 @@ import pytest
 
 from minippo.io import save_checkpoint
 from minippo.nn.gpt import GPTConfig, TinyGPT
-from minippo.rlhf.run.checkpoint import load_model, save_model
+from minippo.rlhf.checkpoint import load_model, save_model
 from minippo.rlhf.data.corpus import generate_corpus
 from minippo.rlhf.data.tokenizer import Tokenizer
 
