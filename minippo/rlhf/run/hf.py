@@ -147,10 +147,13 @@ def minippo_tokenizer_json(tokenizer_json: str) -> str:
 def tokenizer_files(tokenizer_json: str, block_size: int) -> dict[str, str]:
     """``tokenizer.json`` (ours + the ``<bos>`` post-processor), ``tokenizer_config.json`` and
     ``special_tokens_map.json``. ``split_special_tokens``: the text "<eos>" is text, as in our tokenizer
-    (``encode_special_tokens``); ``padding_side`` left, for prompts (the reward model reads right padding too)."""
+    (``encode_special_tokens``); ``padding_side`` left, for prompts (the reward model reads right padding too);
+    ``model_input_names`` without ``token_type_ids``, which transformers 4.x's PreTrainedTokenizerFast returns by
+    default (zeros) and GPT-2 adds as ``wte[token_type_ids]``: ``generate(**tok(...))`` would be wrong."""
     specials = {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}
     config = {"tokenizer_class": "PreTrainedTokenizerFast", **specials, "model_max_length": block_size,
               "padding_side": "left", "split_special_tokens": True, "clean_up_tokenization_spaces": False,
+              "model_input_names": ["input_ids", "attention_mask"],     # no token_type_ids: GPT-2 would add wte[0]
               "added_tokens_decoder": {str(i): {"content": t, "special": True, "lstrip": False, "rstrip": False,
                                                 "normalized": False, "single_word": False}
                                        for i, t in enumerate((PAD, BOS, EOS))}}
