@@ -59,7 +59,7 @@ from tokenizers import Tokenizer as HFTokenizer, processors
 
 from minippo.io import atomic_write_bytes, atomic_write_text
 from minippo.nn.attention import LN_EPS
-from minippo.nn.gpt import GPTConfig, TinyGPT, param_shapes
+from minippo.nn.gpt import GPTConfig, param_shapes
 from minippo.rlhf.data.tokenizer import BOS, EOS, PAD
 from minippo.rlhf.reward_model import STATE_KEY, RewardModel
 from minippo.rlhf.run.checkpoint import RESERVED, TOKENIZER_FILE, load_model, resolve_model_dir

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
+from tokenizers import Tokenizer as HFTokenizer
 
 from minippo.cli import main
 from minippo.nn.gpt import GPTConfig, TinyGPT, param_shapes
@@ -77,7 +78,6 @@ def test_gpt2_names_shapes_and_orientation(tmp_path, tokenizer):
 
 
 def test_the_exported_tokenizer_adds_bos_and_reads_back_as_ours(tmp_path, tokenizer):
-    from tokenizers import Tokenizer as HFTokenizer
     save_model(tmp_path / "m", random_model(tokenizer), tokenizer=tokenizer)
     export_hf(tmp_path / "m", tmp_path / "hf", log=lambda s: None)
     hf_tok = HFTokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json"))
