@@ -8,6 +8,7 @@ stays fast and does not compile any numba kernel)::
     loss, dlogp, stats = minippo.clipped_policy_loss(logp, logp_old, adv, mask, clip_eps=0.2)
     loss, dvalues, stats = minippo.clipped_value_loss(values, values_old, returns, mask, clip_eps=0.2)
     kl = minippo.kl_estimate(logp, logp_ref, kind="k3")
+    model, state = minippo.load_model("runs/R/ppo")      # a model folder, or a run folder's model/ / policy/
 
 Packages: ``minippo.nn`` (layers with hand-written backward, TinyGPT, MLP, AdamW, gradient check),
 ``minippo.rl`` (GAE, losses, KL, masked statistics: NumPy formulas, numba kernels apart behind
@@ -29,6 +30,7 @@ _LAZY = {
     "clipped_policy_loss": "minippo.rl.losses",
     "clipped_value_loss": "minippo.rl.losses",
     "kl_estimate": "minippo.rl.losses",
+    "load_model": "minippo.rlhf.run.checkpoint",
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY, globals())

@@ -11,7 +11,9 @@ weights and the JSON are swapped in atomically: a crash leaves the previous fold
 
 ``load_model(dir)`` returns ``(model, state)`` where ``state`` is that JSON plus ``"extra_arrays"``
 (name -> array) and ``"tokenizer"`` (the path of ``tokenizer.json``, or None). Parameters round-trip
-bitwise (safetensors stores the raw float32/float64 bytes).
+bitwise (safetensors stores the raw float32/float64 bytes). ``dir`` may also be a stage's run folder:
+its ``model/`` (``minippo sft``, ``minippo rm``) or ``policy/`` (``minippo ppo``) subfolder is read
+(:func:`resolve_model_dir`); this is ``minippo.load_model``.
 
 A folder whose state says ``has_tokenizer`` but lacks the file (edited by hand) is reported by
 :func:`load_model` (FileNotFoundError) rather than silently loaded without it.
@@ -25,13 +27,35 @@ from pathlib import Path
 
 import numpy as np
 
-from minippo.io import WEIGHTS, load_checkpoint, save_checkpoint
+from minippo.io import WEIGHTS, has_checkpoint, load_checkpoint, save_checkpoint
 from minippo.nn.gpt import GPTConfig, TinyGPT, param_shapes
 
 FORMAT = "minippo.model/1"
 EXTRA = "extra/"
 TOKENIZER_FILE = "tokenizer.json"
 RESERVED = ("format", "gpt_config", "extra_array_names", "has_tokenizer", "extra_arrays", "tokenizer")
+SUBFOLDERS = ("model", "policy")      # where a stage's run folder keeps its final model
+
+
+def resolve_model_dir(directory: str | os.PathLike) -> Path:
+    """The model folder meant by ``directory``: itself if it holds a checkpoint, else its ``model/`` or
+    ``policy/`` subfolder (a run folder of ``minippo sft`` / ``rm`` / ``ppo``).
+
+    A missing folder, or one with none of the three, is a ``FileNotFoundError`` naming it.
+    """
+    folder = Path(directory)
+    if not folder.exists() and not has_checkpoint(folder):
+        raise FileNotFoundError(f"{directory} does not exist")
+    if has_checkpoint(folder):
+        return folder
+    for sub in SUBFOLDERS:
+        if has_checkpoint(folder / sub):
+            return folder / sub
+    stages = [d.name for d in sorted(folder.iterdir()) if d.is_dir() and any(has_checkpoint(d / s) for s in SUBFOLDERS)] \
+        if folder.is_dir() else []
+    hint = f"; it holds the stages {', '.join(f'{directory}/{d}' for d in stages)}: name one" if stages else ""
+    raise FileNotFoundError(f"{directory} holds no minippo model (no {WEIGHTS} + state.json in it or in its "
+                            f"{' or '.join(s + '/' for s in SUBFOLDERS)} subfolder){hint}")
 
 
 def save_model(directory: str | os.PathLike, model: TinyGPT, *, tokenizer=None, extra_state: dict | None = None,
@@ -69,10 +93,12 @@ def save_model(directory: str | os.PathLike, model: TinyGPT, *, tokenizer=None, 
 def load_model(directory: str | os.PathLike) -> tuple[TinyGPT, dict]:
     """Read a folder written by :func:`save_model`: ``(model, state)``.
 
-    ``state`` holds ``"gpt_config"`` (a dict), every key of the saved ``extra_state``,
+    ``directory`` is the model folder or a run folder holding it as ``model/`` or ``policy/``
+    (:func:`resolve_model_dir`). ``state`` holds ``"gpt_config"`` (a dict), every key of the saved ``extra_state``,
     ``"extra_arrays"`` (name -> array) and ``"tokenizer"`` (path to ``tokenizer.json`` or None;
     load it with ``Tokenizer.load(state["tokenizer"])``).
     """
+    directory = resolve_model_dir(directory)
     arrays, state = load_checkpoint(directory)
     if state.get("format") != FORMAT:
         raise ValueError(f"`directory` {directory} does not hold a minippo model (state.json format is "

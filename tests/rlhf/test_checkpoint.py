@@ -116,3 +116,21 @@ def test_tokenizer_is_swapped_in_with_the_weights(tmp_path, tokenizer, monkeypat
 def test_extra_files_cannot_shadow_the_checkpoint(tmp_path):
     with pytest.raises(ValueError, match="`files`"):
         save_checkpoint(tmp_path / "c", {"a": np.zeros(2)}, {}, files={"state.json": "{}"})
+
+
+def test_load_model_accepts_a_stage_run_folder_and_is_minippo_load_model(tmp_path):
+    import minippo
+    assert minippo.load_model is load_model
+    cfg = GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=1, n_embd=4)
+    model = TinyGPT(cfg, seed=2)
+    save_model(tmp_path / "R" / "sft" / "model", model, extra_state={"sft_config": {}})
+    save_model(tmp_path / "R" / "ppo" / "policy", model, extra_state={"ppo_config": {}})
+    save_checkpoint(tmp_path / "R" / "ppo" / "checkpoint", {"x": np.zeros(2)}, {"step": 1})
+    for folder in ("R/sft", "R/sft/model", "R/ppo", "R/ppo/policy"):
+        loaded, state = load_model(tmp_path / folder)
+        assert loaded.params["wte"].tobytes() == model.params["wte"].tobytes(), folder
+    assert "ppo_config" in load_model(tmp_path / "R" / "ppo")[1]
+    with pytest.raises(FileNotFoundError, match=r"holds no minippo model.*stages .*R/ppo, .*R/sft: name one"):
+        load_model(tmp_path / "R")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_model(tmp_path / "nothing")

@@ -1,0 +1,176 @@
+"""``minippo export`` without torch: GPT-2's names, shapes and orientation; the reward model's folded head;
+what does not map; export -> import is bitwise. (Parity with transformers itself: tests/hf/.)"""
+import json
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+from tokenizers import Tokenizer as HFTokenizer
+
+from minippo.cli import main
+from minippo.nn.gpt import GPTConfig, TinyGPT, param_shapes
+from minippo.rlhf.data.corpus import generate_corpus
+from minippo.rlhf.data.tokenizer import Tokenizer
+from minippo.rlhf.reward_model import RewardModel
+from minippo.rlhf.run.checkpoint import load_model, save_model
+from minippo.rlhf.run.hf import EXTRA_FILE, export_hf, fold_score_head, hf_name
+from minippo.rlhf.run.hf_import import import_hf
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return Tokenizer.train(generate_corpus(300, seed=0), vocab_size=140)
+
+
+def random_model(tokenizer, dtype="float32", seed=0) -> TinyGPT:
+    """Non-trivial values in every parameter (biases, LayerNorm, the scalar head)."""
+    cfg = GPTConfig(vocab_size=tokenizer.vocab_size, block_size=16, n_layer=2, n_head=2, n_embd=8, dtype=dtype,
+                    init_std=0.05)
+    model = TinyGPT(cfg, seed=seed)
+    rng = np.random.default_rng(seed)
+    for p in model.params.values():
+        p += (0.1 * rng.normal(size=p.shape)).astype(p.dtype)
+    return model
+
+
+def params_equal(a: TinyGPT, b: TinyGPT) -> bool:
+    return a.cfg == b.cfg and all(a.params[k].dtype == b.params[k].dtype and a.params[k].tobytes() == b.params[k].tobytes()
+                                  for k in param_shapes(a.cfg))
+
+
+def test_gpt2_names_shapes_and_orientation(tmp_path, tokenizer):
+    model = random_model(tokenizer)
+    save_model(tmp_path / "sft" / "model", model, tokenizer=tokenizer, extra_state={"sft_config": {"steps": 3}})
+    r = export_hf(tmp_path / "sft", tmp_path / "hf", log=lambda s: None)      # the run folder is accepted
+    assert r["kind"] == "sft" and r["architecture"] == "GPT2LMHeadModel"
+    tensors = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    C, L = model.cfg.n_embd, model.cfg.n_layer
+    expected = {"transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight", "transformer.ln_f.bias"}
+    for i in range(L):
+        expected |= {f"transformer.h.{i}.{m}.{w}" for m in ("ln_1", "ln_2", "attn.c_attn", "attn.c_proj", "mlp.c_fc",
+                                                               "mlp.c_proj") for w in ("weight", "bias")}
+    assert set(tensors) == expected                       # no lm_head.weight: tied to wte
+    assert tensors["transformer.h.0.attn.c_attn.weight"].shape == (C, 3 * C)   # Conv1D: (in, out), as ours
+    assert tensors["transformer.h.1.mlp.c_proj.weight"].shape == (4 * C, C)
+    for name, p in model.params.items():
+        if not name.startswith("scalar_head"):
+            assert tensors[hf_name(name)].tobytes() == p.tobytes(), name    # renamed, never transposed
+    with open(tmp_path / "hf" / "model.safetensors", "rb") as f:     # transformers refuses files without it
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    assert header["__metadata__"] == {"format": "pt"}
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["architectures"] == ["GPT2LMHeadModel"] and config["model_type"] == "gpt2"
+    assert (config["vocab_size"], config["n_positions"], config["n_embd"], config["n_layer"], config["n_head"]) == \
+        (tokenizer.vocab_size, 16, 8, 2, 2)
+    assert config["activation_function"] == "gelu_new" and config["layer_norm_epsilon"] == 1e-5
+    assert config["n_inner"] is None and config["tie_word_embeddings"] is True
+    assert (config["bos_token_id"], config["eos_token_id"], config["pad_token_id"]) == (1, 2, 0)
+    assert config["attn_pdrop"] == config["resid_pdrop"] == config["embd_pdrop"] == 0.0
+    assert config["minippo"]["state"] == {"sft_config": {"steps": 3}}
+    tok_config = json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())
+    assert tok_config["tokenizer_class"] == "PreTrainedTokenizerFast" and tok_config["split_special_tokens"] is True
+    assert json.loads((tmp_path / "hf" / "special_tokens_map.json").read_text()) == \
+        {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"}
+    extra = load_file(str(tmp_path / "hf" / EXTRA_FILE))
+    assert extra["scalar_head.w"].tobytes() == model.params["scalar_head.w"].tobytes()
+    readme = (tmp_path / "hf" / "README.md").read_text()
+    assert "## What does not map" in readme and "scalar_head (unused by this model)" in readme
+
+
+def test_the_exported_tokenizer_adds_bos_and_reads_back_as_ours(tmp_path, tokenizer):
+    save_model(tmp_path / "m", random_model(tokenizer), tokenizer=tokenizer)
+    export_hf(tmp_path / "m", tmp_path / "hf", log=lambda s: None)
+    hf_tok = HFTokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json"))
+    hf_tok.encode_special_tokens = True                 # what tokenizer_config's split_special_tokens sets
+    for text in ["the film was good .", "<eos> is text here", "a"]:
+        assert hf_tok.encode(text).ids == tokenizer.encode(text, add_bos=True)
+        assert hf_tok.encode(text, add_special_tokens=False).ids == tokenizer.encode(text)
+
+
+def test_reward_model_head_is_folded_exactly(tmp_path, tokenizer):
+    """GPT-2's bias-free score head on the shifted ln_f.bias gives our normalised score (a NumPy TinyGPT
+    computing w' . ln_f'(h) stands in for GPT2ForSequenceClassification here; tests/hf/ runs the real one)."""
+    rm = RewardModel(random_model(tokenizer), gain=1.7, bias=-0.3)
+    rm.save(tmp_path / "rm" / "model", tokenizer=tokenizer)
+    export_hf(tmp_path / "rm", tmp_path / "hf", log=lambda s: None)
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == ["GPT2ForSequenceClassification"]
+    t = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    assert t["score.weight"].shape == (1, 8)
+    hf_like = rm.model.copy()
+    hf_like.params["ln_f.b"][...] = t["transformer.ln_f.bias"]
+    hf_like.params["scalar_head.w"][...] = t["score.weight"].T
+    hf_like.params["scalar_head.b"][...] = 0.0
+    ids, mask = tokenizer.pad_right(tokenizer.encode_batch(["the film", "a bad film was it", "good"], add_bos=True))
+    np.testing.assert_allclose(RewardModel(hf_like).score(ids, mask), rm.score(ids, mask), atol=1e-5)
+
+
+def test_fold_score_head_is_the_smallest_shift_and_refuses_a_zero_head():
+    rng = np.random.default_rng(1)
+    beta, w, b = rng.normal(size=5), rng.normal(size=(5, 1)), np.array([0.4])
+    w2, beta2 = fold_score_head(beta, w, b, 2.0, -1.0, "float64")
+    np.testing.assert_allclose(w2[0], 2.0 * w[:, 0])
+    delta = beta2 - beta
+    np.testing.assert_allclose(w2[0] @ delta, 2.0 * 0.4 - 1.0)                  # w' . delta = c = gain b + bias
+    np.testing.assert_allclose(delta, (w2[0] @ delta) * w2[0] / (w2[0] @ w2[0]))   # along w': the smallest shift
+    with pytest.raises(ValueError, match="scalar_head.w is all zeros"):
+        fold_score_head(beta, np.zeros((5, 1)), b, 1.0, 0.0, "float32")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("kind", ["sft", "policy_shared", "reward_model"])
+def test_export_then_import_is_bitwise(tmp_path, tokenizer, kind, dtype):
+    model = random_model(tokenizer, dtype)
+    src = tmp_path / "src"
+    if kind == "reward_model":
+        RewardModel(model, gain=0.8, bias=0.25).save(src, tokenizer=tokenizer, extra_state={"rm_config": {"lr": 1e-3}})
+    else:
+        state = {"ppo_config": {"critic": "shared"}, "iteration": 3} if kind == "policy_shared" else {"sft_config": {}}
+        save_model(src, model, tokenizer=tokenizer, extra_state=state)
+    lines = []
+    r = export_hf(src, tmp_path / "hf", log=lines.append)
+    if kind == "policy_shared":
+        assert any("value head of the shared critic" in line for line in lines)
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["minippo"]["not_mapped"] == r["not_mapped"]
+    back = import_hf(tmp_path / "hf", tmp_path / "back", log=lines.append)
+    assert back["restored"]
+    a, sa = load_model(src)
+    b, sb = load_model(tmp_path / "back")
+    assert params_equal(a, b)
+    assert (src / "state.json").read_text() == (tmp_path / "back" / "state.json").read_text()
+    assert (src / "tokenizer.json").read_bytes() == (tmp_path / "back" / "tokenizer.json").read_bytes()
+    if kind == "reward_model":
+        rm_a, rm_b = RewardModel.load(src)[0], RewardModel.load(tmp_path / "back")[0]
+        ids, mask = tokenizer.pad_right(tokenizer.encode_batch(["the film", "so bad"], add_bos=True, add_eos=True))
+        assert rm_a.score(ids, mask).tobytes() == rm_b.score(ids, mask).tobytes()
+
+
+def test_export_refuses_to_overwrite_another_folder_and_replaces_an_earlier_export(tmp_path, tokenizer):
+    save_model(tmp_path / "m", random_model(tokenizer), tokenizer=tokenizer)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("keep me")
+    with pytest.raises(FileExistsError, match="not an earlier minippo export"):
+        export_hf(tmp_path / "m", tmp_path / "other", log=lambda s: None)
+    assert (tmp_path / "other" / "notes.txt").read_text() == "keep me"
+    export_hf(tmp_path / "m", tmp_path / "hf", log=lambda s: None)
+    export_hf(tmp_path / "m", tmp_path / "hf", log=lambda s: None)            # an earlier export: replaced
+    assert not (tmp_path / "hf.tmp").exists()
+
+
+def test_export_command_and_its_errors(tmp_path, tokenizer, capsys):
+    save_model(tmp_path / "ppo" / "policy", random_model(tokenizer), tokenizer=tokenizer,
+               extra_state={"ppo_config": {"critic": "separate"}})
+    assert main(["export", str(tmp_path / "ppo"), "--hf", str(tmp_path / "hf")]) == 0
+    out = capsys.readouterr().out
+    assert "not mapped: scalar_head" in out and "AutoModelForCausalLM" in out
+    for bad, rc in ((tmp_path / "nothing", 2), (tmp_path / "hf", 2)):       # missing; a folder that is no model
+        assert main(["export", str(bad), "--hf", str(tmp_path / "x")]) == rc
+        err = capsys.readouterr().err
+        assert err.startswith("minippo export: error: ") and str(bad) in err and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "a.txt").write_text("x")
+    assert main(["export", str(tmp_path / "ppo"), "--hf", str(tmp_path / "taken")]) == 1
+    assert "not an earlier minippo export" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:                                      # --hf is required: a usage error
+        main(["export", str(tmp_path / "ppo")])
+    assert e.value.code == 2
