@@ -30,7 +30,7 @@ _LAZY = {
     "clipped_policy_loss": "minippo.rl.losses",
     "clipped_value_loss": "minippo.rl.losses",
     "kl_estimate": "minippo.rl.losses",
-    "load_model": "minippo.rlhf.run.checkpoint",
+    "load_model": "minippo.rlhf.checkpoint",
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY, globals())

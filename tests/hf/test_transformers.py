@@ -22,7 +22,7 @@ from minippo.rlhf.data.corpus import sample_prompts  # noqa: E402
 from minippo.rlhf.data.tokenizer import Tokenizer  # noqa: E402
 from minippo.rlhf.generate import encode_prompts, generate  # noqa: E402
 from minippo.rlhf.reward_model import RewardModel, last_token_index  # noqa: E402
-from minippo.rlhf.run.checkpoint import load_model  # noqa: E402
+from minippo.rlhf.checkpoint import load_model  # noqa: E402
 
 TOL = 1e-4
 

@@ -62,7 +62,7 @@ from minippo.nn.attention import LN_EPS
 from minippo.nn.gpt import GPTConfig, param_shapes
 from minippo.rlhf.data.tokenizer import BOS, EOS, PAD
 from minippo.rlhf.reward_model import STATE_KEY, RewardModel
-from minippo.rlhf.run.checkpoint import RESERVED, TOKENIZER_FILE, load_model, resolve_model_dir
+from minippo.rlhf.checkpoint import RESERVED, TOKENIZER_FILE, load_model, resolve_model_dir
 
 EXPORT_FORMAT = "minippo.hf_export/1"
 EXTRA_FILE = "minippo_extra.safetensors"       # what GPT-2 cannot hold (scalar head, the RM's original ln_f.b)

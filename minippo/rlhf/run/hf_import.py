@@ -24,7 +24,7 @@ from minippo.nn.attention import LN_EPS
 from minippo.nn.gpt import GPTConfig, TinyGPT, param_shapes
 from minippo.rlhf.data.tokenizer import Tokenizer
 from minippo.rlhf.reward_model import STATE_KEY, RewardModel
-from minippo.rlhf.run.checkpoint import TOKENIZER_FILE, resolve_model_dir, save_model
+from minippo.rlhf.checkpoint import TOKENIZER_FILE, resolve_model_dir, save_model
 from minippo.rlhf.run.hf import (
     EXTRA_FILE,
     LM,

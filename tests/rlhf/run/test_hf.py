@@ -12,7 +12,7 @@ from minippo.nn.gpt import GPTConfig, TinyGPT, param_shapes
 from minippo.rlhf.data.corpus import generate_corpus
 from minippo.rlhf.data.tokenizer import Tokenizer
 from minippo.rlhf.reward_model import RewardModel
-from minippo.rlhf.run.checkpoint import load_model, save_model
+from minippo.rlhf.checkpoint import load_model, save_model
 from minippo.rlhf.run.hf import EXTRA_FILE, export_hf, fold_score_head, hf_name
 from minippo.rlhf.run.hf_import import import_hf
 

@@ -11,7 +11,7 @@ from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.rlhf.data.corpus import generate_corpus
 from minippo.rlhf.data.tokenizer import Tokenizer
 from minippo.rlhf.reward_model import RewardModel
-from minippo.rlhf.run.checkpoint import load_model, save_model
+from minippo.rlhf.checkpoint import load_model, save_model
 from minippo.rlhf.run.hf import EXTRA_FILE, UnsupportedConfig, export_hf
 from minippo.rlhf.run.hf_import import import_hf, read_safetensors
 
