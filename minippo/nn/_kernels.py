@@ -30,7 +30,7 @@ bench step took 98 ms with these serial kernels and 296 ms with ``parallel=True`
 thread start-up on every call.
 
 Kernels compute in the dtype of their inputs (constants are made with ``x.dtype.type``), so float32
-stays float32 and float64 gradient checks run through these very kernels. Numba rules (DESIGN.md):
+stays float32 and float64 gradient checks run through these very kernels. Numba rules (CONTRIBUTING.md):
 ``@njit(cache=True)``, no ``fastmath``; ``NUMBA_DISABLE_JIT=1`` runs every kernel as plain Python.
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@ Every public function's body is the readable NumPy formula, the one its docstrin
 (tokens and classic control) and the clipped surrogate also have a compiled twin in ``_kernels.py``
 (``@njit(cache=True)``, parity-tested), which the function's first line calls while the switch of
 :mod:`minippo.kernels` is on (the default; ``MINIPPO_KERNELS=0`` runs the formulas everywhere).
-Conventions (DESIGN.md): ``mask`` is 1 on valid tokens, rows right-padded, ``mask=None`` means all
+Conventions (CONTRIBUTING.md): ``mask`` is 1 on valid tokens, rows right-padded, ``mask=None`` means all
 valid; losses are token-level masked means over the batch; every loss returns
 ``(loss, d<input>, stats)`` with an analytic gradient.
 

@@ -20,7 +20,7 @@ Why kernels: the NumPy formulas make one pass over memory (and one temporary) pe
 (B, T) = (512, 256) float32 the GAE kernel is ~15x faster than the NumPy loop over T and the
 clipped-surrogate kernel ~5.5x faster than its NumPy expression (``minippo bench --only gae clip``).
 
-Numba rules (DESIGN.md): ``@njit(cache=True)``; no ``fastmath`` (it lets LLVM assume that no NaN
+Numba rules (CONTRIBUTING.md): ``@njit(cache=True)``; no ``fastmath`` (it lets LLVM assume that no NaN
 occurs and drop the ``isfinite`` checks); fixed dtypes (float32/float64 arrays in, running sums in
 float64); serial loops. ``NUMBA_DISABLE_JIT=1`` runs every kernel as plain Python, so a student can
 step through it in pdb, and the tests pass that way too.

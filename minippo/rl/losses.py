@@ -26,7 +26,7 @@ one pass over the tokens); its first line hands the call to it while the switch 
 
 ## 1. The policy's distribution
 
-The policy at each position is ``pi = softmax(logits / temperature)``. DESIGN: there is ONE
+The policy at each position is ``pi = softmax(logits / temperature)``. There is ONE (CONTRIBUTING.md)
 temperature, applied to the logits of the policy, the old policy, the reference and the
 entropy alike; a ratio or a KL computed with mismatched temperatures is wrong (the sampled
 tokens came from the tempered distribution).

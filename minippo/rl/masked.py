@@ -7,7 +7,7 @@ entries and 0 on padding; ``mask=None`` means "all valid" (this holds everywhere
 
 The token-level losses of ``minippo.rl`` (policy, value, penalty) are ``masked_mean`` over the
 whole batch: every valid token weighs the same, a long response counts more than a short one
-(the DESIGN.md convention, as in TRL). Empty selections have documented values instead of NaN,
+(the CONTRIBUTING.md convention, as in TRL). Empty selections have documented values instead of NaN,
 so a logged metric is always a finite number:
 
     masked_mean of no valid entry          -> 0.0

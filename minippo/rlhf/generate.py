@@ -14,7 +14,7 @@ One call turns a batch of prompts into responses::
 
 **Which log-prob is returned.** ``logp`` is always the log-probability of the sampled token under the
 *full*, temperature-scaled softmax ``log_softmax(logits / temperature)`` -- the distribution pi_theta
-that the PPO trainer recomputes with a forward pass (DESIGN: one temperature everywhere). With
+that the PPO trainer recomputes with a forward pass (one temperature everywhere, CONTRIBUTING.md). With
 ``top_k > 0`` or ``top_p < 1`` the token is *sampled* from the truncated, renormalised distribution
 q, but ``logp`` is still log pi, not log q. The difference matters: the samples do not come from pi,
 so per-token KL estimates such as ``logp - logp_ref`` no longer average to KL(pi || pi_ref) and can
@@ -25,7 +25,7 @@ from pi itself, and then ``logp`` is exactly the log-prob of the sampling distri
 real), responses right-padded: after a row samples ``eos_id`` it is *ended*; it keeps feeding
 ``pad_id`` marked as padding (``attn_mask`` 0) to the cache, and its later outputs are ignored.
 ``response_mask`` is 1 on response tokens including the EOS and 0 on padding, so a row's valid
-tokens are contiguous from position 0 (DESIGN conventions).
+tokens are contiguous from position 0 (the conventions of CONTRIBUTING.md).
 
 **Equality with a full forward pass** (tested in float64 to 1e-9): ``logp`` equals
 ``log_softmax(model.forward(sequences, attn_mask)[0] / T)`` gathered at the response tokens

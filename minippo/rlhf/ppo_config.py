@@ -67,7 +67,7 @@ class PPOConfig:
     """Longest response in tokens (the EOS included); responses reaching it without EOS are penalised."""
     temperature: float = 1.0
     """Sampling temperature, > 0; also applied to the logits of the old, new and reference policy and
-    of the entropy (one temperature everywhere, DESIGN.md)."""
+    of the entropy (one temperature everywhere, CONTRIBUTING.md)."""
     top_k: int = 0
     """Sample among the k most probable tokens only (0 = off); >= 0. Not off biases the KL (lesson 15)."""
     top_p: float = 1.0

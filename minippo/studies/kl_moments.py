@@ -49,7 +49,7 @@ def kl_estimator_moments(logits, logits_ref, temperature: float = 1.0, *, probs=
     Parameters
     ----------
     logits, logits_ref : (..., V) the policy's and the reference's logits (pi = softmax(logits / T)).
-    temperature : T > 0, applied to both (DESIGN: one temperature).
+    temperature : T > 0, applied to both (one temperature, CONTRIBUTING.md).
     probs : (..., V) the distribution the tokens are sampled from (rows sum to 1), or None for pi
         itself. Tokens with ``probs`` 0 are never sampled.
 

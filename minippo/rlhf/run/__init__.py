@@ -5,5 +5,5 @@
     ppo_cli.py      the ``minippo ppo`` command (every PPOConfig field a flag)
     pipeline.py     the main job ``minippo rlhf``: SFT -> reward model -> PPO -> evaluation, cached stages
     evaluate.py     judging a policy on fixed prompts: gold, RM, KL; samples.md
-    plots.py        the run's curves (figures/ppo_curves.png)
+    plots.py        the run's curves (<run>/figures/ppo_curves.png)
 """

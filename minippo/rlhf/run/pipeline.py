@@ -4,7 +4,7 @@
     preference pairs -> reward model      minippo.rlhf.rm_train         (stage 2, ``<out>/rm``)
     PPO with the four models              minippo.rlhf.run.trainer          (stage 3, ``<out>/ppo``)
     evaluation: SFT vs PPO, same prompts  minippo.rlhf.run.evaluate         (``samples.md``, ``summary.json``)
-    figures                               minippo.rlhf.run.plots            (``figures/ppo_curves.png``)
+    figures                               minippo.rlhf.run.plots            (``<out>/figures/ppo_curves.png``)
 
 Every stage shows a progress bar and writes into ``--out`` (default ``runs/<timestamp>``). A stage whose
 final checkpoint already exists there is reused, and the log says so: pointing ``--out`` at an earlier
