@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ppo": ("minippo.rlhf.run.ppo_cli", "stage 3: PPO with actor, critic, reference and reward model"),
     "classic": ("minippo.classic.run", "classic PPO on CartPole (s, a, r, s', done)"),
     "bench": ("minippo.bench", "measure kernels and models side by side and print ratios"),
+    "exercise": ("minippo.exercises.cli", "the classroom exercises: list, start NAME, check NAME, solution NAME"),
 }
 
 
