@@ -84,7 +84,8 @@ class PPOState:
 
 
 def ppo_iteration(state: PPOState, cfg: PPOConfig) -> tuple[Rollout, dict]:
-    """One iteration: steps 1-4 then 5-6 of the module docstring; returns the rollout and its metrics."""
+    """One iteration of PPO paper Algorithm 1: steps 1-4 then 5-6 of the module docstring; returns the
+    rollout and its metrics."""
     rollout, record = collect_experience(state, cfg)
     record.update(ppo_update(state, rollout, cfg))
     return rollout, record

@@ -111,6 +111,9 @@ def per_token_rewards(scores, logp, logp_ref, mask, kl_coef: float, *, kl_kind: 
                       shaping: str = "kl_final"):
     """Per-token rewards: the KL penalty on every valid token plus the score (step 2 of the docstring).
 
+    Ziegler et al. 2019 eq. (2) and InstructGPT eq. (2), R = score - beta log(pi / pi_ref), written token
+    by token: the log-ratio of a response is the sum of the per-token kl_t.
+
     Parameters
     ----------
     scores : (B,) sequence scores (:func:`sequence_scores`)
