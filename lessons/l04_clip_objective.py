@@ -31,6 +31,7 @@ Exercises:
    lets a good action whose probability has fallen (A > 0, r < 1 - eps) be pushed back up.
 3. CleanRL logs clipfrac = mean(|r - 1| > eps), minippo (like TRL) the fraction in cases 3 and 4.
    Compute both on the batch of this lesson: which one tells you how many tokens get no gradient?
+4. Implement it: `minippo exercise start clip`, then `minippo exercise check clip`.
 """
 from __future__ import annotations
 

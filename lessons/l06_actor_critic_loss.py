@@ -45,6 +45,7 @@ Exercises:
 2. Set vf_coef (c1) to 0 (no critic learning: A = R - 0). What happens to the explained variance,
    to the advantages (they now carry each context's offset) and to learning?
 3. In (f), derive -c2 dH/dz by hand for a two-token policy and check the bar of the rare token.
+4. Implement it: `minippo exercise start value_clip`, then `minippo exercise check value_clip`.
 """
 from __future__ import annotations
 

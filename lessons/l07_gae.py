@@ -39,6 +39,7 @@ Exercises:
    reason for lambda = 0.95 in RLHF.
 3. Set gamma = 0.9 (``gamma=0.9``): the chain now discounts the end reward. How does the
    effective horizon 1 / (1 - gamma lam) explain the variance curve?
+4. Implement it: `minippo exercise start gae`, then `minippo exercise check gae`.
 """
 from __future__ import annotations
 

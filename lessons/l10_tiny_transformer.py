@@ -24,6 +24,7 @@ Exercises:
    held-out loss? Does the penalty-free fraction follow the loss?
 3. Sample the trained model at temperature 0.5 and 1.5 (minippo.rlhf.sft.sample_and_judge): what
    happens to the penalty-free fraction and to the variety of the sentences?
+4. Implement it: `minippo exercise start layernorm_backward`, then `minippo exercise check layernorm_backward`.
 """
 from __future__ import annotations
 

@@ -38,6 +38,7 @@ Exercises:
    for lesson 19, where PPO over-optimises it.
 4. The head bias ``scalar_head.b`` gets exactly zero gradient (test_reward_model checks it). Why, and what
    sets the offset of the scores in the end?
+5. Implement it: `minippo exercise start bradley_terry`, then `minippo exercise check bradley_terry`.
 """
 from __future__ import annotations
 

@@ -35,6 +35,7 @@ Exercises:
 2. Set ``lam=1.0``: how do the per-position correlations (e) change for each shaping, and why?
 3. Compute the fraction of responses a sequence-level clip would zero at ``clip_eps=0.5``: is any
    epsilon both safe for tokens and usable for whole responses?
+4. Implement it: `minippo exercise start token_rewards`, then `minippo exercise check token_rewards`.
 """
 from __future__ import annotations
 

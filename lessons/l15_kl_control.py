@@ -37,6 +37,7 @@ Exercises:
 3. Put k3 in the reward (``kl_ref_estimator="k3"``): every sample is >= 0, but can a flattened policy still
    pay less penalty than the reference under top-k? Compute E_q[k3] at tau = 1.5 with
    ``kl_estimator_moments(..., probs=q)``.
+4. Implement it: `minippo exercise start k3`, then `minippo exercise check k3`.
 """
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "import-hf": ("minippo.rlhf.run.hf_import", "read a Hugging Face GPT-2 folder into a model folder"),
     "classic": ("minippo.classic.run", "classic PPO on CartPole (s, a, r, s', done)"),
     "bench": ("minippo.bench", "measure kernels and models side by side and print ratios"),
+    "exercise": ("minippo.exercises.cli", "the classroom exercises: list, start NAME, check NAME, solution NAME"),
 }
 
 

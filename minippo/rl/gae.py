@@ -61,6 +61,10 @@ def _gae_inputs(rewards, values, mask, gamma, lam, validate_values=True):
 def gae(rewards, values, mask, gamma=1.0, lam=0.95):
     """GAE-lambda advantages and returns of a right-padded batch of responses.
 
+    A_t = sum_l (gamma lam)^l delta_{t+l}, GAE paper eq. (16); lam = 0 is the TD error delta_t (eq. (17)),
+    lam = 1 the reward-to-go minus V (eq. (18)). In the PPO paper these are eqs. (11)-(12), and eq. (10)
+    at lam = 1 (here with V = 0 after the last token: a response is a finished episode).
+
     Parameters
     ----------
     rewards : (B, T) float32 or float64, per-token rewards (e.g. -beta * kl_t, plus the score
@@ -119,6 +123,9 @@ def _classic_inputs(rewards, values, next_values, terminated, truncated, gamma, 
 
 def gae_classic(rewards, values, next_values, terminated, truncated, gamma=0.99, lam=0.95):
     """GAE for a (T, N) rollout of N vectorised environments, CleanRL style.
+
+    GAE paper eq. (16) truncated at the rollout's end as in PPO paper eqs. (11)-(12), bootstrapped with
+    V(s_T) (PPO eq. (10)'s last term) where an episode was truncated or the rollout stops.
 
     Parameters
     ----------

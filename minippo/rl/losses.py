@@ -324,6 +324,9 @@ def clipped_policy_loss(logp, logp_old, adv, mask=None, clip_eps=0.2):
 def ppo_penalty_loss(logp, logp_old, adv, mask=None, kl_coef=1.0):
     """KL-penalised surrogate loss, PPO paper eq. (8): ``L = -masked_mean(r A - beta KL_t)``.
 
+    With a fixed beta (:class:`~minippo.rl.kl_control.FixedKLController`) it is the penalised problem
+    of eq. (5); with the rule of sec. 4 (:class:`~minippo.rl.kl_control.PPOPaperKLController`), PPO-Penalty.
+
     The per-token KL is the k3 estimate of KL[pi_old || pi] from tokens sampled by pi_old,
     ``KL_t = (r_t - 1) - log r_t`` (Schulman 2020, "Approximating KL divergence"): unbiased,
     never negative, and only the taken token's log-probabilities are needed. Its gradient is
@@ -358,7 +361,7 @@ def ppo_penalty_loss(logp, logp_old, adv, mask=None, kl_coef=1.0):
 # ----------------------------------------------------------------------------------------------
 
 def value_loss(values, returns, mask=None):
-    """Unclipped value loss ``0.5 * masked_mean((values - returns)^2)``.
+    """Unclipped value loss ``0.5 * masked_mean((values - returns)^2)``: L^VF of PPO paper eq. (9), with 0.5.
 
     Parameters
     ----------
@@ -383,6 +386,9 @@ def value_loss(values, returns, mask=None):
 
 def clipped_value_loss(values, values_old, returns, mask=None, clip_eps=0.2):
     """Clipped value loss ``0.5 * masked_mean(max((v - R)^2, (v_old + clip(v - v_old, -eps, eps) - R)^2))``.
+
+    L^VF of PPO paper eq. (9), clipped around the rollout's values as OpenAI baselines, CleanRL and TRL do
+    (the paper has no value clipping).
 
     Parameters
     ----------

@@ -87,7 +87,8 @@ class PPOState:
 
 
 def ppo_iteration(state: PPOState, cfg: PPOConfig) -> tuple[Rollout, dict]:
-    """One iteration: steps 1-4 then 5-6 of the module docstring; returns the rollout and its metrics."""
+    """One iteration of PPO paper Algorithm 1: steps 1-4 then 5-6 of the module docstring; returns the
+    rollout and its metrics."""
     rollout, record = collect_experience(state, cfg)
     record.update(ppo_update(state, rollout, cfg))
     return rollout, record
@@ -187,7 +188,9 @@ def sample_and_score(state: PPOState, cfg: PPOConfig, prompts: list[str]):
 
 def per_token_rewards(scores, logp, logp_ref, mask, kl_coef: float, *, kl_kind: str = "k1",
                       shaping: str = "kl_final"):
-    """Per-token rewards, "kl_final" shaping (Ziegler et al. 2019, arXiv:1909.08593; InstructGPT eq. (2))::
+    """Per-token rewards, "kl_final" shaping: Ziegler et al. 2019 (arXiv:1909.08593) eq. (2) and InstructGPT
+    eq. (2), R = score - beta log(pi / pi_ref), written token by token (a response's log-ratio is the sum of
+    its per-token kl_t)::
 
         kl_t = logp_t - logp_ref_t                  (k1; k2 or k3 with kl_kind)
         r_t  = -kl_coef * kl_t                      on every valid token

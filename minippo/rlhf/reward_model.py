@@ -103,7 +103,7 @@ def bradley_terry_forward(r_chosen, r_rejected):
 
 
 def bradley_terry_backward(dloss: float, cache):
-    """``(dr_chosen, dr_rejected)``, each (N,): the gradient of :func:`bradley_terry_forward`.
+    """``(dr_chosen, dr_rejected)``, each (N,): the gradient of :func:`bradley_terry_forward` (InstructGPT eq. (1)).
 
     loss = mean softplus(-margin)  ->  d loss / d margin = -sigmoid(-margin) / N, and
     margin = r_chosen - r_rejected sends it with + to r_chosen and - to r_rejected.
