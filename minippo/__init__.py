@@ -29,7 +29,7 @@ _LAZY = {
     "gae_classic": "minippo.rl.gae",
     "clipped_policy_loss": "minippo.rl.losses",
     "clipped_value_loss": "minippo.rl.losses",
-    "kl_estimate": "minippo.rl.losses",
+    "kl_estimate": "minippo.rl.kl",
     "load_model": "minippo.rlhf.checkpoint",
 }
 

@@ -42,8 +42,9 @@ from minippo.classic.vec_env import SyncVectorEnv
 from minippo.nn.mlp import mlp_backward, mlp_forward, mlp_init
 from minippo.nn.optim import AdamW, clip_grad_norm, global_norm, lr_at
 from minippo.rl.gae import gae_classic
+from minippo.rl.kl import kl_estimate
 from minippo.rl.losses import (clipped_policy_loss, clipped_value_loss, entropy_backward, entropy_from_logits,
-                               kl_estimate, logprobs_backward, logprobs_from_logits, value_loss)
+                               logprobs_backward, logprobs_from_logits, value_loss)
 from minippo.rl.masked import explained_variance, masked_whiten
 
 #: the per-update metrics, in the order the dashboard shows them

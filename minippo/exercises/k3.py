@@ -14,7 +14,7 @@ import numpy as np
 
 from minippo.exercises.grading import Case, as_arrays, call, close, fmt, max_err
 from minippo.nn.gradcheck import numerical_gradient
-from minippo.rl.losses import kl_estimate
+from minippo.rl.kl import kl_estimate
 
 NAME = "k3"
 FUNCTION = "k3"

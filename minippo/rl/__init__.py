@@ -16,6 +16,8 @@ seed concept                                               function
 ratio r_t = exp(logp_new - logp_old) (003 sec. 3)          computed inside the losses below
 log-probs of the taken tokens from the LM's logits         losses.logprobs_from_logits / _backward
 PPO-Clip L^CLIP, eq. (7); the six cases (003 sec. 4-5)     losses.clipped_policy_loss, losses.CLIP_CASES
+(beyond the seeds: DAPO's clip-higher, GSPO's sequence     clipped_policy_loss(clip_eps_high=, ratio_level=)
+ratio; GRPO / Dr. GRPO loss aggregation)                   masked.aggregation_denominator, masked_aggregate
 clip fraction (003 sec. 13)                                stats["clipfrac"] of clipped_policy_loss
 PPO-Penalty r A - beta KL, eq. (8) (003 sec. 6)            losses.ppo_penalty_loss
 adaptive beta (003 sec. 6; PPO paper sec. 4)               kl_control.PPOPaperKLController,
@@ -27,8 +29,9 @@ one temperature for every distribution                     the ``temperature`` a
 GAE delta_t, A_t, returns = A + V (003 sec. 9; 000)        gae.gae (tokens)
 GAE with (s, a, r, s', done) for classic control           gae.gae_classic (terminated vs truncated)
 advantage normalisation (003 sec. 12)                      masked.masked_whiten
-approx KL, KL monitoring, early stop (003 sec. 12-13)      stats["approx_kl"]; losses.kl_estimate (k1, k2, k3)
-KL penalty reward -beta * kl_t (000 follow-up 3)           losses.kl_estimate(logp, logp_ref, kind)
+approx KL, KL monitoring, early stop (003 sec. 12-13)      stats["approx_kl"]; kl.kl_estimate (k1, k2, k3)
+KL penalty reward -beta * kl_t (000 follow-up 3)           kl.kl_estimate(logp, logp_ref, kind)
+KL as a loss term (GRPO), and what its gradient estimates  kl.kl_ref_loss (k1, k2, k3)
 exact KL between two distributions                         losses.kl_exact_from_logits
 explained variance (003 sec. 13)                           masked.explained_variance
 padding / response mask (003 sec. 17; 000)                 masked.masked_sum / masked_mean / masked_var
@@ -50,11 +53,13 @@ from minippo._lazy import lazy_exports
 # public name -> submodule that defines it
 _LAZY = {
     **{n: "minippo.rl.masked" for n in ("masked_sum", "masked_mean", "masked_var", "masked_whiten",
-                                        "explained_variance")},
+                                        "explained_variance", "aggregation_denominator", "masked_aggregate",
+                                        "LOSS_AGGS")},
+    **{n: "minippo.rl.kl" for n in ("kl_estimate", "KL_KINDS", "kl_ref_loss")},
     # not "gae" itself: that name is the submodule minippo.rl.gae (use minippo.gae)
     **{n: "minippo.rl.gae" for n in ("gae_classic",)},
     **{n: "minippo.rl.losses" for n in ("log_softmax", "logprobs_from_logits", "logprobs_backward",
-                                        "entropy_from_logits", "entropy_backward", "kl_estimate",
+                                        "entropy_from_logits", "entropy_backward",
                                         "kl_exact_from_logits", "clipped_policy_loss",
                                         "ppo_penalty_loss", "CLIP_CASES", "CLIPPED_CASES", "clipped_value_loss",
                                         "value_loss")},

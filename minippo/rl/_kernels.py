@@ -9,6 +9,7 @@ switch of :mod:`minippo.kernels` is on (the default)::
     minippo.rl.gae.gae                      -> gae                  (_gae_kernel)
     minippo.rl.gae.gae_classic              -> gae_classic          (_gae_classic_kernel)
     minippo.rl.losses.clipped_policy_loss   -> clipped_policy_loss  (_clipped_policy_kernel)
+                                               (token-mean, token ratio, either band)
 
 Each function here takes the same arguments and returns the same outputs as its public twin (same
 dtypes, same stats keys, the same ``ValueError`` naming the argument): it runs the cheap checks in
@@ -38,15 +39,15 @@ import math
 import numpy as np
 from numba import njit
 
-from minippo.checks import check_range
-from minippo.rl.gae import _classic_inputs, _gae_inputs
-from minippo.rl.losses import NEG_INSIDE, PAD, POS_INSIDE, ZERO_ADV
+from minippo.rl.gae import _classic_inputs, _gae_inputs, _narrowed
+from minippo.rl.losses import NEG_INSIDE, PAD, POS_INSIDE, ZERO_ADV, clip_band, ratio_overflow_error
 from minippo.rl.masked import token_inputs
 
 OK = 0
 NONFINITE = 1     # an input array holds NaN or +/-inf          (argument index = which array)
 MASK_VALUE = 2    # the mask holds something other than 0 or 1
 MASK_HOLE = 3     # a valid token follows a padding token in a row (mask not right-padded)
+OVERFLOW = 4      # finite inputs, but r A (or the sum over tokens) is not finite: no finite loss exists
 
 
 def raise_for_status(status: int, which: int, b: int, t: int, names: list[str],
@@ -79,11 +80,11 @@ def raise_for_status(status: int, which: int, b: int, t: int, names: list[str],
 def gae(rewards, values, mask, gamma, lam):
     """:func:`minippo.rl.gae.gae` by :func:`_gae_kernel` (same arguments, returns and errors)."""
     rewards, values, mask = _gae_inputs(rewards, values, mask, gamma, lam, validate_values=False)
-    adv = np.empty_like(rewards)
-    returns = np.empty_like(rewards)
+    adv = np.empty(rewards.shape, dtype=np.float64)            # float64 work arrays, as in the formula
+    returns = np.empty(rewards.shape, dtype=np.float64)
     status, which, b, t = _gae_kernel(rewards, values, mask, float(gamma), float(lam), adv, returns)
     raise_for_status(status, which, b, t, ["rewards", "values"], [rewards, values], mask, one_d=False)
-    return adv, returns
+    return _narrowed(rewards.dtype, adv=adv, returns=returns)
 
 
 @njit(cache=True)
@@ -100,7 +101,7 @@ def _gae_kernel(rewards, values, mask, gamma, lam, adv, returns):
 
     Padding has delta = 0, so the chain enters a row's last valid token with A = 0; V(s_{t+1})
     is ``values[t+1] * mask[t+1]``, 0 after the last valid token. The arithmetic is that of the
-    NumPy body (same operations in the same order; the kernel keeps A in float64).
+    NumPy body (same operations in the same order, in float64: ``adv`` and ``returns`` are float64).
     """
     B, T = rewards.shape
     gl = gamma * lam
@@ -115,11 +116,11 @@ def _gae_kernel(rewards, values, mask, gamma, lam, adv, returns):
             bad |= mask[b, t] > mask[b, t - 1]            # a valid token after padding: a hole
         if bad:
             return _locate_gae_error(rewards, values, mask, b)
-        for t in range(T - 1):
-            next_value = values[b, t + 1] * mask[b, t + 1]
-            adv[b, t] = (rewards[b, t] + gamma * next_value - values[b, t]) * mask[b, t]
+        for t in range(T - 1):       # in float64 whatever the inputs (np.float64: also without the JIT)
+            next_value = np.float64(values[b, t + 1]) * mask[b, t + 1]
+            adv[b, t] = (np.float64(rewards[b, t]) + gamma * next_value - values[b, t]) * mask[b, t]
         if T > 0:
-            adv[b, T - 1] = (rewards[b, T - 1] - values[b, T - 1]) * mask[b, T - 1]
+            adv[b, T - 1] = (np.float64(rewards[b, T - 1]) - values[b, T - 1]) * mask[b, T - 1]
     # pass 2: A_t = delta_t + gamma lam A_{t+1}, rows b..b+3 interleaved, then the leftover rows
     for b in range(0, B - B % 4, 4):
         a0 = a1 = a2 = a3 = 0.0
@@ -207,19 +208,23 @@ def _gae_classic_kernel(rewards, values, next_values, terminated, truncated, gam
 # the clipped surrogate L^CLIP, eq. (7)               formula: minippo.rl.losses.clipped_policy_loss
 # ----------------------------------------------------------------------------------------------
 
-def clipped_policy_loss(logp, logp_old, adv, mask, clip_eps):
+def clipped_policy_loss(logp, logp_old, adv, mask, clip_eps, clip_eps_high=None):
     """:func:`minippo.rl.losses.clipped_policy_loss` by :func:`_clipped_policy_kernel` (same arguments,
-    returns and errors): the loss, dlogp and every statistic from one pass over the tokens."""
-    check_range("clip_eps", clip_eps, 0, None, lo_open=True)
+    returns and errors; token-mean and the token ratio, either band): the loss, dlogp and every
+    statistic from one pass over the tokens."""
     (logp, logp_old, adv), mask = token_inputs(mask, validate_values=False,
                                                logp=logp, logp_old=logp_old, adv=adv)
+    lo, hi = clip_band(clip_eps, clip_eps_high, logp.dtype)                # the band, in the data's dtype
     shape, one_d = logp.shape, logp.ndim == 1
     as2 = [a.reshape(1, -1) if one_d else a for a in (logp, logp_old, adv, mask)]
     dlogp = np.empty(as2[0].shape, dtype=logp.dtype)
     case = np.empty(as2[0].shape, dtype=np.int8)
-    lo, hi = logp.dtype.type(1 - clip_eps), logp.dtype.type(1 + clip_eps)   # the band, in the data's dtype
     out = _clipped_policy_kernel(*as2, lo, hi, not one_d, dlogp, case)
     status, which, b, t, n, n_clipped, obj_sum, kl_sum, ratio_sum, ratio_max, ratio_min = out
+    if status == OVERFLOW:
+        if b < 0:
+            raise ValueError("the sum of L^CLIP over the tokens overflows float64; check `logp` and `logp_old`")
+        raise ratio_overflow_error((as2[0][b, t] - as2[1][b, t]).item(), as2[2][b, t].item(), t if one_d else (b, t))
     raise_for_status(status, which, b, t, ["logp", "logp_old", "adv"], as2[:3], as2[3], one_d)
     stats = {"clipfrac": n_clipped / n if n else 0.0, "approx_kl": kl_sum / n if n else 0.0,
              "ratio_mean": ratio_sum / n if n else 1.0, "ratio_max": ratio_max if n else 1.0,
@@ -233,8 +238,11 @@ def _clipped_policy_kernel(logp, logp_old, adv, mask, lo, hi, check_holes, dlogp
     pass for ratio, case, objective, gradient and sums.
 
     The per-token work is branch-free (selects, not if/else: the six cases come in random
-    order, so branches would be mispredicted); sums are float64. A last light pass scales
-    ``dlogp`` by 1/n once n is known. Returns
+    order, so branches would be mispredicted); sums are float64. The objective is
+    ``A min(r, hi)`` (A >= 0) or ``A max(r, lo)`` (A < 0), finite where the clip binds even when r
+    overflows; the first token whose ``r A`` is not finite is remembered (an input error found
+    later still wins, as in the formula, which validates the inputs first). A last light pass
+    scales ``dlogp`` by 1/n once n is known. Returns
     ``(status, which, b, t, n, n_clipped, obj_sum, kl_sum, ratio_sum, ratio_max, ratio_min)``.
     """
     B, T = logp.shape
@@ -245,6 +253,7 @@ def _clipped_policy_kernel(logp, logp_old, adv, mask, lo, hi, check_holes, dlogp
     ratio_sum = 0.0
     ratio_max = -np.inf
     ratio_min = np.inf
+    over_b, over_t = -1, -1                  # first token whose r A has no finite value
     for b in range(B):
         # validation sweep over the row (vectorisable): NaN/inf and mask values
         bad = False
@@ -266,14 +275,17 @@ def _clipped_policy_kernel(logp, logp_old, adv, mask, lo, hi, check_holes, dlogp
             if check_holes and not row_open:
                 return MASK_HOLE, 0, b, t, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0
             a = adv[b, t]
-            # r_t = exp(logp - logp_old)
+            # r_t = exp(logp - logp_old)  (+inf where the log-ratio exceeds the dtype's range)
             log_ratio = logp[b, t] - logp_old[b, t]
             ratio = np.exp(log_ratio)
-            # min(r A, clip(r, 1-eps, 1+eps) A): the clipped term binds in cases 3 and 4 only
+            # min(r A, clip(r, lo, hi) A) = A min(r, hi) for A >= 0, A max(r, lo) for A < 0
             below, above = ratio < lo, ratio > hi
             clipped = ((a > 0) & above) | ((a < 0) & below)
-            obj = min(ratio * a, min(max(ratio, lo), hi) * a)
-            dlogp[b, t] = 0.0 if clipped else -a * ratio     # d(-r A)/dlogp = -A r; /n below
+            obj = a * min(ratio, hi) if a >= 0 else a * max(ratio, lo)
+            grad = 0.0 if (clipped or a == 0) else -a * ratio      # d(-r A)/dlogp = -A r; /n below
+            if over_b < 0 and not (math.isfinite(obj) and math.isfinite(grad)):
+                over_b, over_t = b, t
+            dlogp[b, t] = grad
             # case code: 2 (A > 0) or 5 (A < 0), -1 below the band, +1 above it; 7 for A = 0
             base = POS_INSIDE if a > 0 else NEG_INSIDE
             case[b, t] = ZERO_ADV if a == 0 else base + above - below
@@ -284,6 +296,10 @@ def _clipped_policy_kernel(logp, logp_old, adv, mask, lo, hi, check_holes, dlogp
             ratio_sum += ratio
             ratio_max = max(ratio_max, ratio)
             ratio_min = min(ratio_min, ratio)
+    if over_b >= 0:
+        return OVERFLOW, 0, over_b, over_t, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0
+    if not math.isfinite(obj_sum):
+        return OVERFLOW, 0, -1, -1, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0
     if n > 0:
         inv_n = 1.0 / n
         for b in range(B):

@@ -79,24 +79,47 @@ def gae(rewards, values, mask, gamma=1.0, lam=0.95):
     returns : (B, T) adv + values on valid tokens, 0 on padding.
 
     The value after a row's last valid token is 0: a response is a finished episode.
-    Arrays are returned in the inputs' common dtype (the kernel keeps the running A_t in float64,
-    the NumPy body in that dtype).
+    Arrays are returned in the inputs' common dtype; the recursion runs in float64 on both paths (the
+    NumPy body and the kernel), so float32 inputs round once, at the end. An advantage or return
+    beyond that dtype's range (finite inputs can overflow float32) is a ``ValueError``, not an inf.
     """
     if kernels.enabled():            # the same formula, compiled: rl/_kernels.py
         return _kernels.gae(rewards, values, mask, gamma, lam)
     rewards, values, mask = _gae_inputs(rewards, values, mask, gamma, lam)
+    dtype = rewards.dtype
+    rewards, values = rewards.astype(np.float64), values.astype(np.float64)   # the recursion runs in float64
     B, T = rewards.shape
     adv = np.zeros_like(rewards)                                        # (B, T)
     last_adv = np.zeros(B, dtype=rewards.dtype)                         # A_{t+1}, (B,)
-    for t in reversed(range(T)):
-        # V(s_{t+1}): the next token's value where it is valid, else 0 (the episode ended)
-        next_values = values[:, t + 1] * mask[:, t + 1] if t + 1 < T else 0.0   # (B,)
-        # the next two lines are GAE-lambda; "* mask" zeroes padding so A_{T_b} starts at 0
-        delta = rewards[:, t] + gamma * next_values - values[:, t]             # (B,) delta_t
-        last_adv = (delta + gamma * lam * last_adv) * mask[:, t]               # (B,) A_t
-        adv[:, t] = last_adv
-    returns = (adv + values) * mask                                            # (B, T)
-    return adv, returns
+    with np.errstate(over="ignore", invalid="ignore"):    # an overflow is reported by _narrowed
+        for t in reversed(range(T)):
+            # V(s_{t+1}): the next token's value where it is valid, else 0 (the episode ended)
+            next_values = values[:, t + 1] * mask[:, t + 1] if t + 1 < T else 0.0   # (B,)
+            # the next two lines are GAE-lambda; "* mask" zeroes padding so A_{T_b} starts at 0
+            delta = rewards[:, t] + gamma * next_values - values[:, t]             # (B,) delta_t
+            last_adv = (delta + gamma * lam * last_adv) * mask[:, t]               # (B,) A_t
+            adv[:, t] = last_adv
+        returns = (adv + values) * mask                                            # (B, T)
+    return _narrowed(dtype, adv=adv, returns=returns)
+
+
+def _narrowed(dtype, **arrays):
+    """The float64 results of :func:`gae` in the inputs' ``dtype``; a ``ValueError`` where one is not finite.
+
+    Finite float32 inputs can have an advantage beyond float32's range (3.4e38); finite float64
+    inputs one beyond float64's. There is no finite answer in that dtype, so instead of an inf the
+    error says where and what to do (float64 keeps float32's overflows finite)."""
+    out = []
+    for name, a in arrays.items():
+        with np.errstate(over="ignore"):
+            x = a.astype(dtype)
+        if not np.isfinite(x).all():
+            i = tuple(int(j) for j in np.argwhere(~np.isfinite(x))[0])
+            raise ValueError(f"`rewards` and `values` are finite but the {name} at {i} is {a[i].item()!r} in float64, "
+                             f"beyond the range of {np.dtype(dtype)}: no finite GAE in that dtype"
+                             + (" (pass float64 arrays)" if np.isfinite(a[i]) else " (rewards or values too large)"))
+        out.append(x)
+    return tuple(out)
 
 
 # ----------------------------------------------------------------------------------------------

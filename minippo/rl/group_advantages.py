@@ -47,8 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from minippo.checks import check_float_array, check_mask, check_range
-from minippo.rl.losses import kl_estimate
-from minippo.rl.masked import masked_mean, token_inputs
+from minippo.rl.kl import kl_ref_loss
 
 
 # ----------------------------------------------------------------------------------------------
@@ -148,7 +147,8 @@ def batch_mean_advantages(scores, mask):
 # ----------------------------------------------------------------------------------------------
 
 def grpo_kl_loss(logp, logp_ref, mask, kl_coef):
-    """``kl_coef * masked_mean(k3)``, GRPO's KL penalty as a loss, and its gradient d/dlogp.
+    """``kl_coef * masked_mean(k3)``, GRPO's KL penalty as a loss, and its gradient d/dlogp: GRPO's
+    choice of :func:`minippo.rl.kl.kl_ref_loss` (which also has k1, k2 and the other aggregations).
 
     Per token (DeepSeekMath eq. (4)), with log rho = logp_ref - logp::
 
@@ -156,7 +156,9 @@ def grpo_kl_loss(logp, logp_ref, mask, kl_coef):
         dk3/dlogp = -rho + 1 = 1 - exp(logp_ref - logp)
 
     The tokens were sampled from pi_old, not pi, so k3 is an estimate of KL(pi || pi_ref) only at
-    the first minibatch (pi = pi_old); GRPO uses it as a penalty all the same.
+    the first minibatch (pi = pi_old); GRPO uses it as a penalty all the same. And its GRADIENT,
+    even on-policy, estimates that of KL(pi_ref || pi) per state, not of KL(pi || pi_ref)
+    (:mod:`minippo.rl.kl`; measured in lesson 22).
 
     Parameters
     ----------
@@ -172,13 +174,4 @@ def grpo_kl_loss(logp, logp_ref, mask, kl_coef):
     stats : ``kl`` (mean k3, without kl_coef), ``kl_max`` (largest per-token k3; 0 with no valid
         token), ``n_tokens``.
     """
-    check_range("kl_coef", kl_coef, 0, None)
-    (logp, logp_ref), mask = token_inputs(mask, logp=logp, logp_ref=logp_ref)
-    valid = mask == 1
-    n = int(valid.sum())
-    k3 = kl_estimate(logp, logp_ref, kind="k3")                      # (rho - 1) - log rho
-    kl = masked_mean(k3, mask)
-    # d k3 / d logp = 1 - rho, rho = exp(logp_ref - logp); averaged over the n valid tokens
-    dlogp = (kl_coef * -np.expm1(logp_ref - logp) * mask / max(n, 1)).astype(logp.dtype)
-    stats = {"kl": kl, "kl_max": float(k3[valid].max()) if n else 0.0, "n_tokens": n}
-    return kl_coef * kl, dlogp, stats
+    return kl_ref_loss(logp, logp_ref, mask, kl_coef, kind="k3")

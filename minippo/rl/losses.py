@@ -46,17 +46,12 @@ With z = logits / temperature and p = softmax(z):
 
 ## 2. KL estimators
 
-Per-token estimators of KL(pi || pi_ref) from tokens a ~ pi (Schulman 2020, "Approximating KL
-divergence", http://joschu.net/blog/kl-approx.html), with log rho = logp_ref - logp:
-
-    k1 = -log rho = logp - logp_ref          unbiased, high variance, can be negative
-    k2 = 0.5 (log rho)^2                     biased (low for close policies), never negative
-    k3 = (rho - 1) - log rho                 unbiased, low variance, never negative
-
-In RLHF the policy is pi and the reference pi_ref is the frozen SFT model: ``kl_t`` enters the
-per-token reward ``-beta * kl_t`` (Ziegler et al. 2019; InstructGPT eq. (2)). In the PPO
-losses the samples come from pi_old, so ``approx_kl = kl_estimate(logp_old, logp, "k3")``
-estimates KL(pi_old || pi), the direction of PPO paper eq. (8).
+k1, k2, k3 (Schulman 2020) of KL(pi || pi_ref) from the taken tokens, the exact KL from the logits,
+and the KL as a loss term with what each estimator's gradient really estimates: :mod:`minippo.rl.kl`
+(``kl_estimate`` and ``KL_KINDS`` are importable from here too; the exact KL from two sets of logits,
+:func:`kl_exact_from_logits`, is in section 1 below). In the PPO
+losses the samples come from pi_old, so ``approx_kl`` = mean((r - 1) - log r), the k3 of
+KL(pi_old || pi), the direction of PPO paper eq. (8).
 
 ## 3. The policy losses
 
@@ -69,28 +64,50 @@ Both are maximised; the functions here return the LOSS ``L = -objective`` and it
 ``dlogp = dL/dlogp`` with respect to the current log-probabilities of the taken tokens (the
 chain rule to the logits is :func:`minippo.rl.losses.logprobs_backward`). The ratio is
 computed as ``exp(logp - logp_old)``, never as a quotient of probabilities (which underflow).
-E_t is a token-level masked mean over every valid token of the batch, so with n valid tokens
-each token's gradient carries a factor 1/n.
+By default E_t is a token-level masked mean over every valid token of the batch, so with n valid
+tokens each token's gradient carries a factor 1/n (``loss_agg`` chooses GRPO's or Dr. GRPO's
+normalisation instead: :func:`minippo.rl.masked.aggregation_denominator`, and then 1/n below reads
+1/d_bt).
+
+The band may be asymmetric, ``[1 - eps_low, 1 + eps_high]`` with ``clip_eps`` = eps_low and
+``clip_eps_high`` = eps_high (DAPO's "Clip-Higher", arXiv:2503.14476: eps_low 0.2, eps_high 0.28,
+so that a low-probability token with A > 0 can grow more before its gradient is cut, which keeps
+the entropy up). Since ``min(r A, clip(r) A) = A min(r, 1+eps_high)`` for A >= 0 and
+``A max(r, 1-eps_low)`` for A < 0, the objective is computed in that form: it is finite wherever
+the clip binds, even when ``exp(logp - logp_old)`` overflows (A > 0: (1 + eps_high) A with zero
+gradient); where A < 0 and r overflows, r A has no finite value and a ``ValueError`` names
+``logp`` and ``logp_old``.
 
 The six clip cases (seed 003, section 5 "PPO-Clip 的符号理解"). Because min() picks the smaller
 term, the clipped term is selected exactly where clipping would let the objective grow further:
 
-    code  advantage  ratio r            selected term        dL/dlogp
-    1     A > 0      r < 1-eps          r A  (unclipped)     -A r / n
-    2     A > 0      1-eps <= r <= 1+eps r A  (both equal)    -A r / n
-    3     A > 0      r > 1+eps          (1+eps) A  CLIPPED   0       "good action already boosted enough"
-    4     A < 0      r < 1-eps          (1-eps) A  CLIPPED   0       "bad action already cut enough"
-    5     A < 0      1-eps <= r <= 1+eps r A  (both equal)    -A r / n
-    6     A < 0      r > 1+eps          r A  (unclipped)     -A r / n
-    7     A = 0      any                0                    0       (no signal; neither branch active)
-    0     padding                                            0
+    code  advantage  ratio r                  selected term          dL/dlogp
+    1     A > 0      r < 1-eps_low            r A  (unclipped)       -A r / n
+    2     A > 0      1-eps_low <= r <= 1+eps_high  r A (both equal)  -A r / n
+    3     A > 0      r > 1+eps_high           (1+eps_high) A CLIPPED 0     "good action already boosted enough"
+    4     A < 0      r < 1-eps_low            (1-eps_low) A  CLIPPED 0     "bad action already cut enough"
+    5     A < 0      1-eps_low <= r <= 1+eps_high  r A (both equal)  -A r / n
+    6     A < 0      r > 1+eps_high           r A  (unclipped)       -A r / n
+    7     A = 0      any                      0                      0     (no signal; neither branch active)
+    0     padding                                                    0
 
-The band is CLOSED: exactly at r = 1 +/- eps the two terms are equal, the token counts as inside
-(case 2 or 5), is not counted in ``clipfrac``, and gets the unclipped gradient -A r / n (the
-one-sided derivative from inside the band; PyTorch's ``clamp`` gives the same). ``clipfrac`` is
-the fraction of valid tokens in cases 3 and 4, i.e. whose gradient is exactly zero because of
-the clip (TRL's definition; CleanRL's ``|r - 1| > eps`` also counts cases 1 and 6).
+The band is CLOSED: exactly at r = 1 - eps_low or 1 + eps_high the two terms are equal, the token
+counts as inside (case 2 or 5), is not counted in ``clipfrac``, and gets the unclipped gradient
+-A r / n (the one-sided derivative from inside the band; PyTorch's ``clamp`` gives the same).
+``clipfrac`` is the fraction of valid tokens in cases 3 and 4, i.e. whose gradient is exactly zero
+because of the clip (TRL's definition; CleanRL's ``|r - 1| > eps`` also counts cases 1 and 6).
 
+**Sequence-level ratio** (``ratio_level="sequence"``, GSPO: Zheng et al. 2025, arXiv:2507.18071).
+Every token of response b uses the length-normalised sequence ratio
+
+    s_b = (pi(y_b|x) / pi_old(y_b|x))^(1/|o_b|) = exp(1/|o_b| sum_t (logp_t - logp_old_t))
+
+in place of r_t, clipped per sequence: the objective of token t is ``A_t min(s_b, 1+eps_high)``
+(A >= 0) or ``A_t max(s_b, 1-eps_low)`` (A < 0), aggregated by ``loss_agg`` (GSPO's objective is
+this with one advantage per response and ``"seq-mean-token-mean"``: 1/G sum_b of the sequence
+term; GSPO runs it with a band of 3e-4 / 4e-4, not 0.2). Since ds_b/dlogp_t = s_b / |o_b|, the
+gradient of token t is ``-(s_b / |o_b|) sum_t' A_t' / d_bt'`` over the tokens t' of its row whose
+clip does not bind: the same for every token of a row, 0 for a clipped response.
 ## 4. The value loss
 
 The value term of PPO paper eq. (9) is ``L^VF = (V(s_t) - V_t^targ)^2`` with the targets
@@ -102,7 +119,10 @@ cannot move more than ``clip_eps`` per update, and take the larger of the two er
     L^VF      = 0.5 * masked_mean(max((values - R)^2, (v_clipped - R)^2))
 
 The factor 0.5 makes the gradient of the unclipped term exactly ``(values - R) / n``. As in
-the policy loss, the mean is over all valid tokens of the batch and padding gets no gradient.
+the policy loss, the mean is over all valid tokens of the batch (or ``loss_agg``'s normalisation)
+and padding gets no gradient. The squared errors are computed in float64: a float32 error of 1e20
+has a finite loss; where the float64 square itself overflows there is no finite loss and a
+``ValueError`` names ``values`` and ``returns``.
 
 Gradient of the clipped form, per valid token (n valid tokens):
 * the unclipped error is selected (it is >= the clipped one; ties go here): ``(v - R) / n``;
@@ -117,7 +137,8 @@ import numpy as np
 from minippo import kernels
 from minippo._lazy import LazyModule
 from minippo.checks import check_choice, check_float_array, check_int_array, check_range, check_same_shape
-from minippo.rl.masked import masked_mean, token_inputs
+from minippo.rl.kl import kl_estimate
+from minippo.rl.masked import aggregation_denominator, masked_aggregate, masked_mean, token_inputs
 
 # the compiled twin of clipped_policy_loss; imported (with numba) at its first call, so `import minippo` stays fast
 _kernels = LazyModule("minippo.rl._kernels")
@@ -194,41 +215,6 @@ def entropy_backward(dent, cache):
     return (dz / temperature).astype(probs.dtype)                     # z = logits / T
 
 
-# ----------------------------------------------------------------------------------------------
-# 2. KL estimators from the taken tokens, and the exact KL from the logits
-# ----------------------------------------------------------------------------------------------
-
-KL_KINDS = ("k1", "k2", "k3")
-
-
-def kl_estimate(logp, logp_ref, kind="k3"):
-    """Per-token estimate of KL(pi || pi_ref) from the taken tokens' log-probabilities.
-
-    Parameters
-    ----------
-    logp : (...) log pi(a_t|s_t) of tokens sampled from pi (the "current" policy).
-    logp_ref : (...) log pi_ref(a_t|s_t) of the same tokens.
-    kind : "k1" (logp - logp_ref), "k2" (0.5 (logp - logp_ref)^2) or "k3" ((rho - 1) - log rho,
-        rho = exp(logp_ref - logp)).
-
-    Returns
-    -------
-    kl : (...) per-token estimates, in the inputs' dtype. Average them over valid tokens (with
-        :func:`minippo.rl.masked.masked_mean`) to estimate the KL.
-    """
-    check_choice("kind", kind, KL_KINDS)
-    logp = check_float_array("logp", logp)
-    logp_ref = check_float_array("logp_ref", logp_ref)
-    check_same_shape(logp=logp, logp_ref=logp_ref)
-    log_rho = logp_ref - logp                                  # log pi_ref / pi
-    if kind == "k1":
-        return -log_rho
-    if kind == "k2":
-        return 0.5 * log_rho * log_rho
-    # k3 = (rho - 1) - log rho; expm1 keeps the precision when rho is close to 1
-    return np.expm1(log_rho) - log_rho
-
-
 def kl_exact_from_logits(logits, logits_ref, temperature=1.0):
     """Exact KL(pi || pi_ref) at each position from the full distributions.
 
@@ -251,28 +237,54 @@ PAD, POS_BELOW, POS_INSIDE, POS_CLIPPED, NEG_CLIPPED, NEG_INSIDE, NEG_ABOVE, ZER
 #: code -> description of the per-token clip cases in ``stats["clip_case"]`` (int8)
 CLIP_CASES = {
     PAD: "padding",
-    POS_BELOW: "A>0, r<1-eps: unclipped, grad -A r/n",
+    POS_BELOW: "A>0, r<1-eps_low: unclipped, grad -A r/n",
     POS_INSIDE: "A>0, r in band: unclipped, grad -A r/n",
-    POS_CLIPPED: "A>0, r>1+eps: CLIPPED, grad 0",
-    NEG_CLIPPED: "A<0, r<1-eps: CLIPPED, grad 0",
+    POS_CLIPPED: "A>0, r>1+eps_high: CLIPPED, grad 0",
+    NEG_CLIPPED: "A<0, r<1-eps_low: CLIPPED, grad 0",
     NEG_INSIDE: "A<0, r in band: unclipped, grad -A r/n",
-    NEG_ABOVE: "A<0, r>1+eps: unclipped, grad -A r/n",
+    NEG_ABOVE: "A<0, r>1+eps_high: unclipped, grad -A r/n",
     ZERO_ADV: "A=0: no signal, grad 0",
 }
 #: the codes whose clipped branch is active (zero gradient), counted by ``clipfrac``
 CLIPPED_CASES = (POS_CLIPPED, NEG_CLIPPED)
+#: the ratio in L^CLIP: PPO's per-token r_t, or GSPO's length-normalised sequence ratio s_b
+RATIO_LEVELS = ("token", "sequence")
 
 
-def _ratio_stats(ratio, mask, n):
+def clip_band(clip_eps, clip_eps_high, dtype):
+    """``(1 - eps_low, 1 + eps_high)`` in ``dtype``: eps_low = ``clip_eps`` > 0, eps_high =
+    ``clip_eps_high`` > 0 (None: the same as eps_low, PPO's symmetric band)."""
+    check_range("clip_eps", clip_eps, 0, None, lo_open=True)
+    if clip_eps_high is not None:
+        check_range("clip_eps_high", clip_eps_high, 0, None, lo_open=True)
+    eps_high = clip_eps if clip_eps_high is None else clip_eps_high
+    return np.dtype(dtype).type(1 - clip_eps), np.dtype(dtype).type(1 + eps_high)
+
+
+def ratio_overflow_error(log_ratio, adv, pos, what="L^CLIP") -> ValueError:
+    """The ``ValueError`` of both paths of :func:`clipped_policy_loss` where ``r A`` has no finite value."""
+    with np.errstate(over="ignore"):
+        r = float(np.exp(np.float64(log_ratio)))
+    return ValueError(f"`logp` - `logp_old` = {log_ratio!r} at {pos} gives the ratio r = {r!r} with the advantage "
+                      f"A = {adv!r}: {what} = r A is not finite there (the clip bounds r only on the side A "
+                      f"pushes it); check `logp` and `logp_old`")
+
+
+def _valid_mean(x, valid, n) -> float:
+    """Mean of ``x`` over the ``valid`` entries, float64 sum (inf allowed: a statistic may overflow)."""
+    return float(np.sum(np.where(valid, x, 0), dtype=np.float64) / n) if n else 0.0
+
+
+def _ratio_stats(ratio, valid, n):
     """ratio_mean / ratio_max / ratio_min over the valid tokens (1.0 when there are none)."""
     if n == 0:
         return {"ratio_mean": 1.0, "ratio_max": 1.0, "ratio_min": 1.0}
-    valid = ratio[mask == 1]
-    return {"ratio_mean": masked_mean(ratio, mask), "ratio_max": float(valid.max()),
-            "ratio_min": float(valid.min())}
+    return {"ratio_mean": _valid_mean(ratio, valid, n), "ratio_max": float(ratio[valid].max()),
+            "ratio_min": float(ratio[valid].min())}
 
 
-def clipped_policy_loss(logp, logp_old, adv, mask=None, clip_eps=0.2):
+def clipped_policy_loss(logp, logp_old, adv, mask=None, clip_eps=0.2, clip_eps_high=None, *,
+                        loss_agg="token-mean", norm_len=None, ratio_level="token"):
     """L^CLIP loss, its gradient and its statistics (eq. (7) of the PPO paper).
 
     Parameters
@@ -281,43 +293,81 @@ def clipped_policy_loss(logp, logp_old, adv, mask=None, clip_eps=0.2):
     logp_old : same shape, log pi_old(a_t|s_t) stored at rollout time.
     adv : same shape, advantages A_t (usually whitened).
     mask : 0/1 like ``logp`` or None (all valid). 2-D masks must be right-padded.
-    clip_eps : epsilon > 0.
+    clip_eps : eps_low > 0 (the band's lower edge is 1 - eps_low); 0.2 typical.
+    clip_eps_high : eps_high > 0, or None for eps_low (symmetric); DAPO's clip-higher uses 0.28.
+    loss_agg : "token-mean" (default), "seq-mean-token-mean" or "seq-mean-token-sum-norm" (with the
+        constant ``norm_len``): :func:`minippo.rl.masked.aggregation_denominator`. Not token-mean
+        needs 2-D inputs (rows are responses).
+    ratio_level : "token" (r_t, PPO) or "sequence" (GSPO's s_b, 2-D inputs; module docstring).
 
     Returns
     -------
-    loss : float, ``-masked_mean(min(r A, clip(r, 1-eps, 1+eps) A))`` (0 with no valid token).
-    dlogp : array like ``logp``, dL/dlogp: -A r / n where the unclipped branch is active, exactly
-        0 on clipped tokens (cases 3, 4), A = 0 and padding.
-    stats : dict with ``clipfrac``, ``approx_kl`` (k3 = mean((r - 1) - log r), an estimate of
-        KL(pi_old || pi)), ``ratio_mean``, ``ratio_max``, ``ratio_min`` (1.0 with no valid
-        token), ``n_tokens`` and ``clip_case`` (int8 array like ``logp``, codes in
+    loss : float, ``-aggregate(min(r A, clip(r, 1-eps_low, 1+eps_high) A))`` (0 with no valid token).
+    dlogp : array like ``logp``, dL/dlogp: -A r / d where the unclipped branch is active, exactly
+        0 on clipped tokens (cases 3, 4), A = 0 and padding (GSPO: the row's common gradient).
+    stats : dict with ``clipfrac``, ``approx_kl`` (k3 = mean((r - 1) - log r) of the TOKEN ratios,
+        an estimate of KL(pi_old || pi); +inf when a ratio overflows), ``ratio_mean``, ``ratio_max``,
+        ``ratio_min`` (of the ratio the loss uses: per token, or s_b on each token of row b; 1.0 with
+        no valid token), ``n_tokens`` and ``clip_case`` (int8 array like ``logp``, codes in
         :data:`CLIP_CASES`).
+
+    Raises ``ValueError`` naming ``logp`` and ``logp_old`` where ``r A`` has no finite value (A < 0
+    and the ratio overflows).
+
+    The compiled twin (``rl/_kernels.py``) covers the default aggregation and the token ratio, with
+    either band; "seq-mean-*" need each row's length before any token's weight and "sequence" the
+    row's mean log-ratio before any token's gradient (a second pass the one-pass kernel does not
+    make), so those options run this formula on both switch settings.
     """
-    if kernels.enabled():            # the same formula, compiled: rl/_kernels.py
-        return _kernels.clipped_policy_loss(logp, logp_old, adv, mask, clip_eps)
-    check_range("clip_eps", clip_eps, 0, None, lo_open=True)
+    if kernels.enabled() and loss_agg == "token-mean" and ratio_level == "token":   # compiled: rl/_kernels.py
+        return _kernels.clipped_policy_loss(logp, logp_old, adv, mask, clip_eps, clip_eps_high)
+    check_choice("ratio_level", ratio_level, RATIO_LEVELS)
     (logp, logp_old, adv), mask = token_inputs(mask, logp=logp, logp_old=logp_old, adv=adv)
-    lo, hi = logp.dtype.type(1 - clip_eps), logp.dtype.type(1 + clip_eps)   # the band, in the data's dtype
+    lo, hi = clip_band(clip_eps, clip_eps_high, logp.dtype)               # the band, in the data's dtype
+    d = aggregation_denominator(mask, loss_agg, norm_len)                 # n, or (B, 1), or B L_max
     valid = mask == 1
     n = int(valid.sum())
-    # the next four lines are L^CLIP, eq. (7)
-    ratio = np.exp(logp - logp_old)                                 # r_t
-    surr_unclipped = ratio * adv                                    # r_t A_t
-    surr_clipped = np.clip(ratio, lo, hi) * adv                     # clip(r_t, 1-eps, 1+eps) A_t
-    loss = -masked_mean(np.minimum(surr_unclipped, surr_clipped), mask)
-    # min() selects the constant clipped term where clipping binds: zero gradient there
-    clipped = ((adv > 0) & (ratio > hi)) | ((adv < 0) & (ratio < lo))
-    # d(-r A)/dlogp = -A r (dr/dlogp = r), averaged over the n valid tokens
-    dlogp = np.where(clipped | ~valid, 0.0, -adv * ratio / max(n, 1)).astype(logp.dtype)
+    log_ratio = logp - logp_old                                           # log r_t
+    with np.errstate(over="ignore", invalid="ignore"):
+        ratio = np.exp(log_ratio)                 # r_t; +inf where log r_t exceeds the dtype's range
+        if ratio_level == "sequence":
+            if logp.ndim != 2:
+                raise ValueError(f"`ratio_level` 'sequence' needs 2-D (B, T) inputs, got shape {logp.shape}")
+            lengths = np.maximum(valid.sum(axis=1), 1)                    # (B,) |o_b|
+            log_s = np.where(valid, log_ratio, 0).sum(axis=1) / lengths   # (B,) GSPO's log s_b
+            ratio = np.broadcast_to(np.exp(log_s)[:, None], logp.shape).astype(logp.dtype)   # s_b on row b
+        # the next two lines are L^CLIP, eq. (7): min(r A, clip(r) A) = A min(r, 1+eps_high) (A >= 0),
+        # A max(r, 1-eps_low) (A < 0); finite wherever the clip binds, even where r overflows
+        surr = np.where(adv >= 0, adv * np.minimum(ratio, hi), adv * np.maximum(ratio, lo))
+        surr = np.where(valid, surr, 0.0)                                 # padding never enters
+        # min() selects the constant clipped term where clipping binds: zero gradient there
+        clipped = ((adv > 0) & (ratio > hi)) | ((adv < 0) & (ratio < lo))
+        active = valid & ~clipped & (adv != 0)                            # tokens whose term moves with logp
+        if ratio_level == "token":
+            # d(-r A)/dlogp = -A r (dr/dlogp = r), divided by the aggregation's d (n for token-mean)
+            dlogp = np.where(active, -adv * ratio / d, 0.0).astype(logp.dtype)
+        else:
+            # d(-s_b A_t')/dlogp_t = -A_t' s_b / |o_b| for every unclipped t' of row b, summed with its 1/d
+            row = np.where(active, adv / d, 0.0).sum(axis=1)              # (B,) sum_t' A_t' / d_bt'
+            coef = np.where(row == 0, 0.0, -ratio[:, 0] / lengths * row)  # (B,)
+            dlogp = np.where(valid, coef[:, None], 0.0).astype(logp.dtype)
+    bad = valid & ~(np.isfinite(surr) & np.isfinite(dlogp))
+    if bad.any():
+        i = tuple(int(j) for j in np.argwhere(bad)[0])
+        raise ratio_overflow_error(log_ratio[i].item(), adv[i].item(), i if len(i) != 1 else i[0])
+    loss = -masked_aggregate(surr, mask, loss_agg, norm_len)
+    if not np.isfinite(loss):
+        raise ValueError("the sum of L^CLIP over the tokens overflows float64; check `logp` and `logp_old`")
     # each token's case in the table of the module docstring (codes of CLIP_CASES)
     case = np.select(
         [~valid, adv == 0, (adv > 0) & (ratio < lo), (adv > 0) & (ratio <= hi), adv > 0,
          ratio < lo, ratio <= hi],
         [PAD, ZERO_ADV, POS_BELOW, POS_INSIDE, POS_CLIPPED, NEG_CLIPPED, NEG_INSIDE],
         default=NEG_ABOVE).astype(np.int8)
-    stats = {"clipfrac": masked_mean(clipped.astype(logp.dtype), mask),
-             "approx_kl": masked_mean(kl_estimate(logp_old, logp, kind="k3"), mask),
-             **_ratio_stats(ratio, mask, n), "n_tokens": n, "clip_case": case}
+    with np.errstate(over="ignore", invalid="ignore"):
+        k3 = np.expm1(log_ratio) - log_ratio                             # (r - 1) - log r per token
+    stats = {"clipfrac": masked_mean(clipped.astype(logp.dtype), mask), "approx_kl": _valid_mean(k3, valid, n),
+             **_ratio_stats(ratio, valid, n), "n_tokens": n, "clip_case": case}
     return loss, dlogp, stats
 
 
@@ -333,7 +383,7 @@ def ppo_penalty_loss(logp, logp_old, adv, mask=None, kl_coef=1.0):
     ``d KL_t / dlogp = r_t - 1``, whose expectation under pi_old equals that of the exact KL.
 
     Parameters as :func:`clipped_policy_loss`, with ``kl_coef`` = beta >= 0 (pair it with a
-    controller from :mod:`minippo.rl.kl`, e.g. :class:`~minippo.rl.kl_control.PPOPaperKLController`).
+    controller from :mod:`minippo.rl.kl_control`, e.g. :class:`~minippo.rl.kl_control.PPOPaperKLController`).
 
     Returns
     -------
@@ -352,7 +402,7 @@ def ppo_penalty_loss(logp, logp_old, adv, mask=None, kl_coef=1.0):
     dlogp = (-(ratio * adv - kl_coef * (ratio - 1.0)) * mask / max(n, 1)).astype(logp.dtype)
     kl_mean = masked_mean(kl, mask)
     stats = {"kl": kl_mean, "approx_kl": kl_mean, "surrogate": masked_mean(ratio * adv, mask),
-             **_ratio_stats(ratio, mask, n), "n_tokens": n}
+             **_ratio_stats(ratio, mask == 1, n), "n_tokens": n}
     return loss, dlogp, stats
 
 
@@ -360,7 +410,15 @@ def ppo_penalty_loss(logp, logp_old, adv, mask=None, kl_coef=1.0):
 # 4. the value loss L^VF
 # ----------------------------------------------------------------------------------------------
 
-def value_loss(values, returns, mask=None):
+def _value_overflow_error(err, values, returns, names):
+    """``ValueError`` naming the inputs where the float64 squared error has no finite value."""
+    i = tuple(int(j) for j in np.argwhere(~np.isfinite(err))[0])
+    pos = i if len(i) != 1 else i[0]
+    return ValueError(f"{' and '.join(f'`{n}`' for n in names)} at {pos} (values {values[i].item()!r}, returns "
+                      f"{returns[i].item()!r}) give a squared error beyond float64's range: no finite value loss")
+
+
+def value_loss(values, returns, mask=None, *, loss_agg="token-mean", norm_len=None):
     """Unclipped value loss ``0.5 * masked_mean((values - returns)^2)``: L^VF of PPO paper eq. (9), with 0.5.
 
     Parameters
@@ -368,23 +426,30 @@ def value_loss(values, returns, mask=None):
     values : (B, T) or (N,) V(s_t) from the critic being trained.
     returns : same shape, the regression targets R_t (adv + values_old).
     mask : 0/1 like ``values`` or None (all valid); 2-D masks must be right-padded.
+    loss_agg, norm_len : the aggregation (default token-mean), :func:`minippo.rl.masked.aggregation_denominator`.
 
     Returns
     -------
-    loss : float. dvalues : like ``values``, ``(values - returns) / n``, 0 on padding.
+    loss : float. dvalues : like ``values``, ``(values - returns) / d`` (d = n for token-mean), 0 on padding.
     stats : ``vf_clipfrac`` (0.0: nothing is clipped), ``values_mean``, ``returns_mean``, ``n_tokens``.
     """
     (values, returns), mask = token_inputs(mask, values=values, returns=returns)
     n = int((mask == 1).sum())
-    error = values - returns                                          # V(s_t) - R_t
-    loss = 0.5 * masked_mean(error * error, mask)
-    dvalues = (error * mask / max(n, 1)).astype(values.dtype)        # d(0.5 e^2)/dv = e, /n
+    d = aggregation_denominator(mask, loss_agg, norm_len)
+    with np.errstate(over="ignore", invalid="ignore"):
+        error = values.astype(np.float64) - returns.astype(np.float64)   # V(s_t) - R_t, float64
+        sq = np.where(mask == 1, error * error, 0.0)
+    if not np.isfinite(sq).all():
+        raise _value_overflow_error(sq, values, returns, ("values", "returns"))
+    loss = 0.5 * masked_aggregate(sq, mask, loss_agg, norm_len)
+    dvalues = np.where(mask == 1, error / d, 0.0).astype(values.dtype)  # d(0.5 e^2)/dv = e, /d
     stats = {"vf_clipfrac": 0.0, "values_mean": masked_mean(values, mask),
              "returns_mean": masked_mean(returns, mask), "n_tokens": n}
     return loss, dvalues, stats
 
 
-def clipped_value_loss(values, values_old, returns, mask=None, clip_eps=0.2):
+def clipped_value_loss(values, values_old, returns, mask=None, clip_eps=0.2, *, loss_agg="token-mean",
+                       norm_len=None):
     """Clipped value loss ``0.5 * masked_mean(max((v - R)^2, (v_old + clip(v - v_old, -eps, eps) - R)^2))``.
 
     L^VF of PPO paper eq. (9), clipped around the rollout's values as OpenAI baselines, CleanRL and TRL do
@@ -398,6 +463,7 @@ def clipped_value_loss(values, values_old, returns, mask=None, clip_eps=0.2):
     mask : 0/1 like ``values`` or None; 2-D masks must be right-padded.
     clip_eps : > 0, in the units of the values (its own hyperparameter: ``clip_eps_value``
         in the trainers' configs).
+    loss_agg, norm_len : the aggregation (default token-mean), :func:`minippo.rl.masked.aggregation_denominator`.
 
     Returns
     -------
@@ -410,16 +476,22 @@ def clipped_value_loss(values, values_old, returns, mask=None, clip_eps=0.2):
         mask, values=values, values_old=values_old, returns=returns)
     valid = mask == 1
     n = int(valid.sum())
+    d = aggregation_denominator(mask, loss_agg, norm_len)
+    v, v_old, R = (a.astype(np.float64) for a in (values, values_old, returns))      # float64
     # the next four lines are the clipped value loss
-    v_clipped = values_old + np.clip(values - values_old, -clip_eps, clip_eps)
-    err_unclipped = (values - returns) ** 2                           # (V - R)^2
-    err_clipped = (v_clipped - returns) ** 2                          # (V_clip - R)^2
-    loss = 0.5 * masked_mean(np.maximum(err_unclipped, err_clipped), mask)
+    with np.errstate(over="ignore", invalid="ignore"):
+        v_clipped = v_old + np.clip(v - v_old, -clip_eps, clip_eps)
+        err_unclipped = (v - R) ** 2                                  # (V - R)^2
+        err_clipped = (v_clipped - R) ** 2                            # (V_clip - R)^2
+        err = np.where(valid, np.maximum(err_unclipped, err_clipped), 0.0)
+    if not np.isfinite(err).all():
+        raise _value_overflow_error(err, values, returns, ("values", "values_old", "returns"))
+    loss = 0.5 * masked_aggregate(err, mask, loss_agg, norm_len)
     # max() picks the clipped error only where it is strictly larger, which needs v outside the
     # band (inside it v_clipped = v up to rounding); v_clipped is then constant: no gradient
-    outside = np.abs(values - values_old) > clip_eps
+    outside = np.abs(v - v_old) > clip_eps
     clipped = outside & (err_clipped > err_unclipped) & valid
-    dvalues = np.where(clipped | ~valid, 0.0, (values - returns) / max(n, 1)).astype(values.dtype)
+    dvalues = np.where(clipped | ~valid, 0.0, (v - R) / d).astype(values.dtype)
     stats = {"vf_clipfrac": masked_mean(clipped.astype(values.dtype), mask),
              "values_mean": masked_mean(values, mask), "returns_mean": masked_mean(returns, mask),
              "n_tokens": n}

@@ -6,8 +6,10 @@ entries and 0 on padding; ``mask=None`` means "all valid" (this holds everywhere
 ``minippo.rl``). Sums are accumulated in float64 whatever the input dtype.
 
 The token-level losses of ``minippo.rl`` (policy, value, penalty) are ``masked_mean`` over the
-whole batch: every valid token weighs the same, a long response counts more than a short one
-(the CONTRIBUTING.md convention, as in TRL). Empty selections have documented values instead of NaN,
+whole batch by default: every valid token weighs the same, a long response counts more than a short
+one (the CONTRIBUTING.md convention, as in TRL). :func:`aggregation_denominator` and :func:`masked_aggregate`
+give the other two normalisations practitioners argue about: GRPO's per-response 1/|o| and Dr. GRPO's
+constant normaliser (their ``loss_agg`` argument). Empty selections have documented values instead of NaN,
 so a logged metric is always a finite number:
 
     masked_mean of no valid entry          -> 0.0
@@ -23,8 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minippo.checks import check_float_array, check_mask, check_range, check_same_shape
-
+from minippo.checks import check_choice, check_float_array, check_mask, check_range, check_same_shape
 
 # ----------------------------------------------------------------------------------------------
 # input handling shared by every function of minippo.rl that takes (arrays, mask)
@@ -190,3 +191,72 @@ def explained_variance(values, returns, mask) -> float:
     if var_r == 0.0:
         return 0.0
     return 1.0 - masked_var(returns - values, m, unbiased=False) / var_r
+
+
+# ----------------------------------------------------------------------------------------------
+# loss aggregation: how per-token terms become one loss (token-mean, the GRPO 1/|o|, Dr. GRPO's constant)
+# ----------------------------------------------------------------------------------------------
+
+#: the three normalisations of verl's ``loss_agg_mode`` / TRL's ``loss_type``
+LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def aggregation_denominator(mask, loss_agg: str = "token-mean", norm_len=None):
+    """The divisor d of each valid token's term: an aggregated loss is ``sum_{b,t} m_bt l_bt / d_bt``.
+
+    With B rows (responses), |o_b| valid tokens in row b and n = sum_b |o_b|::
+
+        "token-mean"               d = n                L = sum_{b,t} m l / n
+        "seq-mean-token-mean"      d_b = B max(|o_b|, 1)  L = 1/B sum_b (1/|o_b|) sum_t m l
+        "seq-mean-token-sum-norm"  d = B norm_len       L = 1/(B L_max) sum_{b,t} m l
+
+    "token-mean" is DAPO's token-level loss (arXiv:2503.14476; TRL ``loss_type="bnpo"``, verl
+    ``token-mean``) and every loss of minippo by default: each valid token weighs the same.
+    "seq-mean-token-mean" is GRPO's objective (DeepSeekMath, arXiv:2402.03300): each response's
+    tokens are averaged first, so a token of a long response weighs less (TRL ``"grpo"``; an
+    empty row counts in B and contributes 0, TRL's ``clamp(min=1)``). "seq-mean-token-sum-norm" is
+    Dr. GRPO's fix (arXiv:2503.20783: the 1/|o| term is what lengthens wrong answers): a CONSTANT
+    normaliser, TRL ``"dr_grpo"`` = ``sum / (B * max_completion_length)``; verl's mode of that name
+    divides by the padded width ``mask.shape[-1]`` and not by B (its source asks for the divisor to
+    stay constant). Here ``norm_len`` is that constant and must be given (the trainers pass
+    ``max_new_tokens``, which does not change with the batch's padding); ``norm_len = 1`` gives
+    the mean over responses of each response's token SUM.
+
+    Parameters
+    ----------
+    mask : (B, T) 0/1 (1-D (N,) masks only for "token-mean": a flat batch has no responses).
+    loss_agg : one of :data:`LOSS_AGGS`.
+    norm_len : > 0, the constant L_max of "seq-mean-token-sum-norm" (ignored otherwise).
+
+    Returns
+    -------
+    d : a float (token-mean: max(n, 1); sum-norm: B norm_len) or a (B, 1) float64 array (seq-mean).
+    """
+    check_choice("loss_agg", loss_agg, LOSS_AGGS)
+    m = np.asarray(mask)
+    if loss_agg == "token-mean":
+        return float(max(int((m != 0).sum()), 1))
+    if m.ndim != 2:
+        raise ValueError(f"`loss_agg` {loss_agg!r} needs 2-D (B, T) inputs (one row per response), "
+                         f"got shape {m.shape}")
+    B = m.shape[0]
+    if loss_agg == "seq-mean-token-mean":
+        lengths = (m != 0).sum(axis=1, keepdims=True).astype(np.float64)      # (B, 1) |o_b|
+        return B * np.maximum(lengths, 1.0)
+    if norm_len is None:
+        raise ValueError("`norm_len` must be given for loss_agg 'seq-mean-token-sum-norm' (the constant "
+                         "normaliser, e.g. max_new_tokens; a batch's padded width changes with the batch)")
+    check_range("norm_len", norm_len, 0, None, lo_open=True)
+    return float(B * norm_len)
+
+
+def masked_aggregate(x, mask, loss_agg: str = "token-mean", norm_len=None) -> float:
+    """``sum_{b,t} m x / d`` with the divisor of :func:`aggregation_denominator` (float64 sums).
+
+    ``"token-mean"`` is exactly :func:`masked_mean` (the same computation, so the same bits).
+    """
+    if loss_agg == "token-mean":
+        return masked_mean(x, mask)
+    d = aggregation_denominator(mask, loss_agg, norm_len)
+    x, m = _x_and_mask(x, mask)
+    return float(np.sum((x * m).astype(np.float64) / d))

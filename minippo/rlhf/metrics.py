@@ -33,7 +33,7 @@ GLOSSARY: dict[str, str] = {
     "loss/policy_avg": "mean over minibatches of the clipped surrogate loss -L^CLIP (PPO eq. (7))",
     "loss/value_avg": "mean over minibatches of the value loss 0.5 mean_t max((V - R)^2, (V_clip - R)^2) (unclipped without value_clip)",
     "loss/ptx_avg": "mean over minibatches of the corpus language-model loss of PPO-ptx (0 when ptx_coef = 0)",
-    "loss/kl_avg": "mean over minibatches of the KL loss term mean_t k3(pi, pi_ref) (0 when kl_ref_loss_coef = 0)",
+    "loss/kl_avg": "mean over minibatches of the KL loss term: the per-token kl_ref_loss_estimator (k3 by default) of the KL to pi_ref, aggregated by loss_agg (0 when kl_ref_loss_coef = 0)",
     "val/clipfrac_avg": "mean over minibatches of the fraction of valid tokens where the clipped value error is the larger one",
     "val/explained_variance": "1 - Var[R - V] / Var[R] over the rollout's valid tokens (critic quality; 1 perfect, <= 0 useless)",
     "val/ratio": "mean over minibatches of the mean ratio r_t = exp(logp - logp_old) (1 with lr = 0, to float32 rounding: lesson 16)",

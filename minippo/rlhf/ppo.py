@@ -46,11 +46,11 @@ from minippo.checks import check_choice, check_finite_values, check_float_array,
 from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
 from minippo.rl.gae import gae
-from minippo.rl.group_advantages import batch_mean_advantages, grpo_advantages, grpo_kl_loss, rloo_advantages
+from minippo.rl.group_advantages import batch_mean_advantages, grpo_advantages, rloo_advantages
+from minippo.rl.kl import kl_estimate, kl_ref_loss
 from minippo.rl.losses import (clipped_policy_loss, clipped_value_loss, entropy_backward, entropy_from_logits,
-                               kl_estimate, kl_exact_from_logits, logprobs_backward, logprobs_from_logits,
-                               value_loss)
-from minippo.rl.masked import explained_variance, masked_mean, masked_whiten
+                               kl_exact_from_logits, logprobs_backward, logprobs_from_logits, value_loss)
+from minippo.rl.masked import aggregation_denominator, explained_variance, masked_aggregate, masked_whiten
 from minippo.rlhf.critic import ValueNorm, init_bias_to_mean_score
 from minippo.rlhf.data.batches import lm_batch
 from minippo.rlhf.data.corpus import sample_prompts
@@ -229,7 +229,7 @@ def per_token_rewards(scores, logp, logp_ref, mask, kl_coef: float, *, kl_kind: 
     check_range("kl_coef", kl_coef, 0, None)
     check_choice("shaping", shaping, SHAPINGS)
     m = (mask != 0).astype(np.float64)                                   # (B, Tn)
-    kl = kl_estimate(logp.astype(np.float64), logp_ref.astype(np.float64), kl_kind) * m
+    kl = kl_estimate(logp.astype(np.float64), logp_ref.astype(np.float64), kl_kind, mask=m) * m
     non_score_reward = -kl_coef * kl                                     # (B, Tn), 0 on padding
     rewards = non_score_reward.copy()
     if shaping == "kl_final":
@@ -299,33 +299,41 @@ def minibatch_loss_and_grads(state: PPOState, mb: Rollout, cfg: PPOConfig, ptx_b
     """Loss terms, statistics and gradients of one minibatch (nothing is updated)::
 
         logp   = log_softmax(logits / T)[response]            the same temperature as the rollout
-        L_pi   = -mean(min(r A, clip(r, 1-eps, 1+eps) A))      L^CLIP, eq. (7), as a loss; r = exp(logp - logp_old)
-        L_V    = 0.5 mean(max((V - R)^2, (V_clip - R)^2))      value loss (unclipped without cfg.value_clip)
-        S      = mean(H[pi(.|s_t)])                            entropy bonus
+        L_pi   = -agg(min(r A, clip(r, 1-eps, 1+eps_high) A))  L^CLIP, eq. (7), as a loss; r = exp(logp - logp_old)
+                                                               (or GSPO's sequence ratio, cfg.ratio_level)
+        L_V    = 0.5 agg(max((V - R)^2, (V_clip - R)^2))       value loss (unclipped without cfg.value_clip)
+        S      = agg(H[pi(.|s_t)])                             entropy bonus
         loss   = L_pi + c1 L_V - c2 S                          eq. (9), signs for minimisation
                + ptx_coef * L_LM(corpus)                       PPO-ptx, InstructGPT eq. (2)
-               + kl_ref_loss_coef * mean(k3(pi, pi_ref))       KL as a loss (GRPO), optional
+               + kl_ref_loss_coef * agg(k(pi, pi_ref))         KL as a loss (GRPO: k = k3), optional
+
+    ``agg`` is ``cfg.loss_agg`` (token-mean by default; GRPO's 1/|o| per response; Dr. GRPO's constant
+    normaliser ``cfg.max_new_tokens``), the same for every term.
 
     Returns ``(terms, stats, grads_actor, grads_critic)``: loss terms (floats), ``approx_kl`` / ``clipfrac``
     / ratio statistics / ``vf_clipfrac`` / ``entropy``, and gradient dicts like the parameters."""
     seqs, attn, Tp, mask = mb.sequences, mb.attn_mask, mb.prompt_len, mb.response_mask
+    agg = dict(loss_agg=cfg.loss_agg, norm_len=cfg.max_new_tokens)        # one aggregation for every term
     logits, head, cache = forward_response(state.actor, seqs, attn, Tp, scalar=cfg.critic == "shared")
-    # the policy: new log-probs, the clipped surrogate, the entropy bonus
+    # the policy: new log-probs, the clipped surrogate (token or sequence ratio), the entropy bonus
     logp, c_logp = logprobs_from_logits(logits, mb.response, cfg.temperature)                  # (B, Tn)
     pg_loss, dlogp, pstats = clipped_policy_loss(logp, mb.logp.astype(logp.dtype), mb.adv.astype(logp.dtype),
-                                                 mask, cfg.clip_eps)
+                                                 mask, cfg.clip_eps, cfg.clip_eps_high,
+                                                 ratio_level=cfg.ratio_level, **agg)
     ent, c_ent = entropy_from_logits(logits, cfg.temperature)                                  # (B, Tn)
-    ent_mean = masked_mean(ent, mask)
+    ent_mean = masked_aggregate(ent, mask, **agg)
     terms = {"loss/policy": pg_loss, "loss/entropy": -ent_mean, "loss/kl": 0.0, "loss/ptx": 0.0, "loss/value": 0.0}
     if cfg.kl_ref_loss_coef > 0:
-        # KL(pi || pi_ref) as a loss: kl_ref_loss_coef * mean(k3), gradient 1 - pi_ref / pi per token
-        _, dkl, kstats = grpo_kl_loss(logp, mb.logp_ref.astype(logp.dtype), mask, cfg.kl_ref_loss_coef)
+        # KL(pi || pi_ref) as a loss: kl_ref_loss_coef * agg(k) with k = k1, k2 or k3 (what each gradient
+        # estimates: minippo.rl.kl); k3's gradient per token is 1 - pi_ref / pi
+        _, dkl, kstats = kl_ref_loss(logp, mb.logp_ref.astype(logp.dtype), mask, cfg.kl_ref_loss_coef,
+                                     cfg.kl_ref_loss_estimator, **agg)
         terms["loss/kl"] = kstats["kl"]
         dlogp = dlogp + dkl
     dlogits = logprobs_backward(dlogp.astype(logits.dtype), c_logp)                            # (B, Tn, V)
     if cfg.ent_coef > 0:
-        # -c2 mean(H): d/dH = -c2 / n on each valid token
-        dent = (-cfg.ent_coef * (mask != 0) / max(int(mask.sum()), 1)).astype(logits.dtype)   # (B, Tn)
+        # -c2 agg(H): d/dH = -c2 / d on each valid token (d = n for token-mean)
+        dent = (-cfg.ent_coef * (mask != 0) / aggregation_denominator(mask, **agg)).astype(logits.dtype)
         dlogits += entropy_backward(dent, c_ent)
     # the critic: the (clipped) squared error, in the head's (possibly normalised) units
     dhead, vf_clipfrac, grads_critic = None, 0.0, {}
@@ -335,9 +343,9 @@ def minibatch_loss_and_grads(state: PPOState, mb: Rollout, cfg: PPOConfig, ptx_b
         h64 = head.astype(np.float64)
         returns, values_old = state.value_norm.normalise(mb.returns), state.value_norm.normalise(mb.values)
         if cfg.value_clip:
-            vf_loss, dh, vstats = clipped_value_loss(h64, values_old, returns, mask, cfg.clip_eps_value)
+            vf_loss, dh, vstats = clipped_value_loss(h64, values_old, returns, mask, cfg.clip_eps_value, **agg)
         else:
-            vf_loss, dh, vstats = value_loss(h64, returns, mask)
+            vf_loss, dh, vstats = value_loss(h64, returns, mask, **agg)
         terms["loss/value"], vf_clipfrac = vf_loss, vstats["vf_clipfrac"]
         dhead = (cfg.vf_coef * dh).astype(head.dtype)
         if cfg.critic == "separate":

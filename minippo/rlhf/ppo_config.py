@@ -16,7 +16,8 @@ minibatches of ``minibatch_size`` responses: ``update_epochs * batch_size // min
 
 Fields a lesson ablates stay here (each says which lesson), because each is a knob a practitioner meets in
 TRL or OpenRLHF too: ``reward_shaping`` (13), ``kl_ref_estimator`` (15), ``critic``, ``critic_init``,
-``critic_bias_init``, ``value_norm`` (16, 18), ``shared_stop_gradient`` (18), ``length_norm_alpha`` (16);
+``critic_bias_init``, ``value_norm`` (16, 18), ``shared_stop_gradient`` (18), ``length_norm_alpha`` (16),
+``clip_eps_high``, ``loss_agg``, ``ratio_level``, ``kl_ref_loss_estimator`` (22);
 ``length_bonus`` alone is no practitioner's knob: it simulates a reward model that likes long answers
 (lesson 16), and stays a field so that the ablation is one config change like the others.
 
@@ -32,6 +33,8 @@ import warnings
 from dataclasses import asdict, dataclass, fields
 
 from minippo.checks import check_choice, check_range
+from minippo.rl.losses import RATIO_LEVELS
+from minippo.rl.masked import LOSS_AGGS
 
 REWARD_SHAPINGS = ("kl_final", "uniform")
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -99,7 +102,23 @@ class PPOConfig:
 
     # ---- losses (PPO paper eq. (9): L^CLIP - c1 L^VF + c2 S) ---------------------------------
     clip_eps: float = 0.2
-    """epsilon of L^CLIP, eq. (7); > 0, 0.1 .. 0.3 typical (seed 001: 0.5 collapses the policy)."""
+    """epsilon of L^CLIP, eq. (7) (the lower edge 1 - eps; also the upper one unless ``clip_eps_high``); > 0,
+    0.1 .. 0.3 typical (seed 001: 0.5 collapses the policy)."""
+    clip_eps_high: float | None = None
+    """eps_high of an asymmetric band [1 - clip_eps, 1 + clip_eps_high]: DAPO's "Clip-Higher" (arXiv:2503.14476,
+    eps_low 0.2, eps_high 0.28: a low-probability token with A > 0 can grow more, which keeps entropy up);
+    None = ``clip_eps`` (PPO's symmetric band); > 0. Lesson 22 measures its effect on entropy."""
+    loss_agg: str = "token-mean"
+    """How the per-token terms of the policy, value, entropy and KL losses become one number
+    (verl ``loss_agg_mode``, TRL ``loss_type``): ``"token-mean"`` (every valid token of the minibatch weighs
+    the same: DAPO, TRL "bnpo"), ``"seq-mean-token-mean"`` (GRPO's 1/|o| per response, then the mean over
+    responses: DeepSeekMath, TRL "grpo") or ``"seq-mean-token-sum-norm"`` (a constant normaliser, the sum over
+    tokens / (responses * ``max_new_tokens``): Dr. GRPO, arXiv:2503.20783, TRL "dr_grpo"; Dr. GRPO finds the
+    1/|o| makes wrong answers grow longer). :func:`minippo.rl.masked.aggregation_denominator`; lesson 22."""
+    ratio_level: str = "token"
+    """``"token"``: PPO's r_t = pi / pi_old per token; ``"sequence"``: GSPO's length-normalised sequence ratio
+    (pi(y|x) / pi_old(y|x))^(1/|y|), clipped per response (arXiv:2507.18071, which uses a band of 3e-4 / 4e-4
+    and ``loss_agg = "seq-mean-token-mean"``); lesson 22."""
     vf_coef: float = 0.1
     """c1, weight of the value loss in eq. (9); >= 0 (TRL 0.1)."""
     value_clip: bool = True
@@ -114,15 +133,22 @@ class PPOConfig:
     ptx_batch_size: int = 16
     """Corpus sentences per minibatch for PPO-ptx; >= 1."""
     kl_ref_loss_coef: float = 0.0
-    """Weight of a KL(pi || pi_ref) LOSS term (k3 per token, GRPO-style) instead of / besides the KL in
-    the reward; >= 0, 0 disables it."""
+    """Weight of a KL(pi || pi_ref) LOSS term (GRPO-style, ``kl_ref_loss_estimator`` per token) instead of /
+    besides the KL in the reward; >= 0, 0 disables it."""
+    kl_ref_loss_estimator: str = "k3"
+    """The per-token estimator of the KL loss term, differentiated as it stands (:mod:`minippo.rl.kl`): ``"k3"``
+    (GRPO, DeepSeekMath eq. (4); its gradient estimates that of KL(pi_ref || pi) per state), ``"k2"`` (gradient
+    of the per-state KL(pi || pi_ref)) or ``"k1"`` (zero gradient on-policy: no KL signal). Lesson 22."""
 
     # ---- rewards ----------------------------------------------------------------------------
     reward_shaping: str = "kl_final"
     """``"kl_final"``: r_t = -beta kl_t, score added on the last valid token (Ziegler et al. 2019);
     ``"uniform"``: r_t = -beta kl_t + score / n on every valid token (seed 000's first option)."""
     kl_ref_estimator: str = "k1"
-    """Per-token KL in the reward: ``"k1"`` logp - logp_ref (Ziegler, TRL), ``"k2"``, ``"k3"``."""
+    """Per-token KL in the reward: ``"k1"`` logp - logp_ref (Ziegler, TRL), ``"k2"``, ``"k3"``. In the reward the estimate
+    is a number and the policy gradient of -beta sum_t k_t is what moves the KL: with k1 (on-policy) that is exactly
+    -beta grad KL(pi || pi_ref); with k2 or k3 it is not (k3's extra term rho - 1 meets its own token's score and largely
+    cancels it: in lesson 22 the expected gradient is under half the size of grad KL and points elsewhere; :mod:`minippo.rl.kl`)."""
     missing_eos_penalty: float = 1.0
     """Subtracted from the score of a response that produced no EOS within ``max_new_tokens``
     (TRL ``missing_eos_penalty``); >= 0, in RM-score units (the RM has std 1 on SFT samples)."""
@@ -212,7 +238,7 @@ class PPOConfig:
         check_range("warmup_iterations", self.warmup_iterations, 0, self.iterations, integer=True, hi_open=True)
         if self.critic_lr is not None:
             check_range("critic_lr", self.critic_lr, 0, None)
-        for name in ("kl_old_target", "score_clip"):
+        for name in ("kl_old_target", "score_clip", "clip_eps_high"):
             if getattr(self, name) is not None:
                 check_range(name, getattr(self, name), 0, None, lo_open=True)
         if self.ratio_threshold is not None:
@@ -224,6 +250,8 @@ class PPOConfig:
             check_range(f"adam_betas[{i}]", b, 0, 1, hi_open=True)
         for name, choices in (("lr_schedule", LR_SCHEDULES), ("reward_shaping", REWARD_SHAPINGS),
                               ("kl_ref_estimator", KL_ESTIMATORS), ("kl_ref_controller", KL_CONTROLLERS),
+                              ("kl_ref_loss_estimator", KL_ESTIMATORS), ("loss_agg", LOSS_AGGS),
+                              ("ratio_level", RATIO_LEVELS),
                               ("critic", CRITICS), ("critic_init", CRITIC_INITS),
                               ("critic_bias_init", CRITIC_BIAS_INITS)):
             check_choice(name, getattr(self, name), choices)

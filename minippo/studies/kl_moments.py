@@ -40,7 +40,8 @@ from __future__ import annotations
 import numpy as np
 
 from minippo.checks import check_float_array, check_mask, check_range, check_same_shape
-from minippo.rl.losses import KL_KINDS, kl_estimate, log_softmax
+from minippo.rl.kl import KL_KINDS, kl_estimate
+from minippo.rl.losses import log_softmax
 
 
 def kl_estimator_moments(logits, logits_ref, temperature: float = 1.0, *, probs=None) -> dict[str, np.ndarray]:

@@ -26,7 +26,8 @@ import numpy as np
 from minippo.blas import single_blas_thread
 from minippo.checks import check_choice, check_float_array, check_range
 from minippo.rl.gae import gae
-from minippo.rl.losses import kl_estimate, logprobs_from_logits
+from minippo.rl.kl import kl_estimate
+from minippo.rl.losses import logprobs_from_logits
 from minippo.rl.masked import masked_mean
 from minippo.rlhf.generate import encode_prompts, generate, sampling_distribution
 from minippo.rlhf.ppo import SHAPINGS, forward_response, per_token_rewards

@@ -31,10 +31,10 @@ import numpy as np
 
 from minippo.checks import check_choice, check_float_array, check_int_array, check_range
 from minippo.nn.optim import AdamW
-from minippo.rl.losses import (clipped_policy_loss, entropy_backward, entropy_from_logits, kl_estimate,
-                               kl_exact_from_logits, log_softmax, logprobs_backward, logprobs_from_logits,
-                               ppo_penalty_loss, value_loss)
+from minippo.rl.kl import kl_estimate
 from minippo.rl.kl_control import FixedKLController, PPOPaperKLController
+from minippo.rl.losses import (clipped_policy_loss, entropy_backward, entropy_from_logits, kl_exact_from_logits,
+                               log_softmax, logprobs_backward, logprobs_from_logits, ppo_penalty_loss, value_loss)
 from minippo.rl.masked import explained_variance, masked_mean, masked_whiten, token_inputs
 
 

@@ -202,3 +202,32 @@ def test_gae_classic_bad_input(fn):
         fn(**dict(a, truncated=np.zeros((3, 1))))
     with pytest.raises(ValueError, match="`lam`"):
         fn(**a, lam=2.0)
+
+
+# ------------------------------------------------------------------ overflow: the right finite answer, or a ValueError
+
+GAE_BOTH = [pytest.param(gae_kernel, id="kernel", marks=pytest.mark.kernels), pytest.param(gae_numpy, id="numpy")]
+
+
+@pytest.mark.parametrize("fn", GAE_BOTH)
+def test_float32_gae_is_exact_where_only_an_intermediate_overflows(fn):
+    """delta_0 = r_0 + V_1 - V_0 = 3e38 + 3e38 - 3e38 passes 6e38 (beyond float32) on the way; the
+    recursion runs in float64, so A_0 = 3e38 - 3e38 = 0 and R_0 = 3e38 come out finite and exact."""
+    rewards = np.array([[3e38, 0.0]], dtype=np.float32)
+    values = np.array([[3e38, 3e38]], dtype=np.float32)
+    adv, returns = fn(rewards, values, None, gamma=1.0, lam=1.0)
+    assert adv.dtype == np.float32 and np.isfinite(adv).all() and np.isfinite(returns).all()
+    v = np.float64(np.float32(3e38))
+    np.testing.assert_array_equal(adv, np.array([[0.0, -v]], dtype=np.float32))
+    np.testing.assert_array_equal(returns, np.array([[v, 0.0]], dtype=np.float32))
+
+
+@pytest.mark.parametrize("fn", GAE_BOTH)
+@pytest.mark.filterwarnings("ignore:overflow encountered")   # NUMBA_DISABLE_JIT: numpy scalars warn
+def test_gae_beyond_the_dtype_names_the_inputs(fn):
+    rewards = np.array([[3e38, 3e38]], dtype=np.float32)               # A_0 = 6e38: no float32 value
+    with pytest.raises(ValueError, match=r"the adv at \(0, 0\) is 6.*beyond the range of float32.*pass float64"):
+        fn(rewards, np.zeros_like(rewards), None, gamma=1.0, lam=1.0)
+    assert np.isfinite(fn(rewards.astype(np.float64), np.zeros((1, 2)), None, 1.0, 1.0)[0]).all()
+    with pytest.raises(ValueError, match=r"beyond the range of float64.*too large"):
+        fn(np.array([[1e308, 1e308]]), np.zeros((1, 2)), None, gamma=1.0, lam=1.0)

@@ -10,7 +10,8 @@ import pytest
 from minippo import kernels
 from minippo.rl import _kernels
 from minippo.rl.gae import gae, gae_classic
-from minippo.rl.losses import clipped_policy_loss, kl_estimate
+from minippo.rl.kl import kl_estimate
+from minippo.rl.losses import clipped_policy_loss
 from minippo.rl.masked import masked_mean
 from tests.helpers import with_kernels
 from tests.rl.helpers import random_batch
@@ -95,15 +96,16 @@ def assert_same_outputs(a, b, tol):
 
 @pytest.mark.kernels
 @pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-12), (np.float32, 2e-6)])
-def test_clip_kernel_matches_the_formula(dtype, tol):
+@pytest.mark.parametrize("clip_eps_high", [None, 0.28])
+def test_clip_kernel_matches_the_formula(dtype, tol, clip_eps_high):
     rng = np.random.default_rng(3)
     (logp, logp_old, adv), mask = random_batch(rng, 9, 17, 3, scale=0.4, dtype=dtype)
     mask[0] = 0
     adv[1, :3] = 0.0
     other = np.float32 if dtype == np.float64 else np.float64
     for m in (mask, None, mask.astype(bool), mask.astype(other)):
-        a = clip_kernel(logp, logp_old, adv, m, clip_eps=0.15)
-        b = clip_numpy(logp, logp_old, adv, m, clip_eps=0.15)
+        a = clip_kernel(logp, logp_old, adv, m, clip_eps=0.15, clip_eps_high=clip_eps_high)
+        b = clip_numpy(logp, logp_old, adv, m, clip_eps=0.15, clip_eps_high=clip_eps_high)
         assert a[1].dtype == dtype
         assert_same_outputs(a, b, tol)
     stats = a[2]
@@ -197,3 +199,20 @@ def test_the_switch_routes_every_call(monkeypatch, name, call):
     assert_same(got, want)
     with kernels.use_kernels(True), pytest.raises(AssertionError, match=f"the kernel {name} was called"):
         call()
+
+
+@pytest.mark.kernels
+@pytest.mark.parametrize("options", [dict(loss_agg="seq-mean-token-mean"),
+                                     dict(loss_agg="seq-mean-token-sum-norm", norm_len=4),
+                                     dict(ratio_level="sequence")])
+def test_options_the_kernel_lacks_run_the_formula(monkeypatch, options):
+    """The kernel covers token-mean and the token ratio; the other options take the formula on both switch
+    settings (the dispatch line of clipped_policy_loss says so), with the same numbers."""
+    args = (np.zeros((2, 3)), np.full((2, 3), -0.1), np.array([[1.0, 1.0, 1.0], [-1.0, -1.0, 0.0]]))
+    with kernels.use_kernels(False):
+        want = clipped_policy_loss(*args, **options)
+    monkeypatch.setattr(_kernels, "clipped_policy_loss", raising("clipped_policy_loss"))
+    with kernels.use_kernels(True):
+        got = clipped_policy_loss(*args, **options)
+    assert got[0] == want[0]
+    np.testing.assert_array_equal(got[1], want[1])

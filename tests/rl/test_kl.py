@@ -1,12 +1,16 @@
 """KL estimators k1/k2/k3 against the exact KL (exact expectations and Monte Carlo), the exact
-KL from logits, and the three beta controllers' update rules."""
+KL from logits, the three beta controllers' update rules, and the KL as a loss term (what each
+estimator's gradient estimates)."""
 import math
 
 import numpy as np
 import pytest
 
+from minippo.nn.gradcheck import assert_gradients, numerical_gradient
+from minippo.rl.kl import kl_estimate, kl_ref_loss
 from minippo.rl.kl_control import AdaptiveKLController, FixedKLController, PPOPaperKLController
-from minippo.rl.losses import kl_estimate, kl_exact_from_logits, log_softmax
+from minippo.rl.losses import kl_exact_from_logits, log_softmax
+from tests.rl.helpers import right_padded_mask
 
 
 def test_estimator_formulas():
@@ -120,3 +124,59 @@ def test_ppo_paper_controller_follows_section_4():
     assert c.update(0.1, n_steps=7) == 2.0          # n_steps does not matter
     with pytest.raises(ValueError, match="`d_targ`"):
         PPOPaperKLController(1.0, d_targ=0.0)
+
+
+# ------------------------------------------------------------------ the KL as a loss term
+
+@pytest.mark.parametrize("kind", ["k1", "k2", "k3"])
+@pytest.mark.parametrize("loss_agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_kl_loss_gradient_finite_differences(kind, loss_agg):
+    rng = np.random.default_rng(9)
+    logp, logp_ref = rng.uniform(-3, -0.2, (2, 3, 5))
+    mask = right_padded_mask([5, 2, 4], 5)
+    kw = dict(kind=kind, loss_agg=loss_agg, norm_len=1)
+    loss, dlogp, stats = kl_ref_loss(logp, logp_ref, mask, 0.3, **kw)
+    k = kl_estimate(logp, logp_ref, kind) * mask
+    per_row = {"token-mean": k.sum() / mask.sum(), "seq-mean-token-mean": np.mean(k.sum(1) / mask.sum(1)),
+               "seq-mean-token-sum-norm": np.mean(k.sum(1))}[loss_agg]
+    assert loss == pytest.approx(0.3 * per_row, rel=1e-12) and stats["kl"] == pytest.approx(per_row, rel=1e-12)
+    assert_gradients(lambda: kl_ref_loss(logp, logp_ref, mask, 0.3, **kw)[0], {"logp": logp}, {"logp": dlogp},
+                     tol=1e-7)
+    assert (dlogp[mask == 0] == 0).all()
+
+
+def test_what_each_kl_loss_gradient_estimates_on_policy():
+    """One state, the exact expectation over a ~ pi of dk/dlogp(a) * d log pi(a)/d logits:
+    k1 -> 0, k2 -> grad KL(pi || pi_ref), k3 -> grad KL(pi_ref || pi) (minippo.rl.kl's table)."""
+    z, z_ref = two_policies(seed=3, V=5, scale=1.0)
+    V = z.size
+
+    def pi(logits):
+        return np.exp(log_softmax(logits))
+
+    def kl(p, q):
+        return float(np.sum(p * (np.log(p) - np.log(q))))
+
+    logp_all, logp_ref_all = log_softmax(z), log_softmax(z_ref)
+    p = pi(z)
+    want = {"k1": np.zeros(V),
+            "k2": numerical_gradient(lambda: kl(pi(z), pi(z_ref)), z, h=1e-6),
+            "k3": numerical_gradient(lambda: kl(pi(z_ref), pi(z)), z, h=1e-6)}
+    for kind in ("k1", "k2", "k3"):
+        dk = kl_ref_loss(logp_all, logp_ref_all, None, 1.0, kind)[1] * V       # dk/dlogp of every token a
+        expected = sum(p[a] * dk[a] * (np.eye(V)[a] - p) for a in range(V))    # E_a~pi[dk(a) grad_z log pi(a)]
+        np.testing.assert_allclose(expected, want[kind], atol=1e-9)
+    # k2 and k3 point differently here: the two KL directions are different functions
+    assert np.linalg.norm(want["k2"] - want["k3"]) > 0.1 * np.linalg.norm(want["k2"])
+
+
+def test_kl_estimate_overflow_names_the_inputs_and_padding_is_ignored():
+    logp, logp_ref = np.array([-800.0, -1.0]), np.array([-1.0, -1.0])          # logp_ref - logp = 799
+    with pytest.raises(ValueError, match=r"`logp` = -800.0 and `logp_ref` = -1.0 at 0 give k3 = inf"):
+        kl_estimate(logp, logp_ref, "k3")
+    assert np.isfinite(kl_estimate(logp, logp_ref, "k1")).all()
+    np.testing.assert_array_equal(kl_estimate(logp, logp_ref, "k3", mask=np.array([0, 1])), [0.0, 0.0])
+    with pytest.raises(ValueError, match="give k3"):
+        kl_estimate(np.array([-100.0], np.float32), np.array([-1.0], np.float32), "k3")  # float32 at ~88.7
+    with pytest.raises(ValueError, match="give k2"):
+        kl_estimate(np.array([-1e200]), np.array([1e200]), "k2")

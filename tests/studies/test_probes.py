@@ -1,17 +1,17 @@
 """minippo.studies.probes: the per-token probes of lessons 13 and 15 against the trainer's own numbers and loops."""
 import numpy as np
 import pytest
-from tests.rlhf.ppo_helpers import state_of, tiny_config, world
 
 from minippo.blas import single_blas_thread
-from minippo.rl.losses import kl_estimate, kl_exact_from_logits
-from minippo.studies.kl_moments import topk_mass_decomposition
+from minippo.rl.kl import kl_estimate
+from minippo.rl.losses import kl_exact_from_logits
 from minippo.rlhf.data.corpus import sample_prompts
 from minippo.rlhf.generate import sampling_distribution
-from minippo.rlhf.ppo import advantages as compute_advantages
-from minippo.rlhf.ppo import compute_rewards, sample_and_score
-from minippo.studies.probes import kl_probe, rollout_logprobs, tempered_policy, token_credit, update_kl
+from minippo.rlhf.ppo import advantages as compute_advantages, compute_rewards, sample_and_score
 from minippo.rlhf.run.trainer import PPOTrainer
+from minippo.studies.kl_moments import topk_mass_decomposition
+from minippo.studies.probes import kl_probe, rollout_logprobs, tempered_policy, token_credit, update_kl
+from tests.rlhf.ppo_helpers import state_of, tiny_config, world
 
 
 def _rollout(cfg=None, seed=0):
@@ -102,6 +102,7 @@ def test_kl_probe_exact_kl_and_moments_under_top_k():
 
 def test_advantage_profile_pools_positions_from_both_ends():
     from minippo.studies.probes import advantage_profile
+
     # two batches of different widths; a response's advantage at token t is score * (t + 1) / n
     rows = []
     rng = np.random.default_rng(0)

@@ -182,7 +182,7 @@ def import_hf(hf_dir, out_dir, *, log=print) -> dict:
                                       rm_state["gain"], rm_state["bias"], cfg.dtype)
             if np.array_equal(w.T, params["scalar_head.w"]) and np.array_equal(beta, params["ln_f.b"]):
                 params.update({k: extra[k] for k in ("ln_f.b", "scalar_head.w", "scalar_head.b")})
-                gain, bias, restored = rm_state["gain"], rm_state["bias"], True
+                restored = True
         if not restored:
             if extra:
                 log("note: score.weight / ln_f.bias changed after the export: reading them as they are (gain 1, bias 0)")

@@ -41,6 +41,10 @@ from minippo.rlhf.run.trainer import PPOTrainer
     (dict(adam_betas=(0.9, 1.0)), "adam_betas"),
     (dict(iterations=4, warmup_iterations=4), "warmup_iterations"),
     (dict(warmup_iterations=-1), "warmup_iterations"),
+    (dict(clip_eps_high=0.0), "clip_eps_high"),
+    (dict(loss_agg="seq-sum"), "loss_agg"),
+    (dict(ratio_level="response"), "ratio_level"),
+    (dict(kl_ref_loss_estimator="k4"), "kl_ref_loss_estimator"),
 ])
 def test_bad_configuration_names_the_field(kw, field):
     with pytest.raises(ValueError, match=f"`{field}"):
@@ -81,14 +85,25 @@ def gradcheck_setup(critic_kind, stop_gradient=False):
     return state, ro, ptx
 
 
-@pytest.mark.parametrize("critic_kind, stop_gradient", [("separate", False), ("shared", False), ("shared", True)])
-def test_minibatch_loss_gradients_every_tensor(critic_kind, stop_gradient):
+VARIANTS = {"defaults": {},
+            "grpo 1/|o|, k2 loss, clip-higher": dict(loss_agg="seq-mean-token-mean", kl_ref_loss_estimator="k2",
+                                                     clip_eps_high=0.28),
+            "dr grpo constant, k1 loss, gspo ratio": dict(loss_agg="seq-mean-token-sum-norm", kl_ref_loss_estimator="k1",
+                                                          ratio_level="sequence", clip_eps=0.05)}
+
+
+@pytest.mark.parametrize("critic_kind, stop_gradient, variant", [
+    ("separate", False, "defaults"), ("shared", False, "defaults"), ("shared", True, "defaults"),
+    ("separate", False, "grpo 1/|o|, k2 loss, clip-higher"), ("shared", False, "dr grpo constant, k1 loss, gspo ratio")])
+def test_minibatch_loss_gradients_every_tensor(critic_kind, stop_gradient, variant):
     """loss = L^CLIP + c1 L^VF(clipped) - c2 S + ptx LM + KL loss: hand-written gradients of every
-    actor and critic tensor against central differences (float64, whole model)."""
+    actor and critic tensor against central differences (float64, whole model), with the default
+    options and with the aggregations, KL estimators and ratios of lesson 22."""
     state, ro, ptx = gradcheck_setup(critic_kind, stop_gradient)
     actor = state.actor
-    cfg = tiny_config(clip_eps=0.2, clip_eps_value=0.3, vf_coef=0.7, ent_coef=0.05, ptx_coef=0.3, kl_ref_loss_coef=0.2,
-                      temperature=0.8, critic=critic_kind, shared_stop_gradient=stop_gradient)
+    base = dict(clip_eps=0.2, clip_eps_value=0.3, vf_coef=0.7, ent_coef=0.05, ptx_coef=0.3, kl_ref_loss_coef=0.2,
+                temperature=0.8, critic=critic_kind, shared_stop_gradient=stop_gradient)
+    cfg = tiny_config(**{**base, **VARIANTS[variant]})
     terms, stats, g_actor, g_critic = minibatch_loss_and_grads(state, ro, cfg, ptx)
     assert 0 < stats["clipfrac"] < 1 and 0 < stats["vf_clipfrac"] < 1      # both clips are active somewhere
     loss = lambda: minibatch_loss_and_grads(state, ro, cfg, ptx)[0]["loss/total"]   # noqa: E731
@@ -343,12 +358,15 @@ def test_minippo_ppo_command(tmp_path, capsys):
     rm.save(tmp_path / "rm" / "model", tokenizer=tok)
     rc = main(["ppo", "--sft", str(tmp_path / "sft"), "--rm", str(tmp_path / "rm"), "--out", str(tmp_path / "ppo"),
                "--quick", "--iterations", "2", "--batch-size", "8", "--minibatch-size", "4", "--max-new-tokens", "6",
-               "--value-norm", "true", "--target-kl", "none", "--no-progress"])
+               "--value-norm", "true", "--target-kl", "none", "--no-progress", "--loss-agg", "seq-mean-token-sum-norm",
+               "--clip-eps-high", "0.28", "--ratio-level", "sequence", "--kl-ref-loss-estimator", "k2"])
     cap = capsys.readouterr()
     assert rc == 0 and "gold/score" in cap.out
     assert "--target-kl is deprecated: it is now --kl-old-target" in cap.err      # the old flag still works
     saved = json.loads((tmp_path / "ppo" / "config.json").read_text())
     assert saved["iterations"] == 2 and saved["value_norm"] is True and saved["kl_old_target"] is None
+    assert (saved["loss_agg"], saved["clip_eps_high"], saved["ratio_level"], saved["kl_ref_loss_estimator"]) == (
+        "seq-mean-token-sum-norm", 0.28, "sequence", "k2")                  # lesson 22's options are flags
     assert len(read_metrics(tmp_path / "ppo" / "metrics.jsonl")) == 2
 
 

@@ -1,0 +1,389 @@
+"""Lesson 22 - exact_gradients: every estimator the field argues about, measured against the true gradient.
+
+Pipeline step: the update of stage 3 (RLHF PPO / GRPO), on a sequence space small enough to list: 4
+tokens (two right answers 0 and 1, a wrong answer 2, EOS) and responses of at most 5 tokens, 364
+responses in all. The policy is a table of logits per prefix (121 states), so the objective J, its
+gradient, KL(pi || pi_ref) and its gradient are finite sums in float64 (``minippo.studies.exact``),
+and each estimator below is the library's code (``clipped_policy_loss``, ``kl_ref_loss``,
+``per_token_rewards``, ``gae``, ``grpo_advantages``) run on sampled batches: its bias is measured
+against the exact gradient, its variance over repeated batches, its expectation often exactly.
+
+(a) The KL as a gradient. KL(pi || pi_ref) enters either the REWARD (r_t = -beta k_t, a number: its
+    policy gradient is what moves the KL; Ziegler et al. 2019, arXiv:1909.08593) or the LOSS (GRPO:
+    beta * k3 differentiated as it stands, DeepSeekMath eq. (4)). k1, k2, k3 are Schulman's (2020)
+    estimators of the KL's value. What their gradients estimate (``minippo.rl.kl``; Tang & Munos
+    2025, arXiv:2506.09477): on-policy, k1 in the reward gives grad KL exactly; in the loss k1 gives 0,
+    k2 the per-state grad KL(pi || pi_ref), k3 the per-state grad KL(pi_ref || pi): partial gradients,
+    which miss how the policy changes WHICH states are visited. Off-policy (pi has moved since the
+    tokens were sampled, as in every minibatch after the first) each is measured again.
+(b) The loss aggregation (verl ``loss_agg_mode``, TRL ``loss_type``): token-mean (DAPO,
+    arXiv:2503.14476), GRPO's per-response 1/|o| (seq-mean-token-mean), Dr. GRPO's constant
+    normaliser (seq-mean-token-sum-norm; Liu et al. 2025, arXiv:2503.20783, whose abstract reports
+    that GRPO's optimisation bias "artificially increases response length (especially for incorrect
+    outputs)"). The reward is decided by the first token, so the exact grad J does not touch the length
+    of an answer: any push on the length is the aggregation's. Measured: the push of each on the
+    lengths of wrong and right answers (exact where a finite sum, Monte Carlo otherwise), and a short
+    training run.
+(c) Clip-higher (DAPO's "Raise the Ceiling: Clip-Higher": eps_low 0.2, eps_high 0.28, proposed against
+    the entropy collapse they observed: the upper clip bounds how far a low-probability "exploration"
+    token can rise): the entropy after a few PPO iterations, with the exact expectation of each update
+    (no sampling noise) and with sampled batches (paired seeds).
+(d) The ratio: PPO's per-token r_t, GSPO's length-normalised sequence ratio (pi(y)/pi_old(y))^(1/|y|)
+    (Zheng et al. 2025, arXiv:2507.18071; its band 3e-4 / 4e-4), and the whole-response ratio
+    pi(y)/pi_old(y) (importance sampling: unbiased) after a few updates: the bias of each against the
+    true grad J at the current policy, the spread of a batch, and how many tokens each band clips.
+
+The figure: (a) the relative bias of each KL estimator's gradient, on- and off-policy; (b) the mean
+length of wrong answers over a training run under the three aggregations; (c) the entropy over PPO
+iterations with and without clip-higher; (d) the error and spread of the three ratios.
+
+Exercises:
+1. In (a), shrink the distance between pi and pi_ref (``PERTURBATION`` = 0.1): do the partial gradients
+   of k2 and k3 in the loss become good estimates of grad KL? Why do the two KL directions agree to
+   first order?
+2. In (b), use GRPO's std-normalised advantage for the training run (``scale=True``): which of
+   Dr. GRPO's two fixes moves the wrong answers' length here, and why can the std not matter with one
+   question?
+3. In (c), make the rare right answer common (``ROOT[1] = 1.0``). Does clip-higher still change the
+   entropy? Explain with the per-token cap: which token's ratio reaches 1 + eps_high first?
+4. In (d), give GSPO PPO's band (0.2): how many tokens does it clip now, and how far is its expected
+   gradient from grad J?
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from lessons._common import lesson_main, pyplot, save
+from minippo.rl.masked import LOSS_AGGS
+from minippo.studies import exact as ex
+
+V, L = 4, 5                                 # tokens 0, 1 (right), 2 (wrong), 3 (EOS); at most 5 tokens
+RIGHT, WRONG = (0, 1), 2
+ROOT = np.array([1.0, -1.5, 1.0, -2.0])     # first-token logits: right answer 1 is rare, empty answers rarer
+PERTURBATION = 0.5                          # pi = pi_ref + this much noise on every logit
+N_BATCH, GROUP = 32, 8                      # responses per Monte Carlo batch; GRPO group size
+AGG_NAMES = {"token-mean": "token mean (DAPO)", "seq-mean-token-mean": "1/|o| per response (GRPO)",
+             "seq-mean-token-sum-norm": "constant normaliser (Dr. GRPO)"}
+RATIO_ROWS = (("token ratio", 1e9, None, "token ratio, no clip"),
+              ("sequence ratio (GSPO)", 1e9, None, "sequence ratio, no clip"),
+              ("whole-response ratio", 1e9, None, "whole-response ratio, no clip"),
+              ("token ratio", 0.2, None, "token ratio, band 0.2 (PPO)"),
+              ("sequence ratio (GSPO)", 3e-4, 4e-4, "sequence ratio, band 3e-4/4e-4 (GSPO)"))
+
+
+def sizes(quick: bool) -> dict:
+    """Monte Carlo batches and run lengths: quick (smoke test) or default (< 1 minute on 2 cores)."""
+    if quick:
+        return dict(batches=40, direction_batches=40, train_seeds=2, train_iterations=10, clip_seeds=3,
+                    clip_iterations=6)
+    return dict(batches=300, direction_batches=300, train_seeds=4, train_iterations=40, clip_seeds=12,
+                clip_iterations=15)
+
+
+def world(seed: int):
+    """The space, pi_ref (random table, first-token logits ROOT), pi (pi_ref perturbed), and the start of
+    the training runs (pi with ROOT restored)."""
+    space = ex.SequenceSpace.build(V, L)
+    rng = np.random.default_rng(seed)
+    ref = ex.random_policy(space, rng, 0.8)
+    ref[0] = ROOT
+    theta = ref + PERTURBATION * rng.standard_normal(ref.shape)
+    start = theta.copy()
+    start[0] = ROOT
+    return space, ref, theta, start, rng
+
+
+# ---------------------------------------------------------------------------------------------- verdicts
+
+def kl_unbiased(row) -> bool:
+    """Does the estimator's expectation equal grad KL? Exactly when its expectation is a finite sum
+    (relative bias < 1e-6), else by Monte Carlo: the bias within 3 standard errors (in norm)."""
+    if row["exact_rel_bias"] is not None:
+        return row["exact_rel_bias"] < 1e-6
+    return row["mc_bias"] <= 3 * row["se"]
+
+
+def push(mu, se) -> str:
+    """A Monte Carlo mean against its standard error."""
+    return "lengthens" if mu > 3 * se else ("shortens" if mu < -3 * se else "no push beyond noise")
+
+
+def compare(diff, se, more: str, less: str) -> str:
+    """A difference of seed means against its standard error (2 se)."""
+    return more if diff > 2 * se else (less if diff < -2 * se else "within the seed noise")
+
+
+def holds(flag: bool) -> str:
+    return "holds" if flag else "does not hold here"
+
+
+MARGIN = 0.05          # exact numbers: "A is smaller than B" needs A < (1 - MARGIN) B, not a rounding-sized win
+ENTROPY_MARGIN = 0.01  # nats: an exact entropy difference smaller than this is no difference
+
+
+# ---------------------------------------------------------------------------------------------- (a)-(d)
+
+def kl_estimators(space, ref, theta, sz, rng) -> dict:
+    """(a): every KL estimator, on-policy and after three exact ascent steps on J - 0.1 KL."""
+    R = ex.right_wrong_reward(space, RIGHT)
+    moved = theta.copy()
+    for _ in range(3):
+        moved = moved + 1.0 * (ex.objective_gradient(space, moved, R) - 0.1 * ex.kl_gradient(space, moved, ref))
+    out = {}
+    for regime, now in (("on-policy", theta), ("off-policy", moved)):
+        target = ex.kl_gradient(space, now, ref)
+        scale = np.linalg.norm(target)
+        rows = {}
+        for est in ex.KL_ESTIMATORS:
+            mc = ex.moments(lambda r: ex.kl_gradient_estimate(space, est, r, now, theta, ref),
+                            lambda q: ex.sample(space, theta, N_BATCH, q), sz["batches"], rng)
+            exact = ex.expected_kl_gradient_estimate(space, est, now, theta, ref)
+            bias = np.linalg.norm(mc["mean"] - target)
+            rows[est] = {"mc_bias": float(bias), "se": float(np.sqrt((mc["se"] ** 2).sum())),
+                         "rel_bias": float(bias / scale), "spread": mc["spread"] / scale,
+                         "exact_rel_bias": None if exact is None else float(np.linalg.norm(exact - target) / scale)}
+        out[regime] = {"rows": rows, "kl": ex.kl(space, now, ref), "grad_norm": float(scale),
+                       "kl_old_now": ex.kl(space, theta, now)}
+    return out
+
+
+def aggregations(space, start, sz, seed) -> dict:
+    """(b): the push of each aggregation on the answers' lengths, then a short training run."""
+    R = ex.right_wrong_reward(space, RIGHT)
+    grads = {"wrong": ex.answer_length_gradient(space, start, WRONG),
+             "right": ex.answer_length_gradient(space, start, 0), "J": ex.objective_gradient(space, start, R)}
+    rng = np.random.default_rng(seed + 1)
+    directions = {}
+    for agg in LOSS_AGGS:
+        for scale in (False, True):
+            proj = []
+            for _ in range(sz["direction_batches"]):
+                u, _ = ex.group_update(space, ex.sample(space, start, 4 * GROUP, rng), start, start, R, GROUP,
+                                       loss_agg=agg, scale=scale)
+                proj.append([float((u * g).sum()) for g in grads.values()])
+            proj = np.array(proj)
+            e = None if scale else ex.expected_group_update(space, start, R, GROUP, agg)
+            se = proj.std(0, ddof=1) / np.sqrt(len(proj))
+            directions[(agg, scale)] = {
+                "mean": dict(zip(grads, proj.mean(0))), "se": dict(zip(grads, se)),
+                "exact": None if e is None else {k: float((e * g).sum()) for k, g in grads.items()}}
+    runs = {agg: [ex.train(space, start, R, iterations=sz["train_iterations"], groups=4, group_size=GROUP, lr=2.0,
+                           rng=np.random.default_rng(1000 * seed + s), loss_agg=agg)[1]
+                  for s in range(sz["train_seeds"])] for agg in LOSS_AGGS}
+    drift = {agg: np.array([[h[-1][k] - h[0][k] for k in ("length_wrong", "length_right")] + [h[-1]["J"]]
+                            for h in hs]) for agg, hs in runs.items()}
+    return {"directions": directions, "runs": runs,
+            "drift": {a: {"mean": d.mean(0).tolist(), "se": (d.std(0, ddof=1) / np.sqrt(len(d))).tolist()}
+                      for a, d in drift.items()},
+            "per_seed_wrong": {a: d[:, 0].tolist() for a, d in drift.items()}}
+
+
+def clip_higher(space, start, sz, seed) -> dict:
+    """(c): entropy after PPO iterations with the band [0.8, 1.2] and DAPO's [0.8, 1.28]."""
+    R = ex.right_wrong_reward(space, RIGHT)
+    pop = {h: ex.population_ppo(space, start, R, iterations=sz["clip_iterations"], epochs=8, lr=1.0,
+                                clip_eps_high=h)[1] for h in (None, 0.28)}
+    sampled = {h: [ex.train(space, start, R, iterations=sz["clip_iterations"], groups=2, group_size=GROUP, lr=2.0,
+                            epochs=4, rng=np.random.default_rng(2000 * seed + s), loss_agg="token-mean", scale=True,
+                            clip_eps=0.2, clip_eps_high=h)[1] for s in range(sz["clip_seeds"])] for h in (None, 0.28)}
+    paired = np.array([b[-1]["entropy"] - a[-1]["entropy"] for a, b in zip(sampled[None], sampled[0.28])])
+    return {"population": pop, "sampled": sampled,
+            "population_diff": pop[0.28][-1]["entropy"] - pop[None][-1]["entropy"],
+            "population_diff_first": pop[0.28][-1]["entropy_first"] - pop[None][-1]["entropy_first"],
+            "sampled_diff": float(paired.mean()), "sampled_se": float(paired.std(ddof=1) / np.sqrt(len(paired)))}
+
+
+def ratios(space, start) -> dict:
+    """(d): after five exact ascent steps on the length reward, the three ratios' exact moments."""
+    R = ex.length_reward(space)
+    now = start.copy()
+    for _ in range(5):
+        now = now + 2.0 * ex.objective_gradient(space, now, R)
+    gJ = ex.objective_gradient(space, now, R)
+    J_old = ex.objective(space, start, R)
+    rows = {}
+    for est, eps, high, name in RATIO_ROWS:
+        m = ex.exact_ratio_moments(space, now, start, R, est, baseline=J_old, clip_eps=eps, clip_eps_high=high,
+                                   n=N_BATCH)
+        rows[name] = {"rel_err": float(np.linalg.norm(m["mean"] - gJ) / np.linalg.norm(gJ)),
+                      "spread": m["spread"] / float(np.linalg.norm(gJ)), "clipfrac": m["clipfrac"]}
+    return {"rows": rows, "kl_old_now": ex.kl(space, start, now)}
+
+
+def run(quick: bool = False, seed: int = 0) -> dict:
+    t0, c0 = time.perf_counter(), time.process_time()
+    sz = sizes(quick)
+    space, ref, theta, start, rng = world(seed)
+    r = {"quick": quick, "seed": seed, "sizes": sz, "N": space.N, "S": space.n_states,
+         "a": kl_estimators(space, ref, theta, sz, rng), "b": aggregations(space, start, sz, seed),
+         "c": clip_higher(space, start, sz, seed), "d": ratios(space, start)}
+    r["claims"] = claims(r)
+    r["time"] = {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}
+    return r
+
+
+def claims(r) -> dict:
+    """Each published claim -> (does it hold here, the number it rests on), computed from ``r``."""
+    on, off = r["a"]["on-policy"]["rows"], r["a"]["off-policy"]["rows"]
+    one, const = "seq-mean-token-mean", "seq-mean-token-sum-norm"
+    d1, dc = r["b"]["directions"][(one, False)], r["b"]["directions"][(const, False)]
+    drift = r["b"]["drift"]
+    longer = drift[one]["mean"][0] - drift[const]["mean"][0]                       # wrong answers, tokens
+    longer_se = float(np.hypot(drift[one]["se"][0], drift[const]["se"][0]))
+    c, rows = r["c"], r["d"]["rows"]
+    tok, seq = rows["token ratio, no clip"], rows["sequence ratio, no clip"]
+    clip_gspo = rows["sequence ratio, band 3e-4/4e-4 (GSPO)"]["clipfrac"]
+    clip_ppo = rows["token ratio, band 0.2 (PPO)"]["clipfrac"]
+    return {
+        "k1 in the reward gives grad KL on-policy (Ziegler et al.; Tang & Munos)":
+            (kl_unbiased(on["reward k1"]), on["reward k1"]["exact_rel_bias"]),
+        "k3 in the loss gives grad KL on-policy (GRPO's loss; k3 is unbiased for the KL's VALUE)":
+            (kl_unbiased(on["loss k3"]), on["loss k3"]["exact_rel_bias"]),
+        "k1 in the loss gives no KL gradient on-policy (Tang & Munos)":
+            (on["loss k1"]["exact_rel_bias"] > 1 - 1e-6, on["loss k1"]["exact_rel_bias"]),
+        "k1 in the reward stays unbiased off-policy": (kl_unbiased(off["reward k1"]), off["reward k1"]["rel_bias"]),
+        "1/|o| lengthens wrong answers (Dr. GRPO)":
+            (push(d1["mean"]["wrong"], d1["se"]["wrong"]) == "lengthens", d1["mean"]["wrong"]),
+        "the constant normaliser does not (Dr. GRPO)":
+            (push(dc["mean"]["wrong"], dc["se"]["wrong"]) == "no push beyond noise", dc["mean"]["wrong"]),
+        "wrong answers grow longer in training under 1/|o| than under the constant": (longer > 2 * longer_se, longer),
+        "clip-higher keeps entropy higher, exact updates (DAPO)":
+            (c["population_diff"] > ENTROPY_MARGIN, c["population_diff"]),
+        "clip-higher keeps entropy higher, sampled updates (DAPO)":
+            (c["sampled_diff"] > 2 * c["sampled_se"], c["sampled_diff"]),
+        "GSPO's band clips more tokens than PPO's (GSPO)": (clip_gspo > clip_ppo, clip_gspo - clip_ppo),
+        "the sequence ratio is closer to grad J than the token ratio (no clip, by 5%)":
+            (seq["rel_err"] < (1 - MARGIN) * tok["rel_err"], seq["rel_err"] - tok["rel_err"]),
+        "the sequence ratio has less variance than the token ratio (no clip, by 5%)":
+            (seq["spread"] < (1 - MARGIN) * tok["spread"], seq["spread"] - tok["spread"]),
+    }
+
+
+def _fmt(x) -> str:
+    return "   n/a" if x is None else f"{x:6.3f}"
+
+
+def narrative(r: dict) -> str:
+    sz = r["sizes"]
+    out = [f"A sequence space of {r['N']} responses (V = {V}, up to L = {L} tokens), a table of {r['S']} states x {V} "
+           f"logits; seed {r['seed']}.",
+           f"\n(a) The KL's gradient, estimated from batches of N = {N_BATCH} responses, {sz['batches']} batches per row "
+           f"({N_BATCH * sz['batches']} samples). Bias = ||mean - grad KL|| / ||grad KL||; se = its standard error "
+           f"(relative); spread = one batch's noise (relative); exact = the estimator's exact expectation vs grad KL."]
+    for regime, a in r["a"].items():
+        out.append(f"  {regime}: KL(pi || pi_ref) = {a['kl']:.3f}, ||grad KL|| = {a['grad_norm']:.3f}"
+                   + (f", KL(pi_old || pi) = {a['kl_old_now']:.3f}" if regime == "off-policy" else ""))
+        out.append(f"    {'estimator':<12} {'bias':>6} {'se':>6} {'spread':>6} {'exact':>6}  verdict")
+        for est, row in a["rows"].items():
+            word = "estimates grad KL" if kl_unbiased(row) else "biased"
+            out.append(f"    {est:<12} {row['rel_bias']:6.3f} {row['se'] / a['grad_norm']:6.3f} {row['spread']:6.2f} "
+                       f"{_fmt(row['exact_rel_bias'])}  {word}")
+    b = r["b"]
+    out.append(f"\n(b) The push of one update on the mean length of answers (d length / d step along the expected update; "
+               f"{sz['direction_batches']} batches of 4 groups x {GROUP}; exact where a finite sum):")
+    out.append(f"    {'aggregation':<32} {'advantage':<10} {'wrong answers':>22} {'right answers':>22} {'reward J':>16}")
+    for (agg, scale), d in b["directions"].items():
+        m, s, e = d["mean"], d["se"], d["exact"]
+        cells = [f"{m[k]:+.4f} +- {s[k]:.4f}" for k in ("wrong", "right", "J")]
+        exact = f"  exact wrong {e['wrong']:+.4f}, right {e['right']:+.4f}" if e else ""
+        out.append(f"    {AGG_NAMES[agg]:<32} {'R - mean' if not scale else '/ std':<10} {cells[0]:>22} {cells[1]:>22} "
+                   f"{cells[2]:>16}  {push(m['wrong'], s['wrong'])} wrong answers{exact}")
+    out.append(f"  Training, {sz['train_iterations']} iterations of 4 groups x {GROUP} (A = R - mean), SGD lr 2, "
+               f"{sz['train_seeds']} seeds: change of the mean length (tokens) and final J, mean +- se over seeds:")
+    for agg, dr in b["drift"].items():
+        (w, rt, J), (sw, sr, sJ) = dr["mean"], dr["se"]
+        out.append(f"    {AGG_NAMES[agg]:<32} wrong answers {w:+.3f} +- {sw:.3f}   right answers {rt:+.3f} +- {sr:.3f}   "
+                   f"J {J:.3f}")
+    c = r["c"]
+    pop = c["population"]
+    out.append(f"\n(c) Clip-higher, from p(rare right answer) = {np.exp(ROOT[1]) / np.exp(ROOT).sum():.3f}. Exact "
+               f"expected updates ({sz['clip_iterations']} iterations x 8 epochs, lr 1): entropy of a response "
+               f"{pop[None][0]['entropy']:.3f} -> {pop[None][-1]['entropy']:.3f} (band [0.8, 1.2]) vs "
+               f"{pop[0.28][-1]['entropy']:.3f} ([0.8, 1.28]); of the first token {pop[None][-1]['entropy_first']:.3f} vs "
+               f"{pop[0.28][-1]['entropy_first']:.3f}; J {pop[None][-1]['J']:.3f} vs {pop[0.28][-1]['J']:.3f}.")
+    out.append(f"  Sampled ({sz['clip_iterations']} iterations x 4 epochs, 2 groups x {GROUP}, {sz['clip_seeds']} paired "
+               f"seeds): entropy difference (clip-higher - symmetric) {c['sampled_diff']:+.3f} +- {c['sampled_se']:.3f}: "
+               f"{compare(c['sampled_diff'], c['sampled_se'], 'clip-higher keeps more entropy', 'clip-higher keeps less')}.")
+    d = r["d"]
+    out.append(f"\n(d) The ratio, after five exact updates (KL(pi_old || pi) = {d['kl_old_now']:.3f}), against grad J at "
+               f"the current policy; exact moments by enumeration, batches of {N_BATCH}:")
+    out.append(f"    {'ratio':<40} {'rel. error':>10} {'spread':>7} {'tokens clipped':>15}")
+    for name, row in d["rows"].items():
+        out.append(f"    {name:<40} {row['rel_err']:10.3f} {row['spread']:7.3f} {row['clipfrac']:15.3f}")
+    out.append("\nWhich published claims hold here (computed from the numbers above):")
+    for claim, (flag, number) in r["claims"].items():
+        out.append(f"  - {claim}: {holds(flag)} ({number:+.4f})")
+    t = r["time"]
+    out.append(f"\nTime: {t['wall']:.1f} s wall, {t['cpu']:.1f} s CPU.")
+    return "\n".join(out)
+
+
+def main(argv=None) -> dict:
+    return lesson_main(__doc__, __name__, run, narrative, plot, argv)
+
+
+def plot(r: dict, path) -> None:
+    plt = pyplot()
+    fig, axes = plt.subplots(2, 2, figsize=(15, 10.5))
+    (a, b), (c, d) = axes
+    # (a) relative bias of each KL estimator
+    labels = [e.replace("reward", "KL in the reward,").replace("loss", "KL in the loss,") for e in ex.KL_ESTIMATORS]
+    x = np.arange(len(labels))
+    for k, (regime, colour) in enumerate((("on-policy", "tab:blue"), ("off-policy", "tab:orange"))):
+        rows = r["a"][regime]["rows"]
+        bias = [rows[e]["rel_bias"] for e in ex.KL_ESTIMATORS]
+        err = [2 * rows[e]["se"] / r["a"][regime]["grad_norm"] for e in ex.KL_ESTIMATORS]
+        a.bar(x + (k - 0.5) * 0.38, bias, 0.38, yerr=err, capsize=3, color=colour,
+              label=f"{regime}: samples from the {'current' if regime == 'on-policy' else 'previous'} policy")
+    a.set_xticks(x, labels, rotation=20, ha="right")
+    a.set_ylabel("error of the mean gradient / size of the true gradient")
+    a.set_title("(a) Which KL estimator's gradient is the gradient of the KL?")
+    a.legend(loc="upper left")
+    # (b) wrong-answer length over training
+    colours = {"token-mean": "tab:green", "seq-mean-token-mean": "tab:red", "seq-mean-token-sum-norm": "tab:blue"}
+    for agg, hs in r["b"]["runs"].items():
+        y = np.array([[h["length_wrong"] for h in run_] for run_ in hs])
+        yr = np.array([[h["length_right"] for h in run_] for run_ in hs])
+        it = np.arange(y.shape[1])
+        b.plot(it, y.mean(0), color=colours[agg], lw=2, label=f"wrong answers, {AGG_NAMES[agg]}")
+        b.fill_between(it, y.min(0), y.max(0), color=colours[agg], alpha=0.15)
+        b.plot(it, yr.mean(0), color=colours[agg], lw=1.2, ls="--")
+    b.plot([], [], color="grey", ls="--", label="right answers (dashed)")
+    b.set_xlabel("training iteration")
+    b.set_ylabel("mean length of the answer (tokens)")
+    b.set_title("(b) Length of wrong answers under three loss normalisations")
+    b.legend(loc="best", fontsize=8)
+    # (c) entropy with and without clip-higher
+    for h, colour, name in ((None, "tab:purple", "band [0.8, 1.2]"), (0.28, "tab:olive", "clip-higher [0.8, 1.28]")):
+        pop = r["c"]["population"][h]
+        c.plot([p["entropy"] for p in pop], color=colour, lw=2, label=f"{name}, exact updates")
+        s = np.array([[p["entropy"] for p in run_] for run_ in r["c"]["sampled"][h]])
+        c.plot(s.mean(0), color=colour, lw=1.5, ls="--", label=f"{name}, sampled (mean of seeds)")
+    c.set_xlabel("PPO iteration")
+    c.set_ylabel("entropy of a whole response (nats)")
+    c.set_title("(c) Does clip-higher keep the entropy up?")
+    c.legend(loc="best", fontsize=8)
+    # (d) ratios: error and spread
+    names = list(r["d"]["rows"])
+    rows = [r["d"]["rows"][n] for n in names]
+    x = np.arange(len(names))
+    d.bar(x - 0.2, [q["rel_err"] for q in rows], 0.4, color="tab:gray", label="error of the expected gradient")
+    d.bar(x + 0.2, [q["spread"] for q in rows], 0.4, color="tab:cyan", label=f"noise of one batch of {N_BATCH}")
+    top = max(max(q["rel_err"], q["spread"]) for q in rows)
+    for i, q in enumerate(rows):
+        if q["clipfrac"] > 0:
+            d.text(i, max(q["rel_err"], q["spread"]) + 0.02 * top, f"{q['clipfrac']:.0%} of tokens\nclipped",
+                   ha="center", fontsize=9)
+    d.set_ylim(0, 1.45 * top)
+    d.set_xticks(x, [n.replace(", ", "\n") for n in names], fontsize=9)
+    d.set_ylabel("relative to the size of the true gradient")
+    d.set_title("(d) Token, sequence and whole-response ratios after a few updates")
+    d.legend(loc="upper left", ncol=2)
+    fig.tight_layout()
+    save(fig, path)
+
+
+if __name__ == "__main__":
+    main()

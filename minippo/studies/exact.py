@@ -1,0 +1,419 @@
+"""The exact-gradient lab: a sequence space small enough to enumerate, and every estimator measured on it.
+
+Legend: N responses in the space, n sampled responses (a batch), T = L positions, V vocab, S states.
+
+Practitioners argue about gradient estimators they can only sample at scale (k1 in the reward or k3
+in the loss, GRPO's 1/|o|, clip-higher, GSPO's sequence ratio). Here the vocabulary has V tokens
+(the last is EOS) and a response at most L tokens, so every response can be listed: with V = 3, L = 6
+there are 127 of them. The policy is TABULAR and autoregressive: one row of logits ``theta[s]`` (V,)
+for every state s = a prefix of non-EOS tokens shorter than L (S = 63), and
+
+    log pi(y) = sum_t log softmax(theta[s_t])[y_t]          s_t = y_<t; a response ends at EOS or at L
+
+Then the objective J = sum_y pi(y) R(y), its gradient grad J = sum_y pi(y) R(y) grad log pi(y), the
+KL(pi || pi_ref) = sum_y pi(y) log(pi(y) / pi_ref(y)) and its gradient
+sum_y pi(y) log(pi(y) / pi_ref(y)) grad log pi(y) are finite sums, in float64, through the same
+hand-written backprop as the Monte Carlo estimates (:func:`backprop`: ``minippo.rl.losses.logprobs_backward``
+then an ``np.add.at`` into the table).
+
+Every Monte Carlo estimate runs the library's formulas on a sampled batch: log-probs by
+``logprobs_from_logits``, rewards by ``minippo.rlhf.ppo.per_token_rewards``, returns by ``gae``,
+advantages by ``grpo_advantages``, the loss and dlogp by ``clipped_policy_loss`` / ``kl_ref_loss``: the
+formula a student reads is the code that runs. Its EXPECTATION is often a finite sum too: an estimator
+that is a sum of per-response terms has ``E[g] = sum_y pi_sample(y) g(y)``, which the same functions
+compute on all N responses with each response's advantage (or dlogp) weighted by N pi_sample(y) (the
+clip only looks at the sign of A, which a positive weight keeps). Bias (against the exact gradient)
+and variance (over repeated batches) are then measured, not argued.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from minippo.checks import check_choice, check_range
+from minippo.rl.gae import gae
+from minippo.rl.group_advantages import grpo_advantages
+from minippo.rl.kl import kl_ref_loss
+from minippo.rl.losses import CLIPPED_CASES, clipped_policy_loss, logprobs_backward, logprobs_from_logits
+from minippo.rlhf.ppo import per_token_rewards
+
+KL_ESTIMATORS = ("reward k1", "reward k2", "reward k3", "loss k1", "loss k2", "loss k3")
+RIGHT = 0                # the right answer whose length is tracked (:func:`exact_metrics`); the wrong one is V - 2
+
+
+# ----------------------------------------------------------------------------------------------
+# the space: every response, its tokens, its states
+# ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SequenceSpace:
+    """Every response over V tokens (token V - 1 is EOS) of length 1 .. L, right-padded to L.
+
+    ``tokens`` (N, L) int (0 on padding), ``mask`` (N, L) float64, ``states`` (N, L) int: the index of
+    the prefix y_<t (0 on padding), ``lengths`` (N,) int, ``n_states`` S. Responses are the prefixes
+    p of length < L followed by EOS, then the prefixes of length L (truncated, no EOS)."""
+
+    V: int
+    L: int
+    tokens: np.ndarray
+    mask: np.ndarray
+    states: np.ndarray
+    lengths: np.ndarray
+    n_states: int
+
+    @classmethod
+    def build(cls, V: int = 3, L: int = 6) -> "SequenceSpace":
+        check_range("V", V, 2, None, integer=True)
+        check_range("L", L, 1, None, integer=True)
+        eos = V - 1
+        prefixes = [()]                                   # states, breadth first: () is state 0
+        for p in prefixes:
+            if len(p) < L - 1:
+                prefixes.extend(p + (a,) for a in range(eos))
+        index = {p: i for i, p in enumerate(prefixes)}
+        full = [p + (a,) for p in prefixes if len(p) == L - 1 for a in range(eos)]
+        responses = [p + (eos,) for p in prefixes] + full
+        N = len(responses)
+        tokens, states = np.zeros((N, L), np.int64), np.zeros((N, L), np.int64)
+        for i, y in enumerate(responses):
+            tokens[i, :len(y)] = y
+            states[i, :len(y)] = [index[y[:t]] for t in range(len(y))]
+        lengths = np.array([len(y) for y in responses])
+        mask = (np.arange(L)[None, :] < lengths[:, None]).astype(np.float64)
+        return cls(V, L, tokens, mask, states, lengths, len(prefixes))
+
+    @property
+    def N(self) -> int:
+        return self.tokens.shape[0]
+
+
+def random_policy(space: SequenceSpace, rng: np.random.Generator, scale: float = 1.0, eos_bias: float = 0.0):
+    """(S, V) logits ~ Normal(0, scale), plus ``eos_bias`` on the EOS column (shorter responses if > 0)."""
+    theta = scale * rng.standard_normal((space.n_states, space.V))
+    theta[:, -1] += eos_bias
+    return theta
+
+
+def right_wrong_reward(space: SequenceSpace, right=(RIGHT,)) -> np.ndarray:
+    """(N,) 1 for a response whose first token is one of the ``right`` answers, else 0: correctness is
+    decided at once, the rest of the response (its length) is free; an empty response (EOS first) is
+    wrong. The wrong answer of :func:`exact_metrics` is token V - 2 (not in ``right``)."""
+    if space.V - 2 in right or any(not 0 <= a < space.V - 1 for a in right):
+        raise ValueError(f"`right` must be non-EOS tokens other than the wrong answer {space.V - 2}, got {right}")
+    return np.isin(space.tokens[:, 0], right).astype(np.float64) * (space.lengths > 1)
+
+
+def length_reward(space: SequenceSpace) -> np.ndarray:
+    """(N,) |y| / L: a reward that likes long responses."""
+    return space.lengths / space.L
+
+
+# ----------------------------------------------------------------------------------------------
+# exact quantities by enumeration, and the one backprop from dlogp to the table
+# ----------------------------------------------------------------------------------------------
+
+def token_logprobs(space: SequenceSpace, theta, rows=None):
+    """``(logp (n, L), cache)``: log pi(y_t | y_<t) of the responses ``rows`` (all when None); padding is junk."""
+    rows = np.arange(space.N) if rows is None else rows
+    return logprobs_from_logits(theta[space.states[rows]], space.tokens[rows])     # (n, L, V) -> (n, L)
+
+
+def backprop(space: SequenceSpace, theta, dlogp, rows=None) -> np.ndarray:
+    """d loss / d theta (S, V) from d loss / d logp (n, L) of the responses ``rows``: the chain rule
+    through log softmax (``logprobs_backward``), then each position's gradient added to its state's row."""
+    rows = np.arange(space.N) if rows is None else rows
+    _, cache = token_logprobs(space, theta, rows)
+    dlogits = logprobs_backward(dlogp * space.mask[rows], cache)                  # (n, L, V)
+    grad = np.zeros_like(theta)
+    np.add.at(grad, space.states[rows], dlogits)                                  # repeated states accumulate
+    return grad
+
+
+def sequence_logprobs(space: SequenceSpace, theta) -> np.ndarray:
+    """(N,) log pi(y) = sum_t log pi(y_t | y_<t)."""
+    return (token_logprobs(space, theta)[0] * space.mask).sum(axis=1)
+
+
+def probabilities(space: SequenceSpace, theta) -> np.ndarray:
+    """(N,) pi(y); they sum to 1."""
+    return np.exp(sequence_logprobs(space, theta))
+
+
+def expectation_gradient(space: SequenceSpace, theta, f) -> np.ndarray:
+    """grad_theta sum_y pi(y) f(y) for a FIXED f (N,): sum_y pi(y) f(y) grad log pi(y) (score function)."""
+    w = probabilities(space, theta) * f                                           # (N,)
+    return backprop(space, theta, np.broadcast_to(w[:, None], space.mask.shape))
+
+
+def objective(space: SequenceSpace, theta, reward) -> float:
+    """J = E_pi[R]."""
+    return float(probabilities(space, theta) @ reward)
+
+
+def objective_gradient(space: SequenceSpace, theta, reward) -> np.ndarray:
+    """grad J = sum_y pi(y) R(y) grad log pi(y)."""
+    return expectation_gradient(space, theta, reward)
+
+
+def kl(space: SequenceSpace, theta, theta_ref) -> float:
+    """KL(pi || pi_ref) over whole responses."""
+    logp, logp_ref = sequence_logprobs(space, theta), sequence_logprobs(space, theta_ref)
+    return float(np.exp(logp) @ (logp - logp_ref))
+
+
+def kl_gradient(space: SequenceSpace, theta, theta_ref) -> np.ndarray:
+    """grad KL(pi || pi_ref) = sum_y pi(y) log(pi(y)/pi_ref(y)) grad log pi(y) (+ sum_y grad pi(y) = 0)."""
+    return expectation_gradient(space, theta, sequence_logprobs(space, theta) - sequence_logprobs(space, theta_ref))
+
+
+def entropy(space: SequenceSpace, theta) -> float:
+    """H(pi) = -sum_y pi(y) log pi(y), nats per response."""
+    logp = sequence_logprobs(space, theta)
+    return float(-np.exp(logp) @ logp)
+
+
+def answer_length(space: SequenceSpace, theta, first: int) -> float:
+    """E[|y| | y_0 = first]: it depends only on the states after ``first`` (tabular), so the exact
+    grad J of :func:`right_wrong_reward` (which moves the first token only) leaves it unchanged."""
+    p, sel = probabilities(space, theta), space.tokens[:, 0] == first
+    return float(p[sel] @ space.lengths[sel] / p[sel].sum())
+
+
+def answer_length_gradient(space: SequenceSpace, theta, first: int) -> np.ndarray:
+    """grad E[|y| | y_0 = first] = sum_{y_0 = first} pi(y) (|y| - E[|y| | .]) grad log pi(y) / P(y_0 = first)."""
+    p, sel = probabilities(space, theta), space.tokens[:, 0] == first
+    mean = p[sel] @ space.lengths[sel] / p[sel].sum()
+    return expectation_gradient(space, theta, np.where(sel, (space.lengths - mean) / p[sel].sum(), 0.0))
+
+
+def sample(space: SequenceSpace, theta, n: int, rng: np.random.Generator) -> np.ndarray:
+    """(n,) rows of responses drawn from pi (the same law as sampling token by token)."""
+    p = probabilities(space, theta)
+    return rng.choice(space.N, size=n, p=p / p.sum())
+
+
+# ----------------------------------------------------------------------------------------------
+# the KL estimators as gradients: in the reward (policy gradient of -beta k) or in the loss
+# ----------------------------------------------------------------------------------------------
+
+def _batch(space, rows, theta, theta_old, theta_ref):
+    lp = lambda th: token_logprobs(space, th, rows)[0]                            # noqa: E731
+    return lp(theta), lp(theta_old), lp(theta_ref), space.mask[rows]
+
+
+def policy_gradient(space, rows, theta, theta_old, theta_ref, scores, beta, kind="k1", clip_eps=0.2,
+                    weights=None) -> np.ndarray:
+    """The PPO estimate of grad (J - beta E[sum_t k_t]) from the responses ``rows`` sampled by theta_old.
+
+    Rewards as our trainer makes them (``per_token_rewards``: -beta k_t with k from logp_old, the score
+    on the last token), returns to go by ``gae`` with values 0 and lambda = 1, minus a leave-one-out
+    baseline of the other responses' returns, into ``clipped_policy_loss`` (token ratio, the sum over a
+    response's tokens averaged over responses). With ``weights`` (n,) the baseline is dropped and row
+    i's advantage is multiplied by weights[i]: with weights N pi_old(y) over all N responses this is
+    the exact expectation of the estimator WITHOUT baseline (equal to it with one on-policy)."""
+    logp, logp_old, logp_ref, mask = _batch(space, rows, theta, theta_old, theta_ref)
+    rewards, _, _ = per_token_rewards(scores, logp_old, logp_ref, mask, beta, kl_kind=kind)
+    returns, _ = gae(rewards, np.zeros_like(rewards), mask, gamma=1.0, lam=1.0)    # (n, L) returns to go
+    if weights is None:
+        total = returns[:, 0]
+        baseline = (total.sum() - total) / (len(rows) - 1)                         # leave-one-out: unbiased
+        adv = (returns - baseline[:, None]) * mask
+    else:
+        adv = returns * weights[:, None]
+    _, dlogp, _ = clipped_policy_loss(logp, logp_old, adv, mask, clip_eps, loss_agg="seq-mean-token-sum-norm",
+                                      norm_len=1)
+    return -backprop(space, theta, dlogp, rows)                                   # ascent direction of the objective
+
+
+def kl_loss_gradient(space, rows, theta, theta_old, theta_ref, kind, weights=None) -> np.ndarray:
+    """grad of ``kl_ref_loss`` (the response's sum of k_t, averaged over responses) on ``rows``;
+    ``weights`` multiply each row's dlogp (N pi_old(y) over all rows: the exact expectation)."""
+    logp, _, logp_ref, mask = _batch(space, rows, theta, theta_old, theta_ref)
+    _, dlogp, _ = kl_ref_loss(logp, logp_ref, mask, 1.0, kind, loss_agg="seq-mean-token-sum-norm", norm_len=1)
+    if weights is not None:
+        dlogp = dlogp * weights[:, None]
+    return backprop(space, theta, dlogp, rows)
+
+
+def kl_gradient_estimate(space, estimator, rows, theta, theta_old, theta_ref, clip_eps=0.2, weights=None):
+    """One estimate of grad KL(pi || pi_ref) by ``estimator`` (:data:`KL_ESTIMATORS`): "reward k" is the
+    negated policy gradient of the reward -k (beta 1, no score), "loss k" the gradient of the loss k."""
+    check_choice("estimator", estimator, KL_ESTIMATORS)
+    where, kind = estimator.split()
+    if where == "reward":
+        zero = np.zeros(len(rows))
+        return -policy_gradient(space, rows, theta, theta_old, theta_ref, zero, 1.0, kind, clip_eps, weights)
+    return kl_loss_gradient(space, rows, theta, theta_old, theta_ref, kind, weights)
+
+
+def expected_kl_gradient_estimate(space, estimator, theta, theta_old, theta_ref, clip_eps=0.2):
+    """The exact expectation of :func:`kl_gradient_estimate` under sampling from theta_old, or None
+    where it is not a finite sum (a reward estimator off-policy: its clip depends on each batch's baseline)."""
+    on_policy = np.array_equal(theta, theta_old)
+    if estimator.startswith("reward") and not on_policy:
+        return None
+    rows = np.arange(space.N)
+    weights = space.N * probabilities(space, theta_old)                          # (N,) N pi_old(y)
+    return kl_gradient_estimate(space, estimator, rows, theta, theta_old, theta_ref, clip_eps, weights)
+
+
+def moments(estimate, sampler, n_batches: int, rng: np.random.Generator) -> dict:
+    """Mean, standard error and spread of ``estimate(rows)`` over ``n_batches`` batches ``sampler(rng)``.
+
+    Returns ``mean`` and ``se`` (arrays like one estimate: se = std / sqrt(n_batches)) and ``spread`` =
+    sqrt(E ||g - E g||^2), the size of one batch's noise."""
+    check_range("n_batches", n_batches, 2, None, integer=True)
+    g = np.stack([estimate(sampler(rng)) for _ in range(n_batches)])              # (M, S, V)
+    mean = g.mean(axis=0)
+    var = g.var(axis=0, ddof=1)
+    return {"mean": mean, "se": np.sqrt(var / n_batches), "spread": float(np.sqrt(var.sum())),
+            "n_batches": n_batches}
+
+
+# ----------------------------------------------------------------------------------------------
+# group updates: GRPO / Dr. GRPO advantages, the three aggregations, the band, the ratio
+# ----------------------------------------------------------------------------------------------
+
+def group_update(space, rows, theta, theta_old, reward, group_size, *, loss_agg="token-mean", scale=False,
+                 clip_eps=0.2, clip_eps_high=None, ratio_level="token"):
+    """``(u, stats)``: the ascent direction -d loss / d theta of one minibatch of ``clipped_policy_loss``
+    with GRPO advantages (``scale=True``: divided by the group's std; False: Dr. GRPO's R - mean) of the
+    responses ``rows`` (contiguous groups of ``group_size``), sampled by theta_old; ``norm_len`` = L."""
+    logp, logp_old, _, mask = _batch(space, rows, theta, theta_old, theta)
+    adv = grpo_advantages(reward[rows], group_size, mask, scale=scale)
+    _, dlogp, stats = clipped_policy_loss(logp, logp_old, adv, mask, clip_eps, clip_eps_high, loss_agg=loss_agg,
+                                          norm_len=space.L, ratio_level=ratio_level)
+    return -backprop(space, theta, dlogp, rows), stats
+
+
+def expected_group_update(space, theta, reward, group_size, loss_agg):
+    """The exact on-policy expectation of :func:`group_update` with Dr. GRPO advantages (A = R - mean_g)
+    for the per-response aggregations, or None for token-mean (its 1/n couples the whole batch).
+
+    With h(y) = sum_t grad log pi_t / d(y) (d = |y| or L): A_i = (G-1)/G (R_i - mean of the others), so
+    E[A_i h(y_i)] = (G-1)/G (E[R h] - J E[h]). For d = L, E[h] = 0 and this is (G-1)/(G L) grad J; for
+    d = |y|, E[h] = sum_y pi(y) grad log pi(y) / |y| is not 0: GRPO's 1/|o| adds a push of its own."""
+    if loss_agg == "token-mean":
+        return None
+    p = probabilities(space, theta)
+    J = float(p @ reward)
+    d = space.lengths if loss_agg == "seq-mean-token-mean" else np.full(space.N, float(space.L))
+    w = (group_size - 1) / group_size * p * (reward - J) / d                    # (N,)
+    return backprop(space, theta, np.broadcast_to(w[:, None], space.mask.shape))
+
+
+def train(space, theta0, reward, *, iterations, groups, group_size, lr, epochs=1, rng, **update_options):
+    """GRPO-style training of the table by SGD: each iteration samples ``groups`` groups from the current
+    policy, then ``epochs`` steps ``theta += lr * u`` of :func:`group_update` on that batch (ratios move
+    off 1 after the first). Returns the final theta and a history of exact metrics per iteration
+    (``J``, ``entropy``, ``length_right``, ``length_wrong``) and the mean ``clipfrac`` of the epochs."""
+    theta = theta0.copy()
+    history = []
+    for _ in range(iterations):
+        history.append(exact_metrics(space, theta, reward))
+        theta_old = theta.copy()
+        rows = sample(space, theta_old, groups * group_size, rng)
+        clip = []
+        for _ in range(epochs):
+            u, stats = group_update(space, rows, theta, theta_old, reward, group_size, **update_options)
+            theta = theta + lr * u
+            clip.append(stats["clipfrac"])
+        history[-1]["clipfrac"] = float(np.mean(clip))
+    history.append({**exact_metrics(space, theta, reward), "clipfrac": float("nan")})
+    return theta, history
+
+
+def exact_metrics(space, theta, reward) -> dict:
+    """J, the entropy of whole responses and of the first token, and the lengths of the answers that start
+    with token 0 (right) and token V - 2 (wrong), exactly."""
+    p0 = np.exp(theta[0] - theta[0].max())
+    p0 /= p0.sum()                                                                # pi(y_0), the root state
+    return {"J": objective(space, theta, reward), "entropy": entropy(space, theta),
+            "entropy_first": float(-p0 @ np.log(p0)), "length_right": answer_length(space, theta, RIGHT),
+            "length_wrong": answer_length(space, theta, space.V - 2)}
+
+
+# ----------------------------------------------------------------------------------------------
+# off-policy: the token ratio, GSPO's sequence ratio, the whole-response ratio
+# ----------------------------------------------------------------------------------------------
+
+RATIO_ESTIMATORS = ("token ratio", "sequence ratio (GSPO)", "whole-response ratio")
+
+
+def _ratio_dlogp(space, rows, theta, theta_old, reward, estimator, baseline, clip_eps, clip_eps_high, weights):
+    """dlogp (n, L) and the stats of :func:`ratio_gradient`'s loss."""
+    check_choice("estimator", estimator, RATIO_ESTIMATORS)
+    logp, logp_old, _, mask = _batch(space, rows, theta, theta_old, theta)
+    a = reward[rows] - baseline if weights is None else (reward[rows] - baseline) * weights
+    band = dict(clip_eps=clip_eps, clip_eps_high=clip_eps_high)
+    if estimator == "whole-response ratio":
+        seq, seq_old = (logp * mask).sum(axis=1), (logp_old * mask).sum(axis=1)  # (n,) log pi(y)
+        _, dseq, stats = clipped_policy_loss(seq, seq_old, a, None, **band)
+        clipped = np.isin(stats["clip_case"], CLIPPED_CASES)[:, None] * mask     # every token of a clipped response
+        return np.broadcast_to(dseq[:, None], mask.shape), clipped            # d log pi(y) / d logp_t = 1
+    level = "token" if estimator == "token ratio" else "sequence"
+    _, dlogp, stats = clipped_policy_loss(logp, logp_old, a[:, None] * mask, mask, **band,
+                                          loss_agg="seq-mean-token-sum-norm", norm_len=1, ratio_level=level)
+    return dlogp, np.isin(stats["clip_case"], CLIPPED_CASES) * mask
+
+
+def ratio_gradient(space, rows, theta, theta_old, reward, estimator, *, baseline, clip_eps, clip_eps_high=None):
+    """``(g, clipfrac)``: the estimate of grad J(theta) from responses ``rows`` of theta_old with the
+    advantage A = R - ``baseline`` (a fixed number), by ``estimator``, each response's token sum
+    averaged over responses (the same aggregation for the three, so only the ratio differs):
+
+    * "token ratio": r_t = pi(y_t|.) / pi_old(y_t|.) on each token (PPO);
+    * "sequence ratio (GSPO)": s(y) = (pi(y)/pi_old(y))^(1/|y|) on every token of y, clipped per response
+      (``ratio_level="sequence"``; GSPO's own objective also averages each response's tokens);
+    * "whole-response ratio": pi(y)/pi_old(y) = prod_t r_t on the response (the 1-D form of
+      ``clipped_policy_loss`` on summed log-probs): E_old[(pi/pi_old) A grad log pi] = grad J(theta)
+      exactly when nothing clips (importance sampling)."""
+    dlogp, clipped = _ratio_dlogp(space, rows, theta, theta_old, reward, estimator, baseline, clip_eps,
+                                  clip_eps_high, None)
+    return -backprop(space, theta, dlogp, rows), float(clipped.sum() / space.mask[rows].sum())
+
+
+def exact_ratio_moments(space, theta, theta_old, reward, estimator, *, baseline, clip_eps, clip_eps_high=None,
+                        n=32) -> dict:
+    """The exact mean of :func:`ratio_gradient` under sampling from theta_old, the ``spread``
+    sqrt(E ||g - E g||^2) of a batch of ``n`` responses (a mean of n independent per-response terms:
+    (E_y ||g_y||^2 - ||E g||^2) / n), and the expected fraction of clipped tokens, all by enumeration."""
+    rows = np.arange(space.N)
+    p = probabilities(space, theta_old)
+    # with weights N pi_old(y), row y's dlogp is pi_old(y) times its one-response dlogp
+    dlogp, clipped = _ratio_dlogp(space, rows, theta, theta_old, reward, estimator, baseline, clip_eps,
+                                  clip_eps_high, space.N * p)
+    mean = -backprop(space, theta, dlogp, rows)
+    per = -per_response_gradients(space, theta, dlogp / np.maximum(p, 1e-300)[:, None])    # (N, S, V) g_y
+    second = float(p @ (per ** 2).sum(axis=(1, 2)))
+    return {"mean": mean, "spread": float(np.sqrt(max(second - (mean ** 2).sum(), 0.0) / n)),
+            "clipfrac": float(p @ clipped.sum(axis=1) / (p @ space.lengths)), "n": n}
+
+
+def per_response_gradients(space, theta, dlogp) -> np.ndarray:
+    """(N, S, V): response y's own d loss / d theta from its row of ``dlogp`` (N, L)."""
+    _, cache = token_logprobs(space, theta)
+    dlogits = logprobs_backward(dlogp * space.mask, cache)                        # (N, L, V)
+    out = np.zeros((space.N,) + theta.shape)
+    rows = np.broadcast_to(np.arange(space.N)[:, None], space.states.shape)
+    np.add.at(out, (rows, space.states), dlogits)
+    return out
+
+
+def population_ppo(space, theta0, reward, *, iterations, epochs, lr, clip_eps=0.2, clip_eps_high=None):
+    """PPO without sampling noise: every iteration takes ``epochs`` steps ``theta += lr * E[g]`` with the
+    EXACT expectation under pi_old of the clipped token-ratio surrogate's gradient (advantage R - J(pi_old));
+    the clip still binds once the ratios leave the band. Returns the history of :func:`exact_metrics`."""
+    theta, history = theta0.copy(), []
+    for _ in range(iterations):
+        history.append(exact_metrics(space, theta, reward))
+        theta_old, J_old = theta.copy(), objective(space, theta, reward)
+        w = space.N * probabilities(space, theta_old)                             # N pi_old(y): the expectation
+        for _ in range(epochs):
+            dlogp, clipped = _ratio_dlogp(space, np.arange(space.N), theta, theta_old, reward, "token ratio", J_old,
+                                          clip_eps, clip_eps_high, w)
+            theta = theta - lr * backprop(space, theta, dlogp)
+        history[-1]["clipfrac"] = float(w @ clipped.sum(axis=1) / (w @ space.lengths))   # at the last epoch
+    history.append({**exact_metrics(space, theta, reward), "clipfrac": float("nan")})
+    return theta, history
