@@ -47,6 +47,7 @@ import numpy as np
 
 from minippo.checks import check_float_array, check_int_array, check_mask, check_range, check_same_shape
 from minippo.io import atomic_write_bytes
+from minippo.rl.dpo import log_sigmoid      # one stable log sigmoid for the labels, Bradley-Terry and DPO
 from minippo.rlhf.data.corpus import sample_prompts
 from minippo.rlhf.data.gold import gold_scores
 from minippo.rlhf.generate import generate_text
@@ -54,11 +55,6 @@ from minippo.rlhf.generate import generate_text
 # ----------------------------------------------------------------------------------------------
 # labels from the simulated human
 # ----------------------------------------------------------------------------------------------
-
-def log_sigmoid(x) -> np.ndarray:
-    """log sigmoid(x) = -log(1 + exp(-x)) = -logaddexp(0, -x): finite for every finite x."""
-    return -np.logaddexp(0.0, -np.asarray(x))
-
 
 def sigmoid(x) -> np.ndarray:
     """1 / (1 + exp(-x)) = exp(log_sigmoid(x)), without overflow for large |x| (float64)."""
