@@ -3,6 +3,8 @@
     corpus -> tokenizer -> SFT            minippo.rlhf.sft              (stage 1, ``<out>/sft``)
     preference pairs -> reward model      minippo.rlhf.rm_train         (stage 2, ``<out>/rm``)
     PPO with the four models              minippo.rlhf.run.trainer          (stage 3, ``<out>/ppo``)
+      or, ``--method dpo``: DPO on the    minippo.rlhf.run.dpo_trainer      (stage 3, ``<out>/dpo``: no figure)
+      reward model's pairs and split
     evaluation: SFT vs PPO, same prompts  minippo.rlhf.run.evaluate         (``samples.md``, ``summary.json``)
     figures                               minippo.rlhf.run.plots            (``<out>/figures/ppo_curves.png``)
 
@@ -34,6 +36,8 @@ from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.rm_train import RMConfig, train_reward_model
 from minippo.rlhf.run.evaluate import evaluate_policy, samples_markdown
 from minippo.rlhf.run.plots import plot_run
+from minippo.rlhf.dpo_config import DPOConfig
+from minippo.rlhf.run.dpo_trainer import run_dpo
 from minippo.rlhf.run.trainer import load_stages, run_ppo
 from minippo.rlhf.sft import SFTConfig, train_sft
 
@@ -77,12 +81,15 @@ def prepare_stages(cache_dir=None, *, quick: bool = False, seed: int = 0, progre
 
 def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool = True, log=print,
                  sft_cfg=None, rm_cfg=None, ppo_cfg=None, n_eval: int | None = None, evaluate: bool = True,
-                 figures: bool = True, callback=None, stages=("sft", "rm", "ppo")) -> dict:
+                 figures: bool = True, callback=None, stages=("sft", "rm", "ppo"), method: str = "ppo",
+                 dpo_cfg=None) -> dict:
     """Run (or reuse) every stage into ``out_dir``; returns the summary dict (also ``summary.json``).
 
     ``sft_cfg`` / ``rm_cfg`` / ``ppo_cfg`` / ``n_eval`` override the defaults of :func:`stage_configs`;
     ``callback`` is passed to the PPO trainer (called after every iteration). ``stages=("sft", "rm")``
-    stops before PPO (no evaluation, no figure, no summary file).
+    stops before PPO (no evaluation, no figure, no summary file). ``method="dpo"``: stage 3 is DPO
+    (``dpo_cfg``, default ``DPOConfig`` / ``DPOConfig.quick()``) on the reward-model stage's pairs, judged by
+    the same evaluation.
     """
 
     out = Path(out_dir)
@@ -119,6 +126,9 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
     summary["seconds"]["rm"] = time.perf_counter() - t
     if "ppo" not in stages:
         return summary
+    if method == "dpo":
+        return _dpo_stage(out, summary, t_all, dpo_cfg or (DPOConfig.quick(seed=seed) if quick else DPOConfig(seed=seed)),
+                          n_eval, seed, progress, log)
 
     # stage 3: PPO
     t = time.perf_counter()
@@ -153,10 +163,37 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
     return summary
 
 
-def evaluate_stages(out: Path, ppo_cfg: PPOConfig, n_eval: int, seed: int, log=print) -> dict:
-    """SFT vs PPO on the same ``n_eval`` prompts (fresh samples): gold, RM, KL; writes ``samples.md``."""
+def _dpo_stage(out: Path, summary: dict, t_all: float, dpo_cfg: DPOConfig, n_eval: int, seed: int, progress: bool,
+               log) -> dict:
+    """Stage 3 as DPO into ``<out>/dpo``, then the evaluation and ``summary.json`` (the ``--method dpo`` branch)."""
+    t = time.perf_counter()
+    if has_checkpoint(out / "dpo" / "policy"):
+        log(f"[3/3] DPO: reusing {out / 'dpo' / 'policy'}")
+    else:
+        resuming = has_checkpoint(out / "dpo" / "checkpoint")
+        log(f"[3/3] DPO: {'resuming from ' + str(out / 'dpo' / 'checkpoint') + ', ' if resuming else ''}"
+            f"{dpo_cfg.steps} steps x {dpo_cfg.batch_prompts} prompts (all their pairs), loss {dpo_cfg.loss_type}, "
+            f"beta {dpo_cfg.beta:g}, on the reward model's preference pairs and split")
+        run_dpo(dpo_cfg, out / "sft", out / "rm", out / "dpo", resume=True, progress=progress)
+    summary["method"] = "dpo"
+    summary["seconds"]["dpo"] = time.perf_counter() - t
+    t = time.perf_counter()
+    summary["eval"] = evaluate_stages(out, dpo_cfg, n_eval, seed, log, stage="dpo")
+    summary["seconds"]["eval"] = time.perf_counter() - t
+    summary["seconds"]["total"] = time.perf_counter() - t_all
+    summary["peak_rss_mb"] = peak_rss_mb()
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))
+    log(f"done in {summary['seconds']['total']:.1f} s "
+        f"({', '.join(f'{k} {v:.1f} s' for k, v in summary['seconds'].items() if k != 'total')}); "
+        f"peak RSS {summary['peak_rss_mb']:.0f} MB; results in {out}")
+    return summary
+
+
+def evaluate_stages(out: Path, ppo_cfg, n_eval: int, seed: int, log=print, stage: str = "ppo") -> dict:
+    """SFT vs the ``stage`` policy (``"ppo"`` or ``"dpo"``; ``ppo_cfg`` its config) on the same ``n_eval`` prompts
+    (fresh samples): gold, RM, KL; writes ``samples.md``."""
     sft_model, tokenizer, reward_model, _ = load_stages(out / "sft", out / "rm")
-    policy, _ = load_model(out / "ppo" / "policy")
+    policy, _ = load_model(out / stage / "policy")
     prompts = sample_prompts(n_eval, seed=int(np.random.default_rng([seed, SEED_EVAL]).integers(2**31)))
     kw = dict(max_new_tokens=ppo_cfg.max_new_tokens, temperature=ppo_cfg.temperature)
     with single_blas_thread():
@@ -165,23 +202,27 @@ def evaluate_stages(out: Path, ppo_cfg: PPOConfig, n_eval: int, seed: int, log=p
         after = evaluate_policy(policy, sft_model, reward_model, tokenizer, prompts,
                                 rng=np.random.default_rng([seed, SEED_EVAL, 2]), **kw)
     keys = ("gold_mean", "gold_std", "rm_mean", "kl_mean", "kl_exact_mean", "length_mean", "ended_frac")
-    res = {"n_prompts": n_eval, "sft": {k: before[k] for k in keys}, "ppo": {k: after[k] for k in keys},
-           "kl_ref_target": ppo_cfg.kl_ref_target}
+    name = stage.upper()
+    res = {"n_prompts": n_eval, "sft": {k: before[k] for k in keys}, stage: {k: after[k] for k in keys}}
+    target = ""
+    if stage == "ppo":
+        res["kl_ref_target"] = ppo_cfg.kl_ref_target
+        target = f"; target {ppo_cfg.kl_ref_target:g}"
     res["gold_gain_in_sft_std"] = (after["gold_mean"] - before["gold_mean"]) / max(before["gold_std"], 1e-12)
-    text = (f"# Samples before and after PPO\n\nThe same {min(16, n_eval)} prompts (of {n_eval} evaluated), one fresh "
+    text = (f"# Samples before and after {name}\n\nThe same {min(16, n_eval)} prompts (of {n_eval} evaluated), one fresh "
             f"sample each at temperature {ppo_cfg.temperature:g}; gold = the simulated human, RM = the normalised "
             f"reward model.\n\n"
             f"| policy | gold mean | gold std | RM mean | KL to SFT (k1 / exact, nats per response) | length |\n"
             f"|---|---|---|---|---|---|\n"
-            + "".join(f"| {name} | {r['gold_mean']:+.3f} | {r['gold_std']:.3f} | {r['rm_mean']:+.3f} | "
+            + "".join(f"| {who} | {r['gold_mean']:+.3f} | {r['gold_std']:.3f} | {r['rm_mean']:+.3f} | "
                       f"{r['kl_mean']:.2f} / {r['kl_exact_mean']:.2f} | {r['length_mean']:.1f} |\n"
-                      for name, r in (("SFT", before), ("PPO", after)))
-            + "\n" + samples_markdown(prompts, before, after) + "\n")
+                      for who, r in (("SFT", before), (name, after)))
+            + "\n" + samples_markdown(prompts, before, after, names=("SFT", name)) + "\n")
     atomic_write_text(out / "samples.md", text)
     log(f"evaluation on {n_eval} prompts: gold SFT {before['gold_mean']:+.3f} (std {before['gold_std']:.3f}) -> "
-        f"PPO {after['gold_mean']:+.3f}  (+{res['gold_gain_in_sft_std']:.2f} SFT std); RM "
+        f"{name} {after['gold_mean']:+.3f}  ({res['gold_gain_in_sft_std']:+.2f} SFT std); RM "
         f"{before['rm_mean']:+.2f} -> {after['rm_mean']:+.2f}; KL to SFT {after['kl_mean']:.2f} nats/response "
-        f"(exact {after['kl_exact_mean']:.2f}; target {ppo_cfg.kl_ref_target:g}); samples in {out / 'samples.md'}")
+        f"(exact {after['kl_exact_mean']:.2f}{target}); samples in {out / 'samples.md'}")
     return res
 
 
@@ -191,10 +232,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quick", action="store_true", help="the same pipeline at CI size (well under 90 s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of every stage (default 0)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--method", default="ppo", choices=("ppo", "dpo"), help="stage 3: PPO with the reward "
+                        "model (default) or DPO on the reward model's preference pairs")
 
 
 def cli_main(args) -> int:
     out = Path(args.out) if args.out else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
-    print(f"minippo rlhf -> {out}{' (quick)' if args.quick else ''}")
-    run_pipeline(out, quick=args.quick, seed=args.seed, progress=not args.no_progress)
+    print(f"minippo rlhf -> {out}{' (quick)' if args.quick else ''}{' (DPO)' if args.method == 'dpo' else ''}")
+    run_pipeline(out, quick=args.quick, seed=args.seed, progress=not args.no_progress, method=args.method)
     return 0
