@@ -67,7 +67,8 @@ class DPOConfig:
     # ---- evaluation, checkpoints ------------------------------------------------------------
     eval_every: int = 50
     """Evaluate every this many steps (and after the last): the held-out pairs (``eval_*`` metrics) and fresh
-    samples for ``n_eval`` prompts (``gold/score``, the exact KL to pi_ref); >= 1."""
+    samples for ``n_eval`` prompts (``gold/score``, the exact KL to pi_ref); >= 0, 0 = never (a study that
+    judges the policy itself)."""
     n_eval: int = 64
     """Prompts sampled (one response each) at every evaluation; >= 1."""
     max_new_tokens: int = 24
@@ -76,7 +77,7 @@ class DPOConfig:
     """Save a checkpoint every this many steps (and at the end); >= 1."""
 
     def __post_init__(self):
-        for name, lo in {"steps": 1, "seed": 0, "batch_prompts": 1, "eval_every": 1, "n_eval": 1,
+        for name, lo in {"steps": 1, "seed": 0, "batch_prompts": 1, "eval_every": 0, "n_eval": 1,
                          "max_new_tokens": 1, "checkpoint_every": 1}.items():
             check_range(name, getattr(self, name), lo, None, integer=True)
         for name in ("beta", "temperature", "adam_eps", "max_grad_norm"):

@@ -36,7 +36,7 @@ def cli_main(args) -> int:
     for key in SHOWN:
         print(f"{key:<24s} first step {first[key]:+9.3f}   last step {last[key]:+9.3f}")
     evals = [r for r in hist if "gold/score" in r]
-    for key in SHOWN_EVAL:
+    for key in SHOWN_EVAL if evals else ():           # none with --eval-every 0
         print(f"{key:<24s} first evaluation {evals[0][key]:+9.3f}   last {evals[-1][key]:+9.3f}")
     info = trainer.data_info
     print(f"{trainer.step_count} steps on {info['train_pairs']} training pairs ({info['train_prompts']} prompts; "

@@ -5,7 +5,7 @@ Legend: R response rows, N pairs.
 :class:`DPOTrainer` builds the :class:`~minippo.rlhf.dpo.DPOState` (the policy = a copy of the SFT model, the
 reference = a frozen copy, one AdamW, the reward-model stage's train / held-out pairs) and runs steps: each
 :meth:`DPOTrainer.step` calls :func:`minippo.rlhf.dpo.dpo_step`, every ``eval_every`` steps (and after the
-last) evaluates, then writes the metrics record and, every ``checkpoint_every`` steps, a checkpoint.
+last; never when it is 0) evaluates, then writes the metrics record and, every ``checkpoint_every`` steps, a checkpoint.
 
 The evaluation judges the policy like the PPO runs are judged: the DPO metrics on the held-out pairs
 (``eval_*``), and fresh samples for ``n_eval`` fixed prompts (the same prompts and sampling seed at every
@@ -134,7 +134,7 @@ class DPOTrainer:
                 record = dpo.dpo_step(self.state, cfg)
                 t1 = time.perf_counter()
                 done = self.step_count
-                if done % cfg.eval_every == 0 or done == cfg.steps:
+                if cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.steps):
                     record.update(self.evaluate())
         except ValueError as exc:           # the NaN guard, or bad data: say what is kept on disk
             raise ValueError(f"{exc}: training stopped at step {it}; {self._on_disk()}") from exc

@@ -48,7 +48,7 @@ def setup():
     (dict(steps=0), "steps"), (dict(batch_prompts=0), "batch_prompts"), (dict(lr=-1.0), "lr"),
     (dict(lr=float("inf")), "lr"), (dict(warmup_steps=300), "warmup_steps"), (dict(lr_schedule="step"), "lr_schedule"),
     (dict(adam_betas=(0.9, 1.0)), "adam_betas"), (dict(temperature=0.0), "temperature"),
-    (dict(eval_every=0), "eval_every"), (dict(logp_average=1), "logp_average"), (dict(max_grad_norm=0.0), "max_grad_norm"),
+    (dict(eval_every=-1), "eval_every"), (dict(logp_average=1), "logp_average"), (dict(max_grad_norm=0.0), "max_grad_norm"),
 ])
 def test_bad_configuration_names_the_field(kw, field):
     with pytest.raises(ValueError, match=f"`{field}"):
