@@ -6,7 +6,7 @@ critic and samples from the policy; DPO (Rafailov et al. 2023, arXiv:2305.18290)
 pairs themselves, with two models (policy and frozen reference) and no sampling (minippo/rlhf/dpo.py, one
 step read top to bottom; ``minippo dpo``, ``minippo rlhf --method dpo``).
 
-The equations (Rafailov et al.; equation numbers checked against the arXiv version):
+The equations (Rafailov et al., with the equation numbers of the arXiv version):
 
     max_pi E[r(x, y)] - beta KL(pi || pi_ref)                               eq. (3), what PPO-RLHF optimises
     pi*(y|x) = pi_ref(y|x) exp(r(x, y) / beta) / Z(x)                       eq. (4), its optimum
@@ -28,28 +28,30 @@ per response (each position's KL enumerated over the vocabulary, summed over the
   normalised like the RM, minippo.studies.dpo_frontier.GoldRewardModel; its critic starts from the SFT trunk,
   as there is no reward network to copy).
 
-A method's frontier is the Pareto front of all its checkpoints (no other checkpoint of that method reaches a
-higher gold with less KL), linearly interpolated to common KL values; the seed spread is the range of the
-per-seed frontiers. At each matched KL the lesson says which method is above the other beyond the seed range,
-and whether the paper's finding (DPO's frontier dominates PPO's, even PPO-GT's) holds at this scale. It also
-measures what DPO's implicit reward beta log(pi / pi_ref) learned compared with the reward model (held-out
-accuracy, within-prompt correlation with gold) and DPO's known failure: the log-probabilities of the chosen
-AND the rejected responses both falling (only their difference is pushed up; the probability goes to
-responses that are in no pair).
+A method's frontier at KL x is the best gold any of its checkpoints reached at a KL of at most x (the Pareto
+front of its checkpoints, linear between them); two methods are compared at 8 KL values up to the largest KL
+both reached in every seed, and the seed spread is the range of the per-seed frontiers. At each matched KL the
+lesson says which method is above the other beyond the seed range, and whether the paper's finding (DPO's
+frontier dominates PPO's, even PPO-GT's) holds at this scale. It also measures what DPO's implicit reward
+beta log(pi / pi_ref) learned compared with the reward model (held-out accuracy, within-prompt correlation
+with gold) and DPO's known failure: the log-probabilities of the chosen AND the rejected responses both
+falling (only their difference is pushed up; the probability that leaves both must go to responses that are
+in no pair).
 
 The figure (the committed one comes from ``--full``: beta in {0.03, 0.1, 0.3, 1}, KL targets in {1, 2, 4, 8}
 nats, 3 seeds per setting, PPO 40 iterations x 64 responses, DPO 300 steps x 8 prompts (~224 pairs), 128
-evaluation prompts; 36 runs, about 25 minutes on 2 idle cores): (a) gold against exact KL for every checkpoint
-(dots) and each method's frontier (mean over seeds, band = seed range); (b) the implicit reward of DPO beside
-the reward model: accuracy on the held-out pairs (against the labels and the gold order) and within-prompt
-correlation with gold; (c) the change of log pi(y_w) and log pi(y_l) of pairs DPO trained on, along training;
-(d) the frontiers at matched KL, in numbers.
+evaluation prompts; 36 runs, 676 s of CPU, 33 minutes wall on 2 cores shared with other jobs): (a) gold against
+exact KL for every checkpoint (dots) and each method's frontier (mean over seeds, band = seed range); (b) the
+implicit reward of DPO beside the reward model: accuracy on the held-out pairs (against the labels and the
+gold order) and within-prompt correlation with gold; (c) the change of log pi(y_w) and log pi(y_l) of pairs
+DPO trained on, along training; (d) DPO's frontier against each PPO's at matched KL, in numbers, and the
+verdicts.
 
 Exercises:
-1. Give PPO (RM) the SFT-trunk critic too (``critic_init="sft"`` in ``PPO_BASE``): how much of the gap to
-   PPO-GT was the critic's start?
-2. Train DPO for 3 epochs (``steps``): the training accuracy goes to 1 while the held-out accuracy and the
-   gold stop improving. Where is the frontier point of the longest run?
+1. Give PPO (RM) the SFT-trunk critic too (``critic_init="sft"`` in ``PPO_BASE``), as PPO-GT has: does its
+   frontier move, and is the order of PPO (RM) and PPO-GT at matched KL the same?
+2. Train DPO for 3 epochs (``dpo_steps``): follow ``rewards/accuracies`` (training pairs) and
+   ``eval_rewards/accuracies`` (held-out) of the trainer's records. Where on the frontier is the longest run?
 3. ``loss_type="ipo"`` and ``label_smoothing=0.1`` (conservative DPO): both stop pushing h beyond a finite
    margin. Do their checkpoints reach less KL for the same gold? Does the chosen log-prob still fall?
 4. The reward model and DPO saw the same pairs. Which one orders the held-out pairs better, and which one
@@ -71,13 +73,14 @@ from minippo.rlhf.dpo import SEED_BATCHES, evaluate_pairs
 from minippo.rlhf.dpo_config import DPOConfig
 from minippo.rlhf.rm_train import load_pairs
 from minippo.rlhf.run.dpo_trainer import DPOTrainer
-from minippo.studies.dpo_frontier import (DPOCheckpoints, GoldRewardModel, compare_at, front_at,
-                                          implicit_reward_report, logp_shift, pareto_front)
+from minippo.studies.dpo_frontier import (DPOCheckpoints, GoldRewardModel, front_at, implicit_reward_report,
+                                          logp_shift, matched_comparisons, method_fronts)
 from minippo.studies.overoptimization import KLCheckpoints
 from minippo.studies.study import Study
 
 METHODS = ("DPO", "PPO (reward model)", "PPO-GT (gold reward)")
 COLORS = {"DPO": "tab:blue", "PPO (reward model)": "tab:orange", "PPO-GT (gold reward)": "tab:green"}
+SHORT = {"DPO": "DPO", "PPO (reward model)": "PPO (RM)", "PPO-GT (gold reward)": "PPO-GT"}
 SIZES = {
     "quick": dict(seeds=2, betas=(0.1, 0.5), targets=(2.0, 6.0), dpo_steps=16, dpo_every=4, batch_prompts=4,
                   iterations=6, batch_size=16, minibatch_size=8, ppo_every=2, n_eval=16, shift_prompts=4),
@@ -137,15 +140,66 @@ def run_ppo(study, reward_model, target: float, seed: int, size: dict, base: dic
     return {"points": cb.points, "config": cfg}
 
 
-def frontiers(runs: dict, seeds: list) -> dict:
-    """Per method and seed, the Pareto front of all the checkpoints of all its settings."""
-    out = {}
-    for method, settings in runs.items():
-        out[method] = []
-        for k in range(len(seeds)):
-            pts = [p for setting in settings.values() for p in setting[k]["points"]]
-            out[method].append(pareto_front([p["kl"] for p in pts], [p["gold"] for p in pts]))
-    return out
+PAIRS = ((METHODS[0], METHODS[1]), (METHODS[0], METHODS[2]), (METHODS[2], METHODS[1]))
+
+
+def strip(runs: dict) -> dict:
+    """The runs without their trainers (the results stay small and picklable)."""
+    return {m: {name: [{k: v for k, v in r.items() if k != "trainer"} for r in per_seed]
+                for name, per_seed in settings.items()} for m, settings in runs.items()}
+
+
+def kl_ranges(kl, idx) -> str:
+    """The KL values at indices ``idx`` as runs of neighbours: ``0.70-1.39, 4.18`` (``none`` when empty)."""
+    runs, out = [], []
+    for i in idx:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    for run_ in runs:
+        out.append(f"{kl[run_[0]]:.2f}" if len(run_) == 1 else f"{kl[run_[0]]:.2f}-{kl[run_[-1]]:.2f}")
+    return ", ".join(out) if out else "none"
+
+
+def order_words(cmp: dict, a: str, b: str) -> str:
+    """What the comparisons of a against b at the matched KL values say, in words."""
+    v, kl = [c["verdict"] for c in cmp["cmp"]], cmp["kl"]
+    where = {w: [i for i, x in enumerate(v) if x == w] for w in ("above", "below", "overlap", "n/a")}
+    span = f"{kl[0]:.2f}-{kl[-1]:.2f} nats"
+    if len(where["above"]) == len(v):
+        return f"{a}'s frontier dominates {b}'s: above at all {len(v)} matched KL values ({span}), beyond the seed range"
+    if len(where["below"]) == len(v):
+        return f"{b}'s frontier dominates {a}'s: above at all {len(v)} matched KL values ({span}), beyond the seed range"
+    text = (f"no domination: {a} above {b} at KL {kl_ranges(kl, where['above'])}, below at "
+            f"{kl_ranges(kl, where['below'])}, within the seed range at {kl_ranges(kl, where['overlap'])} (nats)")
+    return text + (f", not reached at {kl_ranges(kl, where['n/a'])}" if where["n/a"] else "")
+
+
+def paper_finding(r: dict) -> str:
+    """Does DPO's frontier dominate PPO's and PPO-GT's here (Rafailov et al., Figure 2 left)?"""
+    dpo_ppo = [c["verdict"] for c in r["compare"][(METHODS[0], METHODS[1])]["cmp"]]
+    dpo_gt = [c["verdict"] for c in r["compare"][(METHODS[0], METHODS[2])]["cmp"]]
+    if all(v == "above" for v in dpo_ppo + dpo_gt):
+        return "holds here: DPO's frontier is above both PPO frontiers at every matched KL."
+    if all(v == "above" for v in dpo_ppo):
+        return "holds only in part here: DPO's frontier is above PPO (reward model)'s, but not above PPO-GT's everywhere."
+    if all(v == "below" for v in dpo_ppo):
+        return ("does NOT hold here: PPO with the reward model reaches more gold than DPO at every matched KL, "
+                "beyond the seed range.")
+    c = r["compare"][(METHODS[0], METHODS[1])]
+    above = [i for i, v in enumerate(dpo_ppo) if v == "above"]
+    below = [i for i, v in enumerate(dpo_ppo) if v == "below"]
+    return (f"does NOT hold here: DPO's frontier is not above PPO (reward model)'s at every matched KL (above at KL "
+            f"{kl_ranges(c['kl'], above)}, below at {kl_ranges(c['kl'], below)} nats).")
+
+
+def _fmt(vals) -> str:
+    """``+0.31 [+0.29, +0.33]``: the mean over seeds and the seed range (``n/a`` where a seed did not get there)."""
+    vals = np.asarray(vals, dtype=np.float64)
+    if not np.isfinite(vals).all():
+        return f"{'n/a':>21s}"
+    return f"{vals.mean():+.3f} [{vals.min():+.2f},{vals.max():+.2f}]"
 
 
 def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
@@ -169,19 +223,14 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
         runs["PPO-GT (gold reward)"][f"KL target {target:g}"] = [
             run_ppo(study, gold_rm, target, s, size, GT_BASE) for s in seeds]
 
-    # the frontiers at common KL values: up to the largest KL that every method reached in every seed
-    fronts = frontiers(runs, seeds)
-    kl_common = min(f[0][-1] for per_seed in fronts.values() for f in per_seed)
-    grid = np.linspace(kl_common / 6, kl_common, 6)
-    at = {m: np.array([front_at(f, grid) for f in fronts[m]]) for m in METHODS}        # (S, G)
-    pairs_cmp = {(a, b): [compare_at(at[a][:, g], at[b][:, g]) for g in range(grid.size)]
-                 for a, b in ((METHODS[0], METHODS[1]), (METHODS[0], METHODS[2]), (METHODS[2], METHODS[1]))}
+    # every method's frontier per seed, and each pair of methods at matched KL values (within both's reach)
+    fronts = method_fronts(runs, len(seeds))
 
     # DPO's implicit reward as a reward model (the first seed's runs, every beta), on the held-out pairs
     implicit = {name: implicit_reward_report(r[0]["trainer"].policy, r[0]["trainer"].state.ref, study.reward_model,
                                              heldout, r[0]["config"]) for name, r in runs["DPO"].items()}
     return {"size": size, "quick": quick, "full": full, "seeds": seeds, "runs": strip(runs), "fronts": fronts,
-            "grid": grid, "at": at, "compare": pairs_cmp, "kl_common": kl_common,
+            "compare": matched_comparisons(fronts, PAIRS),
             "implicit": {n: {"dpo": {k: v for k, v in rep["dpo"].items() if k != "eval"}, "rm": rep["rm"],
                              "shift_heldout": logp_shift(rep["dpo"]["eval"], heldout)} for n, rep in implicit.items()},
             "data": {"train_pairs": len(train), "train_prompts": train.n_groups, "heldout_pairs": len(heldout),
@@ -192,52 +241,9 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
             "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
 
 
-def strip(runs: dict) -> dict:
-    """The runs without their trainers (the results stay small and picklable)."""
-    return {m: {name: [{k: v for k, v in r.items() if k != "trainer"} for r in per_seed]
-                for name, per_seed in settings.items()} for m, settings in runs.items()}
-
-
 # ----------------------------------------------------------------------------------------------
 # the narrative: every verdict from the numbers in ``r``
 # ----------------------------------------------------------------------------------------------
-
-SHORT = {"DPO": "DPO", "PPO (reward model)": "PPO (RM)", "PPO-GT (gold reward)": "PPO-GT"}
-
-
-def order_words(cmps: list[dict], a: str, b: str) -> str:
-    """What the comparisons of a against b at every matched KL say, in words."""
-    v = [c["verdict"] for c in cmps]
-    n_above, n_below, n_overlap = v.count("above"), v.count("below"), v.count("overlap")
-    if n_above == len(v):
-        return f"{a}'s frontier dominates {b}'s: above at all {len(v)} matched KL values, beyond the seed range"
-    if n_below == len(v):
-        return f"{b}'s frontier dominates {a}'s: above at all {len(v)} matched KL values, beyond the seed range"
-    return (f"no domination: {a} above {b} at {n_above}, below at {n_below}, within the seed range at {n_overlap} "
-            f"of {len(v)} matched KL values")
-
-
-def paper_finding(r: dict) -> str:
-    """Does DPO's frontier dominate PPO's and PPO-GT's here (Rafailov et al., Figure 2 left)?"""
-    dpo_ppo = [c["verdict"] for c in r["compare"][(METHODS[0], METHODS[1])]]
-    dpo_gt = [c["verdict"] for c in r["compare"][(METHODS[0], METHODS[2])]]
-    if all(v == "above" for v in dpo_ppo + dpo_gt):
-        return "holds here: DPO's frontier is above both PPO frontiers at every matched KL."
-    if all(v == "above" for v in dpo_ppo):
-        return "holds only in part here: DPO's frontier is above PPO (reward model)'s, but not above PPO-GT's everywhere."
-    if all(v == "below" for v in dpo_ppo):
-        return ("does NOT hold here: PPO with the reward model reaches more gold than DPO at every matched KL, "
-                "beyond the seed range.")
-    return "does NOT hold here: DPO's frontier is not above PPO (reward model)'s at every matched KL."
-
-
-def _fmt(vals) -> str:
-    """``+0.31 [+0.29, +0.33]``: the mean over seeds and the seed range (``n/a`` where a seed did not get there)."""
-    vals = np.asarray(vals, dtype=np.float64)
-    if not np.isfinite(vals).all():
-        return f"{'n/a':>21s}"
-    return f"{vals.mean():+.3f} [{vals.min():+.2f},{vals.max():+.2f}]"
-
 
 def narrative(r: dict) -> str:
     d, S = r["data"], len(r["seeds"])
@@ -256,20 +262,20 @@ def narrative(r: dict) -> str:
                 parts.append(f"KL {pts[-1]['kl']:5.2f} gold {pts[-1]['gold']:+.3f} (best {best['gold']:+.3f} at "
                              f"KL {best['kl']:.2f})")
             L.append(f"  {SHORT[m]:<8s} {name:<14s} " + " | ".join(parts))
-    grid = r["grid"]
-    L.append(f"\nFrontiers at matched KL (gold: mean over seeds [seed range]; up to {r['kl_common']:.2f} nats, the "
-             f"largest KL every method reached in every seed):")
-    L.append(f"  {'KL (nats)':>9s}  " + "  ".join(f"{SHORT[m]:>21s}" for m in METHODS))
-    for g, x in enumerate(grid):
-        L.append(f"  {x:9.2f}  " + "  ".join(f"{_fmt(r['at'][m][:, g]):>21s}" for m in METHODS))
-    L.append("\nWhich frontier is higher at matched KL:")
-    for (a, b), cmps in r["compare"].items():
-        L.append(f"  - {SHORT[a]} vs {SHORT[b]}: {order_words(cmps, SHORT[a], SHORT[b])}.")
+    L.append("\nFrontiers at matched KL, two methods at a time (gold: mean over seeds [seed range]; KL values up to the "
+             "largest KL both methods reached in every seed):")
+    for (p, q), c in r["compare"].items():
+        L.append(f"  {SHORT[p]} vs {SHORT[q]} (KL up to {c['kl'][-1]:.2f} nats):")
+        L.append(f"    {'KL (nats)':>9s}  {SHORT[p]:>21s}  {SHORT[q]:>21s}")
+        for g, x in enumerate(c["kl"]):
+            L.append(f"    {x:9.2f}  {_fmt(c['a'][:, g]):>21s}  {_fmt(c['b'][:, g]):>21s}   {c['cmp'][g]['verdict']}")
+        L.append(f"    -> {order_words(c, SHORT[p], SHORT[q])}.")
     L.append("The DPO paper's finding (DPO's frontier dominates PPO's, even PPO on the true reward; Figure 2 left) "
              + paper_finding(r))
-    for g in (len(grid) // 2 - 1, len(grid) - 1):
-        L.append(f"  at KL {grid[g]:.2f} nats: " + ", ".join(f"{SHORT[m]} {_fmt(r['at'][m][:, g]).strip()}"
-                                                         for m in METHODS))
+    reach = min(f[2] for m in METHODS for f in r["fronts"][m])       # the largest KL all three reached, every seed
+    for x in (reach / 2, reach):
+        L.append(f"  at KL {x:.2f} nats (all three methods): " + ", ".join(
+            f"{SHORT[m]} {_fmt([front_at(f, [x])[0] for f in r['fronts'][m]]).strip()}" for m in METHODS))
     imp = r["implicit"]
     first = next(iter(imp.values()))
     L.append(f"\nDPO's implicit reward beta log(pi/pi_ref) as a reward model, on the {d['heldout_pairs']} held-out "
@@ -320,22 +326,32 @@ def plot(r: dict, path) -> None:
     fig, axes = plt.subplots(2, 2, figsize=(16, 12.5), gridspec_kw={"width_ratios": [1.35, 1]})
     a, b, c, t = axes[0, 0], axes[0, 1], axes[1, 0], axes[1, 1]
     S = len(r["seeds"])
-    xs = np.linspace(0.0, r["kl_common"], 60)
+    xmax = 1.25 * max(cmp["kl"][-1] for cmp in r["compare"].values())
+    hidden = []
     for m in METHODS:
         col = COLORS[m]
         settings = r["runs"][m]
         pts = [p for per_seed in settings.values() for run_ in per_seed for p in run_["points"][1:]]
-        a.scatter([p["kl"] for p in pts], [p["gold"] for p in pts], s=10, color=col, alpha=0.35, lw=0)
-        curves = np.array([front_at(f, xs) for f in r["fronts"][m]])            # (S, 60)
+        shown = [p for p in pts if p["kl"] <= xmax]
+        hidden += [(m, p) for p in pts if p["kl"] > xmax]
+        a.scatter([p["kl"] for p in shown], [p["gold"] for p in shown], s=10, color=col, alpha=0.35, lw=0)
+        reach = min(f[2] for f in r["fronts"][m])
+        xs = np.linspace(0.0, min(reach, xmax), 80)
+        curves = np.array([front_at(f, xs) for f in r["fronts"][m]])            # (S, 80)
         label = f"{m}: {', '.join(settings)}"
-        a.plot(xs, np.nanmean(curves, axis=0), color=col, lw=2.2, label=textwrap.shorten(label, 75))
-        a.fill_between(xs, np.nanmin(curves, axis=0), np.nanmax(curves, axis=0), color=col, alpha=0.2, lw=0)
+        a.plot(xs, curves.mean(axis=0), color=col, lw=2.2, label=textwrap.shorten(label, 80))
+        a.fill_between(xs, curves.min(axis=0), curves.max(axis=0), color=col, alpha=0.2, lw=0)
     a.plot([0], [r["sft"]["gold_mean"]], "k*", ms=14, label="SFT policy (the reference)")
-    a.axvline(r["kl_common"], color="0.5", lw=0.8, ls=":")
+    a.set_xlim(-0.02 * xmax, xmax)
     a.set_xlabel("KL(pi || pi_ref) per response, exact (nats)")
     a.set_ylabel(f"gold score (simulated human), mean of {len(r['sft']['gold'])} fresh samples")
-    a.set_title(f"(a) gold vs KL: every checkpoint (dots) and each method's frontier\n(line: mean over {S} seeds, "
-                f"band: seed range; dotted: largest KL all reached)")
+    title = (f"(a) gold vs KL: every checkpoint (dots) and each method's frontier, the best gold at KL <= x\n"
+             f"(line: mean over {S} seeds, band: seed range)")
+    if hidden:
+        worst = min(hidden, key=lambda mp: mp[1]["gold"])
+        title += (f"; {len(hidden)} checkpoints beyond {xmax:.1f} nats not shown "
+                  f"(down to gold {worst[1]['gold']:+.2f} at {max(p['kl'] for _, p in hidden):.0f} nats)")
+    a.set_title(title, fontsize=10.5)
     a.legend(loc="lower right", fontsize=8.5)
 
     imp = r["implicit"]
@@ -352,8 +368,9 @@ def plot(r: dict, path) -> None:
     b.set_xticks(x, [lab for _, lab in keys])
     b.set_ylim(0, 1.12)
     b.set_ylabel("on the held-out pairs")
-    b.set_title("(b) DPO's implicit reward beta log(pi/pi_ref) vs the reward model\n(same pairs, held-out prompts)")
-    b.legend(loc="upper right", fontsize=8, ncol=2)
+    b.set_title("(b) DPO's implicit reward beta log(pi/pi_ref) vs the reward model\n(same pairs, held-out prompts; "
+                f"seed {r['seeds'][0]}, end of training)")
+    b.legend(loc="upper right", fontsize=8, ncol=len(rows))
 
     for k, (name, per_seed) in enumerate(r["runs"]["DPO"].items()):
         sh = per_seed[0]["shifts"]
@@ -370,16 +387,19 @@ def plot(r: dict, path) -> None:
 
     t.axis("off")
     t.grid(False)
-    lines = ["(d) the frontiers at matched KL (mean [seed range])", "",
-             f"{'KL':>5s} " + " ".join(f"{SHORT[m]:>19s}" for m in METHODS)]
-    for g, kl in enumerate(r["grid"]):
-        lines.append(f"{kl:5.2f} " + " ".join(f"{_fmt(r['at'][m][:, g]):>19s}" for m in METHODS))
+    lines = ["(d) the frontiers at matched KL, mean [seed range]"]
+    for (p, q), cmp in r["compare"].items():
+        if p != METHODS[0]:
+            continue
+        lines += ["", f"{'KL':>5s} {SHORT[p]:>19s} {SHORT[q]:>19s}"]
+        for g, kl in enumerate(cmp["kl"]):
+            lines.append(f"{kl:5.2f} {_fmt(cmp['a'][:, g]):>19s} {_fmt(cmp['b'][:, g]):>19s}  {cmp['cmp'][g]['verdict']}")
     lines.append("")
-    for (p, q), cmps in r["compare"].items():
-        lines += textwrap.wrap(f"{SHORT[p]} vs {SHORT[q]}: {order_words(cmps, SHORT[p], SHORT[q])}.", 72)
+    for (p, q), cmp in r["compare"].items():
+        lines += textwrap.wrap(f"{SHORT[p]} vs {SHORT[q]}: {order_words(cmp, SHORT[p], SHORT[q])}.", 74)
     lines.append("")
-    lines += textwrap.wrap("DPO paper, Figure 2 (left): " + paper_finding(r), 72)
-    t.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=9, transform=t.transAxes)
+    lines += textwrap.wrap("DPO paper, Figure 2 (left): " + paper_finding(r), 74)
+    t.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=8.8, transform=t.transAxes)
     fig.tight_layout()
     save(fig, path)
 

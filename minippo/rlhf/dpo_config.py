@@ -49,8 +49,9 @@ class DPOConfig:
     # ---- optimisation -----------------------------------------------------------------------
     batch_prompts: int = 8
     """Training prompts per step, with all their pairs (8 prompts x 28 pairs at K = 8); >= 1."""
-    lr: float = 1e-4
-    """Peak AdamW learning rate; >= 0 (0 keeps the policy fixed: the implicit rewards stay 0)."""
+    lr: float = 2e-4
+    """Peak AdamW learning rate; >= 0 (0 keeps the policy fixed: the implicit rewards stay 0). Measured on the main
+    job's stages (lesson 21): 1e-4 barely moves in 300 steps, 5e-4 drifts past KL 9 nats within 100."""
     lr_schedule: str = "linear"
     """``"constant"``, ``"linear"`` (to 0 at the last step) or ``"cosine"``, after the warm-up."""
     warmup_steps: int = 10
@@ -104,8 +105,9 @@ class DPOConfig:
 
     @classmethod
     def quick(cls, **overrides) -> "DPOConfig":
-        """A seconds-long run for CI and smoke tests: 60 steps of 4 prompts, evaluated every 20 on 32 prompts."""
-        base = dict(steps=60, batch_prompts=4, warmup_steps=5, eval_every=20, n_eval=32, checkpoint_every=20)
+        """A seconds-long run for CI and smoke tests: 60 steps of 4 prompts at lr 5e-4, evaluated every 20 on 32
+        prompts."""
+        base = dict(steps=60, batch_prompts=4, lr=5e-4, warmup_steps=5, eval_every=20, n_eval=32, checkpoint_every=20)
         return cls(**{**base, **overrides})
 
     def to_dict(self) -> dict:

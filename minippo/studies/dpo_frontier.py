@@ -17,8 +17,9 @@ positions, each position's KL enumerated over the vocabulary: ``kl_exact_from_lo
   normalised like the reward model (mean 0, std 1 on SFT samples) so one KL target means the same for both;
 - :class:`DPOCheckpoints`: the ``callback(trainer, record)`` of a DPO run that judges the policy every few
   steps (:class:`minippo.studies.overoptimization.KLCheckpoints` does it for PPO);
-- :func:`pareto_front` and :func:`front_at`: a method's frontier (the checkpoints no other checkpoint beats
-  with less KL), linearly interpolated to common KL values;
+- :func:`pareto_front` and :func:`front_at`: a method's frontier, the best gold it reached at a KL of at most
+  x (through the checkpoints no other checkpoint beats with less KL, linearly interpolated between them, flat
+  after the last one up to the largest KL any checkpoint reached);
 - :func:`compare_at`: two methods' frontiers at one KL value, seed by seed, and whether their seed ranges
   overlap;
 - :func:`implicit_reward_report`: DPO's implicit reward beta log(pi / pi_ref) as a reward model (held-out
@@ -98,7 +99,7 @@ class DPOCheckpoints(KLCheckpoints):
 # frontiers: the best gold at each KL, and two methods compared at one KL
 # ----------------------------------------------------------------------------------------------
 
-def pareto_front(kl, gold) -> tuple[np.ndarray, np.ndarray]:
+def pareto_front(kl, gold) -> tuple[np.ndarray, np.ndarray, float]:
     """The non-dominated points of a method: those with a higher gold than every point of smaller or equal KL.
 
     Parameters
@@ -107,7 +108,8 @@ def pareto_front(kl, gold) -> tuple[np.ndarray, np.ndarray]:
 
     Returns
     -------
-    (kl_front, gold_front) : (F,) sorted by KL; gold strictly increasing along it
+    (kl_front, gold_front, kl_max) : (F,) sorted by KL, gold strictly increasing along it; and the largest KL of
+        any checkpoint (how far the method went, whatever its gold there)
     """
     kl = check_float_array("kl", np.asarray(kl, dtype=np.float64), ndim=1)
     gold = check_float_array("gold", np.asarray(gold, dtype=np.float64), shape=kl.shape)
@@ -120,16 +122,17 @@ def pareto_front(kl, gold) -> tuple[np.ndarray, np.ndarray]:
             keep.append(i)
             best = gold[i]
     keep = np.array(keep)
-    return kl[keep], gold[keep]
+    return kl[keep], gold[keep], float(kl.max())
 
 
-def front_at(front: tuple[np.ndarray, np.ndarray], kl_values) -> np.ndarray:
-    """(G,) the frontier linearly interpolated between its points at ``kl_values``; NaN beyond its largest KL
-    (a method is never credited with a KL it did not reach)."""
-    kf, gf = front
+def front_at(front: tuple, kl_values) -> np.ndarray:
+    """(G,) the frontier at ``kl_values``: linear between its points, flat after the last one (the best gold
+    reached at a KL of at most x), NaN beyond the largest KL any checkpoint reached or below the first point (a
+    method is never credited with a KL it did not reach)."""
+    kf, gf, kl_max = front
     x = np.atleast_1d(np.asarray(kl_values, dtype=np.float64))
-    out = np.interp(x, kf, gf)
-    out[(x > kf[-1]) | (x < kf[0])] = np.nan
+    out = np.interp(x, kf, gf)                          # np.interp is flat beyond the last point
+    out[(x > kl_max) | (x < kf[0])] = np.nan
     return out
 
 
@@ -147,6 +150,35 @@ def compare_at(a, b) -> dict:
     return {"verdict": verdict, "mean_a": float(a.mean()), "mean_b": float(b.mean()),
             "diff": float(a.mean() - b.mean()), "range_a": (float(a.min()), float(a.max())),
             "range_b": (float(b.min()), float(b.max()))}
+
+
+def method_fronts(runs: dict, n_seeds: int) -> dict:
+    """Per method and seed, the :func:`pareto_front` of every checkpoint of every setting of that method.
+
+    ``runs``: method -> setting -> a list over seeds of ``{"points": [{"kl", "gold", ...}, ...]}`` (the points
+    of :class:`KLCheckpoints` / :class:`DPOCheckpoints`). Returns method -> list over seeds of fronts."""
+    check_range("n_seeds", n_seeds, 1, None, integer=True)
+    out = {}
+    for method, settings in runs.items():
+        out[method] = []
+        for k in range(n_seeds):
+            pts = [p for per_seed in settings.values() for p in per_seed[k]["points"]]
+            out[method].append(pareto_front([p["kl"] for p in pts], [p["gold"] for p in pts]))
+    return out
+
+
+def matched_comparisons(fronts: dict, pairs, n_kl: int = 8) -> dict:
+    """Each pair (a, b) of methods at ``n_kl`` KL values up to the largest KL both reached in every seed:
+    ``{(a, b): {"kl": (G,), "a": (S, G), "b": (S, G), "cmp": [compare_at at each KL value]}}``."""
+    check_range("n_kl", n_kl, 1, None, integer=True)
+    out = {}
+    for a, b in pairs:
+        reach = min(f[2] for m in (a, b) for f in fronts[m])                   # largest KL both reached, every seed
+        grid = np.linspace(reach / n_kl, reach, n_kl)                          # (G,)
+        va = np.array([front_at(f, grid) for f in fronts[a]])                  # (S, G)
+        vb = np.array([front_at(f, grid) for f in fronts[b]])
+        out[(a, b)] = {"kl": grid, "a": va, "b": vb, "cmp": [compare_at(va[:, g], vb[:, g]) for g in range(n_kl)]}
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -179,7 +211,8 @@ def implicit_reward_report(policy, ref, reward_model, pairs: PreferencePairs, cf
         rc, rr = r[pairs.chosen_idx], r[pairs.rejected_idx]
         out[name] = {"accuracy": pairwise_accuracy(rc, rr),
                      "gold_accuracy": gold_order_accuracy(rc, rr, pairs.gold_chosen, pairs.gold_rejected),
-                     "pearson": pearson(centered_by_prompt(r, pairs.group), centered_by_prompt(pairs.gold, pairs.group)),
+                     "pearson": pearson(centered_by_prompt(r, pairs.group),
+                                        centered_by_prompt(pairs.gold, pairs.group)),
                      "pearson_raw": pearson(r, pairs.gold)}
     out["dpo"]["eval"] = ev
     return out

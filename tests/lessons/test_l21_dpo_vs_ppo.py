@@ -14,14 +14,34 @@ def line_with(out: str, *parts) -> str:
 
 
 def front_by_loop(points):
-    """The checkpoints with a higher gold than every checkpoint of smaller or equal KL, by KL."""
+    """(the checkpoints with a higher gold than every checkpoint of smaller or equal KL, by KL; the largest KL)."""
     pts = sorted(points, key=lambda p: (p["kl"], -p["gold"]))
     out, best = [], -np.inf
     for p in pts:
         if p["gold"] > best:
             out.append((p["kl"], p["gold"]))
             best = p["gold"]
-    return np.array(out)
+    return np.array(out), max(p["kl"] for p in points)
+
+
+def at_by_loop(front, kl_max, x):
+    """The best gold at KL <= x, linear between the front's points, NaN beyond kl_max."""
+    if x > kl_max:
+        return np.nan
+    k = np.searchsorted(front[:, 0], x, side="right") - 1
+    if k == len(front) - 1:
+        return front[k, 1]
+    (x0, y0), (x1, y1) = front[k], front[k + 1]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+def ranges_text(kl, idx):
+    if not idx:
+        return "none"
+    groups = [[idx[0]]]
+    for i in idx[1:]:
+        (groups[-1].append(i) if i == groups[-1][-1] + 1 else groups.append([i]))
+    return ", ".join(f"{kl[g[0]]:.2f}" + (f"-{kl[g[-1]]:.2f}" if len(g) > 1 else "") for g in groups)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -31,39 +51,44 @@ def test_l21_quick_verdicts_follow_the_numbers(tmp_path, capsys, seed):
     assert (tmp_path / "l21_dpo_vs_ppo.png").stat().st_size > 50_000
     S = lesson.SIZES["quick"]["seeds"]
     assert r["seeds"] == [seed + k for k in range(S)]
-    # every run starts at the SFT policy (KL 0) and every checkpoint was judged
-    values = {}
+    # every run starts at the SFT policy (KL 0); the frontiers from the raw checkpoints
+    fronts = {}
     for m in lesson.METHODS:
-        per_seed = []
+        fronts[m] = []
         for k in range(S):
             pts = [p for runs in r["runs"][m].values() for p in runs[k]["points"]]
             assert all(runs[k]["points"][0]["kl"] == 0.0 for runs in r["runs"][m].values())
-            f = front_by_loop(pts)
+            f, kl_max = front_by_loop(pts)
             np.testing.assert_array_equal(f[:, 0], r["fronts"][m][k][0])
             np.testing.assert_array_equal(f[:, 1], r["fronts"][m][k][1])
-            per_seed.append(f)
-        values[m] = per_seed
-    kl_common = min(f[-1, 0] for fs in values.values() for f in fs)
-    assert r["kl_common"] == kl_common and r["grid"][-1] == pytest.approx(kl_common)
-    at = {m: np.array([np.interp(r["grid"], f[:, 0], f[:, 1]) for f in fs]) for m, fs in values.items()}
-    for m in lesson.METHODS:
-        np.testing.assert_allclose(r["at"][m], at[m], rtol=1e-12)
-    # the words at matched KL: "above" only when every seed of one is above every seed of the other
+            assert r["fronts"][m][k][2] == kl_max
+            fronts[m].append((f, kl_max))
+    # each pair at matched KL, and the words: "above" only when every seed of one is above every seed of the other
     short = lesson.SHORT
     verdicts = {}
-    for a, b in r["compare"]:
-        v = ["above" if at[a][:, g].min() > at[b][:, g].max() else
-             "below" if at[a][:, g].max() < at[b][:, g].min() else "overlap" for g in range(len(r["grid"]))]
+    arrows = [ln for ln in out.splitlines() if ln.startswith("    -> ")]
+    assert len(arrows) == len(r["compare"]) == 3
+    for (a, b), c in r["compare"].items():
+        reach = min(km for m in (a, b) for _, km in fronts[m])
+        np.testing.assert_allclose(c["kl"], np.linspace(reach / len(c["kl"]), reach, len(c["kl"])), rtol=1e-12)
+        va = np.array([[at_by_loop(f, km, x) for x in c["kl"]] for f, km in fronts[a]])
+        vb = np.array([[at_by_loop(f, km, x) for x in c["kl"]] for f, km in fronts[b]])
+        np.testing.assert_allclose(c["a"], va, rtol=1e-12)
+        np.testing.assert_allclose(c["b"], vb, rtol=1e-12)
+        v = ["above" if va[:, g].min() > vb[:, g].max() else "below" if va[:, g].max() < vb[:, g].min() else "overlap"
+             for g in range(len(c["kl"]))]
         verdicts[(a, b)] = v
-        line = line_with(out, f"  - {short[a]} vs {short[b]}: ")
+        line = arrows[list(r["compare"]).index((a, b))]            # the "->" lines come in the order of the pairs
         G = len(v)
         if v.count("above") == G:
             assert f"{short[a]}'s frontier dominates {short[b]}'s: above at all {G}" in line, line
         elif v.count("below") == G:
             assert f"{short[b]}'s frontier dominates {short[a]}'s: above at all {G}" in line, line
         else:
-            assert (f"no domination: {short[a]} above {short[b]} at {v.count('above')}, below at {v.count('below')}, "
-                    f"within the seed range at {v.count('overlap')} of {G}") in line, line
+            idx = {w: [i for i, x in enumerate(v) if x == w] for w in ("above", "below", "overlap")}
+            assert (f"no domination: {short[a]} above {short[b]} at KL {ranges_text(c['kl'], idx['above'])}, below at "
+                    f"{ranges_text(c['kl'], idx['below'])}, within the seed range at "
+                    f"{ranges_text(c['kl'], idx['overlap'])} (nats)") in line, line
     dpo_ppo, dpo_gt = verdicts[lesson.METHODS[:2]], verdicts[(lesson.METHODS[0], lesson.METHODS[2])]
     finding = line_with(out, "The DPO paper's finding")
     if all(v == "above" for v in dpo_ppo + dpo_gt):

@@ -10,7 +10,8 @@ from minippo.rlhf.dpo_config import DPOConfig
 from minippo.rlhf.generate import encode_prompts, generate
 from minippo.rlhf.run.trainer import PPOTrainer
 from minippo.studies.dpo_frontier import (GoldRewardModel, centered_by_prompt, compare_at, front_at,
-                                          implicit_reward_report, logp_shift, pareto_front)
+                                          implicit_reward_report, logp_shift, matched_comparisons, method_fronts,
+                                          pareto_front)
 
 
 def test_gold_reward_model_scores_the_decoded_text_and_normalises():
@@ -37,12 +38,18 @@ def test_gold_reward_model_scores_the_decoded_text_and_normalises():
 def test_pareto_front_by_hand():
     kl = [0.0, 1.0, 2.0, 2.0, 3.0, 0.5, 4.0]
     gold = [0.0, 0.5, 0.4, 0.7, 0.6, -0.1, 0.9]
-    kf, gf = pareto_front(kl, gold)
+    kf, gf, kl_max = pareto_front(kl, gold)
     np.testing.assert_array_equal(kf, [0.0, 1.0, 2.0, 4.0])
     np.testing.assert_array_equal(gf, [0.0, 0.5, 0.7, 0.9])
-    at = front_at((kf, gf), [0.5, 3.0, 4.0, 5.0])
+    assert kl_max == 4.0
+    at = front_at((kf, gf, kl_max), [0.5, 3.0, 4.0, 5.0])
     np.testing.assert_allclose(at[:3], [0.25, 0.8, 0.9], rtol=1e-15)
     assert np.isnan(at[3])                                   # never credited with a KL it did not reach
+    # past the best point the frontier stays at the best gold, up to the largest KL any checkpoint reached
+    kf, gf, kl_max = pareto_front(kl + [9.0], gold + [-1.0])
+    assert kl_max == 9.0 and gf[-1] == 0.9
+    np.testing.assert_allclose(front_at((kf, gf, kl_max), [6.0, 9.0]), [0.9, 0.9], rtol=1e-15)
+    assert np.isnan(front_at((kf, gf, kl_max), [9.5])[0]) and np.isnan(front_at((kf + 1, gf, kl_max), [0.5])[0])
     with pytest.raises(ValueError, match="`gold`"):
         pareto_front([0.0, 1.0], [0.0])
 
@@ -80,6 +87,25 @@ def test_implicit_reward_report_and_logp_shift():
     d = ev["logp"] - ev["ref_logp"]
     dc, dr = d[pairs.chosen_idx], d[pairs.rejected_idx]
     assert shift["chosen"] == pytest.approx(dc.mean()) and shift["rejected"] == pytest.approx(dr.mean())
-    assert shift["both_fell"] == np.mean((dc < 0) & (dr < 0)) and shift["margin"] == pytest.approx(dc.mean() - dr.mean())
+    assert shift["both_fell"] == np.mean((dc < 0) & (dr < 0))
+    assert shift["margin"] == pytest.approx(dc.mean() - dr.mean())
     same = implicit_reward_report(sft, sft, rm, pairs, DPOConfig())          # the policy is the reference
     assert (same["dpo"]["eval"]["implicit_reward"] == 0).all() and same["dpo"]["accuracy"] == 0.0
+
+
+def test_method_fronts_and_matched_comparisons_by_hand():
+    pts = lambda *kg: {"points": [{"kl": k, "gold": g} for k, g in kg]}     # noqa: E731
+    runs = {"A": {"s1": [pts((0, 0.0), (1, 0.6)), pts((0, 0.0), (1, 0.5))],
+                  "s2": [pts((0, 0.0), (3, 0.2)), pts((0, 0.0), (4, 0.9))]},
+            "B": {"s1": [pts((0, 0.0), (2, 0.2)), pts((0, 0.0), (2, 0.3))]}}
+    fronts = method_fronts(runs, 2)
+    np.testing.assert_array_equal(fronts["A"][0][0], [0, 1])               # seed 0: (3, 0.2) is dominated
+    assert fronts["A"][0][2] == 3 and fronts["A"][1][2] == 4 and fronts["B"][1][2] == 2
+    np.testing.assert_array_equal(fronts["A"][1][1], [0.0, 0.5, 0.9])       # seed 1: both settings' points
+    c = matched_comparisons(fronts, [("A", "B")], n_kl=2)[("A", "B")]
+    np.testing.assert_allclose(c["kl"], [1.0, 2.0])                         # up to the smallest reach, 2 nats
+    np.testing.assert_allclose(c["a"], [[0.6, 0.6], [0.5, 0.5 + 0.4 / 3]], rtol=1e-12)
+    np.testing.assert_allclose(c["b"], [[0.1, 0.2], [0.15, 0.3]], rtol=1e-12)
+    assert [x["verdict"] for x in c["cmp"]] == ["above", "above"]
+    with pytest.raises(ValueError, match="`n_seeds`"):
+        method_fronts(runs, 0)
