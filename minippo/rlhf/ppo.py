@@ -212,7 +212,7 @@ def per_token_rewards(scores, logp, logp_ref, mask, kl_coef: float, *, kl_kind: 
     logp_ref : (B, Tn) log pi_ref(a_t|s_t) of the same tokens (same temperature)
     mask : (B, Tn) 0/1 response mask, right-padded, at least one valid token per row
     kl_coef : beta >= 0
-    kl_kind : "k1" (default), "k2" or "k3" (:func:`minippo.rl.losses.kl_estimate`)
+    kl_kind : "k1" (default), "k2" or "k3" (:func:`minippo.rl.kl.kl_estimate`)
     shaping : "kl_final" (score on the last valid token) or "uniform" (score / n on every valid token)
 
     Returns
