@@ -261,14 +261,31 @@ def expected_kl_gradient_estimate(space, estimator, theta, theta_old, theta_ref,
 def moments(estimate, sampler, n_batches: int, rng: np.random.Generator) -> dict:
     """Mean, standard error and spread of ``estimate(rows)`` over ``n_batches`` batches ``sampler(rng)``.
 
-    Returns ``mean`` and ``se`` (arrays like one estimate: se = std / sqrt(n_batches)) and ``spread`` =
-    sqrt(E ||g - E g||^2), the size of one batch's noise."""
+    Returns ``mean`` and ``se`` (arrays like one estimate: se = std / sqrt(M), M = ``n_batches``),
+    ``spread`` = sqrt(E ||g - E g||^2), the size of one batch's noise, and ``cov_fro`` = sqrt(tr C^2) of
+    the mean's covariance C = Cov[g] / M (from the M x M Gram matrix of the centred estimates), which
+    :func:`bias_z` needs."""
     check_range("n_batches", n_batches, 2, None, integer=True)
     g = np.stack([estimate(sampler(rng)) for _ in range(n_batches)])              # (M, S, V)
     mean = g.mean(axis=0)
     var = g.var(axis=0, ddof=1)
+    centred = (g - mean).reshape(n_batches, -1)                                   # (M, P)
+    gram = centred @ centred.T                                                    # (M, M)
+    cov_fro = float(np.sqrt((gram ** 2).sum())) / ((n_batches - 1) * n_batches)   # ||Cov[g]||_F / M
     return {"mean": mean, "se": np.sqrt(var / n_batches), "spread": float(np.sqrt(var.sum())),
-            "n_batches": n_batches}
+            "cov_fro": cov_fro, "n_batches": n_batches}
+
+
+def bias_z(mc: dict, target) -> float:
+    """How many standard deviations the squared error of a Monte Carlo mean lies above its expectation if the
+    estimator's expectation WERE ``target``: ``(||mean - target||^2 - tr C) / sqrt(2 tr C^2)``.
+
+    Under that hypothesis E||mean - target||^2 = tr C = sum(se^2) exactly (whatever the correlations) and,
+    for a Gaussian mean, Var = 2 tr C^2; so z stays within a few units when the mean converges to
+    ``target`` and grows like M when it does not (a bias b gives ||b||^2 / sqrt(2 tr C^2)). Both traces are
+    measured from the batches (:func:`moments`): the test's tolerance follows from the measured noise."""
+    err = float(((mc["mean"] - target) ** 2).sum())
+    return (err - float((mc["se"] ** 2).sum())) / (np.sqrt(2.0) * mc["cov_fro"])
 
 
 # ----------------------------------------------------------------------------------------------
