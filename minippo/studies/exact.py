@@ -167,6 +167,31 @@ def kl_gradient(space: SequenceSpace, theta, theta_ref) -> np.ndarray:
     return expectation_gradient(space, theta, sequence_logprobs(space, theta) - sequence_logprobs(space, theta_ref))
 
 
+def visit_probabilities(space: SequenceSpace, theta) -> np.ndarray:
+    """(S,) P(a response passes through state s) = sum of pi(y) over the responses y with a token at s."""
+    w = probabilities(space, theta)[:, None] * space.mask                         # (N, L)
+    out = np.zeros(space.n_states)
+    np.add.at(out, space.states, w)
+    return out
+
+
+def per_state_kl_gradient(space: SequenceSpace, theta, theta_ref, direction="forward") -> np.ndarray:
+    """(S, V) ``sum_s P(s) grad_theta KL_s`` with the visit probabilities P(s) held fixed: the PARTIAL gradient
+    a per-token KL loss can see (:mod:`minippo.rl.kl`). ``direction`` "forward": KL(pi_s || ref_s), gradient
+    pi_s (log pi_s - log ref_s - KL_s) in row s; "reverse": KL(ref_s || pi_s), gradient pi_s - ref_s."""
+    check_choice("direction", direction, ("forward", "reverse"))
+    P = visit_probabilities(space, theta)[:, None]                                # (S, 1)
+    logq = theta - theta.max(axis=1, keepdims=True)
+    logq = logq - np.log(np.exp(logq).sum(axis=1, keepdims=True))                 # (S, V) log pi_s
+    logq_ref = theta_ref - theta_ref.max(axis=1, keepdims=True)
+    logq_ref = logq_ref - np.log(np.exp(logq_ref).sum(axis=1, keepdims=True))     # (S, V) log ref_s
+    pi, ref = np.exp(logq), np.exp(logq_ref)
+    if direction == "reverse":
+        return P * (pi - ref)
+    kl_s = (pi * (logq - logq_ref)).sum(axis=1, keepdims=True)                    # (S, 1)
+    return P * pi * (logq - logq_ref - kl_s)
+
+
 def entropy(space: SequenceSpace, theta) -> float:
     """H(pi) = -sum_y pi(y) log pi(y), nats per response."""
     logp = sequence_logprobs(space, theta)
@@ -342,13 +367,13 @@ def train(space, theta0, reward, *, iterations, groups, group_size, lr, epochs=1
 
 
 def exact_metrics(space, theta, reward) -> dict:
-    """J, the entropy of whole responses and of the first token, and the lengths of the answers that start
-    with token 0 (right) and token V - 2 (wrong), exactly."""
+    """J, the entropy of whole responses and of the first token, the first token's law ``p_first`` (V,), and the
+    lengths of the answers that start with token 0 (right) and token V - 2 (wrong), exactly."""
     p0 = np.exp(theta[0] - theta[0].max())
     p0 /= p0.sum()                                                                # pi(y_0), the root state
     return {"J": objective(space, theta, reward), "entropy": entropy(space, theta),
-            "entropy_first": float(-p0 @ np.log(p0)), "length_right": answer_length(space, theta, RIGHT),
-            "length_wrong": answer_length(space, theta, space.V - 2)}
+            "entropy_first": float(-p0 @ np.log(p0)), "p_first": p0.tolist(),
+            "length_right": answer_length(space, theta, RIGHT), "length_wrong": answer_length(space, theta, space.V - 2)}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -140,6 +140,9 @@ def test_kl_estimators_converge_to_what_theory_says_they_estimate(world):
                           lambda r: ex.sample(space, theta, 32, r), 300, rng) for est in targets}
     for est, target in targets.items():
         assert ex.bias_z(mc[est], target) <= Z, est
+    # the library's per-state targets (used by lesson 22) are these loops' numbers
+    np.testing.assert_allclose(ex.per_state_kl_gradient(space, theta, ref, "forward"), targets["loss k2"], atol=1e-14)
+    np.testing.assert_allclose(ex.per_state_kl_gradient(space, theta, ref, "reverse"), targets["loss k3"], atol=1e-14)
     assert ex.bias_z(mc["loss k3"], targets["reward k1"]) > Z              # k3 in the loss is not grad KL
     assert ex.bias_z(mc["loss k2"], targets["loss k3"]) > Z                # the two directions differ here
     assert ex.bias_z(mc["reward k1"], targets["loss k2"]) > Z              # the full gradient is not per state
