@@ -4,10 +4,11 @@ Pipeline step: the update of stage 3 (RLHF PPO / GRPO), on a sequence space smal
 tokens (two right answers 0 and 1, a wrong answer 2, EOS) and responses of at most 5 tokens, 364
 responses in all. The policy is a table of logits per prefix (121 states), so the objective J = sum_y
 pi(y) R(y), its gradient, KL(pi || pi_ref) and its gradient are finite sums in float64
-(``minippo.studies.exact``), and each estimator below is the library's code (``clipped_policy_loss``,
-``kl_ref_loss``, ``per_token_rewards``, ``gae``, ``grpo_advantages``) run on sampled batches: its bias is
-measured against the exact gradient (with its standard error and the number of samples), its variance
-over repeated batches, and its expectation, wherever it is a finite sum, exactly.
+(``minippo.studies.exact``; the update variants in ``minippo.studies.exact_updates``), and each estimator
+below is the library's code (``clipped_policy_loss``, ``kl_ref_loss``, ``per_token_rewards``, ``gae``,
+``grpo_advantages``) run on sampled batches: its bias is measured against the exact gradient (with its
+standard error and the number of samples), its variance over repeated batches, and its expectation,
+wherever it is a finite sum, exactly.
 
 (a) The KL as a gradient. Schulman's (2020, "Approximating KL divergence") estimators of KL(pi || pi_ref)
     from a token a ~ pi, with x = log pi(a) - log pi_ref(a):
@@ -65,7 +66,7 @@ Exercises:
    Dr. GRPO's two fixes moves the wrong answers' length here, and why can the std not matter with one
    question?
 3. In (c), compare p(rare right answer) under the two bands. Print which first tokens clip in
-   ``exact.population_ppo`` (``clip_case`` of ``clipped_policy_loss``): whose ratio reaches 1 + eps_high
+   ``exact_updates.population_ppo`` (``clip_case`` of ``clipped_policy_loss``): whose ratio reaches 1 + eps_high
    first, and why is a tabular softmax's rare token slow to get there (its logit's own gradient is
    proportional to its probability)? Make the common right answer near-certain (``ROOT[0] = 4.0``) and
    measure again.
@@ -81,6 +82,7 @@ import numpy as np
 from lessons._common import lesson_main, pyplot, save
 from minippo.rl.masked import LOSS_AGGS
 from minippo.studies import exact as ex
+from minippo.studies import exact_updates as up
 
 V, L = 4, 5                                 # tokens 0, 1 (right), 2 (wrong), 3 (EOS); at most 5 tokens
 RIGHT, WRONG = (0, 1), 2
@@ -191,16 +193,16 @@ def aggregations(space, start, sz, seed) -> dict:
         for scale in (False, True):
             proj = []
             for _ in range(sz["direction_batches"]):
-                u, _ = ex.group_update(space, ex.sample(space, start, 4 * GROUP, rng), start, start, R, GROUP,
+                u, _ = up.group_update(space, ex.sample(space, start, 4 * GROUP, rng), start, start, R, GROUP,
                                        loss_agg=agg, scale=scale)
                 proj.append([float((u * g).sum()) for g in grads.values()])
             proj = np.array(proj)
-            e = None if scale else ex.expected_group_update(space, start, R, GROUP, agg)
+            e = None if scale else up.expected_group_update(space, start, R, GROUP, agg)
             se = proj.std(0, ddof=1) / np.sqrt(len(proj))
             directions[(agg, scale)] = {
                 "mean": dict(zip(grads, proj.mean(0))), "se": dict(zip(grads, se)),
                 "exact": None if e is None else {k: float((e * g).sum()) for k, g in grads.items()}}
-    runs = {agg: [ex.train(space, start, R, iterations=sz["train_iterations"], groups=4, group_size=GROUP, lr=2.0,
+    runs = {agg: [up.train(space, start, R, iterations=sz["train_iterations"], groups=4, group_size=GROUP, lr=2.0,
                            rng=np.random.default_rng(1000 * seed + s), loss_agg=agg)[1]
                   for s in range(sz["train_seeds"])] for agg in LOSS_AGGS}
     drift = {agg: np.array([[h[-1][k] - h[0][k] for k in ("length_wrong", "length_right")] + [h[-1]["J"]]
@@ -214,9 +216,9 @@ def aggregations(space, start, sz, seed) -> dict:
 def clip_higher(space, start, sz, seed) -> dict:
     """(c): entropy after PPO iterations with the band [0.8, 1.2] and DAPO's [0.8, 1.28]."""
     R = ex.right_wrong_reward(space, RIGHT)
-    pop = {h: ex.population_ppo(space, start, R, iterations=sz["clip_iterations"], epochs=8, lr=1.0,
+    pop = {h: up.population_ppo(space, start, R, iterations=sz["clip_iterations"], epochs=8, lr=1.0,
                                 clip_eps_high=h)[1] for h in (None, 0.28)}
-    sampled = {h: [ex.train(space, start, R, iterations=sz["clip_iterations"], groups=2, group_size=GROUP, lr=2.0,
+    sampled = {h: [up.train(space, start, R, iterations=sz["clip_iterations"], groups=2, group_size=GROUP, lr=2.0,
                             epochs=4, rng=np.random.default_rng(2000 * seed + s), loss_agg="token-mean", scale=True,
                             clip_eps=0.2, clip_eps_high=h)[1] for s in range(sz["clip_seeds"])] for h in (None, 0.28)}
     paired = np.array([b[-1]["entropy"] - a[-1]["entropy"] for a, b in zip(sampled[None], sampled[0.28])])
@@ -236,7 +238,7 @@ def ratios(space, start) -> dict:
     J_old = ex.objective(space, start, R)
     rows = {}
     for est, eps, high, name in RATIO_ROWS:
-        m = ex.exact_ratio_moments(space, now, start, R, est, baseline=J_old, clip_eps=eps, clip_eps_high=high,
+        m = up.exact_ratio_moments(space, now, start, R, est, baseline=J_old, clip_eps=eps, clip_eps_high=high,
                                    n=N_BATCH)
         rows[name] = {"rel_err": float(np.linalg.norm(m["mean"] - gJ) / np.linalg.norm(gJ)),
                       "spread": m["spread"] / float(np.linalg.norm(gJ)), "clipfrac": m["clipfrac"]}
@@ -339,7 +341,7 @@ def narrative(r: dict) -> str:
     for agg, dr in b["drift"].items():
         (w, rt, J), (sw, sr, sJ) = dr["mean"], dr["se"]
         out.append(f"    {AGG_NAMES[agg]:<32} wrong answers {w:+.3f} +- {sw:.3f}   right answers {rt:+.3f} +- {sr:.3f}   "
-                   f"J {J:.3f}")
+                   f"J {J:.3f} +- {sJ:.3f}")
     c = r["c"]
     pop = c["population"]
     out.append(f"\n(c) Clip-higher, from p(rare right answer) = {np.exp(ROOT[1]) / np.exp(ROOT).sum():.3f}. Exact "

@@ -6,6 +6,7 @@ import pytest
 
 from minippo.nn.gradcheck import check_gradients
 from minippo.studies import exact as ex
+from minippo.studies import exact_updates as up
 
 
 @pytest.fixture(scope="module")
@@ -163,13 +164,13 @@ def test_on_policy_k1_reward_estimates_the_gradient_of_j_minus_beta_kl(world):
 def test_group_updates_converge_to_their_exact_expectation(world, loss_agg):
     space, _, theta = world
     R, G = ex.right_wrong_reward(space, right=(0, 1)), 8
-    e = ex.expected_group_update(space, theta, R, G, loss_agg)
+    e = up.expected_group_update(space, theta, R, G, loss_agg)
     if loss_agg == "seq-mean-token-sum-norm":   # Dr. GRPO's constant: (G-1)/(G L) grad J, an unbiased direction
         np.testing.assert_allclose(e, (G - 1) / (G * space.L) * ex.objective_gradient(space, theta, R), atol=1e-14)
-    mc = ex.moments(lambda rows: ex.group_update(space, rows, theta, theta, R, G, loss_agg=loss_agg)[0],
+    mc = ex.moments(lambda rows: up.group_update(space, rows, theta, theta, R, G, loss_agg=loss_agg)[0],
                     lambda r: ex.sample(space, theta, 4 * G, r), 400, np.random.default_rng(5))
     assert close_in_norm(mc, e)
-    assert ex.expected_group_update(space, theta, R, G, "token-mean") is None
+    assert up.expected_group_update(space, theta, R, G, "token-mean") is None
 
 
 def test_importance_sampling_identities_and_exact_ratio_moments(world):
@@ -180,16 +181,16 @@ def test_importance_sampling_identities_and_exact_ratio_moments(world):
     gJ = ex.objective_gradient(space, theta, R)
     J_old = ex.objective(space, old, R)
     unclipped = dict(baseline=J_old, clip_eps=1e9)
-    whole = ex.exact_ratio_moments(space, theta, old, R, "whole-response ratio", **unclipped)
+    whole = up.exact_ratio_moments(space, theta, old, R, "whole-response ratio", **unclipped)
     np.testing.assert_allclose(whole["mean"], gJ, atol=1e-12)                 # pi/pi_old reweights exactly
-    on = ex.exact_ratio_moments(space, theta, theta, R, "token ratio", baseline=0.3, clip_eps=0.2)
+    on = up.exact_ratio_moments(space, theta, theta, R, "token ratio", baseline=0.3, clip_eps=0.2)
     np.testing.assert_allclose(on["mean"], gJ, atol=1e-12)                    # on-policy, any fixed baseline
-    for est in ex.RATIO_ESTIMATORS:
-        m = ex.exact_ratio_moments(space, theta, old, R, est, baseline=J_old, clip_eps=0.2, n=16)
+    for est in up.RATIO_ESTIMATORS:
+        m = up.exact_ratio_moments(space, theta, old, R, est, baseline=J_old, clip_eps=0.2, n=16)
         cf = []
 
         def estimate(rows):
-            g, c = ex.ratio_gradient(space, rows, theta, old, R, est, baseline=J_old, clip_eps=0.2)
+            g, c = up.ratio_gradient(space, rows, theta, old, R, est, baseline=J_old, clip_eps=0.2)
             cf.append(c)
             return g
 
@@ -206,7 +207,7 @@ def test_population_ppo_is_deterministic_and_clips():
     rng = np.random.default_rng(7)
     theta0 = ex.random_policy(space, rng, 0.5)
     R = ex.right_wrong_reward(space, right=(0, 1))
-    runs = [ex.population_ppo(space, theta0, R, iterations=3, epochs=6, lr=1.0, clip_eps_high=h) for h in (None, None, 0.3)]
+    runs = [up.population_ppo(space, theta0, R, iterations=3, epochs=6, lr=1.0, clip_eps_high=h) for h in (None, None, 0.3)]
     np.testing.assert_array_equal(runs[0][0], runs[1][0])
     assert runs[0][1][0]["clipfrac"] > 0 and runs[2][1][-1]["J"] > runs[0][1][0]["J"]
     assert not np.array_equal(runs[0][0], runs[2][0])                        # the band matters once it binds
