@@ -317,15 +317,16 @@ def narrative(r: dict) -> str:
            f"\n(a) The KL's gradient, estimated from batches of {N_BATCH} responses, {sz['batches']} batches per row "
            f"(N = {N_BATCH * sz['batches']} sampled responses). bias = ||mean - grad KL|| / ||grad KL|| +- se, its "
            f"standard error (relative); z = bias_z (the squared bias in standard deviations of the noise: > {Z_MAX:g} is "
-           f"a bias); spread = one batch's noise (relative); exact = ||E[g] - grad KL|| / ||grad KL|| by enumeration."]
+           f"a bias); spread = one batch's noise (relative); exact = ||E[g] - grad KL|| / ||grad KL|| by enumeration; "
+           f"|E g| = ||E[g]|| / ||grad KL||."]
     for regime, a in r["a"].items():
         out.append(f"  {regime}: KL(pi || pi_ref) = {a['kl']:.3f}, ||grad KL|| = {a['grad_norm']:.3f}"
                    + (f", KL(pi_old || pi) = {a['kl_old_now']:.3f}" if regime == "off-policy" else ""))
-        out.append(f"    {'estimator':<12} {'bias +- se':>15} {'z':>7} {'spread':>6} {'exact':>6}  verdict")
+        out.append(f"    {'estimator':<12} {'bias +- se':>15} {'z':>7} {'spread':>6} {'exact':>6} {'|E g|':>6}  verdict")
         for est, row in a["rows"].items():
             word = "estimates grad KL" if kl_unbiased(row) else "biased"
             out.append(f"    {est:<12} {row['rel_bias']:6.3f} +- {row['se'] / a['grad_norm']:5.3f} {row['z']:7.1f} "
-                       f"{row['spread']:6.2f} {_fmt(row['exact_rel_bias'])}  {word}")
+                       f"{row['spread']:6.2f} {_fmt(row['exact_rel_bias'])} {_fmt(row['exact_norm'])}  {word}")
     b = r["b"]
     out.append(f"\n(b) The push of one update on the mean length of answers (d length / d step along the expected update; "
                f"{sz['direction_batches']} batches of 4 groups x {GROUP}; exact where a finite sum):")
