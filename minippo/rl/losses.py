@@ -78,7 +78,7 @@ the clip binds, even when ``exp(logp - logp_old)`` overflows (A > 0: (1 + eps_hi
 gradient); where A < 0 and r overflows, r A has no finite value and a ``ValueError`` names
 ``logp`` and ``logp_old``.
 
-The six clip cases (seed 003, section 5 "PPO-Clip 的符号理解"). Because min() picks the smaller
+The six clip cases (Q9). Because min() picks the smaller
 term, the clipped term is selected exactly where clipping would let the objective grow further:
 
     code  advantage  ratio r                  selected term          dL/dlogp
