@@ -37,7 +37,7 @@ Since ``min(r A, clip(r) A) = A min(r, 1+eps_high)`` for A >= 0 and ``A max(r, 1
 objective is computed in that form: finite wherever the clip binds, even when r overflows (A > 0:
 (1 + eps_high) A, zero gradient); where A < 0 and r overflows, r A has no finite value and a
 ``ValueError`` names ``logp`` and ``logp_old``. min() selects the clipped term exactly where clipping
-would let the objective grow further:
+would let the objective grow further (Q9):
 
     code  advantage  ratio r                        selected term           dL/dlogp
     1     A > 0      r < 1-eps_low                  r A  (unclipped)        -A r / n
