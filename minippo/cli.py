@@ -105,7 +105,8 @@ def _show_run_warning(prog: str):
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("MINIPPO_DEBUG", "") not in ("", "0")
-    argv = [a for a in argv if a != "--debug"]
+    if argv and argv[0] == "--debug":
+        argv = argv[1:]
     if not argv or argv[0] in ("-h", "--help"):
         build_parser().print_help()
         return 0
@@ -117,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     prog = f"minippo {name}"
     sub = argparse.ArgumentParser(prog=prog, description=COMMANDS[name][1])
     module.add_arguments(sub)
+    if "--debug" not in sub._option_string_actions:      # a command's own --debug (exercise) stays its own
+        sub.add_argument("--debug", action="store_true", help="show the traceback of an error")
     args = sub.parse_args(argv[1:])
     with warnings.catch_warnings():
         warnings.showwarning = _show_run_warning(prog)
