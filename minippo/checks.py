@@ -189,3 +189,16 @@ def first_nonfinite(arrays: dict) -> str | None:
         if not np.isfinite(a).all():
             return name
     return None
+
+
+def parameter_note(params: dict) -> str:
+    """What a NaN stop adds about the parameters (name -> array): " (the parameter `actor.wte` is not finite)" for
+    the first non-finite one, else the largest in magnitude (" (every parameter is finite; the largest is `actor.wte`,
+    |x| = 1e+30)"): huge finite weights are how a too-large learning rate makes the next forward pass overflow."""
+    bad = first_nonfinite(params)
+    if bad is not None:
+        return f" (the parameter `{bad}` is not finite)"
+    if not params:
+        return ""
+    name, a = max(params.items(), key=lambda kv: float(np.abs(kv[1]).max()) if kv[1].size else 0.0)
+    return f" (every parameter is finite; the largest is `{name}`, |x| = {float(np.abs(a).max()):.3g})"

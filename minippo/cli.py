@@ -16,7 +16,8 @@ Errors are handled here, once for every command (the commands just raise):
   folder, a read-only folder, a full disk, a NaN stop, a stored stage made with another config);
 - Ctrl-C prints one line: what was interrupted, which checkpoint is kept, how to resume (set by the running
   stage, :func:`minippo.runs.stage`); exit status 130;
-- a :class:`minippo.io.RunWarning` prints as one ``minippo CMD: warning: ...`` line;
+- a :class:`minippo.io.RunWarning` prints as one ``minippo CMD: warning: ...`` line; numpy's RuntimeWarnings
+  (overflow in a product on the way to a NaN stop) are shown with ``--debug`` only: the stop names the metric;
 - ``--debug`` (anywhere on the command line) or ``MINIPPO_DEBUG=1`` shows the full traceback instead.
 """
 from __future__ import annotations
@@ -123,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sub.parse_args(argv[1:])
     with warnings.catch_warnings():
         warnings.showwarning = _show_run_warning(prog)
+        if not debug:      # numpy's "overflow encountered in matmul": the NaN guard names what went non-finite
+            warnings.filterwarnings("ignore", category=RuntimeWarning)
         try:
             rc = module.cli_main(args)
         except KeyboardInterrupt as exc:

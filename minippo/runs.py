@@ -18,7 +18,28 @@ calls where it needs them, so that every trainer keeps the same rules without co
 - :func:`stage` / :class:`Stage`: what this process is running and which checkpoint it has on disk; on
   Ctrl-C the innermost stage attaches one line to the ``KeyboardInterrupt`` (``interrupted_message``), which
   the ``minippo`` command prints instead of a traceback.
-- :func:`on_disk`: the sentence a stopped run prints about what is kept.
+- :meth:`Stage.kept`: the sentence a stopped run (a NaN stop) prints about what is on disk.
+
+A trainer with a run folder ``out`` and a checkpoint folder ``ckpt = out / "checkpoint"`` (the PPO trainer in
+``minippo/rlhf/run/trainer.py`` and SFT in ``minippo/rlhf/sft.py`` do exactly this)::
+
+    lock = RunLock(out).acquire()                        # or ``with run_lock(out):`` around the whole run
+    st = Stage("DPO", out, checkpoint=ckpt)
+    if has_checkpoint(ckpt):
+        if not resume:
+            check_no_run(out, ckpt, "a DPO run")         # never overwrite another run's records
+        arrays, state = load_checkpoint(ckpt, array_specs(policy.params, "policy/") | ...)   # minippo.io
+        check_same_config(f"the DPO run in {out}", state["dpo_config"], cfg.to_dict(), ignore=("ckpt_interval",))
+        with in_file(checkpoint_folder(ckpt) / STATE):   # every entry checked, the file named
+            check_range("step", state["step"], 1, cfg.steps, integer=True)
+            opt.check_state_dict(moments, state["optimizer"]); rng = rng_from_state(state["rng"])
+        assign_arrays(policy.params, arrays, "policy/"); opt.load_state_dict(moments, state["optimizer"])
+        MetricsWriter(out / "metrics.jsonl", append=True).truncate_after("step", state["step"])   # only now
+        st.saved = f"step {state['step']}"
+    with st.running():                                   # Ctrl-C: one line naming what is kept
+        for step in progress_bar(range(start, cfg.steps), initial=start, total=cfg.steps, desc="dpo"):
+            ...                                          # a NaN stop: ValueError(f"... {st.kept()}")
+            save_checkpoint(ckpt, arrays, state); st.saved = f"step {step + 1}"
 """
 from __future__ import annotations
 
@@ -201,7 +222,7 @@ class Stage:
     saves to, and ``saved``: the label of the last checkpoint on disk ("step 200"), None before the first."""
 
     name: str
-    folder: Path
+    folder: Path | None
     checkpoint: Path | None = None
     saved: str | None = None
     resume: str = "the same command resumes from it"
@@ -216,6 +237,8 @@ class Stage:
 
     def interrupted_message(self) -> str:
         """The one line printed on Ctrl-C."""
+        if self.folder is None:
+            return f"interrupted {self.name} (it was writing no files)"
         then = self.resume if self.saved is not None else self.restart
         return f"interrupted {self.name} in {self.folder}; {self.kept()}; {then}"
 
@@ -236,9 +259,3 @@ def stage(name: str, folder, *, checkpoint=None, saved: str | None = None, **hin
     :class:`Stage` and its :meth:`Stage.running` block."""
     return Stage(name, Path(folder), None if checkpoint is None else Path(checkpoint), saved, **hints).running()
 
-
-def on_disk(checkpoint, saved: str | None) -> str:
-    """The sentence a stopped run prints about its checkpoint: kept (with its label) or none written yet."""
-    if saved is not None:
-        return f"the last good checkpoint ({saved}) is kept in {checkpoint}"
-    return f"no checkpoint had been written yet (nothing in {checkpoint})"

@@ -46,13 +46,13 @@ from pathlib import Path
 import numpy as np
 
 from minippo.blas import single_blas_thread
-from minippo.checks import check_choice, check_fields, check_range, first_nonfinite
+from minippo.checks import check_choice, check_fields, check_range, first_nonfinite, parameter_note
 from minippo.cli import UsageError
 from minippo.io import (STATE, MetricsWriter, RunWarning, array_specs, atomic_write_text, checkpoint_folder,
                         has_checkpoint, in_file, read_json, read_metrics)
 from minippo.nn.gpt import MAX_BLOCK_SIZE, GPTConfig, TinyGPT
 from minippo.progress import progress_bar, progress_write
-from minippo.runs import Stage, check_no_run, check_same_config, run_lock, stage
+from minippo.runs import Stage, assign_arrays, check_no_run, check_same_config, run_lock, stage
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
 from minippo.rlhf.checkpoint import load_model, save_model
 from minippo.rlhf.data.batches import batch_indices, encode_sequences, lm_batch, split_corpus, unigram_loss
@@ -174,12 +174,15 @@ def heldout_loss(model: TinyGPT, seqs: list[np.ndarray], pad_id: int = 0, batch_
     return total / count
 
 
-def _check_finite(metric: str, value: float, step: int, st: Stage, grads: dict | None = None) -> None:
-    """The NaN guard: stop with the metric, the step and the first non-finite gradient named; what is kept on
-    disk is said (the last good checkpoint, or that none was written yet)."""
+def _check_finite(metric: str, value: float, step: int, st: Stage, grads: dict | None = None,
+                  params: dict | None = None) -> None:
+    """The NaN guard: stop with the metric, the step, the first non-finite gradient and the parameter that went bad
+    (:func:`minippo.checks.parameter_note`) named; what is kept on disk is said (the last good checkpoint, or that
+    none was written yet)."""
     if not math.isfinite(value):
         bad = None if grads is None else first_nonfinite(grads)
         where = f" (the first non-finite gradient is that of `{bad}`)" if bad else ""
+        where += parameter_note(params) if params is not None else ""
         raise ValueError(f"`{metric}` is {value} at step {step}{where}: training stopped; {st.kept()}")
 
 
@@ -253,8 +256,7 @@ def _resume(cfg: SFTConfig, out_dir: Path, model: TinyGPT, opt: AdamW) -> tuple[
         if state["optimizer"]["t"] != step:
             raise ValueError(f"`optimizer.t` must equal `step` ({step}), got {state['optimizer']['t']!r}")
     opt.load_state_dict(state["extra_arrays"], state["optimizer"])        # everything checked: assign
-    for name, p in model.params.items():           # in place: the optimizer holds these arrays
-        p[...] = saved.params[name]                 # same names, shapes, dtype: load_model checked them
+    assign_arrays(model.params, saved.params, source=ckpt_dir)   # in place: the optimizer holds these arrays
     return step, float(initial_loss)
 
 
@@ -298,8 +300,8 @@ def _train(cfg: SFTConfig, out_dir: Path, progress: bool, st: Stage, log) -> dic
         idx, targets, mask, attn_mask = lm_batch([train[i] for i in ix], tokenizer.pad_id)   # (B, T) each
         loss, grads = model.lm_loss_and_grads(idx, targets, mask, attn_mask)
         grad_norm = clip_grad_norm(grads, cfg.grad_clip)
-        _check_finite("train/loss", loss, n, st)
-        _check_finite("train/grad_norm", grad_norm, n, st, grads)
+        _check_finite("train/loss", loss, n, st, params=model.params)
+        _check_finite("train/grad_norm", grad_norm, n, st, grads, model.params)
         # the next two lines are AdamW with linear warm-up and cosine decay
         lr = lr_at(step, cfg.steps, cfg.lr, warmup_steps=cfg.warmup_steps, schedule="cosine",
                    min_lr=cfg.lr * cfg.min_lr_frac)

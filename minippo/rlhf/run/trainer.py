@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from minippo.blas import single_blas_thread
-from minippo.checks import check_choice, check_range, first_nonfinite
+from minippo.checks import check_choice, check_range, parameter_note
 from minippo.io import (STATE, MetricsWriter, RunWarning, array_specs, atomic_write_text, checkpoint_folder,
                         has_checkpoint, in_file, load_checkpoint, rng_from_state, rng_state, save_checkpoint)
 from minippo.nn.gpt import TinyGPT
@@ -57,7 +57,7 @@ from minippo.rlhf.generate import check_response_fits
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.reward_model import RewardModel
 from minippo.rlhf.rm_train import load_sft
-from minippo.runs import RunLock, Stage, check_no_run, check_same_config
+from minippo.runs import RunLock, Stage, assign_arrays, check_no_run, check_same_config
 
 CHECKPOINT_FORMAT = "minippo.ppo/2"
 #: PPOConfig fields a resume may change: they do not change what the iterations compute
@@ -155,14 +155,13 @@ class PPOTrainer:
             return "nothing is written (no out_dir)"
         return self.stage.kept()
 
-    def _first_nonfinite_parameter(self) -> str:
-        """" (the parameter `actor.wte` is not finite)" when one is, else "": what a NaN stop adds."""
+    def _parameter_note(self) -> str:
+        """Which parameter went non-finite (or the largest one): what a NaN stop adds (minippo.checks.parameter_note)."""
         s = self.state
         params = {"actor." + k: v for k, v in s.actor.params.items()}
         if s.critic is not None:
             params.update({"critic." + k: v for k, v in s.critic.params.items()})
-        bad = first_nonfinite(params)
-        return f" (the parameter `{bad}` is not finite)" if bad else ""
+        return parameter_note(params)
 
     def step(self, callback=None) -> dict:
         """Run one iteration; returns its metrics record (also written to ``metrics.jsonl``)."""
@@ -175,7 +174,7 @@ class PPOTrainer:
                 record.update(ppo.ppo_update(self.state, rollout, cfg))
                 t2, c2 = time.perf_counter(), time.process_time()
         except ValueError as exc:           # the NaN guard, or bad data: say what is kept on disk
-            raise ValueError(f"{exc}{self._first_nonfinite_parameter()}: training stopped at iteration {it}; "
+            raise ValueError(f"{exc}{self._parameter_note()}: training stopped at iteration {it}; "
                              f"{self._on_disk()}") from exc
         self.first_minibatch = record.pop("first_minibatch")
         record.update({"iteration": it, "episode": (it + 1) * cfg.batch_size,
@@ -272,12 +271,10 @@ class PPOTrainer:
             if s.critic is not None:
                 s.opt_critic.check_state_dict(moments["opt_critic"], state["opt_critic"])
         # everything is checked: assign (in place: the optimizers hold the parameter arrays)
-        for name, p in s.actor.params.items():
-            p[...] = arrays["actor/" + name]
+        assign_arrays(s.actor.params, arrays, "actor/", source=directory)
         s.opt_actor.load_state_dict(moments["opt_actor"], state["opt_actor"])
         if s.critic is not None:
-            for name, p in s.critic.params.items():
-                p[...] = arrays["critic/" + name]
+            assign_arrays(s.critic.params, arrays, "critic/", source=directory)
             s.opt_critic.load_state_dict(moments["opt_critic"], state["opt_critic"])
         s.value_norm, s.kl_ctl.value, s.rng, s.iteration = value_norm, float(state["kl_coef"]), rng, iteration
         self.last_saved = iteration
