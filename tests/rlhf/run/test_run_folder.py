@@ -152,3 +152,23 @@ def test_values_that_would_fail_later_are_refused_at_once(tmp_path):
             GPTConfig(**kw)
     with pytest.raises(ValueError, match=r"`gpt_config` has the unknown field\(s\) \['n_layers'\]"):
         GPTConfig.from_dict({"n_layers": 2})
+
+
+def test_a_second_writer_on_a_run_folder_refuses_before_writing(tmp_path):
+    """Issue 13 item 3 on the trainers: a real second process holds the folder; the trainers refuse at once, naming
+    the folder and its pid, and write nothing (before: both ran, metrics.jsonl interleaved and lost records)."""
+    from tests.test_runs import hold_lock
+    from minippo.rlhf.sft import SFTConfig, train_sft
+    from minippo.runs import RunFolderBusy
+    sft, rm, tok = world()
+    p = hold_lock(tmp_path)
+    try:
+        with pytest.raises(RunFolderBusy, match=f"{tmp_path} is being written by another process \\(pid {p.pid}"):
+            PPOTrainer(tiny_config(), sft, rm, tok, out_dir=tmp_path)
+        with pytest.raises(RunFolderBusy, match=f"pid {p.pid}"):
+            train_sft(SFTConfig.quick(), tmp_path, progress=False)
+        assert sorted(x.name for x in tmp_path.iterdir()) == [".minippo.lock"]
+    finally:
+        p.kill()
+        p.wait()
+    PPOTrainer(tiny_config(), sft, rm, tok, out_dir=tmp_path).close()     # the holder is gone: the folder is free
