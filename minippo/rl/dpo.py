@@ -135,9 +135,7 @@ def dpo_loss(logp_chosen, logp_rejected, ref_logp_chosen, ref_logp_rejected, bet
     check_same_shape(**dict(zip(names, arrays)))
     if arrays[0].size == 0:
         raise ValueError("`logp_chosen` must hold at least one pair, got shape (0,)")
-    check_range("beta", beta, 0, None, lo_open=True)
-    if not np.isfinite(beta):
-        raise ValueError(f"`beta` must be finite, got {beta!r}")
+    check_range("beta", beta, 0, None, lo_open=True)                 # a finite number > 0
     check_choice("loss_type", loss_type, LOSS_TYPES)
     check_range("label_smoothing", label_smoothing, 0, 0.5, hi_open=True)
     if loss_type == "ipo" and label_smoothing != 0:

@@ -2,7 +2,7 @@
 
 Legend: M responses, N pairs, K responses per prompt, B batch (sequences), T tokens.
 
-RLHF stage 2 (seed 003 section 15: "Reward Model: 用人类偏好比较数据训练奖励模型") needs comparisons
+RLHF stage 2 (the reward model, Q29) needs comparisons
 "which of these two responses to the same prompt is better?". Here the human is simulated by
 :func:`minippo.rlhf.data.gold.gold_score`, and the comparisons are collected the way InstructGPT collected
 its labels (Ouyang et al. 2022, arXiv:2203.02155, section 3.5: K = 4..9 responses per prompt, every
@@ -41,6 +41,7 @@ accuracy against the labels and against the gold order, and Pearson / Spearman c
 from __future__ import annotations
 
 import io
+import zipfile
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -209,8 +210,15 @@ class PreferencePairs:
 
     @classmethod
     def load(cls, path) -> "PreferencePairs":
-        """The pairs written by :meth:`save` (validated again)."""
-        with np.load(path) as data:
+        """The pairs written by :meth:`save` (validated again). A file that is no .npz archive (random bytes, a
+        truncated write) is a ``ValueError`` saying so; a missing array a ``KeyError`` naming it."""
+        try:
+            data = np.load(path)                          # allow_pickle=False: object arrays are refused
+        except (ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise ValueError("not a .npz archive of preference pairs") from exc
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ValueError("not a .npz archive of preference pairs (a single .npy array)")
+        with data:
             return cls(**{f.name: data[f.name] for f in fields(cls)})
 
 

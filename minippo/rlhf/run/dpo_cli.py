@@ -20,7 +20,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--pairs", required=True, help="reward-model run folder (from `minippo rm`) whose "
                         "pairs.npz and train / held-out split DPO trains on")
     parser.add_argument("--out", default=None, help="run folder (default: runs/dpo-<timestamp>)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint (the "
+                        "default: a folder holding a checkpoint made with the same flags is resumed, one made with "
+                        "other flags is refused)")
     parser.add_argument("--quick", action="store_true", help="tiny config for CI (DPOConfig.quick())")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_config_flags(parser, DPOConfig)
@@ -30,7 +32,7 @@ def cli_main(args) -> int:
     cfg = config_from_args(args, DPOConfig.quick() if args.quick else DPOConfig())
     out = Path(args.out) if args.out else Path("runs") / time.strftime("dpo-%Y%m%d-%H%M%S")
     print(f"DPO from {args.sft} (policy, reference) on the pairs of {args.pairs} -> {out}")
-    trainer = run_dpo(cfg, args.sft, args.pairs, out, resume=args.resume, progress=not args.no_progress)
+    trainer = run_dpo(cfg, args.sft, args.pairs, out, resume=True, progress=not args.no_progress)
     hist = read_metrics(out / "metrics.jsonl")
     first, last = hist[0], hist[-1]
     for key in SHOWN:

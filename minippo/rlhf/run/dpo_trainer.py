@@ -22,32 +22,47 @@ Run folder (``out_dir``)::
                      uninterrupted run (tested, timing entries aside)
     policy/          the final policy + tokenizer (``load_model``), for evaluation
 
-The NaN guard: a non-finite log-prob, loss or gradient norm raises ``ValueError`` naming the metric, the step
-and what is on disk (the last good checkpoint, or that none was written yet); nothing computed after it
-is applied.
+The NaN guard: a non-finite log-prob, loss or gradient norm raises ``ValueError`` naming the metric, the step,
+the first non-finite parameter (or the largest one) and what is on disk (the last good checkpoint, or that none
+was written yet); nothing computed after it is applied.
+
+The run folder follows :mod:`minippo.runs` like the PPO run's: the trainer holds its lock from construction
+until it is closed (or garbage-collected, or its process dies); a folder holding a checkpoint is resumed only
+with ``resume=True`` and the same config (every field but :data:`RESUME_NEUTRAL`), and refused otherwise; the
+checkpoint is validated whole (every tensor's name, shape, dtype and finiteness against the live model and
+optimizer, the config, the step, the model config, the optimizer's scalars) before anything is assigned or
+``metrics.jsonl`` is rewritten.
 """
 from __future__ import annotations
 
 import json
 import time
+import warnings
+import weakref
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from minippo.blas import single_blas_thread
-from minippo.io import MetricsWriter, atomic_write_text, has_checkpoint, load_checkpoint, save_checkpoint
+from minippo.checks import check_range, parameter_note
+from minippo.io import (STATE, MetricsWriter, RunWarning, array_specs, atomic_write_text, checkpoint_folder,
+                        has_checkpoint, in_file, load_checkpoint, save_checkpoint)
 from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW
+from minippo.progress import progress_bar
 from minippo.rlhf import dpo
 from minippo.rlhf.checkpoint import save_model
-from minippo.rlhf.data.corpus import sample_prompts
+from minippo.rlhf.data.corpus import PROMPTS, sample_prompts
 from minippo.rlhf.data.preferences import PreferencePairs
 from minippo.rlhf.dpo_config import DPOConfig
+from minippo.rlhf.generate import check_response_fits
 from minippo.rlhf.rm_train import load_pairs, load_sft
 from minippo.rlhf.run.evaluate import evaluate_policy
+from minippo.runs import RunLock, Stage, assign_arrays, check_no_run, check_same_config
 
 CHECKPOINT_FORMAT = "minippo.dpo/1"
+#: DPOConfig fields a resume may change: they do not change what the steps compute
+RESUME_NEUTRAL = ("steps", "checkpoint_every")
 SEED_EVAL = 2           # evaluation prompts: [seed, SEED_EVAL]; their samples: [seed, SEED_EVAL, 1]
 
 
@@ -60,8 +75,10 @@ class DPOTrainer:
     sft_model : TinyGPT, the SFT policy: the policy starts as a copy, the reference IS a frozen copy
     tokenizer : Tokenizer
     train, heldout : PreferencePairs, the reward-model stage's split (:func:`minippo.rlhf.rm_train.load_pairs`)
-    out_dir : run folder for metrics, checkpoints and the final policy (None: nothing is written)
-    resume : continue from ``out_dir/checkpoint`` when it exists (its config must equal ``cfg`` up to ``steps``)
+    out_dir : run folder for metrics, checkpoints and the final policy (None: nothing is written); locked
+        (:class:`minippo.runs.RunLock`) until :meth:`close`
+    resume : continue from ``out_dir/checkpoint`` when it exists (its config must equal ``cfg`` up to
+        :data:`RESUME_NEUTRAL`); without it a folder holding a checkpoint is refused
     data_info : JSON-serialisable description of the pairs (stored with checkpoints and the policy)
     """
 
@@ -74,6 +91,8 @@ class DPOTrainer:
         for name, p in (("train", train), ("heldout", heldout)):
             if not isinstance(p, PreferencePairs) or len(p) == 0:
                 raise ValueError(f"`{name}` must be a non-empty PreferencePairs")
+        if tokenizer is not None:                      # the evaluation samples must fit the model's context
+            check_response_fits(cfg.max_new_tokens, tokenizer, PROMPTS, sft_model.cfg.block_size)
         self.cfg, self.data_info = cfg, dict(data_info or {})
         policy = sft_model.copy()
         self.state = dpo.DPOState(policy=policy, ref=sft_model.copy(), tokenizer=tokenizer,
@@ -83,16 +102,29 @@ class DPOTrainer:
         self.prompts = sample_prompts(cfg.n_eval, seed=np.random.default_rng([cfg.seed, SEED_EVAL]))
         self.last_eval = None                 # the last evaluation's samples and per-response numbers
         self.out_dir = None if out_dir is None else Path(out_dir)
-        self.metrics, self.last_saved = None, None
+        self.metrics, self.last_saved, self._lock = None, None, None
+        self.stage = Stage("DPO", self.out_dir, None if out_dir is None else self.out_dir / "checkpoint")
         if self.out_dir is not None:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            if resume and has_checkpoint(self.out_dir / "checkpoint"):
-                self.load(self.out_dir / "checkpoint")
-                self.metrics = MetricsWriter(self.out_dir / "metrics.jsonl", append=True)
+            self._lock = RunLock(self.out_dir).acquire()
+            weakref.finalize(self, self._lock.release)
+            ckpt, metrics_path = self.out_dir / "checkpoint", self.out_dir / "metrics.jsonl"
+            if has_checkpoint(ckpt):
+                if not resume:
+                    check_no_run(self.out_dir, ckpt, "a DPO run")
+                self.load(ckpt)                             # everything checked before anything is assigned
+                if not metrics_path.exists():
+                    warnings.warn(f"{metrics_path} is missing: the records of steps 0-{self.step_count - 1} are "
+                                  f"lost; it will hold the steps after them only", RunWarning, stacklevel=2)
+                self.metrics = MetricsWriter(metrics_path, append=True)
                 self.metrics.truncate_after("step", self.step_count - 1)
             else:
                 atomic_write_text(self.out_dir / "config.json", json.dumps(cfg.to_dict(), indent=1))
-                self.metrics = MetricsWriter(self.out_dir / "metrics.jsonl")
+                self.metrics = MetricsWriter(metrics_path)
+
+    def close(self) -> None:
+        """Release the run folder's lock (also done when the trainer is garbage-collected)."""
+        if self._lock is not None:
+            self._lock.release()
 
     @property
     def policy(self) -> TinyGPT:
@@ -106,11 +138,9 @@ class DPOTrainer:
     # ---- one step ------------------------------------------------------------------------------
     def _on_disk(self) -> str:
         """What a stopped run leaves: the last good checkpoint, or that there is none."""
-        if self.last_saved is not None:
-            return f"the last good checkpoint (step {self.last_saved}) is kept in {self.out_dir / 'checkpoint'}"
         if self.out_dir is None:
-            return "nothing is written (no run folder)"
-        return f"no checkpoint had been written yet in {self.out_dir}"
+            return "nothing is written (no out_dir)"
+        return self.stage.kept()
 
     def evaluate(self) -> dict:
         """The held-out pairs' ``eval_*`` metrics and the fresh samples' gold score, KL and length."""
@@ -137,7 +167,8 @@ class DPOTrainer:
                 if cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.steps):
                     record.update(self.evaluate())
         except ValueError as exc:           # the NaN guard, or bad data: say what is kept on disk
-            raise ValueError(f"{exc}: training stopped at step {it}; {self._on_disk()}") from exc
+            raise ValueError(f"{exc}{parameter_note({'policy.' + k: v for k, v in self.policy.params.items()})}: "
+                             f"training stopped at step {it}; {self._on_disk()}") from exc
         record.update({"time/step": t1 - t0, "time/eval": time.perf_counter() - t1})
         if self.out_dir is not None:
             # the record first, then the checkpoint: a checkpoint never exists without its step's record
@@ -154,15 +185,16 @@ class DPOTrainer:
         is called after every step. At the end the policy is saved to ``out_dir/policy`` (when complete)."""
         until = self.cfg.steps if until is None else min(int(until), self.cfg.steps)
         records = []
-        bar = tqdm(range(self.step_count, until), initial=self.step_count, total=self.cfg.steps, desc="dpo",
-                   disable=not progress, dynamic_ncols=True)
-        for _ in bar:
-            r = self.step(callback)
-            records.append(r)
-            post = {"loss": f"{r['loss']:.3f}", "acc": f"{r['rewards/accuracies']:.2f}"}
-            if "gold/score" in r:
-                post.update(gold=f"{r['gold/score']:+.2f}", kl=f"{r['objective/kl_exact']:.2f}")
-            bar.set_postfix(post)
+        bar = progress_bar(range(self.step_count, until), initial=self.step_count, total=self.cfg.steps, desc="dpo",
+                           disable=not progress)
+        with self.stage.running():                   # Ctrl-C: one line saying what is kept (minippo.runs)
+            for _ in bar:
+                r = self.step(callback)
+                records.append(r)
+                post = {"loss": f"{r['loss']:.3f}", "acc": f"{r['rewards/accuracies']:.2f}"}
+                if "gold/score" in r:
+                    post.update(gold=f"{r['gold/score']:+.2f}", kl=f"{r['objective/kl_exact']:.2f}")
+                bar.set_postfix(**post)
         bar.close()
         if self.out_dir is not None and self.step_count == self.cfg.steps:
             save_model(self.out_dir / "policy", self.policy, tokenizer=self.state.tokenizer,
@@ -181,24 +213,42 @@ class DPOTrainer:
                  "gpt_config": s.policy.cfg.to_dict(), "data": self.data_info}
         path = save_checkpoint(directory, arrays, state)
         self.last_saved = s.step
+        self.stage.saved = f"step {s.step}"
         return path
 
-    def load(self, directory) -> None:
-        """Restore a checkpoint written by :meth:`save` (the config must match up to ``steps``)."""
-        arrays, state = load_checkpoint(directory)
-        if state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"`directory` {directory} does not hold a DPO checkpoint of format {CHECKPOINT_FORMAT}")
-        saved = {k: v for k, v in state["dpo_config"].items() if k != "steps"}
-        given = {k: v for k, v in self.cfg.to_dict().items() if k != "steps"}
-        differ = {k: (saved.get(k), given[k]) for k in given if saved.get(k) != given[k]}
-        if differ:
-            raise ValueError(f"`cfg` differs from the run being resumed (saved, given): {differ}")
+    def _expect(self) -> dict:
+        """The tensors a checkpoint of this trainer holds: name -> (shape, dtype), from the live model and AdamW."""
         s = self.state
-        for name, p in s.policy.params.items():             # in place: the optimizer holds these arrays
-            p[...] = arrays["policy/" + name]
-        s.opt.load_state_dict({k[len("opt/"):]: v for k, v in arrays.items() if k.startswith("opt/")}, state["opt"])
-        s.step = int(state["step"])
-        self.last_saved = s.step
+        return {**array_specs(s.policy.params, "policy/"), **array_specs(s.opt.state_dict()[0], "opt/")}
+
+    def load(self, directory) -> None:
+        """Restore a checkpoint written by :meth:`save` (the config must match up to :data:`RESUME_NEUTRAL`).
+
+        Everything is checked before anything is assigned: the tensors against the live model and optimizer
+        (:func:`minippo.io.load_checkpoint` with ``expect``), then the config, then every entry of state.json
+        (a :class:`minippo.io.CorruptFileError` naming the file and the entry)."""
+        s = self.state
+        arrays, state = load_checkpoint(directory, self._expect())
+        state_path = checkpoint_folder(directory) / STATE
+        with in_file(state_path):
+            if state.get("format") != CHECKPOINT_FORMAT:
+                raise ValueError(f"`format` is {state.get('format')!r}: not a DPO checkpoint of format {CHECKPOINT_FORMAT}")
+            stored = DPOConfig.from_dict(state["dpo_config"]).to_dict()
+        check_same_config(f"the DPO run in {Path(directory).parent}", stored, self.cfg.to_dict(), ignore=RESUME_NEUTRAL,
+                          fresh=f"use another folder than {Path(directory).parent} (or delete it)")
+        moments = {k[len("opt/"):]: v for k, v in arrays.items() if k.startswith("opt/")}
+        with in_file(state_path):
+            step = state["step"]
+            check_range("step", step, 1, self.cfg.steps, integer=True)
+            if state["gpt_config"] != s.policy.cfg.to_dict():
+                raise ValueError(f"`gpt_config` {state['gpt_config']} is not the SFT model's {s.policy.cfg.to_dict()}")
+            s.opt.check_state_dict(moments, state["opt"])
+        # everything is checked: assign (in place: the optimizer holds the parameter arrays)
+        assign_arrays(s.policy.params, arrays, "policy/", source=directory)
+        s.opt.load_state_dict(moments, state["opt"])
+        s.step = step
+        self.last_saved = step
+        self.stage.saved = f"step {step}"
 
 
 def run_dpo(cfg: DPOConfig, sft_dir, pairs_dir, out_dir, *, resume: bool = False, progress: bool = True,

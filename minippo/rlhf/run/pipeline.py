@@ -10,8 +10,18 @@
 
 Every stage shows a progress bar and writes into ``--out`` (default ``runs/<timestamp>``). A stage whose
 final checkpoint already exists there is reused, and the log says so: pointing ``--out`` at an earlier
-run skips its finished stages (a PPO stage interrupted after a checkpoint resumes from it). This is
-also how lessons cache SFT and the reward model (:func:`run_pipeline` with a cache folder).
+run skips its finished stages (an SFT or PPO stage interrupted after a checkpoint resumes from it). This
+is also how lessons cache SFT and the reward model (:func:`run_pipeline` with a cache folder).
+
+**The reuse rule** (README, "What a run folder guarantees"). A stage is reused, or resumed, only when the
+configuration stored with it equals the requested one on every field that changes its result (all fields
+but the checkpoint cadence: :data:`minippo.rlhf.sft.RESULT_NEUTRAL`,
+:data:`minippo.rlhf.run.trainer.RESUME_NEUTRAL`). Otherwise the command REFUSES before it writes anything,
+naming the stage, the differing fields with both values, and how to start fresh (another ``--out``, or
+deleting that stage's folder and the ones after it). It does not retrain the stage over the old one: that
+would destroy the records of a run the user may still want, and a refusal costs one command to undo. The
+folder is locked while the command runs (:mod:`minippo.runs`); the lessons' shared cache waits for the lock
+instead of refusing (two lessons started together build it once).
 
 ``--quick`` runs the same pipeline at CI size (a few tens of seconds). ``summary.json`` holds the wall
 time of each stage, the peak resident memory, and the numbers of the issue: SFT vs PPO gold mean and
@@ -29,17 +39,21 @@ from pathlib import Path
 import numpy as np
 
 from minippo.blas import single_blas_thread
+from minippo.checks import check_choice
 from minippo.io import atomic_write_text, has_checkpoint, read_metrics
 from minippo.rlhf.checkpoint import load_model
 from minippo.rlhf.data.corpus import sample_prompts
+from minippo.rlhf.dpo_config import DPOConfig
+from minippo.rlhf.generate import TRUNCATED_MARK
 from minippo.rlhf.ppo_config import PPOConfig
-from minippo.rlhf.rm_train import RMConfig, train_reward_model
+from minippo.rlhf.rm_train import RMConfig, stored_config, train_reward_model
+from minippo.rlhf.run.dpo_trainer import RESUME_NEUTRAL as DPO_RESUME_NEUTRAL
+from minippo.rlhf.run.dpo_trainer import run_dpo
 from minippo.rlhf.run.evaluate import evaluate_policy, samples_markdown
 from minippo.rlhf.run.plots import plot_run
-from minippo.rlhf.dpo_config import DPOConfig
-from minippo.rlhf.run.dpo_trainer import run_dpo
-from minippo.rlhf.run.trainer import load_stages, run_ppo
-from minippo.rlhf.sft import SFTConfig, train_sft
+from minippo.rlhf.run.trainer import RESUME_NEUTRAL, load_stages, run_ppo
+from minippo.rlhf.sft import RESULT_NEUTRAL, SFTConfig, train_sft
+from minippo.runs import check_same_config, ensure_folder, run_lock, stage
 
 SEED_EVAL = 11          # the evaluation prompts and samples: np.random.default_rng([seed, SEED_EVAL])
 
@@ -75,7 +89,8 @@ def prepare_stages(cache_dir=None, *, quick: bool = False, seed: int = 0, progre
     :func:`default_cache_dir`) and reused afterwards; returns the folder holding ``sft/`` and ``rm/``
     (pass them to ``minippo.rlhf.run.trainer.load_stages`` / ``run_ppo``)."""
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir(quick, seed)
-    run_pipeline(folder, quick=quick, seed=seed, progress=progress, log=log, stages=("sft", "rm"))
+    with run_lock(folder, wait=True, log=log):     # another lesson building the same cache: wait for it
+        run_pipeline(folder, quick=quick, seed=seed, progress=progress, log=log, stages=("sft", "rm"))
     return folder
 
 
@@ -87,15 +102,56 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
 
     ``sft_cfg`` / ``rm_cfg`` / ``ppo_cfg`` / ``n_eval`` override the defaults of :func:`stage_configs`;
     ``callback`` is passed to the PPO trainer (called after every iteration). ``stages=("sft", "rm")``
-    stops before PPO (no evaluation, no figure, no summary file). ``method="dpo"``: stage 3 is DPO
-    (``dpo_cfg``, default ``DPOConfig`` / ``DPOConfig.quick()``) on the reward-model stage's pairs, judged by
-    the same evaluation.
+    stops before PPO (no evaluation, no figure, no summary file). Stages already in ``out_dir`` are reused
+    only under the reuse rule of the module docstring (:func:`check_reuse`); ``out_dir`` is locked meanwhile.
+    ``method="dpo"``: stage 3 is DPO (``dpo_cfg``, default ``DPOConfig`` / ``DPOConfig.quick()``) into
+    ``<out>/dpo`` on the reward-model stage's pairs, judged by the same evaluation (no figure).
     """
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = ensure_folder(out_dir)
     d_sft, d_rm, d_ppo = stage_configs(quick, seed)
     sft_cfg, rm_cfg, ppo_cfg = sft_cfg or d_sft, rm_cfg or d_rm, ppo_cfg or d_ppo
+    check_choice("method", method, ("ppo", "dpo"))
+    if method == "dpo":                                         # stage 3 is DPO: <out>/dpo instead of <out>/ppo
+        dpo_cfg = dpo_cfg or (DPOConfig.quick(seed=seed) if quick else DPOConfig(seed=seed))
+        stages = tuple("dpo" if s == "ppo" else s for s in stages)
+    with run_lock(out):
+        check_reuse(out, sft_cfg, rm_cfg, ppo_cfg, stages, dpo_cfg=dpo_cfg)      # before anything is written
+        return _run_stages(out, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg, n_eval, evaluate, figures,
+                           callback, stages, dpo_cfg)
+
+
+def check_reuse(out: Path, sft_cfg, rm_cfg, ppo_cfg, stages=("sft", "rm", "ppo"), *, dpo_cfg=None) -> None:
+    """The reuse rule: every stage already in ``out`` (finished, or with a checkpoint to resume) must have been
+    made with the requested config, else :class:`minippo.runs.ConfigMismatch` naming the stage, the differing
+    fields and how to start fresh. Only the stored JSON is read (the weights are checked when loaded). A
+    ``"dpo"`` stage (``--method dpo``) is checked against ``dpo_cfg`` the same way."""
+    names = [n for n in ("sft", "rm", "ppo", "dpo") if n in stages]
+    found = [(n, out / n / sub, key, cfg.to_dict(), ignore)
+             for n, sub, key, cfg, ignore in (("sft", "model", "sft_config", sft_cfg, RESULT_NEUTRAL),
+                                              ("sft", "checkpoint", "sft_config", sft_cfg, RESULT_NEUTRAL),
+                                              ("rm", "model", "rm_config", rm_cfg, ()),
+                                              ("ppo", "policy", "ppo_config", ppo_cfg, RESUME_NEUTRAL),
+                                              ("ppo", "checkpoint", "ppo_config", ppo_cfg, RESUME_NEUTRAL),
+                                              ("dpo", "policy", "dpo_config", dpo_cfg, DPO_RESUME_NEUTRAL),
+                                              ("dpo", "checkpoint", "dpo_config", dpo_cfg, DPO_RESUME_NEUTRAL))
+             if n in names and has_checkpoint(out / n / sub)]
+    for name, folder, key, requested, ignore in found:
+        stored = stored_config(folder, key)
+        if name == "ppo":
+            stored = PPOConfig.from_dict(stored).to_dict()            # old field names, translated
+        if name == "dpo":
+            stored = DPOConfig.from_dict(stored).to_dict()
+        if name in ("ppo", "dpo") and folder.name == "policy":
+            ignore = ("checkpoint_every",)                            # a finished run: its length is its result
+        later = [f"{out / n}" for n in names[names.index(name):] if (out / n).exists()]
+        check_same_config(f"{folder} (stage {name} of the run in {out})", stored, requested, ignore=ignore,
+                          fresh=f"use another --out, or delete {' and '.join(later)} to retrain "
+                                f"{'that stage' if len(later) == 1 else 'those stages'} (nothing is deleted for you)")
+
+
+def _run_stages(out: Path, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg, n_eval, evaluate, figures,
+                callback, stages, dpo_cfg=None) -> dict:
     n_eval = n_eval or (64 if quick else 256)
     summary = {"out": str(out), "quick": quick, "seed": seed, "seconds": {}}
     t_all = time.perf_counter()
@@ -103,11 +159,11 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
     # stage 1: corpus -> tokenizer -> SFT
     t = time.perf_counter()
     if has_checkpoint(out / "sft" / "model"):
-        log(f"[1/3] SFT: reusing {out / 'sft' / 'model'} (delete it to retrain)")
+        log(f"[1/3] SFT: reusing {out / 'sft' / 'model'} (same config; delete it to retrain)")
     else:
         log(f"[1/3] SFT: corpus ({sft_cfg.corpus_size} sentences) -> tokenizer (V={sft_cfg.vocab_size}) -> "
             f"TinyGPT ({sft_cfg.n_layer} layers, C={sft_cfg.n_embd}), {sft_cfg.steps} steps")
-        r = train_sft(sft_cfg, out / "sft", resume=True, progress=progress)
+        r = train_sft(sft_cfg, out / "sft", resume=True, progress=progress, log=log)
         log(f"      held-out loss {r['heldout_loss']:.3f} nats/token (unigram {r['unigram_loss']:.3f}, "
             f"ln V {r['ln_V']:.3f})")
     summary["seconds"]["sft"] = time.perf_counter() - t
@@ -115,7 +171,9 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
     # stage 2: preference pairs -> reward model
     t = time.perf_counter()
     if has_checkpoint(out / "rm" / "model"):
-        log(f"[2/3] reward model: reusing {out / 'rm' / 'model'}")
+        log(f"[2/3] reward model: reusing {out / 'rm' / 'model'} (same config)")
+        stored = stored_config(out / "rm" / "model", "rm_summary")     # the numbers of the run that trained it
+        summary["rm"] = {k: stored[k] for k in ("heldout_accuracy", "heldout_gold_accuracy", "pearson", "spearman")}
     else:
         log(f"[2/3] reward model: preference pairs of SFT samples labelled by the simulated human -> "
             f"Bradley-Terry, {rm_cfg.epochs} epoch(s)")
@@ -124,16 +182,15 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
         log(f"      held-out accuracy {r['heldout_accuracy']:.3f} (gold order {r['heldout_gold_accuracy']:.3f}); "
             f"score vs gold on fresh samples: Pearson {r['pearson']:.3f}")
     summary["seconds"]["rm"] = time.perf_counter() - t
+    if "dpo" in stages:                                         # --method dpo: stage 3 is DPO
+        return _dpo_stage(out, summary, t_all, dpo_cfg, n_eval, seed, progress, log)
     if "ppo" not in stages:
         return summary
-    if method == "dpo":
-        return _dpo_stage(out, summary, t_all, dpo_cfg or (DPOConfig.quick(seed=seed) if quick else DPOConfig(seed=seed)),
-                          n_eval, seed, progress, log)
 
     # stage 3: PPO
     t = time.perf_counter()
     if has_checkpoint(out / "ppo" / "policy"):
-        log(f"[3/3] PPO: reusing {out / 'ppo' / 'policy'}")
+        log(f"[3/3] PPO: reusing {out / 'ppo' / 'policy'} (same config)")
     else:
         resuming = has_checkpoint(out / "ppo" / "checkpoint")
         log(f"[3/3] PPO: {'resuming from ' + str(out / 'ppo' / 'checkpoint') + ', ' if resuming else ''}"
@@ -146,7 +203,8 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
 
     if evaluate:
         t = time.perf_counter()
-        summary["eval"] = evaluate_stages(out, ppo_cfg, n_eval, seed, log)
+        with stage("the evaluation", out, restart="the same command reuses the trained stages and evaluates again"):
+            summary["eval"] = evaluate_stages(out, ppo_cfg, n_eval, seed, log)
         summary["seconds"]["eval"] = time.perf_counter() - t
     if figures:
         ref = {"gold/score": summary["eval"]["sft"]["gold_mean"]} if evaluate else None
@@ -168,7 +226,7 @@ def _dpo_stage(out: Path, summary: dict, t_all: float, dpo_cfg: DPOConfig, n_eva
     """Stage 3 as DPO into ``<out>/dpo``, then the evaluation and ``summary.json`` (the ``--method dpo`` branch)."""
     t = time.perf_counter()
     if has_checkpoint(out / "dpo" / "policy"):
-        log(f"[3/3] DPO: reusing {out / 'dpo' / 'policy'}")
+        log(f"[3/3] DPO: reusing {out / 'dpo' / 'policy'} (same config)")
     else:
         resuming = has_checkpoint(out / "dpo" / "checkpoint")
         log(f"[3/3] DPO: {'resuming from ' + str(out / 'dpo' / 'checkpoint') + ', ' if resuming else ''}"
@@ -178,7 +236,8 @@ def _dpo_stage(out: Path, summary: dict, t_all: float, dpo_cfg: DPOConfig, n_eva
     summary["method"] = "dpo"
     summary["seconds"]["dpo"] = time.perf_counter() - t
     t = time.perf_counter()
-    summary["eval"] = evaluate_stages(out, dpo_cfg, n_eval, seed, log, stage="dpo")
+    with stage("the evaluation", out, restart="the same command reuses the trained stages and evaluates again"):
+        summary["eval"] = evaluate_stages(out, dpo_cfg, n_eval, seed, log, stage="dpo")
     summary["seconds"]["eval"] = time.perf_counter() - t
     summary["seconds"]["total"] = time.perf_counter() - t_all
     summary["peak_rss_mb"] = peak_rss_mb()
@@ -211,7 +270,8 @@ def evaluate_stages(out: Path, ppo_cfg, n_eval: int, seed: int, log=print, stage
     res["gold_gain_in_sft_std"] = (after["gold_mean"] - before["gold_mean"]) / max(before["gold_std"], 1e-12)
     text = (f"# Samples before and after {name}\n\nThe same {min(16, n_eval)} prompts (of {n_eval} evaluated), one fresh "
             f"sample each at temperature {ppo_cfg.temperature:g}; gold = the simulated human, RM = the normalised "
-            f"reward model.\n\n"
+            f"reward model. A sample that reached max_new_tokens = {ppo_cfg.max_new_tokens} without its EOS ends "
+            f"with \"{TRUNCATED_MARK.strip()}\": it was cut there and scored as it stands.\n\n"
             f"| policy | gold mean | gold std | RM mean | KL to SFT (k1 / exact, nats per response) | length |\n"
             f"|---|---|---|---|---|---|\n"
             + "".join(f"| {who} | {r['gold_mean']:+.3f} | {r['gold_std']:.3f} | {r['rm_mean']:+.3f} | "
@@ -238,6 +298,7 @@ def add_arguments(parser) -> None:
 
 def cli_main(args) -> int:
     out = Path(args.out) if args.out else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    ensure_folder(out)
     print(f"minippo rlhf -> {out}{' (quick)' if args.quick else ''}{' (DPO)' if args.method == 'dpo' else ''}")
     run_pipeline(out, quick=args.quick, seed=args.seed, progress=not args.no_progress, method=args.method)
     return 0

@@ -60,7 +60,7 @@ def test_every_field_is_documented_and_round_trips():
     docs = field_docs(DPOConfig)
     assert set(docs) == set(cfg.to_dict()) and all(len(d) > 20 for d in docs.values())
     assert DPOConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
-    with pytest.raises(ValueError, match="unknown DPOConfig"):
+    with pytest.raises(ValueError, match="`dpo_config` has the unknown field"):
         DPOConfig.from_dict({"learning_rate": 1.0})
 
 
@@ -165,8 +165,11 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, setup):
     assert len(a) == len(b) == 6 and a == b
     for k, v in full.policy.params.items():
         np.testing.assert_array_equal(v, resumed.policy.params[k])
-    with pytest.raises(ValueError, match="differs"):
+    with pytest.raises(ValueError, match=r"was made with another configuration: beta \(stored 0.1, requested 0.5\)"):
         DPOTrainer(cfg.replace(beta=0.5), sft, tok, train, heldout, out_dir=tmp_path / "part", resume=True)
+    more = DPOTrainer(cfg.replace(steps=8, checkpoint_every=4), sft, tok, train, heldout, out_dir=tmp_path / "part",
+                      resume=True)                      # steps and checkpoint_every may change on resume
+    assert more.step_count == 6
 
 
 def test_nan_guard_names_the_metric_and_keeps_the_checkpoint(tmp_path, setup, monkeypatch):
@@ -177,19 +180,20 @@ def test_nan_guard_names_the_metric_and_keeps_the_checkpoint(tmp_path, setup, mo
     good = {k: v.copy() for k, v in tr.policy.params.items()}
     saved = tr.policy.params["ln_f.b"][0]
     tr.policy.params["ln_f.b"][0] = np.nan                      # a broken parameter is named by the model
-    with pytest.raises(ValueError, match=r"`params\['ln_f.b'\]` must be finite.*stopped at step 1; the last good "
-                                         r"checkpoint \(step 1\) is kept"):
+    with pytest.raises(ValueError, match=r"`params\['ln_f.b'\]` must be finite.*\(the parameter `policy.ln_f.b` is "
+                                         r"not finite\): training stopped at step 1; the last good checkpoint "
+                                         r"\(step 1\) is kept"):
         tr.step()
     tr.policy.params["ln_f.b"][0] = saved
     real = dpo_module.logprobs_from_logits                      # non-finite log-probs: the metric is named
     monkeypatch.setattr(dpo_module, "logprobs_from_logits", lambda *a: (np.full_like(real(*a)[0], np.nan), real(*a)[1]))
-    with pytest.raises(ValueError, match=r"`logps` of the policy is nan at response row 0, token column 1: "
-                                         r"training stopped at step 1"):
+    with pytest.raises(ValueError, match=r"`logps` of the policy is nan at response row 0, token column 1 \(every "
+                                         r"parameter is finite; the largest is .*\): training stopped at step 1"):
         tr.step()
     monkeypatch.setattr(dpo_module, "logprobs_from_logits", real)
     real_loss = dpo_module.dpo_loss                             # a non-finite loss
     monkeypatch.setattr(dpo_module, "dpo_loss", lambda *a, **k: (float("inf"),) + real_loss(*a, **k)[1:])
-    with pytest.raises(ValueError, match=r"`loss` is inf: training stopped at step 1"):
+    with pytest.raises(ValueError, match=r"`loss` is inf \(every parameter is finite.*\): training stopped at step 1"):
         tr.step()
     arrays, state = load_checkpoint(tmp_path / "checkpoint")
     assert state["step"] == 1 and len(read_metrics(tmp_path / "metrics.jsonl")) == 1
@@ -219,6 +223,19 @@ def test_minippo_dpo_command(tmp_path, capsys):
     saved = json.loads((tmp_path / "dpo" / "config.json").read_text())
     assert (saved["steps"], saved["loss_type"], saved["beta"]) == (3, "ipo", 0.5)
     assert len(read_metrics(tmp_path / "dpo" / "metrics.jsonl")) == 3
+    # a user's mistake is one line naming the flag or the path, no traceback (issue 13 item 9)
+    base = ["dpo", "--sft", str(tmp_path / "sft"), "--no-progress"]
+    rc = main(base + ["--pairs", str(tmp_path / "nope"), "--out", str(tmp_path / "o1")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith(f"minippo dpo: error: --pairs: {tmp_path / 'nope' / 'pairs.npz'} is missing")
+    rc = main(base + ["--pairs", str(tmp_path / "rm"), "--out", str(tmp_path / "o2"), "--beta", "0"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err == "minippo dpo: error: --beta 0: `beta` must be in (0, inf), got 0.0\n"
+    (tmp_path / "rm" / "pairs.npz").write_bytes(b"\x00" * 7)
+    rc = main(base + ["--pairs", str(tmp_path / "rm"), "--out", str(tmp_path / "o3"), "--quick"])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.endswith("pairs.npz: not a .npz archive of preference pairs\n") and "Traceback" not in err
+    assert err.count("\n") == 1
 
 
 @pytest.mark.slow
@@ -244,3 +261,117 @@ def test_rlhf_method_dpo_quick(tmp_path, capsys):
     assert main(["rlhf", "--quick", "--method", "dpo", "--out", str(tmp_path), "--no-progress"]) == 0
     assert capsys.readouterr().out.count("reusing") == 3
     assert json.loads((tmp_path / "summary.json").read_text())["eval"] == e
+
+
+# ---- the run-folder rules of issue 13 (minippo.runs), kept by the DPO run --------------------
+
+@pytest.fixture
+def stopped(tmp_path, setup):
+    """A DPO run folder stopped after 2 of 4 steps (checkpoint at step 2)."""
+    sft, tok, train, heldout = setup
+    cfg = tiny_cfg(steps=4, checkpoint_every=2, eval_every=2)
+    tr = DPOTrainer(cfg, sft, tok, train, heldout, out_dir=tmp_path)
+    tr.train(until=2)
+    tr.close()
+    return tmp_path, cfg
+
+
+def snapshot(folder):
+    """Every file's bytes (but the lock file): what a refused resume must leave as it was."""
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+            and p.name != ".minippo.lock"}
+
+
+def test_a_second_writer_on_a_dpo_folder_refuses_before_writing(tmp_path, setup):
+    from tests.test_runs import hold_lock
+    from minippo.runs import RunFolderBusy
+    sft, tok, train, heldout = setup
+    p = hold_lock(tmp_path)                              # a real second process holds the folder
+    try:
+        with pytest.raises(RunFolderBusy, match=f"{tmp_path} is being written by another process \\(pid {p.pid}"):
+            DPOTrainer(tiny_cfg(), sft, tok, train, heldout, out_dir=tmp_path)
+        assert sorted(x.name for x in tmp_path.iterdir()) == [".minippo.lock"]
+    finally:
+        p.kill()
+        p.wait()
+    DPOTrainer(tiny_cfg(), sft, tok, train, heldout, out_dir=tmp_path).close()     # the holder is gone
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda a: a.update({"policy/wte": a["policy/wte"][:1]}), r"'policy/wte' has shape \(1, 16\), expected"),
+    (lambda a: a.update({"policy/ln_f.w": np.ones(16, np.int32)}), "'policy/ln_f.w' has dtype I32, expected float32"),
+    (lambda a: a.update({"opt/m.ln_f.b": np.zeros(1, np.float32)}), r"'opt/m.ln_f.b' has shape \(1,\)"),
+    (lambda a: a.pop("policy/ln_f.b"), "tensor 'policy/ln_f.b' is missing"),
+    (lambda a: a.update({"junk": np.zeros((64, 64), np.float32)}), "unexpected tensor 'junk'"),
+    (lambda a: a["policy/wpe"].__setitem__((3, 2), np.nan), r"'policy/wpe' holds nan at \(3, 2\)"),
+])
+def test_a_tampered_dpo_checkpoint_is_refused_before_anything_is_assigned(stopped, setup, change, match):
+    from safetensors.numpy import load_file, save_file
+    from minippo.io import WEIGHTS, CorruptFileError
+    folder, cfg = stopped
+    sft, tok, train, heldout = setup
+    path = folder / "checkpoint" / WEIGHTS
+    arrays = load_file(str(path))
+    change(arrays)
+    save_file(arrays, str(path))
+    before = snapshot(folder)
+    with pytest.raises(CorruptFileError, match=match) as info:
+        DPOTrainer(cfg, sft, tok, train, heldout, out_dir=folder, resume=True)
+    assert str(info.value).startswith(f"{path}: ")
+    assert snapshot(folder) == before                    # metrics.jsonl and the rest untouched
+
+
+@pytest.mark.parametrize("entry, value, match", [
+    ("step", -5, r"`step` must be in \[1, 4\], got -5"),
+    ("step", 99, r"`step` must be in \[1, 4\], got 99"),
+    ("opt", {"t": 2, "lr": float("inf")}, r"`scalars\['lr'\]` must be a finite number"),
+    ("dpo_config", {"learning_rate": 1.0}, "unknown field"),
+    ("format", "minippo.ppo/2", "not a DPO checkpoint"),
+])
+def test_a_bad_dpo_state_entry_stops_the_resume_before_any_file_is_rewritten(stopped, setup, entry, value, match):
+    from minippo.io import STATE, CorruptFileError
+    folder, cfg = stopped
+    sft, tok, train, heldout = setup
+    path = folder / "checkpoint" / STATE
+    state = json.loads(path.read_text())
+    state[entry] = value
+    path.write_text(json.dumps(state))
+    before = snapshot(folder)
+    with pytest.raises(CorruptFileError, match=match) as info:
+        DPOTrainer(cfg, sft, tok, train, heldout, out_dir=folder, resume=True)
+    assert str(info.value).startswith(f"{path}: ")
+    assert snapshot(folder) == before and len(read_metrics(folder / "metrics.jsonl")) == 2
+
+
+def test_a_folder_holding_a_dpo_run_is_never_overwritten(stopped, setup):
+    from minippo.runs import ConfigMismatch
+    folder, cfg = stopped
+    sft, tok, train, heldout = setup
+    before = snapshot(folder)
+    with pytest.raises(FileExistsError, match=f"{folder} already holds a DPO run .*nothing was overwritten"):
+        DPOTrainer(cfg, sft, tok, train, heldout, out_dir=folder)            # resume=False on an existing run
+    with pytest.raises(ConfigMismatch, match=r"loss_type \(stored 'sigmoid', requested 'ipo'\)"):
+        DPOTrainer(cfg.replace(loss_type="ipo"), sft, tok, train, heldout, out_dir=folder, resume=True)
+    assert snapshot(folder) == before
+    with pytest.raises(ValueError, match=r"`max_new_tokens` = 100000 does not fit"):
+        DPOTrainer(cfg.replace(max_new_tokens=100000), sft, tok, train, heldout, out_dir=folder / "new")
+    assert not (folder / "new" / "config.json").exists()
+
+
+def test_the_pipeline_refuses_a_dpo_stage_made_with_another_config(tmp_path):
+    """The reuse rule (README "What a run folder guarantees") for `minippo rlhf --method dpo`: a DPO stage is reused
+    only with the config it was made with; otherwise the command refuses before writing anything."""
+    from minippo.rlhf.run.pipeline import check_reuse, stage_configs
+    from minippo.runs import ConfigMismatch
+    sft, _, tok = world()
+    save_model(tmp_path / "sft" / "model", sft, tokenizer=tok)
+    rm_cfg = RMConfig(n_prompts=8, responses_per_prompt=3, heldout_frac=0.25, epochs=1, n_eval=4, n_evals=1,
+                      max_new_tokens=8)
+    train_reward_model(rm_cfg, tmp_path / "sft", tmp_path / "rm", progress=False)
+    cfg = tiny_cfg(steps=2)
+    from minippo.rlhf.run.dpo_trainer import run_dpo
+    run_dpo(cfg, tmp_path / "sft", tmp_path / "rm", tmp_path / "dpo", progress=False).close()
+    sft_cfg, _, ppo_cfg = stage_configs(quick=True)
+    check_reuse(tmp_path, sft_cfg, rm_cfg, ppo_cfg, stages=("rm", "dpo"), dpo_cfg=cfg)       # same config: reused
+    with pytest.raises(ConfigMismatch, match=r"stage dpo .*beta \(stored 0.1, requested 0.3\).*delete .*dpo"):
+        check_reuse(tmp_path, sft_cfg, rm_cfg, ppo_cfg, stages=("rm", "dpo"), dpo_cfg=cfg.replace(beta=0.3))
