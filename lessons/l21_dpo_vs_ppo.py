@@ -150,7 +150,8 @@ def strip(runs: dict) -> dict:
 
 
 def kl_ranges(kl, idx) -> str:
-    """The KL values at indices ``idx`` as runs of neighbours: ``0.70-1.39, 4.18`` (``none`` when empty)."""
+    """The KL values at indices ``idx`` as runs of neighbours: ``KL 0.70-1.39, 4.18 nats`` (``no matched KL`` when
+    empty)."""
     runs, out = [], []
     for i in idx:
         if runs and i == runs[-1][-1] + 1:
@@ -159,7 +160,7 @@ def kl_ranges(kl, idx) -> str:
             runs.append([i])
     for run_ in runs:
         out.append(f"{kl[run_[0]]:.2f}" if len(run_) == 1 else f"{kl[run_[0]]:.2f}-{kl[run_[-1]]:.2f}")
-    return ", ".join(out) if out else "none"
+    return "KL " + ", ".join(out) + " nats" if out else "no matched KL"
 
 
 def order_words(cmp: dict, a: str, b: str) -> str:
@@ -171,8 +172,8 @@ def order_words(cmp: dict, a: str, b: str) -> str:
         return f"{a}'s frontier dominates {b}'s: above at all {len(v)} matched KL values ({span}), beyond the seed range"
     if len(where["below"]) == len(v):
         return f"{b}'s frontier dominates {a}'s: above at all {len(v)} matched KL values ({span}), beyond the seed range"
-    text = (f"no domination: {a} above {b} at KL {kl_ranges(kl, where['above'])}, below at "
-            f"{kl_ranges(kl, where['below'])}, within the seed range at {kl_ranges(kl, where['overlap'])} (nats)")
+    text = (f"no domination: {a} above {b} at {kl_ranges(kl, where['above'])}, below at "
+            f"{kl_ranges(kl, where['below'])}, within the seed range at {kl_ranges(kl, where['overlap'])}")
     return text + (f", not reached at {kl_ranges(kl, where['n/a'])}" if where["n/a"] else "")
 
 
@@ -187,11 +188,8 @@ def paper_finding(r: dict) -> str:
     if all(v == "below" for v in dpo_ppo):
         return ("does NOT hold here: PPO with the reward model reaches more gold than DPO at every matched KL, "
                 "beyond the seed range.")
-    c = r["compare"][(METHODS[0], METHODS[1])]
-    above = [i for i, v in enumerate(dpo_ppo) if v == "above"]
-    below = [i for i, v in enumerate(dpo_ppo) if v == "below"]
-    return (f"does NOT hold here: DPO's frontier is not above PPO (reward model)'s at every matched KL (above at KL "
-            f"{kl_ranges(c['kl'], above)}, below at {kl_ranges(c['kl'], below)} nats).")
+    words = order_words(r["compare"][(METHODS[0], METHODS[1])], "DPO", "PPO (RM)")
+    return f"does NOT hold here: DPO's frontier is not above PPO (reward model)'s at every matched KL; {words}."
 
 
 def _fmt(vals) -> str:

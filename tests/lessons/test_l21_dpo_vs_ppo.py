@@ -37,11 +37,11 @@ def at_by_loop(front, kl_max, x):
 
 def ranges_text(kl, idx):
     if not idx:
-        return "none"
+        return "no matched KL"
     groups = [[idx[0]]]
     for i in idx[1:]:
         (groups[-1].append(i) if i == groups[-1][-1] + 1 else groups.append([i]))
-    return ", ".join(f"{kl[g[0]]:.2f}" + (f"-{kl[g[-1]]:.2f}" if len(g) > 1 else "") for g in groups)
+    return "KL " + ", ".join(f"{kl[g[0]]:.2f}" + (f"-{kl[g[-1]]:.2f}" if len(g) > 1 else "") for g in groups) + " nats"
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -86,9 +86,9 @@ def test_l21_quick_verdicts_follow_the_numbers(tmp_path, capsys, seed):
             assert f"{short[b]}'s frontier dominates {short[a]}'s: above at all {G}" in line, line
         else:
             idx = {w: [i for i, x in enumerate(v) if x == w] for w in ("above", "below", "overlap")}
-            assert (f"no domination: {short[a]} above {short[b]} at KL {ranges_text(c['kl'], idx['above'])}, below at "
+            assert (f"no domination: {short[a]} above {short[b]} at {ranges_text(c['kl'], idx['above'])}, below at "
                     f"{ranges_text(c['kl'], idx['below'])}, within the seed range at "
-                    f"{ranges_text(c['kl'], idx['overlap'])} (nats)") in line, line
+                    f"{ranges_text(c['kl'], idx['overlap'])}") in line, line
     dpo_ppo, dpo_gt = verdicts[lesson.METHODS[:2]], verdicts[(lesson.METHODS[0], lesson.METHODS[2])]
     finding = line_with(out, "The DPO paper's finding")
     if all(v == "above" for v in dpo_ppo + dpo_gt):
