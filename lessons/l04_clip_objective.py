@@ -163,7 +163,8 @@ def narrative(r: dict) -> str:
         closed = e["code"] not in CLIPPED_CASES
         L.append(f"edge r = {e['r']:.2f}, A = {e['A']:+.0f}: both terms equal ({e['objective']:.3f}); the token is case "
                  f"{e['code']} and gets the gradient {e['dlogp']:.3f}: "
-                 + ("the band is closed, the unclipped gradient -A r." if closed and np.isclose(e["dlogp"], -e["A"] * e["r"], rtol=1e-12) else
+                 + ("the band is closed, the unclipped gradient -A r."
+                    if closed and np.isclose(e["dlogp"], -e["A"] * e["r"], rtol=1e-12) else
                     "NOT the unclipped gradient -A r."))
     b = r["batch"]
     cc = b["case_counts"]

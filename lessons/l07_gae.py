@@ -166,7 +166,8 @@ def run(quick: bool = False, seed: int = 0, critic_err: float = 0.3, gamma: floa
     timing = time_gae(B=128 if quick else 256, T=64 if quick else 128, loop_rows=8, repeat=3 if quick else 5)
     return {"model": m, "lams": LAMS, "sigmas": SIGMAS, "bias": bias, "var": var, "best_lam": best,
             "exact_gae": exact, "gap_true": gap_true, "bias_exact_critic": bias_exact_critic,
-            "mc_check": mc_check, "pg_samples": samples, "pg_true": g_true / norm, "n_batches": n_batches, "batch": BATCH, "timing": timing,
+            "mc_check": mc_check, "pg_samples": samples, "pg_true": g_true / norm,
+            "n_batches": n_batches, "batch": BATCH, "timing": timing,
             "critic_err": critic_err, "gamma": gamma}
 
 

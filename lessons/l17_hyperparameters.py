@@ -98,7 +98,8 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
                       for k in RUN_KEYS})
     cfg = study.config(**base)
     return {"sizes": sz, "base": base, "reference": study.reference, "quick": quick, "full": full, "table": table,
-            "noise": noise, "kl_ref": {"coef": cfg.kl_ref_coef, "horizon": cfg.kl_ref_horizon}, "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
+            "noise": noise, "kl_ref": {"coef": cfg.kl_ref_coef, "horizon": cfg.kl_ref_horizon},
+            "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
 
 
 def _row(r: dict, axis: str, label: str) -> dict:
