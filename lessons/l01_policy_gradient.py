@@ -46,7 +46,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save
+from lessons._common import clear_sign, diff_text, lesson_main, pyplot, save
+from minippo.studies.sweep_stats import compare_paired
 from minippo.toy.bandit import TokenBandit, reinforce_gradient
 
 BASELINES = ("none", "batch mean (leave-one-out)", "exact V(s)")
@@ -137,27 +138,47 @@ def run(quick: bool = False, seed: int = 0) -> dict:
     }
 
 
+BIAS_SE = 3.0      # |mean(g_hat) - g| in standard errors above which a baseline counts as biased (see narrative)
+
+
 def narrative(r: dict) -> str:
-    L = []
-    v = r["variance"]
-    L.append(f"A token bandit: 10 tokens, rewards {np.round(r['rewards'], 1).tolist()}, best token "
-             f"{r['best_token']} (reward {r['optimal_reward']:.1f}); the uniform policy earns {r['initial_reward']:.2f}.")
+    v, steps = r["variance"], r["curves"][BASELINES[0]].shape[1]
+    L = [f"A token bandit: 10 tokens, rewards {np.round(r['rewards'], 1).tolist()}, best token "
+         f"{r['best_token']} (reward {r['optimal_reward']:.1f}); the uniform policy earns {r['initial_reward']:.2f}."]
+    # the bias is the norm of a 10-vector in units of sqrt(E||g_hat - g||^2 / n): about 1 when unbiased, and
+    # rarely above 3 (a chi-like variable with mean square 1)
+    biased = [k for k in v if r["bias"][k] > BIAS_SE]
     L.append(f"(a) variance of g_hat over {r['n_estimates']} batches of {r['batch_size']}: "
              + ", ".join(f"{k}: {v[k]:.4f}" for k in v)
-             + f". The batch-mean baseline divides it by {r['variance_ratio']:.1f}. All three are unbiased: "
-             + "|mean - true gradient| = " + ", ".join(f"{r['bias'][k]:.1f}" for k in v)
-             + " standard errors (sampling noise is ~1).")
-    L.append("(b) after {} steps: ".format(r["curves"][BASELINES[0]].shape[1])
-             + ", ".join(f"{k}: J = {x:.3f}" for k, x in r["final_reward"].items())
-             + f" (optimum {r['optimal_reward']:.2f}).")
+             + f". The batch-mean baseline divides it by {r['variance_ratio']:.1f}. |mean - true gradient| = "
+             + ", ".join(f"{r['bias'][k]:.1f}" for k in v) + " standard errors (sampling noise alone gives ~1): "
+             + (f"all three consistent with no bias (each within {BIAS_SE:g} standard errors)." if not biased else
+                f"BIASED beyond {BIAS_SE:g} standard errors: {', '.join(biased)}."))
+    c = compare_paired(r["curves"][BASELINES[0]][:, -1], r["curves"][BASELINES[1]][:, -1])
+    L.append(f"(b) after {steps} steps: " + ", ".join(f"{k}: J = {x:.3f}" for k, x in r["final_reward"].items())
+             + f" (optimum {r['optimal_reward']:.2f}); the baseline's gain over none, paired over the "
+             f"{r['n_seeds']} seeds: {diff_text(c, noise='seed')}.")
     for i, big in enumerate(r["big_lrs"]):
         L.append(f"(c,d) one step with lr = {big:6.1f}: entropy {np.median(r['entropy_after'][i]):.2f} nats "
                  f"(uniform {r['max_entropy']:.2f}), p(best) {r['p_best_after'][i].mean():.3f}, "
-                 f"J {r['reward_after'][i].mean():.3f}; after {r['curves'][BASELINES[0]].shape[1]} more steps "
+                 f"J {r['reward_after'][i].mean():.3f}; after {steps} more steps "
                  f"{r['stuck_fraction'][i]:.0%} of seeds are stuck below the optimum.")
-    L.append("Right after a large step J is even a little higher (the batch's favourite is usually a decent token), "
-             "but the step trusted one noisy batch completely: the policy is now (almost) deterministic on a token "
-             "that merely looked good, it stops exploring, and its gradient (1 - p) vanishes. Lessons 03-04 bound the step.")
+    big = r["big_lrs"][-1]
+    jump = compare_paired(np.full(r["n_seeds"], r["initial_reward"]), r["reward_after"][-1])
+    ent, p_best = float(np.median(r["entropy_after"][-1])), float(r["p_best_after"][-1].mean())
+    stuck, stuck0 = r["stuck_fraction"][-1], r["stuck_fraction"][0]
+    moved = {1: "higher beyond 2 s.e. of the seed noise (the batch's favourite is usually a decent token)",
+             -1: "lower beyond 2 s.e. of the seed noise", 0: "no different within 2 s.e. of the seed noise"}
+    L.append(f"The largest step (lr {big:g}): right after it J is {moved[clear_sign(jump)]} ({jump['diff']:+.3f} +- "
+             f"{jump['se']:.3f} vs the uniform policy); the policy is "
+             + (f"almost deterministic (median entropy {ent:.2f} nats)" if ent < 0.1 else
+                f"not deterministic (median entropy {ent:.2f} nats)")
+             + (f", on a token that merely looked good in one noisy batch (p(best) {p_best:.2f})" if p_best < 0.5 else
+                f", mostly on the best token (p(best) {p_best:.2f})") + ".")
+    L.append(f"After it, plain REINFORCE {'does not recover' if stuck >= 0.5 and stuck > stuck0 else 'recovers'}: "
+             f"{stuck:.0%} of seeds stuck vs {stuck0:.0%} after the smallest step"
+             + (" (the collapsed policy samples only its own token, whose gradient 1 - p vanishes). Lessons 03-04 "
+                "bound the step." if stuck >= 0.5 and stuck > stuck0 else "."))
     return "\n".join(L)
 
 

@@ -189,26 +189,44 @@ def run(quick: bool = False, seed: int = 0) -> dict:
     }
 
 
+def _underflow(seq: dict, name: str) -> str:
+    T = seq[f"underflow_T_{name}"]
+    return f"from T = {T}" if T is not None else f"never within {len(seq['T'])} tokens"
+
+
+def spread_growth(is_: dict) -> dict:
+    """The measured std of the importance-sampling estimate at the largest KL minus at KL 0, with the standard
+    error of two std estimates from n batches each (std / sqrt(2 (n - 1)) for a normal sample)."""
+    s0, s1, n = is_["std_measured"][0], is_["std_measured"][-1], is_["n_batches"]
+    se = float(np.hypot(s0, s1) / np.sqrt(2 * (n - 1)))
+    return {"diff": float(s1 - s0), "se": se, "clear": abs(s1 - s0) >= 2 * se}
+
+
 def narrative(r: dict) -> str:
-    L = []
     seq = r["sequence"]
-    L.append(f"(a,b) One sampled sequence of {len(seq['T'])} tokens over a 50-token vocabulary: the product of "
-             f"probabilities is exactly 0 from T = {seq['underflow_T_float32']} tokens in float32 and from "
-             f"T = {seq['underflow_T_float64']} in float64 (true log10 probability there: "
-             f"{seq['log10_prob'][seq['underflow_T_float64'] - 1]:.0f}); the ratio of products is then "
-             f"{seq['ratio_prod_float64'][-1]} while exp(sum(logp_new - logp_old)) = {seq['ratio_log'][-1]:.3g}.")
-    L.append("    One rare token in float32 (new policy: logit +0.5):")
+    T64 = seq["underflow_T_float64"]
+    L = [f"(a,b) One sampled sequence of {len(seq['T'])} tokens over a 50-token vocabulary: the product of "
+         f"probabilities is exactly 0 {_underflow(seq, 'float32')} in float32 and {_underflow(seq, 'float64')} in "
+         "float64" + (f" (true log10 probability there: {seq['log10_prob'][T64 - 1]:.0f})" if T64 else "")
+         + f"; the ratio of products is then {seq['ratio_prod_float64'][-1]} while exp(sum(logp_new - logp_old)) = "
+         f"{seq['ratio_log'][-1]:.3g}.", "    One rare token in float32 (new policy: logit +0.5):"]
     for row in r["tokens"]:
         L.append(f"      logit gap {row['gap']:5.0f}: p_old = {row['p_old']:.3g}, logp_old = {row['logp_old']:.1f}, "
                  f"p_new/p_old = {row['ratio_prob']}, exp(logp_new - logp_old) = {row['ratio_log']:.4f}")
-    L.append("(c) Unclipped surrogate, per-token gradient r A: A>0 & r=2 -> 2 (pushed harder), A>0 & r=0.5 -> 0.5 "
-             "(weakened), A<0 & r=2 -> -2 (strong push down), A<0 & r=0.5 -> -0.5 (weakened).")
+    q = r["quadrants"]
+    grad = {(A, x): float(np.interp(x, q["ratio"], q[A])) for A in (1.0, -1.0) for x in (2.0, 0.5)}
+    L.append("(c) Unclipped surrogate, per-token gradient r A: " + ", ".join(
+        f"A{'>' if A > 0 else '<'}0 & r={x:g} -> {g:+.2f} "
+        f"({('pushed up harder' if A > 0 else 'pushed down harder') if abs(g) > 1 else 'weakened'})"
+        for (A, x), g in grad.items()) + ".")
     rep = r["repeated"]
     cpi, clip = rep["L^CPI"], rep["L^CLIP"]
+    promise, true_gain = cpi["surrogate"][-1], cpi["J"][-1] - rep["J_old"]
     L.append(f"(d) Maximising L^CPI on one batch of 64: after {len(cpi['ratio_max'])} steps the largest ratio is "
-             f"{cpi['ratio_max'][-1]:.1f}, KL = {cpi['kl'][-1]:.2f}, and L^CPI promises a gain of "
-             f"{cpi['surrogate'][-1]:.2f} while the true gain is {cpi['J'][-1] - rep['J_old']:+.3f}; with L^CLIP the "
-             f"largest ratio is {clip['ratio_max'][-1]:.2f} (KL = {clip['kl'][-1]:.3f}, true gain "
+             f"{cpi['ratio_max'][-1]:.1f}, KL = {cpi['kl'][-1]:.2f}; L^CPI promises a gain of {promise:.2f}, the true "
+             f"gain is {true_gain:+.3f}: " + ("it over-promises" if promise > true_gain else
+                                               "it does not over-promise here")
+             + f"; with L^CLIP the largest ratio is {clip['ratio_max'][-1]:.2f} (KL = {clip['kl'][-1]:.3f}, true gain "
              f"{clip['J'][-1] - rep['J_old']:+.3f}).")
     is_ = r["is"]
     for i in (0, len(is_["kl"]) // 3, 2 * len(is_["kl"]) // 3, len(is_["kl"]) - 1):
@@ -216,7 +234,11 @@ def narrative(r: dict) -> str:
                  f"{is_['batch_size']} old samples has std {is_['std_exact'][i]:.3f} (measured {is_['std_measured'][i]:.3f}), "
                  f"mean {is_['mean'][i]:.3f}, median {is_['median'][i]:.3f}.")
     L.append(f"    (the new policies raise the best token, which the old policy samples with p = {is_['p_old_best']:.3f})")
-    L.append("Old samples only tell us about a nearby new policy: the further it moves, the fewer of them count.")
+    g = spread_growth(is_)
+    L.append(f"The estimate's measured spread from KL 0 to KL {is_['kl'][-1]:.2f}: {g['diff']:+.3f} +- {g['se']:.3f}: "
+             + ("it grows beyond 2 s.e.: old samples only tell us about a nearby new policy, the further it moves, "
+                "the fewer of them count." if g["clear"] and g["diff"] > 0 else
+                "it does not grow beyond 2 s.e. here."))
     return "\n".join(L)
 
 

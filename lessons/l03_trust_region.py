@@ -62,11 +62,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save
+from lessons._common import clear_sign, lesson_main, pyplot, save
 from minippo.nn.optim import AdamW
 from minippo.toy.bandit import BanditPPOConfig, TokenBandit, ppo_update, reinforce_gradient
 from minippo.rl.masked import masked_whiten
 from minippo.rl.losses import clipped_policy_loss
+from minippo.studies.sweep_stats import compare_paired
 from minippo.toy.trust_region import cpi_loss, trpo_step
 
 METHODS = ("vanilla PG", "TRPO", "PPO-clip")
@@ -155,27 +156,54 @@ def run(quick: bool = False, seed: int = 0) -> dict:
     }
 
 
+def shares(r: dict, i: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per batch, the share of L^CPI's promised gain that is real for method ``i``: at the smallest and at the
+    largest step."""
+    frac = r["gain"][i] / r["promise"][i]                                     # (mults, batches)
+    return frac[0], frac[-1]
+
+
 def narrative(r: dict) -> str:
-    L = []
     m, kl = r["mults"], r["kl"]
     j = int(np.argmin(np.abs(m - 1.0)))
-    L.append(f"Start: J(old) = {r['J0']:.3f} (optimum {r['J_opt']:.3f}); {r['n_batches']} batches of {r['batch_size']}.")
+    L = [f"Start: J(old) = {r['J0']:.3f} (optimum {r['J_opt']:.3f}); {r['n_batches']} batches of {r['batch_size']}."]
     for i, method in enumerate(METHODS):
         L.append(f"{method:>10}: {KNOB[method]} x1 -> KL {kl[i, j].mean():.4f} (batches: {kl[i, j].min():.4f} .. "
                  f"{kl[i, j].max():.4f}); x{m[-1]:g} -> KL {kl[i, -1].mean():.3f}; best true gain "
                  f"{r['best_gain'][method]:+.3f} at KL {r['best_gain_kl'][method]:.3f}; at the largest step the "
                  f"gain is {r['gain'][i, -1].mean():+.3f} while L^CPI promised {r['promise'][i, -1].mean():+.3f}.")
-    L.append(f"TRPO never exceeds its bound: max KL / delta = {np.max(kl[1] / (m[:, None] * BASE['TRPO'])):.3f}.")
+    bound = float(np.max(kl[1] / (m[:, None] * BASE["TRPO"])))
+    L.append(f"TRPO's KL against its bound: max KL / delta = {bound:.3f}: "
+             + ("it stays within the bound." if bound <= 1.0 else "it EXCEEDS the bound."))
+    f2 = r["fig2"]
+    peak = int(np.argmax(f2["L^CLIP"]))
     L.append(f"Figure 2: the PPO update (lr {r['fig2_lr']:.3g}) has KL {r['fig2_kl_at_1']:.4f}; along the line "
-             f"L^CLIP peaks at a = {r['fig2_peak_alpha']:.2f} (KL {r['fig2_peak_kl']:.4f}), while L^CPI keeps rising: "
-             f"{r['fig2']['L^CPI'][-1]:.3f} at a = 2 against L^CLIP {r['fig2']['L^CLIP'][-1]:.3f}.")
-    frac = r["gain"].mean(axis=2) / r["promise"].mean(axis=2)                 # (methods, mults)
-    L.append(f"Share of the promised L^CPI gain that is real: {frac[:, 0].min():.2f}-{frac[:, 0].max():.2f} for the "
-             f"smallest steps (part of the promise is fitted batch noise), {frac[:, -1].min():.2f}-{frac[:, -1].max():.2f} "
-             "for the largest.")
-    L.append("The batch's surrogate over-promises, more and more as the step moves away from the old policy: keep the "
-             "step in a trust region. TRPO enforces one with second-order machinery (Fisher products, conjugate "
-             "gradient, line search); PPO approximates it with a clip and plain Adam, but the clip bounds no KL.")
+             f"L^CLIP peaks at a = {r['fig2_peak_alpha']:.2f} (KL {r['fig2_peak_kl']:.4f}), "
+             + ("while L^CPI keeps rising past it" if f2["L^CPI"][-1] > f2["L^CPI"][peak] else
+                "and L^CPI stops rising too")
+             + f": {f2['L^CPI'][-1]:.3f} at a = 2 against L^CLIP {f2['L^CLIP'][-1]:.3f}.")
+    L.append("Share of the promised L^CPI gain that is real, smallest -> largest step (mean over the batches; "
+             "s.e. from their spread):")
+    falls = []
+    for i, method in enumerate(METHODS):
+        small, large = shares(r, i)
+        below = compare_paired(np.ones_like(small), small)
+        fall = compare_paired(small, large)
+        if fall["clear"] and fall["diff"] < 0:
+            falls.append(method)
+        L.append(f"  {method:>10}: {small.mean():.2f} -> {large.mean():.2f}; at the smallest step "
+                 + ("below 1 beyond 2 s.e. (part of the promise is fitted batch noise)" if clear_sign(below) < 0 else
+                    "not below 1 beyond 2 s.e.")
+                 + "; as the step grows it " + ("falls (beyond 2 s.e.)." if method in falls else
+                                                  "does not fall beyond 2 s.e. of the batch noise."))
+    ppo = compare_paired(kl[2, j], kl[2, -1])
+    L.append("The batch's surrogate over-promises more and more as the step moves away from the old policy: "
+             + (f"holds for {', '.join(falls)}." if falls else "does not hold here for any method.")
+             + " TRPO enforces a trust region with second-order machinery (Fisher products, conjugate gradient, "
+             f"line search); PPO approximates one with a clip and plain Adam, and its KL went from "
+             f"{kl[2, j].mean():.4f} at lr x1 to {kl[2, -1].mean():.3f} at x{m[-1]:g}: "
+             + ("the clip did not bound it." if clear_sign(ppo) > 0 else
+                "no growth beyond 2 s.e. of the batch noise here."))
     return "\n".join(L)
 
 

@@ -162,19 +162,31 @@ def narrative(r: dict) -> str:
                  f"{c['objective_ref']:8.4f} {c['dlogp']:9.4f} {c['dlogp_ref']:9.4f} {c['analytic']:9.4f}  "
                  f"{'YES (exactly 0.0)' if c['dlogp'] == 0.0 else 'no'}")
     for e in r["edges"]:
-        L.append(f"edge r = {e['r']:.2f}, A = {e['A']:+.0f}: both terms equal ({e['objective']:.3f}); the band is closed, so "
-                 f"the token is case {e['code']} and gets the unclipped gradient {e['dlogp']:.3f} (= -A r).")
+        closed = e["code"] not in CLIPPED_CASES
+        L.append(f"edge r = {e['r']:.2f}, A = {e['A']:+.0f}: both terms equal ({e['objective']:.3f}); the token is case "
+                 f"{e['code']} and gets the gradient {e['dlogp']:.3f}: "
+                 + ("the band is closed, the unclipped gradient -A r."
+                    if closed and np.isclose(e["dlogp"], -e["A"] * e["r"], rtol=1e-12) else
+                    "NOT the unclipped gradient -A r."))
     b = r["batch"]
+    cc = b["case_counts"]
     L.append(f"A {b['B']}x{b['T']} batch ({b['n_tokens']} valid tokens) after the policy moved (|log r| ~ 0.25): "
              f"loss {b['loss']:.5f} (reference {b['loss_ref']:.5f}, max |dlogp diff| {b['max_grad_diff']:.1e}); "
              f"approx_kl {b['approx_kl']:.4f}.")
-    L.append("tokens per case: " + ", ".join(f"{k}: {v}" for k, v in b["case_counts"].items()))
-    L.append(f"clipfrac (cases 3+4) = {b['clipfrac']:.3f} = fraction of tokens whose gradient is exactly 0 "
-             f"({b['zero_grad_frac']:.3f}); CleanRL's |r - 1| > eps would report {b['cleanrl_clipfrac']:.3f}, "
-             f"which also counts cases 1 and 6 (outside the band but still pushed back).")
-    L.append("Seed 003, section 5: once the clipped term is selected it is a constant, so 'the actor model is not "
-             "updated' by that token: only a good action pushed too high (case 3) and a bad action pushed too low "
-             "(case 4) are frozen; every other token keeps its ordinary policy-gradient -A r.")
+    L.append("tokens per case: " + ", ".join(f"{k}: {v}" for k, v in cc.items()))
+    outside = sum(cc[c] for c in (1, 3, 4, 6)) / b["n_tokens"]
+    L.append(f"clipfrac (cases 3+4) = {b['clipfrac']:.3f}; the fraction of tokens whose gradient is exactly 0 is "
+             f"{b['zero_grad_frac']:.3f}: " + ("the same." if b["clipfrac"] == b["zero_grad_frac"] else "they DIFFER.")
+             + f" CleanRL's |r - 1| > eps would report {b['cleanrl_clipfrac']:.3f}"
+             + (", which also counts cases 1 and 6 (outside the band but still pushed back)."
+                if np.isclose(b["cleanrl_clipfrac"], outside) else
+                f", not the share of cases 1, 3, 4 and 6 ({outside:.3f})."))
+    frozen = sorted(c["code"] for c in r["cases"] if c["dlogp"] == 0.0)
+    L.append("A common claim: once the clipped term is selected it is a constant, so that token does not update the "
+             f"actor. Zero gradient here: cases {', '.join(map(str, frozen)) or 'none'}: "
+             + ("holds, and only there: a good action pushed too high (case 3) and a bad action pushed too low (case 4) "
+                "are frozen; every other token keeps its ordinary policy gradient -A r." if frozen == [3, 4] else
+                "does not hold here as stated: the frozen cases are not exactly 3 and 4."))
     return "\n".join(L)
 
 

@@ -53,11 +53,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save
+from lessons._common import clear_sign, diff_text, lesson_main, pyplot, save
 from minippo.toy.bandit import BanditPPOConfig, TokenBandit, ppo_train
 from minippo.rl.losses import (clipped_policy_loss, entropy_backward, entropy_from_logits, logprobs_backward,
                                logprobs_from_logits, value_loss)
 from minippo.rl.masked import masked_whiten
+from minippo.studies.sweep_stats import compare_paired
 
 VF_COEF = 0.5
 SHOW_ENT_COEF = 0.1                     # c2 used in panel (f)
@@ -141,16 +142,26 @@ def narrative(r: dict) -> str:
              f"value loss {h['value_loss'][:, 0].mean():.3f} -> {h['value_loss'][:, -1].mean():.3f}.")
     g = r["grads"]
     lt = g["loss_terms"]
+    ent, pol, d, best = g["entropy"], g["policy"], g["decoy"], g["best"]
     L.append(f"Gradients on context 0's logits at the start (descent directions): policy term "
-             f"{np.round(g['policy'], 4).tolist()}, entropy term {np.round(g['entropy'], 4).tolist()}; the decoy "
-             f"(token {g['decoy']}) is pushed {'down' if g['entropy'][g['decoy']] < 0 else 'up'} by the entropy term "
-             f"({g['entropy'][g['decoy']]:+.4f}) while the policy term pushes it up ({g['policy'][g['decoy']]:+.4f}); "
-             f"the rare best token (token {g['best']}) gets only {g['entropy'][g['best']]:+.5f} (the push is "
-             f"proportional to p): the bonus works by holding the dominant token back, so the others keep being "
-             f"sampled. The value term moves only the critic (descent direction on V(context 0): "
-             f"{g['value_on_critic']:+.4f}).")
+             f"{np.round(pol, 4).tolist()}, entropy term {np.round(ent, 4).tolist()}; the decoy (token {d}) is "
+             f"pushed {'down' if ent[d] < 0 else 'up'} by the entropy term ({ent[d]:+.4f}) and "
+             f"{'up' if pol[d] > 0 else 'down'} by the policy term ({pol[d]:+.4f}); the rare best token (token {best}) "
+             f"gets {ent[best]:+.5f} from the entropy term, "
+             + ("less than the decoy (the push is proportional to p): the bonus works by holding the dominant token "
+                "back." if abs(ent[best]) < abs(ent[d]) else "no less than the decoy.")
+             + f" The value term moves only the critic (descent direction on V(context 0): {g['value_on_critic']:+.4f}).")
     L.append(f"Loss terms on that batch: policy {lt['policy']:+.4f}, c1 * value {lt['value']:+.4f}, "
              f"-c2 * entropy {lt['entropy']:+.4f}.")
+    c0, c1 = r["ent_coefs"][0], r["ent_coefs"][-1]
+    last = lambda c, k: r["hist"][c][k][:, -5:].mean(axis=1)          # noqa: E731  per task, last 5 iterations
+    e, p = (compare_paired(last(c0, k), last(c1, k)) for k in ("entropy", "p_best"))
+    L.append(f"With c2 = {c1:g} instead of {c0:g}, paired over the {r['n_seeds']} tasks: final entropy "
+             f"{diff_text(e, '+.3f', 'task')}, final p(best) {diff_text(p, '+.3f', 'task')}: "
+             + ("the bonus keeps the other tokens sampled and the best one is found more often."
+                if clear_sign(e) > 0 and clear_sign(p) > 0 else
+                "the bonus keeps more entropy, but p(best) is not higher beyond 2 s.e." if clear_sign(e) > 0 else
+                "no effect of the bonus beyond 2 s.e. of the task noise here."))
     return "\n".join(L)
 
 

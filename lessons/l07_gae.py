@@ -54,9 +54,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save
+from lessons._common import clear_sign, diff_text, holds, lesson_main, pyplot, save
 from minippo.bench.rl import time_gae
 from minippo.rl.gae import gae
+from minippo.studies.sweep_stats import compare_paired
 
 LAMS = (0.0, 0.5, 0.9, 0.95, 0.99, 1.0)
 SIGMAS = (0.1, 1.0)            # reward noise: a clean reward, a noisy reward model
@@ -142,7 +143,7 @@ def run(quick: bool = False, seed: int = 0, critic_err: float = 0.3, gamma: floa
     bias_exact_critic = max(float(np.abs(expected_gae(exact_critic, lam) - m["A"]).max()) for lam in LAMS)
     # variance: sample many batches; the same batches for every lambda
     n_batches = 30 if quick else 300
-    var, mc_check = {}, {}
+    var, mc_check, samples = {}, {}, {}
     for sigma in SIGMAS:
         rng = np.random.default_rng([seed, int(sigma * 1000)])
         grads = {lam: [] for lam in LAMS}
@@ -158,9 +159,10 @@ def run(quick: bool = False, seed: int = 0, critic_err: float = 0.3, gamma: floa
                 grads[lam].append(np.bincount(states[valid], weights=score * a, minlength=N) / BATCH)
                 sums[lam] += [np.bincount(sa, minlength=2 * N), np.bincount(sa, weights=a, minlength=2 * N),
                               np.bincount(sa, weights=a * a, minlength=2 * N)]
-        var[sigma], mc_check[sigma] = {}, {}
+        var[sigma], mc_check[sigma], samples[sigma] = {}, {}, {}
         for lam in LAMS:
             G = np.array(grads[lam])                                       # (n_batches, N)
+            samples[sigma][lam] = G / norm                                 # each batch's gradient, in units of |g|
             count, s1, s2 = sums[lam]
             adv_var = (s2 / np.maximum(count, 1) - (s1 / np.maximum(count, 1)) ** 2).reshape(N, 2)
             pg_std = float(np.sqrt(((G - G.mean(0)) ** 2).sum(1).mean()) / norm)
@@ -173,8 +175,24 @@ def run(quick: bool = False, seed: int = 0, critic_err: float = 0.3, gamma: floa
     timing = time_gae(B=128 if quick else 256, T=64 if quick else 128, loop_rows=8, repeat=3 if quick else 5)
     return {"model": m, "lams": LAMS, "sigmas": SIGMAS, "bias": bias, "var": var, "best_lam": best,
             "exact_gae": exact, "gap_true": gap_true, "bias_exact_critic": bias_exact_critic,
-            "mc_check": mc_check, "n_batches": n_batches, "batch": BATCH, "timing": timing,
+            "mc_check": mc_check, "pg_samples": samples, "pg_true": g_true / norm,
+            "n_batches": n_batches, "batch": BATCH, "timing": timing,
             "critic_err": critic_err, "gamma": gamma}
+
+
+EXACT = 1e-9        # a bias below this is 0 up to float64 rounding of the linear solves
+MC_SE = 4.0          # the worst of 2N states within this many standard errors: the samples agree with the formula
+
+
+def sq_dev(r: dict, sigma: float, lam: float) -> np.ndarray:
+    """(n_batches,) each batch's squared distance |g_hat - mean g_hat|^2 (in units of |g|^2): its mean is the variance."""
+    G = r["pg_samples"][sigma][lam]
+    return ((G - G.mean(axis=0)) ** 2).sum(axis=1)
+
+
+def sq_err(r: dict, sigma: float, lam: float) -> np.ndarray:
+    """(n_batches,) each batch's squared error |g_hat - g|^2 against the true gradient: its mean is the MSE."""
+    return ((r["pg_samples"][sigma][lam] - r["pg_true"]) ** 2).sum(axis=1)
 
 
 def narrative(r: dict) -> str:
@@ -189,17 +207,36 @@ def narrative(r: dict) -> str:
         L.append(f"{lam:6g} | {b[lam]['adv']:10.4f} {b[lam]['gap']:9.4f} {b[lam]['pg']:8.4f} | "
                  + " | ".join(f"{'':>8s} {v[s][lam]['adv_std']:9.3f} {v[s][lam]['pg_std']:7.3f} {v[s][lam]['pg_mse']:7.3f}"
                               for s in r["sigmas"]))
-    L.append(f"lambda = 1 (Monte Carlo): the action-gap bias is {b[1.0]['gap']:.1e}: the critic's error e(s) shifts "
-             f"both actions alike (bias of A_hat itself {b[1.0]['adv']:.3f}) and cancels in the gradient (GAE paper Prop. 1). "
-             f"lambda = 0 (TD) has gradient bias {b[0.0]['pg']:.2f}. With an exact critic every lambda is unbiased "
-             f"(max |E[A_hat] - A| = {r['bias_exact_critic']:.1e}).")
-    L.append(f"Lowest gradient MSE: lambda = {r['best_lam'][r['sigmas'][0]]:g} with clean rewards (sigma = {r['sigmas'][0]:g}), "
-             f"lambda = {r['best_lam'][r['sigmas'][1]]:g} with noisy ones (sigma = {r['sigmas'][1]:g}). Seed 000: lambda = 0.95 "
-             f"has lower variance and higher bias than 0.99 (here std {v[r['sigmas'][1]][0.95]['pg_std']:.2f} vs "
-             f"{v[r['sigmas'][1]][0.99]['pg_std']:.2f}, bias {b[0.95]['pg']:.3f} vs {b[0.99]['pg']:.3f}), and the noisier "
-             f"the reward, the lower the best lambda: the seed's reason for 0.95 with a reward model.")
+    L.append(f"lambda = 1 (Monte Carlo): the action-gap bias is {b[1.0]['gap']:.1e}: "
+             + ("the critic's error e(s) shifts both actions alike and cancels in the gradient (GAE paper Prop. 1)"
+                if b[1.0]["gap"] < EXACT else "it does NOT cancel")
+             + f" (bias of A_hat itself {b[1.0]['adv']:.3f}). lambda = 0 (TD) has gradient bias {b[0.0]['pg']:.2f}. "
+             f"With an exact critic, max |E[A_hat] - A| over every lambda = {r['bias_exact_critic']:.1e}: "
+             + ("every lambda is unbiased." if r["bias_exact_critic"] < EXACT else "NOT unbiased."))
+    clean, noisy = r["sigmas"]
+    best = r["best_lam"]
+    var_c = compare_paired(sq_dev(r, noisy, 0.99), sq_dev(r, noisy, 0.95))
+    L.append(f"Lowest gradient MSE: lambda = {best[clean]:g} with clean rewards (sigma = {clean:g}), lambda = "
+             f"{best[noisy]:g} with noisy ones (sigma = {noisy:g}).")
+    L.append(f"A common claim: lambda = 0.95 has lower variance and higher bias than 0.99 (here std "
+             f"{v[noisy][0.95]['pg_std']:.2f} vs {v[noisy][0.99]['pg_std']:.2f}; squared deviation per batch, 0.95 "
+             f"minus 0.99, paired over the {r['n_batches']} batches: {diff_text(var_c, '+.3f', 'batch')}; bias "
+             f"{b[0.95]['pg']:.3f} vs {b[0.99]['pg']:.3f}): "
+             + holds(clear_sign(var_c) < 0 and b[0.95]["pg"] > b[0.99]["pg"]) + ".")
+    if best[noisy] == best[clean]:
+        L.append("The noisier the reward, the lower the best lambda: does not hold here (the same lambda is best at "
+                 "both noise levels).")
+    else:
+        mse_c = compare_paired(sq_err(r, noisy, best[noisy]), sq_err(r, noisy, best[clean]))
+        L.append(f"The noisier the reward, the lower the best lambda: with sigma = {noisy:g}, lambda = {best[clean]:g} "
+                 f"(best for clean rewards) minus lambda = {best[noisy]:g} in squared error, paired over the batches: "
+                 f"{diff_text(mse_c, '+.3f', 'batch')}: "
+                 + holds(best[noisy] < best[clean] and clear_sign(mse_c) > 0) + ".")
+    worst = {s_: max(r["mc_check"][s_].values()) for s_ in r["sigmas"]}
     L.append("Monte-Carlo means vs exact expectations (worst state, in standard errors): "
-             + ", ".join(f"sigma={s:g}: {max(r['mc_check'][s].values()):.1f}" for s in r["sigmas"]))
+             + ", ".join(f"sigma={s_:g}: {w:.1f}" for s_, w in worst.items())
+             + (f": the sampled GAE agrees with the exact formula (all within {MC_SE:g} s.e.)."
+                if max(worst.values()) < MC_SE else f": the sampled GAE DISAGREES with the exact formula."))
     t = r["timing"]
     L.append(f"GAE on a {t['shape']} float32 batch: kernel {t['kernel'] * 1e3:.3f} ms, NumPy reference "
              f"{t['numpy'] * 1e3:.2f} ms ({t['numpy'] / t['kernel']:.0f}x), pure Python {t['python'] * 1e3:.1f} ms "

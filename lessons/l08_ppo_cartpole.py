@@ -119,23 +119,32 @@ def narrative(r: dict) -> str:
     L.append(f"- policy loss: the clipped surrogate of the last minibatch, |median| {d['policy_loss_abs_median']:.4f}. "
              f"Whitened advantages have mean 0 and the ratio starts at 1, so it hovers around 0: it is not a "
              f"learning curve, read progress from the return.")
+    reached = bool(np.max(r["runs"]["defaults"]["episode_returns"], initial=0.0) >= 500)
     L.append(f"- value loss: median {d['value_loss_first']:.3g} in the first quarter, {d['value_loss_last']:.3g} in the "
-             f"last. It jumps when the policy changes what returns look like (episodes start to reach 500), then "
-             f"collapses: with every episode truncated at 500 and bootstrapped, the targets are almost constant.")
-    L.append(f"- entropy: {d['entropy_start']:.3f} nats at the start (log 2 = {np.log(2):.3f}: the 0.01-gain output "
-             f"layer makes the first policy uniform), {d['entropy_end']:.3f} in the last quarter. A slow decline is "
-             f"the policy becoming confident; a crash towards 0 early on would mean it became deterministic "
-             f"before it had found a good behaviour (the seed's warning), and exploration stops.")
+             f"last: it {'fell' if d['value_loss_last'] < d['value_loss_first'] else 'rose'}, and "
+             + ("episodes reached the 500-step limit." if reached else "no episode reached the 500-step limit yet.")
+             + " It jumps when the policy changes what returns look like and collapses once every episode is "
+             "truncated at 500 and bootstrapped (the targets are then almost constant).")
+    uniform = abs(d["entropy_start"] - np.log(2)) < 0.01
+    L.append(f"- entropy: {d['entropy_start']:.3f} nats at the start (log 2 = {np.log(2):.3f}: "
+             + ("the 0.01-gain output layer makes the first policy uniform" if uniform else
+                "the first policy is NOT uniform") + f"), {d['entropy_end']:.3f} in the last quarter: it "
+             + ("declined" if d["entropy_end"] < d["entropy_start"] else "did not decline")
+             + ". A slow decline is the policy becoming confident; a crash towards 0 early on would mean it became "
+             "deterministic before it had found a good behaviour, and exploration stops.")
     L.append(f"- approx KL (k3, last minibatch vs the rollout policy): median {d['kl_median_first']:.2g} in the first "
-             f"quarter, {d['kl_median_last']:.2g} in the last (the learning rate anneals to 0), max {d['kl_max']:.3f}. "
-             f"It measures how far one update moved the policy; a sudden climb is the first sign of a too-large step.")
+             f"quarter, {d['kl_median_last']:.2g} in the last ("
+             + ("lower, as the learning rate anneals to 0" if d["kl_median_last"] < d["kl_median_first"] else
+                "not lower, although the learning rate anneals to 0")
+             + f"), max {d['kl_max']:.3f}. It measures how far one update moved the policy; a sudden climb is the "
+             "first sign of a too-large step.")
     L.append(f"- clip fraction: {d['clipfrac_first']:.4f} in the first quarter, {d['clipfrac_last']:.4f} in the last. "
              f"It counts samples whose ratio left [1 - eps, 1 + eps] on the side the advantage pushes (their gradient "
              f"is 0). A clip fraction that stays high means the updates are too violent (lr, epochs); near 0 the "
              f"clip is idle: the steps are already small.")
-    L.append(f"- explained variance: up to {d['ev_max']:.2f}, {d['ev_last']:.2f} on average in the last quarter: "
-             f"1 - Var[R - V] / Var[R] needs Var[R] > 0, and at the end the returns barely vary, so read it next to "
-             f"the (tiny) value loss; during learning, near 0 or negative means V predicts no better than a constant.")
+    L.append(f"- explained variance: up to {d['ev_max']:.2f}, {d['ev_last']:.2f} on average in the last quarter. "
+             "1 - Var[R - V] / Var[R] needs Var[R] > 0: when the returns barely vary it says little, so read it next "
+             "to the value loss; during learning, near 0 or negative means V predicts no better than a constant.")
     dominant = (": the critic's regression on returns of up to ~1 / (1 - gamma) = 100 dominates"
                 if d["grad_norm_critic_first"] > 3 * d["grad_norm_actor_first"] else "")
     L.append(f"- grad norm (before clipping to {r['runs']['defaults']['config']['max_grad_norm']}): median "

@@ -109,6 +109,13 @@ def run(quick: bool = False, seed: int = 0) -> dict:
         "padding_zero": bool(all((getattr(ro, k)[row, ~m] == 0).all()
                                  for k in ("logp", "values", "rewards", "adv", "returns"))),
     }
+    # the responses without EOS: their score is the RM's minus the penalty, on their last sampled token
+    no_eos = np.flatnonzero(~ro.ended)
+    last = ro.lengths[no_eos] - 1
+    checks["no_eos_penalised"] = (bool(np.allclose(ro.scores[no_eos], ro.rm_scores[no_eos] - cfg.missing_eos_penalty)
+                                       and np.allclose(ro.rewards[no_eos, last],
+                                                       ro.scores[no_eos] - beta * ro.kl[no_eos, last]))
+                                  if no_eos.size else None)
     return {"table": ro.to_table(tok, row), "row": row, "n_tokens": n, "Tn": ro.response.shape[1], "Tp": Tp,
             "text": texts[row], "pieces": tok.pieces([int(t) for t in ro.response[row]]),
             "arrays": {k: getattr(ro, k)[row].copy() for k in ("logp", "values", "rewards", "adv", "returns")},
@@ -120,29 +127,40 @@ def run(quick: bool = False, seed: int = 0) -> dict:
 
 
 def narrative(r: dict) -> str:
-    L = []
-    L.append("Text generation as an MDP (seed 003 sec. 16): state = prompt + tokens so far, action = next token, "
-             "transition = append it, reward = the score at the end (plus -beta * kl_t per token).")
+    L = ["Text generation as an MDP: state = prompt + tokens so far, action = next token, transition = append it, "
+         "reward = the score at the end (plus -beta * kl_t per token)."]
     for k, (s, a, s2) in enumerate(r["transitions"]):
         L.append(f"  step {k}: state {s!r:<40} action {a!r:<12} -> next state {s2!r}")
     L.append(f"\nAfter {r['iterations']} PPO iterations, one rollout of the next batch ({r['batch_size']} responses; "
-             f"row {r['row']}, {r['n_tokens']} tokens then {r['Tn'] - r['n_tokens']} padding), as seed 000's "
-             f"per-token 7-tuple (beta = {r['kl_coef']:g}):\n")
+             f"row {r['row']}, {r['n_tokens']} tokens then {r['Tn'] - r['n_tokens']} padding), as the per-token "
+             f"7-tuple (observation, action, log_prob, value, reward, advantage, return; beta = {r['kl_coef']:g}):\n")
     L.append(r["table"])
     c = r["checks"]
-    L.append(f"\nThe score {r['score']:+.3f} (RM {r['rm_score']:+.3f}) sits on the EOS: {c['score_on_eos']}. "
-             f"Rewards of the row sum to {c['rewards_sum']:+.4f} = score - beta * sum(kl) = {c['score_minus_kl']:+.4f}. "
-             f"The return at the EOS equals its reward ({c['return_at_eos']:+.4f} vs {c['reward_at_eos']:+.4f}): "
-             f"the value after the last token is 0. Padding holds zeros in every column: {c['padding_zero']}.")
-    L.append(f"{r['n_no_eos']} of {r['batch_size']} responses have no EOS; such a response's score carries the "
-             f"missing-EOS penalty (-{r['missing_eos_penalty']:g}) and lands on its last sampled token. The advantage "
-             f"column is whitened over the batch's valid tokens; return - value is the raw GAE advantage.")
+    L.append(f"\nThe score {r['score']:+.3f} (RM {r['rm_score']:+.3f}) "
+             + ("sits on the last token's reward" if c["score_on_eos"] else "does NOT sit on the last token's reward")
+             + f". Rewards of the row sum to {c['rewards_sum']:+.4f}; score - beta * sum(kl) = {c['score_minus_kl']:+.4f}"
+             + (": equal." if np.isclose(c["rewards_sum"], c["score_minus_kl"]) else ": they DIFFER.")
+             + f" The return at the last token {c['return_at_eos']:+.4f}, its reward {c['reward_at_eos']:+.4f}: "
+             + ("equal, the value after the last token is 0." if np.isclose(c["return_at_eos"], c["reward_at_eos"])
+                else "they DIFFER.")
+             + (" Padding holds zeros in every column." if c["padding_zero"] else " Padding is NOT zero everywhere."))
+    if c["no_eos_penalised"] is None:
+        L.append(f"All {r['batch_size']} responses have an EOS.")
+    else:
+        L.append(f"{r['n_no_eos']} of {r['batch_size']} responses have no EOS; their score "
+                 + (f"is the RM's minus the missing-EOS penalty ({r['missing_eos_penalty']:g}) and lands on their last "
+                    "sampled token." if c["no_eos_penalised"] else "does NOT carry the missing-EOS penalty as expected."))
+    L.append("The advantage column is whitened over the batch's valid tokens; return - value is the raw GAE advantage.")
     o = r["old_vs_ref"]
-    L.append(f"\nlog_prob is pi_old, the actor that sampled this batch, not the reference model. (Seed 000 writes "
-             f"'旧策略（冻结的reference model）'.) After {r['iterations']} iterations the two differ on "
-             f"{o['frac_differ']:.0%} of the batch's tokens, by {o['mean_abs_diff']:.3f} nats on average. The KL penalty "
-             f"is their difference, kl_t = log pi_old - log pi_ref (k1): {o['kl_is_logp_minus_ref']}. This row's "
-             f"log pi_ref: [{', '.join(f'{v:.3f}' for v in o['row_logp_ref'][:r['n_tokens']])}] (its log_prob column above).")
+    L.append(f"\nlog_prob is pi_old, the actor that sampled this batch, not the reference model (a common mix-up calls "
+             f"the old policy 'the frozen reference model'). After {r['iterations']} iterations the two "
+             + (f"differ on {o['frac_differ']:.0%} of the batch's tokens, by {o['mean_abs_diff']:.3f} nats on average."
+                if o["frac_differ"] > 0 else "are still identical on every token.")
+             + " The KL penalty is their difference, kl_t = log pi_old - log pi_ref (k1): "
+             + {True: "checked on every valid token.", False: "NOT what the rollout holds.",
+                None: "(not k1 in this config)."}[o["kl_is_logp_minus_ref"]]
+             + f" This row's log pi_ref: [{', '.join(f'{v:.3f}' for v in o['row_logp_ref'][:r['n_tokens']])}] "
+             "(its log_prob column above).")
     return "\n".join(L)
 
 

@@ -45,14 +45,14 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save
+from lessons._common import clear_sign, diff_text, lesson_main, pyplot, save
 from minippo.blas import single_blas_thread
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.gradcheck import check_gradients
 from minippo.rl.losses import logprobs_backward, logprobs_from_logits
 from minippo.rlhf.data.corpus import generate_corpus
 from minippo.rlhf.generate import generate_text
-from minippo.rlhf.data.gold import gold_scores
+from minippo.rlhf.data.gold import gold_breakdown, gold_scores
 from minippo.rlhf.sft import SFTConfig, init_model, sample_and_judge, train_sft
 
 # the lesson's SFT: the pipeline's model (`minippo sft`) with 1000 steps instead of 1500, ~20 s on one core
@@ -111,6 +111,7 @@ def _run(quick: bool, seed: int) -> dict:
     before, before_stats = sample_and_judge(init_model(cfg, tok.vocab_size), tok, cfg.n_samples, 1.0, rng)
     prompted, _ = generate_text(model, tok, PROMPTS, rng=rng)
     hist = r["history"]
+    corpus = generate_corpus(len(before), seed=seed + 1000)
     return {
         "gradcheck": check, "gradcheck_ok": check.ok, "gradcheck_max_rel_err": max(x.rel_err for x in check),
         "gradcheck_seconds": t_check,
@@ -124,12 +125,23 @@ def _run(quick: bool, seed: int) -> dict:
         "before": before, "before_stats": before_stats,
         "after": r["samples"], "after_stats": {k: r[k] for k in before_stats},
         "prompted": prompted, "prompted_gold": gold_scores(prompted),
-        "corpus_gold": gold_scores(generate_corpus(len(before), seed=seed + 1000)),
+        "corpus_gold": gold_scores(corpus),
+        # the sentiment term of the gold (module docstring of rlhf/data/gold.py), sample by sample
+        "after_sentiment": np.array([gold_breakdown(t)["sentiment"] for t, _ in r["samples"]]),
+        "corpus_sentiment": np.array([gold_breakdown(t)["sentiment"] for t in corpus]),
     }
 
 
 def _short(text: str, width: int = 78) -> str:
     return textwrap.shorten(text, width, placeholder=" ...") if text else "(empty)"
+
+
+def two_sample(a, b) -> dict:
+    """mean(b) - mean(a) of two independent samples, se = sqrt(var_a / n_a + var_b / n_b) (ddof 1), clear beyond 2 se."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    diff = float(b.mean() - a.mean())
+    se = float(np.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size))
+    return {"diff": diff, "se": se, "clear": abs(diff) >= 2 * se}
 
 
 def narrative(r: dict) -> str:
@@ -142,10 +154,13 @@ def narrative(r: dict) -> str:
     c = r["config"]
     L.append(f"(b) SFT: {r['n_params']:,} parameters (L={c.n_layer}, H={c.n_head}, C={c.n_embd}, V={r['vocab_size']}), "
              f"{c.steps} steps of {c.batch_size} sentences in {r['sft_seconds']:.1f} s.")
+    uniform = abs(r["initial_loss"] - r["ln_V"]) < 0.01 * r["ln_V"]
     L.append(f"    initial held-out loss {r['initial_loss']:.3f} nats/token vs ln V = {r['ln_V']:.3f}: "
-             "a fresh model guesses uniformly.")
+             + ("a fresh model guesses uniformly." if uniform else "the fresh model does NOT start uniform."))
+    gain = r["unigram_loss"] - r["final_loss"]
     L.append(f"    final held-out loss {r['final_loss']:.3f} vs unigram baseline {r['unigram_loss']:.3f}: "
-             f"the context is worth {r['unigram_loss'] - r['final_loss']:.2f} nats per token.")
+             + (f"the context is worth {gain:.2f} nats per token." if gain > 0 else
+                "the model has not beaten the unigram baseline."))
     bs, af = r["before_stats"], r["after_stats"]
     L.append(f"(c) gold of {len(r['after'])} samples from <bos>: before SFT mean {bs['sample_gold_mean']:+.2f} "
              f"({bs['sample_penalty_free']:.0%} penalty-free), after {af['sample_gold_mean']:+.2f} "
@@ -159,8 +174,21 @@ def narrative(r: dict) -> str:
         L.append(f"    gold {g:+.2f} | {t}")
     for t, g in zip(r["prompted"], r["prompted_gold"]):
         L.append(f"    gold {g:+.2f} | {t}   (prompted)")
-    L.append("The sentiment of SFT samples is whatever the corpus had (half positive, half negative): SFT imitates; "
-             "the reward model and PPO (lessons 11-14) are what push it towards the sentences humans prefer.")
+    gold_gain = two_sample([g for _, g in r["before"]], [g for _, g in r["after"]])
+    L.append(f"SFT's effect on the gold of samples from <bos>: {diff_text(gold_gain, '+.2f', 'sampling')}: "
+             + ("it writes better sentences than the untrained model." if clear_sign(gold_gain) > 0 else
+                "no gain beyond 2 s.e."))
+    sa, sc = r["after_sentiment"], r["corpus_sentiment"]
+    senti = two_sample(sc, sa)
+    worded = (np.mean(sa != 0), np.mean(sc != 0))                # share with at least one sentiment word
+    L.append(f"Sentiment of the SFT samples {sa.mean():+.2f} ({np.mean(sa > 0):.0%} positive, {worded[0]:.0%} with a "
+             f"sentiment word) vs the corpus {sc.mean():+.2f} ({np.mean(sc > 0):.0%} positive, {worded[1]:.0%}), "
+             f"difference {diff_text(senti, '+.2f', 'sampling')}: "
+             + ("most samples carry no sentiment word yet: SFT has not learned the corpus's sentiment."
+                if worded[0] < 0.5 * worded[1] else
+                "SFT imitates the corpus's mix; the reward model and PPO (lessons 11-14) are what push it towards "
+                "the sentences humans prefer." if not senti["clear"] else
+                "the samples' sentiment differs from the corpus's."))
     return "\n".join(L)
 
 

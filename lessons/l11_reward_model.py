@@ -143,7 +143,13 @@ def narrative(r: dict) -> str:
              f"{r['fresh_raw'].mean():+.3f}, std {r['fresh_raw'].std():.3f}).")
     L.append("\nExample held-out pairs (chosen = the label; scores normalised):")
     for ex in r["examples"]:
-        L.append(f"  {ex['kind']}: the human chose it with probability {ex['prob_chosen']:.3g}")
+        kind = ex["kind"]
+        if kind == "the label went against gold" and not ex["gold_chosen"] < ex["gold_rejected"]:
+            kind = "a pair labelled with probability near 0.2 (here the label agrees with gold)"
+        if kind == "the RM's worst ordering" and not ((ex["rm_chosen"] - ex["rm_rejected"])
+                                                      * (ex["gold_chosen"] - ex["gold_rejected"]) < 0):
+            kind = "the RM's worst ordering: none, the RM orders every held-out pair as gold does"
+        L.append(f"  {kind}: the human chose it with probability {ex['prob_chosen']:.3g}")
         for side in ("chosen", "rejected"):
             L.append(f"    {side:<8} gold {ex['gold_' + side]:+.2f}  RM {ex['rm_' + side]:+.2f} | "
                      + textwrap.shorten(ex[side], 110))

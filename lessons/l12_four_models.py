@@ -194,11 +194,18 @@ def narrative(r: dict) -> str:
         L.append(f"  {SETUP_NAMES[c]:<36s} {calls}; actor generation 1 prefill + {p['counted']['actor']['decode']} "
                  f"decode steps [{ok}]\n  {'':<36s} max |change| after the step: {moved}")
     ps = r["passes"]["separate"]
+    frozen = all(p["moved"][n] == 0.0 for p in r["passes"].values() for n in ("reference", "reward"))
     L.append(f"Optimizers: actor {ps['optimizers']['actor']}, separate critic {ps['optimizers']['critic']}; the "
-             f"reference and the reward model have none (seed 001: only actor and critic are updated).")
+             "reference and the reward model have none, and in every arrangement they "
+             + ("stayed bitwise unchanged: only the actor and the critic are updated." if frozen else
+                "CHANGED (a bug: they must stay frozen)."))
     m, (B, T) = r["measured"], r["tiny_BT"]
-    L.append(f"\nOur sizes, fp32, minibatch B={B}, T={T} (formulas == real TinyGPT arrays: params {m['params']:,}, "
-             f"weights {m['weights']:,} B, grads {m['grads']:,} B, Adam {m['adam']:,} B, cache {m['activations']:,} B):")
+    actor = {x.name: x for x in r["tiny"]["separate"]}["actor"]
+    same = (actor.params, actor.weights, actor.grads, actor.optimizer, actor.activations) == (
+        m["params"], m["weights"], m["grads"], m["adam"], m["activations"])
+    L.append(f"\nOur sizes, fp32, minibatch B={B}, T={T} (real TinyGPT arrays: params {m['params']:,}, weights "
+             f"{m['weights']:,} B, grads {m['grads']:,} B, Adam {m['adam']:,} B, cache {m['activations']:,} B: "
+             + ("the formulas' actor row exactly):" if same else "NOT the formulas' actor row):"))
     L.append("\n".join(_table(r["tiny"]["separate"])))
     rows = {x.name: x for x in r["tiny"]["separate"]}
     L.append(f"Frozen models are counted with a no-grad forward (one block's working set); TinyGPT has no such mode, "
@@ -216,11 +223,18 @@ def narrative(r: dict) -> str:
         L.append(f"  {SETUP_NAMES[c]:<36s} resident weights+grads+optimizer {static_bytes(s) / GB:6.1f} GB, "
                  f"everything at once {total_bytes(s) / GB:6.1f} GB "
                  f"({total_bytes(r['seven'][(c, True)]) / GB:6.1f} GB with gradient checkpointing)")
-    sep, none = (static_bytes(r["seven"][(c, False)]) for c in ("separate", "none"))
-    L.append(f"Dropping the critic (GRPO / RLOO) or sharing the actor's trunk saves {(sep - none) / GB:.0f} GB of "
-             f"{sep / GB:.0f} GB resident state ({100 * (sep - none) / sep:.0f}%).")
+    sep, shared, none = (static_bytes(r["seven"][(c, False)]) for c in ("separate", "shared", "none"))
+    if np.isclose(shared, none, rtol=1e-3):            # the shared critic adds only a value head
+        L.append(f"Dropping the critic (GRPO / RLOO) or sharing the actor's trunk saves {(sep - none) / GB:.0f} GB of "
+                 f"{sep / GB:.0f} GB resident state ({100 * (sep - none) / sep:.0f}%).")
+    else:
+        L.append(f"Dropping the critic (GRPO / RLOO) saves {(sep - none) / GB:.0f} GB of {sep / GB:.0f} GB resident "
+                 f"state ({100 * (sep - none) / sep:.0f}%), sharing the actor's trunk {(sep - shared) / GB:.0f} GB.")
     pf = r["pitfall"]
-    L.append("Seed 000 pitfall 3: " + "; ".join(f"{k} {_fmt(v).strip()}" for k, v in pf.items()) + ".")
+    full, scalars = pf["buffer, full distributions"], pf["buffer, log_prob scalars"]
+    L.append("Storing the full distributions in the rollout buffer instead of the log_prob of the sampled token (a "
+             f"common mistake) costs {full / scalars:,.0f}x the bytes: " + "; ".join(f"{k} {_fmt(v).strip()}"
+                                                                             for k, v in pf.items()) + ".")
     return "\n".join(L)
 
 

@@ -53,11 +53,12 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save, time_line
+from lessons._common import clear_sign, diff_text, lesson_main, pyplot, save, seed_compare, time_line
 from minippo.studies.sequence_ratio import iid_sequence_ratios, ratio_band_stats, sequence_log_ratio
 from minippo.rlhf.ppo import forward_response
 from minippo.studies.probes import advantage_profile, token_credit, update_kl
 from minippo.studies.study import Study, final
+from minippo.studies.sweep_stats import pooled_seed_std
 
 SHAPINGS = ("kl_final", "uniform")
 COLORS = {"kl_final": "tab:blue", "uniform": "tab:orange"}
@@ -69,7 +70,7 @@ LAST_ITERS = 10        # the advantage statistics pool the last iterations
 def sizes(quick: bool, full: bool) -> dict:
     """Run lengths: quick (smoke test), default (< 60 s) or full (the committed figure)."""
     if quick:
-        return dict(iterations=4, batch_size=16, minibatch_size=8, seeds=(0,))
+        return dict(iterations=4, batch_size=16, minibatch_size=8, seeds=(0, 1))
     if full:
         return dict(iterations=40, batch_size=64, minibatch_size=16, seeds=(0, 1, 2, 3))
     return dict(iterations=20, batch_size=32, minibatch_size=8, seeds=(0, 1, 2))
@@ -145,10 +146,13 @@ def summary(r: dict) -> dict:
                   "eval_gold_seeds": [e["gold_mean"] for e in v["eval"]],
                   "eval_kl": float(np.mean([e["kl_exact_mean"] for e in v["eval"]])),
                   "eval_length": float(np.mean([e["length_mean"] for e in v["eval"]])),
-                  "ev": float(np.mean([final(recs, "val/explained_variance") for recs in v["records"]])),
-                  "ev_first": float(np.mean([recs[0]["val/explained_variance"] for recs in v["records"]])),
+                  "eval_length_seeds": [e["length_mean"] for e in v["eval"]],
+                  "ev_seeds": [final(recs, "val/explained_variance") for recs in v["records"]],
+                  "ev_first_seeds": [recs[0]["val/explained_variance"] for recs in v["records"]],
+                  "n_responses": sum(p["n_responses"] for p in r["profiles"][s]),
                   "corr_end": _profile(r, s, "corr_end"), "corr_start": _profile(r, s, "corr_start"),
                   "abs_end": _profile(r, s, "abs_end"), "abs_start": _profile(r, s, "abs_start")}
+        out[s]["ev"], out[s]["ev_first"] = float(np.mean(out[s]["ev_seeds"])), float(np.mean(out[s]["ev_first_seeds"]))
     # the ratio statistics of the first half of the run (the lr decays linearly to 0 at the end)
     half = r["sizes"]["iterations"] // 2 or 1
     recs = [rec for v in r["runs"].values() for recs in v["records"] for rec in recs[:half]]
@@ -158,6 +162,10 @@ def summary(r: dict) -> dict:
     out["ratios"]["train_clipfrac"] = float(np.mean([rec["policy/clipfrac_avg"] for rec in recs]))
     out["ratios"]["R_max"] = float(np.exp(r["log_R"].max()))
     out["ratios"]["R_min"] = float(np.exp(r["log_R"].min()))
+    # per update: std of log R over the std independent tokens would give, sqrt(n) std(log r_t)
+    out["ratios"]["width"] = np.array([rec["probe/sequence_log_ratio_std"]
+                                       / (np.sqrt(r["n_mean"]) * rec["probe/token_log_ratio_std"]) for rec in recs])
+    out["ratios"]["n_tokens"], out["ratios"]["n_responses"] = len(r["log_r"]), len(r["log_R"])
     return out
 
 
@@ -172,8 +180,22 @@ def _heat(ax, fig, values, mask, title, vmax, label, linthresh=None):
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02, label=label)
 
 
+def corr_sign(rho: float, n: int) -> int:
+    """+1 / -1 when a correlation over n responses is positive / negative beyond 2 standard errors of Fisher's z
+    (atanh(rho) has s.e. 1 / sqrt(n - 3)), else 0."""
+    z = np.arctanh(np.clip(rho, -0.999999, 0.999999)) * np.sqrt(max(n - 3, 1))
+    return int(np.sign(z)) if abs(z) >= 2 else 0
+
+
+def seed_noise(r: dict, key: str) -> float | None:
+    """The seed noise of a per-seed summary (``key`` of :func:`summary`), pooled over the two shapings; None with
+    one seed."""
+    s = summary(r)
+    return pooled_seed_std([s[sh][key] for sh in SHAPINGS])[0] if len(r["sizes"]["seeds"]) > 1 else None
+
+
 def narrative(r: dict) -> str:
-    """The measured numbers, and which of the seeds' claims hold at this scale."""
+    """The measured numbers, and which common claims hold at this scale."""
     s, sz, ref = summary(r), r["sizes"], r["reference"]
     m = r["rollout"]["mask"] != 0
     kf, un = r["credit"]["kl_final"], r["credit"]["uniform"]
@@ -194,41 +216,47 @@ def narrative(r: dict) -> str:
         x = s[sh]
         L.append(f"  {sh:<9}{x['corr_end'][0]:>+19.2f}{x['corr_end'][1]:>+9.2f}{x['corr_start'][0]:>+7.2f}"
                  f"{x['abs_end'][0]:>9.2f}{x['abs_start'][0]:>10.2f}{x['ev_first']:>+9.2f}{x['ev']:>+7.2f}")
-    anti = s["uniform"]["corr_end"][0] < 0
-    L += ["  (corr(A,score): over responses, between a token's advantage and its response's score; EV: the critic's "
-          "explained variance, first iteration and last 5.)",
+    k, u = s["kl_final"], s["uniform"]
+    positive = all(corr_sign(c, k["n_responses"]) > 0 for c in (*k["corr_end"], *k["corr_start"]) if np.isfinite(c))
+    anti = corr_sign(u["corr_end"][0], u["n_responses"])
+    L += [f"  (corr(A,score): over the {k['n_responses']} responses, between a token's advantage and its response's "
+          "score, called positive / negative beyond 2 s.e. of Fisher's z; EV: the critic's explained variance, first "
+          "iteration and last 5.)",
           "  kl_final: every token's return-to-go is about the score, the quantity the critic (initialised from the "
-          "reward model) was built to predict, so its targets make sense from the first iteration; each advantage "
-          "carries the critic's error score - V(s_t)"
-          + (", positively correlated with the score at every position." if min(s["kl_final"]["corr_end"].min(),
-                                                                                 s["kl_final"]["corr_start"].min()) > 0
-             else "."),
+          f"reward model) was built to predict; its explained variance at the first iteration is {k['ev_first']:+.2f}: "
+          + ("positive, its targets make sense from the first iteration" if k["ev_first"] > 0 else
+             "not positive, so even these targets are not predicted at first")
+          + "; each advantage carries the critic's error score - V(s_t)"
+          + (", positively correlated with the score at every position shown." if positive else "."),
           "  uniform: the return-to-go of token t is score (n - t) / n, a target the critic must learn per position; "
-          f"the reward-model critic predicts the whole score everywhere, its explained variance starts at "
-          f"{s['uniform']['ev_first']:+.2f}, and the last token's advantage is score / n - V ~ score / n - score: "
-          + (f"ANTI-correlated with the score ({s['uniform']['corr_end'][0]:+.2f}): a good response is punished for "
-             "ending." if anti else f"correlation {s['uniform']['corr_end'][0]:+.2f}."),
-          "  Seed 000 追问3 says uniform spreading 'ignores the contribution of middle tokens'; here the larger issue is "
-          "the critic: uniform changes what V(s_t) must predict"
-          + (", and the score's credit sits on the early tokens (corr first "
-             f"{s['uniform']['corr_start'][0]:+.2f} vs last {s['uniform']['corr_end'][0]:+.2f})."
-             if s["uniform"]["corr_start"][0] > s["uniform"]["corr_end"][0] else ".")]
+          f"its explained variance starts at {u['ev_first']:+.2f}, and the last token's advantage is score / n - V: "
+          + {-1: f"ANTI-correlated with the score ({u['corr_end'][0]:+.2f}): a good response is punished for ending.",
+             1: f"positively correlated with the score ({u['corr_end'][0]:+.2f}).",
+             0: f"correlation {u['corr_end'][0]:+.2f}, not different from 0 beyond 2 s.e."}[anti]]
+    ev = seed_compare(k["ev_seeds"], u["ev_seeds"], seed_noise(r, "ev_seeds"))
+    shift = corr_sign(u["corr_start"][0], u["n_responses"]) - anti
+    L.append("  A common claim: spreading the score uniformly ignores what the middle tokens contributed. Here the "
+             f"critic's explained variance at the end, uniform minus kl_final: {diff_text(ev, '+.2f')}: "
+             + ("uniform's critic explains less, so the larger issue is the critic: uniform changes what V(s_t) must "
+                "predict" if clear_sign(ev) < 0 else "no verdict on the critics" if ev["se"] is None else
+                "no evidence that uniform's critic does worse")
+             + (f"; and the score's credit moves to the early tokens (corr first {u['corr_start'][0]:+.2f} vs last "
+                f"{u['corr_end'][0]:+.2f})." if shift > 0 else "."))
     L.append(f"\n3. Outcome on {len(ref['gold'])} held-out prompts (mean of the seeds; per seed in brackets):")
     for sh in SHAPINGS:
         x = s[sh]
         L.append(f"  {sh:<9} gold {x['eval_gold']:+.3f} [{', '.join(f'{g:+.2f}' for g in x['eval_gold_seeds'])}]  "
                  f"KL {x['eval_kl']:.2f} nats/response  length {x['eval_length']:.1f} tokens")
-    d = s["kl_final"]["eval_gold"] - s["uniform"]["eval_gold"]
-    spread = [np.std(s[sh]["eval_gold_seeds"]) for sh in SHAPINGS]
-    L.append(f"  kl_final - uniform: {d:+.3f} gold ({'kl_final better' if d > 0 else 'uniform better'}; "
-             f"std over the seeds {spread[0]:.2f} / {spread[1]:.2f}).")
-    longer = s["uniform"]["eval_length"] - s["kl_final"]["eval_length"]
-    if longer > 0.5:
-        L.append(f"  uniform's responses are {longer:.1f} tokens longer: what the anti-credit on the last tokens "
-                 "(ending a good response) predicts.")
+    gold = seed_compare(u["eval_gold_seeds"], k["eval_gold_seeds"], seed_noise(r, "eval_gold_seeds"))
+    L.append(f"  kl_final - uniform gold: {diff_text(gold)}"
+             + {1: ": kl_final is better.", -1: ": uniform is better.", 0: "."}[clear_sign(gold)])
+    longer = seed_compare(k["eval_length_seeds"], u["eval_length_seeds"], seed_noise(r, "eval_length_seeds"))
+    L.append(f"  uniform - kl_final length (tokens): {diff_text(longer, '+.1f')}"
+             + (": uniform's responses are longer, what the anti-credit on the last tokens (ending a good response) "
+                "predicts." if clear_sign(longer) > 0 and anti < 0 else "."))
     q = s["ratios"]
     n_mean = r["n_mean"]
-    L += [f"\n4. Sequence ratios (seed 001 追问1): 1.2^50 = {r['worst']['1.2^50']:.0f}, 0.8^50 = "
+    L += [f"\n4. A common claim: the sequence ratio explodes, 1.2^50 = {r['worst']['1.2^50']:.0f}, 0.8^50 = "
           f"{r['worst']['0.8^50']:.1e}: the worst case, every token at the edge of the band in the same direction."]
     for n_tok, R in r["iid"].items():
         qs = np.quantile(R, [0.05, 0.5, 0.95])
@@ -244,12 +272,25 @@ def narrative(r: dict) -> str:
           f"of the tokens vs {q['sequence_outside']:.0%} of the "
           f"responses. PPO's token clip zeroed {q['token_clipfrac']:.1%} of the tokens at the end of the update "
           f"({q['train_clipfrac']:.1%} on average during it); a sequence-level clip would have zeroed "
-          f"{q['sequence_clipfrac']:.0%} of the responses.",
-          "  The explosion claim holds in direction, not in size: R is a random walk in log space (wider than "
-          "independent tokens: the tokens of a response move together), far from 1.2^50, yet it leaves the band for "
-          + ("most responses" if q["sequence_outside"] > 0.5 else f"{q['sequence_outside']:.0%} of the responses")
-          + f" while only {q['token_outside']:.1%} of the tokens do. A sequence-level clip would silence that part "
-          "of the batch; PPO for LMs clips per token and leaves the drift of the whole response to the KL penalty."]
+          f"{q['sequence_clipfrac']:.0%} of the responses."]
+    pt, ps = q["token_outside"], q["sequence_outside"]
+    direction = ps - pt >= 2 * np.sqrt(pt * (1 - pt) / q["n_tokens"] + ps * (1 - ps) / q["n_responses"])
+    size = q["R_max"] < r["worst"]["1.2^50"]
+    w = q["width"]
+    w_se = w.std(ddof=1) / np.sqrt(len(w)) if len(w) > 1 else np.inf
+    width = ("wider than independent tokens: the tokens of a response move together" if w.mean() - 1 >= 2 * w_se else
+             "narrower than independent tokens" if 1 - w.mean() >= 2 * w_se else
+             "as wide as independent tokens within 2 s.e.")
+    L.append("  The explosion claim " + ("holds in direction" if direction else "does not hold here in direction")
+             + (", not in size" if size else ", and in size") + f": log R per update is {w.mean():.2f} +- {w_se:.2f} "
+             f"times the width independent tokens would give over {len(w)} updates ({width}); R stays "
+             + (f"far below 1.2^50 (at most {q['R_max']:.1f})" if size else f"up to {q['R_max']:.0f}")
+             + ", and it leaves the band for "
+             + ("most responses" if ps > 0.5 else f"{ps:.0%} of the responses") + f" while {pt:.1%} of the tokens do.")
+    L.append("  PPO for LMs clips per token, and nothing in its loss bounds a whole response's drift within one update: "
+             f"the KL penalty in the reward (beta {r['beta']:.3f} here) pulls towards the reference over iterations, "
+             "it is not measured against pi_old; the per-update drift above was measured with it on. An early stop "
+             "on approx KL (lesson 15) is what bounds one update.")
     L.append(time_line(r))
     return "\n".join(L)
 

@@ -51,7 +51,7 @@ import textwrap
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save
+from lessons._common import clear_sign, diff_text, lesson_main, pyplot, save
 from minippo.blas import single_blas_thread
 from minippo.rlhf import ppo
 from minippo.rlhf.metrics import without_timing
@@ -59,6 +59,7 @@ from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.run.plots import draw_curves
 from minippo.studies.memory import PassCounter
 from minippo.studies.study import Study
+from minippo.studies.sweep_stats import compare_paired
 
 SUMMARY = ("gold_mean", "gold_std", "rm_mean", "kl_mean", "kl_exact_mean", "length_mean", "ended_frac")
 FIELDS = ("action", "log_prob", "value", "reward", "advantage", "return")     # + the observation, 7 in all
@@ -123,6 +124,22 @@ def _calls(counts: dict) -> str:
     return "; ".join(parts)
 
 
+def frozen_once(rc: dict, uc: dict) -> bool:
+    """The reference and the reward model ran exactly one forward pass each in the rollout and nothing else."""
+    return all(rc[n]["forward"] == 1 and not any(rc[n][k] for k in ("prefill", "decode", "backward"))
+               and not any(uc[n][k] for k in ("prefill", "decode", "forward", "backward"))
+               for n in ("reference", "reward model"))
+
+
+def proxy_vs_gold(r: dict) -> dict:
+    """Per prompt, the RM score's move minus the gold score's, each in units of its SFT standard deviation (the
+    same prompts before and after), paired over the prompts."""
+    b, a = r["before"], r["after"]
+    gold = (a["gold"] - b["gold"]) / max(float(np.std(b["gold"])), 1e-12)
+    rm = (a["rm"] - b["rm"]) / max(float(np.std(b["rm"])), 1e-12)
+    return compare_paired(gold, rm)
+
+
 def narrative(r: dict) -> str:
     cfg, w, recs = r["config"], r["walk"], r["records"]
     rc, uc = w["rollout_calls"], w["update_calls"]
@@ -131,11 +148,13 @@ def narrative(r: dict) -> str:
          f"  steps 5-6 (update, beta): {_calls(uc)}",
          f"  -> the actor samples (prefill + decode), then runs forward {rc['actor']['forward']}x for logp_old and "
          f"forward + backward {uc['actor']['backward']}x in the update ({cfg.update_epochs} epochs x "
-         f"{cfg.num_minibatches} minibatches = {w['steps']} steps); the reference and the reward model run forward "
-         f"once each, in the rollout only, and never backward."]
+         f"{cfg.num_minibatches} minibatches = {w['steps']} steps); the reference and the reward model "
+         + ("run forward once each, in the rollout only, and never backward." if frozen_once(rc, uc) else
+            f"do NOT run forward exactly once each in the rollout only (rollout: reference "
+            f"{rc['reference']['forward']}, reward model {rc['reward model']['forward']} forward passes).")]
     if "critic" in rc:
-        L.append(f"  -> the critic (a separate TinyGPT) runs forward once in the rollout (the values V(s_t)) and "
-                 f"forward + backward {uc['critic']['backward']}x in the update.")
+        L.append(f"  -> the critic (a separate TinyGPT) runs forward {rc['critic']['forward']}x in the rollout (the "
+                 f"values V(s_t)) and forward + backward {uc['critic']['backward']}x in the update.")
     L.append(f"\n  The seven per-token fields, row {w['row']} ({w['n']} response tokens of {w['Tn']}; score "
              f"{w['score']:+.3f} on its last valid token): {w['text']!r}")
     n, Tn = w["n"], w["Tn"]
@@ -168,10 +187,12 @@ def narrative(r: dict) -> str:
                  f"{x['kl_exact_mean']:8.2f} {x['length_mean']:6.1f}")
     gold_gain, rm_gain = r["gold_gain_in_sft_std"], s["PPO"]["rm_mean"] - s["SFT"]["rm_mean"]
     rm_gain_std = rm_gain / max(1e-12, float(np.std(r["before"]["rm"])))
+    c = proxy_vs_gold(r)
     L.append(f"The gold score moved by {gold_gain:+.2f} standard deviations of the SFT samples, the RM score by "
-             f"{rm_gain_std:+.2f} of its own: " + ("the proxy moves further than what it stands for."
-                                                  if rm_gain_std > gold_gain else
-                                                  "here the gold moved as far as the proxy."))
+             f"{rm_gain_std:+.2f} of its own; RM minus gold, paired over the {len(r['prompts'])} prompts: "
+             f"{diff_text(c, '+.2f', 'prompt')}: " + {1: "the proxy moves further than what it stands for.",
+                                                      -1: "the gold moved further than the proxy.",
+                                                      0: "the gold moved as far as the proxy."}[clear_sign(c)])
     L.append("\nSamples, same prompt before -> after:")
     for i in range(6):
         L.append(f"  SFT gold {r['before']['gold'][i]:+.2f} RM {r['before']['rm'][i]:+.2f} | {r['before']['texts'][i]}")

@@ -61,12 +61,12 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save, time_line
+from lessons._common import clear_sign, diff_text, holds, lesson_main, pyplot, save, seed_compare, time_line
 from minippo.blas import single_blas_thread
 from minippo.studies.kl_moments import compare_kl_estimators, topk_mass_decomposition
 from minippo.studies.probes import kl_probe, tempered_policy, update_kl
 from minippo.studies.study import Study, final
-from minippo.studies.sweep_stats import seed_curves
+from minippo.studies.sweep_stats import compare_paired, pooled_seed_std, seed_curves
 
 # A: the KL controls (name -> PPOConfig overrides), all on the same BASE
 CONTROLS = {
@@ -85,7 +85,7 @@ TARGET_KL = 0.05                          # D: early stop when a minibatch's app
 def sizes(quick: bool, full: bool) -> dict:
     """Run lengths: quick (smoke test), default (< 60 s) or full (the committed figure)."""
     if quick:
-        return dict(iterations=4, batch_size=16, minibatch_size=8, seeds=(0,), side_seeds=(0,), n_probe=32)
+        return dict(iterations=4, batch_size=16, minibatch_size=8, seeds=(0, 1), side_seeds=(0,), n_probe=32)
     if full:
         return dict(iterations=40, batch_size=32, minibatch_size=8, seeds=(0, 1, 2), side_seeds=(0, 1, 2), n_probe=256)
     return dict(iterations=14, batch_size=32, minibatch_size=8, seeds=(0, 1), side_seeds=(0,), n_probe=256)
@@ -128,6 +128,7 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
         for name in ("fixed beta 1", "no penalty"):
             p, m, _ = sample(runs[name]["extra"][0], prompts, 51)
             estimators[name] = {"compare": compare_kl_estimators(p["logp"], p["logp_ref"], p["kl_exact"], p["mask"]),
+                                "n_responses": int(p["mask"].shape[0]),
                                 "exact_var": {k: float(p[f"{k}_var"][m].mean()) for k in ("k1", "k2", "k3")},
                                 "k1_neg_prob": float(p["k1_neg_prob"][m].mean()),
                                 "tokens": {k: p[k][m] for k in ("logp", "logp_ref", "kl_exact")}}
@@ -195,13 +196,46 @@ def _band(ax, x, Y, label, color, ls="-"):
 COLORS = dict(zip(CONTROLS, ("tab:red", "tab:orange", "tab:purple", "tab:blue", "tab:green")))
 
 
-def _holds(ok: bool) -> str:
-    return "holds" if ok else "does NOT hold"
+def slope(Y: np.ndarray) -> dict:
+    """Least-squares slope per iteration of (seeds, iterations) curves, with its standard error: over the seeds'
+    own slopes with two seeds or more, else from the one curve's residuals (three points or more), else None."""
+    S, n = Y.shape
+    x = np.arange(n, dtype=float)
+    slopes = np.array([np.polyfit(x, y, 1)[0] for y in Y]) if n > 1 else np.zeros(S)
+    if S >= 2:
+        se = float(slopes.std(ddof=1) / np.sqrt(S))
+    elif n >= 3:
+        resid = Y[0] - np.polyval(np.polyfit(x, Y[0], 1), x)
+        se = float(np.sqrt((resid ** 2).sum() / (n - 2) / ((x - x.mean()) ** 2).sum()))
+    else:
+        se = None
+    d = float(slopes.mean())
+    return {"diff": d, "se": se, "clear": None if se is None else abs(d) >= 2 * se,
+            "noise": "seed" if S >= 2 else "fit residual"}
+
+
+def control_noise(r: dict) -> dict | None:
+    """Seed noise pooled over the five controls: evaluation gold and final KL (None with one seed)."""
+    if len(r["sizes"]["seeds"]) < 2:
+        return None
+    runs = r["runs"].values()
+    return {"gold": pooled_seed_std([[e["gold_mean"] for e in v["eval"]] for v in runs])[0],
+            "kl": pooled_seed_std([[final(recs, "objective/kl_exact") for recs in v["records"]] for v in runs])[0]}
+
+
+def _seeds(variant: dict, key: str) -> list[float]:
+    """Per seed: evaluation gold (``key="gold"``) or the final exact KL (``key="kl"``)."""
+    if key == "gold":
+        return [e["gold_mean"] for e in variant["eval"]]
+    return [final(recs, "objective/kl_exact") for recs in variant["records"]]
 
 
 def _narrative_controls(r: dict, s: dict) -> list[str]:
-    """Part A: the five controls, against seed 001's claim about a fixed beta."""
-    sz, ref = r["sizes"], r["reference"]
+    """Part A: the five controls, against the common claim about a fixed beta."""
+    sz, ref, runs = r["sizes"], r["reference"], r["runs"]
+    noise = control_noise(r)
+    cmp_ = lambda a, b, key: seed_compare(_seeds(runs[a], key), _seeds(runs[b], key),  # noqa: E731
+                                          None if noise is None else noise[key])
     L = [f"A. KL control: {sz['iterations']} iterations x {sz['batch_size']} responses, lr {r['base']['lr']:g} "
          f"constant, PPO seeds {list(sz['seeds'])}; SFT gold {ref['gold_mean']:+.3f}. KL = exact, nats per response.",
          f"  {'control':<22}{'KL (last 5)':>12}{'beta end':>9}{'gold (last 5)':>14}{'peak gold':>10}"
@@ -211,30 +245,55 @@ def _narrative_controls(r: dict, s: dict) -> list[str]:
                  f"{x['eval_gold']:>+10.3f}{x['eval_kl']:>8.2f}")
     none, low, high = s["no penalty"], s["fixed beta 0.02"], s["fixed beta 1"]
     zie, ppo = s["adaptive (Ziegler)"], s["adaptive (PPO paper)"]
-    best = max(s, key=lambda k: s[k]["eval_gold"])
-    gain_low, gain_high = low["eval_gold"] - ref["gold_mean"], high["eval_gold"] - ref["gold_mean"]
-    largest = none["kl"] >= max(x["kl"] for x in s.values())
-    stall = ("stalled." if gain_high <= 0.1 else "slower, not stalled." if gain_high < gain_low
-             else "not stalled (as much gain or more).")
+    rival = max((k for k in s if k != "no penalty"), key=lambda k: s[k]["kl"])
+    kl_c = cmp_(rival, "no penalty", "kl")
+    L.append(f"  No penalty: KL {none['kl']:.1f} nats, minus the next largest ({rival}) {diff_text(kl_c, '+.2f')}: "
+             + ("the largest beyond 2 s.e." if clear_sign(kl_c) > 0 else "not the largest." if kl_c["diff"] < 0 else
+                "the largest by its mean only.")
+             + f" Its gold peaked at {none['peak_gold']:+.2f} (the best of {sz['iterations']} noisy iterations) and "
+             f"ended at {none['gold']:+.2f}.")
+    ranked = sorted(s, key=lambda k: s[k]["eval_gold"], reverse=True)
+    best_c = cmp_(ranked[1], ranked[0], "gold")
+    L.append(f"  Fixed beta 0.02 ends at {low['kl']:.1f} nats ({low['kl'] / KL_TARGET:.1f}x the target), fixed beta 1 "
+             f"at {high['kl']:.1f}. Best evaluation gold: {ranked[0]} ({s[ranked[0]]['eval_gold']:+.2f}); ahead of "
+             f"{ranked[1]} by {diff_text(best_c, '+.2f')}"
+             + (": the best beyond 2 s.e." if best_c["clear"] else ": not the best beyond 2 s.e." if best_c["se"]
+                else ".") )
+    L.append("  A common claim: a fixed beta lets the KL run away or stalls the update.")
+    climb = slope(_curve(runs["fixed beta 0.02"], "objective/kl_exact")[:, sz["iterations"] // 2:])
+    zero = slope(_curve(runs["no penalty"], "objective/kl_exact")[:, sz["iterations"] // 2:])
+    word = ("too few iterations to tell" if climb["se"] is None else
+            "still climbing beyond 2 s.e.: a small fixed beta leaves the KL where the reward pulls it"
+            if clear_sign(climb) > 0 else "not climbing beyond 2 s.e.")
+    L.append(f"    runaway: beta = 0 ends at {none['kl']:.1f} nats ({zero['diff']:+.2f} nats/iteration over the second "
+             f"half); beta 0.02 at {low['kl']:.1f} nats, slope over the second half "
+             f"{diff_text(climb, '+.2f', climb['noise'])}: {word}.")
+    sft = [ref["gold_mean"]]
+    gain = seed_compare(sft, _seeds(runs["fixed beta 1"], "gold"), None if noise is None else noise["gold"])
+    vs_low = cmp_("fixed beta 0.02", "fixed beta 1", "gold")
+    if gain["se"] is None:
+        stall = "one seed: no verdict."
+    elif not gain["clear"] or gain["diff"] < 0:
+        stall = "stalled: no gain over the SFT policy beyond 2 s.e."
+    else:
+        stall = "not stalled" + (", but slower than beta 0.02 beyond 2 s.e." if clear_sign(vs_low) < 0 else
+                                 " (no less gain than beta 0.02 beyond 2 s.e.).")
+    L.append(f"    stall: beta 1 holds {high['kl']:.1f} nats; its gold gain over the SFT policy "
+             f"{diff_text(gain, '+.2f')}, vs beta 0.02 {diff_text(vs_low, '+.2f')}: {stall}")
     horizon = CONTROLS["adaptive (Ziegler)"]["kl_ref_horizon"]
-    L += [f"  No penalty: KL {none['kl']:.1f} nats ({'the largest' if largest else 'not the largest'}), gold peaked "
-          f"at {none['peak_gold']:+.2f} and ended at {none['gold']:+.2f}"
-          + (" -- the reward model is being over-optimised." if none["peak_gold"] - none["gold"] > 0.2 else "."),
-          f"  Fixed beta 0.02 ends at {low['kl']:.1f} nats ({low['kl'] / KL_TARGET:.1f}x the target), fixed beta 1 "
-          f"at {high['kl']:.1f}; evaluation gold {low['eval_gold']:+.2f} vs {high['eval_gold']:+.2f}. Best "
-          f"evaluation gold: {best} ({s[best]['eval_gold']:+.2f}).",
-          "  Seed 001 '固定β会导致KL散度失控或更新停滞' (a fixed beta lets the KL run away or stalls the update):",
-          f"    runaway: beta = 0 ends at {none['kl']:.1f} nats, {none['kl_slope']:+.2f} nats/iteration over the "
-          f"second half; beta 0.02 at {low['kl']:.1f} nats ({low['kl'] / KL_TARGET:.1f}x the target), "
-          f"{low['kl_slope']:+.2f} nats/iteration: a small fixed beta leaves the KL where the reward pulls it, off "
-          "the target, " + ("and still climbing." if low["kl_slope"] > 0.1 else "but not climbing any more."),
-          f"    stall: beta 1 holds {high['kl']:.1f} nats and gains {gain_high:+.2f} gold over the SFT policy vs "
-          f"{gain_low:+.2f} for beta 0.02: {stall}",
-          f"  Ziegler's controller moves beta by at most {0.2 * sz['batch_size'] / horizon:.0%} per iteration (error "
-          f"clipped to 0.2, batch/horizon = {sz['batch_size']}/{horizon}): beta 0.02 -> {zie['beta']:.3f}, KL "
-          f"{zie['kl']:.1f}. The PPO paper's rule halves / doubles: beta 0.02 -> {ppo['beta']:.3f}, KL "
-          f"{ppo['kl']:.1f} (evaluation {ppo['eval_kl']:.1f}; target {KL_TARGET:g})."]
+    L.append(f"  Ziegler's controller moves beta by at most {0.2 * sz['batch_size'] / horizon:.0%} per iteration (error "
+             f"clipped to 0.2, batch/horizon = {sz['batch_size']}/{horizon}): beta 0.02 -> {zie['beta']:.3f}, KL "
+             f"{zie['kl']:.1f}. The PPO paper's rule halves / doubles: beta 0.02 -> {ppo['beta']:.3f}, KL "
+             f"{ppo['kl']:.1f} (evaluation {ppo['eval_kl']:.1f}; target {KL_TARGET:g}). Both are fed the KL to the "
+             "reference per response; the paper applies its rule to the per-update KL(pi_old, pi) of its penalty "
+             "objective (eq. (8)), as lesson 05 does: here it is the same rule on another KL.")
     return L
+
+
+def _estimator_bias(c: dict, n: int) -> dict:
+    """The per-response bias of an estimator with its standard error over the n responses."""
+    se = c["response_err_std"] / np.sqrt(n)
+    return {"diff": c["response_bias"], "se": se, "clear": abs(c["response_bias"]) >= 2 * se}
 
 
 def _narrative_estimators(r: dict) -> list[str]:
@@ -250,19 +309,28 @@ def _narrative_estimators(r: dict) -> list[str]:
                      f"{c['response_bias']:>+10.2f}{c['response_err_std']:>11.2f}"
                      f"{cmp_['exact']['response_mean']:>11.2f}")
     cl, fa = r["estimators"]["fixed beta 1"], r["estimators"]["no penalty"]
+    n = fa["n_responses"]
+    bias = {k: _estimator_bias(fa["compare"][k], n) for k in ("k1", "k2", "k3")}
+    neg = {k: max(e["compare"][k]["token_neg_frac"] for e in (cl, fa)) for k in ("k1", "k2", "k3")}
     k2_rel = fa["compare"]["k2"]["response_bias"] / fa["compare"]["exact"]["response_mean"]
     var = {name: (e["exact_var"]["k1"], e["exact_var"]["k3"]) for name, e in (("close", cl), ("far", fa))}
     L += ["  (close = the fixed-beta-1 policy, far = the no-penalty policy; noise/resp = std over responses of "
-          "sum_t k - sum_t KL_exact.)",
-          "  k1: unbiased in expectation (exact identity), and one token's k1 is negative "
-          f"{cl['compare']['k1']['token_neg_frac']:.0%} of the time (exact probability {cl['k1_neg_prob']:.0%}): "
-          f"'k1 can be negative' holds. k2: never negative, biased high by {k2_rel:+.0%} per response on the far "
-          "policy: 'k2 biased' holds. k3: unbiased and never negative: holds.",
+          "sum_t k - sum_t KL_exact; biases below on the far policy, with their s.e. over the "
+          f"{n} responses.)",
+          f"  k1: unbiased in expectation (an exact identity); measured bias {diff_text(bias['k1'], '+.2f', 'response')}"
+          f"; one token's k1 is negative {cl['compare']['k1']['token_neg_frac']:.0%} of the time (exact probability "
+          f"{cl['k1_neg_prob']:.0%}): 'k1 can be negative' {holds(neg['k1'] > 0)}.",
+          f"  k2: negative on {neg['k2']:.0%} of the tokens, bias {diff_text(bias['k2'], '+.2f', 'response')} "
+          f"({k2_rel:+.0%} of the exact KL): 'k2 is biased' {holds(clear_sign(bias['k2']) != 0)}.",
+          f"  k3: negative on {neg['k3']:.0%} of the tokens, bias {diff_text(bias['k3'], '+.2f', 'response')}: "
+          f"'k3 is unbiased and never negative' {holds(neg['k3'] == 0 and not bias['k3']['clear'])}.",
           f"  'k3 has low variance': exact variance of one token's estimate, k1 {var['close'][0]:.2f} vs k3 "
           f"{var['close'][1]:.2f} (close), {var['far'][0]:.1f} vs {var['far'][1]:.1f} (far): "
-          f"{_holds(var['close'][1] < var['close'][0])} near the reference, {_holds(var['far'][1] < var['far'][0])} "
-          "far from it: k3 = (rho - 1) - log rho grows like rho on tokens the reference likes much more than the "
-          "policy (rho = pi_ref / pi >> 1)."]
+          f"{holds(var['close'][1] < var['close'][0])} near the reference, {holds(var['far'][1] < var['far'][0])} "
+          "far from it"
+          + (": k3 = (rho - 1) - log rho grows like rho on tokens the reference likes much more than the policy "
+             "(rho = pi_ref / pi >> 1)." if var["close"][1] >= var["close"][0] or var["far"][1] >= var["far"][0]
+             else ".")]
     return L
 
 
@@ -279,15 +347,16 @@ def _narrative_topk(r: dict) -> list[str]:
     t0, tl = r["tempered"][0], r["tempered"][-1]
     j0, jl = t0["rm"] - beta * t0["k1_expected"], tl["rm"] - beta * tl["k1_expected"]
     tp = r["topk_policy"]
-    found = ("it did (the estimate is below the exact KL)." if tp["k1_sampled"] < tp["kl_exact"] else
-             "no, it SHARPENED its top-k and the k1 penalty OVER-estimates the KL.")
+    found = ("yes: its top-k mass fell (log M/M_ref < 0), so the k1 penalty UNDER-estimates the KL."
+             if tp["log_mass_ratio"] < 0 else
+             "no: it SHARPENED its top-k (log M/M_ref > 0), so the k1 penalty OVER-estimates the KL.")
     L += [f"  tau {tl['tau']}: {tl['kl_exact']:.2f} nats away from the reference, top-k k1 estimate "
           f"{tl['k1_expected']:+.2f} ({'negative' if tl['k1_expected'] < 0 else 'positive'}); the penalised "
           f"objective goes {j0:+.2f} -> {jl:+.2f}: the policy is {'paid' if jl > j0 else 'not paid'} for moving. "
           "Why: E_q[k1] = KL(q || q_ref) + log(M / M_ref), and flattening lowers M, the policy's top-k mass.",
-          f"  Did PPO with top-k find that exploit? The top-k run's final policy: k1 {tp['k1_sampled']:+.2f} vs exact "
-          f"{tp['kl_exact']:.2f} nats/response, top-{TOP_K} mass {tp['mass']:.2f} vs {tp['mass_ref']:.2f} for the "
-          f"reference (log M/M_ref summed over a response {tp['log_mass_ratio']:+.2f}): {found} The tail is never "
+          f"  Did PPO with top-k find that exploit? The top-k run's final policy: E[k1] {tp['k1_expected']:+.2f} vs "
+          f"exact {tp['kl_exact']:.2f} nats/response, top-{TOP_K} mass {tp['mass']:.2f} vs {tp['mass_ref']:.2f} for "
+          f"the reference (log M/M_ref summed over a response {tp['log_mass_ratio']:+.2f}): {found} The tail is never "
           "sampled: PPO moves it only through the softmax normalisation, with (whitened) advantages of both signs. "
           "Under top-k the penalty is biased either way; the sign follows the top-k mass."]
     return L
@@ -300,22 +369,42 @@ def _narrative_early_stop(r: dict) -> list[str]:
     upd_none, upd_early = _curve(none, "probe/update_kl", n_side), _curve(early, "probe/update_kl")
     stops = [rec["early_stop_epoch"] for recs in early["records"] for rec in recs]
     fired = [e for e in stops if e is not None]
-    where = ", ".join(f"{ep}: {fired.count(ep)}x" for ep in sorted(set(fired)))
-    return [f"\nD. kl_old_target = {TARGET_KL} (approx KL of a minibatch, k3 per token, checked before its step), "
-            "no KL penalty:",
-            f"  it stopped {len(fired)} of {len(stops)} updates, in epoch {where} (epochs 0-{r['update_epochs'] - 1}).",
-            f"  KL of each update (per token, measured after it): {upd_none[:, 0].mean():.3f} -> "
-            f"{upd_early[:, 0].mean():.3f} at iteration 0 (a cold Adam's first steps are its largest), "
-            f"{upd_none[:, 1:].mean():.3f} -> {upd_early[:, 1:].mean():.3f} afterwards.",
-            f"  KL to the reference at the end: {_final(none, 'objective/kl_exact', n_side):.1f} -> "
-            f"{_final(early, 'objective/kl_exact'):.1f} nats; gold (last 5) {_final(none, 'gold/score', n_side):+.2f}"
-            f" -> {_final(early, 'gold/score'):+.2f}. Early stopping bounds each step (seed 003 sec. 12), not the "
-            "distance to the reference: seed 001's '实际常用KL早停' is a trust region, not a replacement for the KL "
-            "penalty."]
+    where = ", ".join(f"{ep}: {fired.count(ep)}x" for ep in sorted(set(fired))) or "none"
+    first = upd_none.mean(0)
+    largest = first[0] > first[1:].max() if len(first) > 1 else False
+    smaller = compare_paired(first, upd_early.mean(0)) if len(first) > 1 else None
+    drift = slope(_curve(early, "objective/kl_exact"))
+    L = [f"\nD. kl_old_target = {TARGET_KL} (approx KL of a minibatch, k3 per token, checked before its step), "
+         "no KL penalty:",
+         f"  it stopped {len(fired)} of {len(stops)} updates, in epoch {where} (epochs 0-{r['update_epochs'] - 1}).",
+         f"  KL of each update (per token, measured after it), without -> with the early stop: "
+         f"{upd_none[:, 0].mean():.3f} -> {upd_early[:, 0].mean():.3f} at iteration 0, "
+         f"{upd_none[:, 1:].mean():.3f} -> {upd_early[:, 1:].mean():.3f} afterwards. Without it, iteration 0's update "
+         + ("is the largest of the run (Adam starts without second-moment history: its first steps have size ~lr "
+            "per parameter)." if largest else "is not the largest of the run.")]
+    if smaller is None:
+        L.append("  Too few iterations to compare the updates' KL with and without the stop.")
+    else:
+        L.append(f"  With minus without the stop, paired by iteration: "
+                 f"{diff_text(smaller, '+.3f', 'iteration')}: "
+                 + ("it makes each update smaller." if clear_sign(smaller) < 0 else
+                    "no smaller updates beyond 2 s.e."))
+    L.append(f"  KL to the reference at the end: {_final(none, 'objective/kl_exact', n_side):.1f} -> "
+             f"{_final(early, 'objective/kl_exact'):.1f} nats; gold (last 5) {_final(none, 'gold/score', n_side):+.2f}"
+             f" -> {_final(early, 'gold/score'):+.2f}. With the stop the KL to the reference grows by "
+             f"{diff_text(drift, '+.2f', drift['noise'])} nats per iteration: "
+             + ("the stop does not bound the distance to the reference"
+                + ("; it bounds each step: a trust region per update, not a replacement for the KL penalty."
+                   if smaller is not None and clear_sign(smaller) < 0 else
+                   ", nor (beyond 2 s.e. here) each step: not a replacement for the KL penalty.")
+                if clear_sign(drift) > 0 else
+                "no growth beyond 2 s.e. here, so this run cannot tell whether the stop also bounds the distance."
+                if drift["se"] is not None else "too few iterations to tell."))
+    return L
 
 
 def narrative(r: dict) -> str:
-    """The measured numbers, and which of the seeds' claims hold at this scale."""
+    """The measured numbers, and which common claims hold at this scale."""
     L = (_narrative_controls(r, summary(r)) + _narrative_estimators(r) + _narrative_topk(r)
          + _narrative_early_stop(r))
     L.append(time_line(r))

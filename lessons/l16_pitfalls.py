@@ -62,14 +62,14 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save, time_line
+from lessons._common import clear_sign, diff_text, holds, lesson_main, pyplot, save, seed_compare, time_line
 from minippo.blas import blas_core_name
-from minippo.rlhf.data.gold import gold_profile
+from minippo.rlhf.data.gold import gold_breakdown, gold_profile
 from minippo.rlhf.reward_model import sequence_scores
 from minippo.studies.pitfalls import (length_slope, logp_rounding_tolerance, lr_zero_verdict, offset_reward_model,
                                       ratio_statistics, recompute_logp, value_error)
 from minippo.studies.study import Study
-from minippo.studies.sweep_stats import compare, pooled_seed_std, seed_curves, seed_values
+from minippo.studies.sweep_stats import compare, compare_paired, pooled_seed_std, seed_curves, seed_values
 
 OFFSET = 10.0                   # A: added to every reward-model score
 NO_FIX = dict(critic_init="sft", value_clip=False, value_norm=False, critic_bias_init="keep")
@@ -91,13 +91,14 @@ RECOMPUTES = {                  # C: label -> (recompute mode, temperature)
     "logits one column off": ("shifted", 1.0),
     "3 more pads, mask kept": ("repadded", 1.0),
 }
+CONTROLS_C = ("same forward (the trainer)", "3 more pads, mask kept")   # C: recomputes that must change nothing
 TEMPS = (0.5, 0.6, 0.7, 0.85, 1.0, 1.15, 1.3, 1.5, 2.0)
 
 
 def sizes(quick: bool, full: bool) -> dict:
     """Run lengths: quick (smoke test), default (< 60 s) or full (the committed figure)."""
     if quick:
-        return dict(iterations=3, batch_size=16, minibatch_size=8, seeds=(0,), long_iterations=4, long_seeds=(0,))
+        return dict(iterations=3, batch_size=16, minibatch_size=8, seeds=(0, 1), long_iterations=4, long_seeds=(0,))
     if full:
         return dict(iterations=24, batch_size=64, minibatch_size=16, seeds=(0, 1, 2), long_iterations=30,
                     long_seeds=(0, 1, 2))
@@ -154,6 +155,7 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
                          base={**base, "iterations": sz["long_iterations"], "max_new_tokens": LONG_TOKENS})
     for v in length.values():
         v["terms"] = [gold_profile(e["texts"]) for e in v["eval"]]
+        v["sentiment"] = [np.array([gold_breakdown(t)["sentiment"] for t in e["texts"]]) for e in v["eval"]]
     # C. the lr = 0 check
     check = lr_zero_check(study, base)
     return {"sizes": sz, "base": base, "reference": study.reference, "quick": quick, "full": full,
@@ -168,6 +170,7 @@ def summary(r: dict) -> dict:
     for name, v in r["critic"].items():
         err, ev = seed_curves(v, "val/value_error"), seed_curves(v, "val/explained_variance")
         out[name] = {"err0": float(err[:, 0].mean()), "err_end": float(err[:, -3:].mean()),
+                     "err_end_seeds": err[:, -3:].mean(axis=1), "ev_end_seeds": ev[:, -5:].mean(axis=1),
                      "ev_end": float(ev[:, -5:].mean()), "gold": seed_values(v, "gold_mean"),
                      "kl": float(seed_values(v, "kl_mean").mean()),
                      "loss_end": float(seed_values(v, "loss/value_avg").mean())}
@@ -183,13 +186,33 @@ COLORS = dict(zip(CRITICS, ("tab:red", "tab:orange", "tab:green", "tab:blue", "t
 LCOLORS = ("tab:gray", "tab:red", "tab:blue", "tab:orange")
 
 
-def _diff(a, b, noise) -> str:
-    c = compare(a, b, noise)
-    return f"{c['diff']:+.2f} ({c['z']:+.1f} SE, {'clear' if c['clear'] else 'within seed noise'})"
+def per_prompt(variant: dict, key: str) -> list[np.ndarray]:
+    """Per seed, the evaluation's per-prompt array ``key`` (``gold``, ``length``) or the per-sample sentiment."""
+    if key == "sentiment":
+        return variant["sentiment"]
+    return [np.asarray(e[key], dtype=float) for e in variant["eval"]]
+
+
+def eval_compare(a: dict, b: dict, key: str) -> dict:
+    """b - a of an evaluation key, with the noise the lesson measured: the seed noise of the two variants pooled
+    when each has two seeds or more; else the sampling noise, paired over the prompts (both are evaluated on the
+    same prompts), which leaves out the training seed's noise (``noise`` says which)."""
+    A, B = per_prompt(a, key), per_prompt(b, key)
+    if len(A) >= 2 and len(B) >= 2:
+        ma, mb = [x.mean() for x in A], [x.mean() for x in B]
+        return {**compare(ma, mb, pooled_seed_std([ma, mb])[0]), "noise": "seed"}
+    return {**compare_paired(A[0], B[0]), "noise": "prompt-sampling"}
+
+
+def critic_noise(s: dict, key: str) -> float | None:
+    """Seed noise of a per-seed critic summary (``gold``, ``err_end_seeds``, ``ev_end_seeds``) pooled over the six
+    critics; None with one seed."""
+    groups = [x[key] for x in s.values()]
+    return pooled_seed_std(groups)[0] if min(len(g) for g in groups) > 1 else None
 
 
 def narrative(r: dict) -> str:
-    """The measured numbers, and which of the seeds' claims hold at this scale."""
+    """The measured numbers, and which common claims hold at this scale."""
     sz, s = r["sizes"], summary(r)
     L = [f"A. The critic: {sz['iterations']} iterations x {sz['batch_size']} responses, lr {r['base']['lr']:g}, "
          f"PPO seeds {list(sz['seeds'])}; reward = RM score + {OFFSET:g}; SFT gold {r['reference']['gold_mean']:+.3f}.",
@@ -198,52 +221,55 @@ def narrative(r: dict) -> str:
         L.append(f"  {name:<16}{x['err0']:>11.2f}{x['err_end']:>10.2f}{x['loss_end']:>11.3f}{x['ev_end']:>8.2f}"
                  f"{x['gold'].mean():>+8.3f}{x['kl']:>6.2f}")
     nf = s["no fix"]
-    noise = pooled_seed_std([x["gold"] for x in s.values()])[0] if len(sz["seeds"]) > 1 else None
-    if noise is not None:
-        L.append(f"  Seed noise of the gold (pooled over variants): {noise:.3f}. Gold vs 'no fix':")
-        L += [f"    {name:<16}{_diff(nf['gold'], x['gold'], noise)}" for name, x in s.items() if name != "no fix"]
+    noise = {k: critic_noise(s, k) for k in ("gold", "err_end_seeds", "ev_end_seeds")}
+    cmp_ = lambda a, b, k: seed_compare(a[k], b[k], noise[k])          # noqa: E731  b - a
 
-    def gain(x, ref=nf) -> str:
-        """'clearly higher' / 'clearly lower' / 'within seed noise' (or just higher / lower with one seed)."""
-        d = x["gold"].mean() - ref["gold"].mean()
-        word = "higher" if d > 0 else "lower"
-        if noise is None:
-            return f"{word} ({x['gold'].mean():+.2f} vs {ref['gold'].mean():+.2f}, one seed)"
-        c = compare(ref["gold"], x["gold"], noise)
-        verdict = "clearly " + word if c["clear"] else "within seed noise"
-        return f"{verdict} ({x['gold'].mean():+.2f} vs {ref['gold'].mean():+.2f})"
+    if noise["gold"] is not None:
+        L.append(f"  Seed noise of the gold (pooled over variants): {noise['gold']:.3f}. Gold vs 'no fix':")
+        L += [f"    {name:<16}{diff_text(cmp_(nf, x, 'gold'), '+.2f')}" for name, x in s.items() if name != "no fix"]
 
     vc, vn, bi, rm = s["value clip"], s["value norm"], s["bias init"], s["RM-init critic"]
-    L += [f"  Seed 000 'clip the value loss (to calm the critic)': "
-          f"{'does NOT hold here' if vc['err_end'] > nf['err_end'] else 'holds'}: with clipping the error ends at "
-          f"{vc['err_end']:.2f} vs {nf['err_end']:.2f} without; gold {gain(vc)}. The clipped loss has no gradient once "
-          f"V is 0.2 from its rollout value, so a critic {OFFSET:g} off needs "
-          f"~{OFFSET / 0.2:.0f} iterations to arrive: clipping is a brake, useful only near the target.",
-          "  Seed 000 'value normalization': "
-          f"{'holds for the critic' if vn['err_end'] < nf['err_end'] else 'does not hold'}: "
-          f"error {nf['err_end']:.2f} -> {vn['err_end']:.2f} at the end (the loss is in units of the returns' std, "
-          f"whatever their scale); gold {gain(vn)}. Until it catches up the advantages carry the offset (see (a)).",
-          "  Seed 001 'initialise the bias to the mean RM score': error at iteration 0 "
-          f"{nf['err0']:.1f} -> {bi['err0']:.2f}, "
-          f"gold {gain(bi)}: after the shift the offset is gone from every delta_t.",
-          f"  The main job's critic (RM weights, value clip, bias init) starts at {rm['err0']:.2f} and explains "
-          f"{rm['ev_end']:.2f} of the returns' variance at the end, vs {bi['ev_end']:.2f} for the SFT-trunk critic "
-          f"with the bias fixed; gold vs 'bias init': {gain(rm, bi)}. EV is blind to a constant offset (compare (a) "
-          "with (b)): it measures what the critic knows about the text, which comes from the RM's weights, not from "
-          "the tricks.",
-          f"  Seed 003 误区四 'a smaller value loss means a better policy': the logged loss/value of 'value norm' "
-          f"({vn['loss_end']:.3f}) is {'below' if vn['loss_end'] < bi['loss_end'] else 'above'} that of 'bias init' "
-          f"({bi['loss_end']:.3f}), its gold {'lower' if vn['gold'].mean() < bi['gold'].mean() else 'higher'} "
-          f"({vn['gold'].mean():+.2f} vs {bi['gold'].mean():+.2f}): each head logs in its own units, and the "
-          "value loss at the end says nothing about the iterations that shaped the policy. Judge the policy by "
-          "gold / return, KL and entropy."]
+    clip_err, norm_err = cmp_(nf, vc, "err_end_seeds"), cmp_(nf, vn, "err_end_seeds")
+    L += [f"  A common claim: clipping the value loss calms the critic. Its error at the end minus no fix's: "
+          f"{diff_text(clip_err, '+.2f')}: {holds(clear_sign(clip_err) < 0)}; gold "
+          f"{diff_text(cmp_(nf, vc, 'gold'), '+.2f')}. The clipped loss has no gradient once V is 0.2 from its rollout "
+          f"value, so a critic {OFFSET:g} off needs ~{OFFSET / 0.2:.0f} iterations to arrive: clipping is a brake, "
+          "useful only near the target.",
+          f"  A common claim: value normalisation fixes the critic's scale. Error minus no fix's: "
+          f"{diff_text(norm_err, '+.2f')}: {holds(clear_sign(norm_err) < 0)} (its loss is in units of the returns' "
+          f"std, whatever their scale); gold {diff_text(cmp_(nf, vn, 'gold'), '+.2f')}.",
+          f"  A common claim: initialise the value head's bias to the mean RM score. Error at iteration 0 "
+          f"{nf['err0']:.1f} -> {bi['err0']:.2f}: "
+          + ("the offset is gone from every delta_t" if bi["err0"] < nf["err0"] / 4 else "the offset is NOT gone")
+          + f"; gold {diff_text(cmp_(nf, bi, 'gold'), '+.2f')}."]
+    ev = cmp_(bi, rm, "ev_end_seeds")
+    L.append(f"  The main job's critic (RM weights, value clip, bias init) starts at error {rm['err0']:.2f} and explains "
+             f"{rm['ev_end']:.2f} of the returns' variance at the end, vs {bi['ev_end']:.2f} for the SFT-trunk critic "
+             f"with the bias fixed ({diff_text(ev, '+.2f')}; gold {diff_text(cmp_(bi, rm, 'gold'), '+.2f')}). EV is "
+             "blind to a constant offset (compare (a) with (b)): it measures what the critic knows about the text; "
+             + ("here the RM's weights know more than the tricks give." if clear_sign(ev) > 0 else
+                "here the RM's weights do not explain more beyond 2 s.e."))
+    lo, hi = min(s, key=lambda k: s[k]["err_end"]), max(s, key=lambda k: s[k]["err_end"])
+    g = cmp_(s[hi], s[lo], "gold")
+    L.append(f"  A common claim: a smaller value loss means a better policy. The smallest error at the end ({lo}, "
+             f"{s[lo]['err_end']:.2f}) against the largest ({hi}, {s[hi]['err_end']:.2f}), gold "
+             f"{diff_text(g, '+.2f')}: "
+             + {1: "holds between these two.", -1: "does not hold here: the smaller error has the lower gold.",
+                0: "does not hold here: no gold difference beyond 2 s.e." if g["se"] is not None else
+                "one seed: no verdict."}[clear_sign(g)]
+             + (f" The logged loss/value is no common scale either: 'value norm' logs {vn['loss_end']:.3f} for an "
+                f"error of {vn['err_end']:.2f} in return units." if vn["loss_end"] < vn["err_end"] / 2 else "")
+             + " Judge the policy by gold / return, KL and entropy.")
     # B
     names = list(r["length"])
     lens = {k: float(seed_values(r["length"][k], "length_mean").mean()) for k in names}
     tm = {k: mean_terms(r["length"][k]) for k in names}
     ref = {**r["ref_long"]["terms"], "length_mean": r["ref_long"]["length_mean"]}
     L += [f"\nB. Length: {sz['long_iterations']} iterations, room for {LONG_TOKENS} tokens, "
-          f"seeds {list(sz['long_seeds'])}. "
+          f"seeds {list(sz['long_seeds'])}"
+          + (f" (one training seed: the s.e. below are the sampling noise over the {len(r['reference']['gold'])} "
+             "prompts, paired, without the training seed's noise). " if len(sz["long_seeds"]) == 1 else ". ")
+          + 
           f"Slope of the bonus-shaped score against length on SFT samples: {r['slope']:+.3f}/token (the RM's own "
           f"{r['slope'] - BONUS:+.3f} plus the bonus) -> length_penalty {r['penalty']}.",
           f"  {'reward':<36}{'tokens':>7}{'words':>6}{'>30w':>5}" + "".join(f"{t:>11}" for t in TERMS)
@@ -251,32 +277,44 @@ def narrative(r: dict) -> str:
     for k, x in [("SFT policy", ref)] + [(k, {**tm[k], "length_mean": lens[k]}) for k in names]:
         L.append(f"  {k:<36}{x['length_mean']:>7.1f}{x['n_words']:>6.1f}{x['frac_too_long']:>5.0%}"
                  + "".join(f"{x[t]:>11.3f}" for t in TERMS) + f"{x['sentiment']:>+8.2f}{x['gold']:>+7.3f}")
-    plain, hack, fixed, normed = names
-    n0 = lens[plain]                                   # a typical response length without the bonus
-    grown = sorted(TERMS, key=lambda t: tm[plain][t] - tm[hack][t])[:3]
-    L += [f"  Seed 001 'the RM's preference for length is exploited': "
-          f"{'holds' if lens[hack] > lens[plain] + 3 and tm[hack]['gold'] < tm[plain]['gold'] else 'not clear here'}: "
-          f"{lens[plain]:.1f} -> {lens[hack]:.1f} tokens, gold {tm[plain]['gold']:+.2f} -> {tm[hack]['gold']:+.2f}, "
-          f"sentiment {tm[plain]['sentiment']:+.2f} -> {tm[hack]['sentiment']:+.2f}. The loss is in the penalties "
-          "that grow with length, most: " + ", ".join(f"{t} {tm[plain][t]:.2f} -> {tm[hack][t]:.2f}" for t in grown)
-          + f". More than 30 words: {tm[hack]['frac_too_long']:.0%} of the responses, so the gold's 'long' term "
-          f"{'hardly fires' if tm[hack]['long'] < 0.05 else 'fires'}: each extra token is another chance to misspell a "
-          "word (BPE pieces glued wrongly: 'unknown') or to chain one more clause.",
-          f"  The length penalty {'fixes it' if abs(lens[fixed] - lens[plain]) < 3 else 'does not fully fix it'}: "
-          f"{lens[fixed]:.1f} tokens, gold {tm[fixed]['gold']:+.2f}. Fitted on SFT samples it removes the linear "
-          "length term (here exactly the bonus plus the RM's own slope); a real RM's length bias is neither linear "
-          "nor known, and has to be measured like this.",
-          f"  Seed 001's division by length^{ALPHA}: {lens[normed]:.1f} tokens "
-          f"({'close to' if abs(lens[normed] - lens[plain]) < 3 else 'well above'} the {lens[plain]:.1f} without the "
-          f"bonus), gold {tm[normed]['gold']:+.2f}, sentiment {tm[normed]['sentiment']:+.2f}. The bonus is flattened, "
-          f"not removed: (s + {BONUS} n) / n^{ALPHA} = s / n^{ALPHA} + {BONUS} n^{1 - ALPHA:g}. Doubling a "
-          f"{n0:.0f}-token response now gains {BONUS * (n0 * 2) ** (1 - ALPHA) - BONUS * n0 ** (1 - ALPHA):.2f} "
-          f"instead of {BONUS * n0:.1f}. The price is that the reward model's own signal s is divided by "
-          f"n^{ALPHA} ~ {n0 ** ALPHA:.1f} too, so against the same KL penalty the policy learns less "
-          f"(sentiment {tm[normed]['sentiment']:+.2f} vs {tm[plain]['sentiment']:+.2f}). Also, a negative "
-          f"s / n^{ALPHA} rises towards 0 as n grows, and {np.mean(r['ref_long']['rm'] < 0):.0%} of the SFT samples "
-          "score below 0 on the normalised RM. Dividing by n^alpha cancels exactly only a bias that grows like n^alpha.",
-          "  Samples with the bonus: " + " | ".join(r["length"][hack]["eval"][0]["texts"][:2])]
+    plain, hack, fixed, normed = (r["length"][k] for k in names)
+    n0 = lens[names[0]]                                 # a typical response length without the bonus
+    ph, hk, fx, nm_ = names
+    longer, worse = eval_compare(plain, hack, "length"), eval_compare(plain, hack, "gold")
+    grown = sorted(TERMS, key=lambda t: tm[ph][t] - tm[hk][t])[:3]
+    verdict = (holds(True) if clear_sign(longer) > 0 and clear_sign(worse) < 0 else
+               "half holds: longer, but the gold is not lower beyond 2 s.e" if clear_sign(longer) > 0 else
+               holds(False))
+    L += [f"  A common claim: a reward model's preference for length is exploited. With the bonus: length "
+          f"{diff_text(longer, '+.1f', longer['noise'])} tokens, gold {diff_text(worse, '+.2f', worse['noise'])}: "
+          f"{verdict}. Sentiment {tm[ph]['sentiment']:+.2f} -> {tm[hk]['sentiment']:+.2f}. The penalty terms that "
+          "grew most: " + ", ".join(f"{t} {tm[ph][t]:.2f} -> {tm[hk][t]:.2f}" for t in grown)
+          + f". More than 30 words: {tm[hk]['frac_too_long']:.0%} of the responses, so the gold's 'long' term "
+          + ("hardly fires" if tm[hk]["long"] < 0.05 else "fires")
+          + (": each extra token is another chance to misspell a word (BPE pieces glued wrongly: 'unknown') or to "
+             "chain one more clause." if tm[hk]["unknown"] > tm[ph]["unknown"] else ".")]
+    fix = eval_compare(plain, fixed, "length")
+    L.append(f"  The fitted length penalty: {lens[fx]:.1f} tokens, gold {tm[fx]['gold']:+.2f}; length minus no "
+             f"bonus's {diff_text(fix, '+.1f', fix['noise'])}: "
+             + {0: "it brings the length back (within 2 s.e.).", 1: "it does not fully fix it.",
+                -1: "it overshoots: shorter than without the bonus."}[clear_sign(fix)]
+             + " Fitted on SFT samples it removes the linear length term (here exactly the bonus plus the RM's own "
+             "slope); a real RM's length bias is neither linear nor known, and has to be measured like this.")
+    nl, ns = eval_compare(plain, normed, "length"), eval_compare(plain, normed, "sentiment")
+    L.append(f"  The division by length^{ALPHA} (another common fix): {lens[nm_]:.1f} tokens, length minus no bonus's "
+             f"{diff_text(nl, '+.1f', nl['noise'])}: "
+             + ("still longer beyond 2 s.e." if clear_sign(nl) > 0 else "not longer beyond 2 s.e.")
+             + f"; gold {tm[nm_]['gold']:+.2f}. The bonus is flattened, not removed: (s + {BONUS} n) / n^{ALPHA} = "
+             f"s / n^{ALPHA} + {BONUS} n^{1 - ALPHA:g}. Doubling a {n0:.0f}-token response now gains "
+             f"{BONUS * (n0 * 2) ** (1 - ALPHA) - BONUS * n0 ** (1 - ALPHA):.2f} instead of {BONUS * n0:.1f}. The price: "
+             f"the reward model's own signal s is divided by n^{ALPHA} ~ {n0 ** ALPHA:.1f} too; sentiment minus no "
+             f"bonus's {diff_text(ns, '+.2f', ns['noise'])}: "
+             + ("the policy learns less against the same KL penalty." if clear_sign(ns) < 0 else
+                "the policy does not learn less beyond 2 s.e. here.")
+             + f" Also, a negative s / n^{ALPHA} rises towards 0 as n grows, and "
+             f"{np.mean(r['ref_long']['rm'] < 0):.0%} of the SFT samples score below 0 on the normalised RM. Dividing "
+             "by n^alpha cancels exactly only a bias that grows like n^alpha.")
+    L.append("  Samples with the bonus: " + " | ".join(hack["eval"][0]["texts"][:2]))
     # C
     L += lr_zero_paragraph(r["check"])
     ck = r["check"]
@@ -285,20 +323,28 @@ def narrative(r: dict) -> str:
     for k, x in ck["stats"].items():
         L.append(f"  {k:<28}{x['ratio_mean']:>11.4f}{x['ratio_min']:>9.3g}{x['ratio_max']:>9.3g}{x['approx_kl']:>10.2g}"
                  f"{x['clipfrac']:>9.1%}{x['outside_band']:>10.1%}{x['rows_changed']:>6.0%}")
-    nm, rp = ck["stats"]["no attention mask"], ck["stats"]["3 more pads, mask kept"]
-    tb = ck["stats"]["temperature 0.7, not 1"]
+    st = ck["stats"]
+    nm, rp = st["no attention mask"], st["3 more pads, mask kept"]
+    bugs = [k for k in RECOMPUTES if k not in CONTROLS_C]
+    hidden = [k for k in bugs if abs(st[k]["ratio_mean"] - 1) < 0.05]
     pads_ok = rp["max_abs_log_ratio"] <= ck["tolerance"]
     pads = (f"Padding itself is harmless: 3 more pads with the mask extended move no row beyond float32 rounding "
             f"(max |log r| {rp['max_abs_log_ratio']:.2g} <= tolerance {ck['tolerance']:.2g}; other shapes, so not "
             "bitwise)." if pads_ok else
             f"3 more pads with the mask extended move log-probs by {rp['max_abs_log_ratio']:.2g}, ABOVE the float32 "
             f"tolerance {ck['tolerance']:.2g}: padding is not harmless here, a bug in the mask or the positions.")
-    L += [f"  The mean ratio hides the bugs (the temperature bug averages {tb['ratio_mean']:.3f}); approx KL, clipfrac "
-          "and the extreme ratios do not. Without the mask exactly the rows with prompt padding change "
-          f"({nm['rows_changed']:.0%} of rows hit, i.e. with a token beyond the rounding tolerance; "
-          f"{ck['padded_rows']:.0%} are padded). " + pads,
-          "  Each bug makes PPO clip and 'correct' tokens before the policy learned anything: a non-zero clipfrac at "
-          "lr = 0 is always a bug."]
+    L.append("  " + (f"The mean ratio hides {', '.join(hidden)} (within 0.05 of 1); approx KL, clipfrac and the extreme "
+                     "ratios do not." if hidden else "Every bug also moves the mean ratio by 0.05 or more.")
+             + " Without the mask "
+             + ("exactly the rows with prompt padding change" if np.isclose(nm["rows_changed"], ck["padded_rows"]) else
+                "NOT exactly the rows with prompt padding change")
+             + f" ({nm['rows_changed']:.0%} of rows hit, i.e. with a token beyond the rounding tolerance; "
+             f"{ck['padded_rows']:.0%} are padded). " + pads)
+    caught = all(st[k]["clipfrac"] > 0 for k in bugs) and all(st[k]["clipfrac"] == 0 for k in CONTROLS_C)
+    L.append("  " + ("Each bug makes PPO clip and 'correct' tokens before the policy learned anything, the two "
+                     "controls clip nothing: a non-zero clipfrac at lr = 0 is a bug." if caught else
+                     "NOT every bug shows in the clip fraction here (or a control clips): read approx KL and the "
+                     "extreme ratios too."))
     L.append(time_line(r, sizes(quick=False, full=True)))
     return "\n".join(L)
 

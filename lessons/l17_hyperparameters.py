@@ -46,9 +46,9 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save, time_line
+from lessons._common import clear_sign, diff_text, holds, lesson_main, pyplot, save, seed_compare, time_line
 from minippo.studies.study import Study
-from minippo.studies.sweep_stats import compare, pooled_seed_std, seed_values
+from minippo.studies.sweep_stats import pooled_seed_std, seed_values
 
 KL_TARGET = 4.0
 
@@ -101,114 +101,142 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
             table[axis].append(row)
     noise = None                     # seed noise pooled over all variants (needs two seeds or more)
     if len(sz["seeds"]) > 1:
-        noise = {k: pooled_seed_std([seed_values(v, k) for v in sweep.values()])[0]
-                 for k in ("gold_mean", "kl_mean")}
+        noise = {k: pooled_seed_std([seed_values(v, k) for v in sweep.values()])[0] for k in EVAL_KEYS}
+        noise.update({k: pooled_seed_std([seed_values(v, k, last=sz["iterations"]) for v in sweep.values()])[0]
+                      for k in RUN_KEYS})
+    cfg = study.config(**base)
     return {"sizes": sz, "base": base, "reference": study.reference, "quick": quick, "full": full, "table": table,
-            "noise": noise, "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
+            "noise": noise, "kl_ref": {"coef": cfg.kl_ref_coef, "horizon": cfg.kl_ref_horizon},
+            "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
 
 
 def _row(r: dict, axis: str, label: str) -> dict:
     return next(p for p in r["table"][axis] if p["label"] == label)
 
 
+def _cmp(r: dict, a: dict, b: dict, key: str = "gold_mean") -> dict:
+    """mean(b) - mean(a) of a per-seed key with the seed noise pooled over all variants (se None: one seed)."""
+    return seed_compare(a[key], b[key], None if r["noise"] is None else r["noise"][key])
+
+
 def _vs(r: dict, a: dict, b: dict, key: str = "gold_mean") -> str:
-    """b - a with its size in standard errors of the seed noise (or just the difference with one seed)."""
-    d = b[key].mean() - a[key].mean()
-    if r["noise"] is None:
-        return f"{d:+.2f} (one seed)"
-    c = compare(a[key], b[key], r["noise"][key])
-    return f"{d:+.2f} ({c['z']:+.1f} SE{', clear' if c['clear'] else ''})"
+    """b - a with its standard error of the seed noise (or just the difference with one seed)."""
+    return diff_text(_cmp(r, a, b, key), "+.2f" if key in ("gold_mean", "kl_mean") else "+.3f")
 
 
 def _clear(r: dict, a: dict, b: dict, key: str = "gold_mean") -> int:
-    """+1 / -1 when b is clearly above / below a (|z| >= 2), else 0 (always 0 with one seed)."""
+    """+1 / -1 when b is clearly above / below a (beyond 2 s.e.), else 0 (always 0 with one seed)."""
+    return clear_sign(_cmp(r, a, b, key))
+
+
+def _above(r: dict, p: dict, key: str, value: float) -> int:
+    """+1 / -1 when the mean of ``p[key]`` over the seeds is above / below ``value`` beyond 2 s.e., else 0."""
     if r["noise"] is None:
         return 0
-    c = compare(a[key], b[key], r["noise"][key])
-    return int(np.sign(c["diff"])) if c["clear"] else 0
+    se = r["noise"][key] / np.sqrt(len(p[key]))
+    d = float(p[key].mean() - value)
+    return int(np.sign(d)) if abs(d) >= 2 * se else 0
+
+
+def _rises(r: dict, points: list, key: str) -> bool:
+    """``key`` rises beyond 2 s.e. from each point to the next."""
+    return all(_clear(r, a, b, key) > 0 for a, b in zip(points, points[1:]))
 
 
 def claims(r: dict) -> list[tuple[str, str, str]]:
-    """(claim, what was measured, verdict and why) for each of the seeds' claims."""
-    ref_gold = r["reference"]["gold_mean"]
+    """(claim, what was measured, verdict and why) for each common claim; every verdict from the seed noise."""
+    one_seed = r["noise"] is None
     e1, e2, e5 = (_row(r, "clip_eps", x) for x in ("0.1", "0.2", "0.5"))
     l9, l95, l99 = (_row(r, "lam", x) for x in ("0.9", "0.95", "0.99"))
     b01, b1, bad = (_row(r, "beta", x) for x in ("fixed 0.01", "fixed 0.1", "adaptive"))
     p1, p4, p8 = (_row(r, "update_epochs", x) for x in ("1", "4", "8"))
     m1, m4, m16 = (_row(r, "minibatches", x) for x in ("1", "4", "16"))
-    g = lambda p: p["gold_mean"].mean()         # noqa: E731
-    k = lambda p: p["kl_mean"].mean()           # noqa: E731
+    k = lambda p: p["kl_mean"].mean()                # noqa: E731
     cf = lambda p: p["policy/clipfrac_avg"].mean()   # noqa: E731
     ak = lambda p: p["policy/approxkl_avg"].mean()   # noqa: E731
+    CF, AK = "policy/clipfrac_avg", "policy/approxkl_avg"
+    n_tok = float(l95["length_mean"].mean())         # the base run's response length, tokens
+    no = "one seed: no verdict" if one_seed else holds(False)
     out = []
-    collapsed = g(e5) < ref_gold or _clear(r, e2, e5) < 0
-    out.append(("seed 001: eps = 0.5 collapses the policy (the clip stops working)",
+    collapsed = _clear(r, e2, e5) < 0
+    out.append(("A common claim: eps = 0.5 collapses the policy (the clip stops working)",
                 f"gold 0.2 -> 0.5: {_vs(r, e2, e5)}; clipfrac {cf(e2):.3f} at eps 0.2, {cf(e5):.3f} at eps 0.5",
-                ("holds" if collapsed else "does NOT hold here")
-                + f": with eps 0.5 the clip still catches {cf(e5):.1%} of the tokens (eps 0.2: {cf(e2):.1%}), "
-                + ("so the update is large enough for the band to matter." if collapsed else
-                   "so the steps are small enough that a wide band costs nothing. Collapse needs bigger steps "
-                   "(exercise 1).")))
+                (holds(True) if collapsed else no)
+                + f": with eps 0.5 the clip still catches {cf(e5):.1%} of the tokens (eps 0.2: {cf(e2):.1%})"
+                + (", and the gold falls beyond 2 s.e." if collapsed else
+                   "; no gold cost beyond 2 s.e. at these step sizes. Collapse needs bigger steps (exercise 1).")))
     slow = _clear(r, e2, e1) < 0                                     # clearly less gold with the narrow band
-    same_way = g(e1) < g(e2) and k(e1) < k(e2)
-    out.append(("seed 001: eps too small converges slowly",
-                f"gold 0.2 -> 0.1: {_vs(r, e2, e1)}; KL {k(e2):.2f} -> {k(e1):.2f}; "
-                f"clipfrac {cf(e2):.3f} -> {cf(e1):.3f}",
-                ("holds" if slow else "the claimed direction, within seed noise" if same_way else
-                 "not seen in the gold")
-                + f": a narrow band clips more tokens and the policy "
-                f"moves {'less' if k(e1) < k(e2) else 'no less'} (KL {k(e2):.2f} -> {k(e1):.2f})"
-                + (", and the gold follows." if slow or same_way else ", yet the gold is no lower: the clipped steps "
-                   "were not buying gold, they were buying KL.")))
+    clips_more, moves_less = _clear(r, e2, e1, CF) > 0, _clear(r, e2, e1, "kl_mean") < 0
+    out.append(("A common claim: too small an eps converges slowly",
+                f"gold 0.2 -> 0.1: {_vs(r, e2, e1)}; KL 0.2 -> 0.1: {_vs(r, e2, e1, 'kl_mean')}; "
+                f"clipfrac 0.2 -> 0.1: {_vs(r, e2, e1, CF)}",
+                (holds(True) if slow else no) + ": the narrow band "
+                + ("clips more tokens beyond 2 s.e." if clips_more else "does not clip more beyond 2 s.e.")
+                + " and the policy " + ("moves less (lower KL) beyond 2 s.e." if moves_less else
+                                        "does not move less beyond 2 s.e.")
+                + ("; the gold follows." if slow else "; the gold is not lower beyond 2 s.e.")))
     beats = [_clear(r, l95, x) for x in (l9, l99)]          # +1: that lambda is clearly better than 0.95
-    if max(beats) > 0:
-        verdict = "does NOT hold here: another lambda is clearly better"
+    if one_seed:
+        verdict = "one seed: no verdict"
+    elif max(beats) > 0:
+        verdict = "does not hold here: another lambda is clearly better"
     elif min(beats) < 0 and max(beats) < 0:
         verdict = "holds: 0.95 is clearly better than both"
     else:
         verdict = "consistent, not confirmed: 0.95 is not beaten, but no lambda is clearly better at this size"
-    out.append(("seed 000: lambda = 0.95 is the right default (noisy RM: low variance matters)",
+    out.append(("A common claim: lambda = 0.95 is the right default (a noisy RM: low variance matters)",
                 f"gold 0.95 -> 0.9: {_vs(r, l95, l9)}; 0.95 -> 0.99: {_vs(r, l95, l99)}",
                 verdict + ". With gamma = 1 the weight of the final score's delta on the first token is lambda^(n-1), "
-                f"for n = 13: {0.9 ** 12:.2f} / {0.95 ** 12:.2f} / {0.99 ** 12:.2f}; the RM-initialised critic fills "
-                "the gap, so lambda moves the bias/variance balance only a little in ~13-token responses."))
-    runaway = k(b01) > 1.5 * KL_TARGET
-    stalled = _clear(r, bad, b1) < 0 or g(b1) < ref_gold
-    out.append(("seed 001: a fixed beta lets the KL run away or stalls the update",
+                f"for the base run's n = {n_tok:.0f} tokens: "
+                + " / ".join(f"{lam ** (n_tok - 1):.2f}" for lam in (0.9, 0.95, 0.99))
+                + (f"; here lambda makes no gold difference beyond 2 s.e. in ~{n_tok:.0f}-token responses."
+                   if not one_seed and beats == [0, 0] else ".")))
+    runaway = _above(r, b01, "kl_mean", 1.5 * KL_TARGET) > 0
+    stalled = _clear(r, bad, b1) < 0
+    beta0, horizon = r["kl_ref"]["coef"], r["kl_ref"]["horizon"]
+    moved = bad["kl_coef"].mean() / beta0 - 1
+    out.append(("A common claim: a fixed beta lets the KL run away or stalls the update",
                 f"KL: fixed 0.01 {k(b01):.1f}, fixed 0.1 {k(b1):.1f}, adaptive {k(bad):.1f} (target {KL_TARGET:g}); "
-                f"gold {g(b01):+.2f} / {g(b1):+.2f} / {g(bad):+.2f}; adaptive beta {bad['kl_coef'].mean():.3f} "
-                "at the end",
-                ("the runaway half holds: beta 0.01 overshoots the target" if runaway else
-                 "runaway not seen: no fixed beta overshot 1.5x the target")
-                + (f"; the stall half holds for beta 0.1 (gold {_vs(r, bad, b1)})." if stalled else
-                   f"; no stall with beta 0.1 (gold vs adaptive {_vs(r, bad, b1)}).")
-                + f" The adaptive controller moved beta from 0.2 to {bad['kl_coef'].mean():.3f} in "
-                f"{r['sizes']['iterations']} iterations (at most 0.2 x batch / 1000 per iteration): in a short run it "
-                "is almost a fixed beta."))
-    out.append(("seed 001: beta in 0.01 .. 0.1",
+                f"gold vs adaptive: fixed 0.01 {_vs(r, bad, b01)}, fixed 0.1 {_vs(r, bad, b1)}; adaptive beta "
+                f"{bad['kl_coef'].mean():.3f} at the end",
+                ("the runaway half holds: beta 0.01 overshoots 1.5x the target beyond 2 s.e." if runaway else
+                 "runaway not seen: beta 0.01 does not overshoot 1.5x the target beyond 2 s.e.")
+                + ("; the stall half holds for beta 0.1 (less gold than adaptive beyond 2 s.e.)." if stalled else
+                   "; no stall with beta 0.1 beyond 2 s.e.")
+                + f" The adaptive controller moved beta from {beta0:g} to {bad['kl_coef'].mean():.3f} in "
+                f"{r['sizes']['iterations']} iterations (at most 0.2 x batch / {horizon:g} per iteration): "
+                + ("in a short run it is almost a fixed beta." if abs(moved) < 0.1 else
+                   f"{moved:+.0%}, not a fixed beta.")))
+    over = _above(r, b01, "kl_mean", KL_TARGET)
+    out.append(("A common claim: beta belongs in 0.01 .. 0.1",
                 f"gold fixed 0.01 -> 0.1: {_vs(r, b01, b1)}; KL {k(b01):.1f} -> {k(b1):.1f}",
-                "a beta multiplies a KL summed over ~13 tokens; " + (
-                    f"0.01 lets the KL pass the target ({k(b01):.1f} nats), 0.1 holds it at {k(b1):.1f}"
-                    if k(b01) > KL_TARGET else f"both stay under the target in this run ({k(b01):.1f}, {k(b1):.1f})")
-                + ". Which beta is 'right' depends on the KL budget, so a KL target (adaptive) is the better knob."))
-    reuse = ak(p8) > ak(p4) > ak(p1)
-    worse8 = _clear(r, p4, p8) < 0 or g(p8) < ref_gold
-    slow1 = g(p1) < g(p4)
-    out.append(("seed 003 误区二: old data cannot be reused indefinitely (epochs)",
+                f"a beta multiplies a KL summed over ~{n_tok:.0f} tokens; "
+                + (f"beta 0.01 lets the KL pass the target beyond 2 s.e. ({k(b01):.1f} nats), 0.1 holds it at "
+                   f"{k(b1):.1f}" if over > 0 else
+                   f"beta 0.01 does not pass the target beyond 2 s.e. in this run ({k(b01):.1f}; 0.1: {k(b1):.1f})")
+                + ". Which beta is 'right' depends on the KL budget; a KL target states that budget directly."))
+    reuse, clip_up = _rises(r, [p1, p4, p8], AK), _rises(r, [p1, p4, p8], CF)
+    worse8, slow1 = _clear(r, p4, p8) < 0, _clear(r, p4, p1) < 0
+    out.append(("A common misconception: PPO can reuse old data indefinitely (more epochs)",
                 f"approx KL per update 1/4/8 epochs: {ak(p1):.4f} / {ak(p4):.4f} / {ak(p8):.4f}; clipfrac "
                 f"{cf(p1):.3f} / {cf(p4):.3f} / {cf(p8):.3f}; gold 4 -> 1: {_vs(r, p4, p1)}, 4 -> 8: {_vs(r, p4, p8)}",
-                ("the mechanism holds" if reuse else "mixed") + ": each extra epoch moves pi further from pi_old on "
-                "the same data (approx KL and clip fraction rise) and the clip discards more of the gradient; "
-                + ("8 epochs cost gold here." if worse8 else "8 epochs did not hurt the gold yet.")
-                + (" 1 epoch learns less per batch." if slow1 else " 1 epoch was not worse here.")))
-    more = ak(m16) > ak(m4) > ak(m1)
-    out.append(("seed 001 追问3: a too-large batch per step makes updates stale (minibatch count)",
+                ("the mechanism holds: each extra epoch moves pi further from pi_old on the same data (approx KL "
+                 "rises beyond 2 s.e.)" if reuse else "mixed: approx KL does not rise beyond 2 s.e. at every step")
+                + ("; the clip fraction rises too, the clip discards more of the gradient" if clip_up else
+                   "; the clip fraction does not rise beyond 2 s.e. at every step")
+                + ("; 8 epochs cost gold here." if worse8 else "; 8 epochs did not cost gold beyond 2 s.e.")
+                + (" 1 epoch learns less per batch." if slow1 else " 1 epoch was not worse beyond 2 s.e.")))
+    more = _rises(r, [m1, m4, m16], AK)
+    least = _clear(r, m1, m4, AK) > 0 and _clear(r, m1, m16, AK) > 0
+    out.append(("A common claim: a too-large batch per step makes updates stale (minibatch count)",
                 f"1 / 4 / 16 minibatches: approx KL {ak(m1):.4f} / {ak(m4):.4f} / {ak(m16):.4f}, clipfrac "
-                f"{cf(m1):.3f} / {cf(m4):.3f} / {cf(m16):.3f}, gold {g(m1):+.2f} / {g(m4):+.2f} / {g(m16):+.2f}; "
-                f"4 -> 16: {_vs(r, m4, m16)}",
-                ("holds in this sense" if more else "mixed") + ": more minibatches = more Adam steps on one batch, so "
-                "the later steps use data from an older policy (rising approx KL and clip fraction), like more "
-                "epochs; one minibatch per epoch takes 4 steps per batch and moves least."))
+                f"{cf(m1):.3f} / {cf(m4):.3f} / {cf(m16):.3f}, gold {m1['gold_mean'].mean():+.2f} / "
+                f"{m4['gold_mean'].mean():+.2f} / {m16['gold_mean'].mean():+.2f}; 4 -> 16: {_vs(r, m4, m16)}",
+                ("holds in this sense: approx KL rises with the minibatch count beyond 2 s.e." if more else
+                 "mixed: approx KL does not rise beyond 2 s.e. with every step in the minibatch count")
+                + ": more minibatches = more Adam steps on one batch, so the later steps use data from an older "
+                "policy, like more epochs"
+                + ("; one minibatch per epoch takes 4 steps per batch and moves least." if least else ".")))
     return out
 
 
@@ -229,7 +257,7 @@ def narrative(r: dict) -> str:
                      f"{p['gold_mean'].std():>6.3f}{p['kl_mean'].mean():>7.2f}{p['length_mean'].mean():>7.1f}"
                      f"{p['policy/clipfrac_avg'].mean():>9.3f}{p['policy/approxkl_avg'].mean():>10.4f}"
                      f"{p['kl_coef'].mean():>9.3f}{p['cpu']:>7.1f}")
-    L.append("  (* the base run; +- is the std over seeds)\n\nThe seeds' claims at this scale:")
+    L.append("  (* the base run; +- is the std over seeds)\n\nCommon claims at this scale:")
     for claim, measured, verdict in claims(r):
         L += [f"- {claim}", f"    measured: {measured}", f"    verdict:  {verdict}"]
     L.append(time_line(r, sizes(quick=False, full=True)))

@@ -51,7 +51,7 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save
+from lessons._common import holds, lesson_main, pyplot, save
 from minippo.studies.critic_probes import trunk_gradient_split
 from minippo.studies.memory import FP32, GB, MIXED, ModelShape, four_models, static_bytes, total_bytes
 from minippo.studies.study import Study, final
@@ -71,7 +71,7 @@ BIG_B, BIG_T = 4, 2048                 # the 7B extrapolation's batch (lesson 12
 def sizes(quick: bool, full: bool) -> dict:
     """Run lengths: quick (smoke test), default (< 60 s) or full (the committed figure)."""
     if quick:
-        return dict(iterations=4, batch_size=16, minibatch_size=8, seeds=(0,), ptx=(0.0, 1.0))
+        return dict(iterations=4, batch_size=16, minibatch_size=8, seeds=(0, 1), ptx=(0.0, 1.0))
     if full:
         return dict(iterations=60, batch_size=64, minibatch_size=16, seeds=(0, 1, 2), ptx=(0.0, 0.1, 0.3, 1.0, 3.0))
     return dict(iterations=16, batch_size=32, minibatch_size=8, seeds=(0, 1), ptx=(0.0, 0.3, 1.0))
@@ -160,7 +160,7 @@ def narrative(r: dict) -> str:
                  f"{np.mean(v['tax']):+7.4f} {_per_kl(v):>7s} {np.mean(v['ptx_loss']):8.4f} "
                  f"{np.mean(v['cpu_per_it']):8.3f}")
     multi = len(sz["seeds"]) > 1
-    noise = {k: pooled_seed_std([v[k] for v in runs.values()])[0] if multi else 0.0 for k in ("tax", "gold", "ev")}
+    noise = {k: pooled_seed_std([v[k] for v in runs.values()])[0] if multi else 0.0 for k in ("tax", "gold", "ev", "kl")}
     lo, hi = min(ptx), max(ptx)
     for k in sorted(ptx)[1:]:
         L.append(f"  ptx {k:g} vs 0: tax {_cmp(ptx[lo]['tax'], ptx[k]['tax'], noise['tax'], multi)['text']}, "
@@ -203,31 +203,39 @@ def narrative(r: dict) -> str:
     coefs = sorted(k for k in ptx if k > 0)
     by = {key: {k: _cmp(ptx[lo][key], ptx[k][key], noise[key], multi) for k in coefs} for key in ("tax", "gold")}
     lower = {key: [f"{k:g}" for k in coefs if by[key][k]["clear"] and by[key][k]["diff"] < 0] for key in by}
-    L.append("  - seed 001 追问3, PPO-ptx against the alignment tax: "
+    pull = _cmp(ptx[lo]["kl"], ptx[hi]["kl"], noise["kl"], multi)
+    L.append("  - A common claim: PPO-ptx (mixing pre-training text into the update) counters the alignment tax: "
              + ("one seed only, no verdict" if not multi else
+                holds(bool(lower["tax"])) + ": "
                 f"the tax is lower beyond the seed noise at ptx_coef {', '.join(lower['tax']) or 'none'} "
                 f"({by['tax'][coefs[0]]['diff']:+.3f} to {by['tax'][coefs[-1]]['diff']:+.3f} nats/token); the gold score "
                 f"is lower beyond the noise at {', '.join(lower['gold']) or 'none'}")
              + f". Per nat of KL the tax is {per_kl_no_ptx:.3f} without PPO-ptx and {_per_kl(ptx[hi])} at ptx {hi:g}. "
-             f"The corpus here IS the SFT data: PPO-ptx pulls towards the SFT model (KL {np.mean(ptx[lo]['kl']):.2f} -> "
-             f"{np.mean(ptx[hi]['kl']):.2f} nats).")
+             f"The corpus here IS the SFT data; KL to the SFT model {np.mean(ptx[lo]['kl']):.2f} -> "
+             f"{np.mean(ptx[hi]['kl']):.2f} nats ({pull['text']}): "
+             + ("PPO-ptx pulls the policy towards the SFT model." if pull["clear"] and pull["diff"] < 0 else
+                "no pull towards the SFT model beyond the seed noise." if multi else "one seed, no verdict."))
     if KL_CONTROL in runs:                          # the ptx run closest in KL to the control without ptx
         v = runs[KL_CONTROL]
         k = min(coefs, key=lambda c: abs(np.mean(ptx[c]["kl"]) - np.mean(v["kl"])))
         L.append(f"    At a similar KL, ptx {k:g} (KL {np.mean(ptx[k]['kl']):.2f}): tax {np.mean(ptx[k]['tax']):.3f}, gold "
                  f"{np.mean(ptx[k]['gold']):+.3f}; no ptx held to KL target 1 (KL {np.mean(v['kl']):.2f}): tax "
                  f"{np.mean(v['tax']):.3f}, gold {np.mean(v['gold']):+.3f}.")
-    L.append(f"  - seed 001 追问2, sharing the trunk saves memory: holds ({saved:.0%} of the 7B setup's bytes).")
+    L.append(f"  - A common claim: sharing the actor's trunk with the critic saves memory: {holds(saved > 0)} "
+             f"({saved:.0%} of the 7B setup's bytes).")
     sg_tax = _cmp(sg["tax"], nosg["tax"], noise["tax"], multi)
     clear = [name for name, c in (("explained variance", sg_ev), ("gold", sg_gold), ("tax", sg_tax)) if c["clear"]]
-    L.append("  - seed 001 追问2, stop-gradient keeps the critic from disturbing the actor: "
+    # disturbed: without the stop-gradient the actor is worse beyond the noise (less gold or more tax)
+    disturbed = multi and ((sg_gold["clear"] and sg_gold["diff"] < 0) or (sg_tax["clear"] and sg_tax["diff"] > 0))
+    L.append("  - A common claim: a stop-gradient keeps a shared critic from disturbing the actor: "
              + ("one seed only, no verdict" if not multi else
-                f"the two shared critics differ beyond the seed noise only in {', '.join(clear)}" if clear else
-                "no difference beyond the seed noise between the two shared critics")
+                holds(disturbed) + ": " + (f"the two shared critics differ beyond the seed noise only in "
+                                           f"{', '.join(clear)}" if clear else
+                                           "no difference beyond the seed noise between the two shared critics"))
              + f"; the tax per nat of KL is {_per_kl(nosg)} without and {_per_kl(sg)} with stop-gradient, and the value "
              f"loss is {np.mean(share):.0%} of the trunk's gradient without stop-gradient.")
     sft = critics["separate, SFT init"]
-    L.append(f"  - seed 003 sec. 17, a value head on the language model: explained variance {np.mean(sg['ev']):.2f} "
+    L.append(f"  - A value head on the language model (the usual design): explained variance {np.mean(sg['ev']):.2f} "
              f"(shared), {np.mean(sft['ev']):.2f} (own trunk from the SFT model), {np.mean(sep['ev']):.2f} "
              f"(own trunk from "
              f"the reward model): an own trunk adds {_cmp(sg['ev'], sft['ev'], noise['ev'], multi)['text']}, the RM "

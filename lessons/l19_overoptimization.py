@@ -50,7 +50,7 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save, time_line
+from lessons._common import holds, lesson_main, pyplot, save, time_line
 from minippo.studies.best_of_n import sample_candidates, select_best
 from minippo.rlhf.data.gold import gold_profile
 from minippo.studies.overoptimization import (KLCheckpoints, fit_gold_curve, gold_peak,
@@ -97,14 +97,16 @@ def rl_summary(points: list[dict]) -> dict:
     gold = np.array([p["gold"] for p in points])
     k = gold_peak(points)
     return {"d": d, "gold": gold, "rm": np.array([p["rm"] for p in points]), "peak": k,
-            "fit": fit_gold_curve(d, gold - gold[0], "rl"), "gold_sem": np.array([p["gold_sem"] for p in points])}
+            "fit": fit_gold_curve(d, gold - gold[0], "rl"), "gold_sem": np.array([p["gold_sem"] for p in points]),
+            "rm_sem": np.array([p["rm_sem"] for p in points])}
 
 
 def bon_summary(r: dict) -> dict:
     """Peak, end and the Gao fit of one best-of-n curve."""
     k = int(np.argmax(r["gold"]))
     return {"d": r["sqrt_kl"], "gold": r["gold"], "rm": r["rm"], "peak": k, "ns": r["ns"],
-            "fit": fit_gold_curve(r["sqrt_kl"], r["gold"] - r["gold"][0], "bon"), "gold_sem": r["gold_sem"]}
+            "fit": fit_gold_curve(r["sqrt_kl"], r["gold"] - r["gold"][0], "bon"), "gold_sem": r["gold_sem"],
+            "rm_sem": r["rm_sem"]}
 
 
 def run(quick: bool = False, seed: int = 0, full: bool = False, log=lambda *a: None) -> dict:
@@ -176,17 +178,30 @@ def narrative(r: dict) -> str:
                          f"fit d* {m['fit']['d_peak']:.2f}")
     g = r["bon_gold"]
     lines.append(f"  best-of-n against the gold itself: {g['gold'][0]:+.2f} -> {g['gold'][-1]:+.2f} at n = {N} "
-                 "(never falls: no proxy, no over-optimisation)")
+                 + ("(never falls: no proxy, no over-optimisation)" if np.all(np.diff(g["gold"]) >= 0) else
+                    "(it FALLS somewhere: a bug, the best of more candidates cannot be worse)"))
     lines += ["", "Which claims hold here:"] + claims(r)
     kl_end = max(x["rl"]["d"][-1] for x in s.values()) ** 2
+    names = list(s)
+    acc_order = list(np.argsort([s[n]["accuracy"] for n in names]))
+    bon_order = list(np.argsort([s[n]["bon"]["gold"][s[n]["bon"]["peak"]] for n in names]))
+    strong, prof = r["strong"], r["profiles"]
+    drift = prof[f"PPO end ({strong})"]["penalty"] > prof["SFT"]["penalty"]
+    rl_peaks = [_point(s[n]["rl"], s[n]["rl"]["peak"]) for n in names]
+    resolved = any(abs(_diff(a, b)["diff"]) >= 2 * _diff(a, b)["se"] for a, b in zip(rl_peaks, rl_peaks[1:]))
     lines += ["", "Reading the numbers:",
-              f"- Without a KL penalty nothing holds PPO near the reference: the KL reaches {kl_end:.0f} nats per "
-              "response (seed 001: '固定beta会导致KL散度失控'; here beta = 0).",
-              "- Best-of-n only re-ranks SFT samples, the distribution every RM was trained on, so its gold follows "
-              "the RM's accuracy. PPO drifts to text no preference pair contained (broken subwords, stacked "
-              "sentences: panel (e)), where every RM extrapolates; more data then mostly softens the fall (not in strict order "
-              "here). PPO's peak heights differ by about their error bars (prompts with one seed, seeds with "
-              "--full), so their order is noise at this scale."]
+              f"- Without a KL penalty nothing holds PPO near the reference (beta = 0): the KL reaches {kl_end:.0f} "
+              "nats per response.",
+              "- Best-of-n only re-ranks SFT samples, the distribution every RM was trained on: "
+              + ("its gold peak follows the RM's held-out accuracy here." if acc_order == bon_order else
+                 "its gold peak does not follow the RM's held-out accuracy here."),
+              f"- PPO against the RM on {strong}: the gold penalty per sample {prof['SFT']['penalty']:.2f} (SFT) -> "
+              f"{prof[f'PPO end ({strong})']['penalty']:.2f} (end): "
+              + ("it drifts to text no preference pair contained, where every RM extrapolates (panel (e))." if drift
+                 else "no drift into penalised text here."),
+              "- PPO's peak heights, RM by RM: " + ", ".join(f"{g:+.2f}+-{e:.2f}" for g, e in rl_peaks) + ": "
+              + ("their order is beyond 2 s.e. somewhere." if resolved else "their order is within 2 s.e. at this "
+                 "scale (prompts with one seed, seeds with --full).")]
     lines.append("\nWhat the policy learned to exploit (mean gold penalty per sample):")
     for lab, p in r["profiles"].items():
         top = sorted(((p[k], k) for k in PENALTY_TERMS), reverse=True)[:3]
@@ -202,40 +217,67 @@ def narrative(r: dict) -> str:
     return "\n".join(lines)
 
 
+def _point(m: dict, k: int) -> tuple[float, float]:
+    """(gold, its standard error) of a curve at checkpoint ``k``."""
+    return float(m["gold"][k]), float(m["gold_sem"][k])
+
+
+def _diff(a: tuple, b: tuple) -> dict:
+    """b - a of two (value, s.e.) points, the s.e. of the difference as if independent (conservative: the points
+    share their prompts)."""
+    return {"diff": b[0] - a[0], "se": float(np.hypot(a[1], b[1]))}
+
+
+def _up(a: tuple, b: tuple) -> int:
+    """+1 / -1 when b is above / below a beyond 2 s.e. of the difference, else 0."""
+    d = _diff(a, b)
+    return int(np.sign(d["diff"])) if abs(d["diff"]) >= 2 * d["se"] else 0
+
+
+def _in_order(points: list) -> str:
+    """'holds' when each point is above the previous beyond 2 s.e., 'does not hold here' when one is below
+    beyond 2 s.e., else 'within 2 s.e.'."""
+    ups = [_up(a, b) for a, b in zip(points, points[1:])]
+    return holds(True) if all(u > 0 for u in ups) else holds(False) if min(ups) < 0 else "within 2 s.e."
+
+
 def claims(r: dict) -> list[str]:
-    """The seeds' and Gao et al.'s claims, each checked on the measured numbers."""
+    """Common claims and Gao et al.'s, each checked on the measured numbers with their standard errors."""
     s = r["summary"]
     out = []
-    # "keeps rising": the proxy at the end is above its value at d = 0 and not below its value at the gold peak
-    not_rising = [f"{m} {n}" for n, x in s.items() for m in ("bon", "rl")
-                  if not x[m]["rm"][-1] > x[m]["rm"][0] or x[m]["rm"][-1] < x[m]["rm"][x[m]["peak"]] - 0.05]
-    falls = [(n, m) for n, x in s.items() for m in ("bon", "rl")
-             if x[m]["gold"][x[m]["peak"]] > x[m]["gold"][0] and x[m]["gold"][-1] < x[m]["gold"][x[m]["peak"]] - 0.1]
-    out.append("- The proxy keeps rising past the gold peak for every RM and both methods: "
-               + ("yes." if not not_rising else "NO for " + ", ".join(not_rising) + "."))
-    out.append(f"- The gold rises, peaks and falls by > 0.1 in {len(falls)} of {2 * len(s)} curves "
-               "(seed 003: '过度优化奖励模型会导致 reward hacking'): "
-               + ", ".join(f"{m} {n}" for n, m in falls) + ".")
+    curves = [(n, m, s[n][m]) for n in s for m in ("bon", "rl")]
+    # the proxy keeps rising: above its start and not below its value at the gold peak, beyond 2 s.e.
+    not_rising = [f"{m} {n}" for n, m, x in curves
+                  if _up((x["rm"][0], x["rm_sem"][0]), (x["rm"][-1], x["rm_sem"][-1])) <= 0
+                  or _up((x["rm"][x["peak"]], x["rm_sem"][x["peak"]]), (x["rm"][-1], x["rm_sem"][-1])) < 0]
+    out.append("- The proxy keeps rising past the gold peak for every RM and both methods (above its start, never "
+               "below its value at the gold peak, beyond 2 s.e.): "
+               + (holds(True) + "." if not not_rising else holds(False) + " for " + ", ".join(not_rising) + "."))
+    falls = [f"{m} {n}" for n, m, x in curves
+             if _up(_point(x, 0), _point(x, x["peak"])) > 0 and _up(_point(x, x["peak"]), _point(x, -1)) < 0]
+    out.append(f"- A common claim, over-optimising the reward model is reward hacking: the gold rises, peaks and falls "
+               f"(each beyond 2 s.e.) in {len(falls)} of {len(curves)} curves" + (": " + ", ".join(falls) if falls else "")
+               + ".")
     names = list(s)
     for method, title in (("bon", "best-of-n"), ("rl", "PPO")):
-        peaks = [s[n][method]["gold"][s[n][method]["peak"]] for n in names]
-        ends = [s[n][method]["gold"][-1] for n in names]
+        peaks = [_point(s[n][method], s[n][method]["peak"]) for n in names]
+        ends = [_point(s[n][method], -1) for n in names]
         d_peaks = [s[n][method]["d"][s[n][method]["peak"]] for n in names]
-        sems = [s[n][method]["gold_sem"][s[n][method]["peak"]] for n in names]
         out.append(f"- {title}, RMs in order of training pairs: a higher gold peak with more data (Gao et al.): "
-                   + ", ".join(f"{p:+.2f}+-{e:.2f}" for p, e in zip(peaks, sems))
-                   + (": holds (within 0.05)" if all(np.diff(peaks) >= -0.05) else ": does NOT hold in order")
-                   + "; a shallower fall with more data: gold at the end " + ", ".join(f"{e:+.2f}" for e in ends)
-                   + (": holds (within 0.05)" if all(np.diff(ends) >= -0.05) else ": does NOT hold in order")
+                   + ", ".join(f"{p:+.2f}+-{e:.2f}" for p, e in peaks) + f": {_in_order(peaks)}"
+                   + "; a shallower fall with more data, gold at the end: "
+                   + ", ".join(f"{p:+.2f}+-{e:.2f}" for p, e in ends) + f": {_in_order(ends)}"
                    + "; the peak at d = " + ", ".join(f"{d:.2f}" for d in d_peaks) + ".")
     strong = r["strong"]
     b, p = s[strong]["bon"], s[strong]["rl"]
     d_b = b["d"][-1]
-    gold_rl_at = float(np.interp(d_b, p["d"], p["gold"]))
+    at = (float(np.interp(d_b, p["d"], p["gold"])), float(np.interp(d_b, p["d"], p["gold_sem"])))
+    win = _up(at, _point(b, -1))
     out.append("- At the same KL, best-of-n beats PPO (Gao et al.: RL spends much more KL for the same gold): "
-               "with the RM "
-               f"on {strong}, at d = {d_b:.2f} best-of-{r['size']['bon_n']} reaches gold {b['gold'][-1]:+.2f}, "
-               f"PPO {gold_rl_at:+.2f} (interpolated): {'holds' if b['gold'][-1] > gold_rl_at else 'does NOT hold'}.")
+               f"with the RM on {strong}, at d = {d_b:.2f} best-of-{r['size']['bon_n']} reaches gold "
+               f"{b['gold'][-1]:+.2f}+-{b['gold_sem'][-1]:.2f}, PPO {at[0]:+.2f}+-{at[1]:.2f} (interpolated): "
+               + {1: holds(True), -1: holds(False) + " (PPO is higher beyond 2 s.e.)",
+                  0: holds(False) + " (within 2 s.e.)"}[win] + ".")
     return out
 
 

@@ -61,7 +61,7 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save
+from lessons._common import clear_sign, diff_text, holds, lesson_main, pyplot, save, seed_compare
 from minippo.studies.baselines import BASELINES, compare_baselines
 from minippo.rl.masked import masked_mean
 from minippo.studies.memory import FP32, GB, MIXED, ModelShape, four_models, static_bytes, total_bytes
@@ -88,7 +88,7 @@ MARKERS = {"PPO (GAE + critic)": "o", "GRPO": "s", "RLOO": "^", "REINFORCE (batc
 def sizes(quick: bool, full: bool) -> dict:
     """Run lengths: quick (smoke test), default (< 60 s) or full (the committed figure)."""
     if quick:
-        return dict(iterations=4, batch_size=16, minibatch_size=8, seeds=(0,))
+        return dict(iterations=4, batch_size=16, minibatch_size=8, seeds=(0, 1))
     if full:
         return dict(iterations=60, batch_size=64, minibatch_size=16, seeds=(0, 1, 2))
     return dict(iterations=20, batch_size=64, minibatch_size=16, seeds=(0, 1))
@@ -195,34 +195,53 @@ def narrative(r: dict) -> str:
              f"{mem['none']['7b_total'] / GB:.0f} GB (weights + gradients + Adam: {mem['separate']['7b_static'] / GB:.0f} "
              f"-> {mem['none']['7b_static'] / GB:.0f} GB).")
     bl = r["baselines"]
+    factor = (GROUP / (GROUP - 1)) ** 2
+    between_ok = np.isclose(bl["batch mean"] - bl["group mean"], bl["between_prompts"], atol=0.005)
+    loo_ok = np.isclose(bl["leave-one-out"], factor * bl["group mean"], rtol=0.01)
     L.append(f"\nBaselines on the group methods' last rollouts, mean (s - b)^2 / Var(s): "
              + ", ".join(f"{k} {bl[k]:.2f}" for k in BASELINES)
-             + f". The prompt explains {bl['between_prompts']:.0%} of the score's variance: exactly the share the group "
-             f"mean removes beyond the batch mean; leave-one-out pays (n/(n-1))^2 = {(GROUP / (GROUP - 1)) ** 2:.2f} "
-             f"times the group mean's residual for being unbiased.")
+             + f". The prompt explains {bl['between_prompts']:.0%} of the score's variance: "
+             + ("exactly the share the group mean removes beyond the batch mean" if between_ok else
+                "NOT the share the group mean removes beyond the batch mean (a bug in the baselines)")
+             + f"; leave-one-out's residual is {bl['leave-one-out'] / max(bl['group mean'], 1e-12):.2f} times the group "
+             f"mean's: " + (f"(n/(n-1))^2 = {factor:.2f}, the price of being unbiased." if loo_ok else
+                            f"NOT (n/(n-1))^2 = {factor:.2f} (a bug in the baselines)."))
     g = S["GRPO"]["adv_token_mean"]
     L.append(f"Whitening: GRPO's advantages average 0 per response but {np.mean(g):+.3f} per token (long responses "
              f"count more); re-whitening them over tokens (the old default) would have shifted every advantage by that "
              f"much / std. They are used as the paper defines them.")
-    cpu = {n: np.mean(S[n]["cpu_per_it"]) for n in r["methods"]}
+    multi = len(sz["seeds"]) > 1
+    free = [n for n in CRITIC_FREE if n in S]
+    cpu_noise = pooled_seed_std([S[m]["cpu_per_it"] for m in r["methods"]])[0] if multi else None
+    cpu = seed_compare(S[ppo]["cpu_per_it"], [np.mean([S[n]["cpu_per_it"][i] for n in free])
+                                              for i in range(len(sz["seeds"]))], cpu_noise)
     upd = {n: np.mean(S[n]["cpu_update_per_it"]) for n in r["methods"]}
+    saved_bytes = 1 - mem["none"]["7b_total"] / mem["separate"]["7b_total"]
     L.append("\nWhat holds at this scale:")
-    L.append(f"  - critic-free = three models instead of four (seed 001's list without the critic): holds, "
-             f"{1 - mem['none']['7b_total'] / mem['separate']['7b_total']:.0%} of the 7B setup's bytes and "
-             f"{1 - np.mean([cpu[n] for n in CRITIC_FREE if n in cpu]) / cpu[ppo]:.0%} of PPO's CPU time per iteration "
-             f"(the update alone: {upd[ppo]:.3f} -> {np.mean([upd[n] for n in CRITIC_FREE if n in upd]):.3f} s) "
-             f"are saved.")
-    L.append(f"  - seed 001 追问3, fewer samples per prompt mean more variance: the group baseline removes "
+    L.append(f"  - Critic-free = three models instead of four: {holds(saved_bytes > 0)} for memory, "
+             f"{saved_bytes:.0%} of the 7B setup's bytes saved; CPU seconds per iteration, critic-free minus PPO: "
+             f"{diff_text(cpu, '+.3f')} ({cpu['diff'] / np.mean(S[ppo]['cpu_per_it']):+.0%}; the update alone "
+             f"{upd[ppo]:.3f} -> {np.mean([upd[n] for n in free]):.3f} s): "
+             + ("less CPU time beyond 2 s.e." if clear_sign(cpu) < 0 else
+                "no CPU saving beyond 2 s.e." if cpu["se"] is not None else "one seed: no verdict on time."))
+    L.append(f"  - A common claim: fewer samples per prompt mean more variance. The group baseline removes "
              f"{bl['between_prompts']:.0%} of Var(s) beyond the batch mean here, the part that depends on the prompt; "
-             f"with n = {GROUP} the unbiased leave-one-out residual is larger than the batch mean's "
-             f"({bl['leave-one-out']:.2f} vs 1.00)"
+             f"with n = {GROUP} the unbiased leave-one-out residual is "
+             + ("larger" if bl["leave-one-out"] > bl["batch mean"] else "not larger")
+             + f" than the batch mean's ({bl['leave-one-out']:.2f} vs {bl['batch mean']:.2f})"
              + (": prompts matter little in this task." if bl["between_prompts"] < 0.3 else "."))
     golds = {n: float(np.mean(S[n]["gold"])) for n in r["methods"]}
-    L.append(f"  - seed 003 误区五 'RLHF 等于 PPO' (RLHF is PPO): it is not. The same RLHF stages, SFT -> reward model "
-             f"-> maximise the RM score under a KL leash, run here with {len(golds)} optimisers. "
-             f"{'Every one lifts' if min(golds.values()) > ref['gold_mean'] else 'They move'} the gold from {ref['gold_mean']:+.2f} to between {min(golds.values()):+.2f} ({min(golds, key=golds.get)}) and "
-             f"{max(golds.values()):+.2f} ({max(golds, key=golds.get)}). PPO is one optimiser of the RLHF objective, not "
-             "the paradigm (lesson 19's best-of-n reaches the RM with no gradient at all).")
+    noise = pooled_seed_std([S[m]["gold"] for m in r["methods"]])[0] if multi else None
+    lifts = [clear_sign(seed_compare([ref["gold_mean"]], S[n]["gold"], noise)) > 0 for n in r["methods"]]
+    L.append(f"  - A common misconception: RLHF is PPO. It is not: the same RLHF stages, SFT -> reward model -> "
+             f"maximise the RM score under a KL leash, run here with {len(golds)} optimisers. "
+             + ("Every one lifts the gold beyond 2 s.e." if all(lifts) else
+                f"{sum(lifts)} of {len(lifts)} lift the gold beyond 2 s.e." if multi else
+                "One seed: no noise estimate for the gold.")
+             + f" From {ref['gold_mean']:+.2f} they reach between {min(golds.values()):+.2f} "
+             f"({min(golds, key=golds.get)}) and {max(golds.values()):+.2f} ({max(golds, key=golds.get)}). PPO is one "
+             "optimiser of the RLHF objective, not the paradigm (lesson 19's best-of-n optimises it with no gradient "
+             "at all).")
     L.append(f"\nLesson run time: wall {r['time']['wall']:.1f} s, CPU {r['time']['cpu']:.1f} s.")
     return "\n".join(L)
 

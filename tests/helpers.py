@@ -29,3 +29,42 @@ class KernelPath:
 
     def __repr__(self):
         return f"<{self.module.__name__}, {'kernel' if self.flag else 'numpy'} path>"
+
+
+def line_with(text: str, anchor: str) -> str:
+    """The one line of ``text`` that contains ``anchor`` (a lesson's narrative puts each verdict on a line with a
+    fixed phrase); fails when no line or several lines contain it."""
+    lines = [line for line in text.splitlines() if anchor in line]
+    assert len(lines) == 1, f"{len(lines)} lines contain {anchor!r}"
+    return lines[0]
+
+
+def assert_verdict(text: str, anchor: str, ok: bool, yes: str, no: str) -> None:
+    """The line of ``text`` with ``anchor`` says ``yes`` and not ``no`` when ``ok`` (recomputed by the test from
+    the lesson's returned numbers), else ``no`` and not ``yes``."""
+    line = line_with(text, anchor)
+    want, other = (yes, no) if ok else (no, yes)
+    assert want in line and other not in line, f"expected {want!r} (not {other!r}) in: {line}"
+
+
+def quick_runs(lesson, tmp_path_factory) -> dict:
+    """The two quick runs a lesson's tests share (module-scoped fixtures): seed 0 through ``main()`` (run, the
+    narrative printed, the figure saved in a temporary folder) and seed 1 through ``run()``. Returns
+    ``{0: results, 1: results, "printed": what main printed, "out": the figure folder}``."""
+    import contextlib
+    import io
+
+    out = tmp_path_factory.mktemp(lesson.__name__.rsplit(".", 1)[-1])
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        r0 = lesson.main(["--quick", "--seed", "0", "--out", str(out)])
+    return {0: r0, 1: lesson.run(quick=True, seed=1), "printed": buf.getvalue(), "out": out}
+
+
+def assert_one_of(text: str, anchor: str, phrases: dict, key) -> None:
+    """The line of ``text`` with ``anchor`` says ``phrases[key]`` and none of the other phrases (a verdict with
+    more than two outcomes, e.g. higher / lower / no different)."""
+    line = line_with(text, anchor)
+    assert phrases[key] in line, f"expected {phrases[key]!r} in: {line}"
+    for k, p in phrases.items():
+        assert k == key or p not in line, f"unexpected {p!r} in: {line}"

@@ -8,6 +8,14 @@ Each has ``.value`` and ``.update(current_kl, n_steps=1) -> new value``:
   paper's ``beta *= 1 + K_beta err`` with K_beta = n_steps / horizon, as in their code and TRL).
 * :class:`PPOPaperKLController` - PPO paper sec. 4: after each policy update, with
   ``d = KL``: ``d < d_targ / 1.5 -> beta / 2``; ``d > 1.5 d_targ -> beta * 2``.
+
+A controller only sees the number it is given, and that number decides what it controls. The PPO paper
+feeds its rule d = E_t[KL[pi_old(.|s_t), pi(.|s_t)]], the KL of the update just made, whose beta weighs the
+same KL in the penalty objective L^KLPEN (eq. (8)); ``minippo.toy.bandit`` does exactly that (lesson 05,
+``kl_old_coef`` / ``kl_old_target``). RLHF-PPO (``minippo.rlhf``, ``kl_ref_controller``) feeds every
+controller the KL to the frozen reference per response, whose beta weighs the KL penalty in the reward
+(Ziegler et al. 2019): with ``kl_ref_controller="ppo_paper"`` that is the paper's halve / double rule and
+constants applied to another KL, not the paper's adaptive KL penalty.
 """
 from __future__ import annotations
 
@@ -63,9 +71,14 @@ class AdaptiveKLController:
 class PPOPaperKLController:
     """The adaptive-beta rule of the PPO paper, sec. 4 (with its constants 1.5 and 2).
 
-    After each policy update, with d the KL of that update:
+    After each policy update, with d the KL passed to :meth:`update`:
     ``d < d_targ / 1.5 -> beta / 2``; ``d > d_targ * 1.5 -> beta * 2``; otherwise unchanged.
     ``n_steps`` is accepted for a common interface and ignored.
+
+    Which KL d is decides what is controlled (module docstring): the paper's d is the KL(pi_old, pi) of the
+    update just made, the KL its penalty objective (eq. (8)) weighs with beta; that is what
+    ``minippo.toy.bandit.ppo_train`` passes (lesson 05). RLHF-PPO's ``kl_ref_controller="ppo_paper"`` passes the
+    KL to the reference per response (the reward penalty's KL): the same rule, applied to another KL.
     """
 
     def __init__(self, init_kl_coef: float, d_targ: float):

@@ -370,11 +370,17 @@ def minibatch_loss_and_grads(state: PPOState, mb: Rollout, cfg: PPOConfig, ptx_b
 def ppo_update(state: PPOState, ro: Rollout, cfg: PPOConfig) -> dict:
     """Steps 5-6: ``cfg.update_epochs`` passes over ``ro`` in minibatches, then beta's update; the metrics.
 
-    Control flow: the update stops (that minibatch not applied, nor any after it) when a minibatch's approx
-    KL (k3 of pi_old vs pi, measured before its step) exceeds ``cfg.kl_old_target``, and
-    ``early_stop_epoch`` records the epoch; a minibatch whose mean ratio exceeds ``cfg.ratio_threshold``
-    is skipped (TRL). A non-finite loss or gradient norm raises ``ValueError`` naming it (the NaN guard:
-    nothing is applied after it)."""
+    Control flow. Early stop (``cfg.kl_old_target``): each minibatch's approx KL (k3 of pi_old vs the current pi,
+    mean over its valid tokens) is measured in the forward pass of its own loss, i.e. before its step; when it
+    exceeds the target, that minibatch is NOT applied, nor any after it (the rest of this epoch and every later
+    epoch; actor and critic alike, they step together), and ``early_stop_epoch`` records the epoch. Two reference
+    codes do it differently: Spinning Up's PPO (``spinup/algos/pytorch/ppo/ppo.py``) takes whole-batch policy
+    steps and stops before the step whose KL (the k1 mean of logp_old - logp) exceeds 1.5 x ``target_kl``, then
+    trains its value function regardless; CleanRL's ``ppo.py`` applies every minibatch of an epoch and checks
+    after the epoch, on the approx KL (k3) of that epoch's last minibatch (measured before its step), so it
+    skips only the remaining epochs. A minibatch whose mean ratio exceeds ``cfg.ratio_threshold`` is skipped
+    (TRL) and the update goes on. A non-finite loss or gradient norm raises ``ValueError`` naming it (the NaN
+    guard: nothing is applied after it)."""
     it = state.iteration
     schedule = dict(warmup_steps=cfg.warmup_iterations, schedule=cfg.lr_schedule)
     lr = lr_at(it, cfg.iterations, cfg.lr, **schedule)

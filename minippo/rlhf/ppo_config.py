@@ -181,8 +181,10 @@ class PPOConfig:
     # ---- KL control -------------------------------------------------------------------------
     kl_ref_controller: str = "adaptive"
     """``"fixed"`` (beta = ``kl_ref_coef`` forever; 0 = no KL penalty), ``"adaptive"`` (Ziegler et al. 2019 sec. 2.2,
-    proportional) or ``"ppo_paper"`` (PPO paper sec. 4: halve / double beta when the KL is below
-    target / 1.5 or above 1.5 target), each targeting ``kl_ref_target``."""
+    proportional) or ``"ppo_paper"`` (the halve / double rule of PPO paper sec. 4: beta / 2 when the KL is below
+    target / 1.5, beta x 2 above 1.5 target), each fed the KL to the reference per response and targeting
+    ``kl_ref_target``. The paper applies its rule to another KL, the per-update KL(pi_old, pi) of its penalty
+    objective (eq. (8)); lesson 05 runs that version (:class:`minippo.rl.kl_control.PPOPaperKLController`)."""
     kl_ref_coef: float = 0.2
     """beta, the initial KL-penalty coefficient; >= 0, 0.01 .. 0.5. The default starts high enough that the
     KL approaches the target from below while the adaptive controller lowers beta (a low start

@@ -17,6 +17,9 @@ difference within what another seed would give?" The answer used here:
 * :func:`compare` - the difference of two variants' means, its standard error
   ``s_pooled * sqrt(1/S_a + 1/S_b)`` and ``z = diff / se``; |z| >= 2 is read as "clearly different"
   (about 95 % for a normal difference; with few degrees of freedom take it as a rule of thumb).
+* :func:`compare_paired` - the same question when the two variants were measured on the same units (the
+  same tasks, batches, prompts or seeds, one pair per unit): the mean of the paired differences and its
+  standard error ``std(b - a) / sqrt(n)`` (``ddof=1``), which removes what the units share.
 """
 from __future__ import annotations
 
@@ -25,7 +28,6 @@ import math
 import numpy as np
 
 from minippo.checks import check_range
-from minippo.studies.study import final
 
 
 def seed_values(result: dict, key: str, *, last: int = 5, evals: str = "eval") -> np.ndarray:
@@ -38,6 +40,9 @@ def seed_values(result: dict, key: str, *, last: int = 5, evals: str = "eval") -
         averaged over the last ``last`` iterations)
     evals : where the evaluations are: ``"eval"`` or ``"extra"`` (when ``extra`` returned evaluations)
     """
+    # lazy: the rest of this module is plain statistics that lessons 01-07 use without the RLHF stack
+    from minippo.studies.study import final
+
     check_range("last", last, 1, None, integer=True)
     ev = result.get(evals) or []
     if ev and isinstance(ev[0], dict) and key in ev[0]:
@@ -87,3 +92,24 @@ def compare(a, b, noise: float) -> dict:
     se = noise * math.sqrt(1.0 / a.size + 1.0 / b.size)
     z = diff / se if se > 0 else (math.copysign(math.inf, diff) if diff else 0.0)
     return {"diff": diff, "se": se, "z": z, "clear": abs(z) >= 2.0}
+
+
+def compare_paired(a, b) -> dict:
+    """``mean(b - a)`` over paired values (``a[i]`` and ``b[i]`` measured on the same unit), its standard
+    error ``std(b - a, ddof=1) / sqrt(n)`` and ``z = diff / se``.
+
+    Returns ``{"diff", "se", "z", "clear", "n"}`` with ``clear`` = |z| >= 2 (``z`` is inf when se = 0 and
+    the mean difference is not 0, 0 when it is). ``ValueError`` unless ``a`` and ``b`` are 1-D, of the
+    same length n >= 2, and finite.
+    """
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.ndim != 1 or a.shape != b.shape or a.size < 2:
+        raise ValueError(f"`a` and `b` must be 1-D of the same length >= 2 (paired values), got shapes {a.shape} "
+                         f"and {b.shape}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("`a` and `b` must be finite")
+    d = b - a
+    diff = float(d.mean())
+    se = float(d.std(ddof=1) / math.sqrt(d.size))
+    z = diff / se if se > 0 else (math.copysign(math.inf, diff) if diff else 0.0)
+    return {"diff": diff, "se": se, "z": z, "clear": abs(z) >= 2.0, "n": int(d.size)}

@@ -1,13 +1,20 @@
 """Smoke test of lesson 02: products of probabilities underflow, the log-ratio does not; IS variance grows with KL."""
 import numpy as np
+import pytest
 
 from lessons import l02_importance_ratio as lesson
+from tests.helpers import assert_one_of, assert_verdict, quick_runs
 
 
-def test_l02_quick(tmp_path, capsys):
-    r = lesson.main(["--quick", "--seed", "0", "--out", str(tmp_path)])      # run + narrative + plot
-    assert "nan" in capsys.readouterr().out
-    assert (tmp_path / "l02_importance_ratio.png").stat().st_size > 10_000
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return quick_runs(lesson, tmp_path_factory)
+
+
+def test_l02_quick(runs):
+    r = runs[0]
+    assert "nan" in runs["printed"]
+    assert (runs["out"] / "l02_importance_ratio.png").stat().st_size > 10_000
     seq = r["sequence"]
     # float32 products die first, float64 later, the log form never
     u32, u64 = seq["underflow_T_float32"], seq["underflow_T_float64"]
@@ -31,3 +38,22 @@ def test_l02_quick(tmp_path, capsys):
     assert np.all(np.diff(is_["kl"]) > 0) and is_["std_exact"][-1] > 4 * is_["std_exact"][0]
     np.testing.assert_allclose(is_["std_measured"], is_["std_exact"], rtol=0.3)
 
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_l02_verdicts_follow_the_numbers(runs, seed):
+    r = runs[seed]
+    text = lesson.narrative(r)
+    q = r["quadrants"]
+    for A, x, label in ((1.0, 2.0, "A>0 & r=2 "), (1.0, 0.5, "A>0 & r=0.5"), (-1.0, 2.0, "A<0 & r=2 "),
+                        (-1.0, 0.5, "A<0 & r=0.5")):
+        g = np.interp(x, q["ratio"], q[A])
+        part = lesson.narrative(r).split(label)[1].split(")")[0]
+        assert ("harder" in part) == (abs(g) > 1) and ("weakened" in part) == (abs(g) <= 1)
+    rep = r["repeated"]
+    over = rep["L^CPI"]["surrogate"][-1] > rep["L^CPI"]["J"][-1] - rep["J_old"]
+    assert_verdict(text, "(d) Maximising", over, "it over-promises", "it does not over-promise here")
+    is_ = r["is"]
+    s0, s1, n = is_["std_measured"][0], is_["std_measured"][-1], is_["n_batches"]
+    grows = s1 - s0 >= 2 * np.hypot(s0, s1) / np.sqrt(2 * (n - 1))
+    assert_verdict(text, "measured spread", grows, "it grows beyond 2 s.e.", "does not grow beyond 2 s.e.")

@@ -1,13 +1,20 @@
 """Smoke test of lesson 03: TRPO respects its KL bound, PG's KL is unbounded, Figure 2's shape."""
 import numpy as np
+import pytest
 
 from lessons import l03_trust_region as lesson
+from tests.helpers import assert_verdict, line_with, quick_runs
 
 
-def test_l03_quick(tmp_path, capsys):
-    r = lesson.main(["--quick", "--seed", "0", "--out", str(tmp_path)])      # run + narrative + plot
-    assert "TRPO never exceeds its bound" in capsys.readouterr().out
-    assert (tmp_path / "l03_trust_region.png").stat().st_size > 10_000
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return quick_runs(lesson, tmp_path_factory)
+
+
+def test_l03_quick(runs):
+    r = runs[0]
+    assert runs["printed"].startswith(lesson.narrative(r))
+    assert (runs["out"] / "l03_trust_region.png").stat().st_size > 10_000
     m, kl = r["mults"], r["kl"]
     pg, trpo, ppo = (lesson.METHODS.index(x) for x in ("vanilla PG", "TRPO", "PPO-clip"))
     # the constrained step satisfies its bound on every batch and step size
@@ -28,3 +35,31 @@ def test_l03_quick(tmp_path, capsys):
     assert 0.005 < r["fig2_kl_at_1"] < 0.08
     assert np.all(np.diff(f2["KL"]) > 0) and f2["KL"][0] == 0
 
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_l03_verdicts_follow_the_numbers(runs, seed):
+    r = runs[seed]
+    text = lesson.narrative(r)
+    m, kl = r["mults"], r["kl"]
+    bound = np.max(kl[1] / (m[:, None] * lesson.BASE["TRPO"]))
+    assert_verdict(text, "TRPO's KL against its bound", bound <= 1.0, "stays within the bound", "EXCEEDS")
+    f2 = r["fig2"]
+    rising = f2["L^CPI"][-1] > f2["L^CPI"][np.argmax(f2["L^CLIP"])]
+    assert_verdict(text, "Figure 2:", rising, "L^CPI keeps rising", "L^CPI stops rising")
+    falls = []
+    for i, method in enumerate(lesson.METHODS):
+        frac = r["gain"][i] / r["promise"][i]
+        small, large = frac[0], frac[-1]
+        d = large - small
+        fall = d.mean() < 0 and abs(d.mean()) >= 2 * d.std(ddof=1) / np.sqrt(len(d))
+        below = 1 - small.mean() >= 2 * small.std(ddof=1) / np.sqrt(len(small))
+        falls += [method] if fall else []
+        line = line_with(text, f"  {method:>10}: ")
+        assert ("falls (beyond 2 s.e.)" in line) == fall and ("does not fall" in line) == (not fall)
+        assert ("below 1 beyond 2 s.e." in line) == below and ("not below 1" in line) == (not below)
+    assert_verdict(text, "over-promises more and more", bool(falls), "holds for", "does not hold here")
+    j = int(np.argmin(np.abs(m - 1.0)))
+    d = kl[2, -1] - kl[2, j]
+    grew = d.mean() > 0 and d.mean() >= 2 * d.std(ddof=1) / np.sqrt(len(d))
+    assert_verdict(text, "over-promises more and more", grew, "the clip did not bound it", "no growth beyond")

@@ -1,13 +1,21 @@
 """Smoke test of lesson 06: the entropy bonus keeps entropy up and finds the rare best token; the critic learns."""
 import numpy as np
+import pytest
 
 from lessons import l06_actor_critic_loss as lesson
+from minippo.studies.sweep_stats import compare_paired
+from tests.helpers import assert_one_of, assert_verdict, quick_runs
 
 
-def test_l06_quick(tmp_path, capsys):
-    r = lesson.main(["--quick", "--seed", "0", "--out", str(tmp_path)])      # run + narrative + plot
-    assert "explained variance" in capsys.readouterr().out
-    assert (tmp_path / "l06_actor_critic_loss.png").stat().st_size > 10_000
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return quick_runs(lesson, tmp_path_factory)
+
+
+def test_l06_quick(runs):
+    r = runs[0]
+    assert "explained variance" in runs["printed"]
+    assert (runs["out"] / "l06_actor_critic_loss.png").stat().st_size > 10_000
     h0, h1 = r["hist"][0.0], r["hist"][0.1]
     # entropy is higher with the bonus, and without it the policy collapses onto the decoy
     assert r["entropy_at_10"][0.1] > r["entropy_at_10"][0.0]
@@ -25,3 +33,23 @@ def test_l06_quick(tmp_path, capsys):
     H = -np.sum(p * np.log(p))
     want = -lesson.SHOW_ENT_COEF * p * (np.log(p) + H) * g["n_context"] / lesson.config(0).batch_size
     np.testing.assert_allclose(g["entropy"], want, rtol=1e-10, atol=1e-15)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_l06_verdicts_follow_the_numbers(runs, seed):
+    r = runs[seed]
+    text = lesson.narrative(r)
+    g = r["grads"]
+    d, best = g["decoy"], g["best"]
+    line = "Gradients on context 0"
+    assert_verdict(text, line, g["entropy"][d] < 0, "pushed down by the entropy term", "pushed up by the entropy")
+    assert_verdict(text, line, g["policy"][d] > 0, "and up by the policy term", "and down by the policy term")
+    assert_verdict(text, line, abs(g["entropy"][best]) < abs(g["entropy"][d]), "less than the decoy",
+                   "no less than the decoy")
+    c0, c1 = r["ent_coefs"][0], r["ent_coefs"][-1]
+    e, p = (compare_paired(r["hist"][c0][k][:, -5:].mean(axis=1), r["hist"][c1][k][:, -5:].mean(axis=1))
+            for k in ("entropy", "p_best"))
+    up = lambda c: c["clear"] and c["diff"] > 0          # noqa: E731
+    key = "both" if up(e) and up(p) else "entropy" if up(e) else "none"
+    assert_one_of(text, f"With c2 = {c1:g}", {"both": "the best one is found more often",
+                                              "entropy": "p(best) is not higher", "none": "no effect of the bonus"}, key)

@@ -1,12 +1,20 @@
 """Smoke test of lesson 07: exact GAE bias (0 at lambda = 1 for the gradient), variance rising with
 lambda, noisier rewards preferring a lower lambda, Monte Carlo agreeing with the exact expectation."""
 import numpy as np
+import pytest
 
 from lessons import l07_gae as lesson
+from minippo.studies.sweep_stats import compare_paired
+from tests.helpers import assert_verdict, quick_runs
 
 
-def test_l07_quick(tmp_path):
-    r = lesson.run(quick=True, seed=0)
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return quick_runs(lesson, tmp_path_factory)
+
+
+def test_l07_quick(runs):
+    r = runs[0]
     lams, b, v = r["lams"], r["bias"], r["var"]
     pg_bias = [b[lam]["pg"] for lam in lams]
     assert all(x > y for x, y in zip(pg_bias, pg_bias[1:]))          # bias falls with lambda
@@ -22,9 +30,8 @@ def test_l07_quick(tmp_path):
     assert r["best_lam"][noisy] <= r["best_lam"][clean]
     t = r["timing"]
     assert t["kernel"] > 0 and t["numpy"] > 0 and t["python"] > 0 and t["max_abs_diff"] < 1e-4
-    path = tmp_path / "l07.png"
-    lesson.plot(r, path)
-    assert path.stat().st_size > 10_000
+    assert (runs["out"] / "l07_gae.png").stat().st_size > 10_000
+    assert runs["printed"].startswith(lesson.narrative(r)) and "Lowest gradient MSE" in runs["printed"]
 
 
 def test_exact_values_match_the_chain():
@@ -39,7 +46,29 @@ def test_exact_values_match_the_chain():
     np.testing.assert_allclose(lesson.expected_gae(m, 0.0), td, atol=1e-12)
 
 
-def test_l07_main_writes_its_figure(tmp_path, capsys):
-    lesson.main(["--quick", "--out", str(tmp_path)])
-    assert (tmp_path / "l07_gae.png").exists()
-    assert "Lowest gradient MSE" in capsys.readouterr().out
+@pytest.mark.parametrize("seed", [0, 1])
+def test_l07_verdicts_follow_the_numbers(runs, seed):
+    r = runs[seed]
+    text = lesson.narrative(r)
+    b = r["bias"]
+    line = "lambda = 1 (Monte Carlo)"
+    assert_verdict(text, line, b[1.0]["gap"] < lesson.EXACT, "cancels in the gradient", "does NOT cancel")
+    assert_verdict(text, line, r["bias_exact_critic"] < lesson.EXACT, "every lambda is unbiased", "NOT unbiased")
+    clean, noisy = r["sigmas"]
+
+    def sq(lam, ref):                       # per batch |g_hat - ref|^2, in units of |g|^2
+        G = r["pg_samples"][noisy][lam]
+        return ((G - (G.mean(axis=0) if ref is None else ref)) ** 2).sum(axis=1)
+
+    d = compare_paired(sq(0.99, None), sq(0.95, None))
+    assert_verdict(text, "A common claim: lambda = 0.95", d["clear"] and d["diff"] < 0 and b[0.95]["pg"] > b[0.99]["pg"],
+                   "): holds.", "does not hold here")
+    best = r["best_lam"]
+    if best[noisy] == best[clean]:
+        ok = False
+    else:
+        e = compare_paired(sq(best[noisy], r["pg_true"]), sq(best[clean], r["pg_true"]))
+        ok = best[noisy] < best[clean] and e["clear"] and e["diff"] > 0
+    assert_verdict(text, "The noisier the reward", ok, ": holds.", "does not hold here")
+    worst = max(max(r["mc_check"][s].values()) for s in r["sigmas"])
+    assert_verdict(text, "Monte-Carlo means", worst < lesson.MC_SE, "agrees with the exact formula", "DISAGREES")

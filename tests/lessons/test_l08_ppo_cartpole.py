@@ -1,11 +1,18 @@
 """Smoke test of lesson 08: both runs learn, target-KL early stopping fires, the dashboard is written."""
 import numpy as np
+import pytest
 
 from lessons import l08_ppo_cartpole as lesson
+from tests.helpers import assert_one_of, assert_verdict, quick_runs
 
 
-def test_l08_quick(tmp_path, capsys):
-    r = lesson.main(["--quick", "--out", str(tmp_path)])      # run(quick=True, seed=0), plot, narrative
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return quick_runs(lesson, tmp_path_factory)
+
+
+def test_l08_quick(runs):
+    r = runs[0]
     d = r["summary"]["defaults"]
     k = r["summary"][f"kl_old_target = {lesson.KL_OLD_TARGET:g}"]
     for res in r["runs"].values():
@@ -19,7 +26,23 @@ def test_l08_quick(tmp_path, capsys):
     assert all(h["losses/approx_kl"] > lesson.KL_OLD_TARGET for h in stopped)
     # the first policy is uniform (0.01-gain output layer) and the entropy falls from there
     assert abs(d["entropy_start"] - np.log(2)) < 0.01 and d["entropy_end"] < d["entropy_start"]
-    path = tmp_path / "l08_ppo_cartpole.png"
+    path = runs["out"] / "l08_ppo_cartpole.png"
     assert path.stat().st_size > 50_000
-    out = capsys.readouterr().out
+    out = runs["printed"]
     assert "clip fraction" in out and "explained variance" in out and "stopped early" in out
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_l08_verdicts_follow_the_numbers(runs, seed):
+    r = runs[seed]
+    text = lesson.narrative(r)
+    d = r["summary"]["defaults"]
+    assert_verdict(text, "- value loss:", d["value_loss_last"] < d["value_loss_first"], "it fell", "it rose")
+    reached = r["runs"]["defaults"]["episode_returns"].max() >= 500
+    assert_verdict(text, "- value loss:", reached, "episodes reached the 500-step limit", "no episode reached")
+    assert_verdict(text, "- entropy:", abs(d["entropy_start"] - np.log(2)) < 0.01, "makes the first policy uniform",
+                   "is NOT uniform")
+    assert_verdict(text, "- entropy:", d["entropy_end"] < d["entropy_start"], "it declined", "did not decline")
+    assert_verdict(text, "- approx KL", d["kl_median_last"] < d["kl_median_first"], "(lower, as", "not lower")
+    assert_verdict(text, "- grad norm", d["grad_norm_critic_first"] > 3 * d["grad_norm_actor_first"],
+                   "regression on returns of up to", "clipped; ")

@@ -1,11 +1,19 @@
 """Smoke test of lesson 11: the Bradley-Terry reward model beats chance on held-out prompts, tracks the
 gold score on fresh samples, and its normalised scores have mean 0 and std 1 on the reference samples."""
 
+import pytest
+
 from lessons import l11_reward_model as lesson
+from tests.helpers import assert_one_of, assert_verdict, quick_runs
 
 
-def test_l11_quick(tmp_path, capsys):
-    r = lesson.main(["--quick", "--out", str(tmp_path)])
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return quick_runs(lesson, tmp_path_factory)
+
+
+def test_l11_quick(runs):
+    r = runs[0]
     assert r["heldout_accuracy"] > 0.6 and r["heldout_gold_accuracy"] > 0.6
     assert r["heldout_loss"] < r["history"][0]["rm/heldout_loss"]
     assert r["heldout_accuracy"] < r["bayes_accuracy"] + 0.05           # the label noise caps the accuracy
@@ -13,6 +21,19 @@ def test_l11_quick(tmp_path, capsys):
     assert abs(r["fresh_score"].mean()) < 1e-9 and abs(r["fresh_score"].std() - 1) < 1e-9
     assert sum(r["by_gap"]["n"]) <= r["n_heldout"] and r["calibration"]["count"].sum() == r["n_heldout"]
     assert len(r["examples"]) == 3
-    out = capsys.readouterr().out
+    out = runs["printed"]
     assert "held-out accuracy vs the sampled labels" in out and "Normalisation" in out
-    assert (tmp_path / "l11_reward_model.png").stat().st_size > 50_000
+    assert (runs["out"] / "l11_reward_model.png").stat().st_size > 50_000
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_l11_verdicts_follow_the_numbers(runs, seed):
+    r = runs[seed]
+    text = lesson.narrative(r)
+    ex = {e["kind"]: e for e in r["examples"]}
+    e = ex["the label went against gold"]
+    assert_verdict(text, "probability near 0.2" if "probability near 0.2" in text else "the label went against gold",
+                   e["gold_chosen"] < e["gold_rejected"], "the label went against gold", "label agrees with gold")
+    e = ex["the RM's worst ordering"]
+    wrong = (e["rm_chosen"] - e["rm_rejected"]) * (e["gold_chosen"] - e["gold_rejected"]) < 0
+    assert_verdict(text, "the RM's worst ordering", wrong, "ordering: the human", "none, the RM orders")

@@ -1,15 +1,24 @@
 """Smoke test of lesson 12: one real trainer step per critic arrangement makes exactly the passes the
 formula predicts, only the actor and critic move, the formulas equal real TinyGPT arrays, and the 7B
 extrapolation shows the critic's cost and what the (B, T, V) arrays cost (Q33)."""
+import numpy as np
+import pytest
+
 from lessons import l12_four_models as lesson
+from tests.helpers import assert_one_of, assert_verdict, quick_runs
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return quick_runs(lesson, tmp_path_factory)
 from minippo.studies.memory import GB, param_count, static_bytes
 
 
-def test_l12_quick(tmp_path, capsys):
-    r = lesson.main(["--quick", "--out", str(tmp_path)])
-    out = capsys.readouterr().out
+def test_l12_quick(runs):
+    r = runs[0]
+    out = runs["printed"]
     assert "== formula" in out and "FROZEN" in out and "LLaMA-7B" in out
-    assert (tmp_path / "l12_four_models.png").stat().st_size > 20_000
+    assert (runs["out"] / "l12_four_models.png").stat().st_size > 20_000
     for critic in lesson.CRITICS:
         p = r["passes"][critic]
         assert p["counted"] == p["formula"]
@@ -28,3 +37,21 @@ def test_l12_quick(tmp_path, capsys):
     assert r["scaling"]["LLaMA-7B"]["params"] == param_count(lesson.SIZES["LLaMA-7B"], ("lm",)) == 6_738_415_616
     pf = r["pitfall"]
     assert pf["buffer, full distributions"] > 5000 * pf["buffer, log_prob scalars"]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_l12_verdicts_follow_the_numbers(runs, seed):
+    r = runs[seed]
+    text = lesson.narrative(r)
+    frozen = all(p["moved"][n] == 0.0 for p in r["passes"].values() for n in ("reference", "reward"))
+    assert_verdict(text, "Optimizers:", frozen, "stayed bitwise unchanged", "CHANGED")
+    m, actor = r["measured"], {x.name: x for x in r["tiny"]["separate"]}["actor"]
+    same = (actor.params, actor.weights, actor.grads, actor.optimizer, actor.activations) == (
+        m["params"], m["weights"], m["grads"], m["adam"], m["activations"])
+    assert_verdict(text, "Our sizes, fp32", same, "the formulas' actor row exactly", "NOT the formulas'")
+    for c, p in r["passes"].items():
+        line, = [x for x in text.splitlines() if lesson.SETUP_NAMES[c] in x and "decode steps" in x]
+        assert ("[== formula]" in line) == (p["counted"] == p["formula"]) != ("!= formula" in line)
+    sep, shared, none = (lesson.static_bytes(r["seven"][(c, False)]) for c in ("separate", "shared", "none"))
+    assert_verdict(text, "Dropping the critic", np.isclose(shared, none, rtol=1e-3), "or sharing the actor's trunk saves",
+                   "), sharing the actor's trunk")

@@ -1,9 +1,18 @@
 """Smoke test of lesson 14: a short RLHF run moves the policy towards the reward model, within the KL budget."""
+import numpy as np
+import pytest
+
 from lessons import l14_rlhf_ppo as lesson
+from tests.helpers import assert_one_of, assert_verdict, quick_runs
 
 
-def test_l14_quick(tmp_path, capsys):
-    r = lesson.main(["--quick", "--out", str(tmp_path)])
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return quick_runs(lesson, tmp_path_factory)
+
+
+def test_l14_quick(runs):
+    r = runs[0]
     s = r["summary"]
     assert len(r["records"]) == r["config"].iterations
     assert s["PPO"]["rm_mean"] > s["SFT"]["rm_mean"]                     # PPO raised the proxy ...
@@ -19,6 +28,25 @@ def test_l14_quick(tmp_path, capsys):
     assert uc["reference"] == {k: 0 for k in uc["reference"]} and uc["reward model"]["backward"] == 0
     assert set(w["shapes"]) == {"observation", "action", "log_prob", "value", "reward", "advantage", "return"}
     assert (w["rows"]["reward"][w["n"]:] == 0).all() and (w["rows"]["advantage"][w["n"]:] == 0).all()
-    out = capsys.readouterr().out
+    out = runs["printed"]
     assert "Fresh samples" in out and "PPO" in out and "The walk's record equals" in out
-    assert (tmp_path / "l14_rlhf_ppo.png").stat().st_size > 50_000
+    assert (runs["out"] / "l14_rlhf_ppo.png").stat().st_size > 50_000
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_l14_verdicts_follow_the_numbers(runs, seed):
+    r = runs[seed]
+    text = lesson.narrative(r)
+    rc, uc = r["walk"]["rollout_calls"], r["walk"]["update_calls"]
+    once = all(rc[n]["forward"] == 1 and rc[n]["backward"] == 0 and rc[n]["prefill"] == rc[n]["decode"] == 0
+               and sum(uc[n].get(k, 0) for k in ("prefill", "decode", "forward", "backward")) == 0
+               for n in ("reference", "reward model"))
+    assert_verdict(text, "-> the actor samples", once, "run forward once each", "do NOT run forward")
+    assert f"runs forward {rc['critic']['forward']}x in the rollout" in text
+    assert_verdict(text, "The walk's record", r["walk_equals_trainer"], "equals", "DIFFERS FROM")
+    b, a = r["before"], r["after"]
+    d = (a["rm"] - b["rm"]) / np.std(b["rm"]) - (a["gold"] - b["gold"]) / np.std(b["gold"])
+    se = d.std(ddof=1) / np.sqrt(d.size)
+    key = int(np.sign(d.mean())) if abs(d.mean()) >= 2 * se else 0
+    assert_one_of(text, "The gold score moved by", {1: "the proxy moves further", -1: "the gold moved further",
+                                                    0: "the gold moved as far as the proxy"}, key)

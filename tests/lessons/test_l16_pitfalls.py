@@ -2,14 +2,22 @@
 gives it, and the narrative says which) and each deliberate bug breaks it; the critic's bias init removes the
 offset at iteration 0; a length bonus lengthens the responses."""
 import numpy as np
+import pytest
 
 from lessons import l16_pitfalls as lesson
 from minippo.blas import blas_core_name
+from minippo.studies.sweep_stats import compare, compare_paired, pooled_seed_std
+from tests.helpers import assert_one_of, assert_verdict, line_with, quick_runs
 
 
-def test_l16_quick(tmp_path, capsys):
-    r = lesson.main(["--quick", "--out", str(tmp_path)])
-    out = capsys.readouterr().out
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return quick_runs(lesson, tmp_path_factory)
+
+
+def test_l16_quick(runs):
+    r = runs[0]
+    out = runs["printed"]
     ck = r["check"]
     fm, tol, eps = ck["first_minibatch"], ck["tolerance"], float(np.finfo(np.float32).eps)
     # C. lr = 0, exact on any machine: the parameters do not move; the same forward (same shapes, same BLAS
@@ -52,5 +60,60 @@ def test_l16_quick(tmp_path, capsys):
     first = {k: r["length"][k]["records"][0][0] for k in (hack, normed)}   # same seed: the same first rollout
     assert first[hack]["objective/rm_scores"] == first[normed]["objective/rm_scores"]
     assert 0 < first[normed]["objective/scores"] < first[hack]["objective/scores"] / 2   # / n^0.5, n > 4
-    assert "lr = 0" in out and "Seed 001" in out
-    assert (tmp_path / "l16_pitfalls.png").stat().st_size > 50_000
+    assert out.startswith(lesson.narrative(r)) and "lr = 0" in out
+    assert (runs["out"] / "l16_pitfalls.png").stat().st_size > 50_000
+
+
+def _critic(s, a, b, key):                              # b - a over the seeds, seed noise pooled over the critics
+    return compare(s[a][key], s[b][key], pooled_seed_std([x[key] for x in s.values()])[0])
+
+
+def _length(r, a, b, key):                              # b - a: one training seed, paired over the prompts
+    get = (lambda v: v["sentiment"][0]) if key == "sentiment" else (lambda v: np.asarray(v["eval"][0][key], float))
+    return compare_paired(get(r["length"][a]), get(r["length"][b]))
+
+
+def _sign(c):
+    return int(np.sign(c["diff"])) if c["clear"] else 0
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_l16_verdicts_follow_the_numbers(runs, seed):
+    r = runs[seed]
+    text = lesson.narrative(r)
+    s = lesson.summary(r)
+    assert len(r["sizes"]["seeds"]) == 2 and len(r["sizes"]["long_seeds"]) == 1     # the branches tested below
+    c = _critic(s, "no fix", "value clip", "err_end_seeds")
+    assert_verdict(text, "clipping the value loss calms", _sign(c) < 0, "): holds;", "does not hold here")
+    c = _critic(s, "no fix", "value norm", "err_end_seeds")
+    assert_verdict(text, "value normalisation fixes", _sign(c) < 0, "): holds", "does not hold here")
+    assert_verdict(text, "initialise the value head's bias", s["bias init"]["err0"] < s["no fix"]["err0"] / 4,
+                   "the offset is gone", "the offset is NOT gone")
+    c = _critic(s, "bias init", "RM-init critic", "ev_end_seeds")
+    assert_verdict(text, "The main job's critic", _sign(c) > 0, "the RM's weights know more", "do not explain more")
+    lo = min(s, key=lambda k: s[k]["err_end"])
+    hi = max(s, key=lambda k: s[k]["err_end"])
+    g = _critic(s, hi, lo, "gold")
+    assert_one_of(text, "a smaller value loss means", {1: "holds between these two", -1: "the smaller error has the "
+                                                       "lower gold", 0: "no gold difference beyond"}, _sign(g))
+    plain, hack, fixed, normed = r["length"]
+    longer, worse = _length(r, plain, hack, "length"), _length(r, plain, hack, "gold")
+    key = "holds" if _sign(longer) > 0 and _sign(worse) < 0 else "half" if _sign(longer) > 0 else "no"
+    assert_one_of(text, "preference for length is exploited", {"holds": "): holds.", "half": "half holds",
+                                                               "no": "does not hold here"}, key)
+    assert_one_of(text, "The fitted length penalty", {0: "brings the length back", 1: "does not fully fix it",
+                                                      -1: "it overshoots"}, _sign(_length(r, plain, fixed, "length")))
+    line = "The division by length^"
+    assert_verdict(text, line, _sign(_length(r, plain, normed, "length")) > 0, "still longer", "not longer beyond")
+    assert_verdict(text, line, _sign(_length(r, plain, normed, "sentiment")) < 0, "the policy learns less",
+                   "does not learn less")
+    st = r["check"]["stats"]
+    bugs = [k for k in lesson.RECOMPUTES if k not in lesson.CONTROLS_C]
+    hidden = [k for k in bugs if abs(st[k]["ratio_mean"] - 1) < 0.05]
+    assert_verdict(text, "Without the mask", bool(hidden), "The mean ratio hides", "Every bug also moves")
+    assert_verdict(text, "Without the mask", np.isclose(st["no attention mask"]["rows_changed"],
+                                                         r["check"]["padded_rows"]), "exactly the rows", "NOT exactly")
+    caught = all(st[k]["clipfrac"] > 0 for k in bugs) and all(st[k]["clipfrac"] == 0 for k in lesson.CONTROLS_C)
+    assert_verdict(text, "clipfrac at lr = 0" if caught else "NOT every bug", caught, "a non-zero clipfrac at lr = 0",
+                   "NOT every bug")
+    assert "seed 00" not in text.lower()

@@ -3,13 +3,20 @@ import numpy as np
 import pytest
 
 from lessons import l20_grpo_rloo as lesson
+from minippo.studies.sweep_stats import compare, pooled_seed_std
+from tests.helpers import assert_one_of, assert_verdict, quick_runs
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return quick_runs(lesson, tmp_path_factory)
 
 PPO = "PPO (GAE + critic)"
 CRITIC_FREE = ("GRPO", "RLOO", "REINFORCE (batch mean)")
 
 
-def test_l20_quick(tmp_path, capsys):
-    r = lesson.main(["--quick", "--out", str(tmp_path)])
+def test_l20_quick(runs):
+    r = runs[0]
     sz, S = r["sizes"], r["summary"]
     assert list(S) == list(lesson.METHODS)
     # the same number of responses per iteration for every method: PPO 1 per prompt, the others GROUP per prompt
@@ -38,6 +45,39 @@ def test_l20_quick(tmp_path, capsys):
     assert (mem["separate"]["models"], mem["none"]["models"]) == (4, 3)
     assert mem["none"]["ours_total"] < mem["separate"]["ours_total"]
     assert mem["none"]["7b_total"] < 0.6 * mem["separate"]["7b_total"]
-    out = capsys.readouterr().out
-    assert "Memory: PPO keeps 4 models" in out and "Whitening" in out
-    assert (tmp_path / "l20_grpo_rloo.png").stat().st_size > 50_000
+    out = runs["printed"]
+    assert out.startswith(lesson.narrative(r)) and "Memory: PPO keeps 4 models" in out
+    assert (runs["out"] / "l20_grpo_rloo.png").stat().st_size > 50_000
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_l20_verdicts_follow_the_numbers(runs, seed):
+    r = runs[seed]
+    text = lesson.narrative(r)
+    S, bl, ref = r["summary"], r["baselines"], r["reference"]
+    assert len(r["sizes"]["seeds"]) == 2                      # the seed-noise branches run at --quick
+    factor = (lesson.GROUP / (lesson.GROUP - 1)) ** 2
+    line = "The prompt explains"
+    assert_verdict(text, line, np.isclose(bl["batch mean"] - bl["group mean"], bl["between_prompts"], atol=0.005),
+                   "exactly the share", "NOT the share")
+    assert_verdict(text, line, np.isclose(bl["leave-one-out"], factor * bl["group mean"], rtol=0.01),
+                   "the price of being unbiased", "NOT (n/(n-1))^2")
+    free = [n for n in CRITIC_FREE if n in S]
+    noise = pooled_seed_std([S[m]["cpu_per_it"] for m in r["methods"]])[0]
+    cpu = compare(S[PPO]["cpu_per_it"], [np.mean([S[n]["cpu_per_it"][i] for n in free]) for i in range(2)], noise)
+    assert_verdict(text, "three models instead of four", cpu["clear"] and cpu["diff"] < 0, "less CPU time beyond",
+                   "no CPU saving")
+    assert_verdict(text, "fewer samples per prompt", bl["leave-one-out"] > bl["batch mean"], "residual is larger",
+                   "residual is not larger")
+    noise = pooled_seed_std([S[m]["gold"] for m in r["methods"]])[0]
+    lifts = [compare([ref["gold_mean"]], S[n]["gold"], noise) for n in r["methods"]]
+    n_lift = sum(c["clear"] and c["diff"] > 0 for c in lifts)
+    assert_verdict(text, "RLHF is PPO", n_lift == len(lifts), "Every one lifts the gold",
+                   f"{n_lift} of {len(lifts)} lift the gold")
+    for n in r["methods"]:
+        if n != PPO:
+            c = compare(S[PPO]["gold"], S[n]["gold"], noise)
+            key = int(np.sign(c["diff"])) if c["clear"] else 0
+            assert_one_of(text, f"  {n}: gold vs PPO", {1: "above PPO beyond", -1: "below PPO beyond",
+                                                        0: "within the seed noise"}, key)
+    assert "seed 00" not in text.lower() and "误区" not in text

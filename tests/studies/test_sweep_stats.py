@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from minippo.studies.sweep_stats import compare, pooled_seed_std, seed_curves, seed_values
+from minippo.studies.sweep_stats import compare, compare_paired, pooled_seed_std, seed_curves, seed_values
 
 
 def fake_variant(golds, kls):
@@ -44,3 +44,23 @@ def test_compare_in_standard_errors():
     assert compare([1.0], [1.0], noise=0.0)["z"] == 0.0 and compare([1.0], [2.0], noise=0.0)["z"] == math.inf
     with pytest.raises(ValueError, match="`noise`"):
         compare([1.0], [2.0], noise=-1.0)
+
+
+def test_compare_paired_by_hand():
+    # differences 1, 2, 3: mean 2, std (ddof 1) 1, se 1 / sqrt(3)
+    c = compare_paired([0.0, 10.0, 20.0], [1.0, 12.0, 23.0])
+    assert c["diff"] == 2.0 and c["n"] == 3
+    assert math.isclose(c["se"], 1 / math.sqrt(3), rel_tol=1e-12)
+    assert math.isclose(c["z"], 2 * math.sqrt(3), rel_tol=1e-12) and c["clear"]
+    # the same shift on units that differ a lot: the pairing removes the units' spread
+    assert compare_paired([0.0, 100.0, -50.0], [0.5, 100.6, -49.4])["clear"]
+    assert not compare_paired([0.0, 1.0], [1.0, 0.0])["clear"]             # +1 and -1: mean 0
+    assert compare_paired([1.0, 2.0], [2.0, 3.0])["z"] == math.inf
+    assert compare_paired([1.0, 2.0], [1.0, 2.0])["z"] == 0.0
+
+
+@pytest.mark.parametrize("a, b", [([1.0], [2.0]), ([1.0, 2.0], [1.0]), ([[1.0, 2.0]], [[1.0, 2.0]]),
+                                  ([1.0, np.nan], [1.0, 2.0])])
+def test_compare_paired_rejects_unpaired_input(a, b):
+    with pytest.raises(ValueError, match="`a` and `b`"):
+        compare_paired(a, b)
