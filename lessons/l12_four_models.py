@@ -65,7 +65,7 @@ PART_LABELS = {"weights": "weights", "grads": "gradients", "optimizer": "Adam m,
                "activations": "activations (fwd+bwd caches)", "logits": "(B, T, V) arrays"}
 PART_COLORS = {"weights": "tab:blue", "grads": "tab:orange", "optimizer": "tab:red", "activations": "tab:green",
                "logits": "tab:purple"}
-BIG_B, BIG_T = 4, 2048                     # seed 000 pitfall 3: batch 4 x seq 2048 x vocab 32k
+BIG_B, BIG_T = 4, 2048                     # Q33: a batch of 4 x 2048 tokens, vocabulary 32k
 SIZES = {  # name -> shape, for the sweep from tiny to 13B (gpt2 shapes: Radford et al. 2019)
     "GPT-2 124M": ModelShape(12, 768, 12, 50257, 1024),
     "GPT-2 1.5B": ModelShape(48, 1600, 25, 50257, 1024),
@@ -127,11 +127,11 @@ def run(quick: bool = False, seed: int = 0) -> dict:
     B, T = base.minibatch_size, gcfg.block_size
     tiny = {c: four_models(shape, FP32, B, T, critic=c) for c in CRITICS}
     measured = measure_tinygpt(gcfg, B, T, seed=seed)
-    # LLaMA-7B in mixed precision at seed 000's batch
+    # LLaMA-7B in mixed precision at that batch (Q33)
     big = ModelShape.llama_7b(BIG_T)
     seven = {(c, ck): four_models(big, MIXED, BIG_B, BIG_T, critic=c, checkpointing=ck)
              for c in CRITICS for ck in (False, True)}
-    pitfall = {  # seed 000 pitfall 3, bytes at B = 4, T = 2048, V = 32000
+    pitfall = {  # Q33: what the buffer costs, bytes at B = 4, T = 2048, V = 32000
         "buffer, log_prob scalars": buffer_bytes(BIG_B, BIG_T, big.vocab_size),
         "buffer, full distributions": buffer_bytes(BIG_B, BIG_T, big.vocab_size, full_distributions=True),
         "one (B, T, V) fp32 array": logits_bytes(BIG_B, BIG_T, big.vocab_size, 4),

@@ -82,7 +82,7 @@ CRITICS = {
     "RM-init critic": dict(critic_init="reward_model"),      # the main job's: RM weights, value clip, bias init
 }
 BONUS, LONG_TOKENS = 0.3, 40    # B: score + BONUS per token, responses up to LONG_TOKENS tokens
-ALPHA = 0.5                     # B: seed 001's length normalisation, score / n^ALPHA
+ALPHA = 0.5                     # B: the length normalisation score / n^ALPHA (Q50)
 TERMS = ("unknown", "run_on", "no_period", "word_order", "adj_chain", "long")   # the gold's penalty terms shown
 RECOMPUTES = {                  # C: label -> (recompute mode, temperature)
     "same forward (the trainer)": ("same", 1.0),

@@ -68,7 +68,7 @@ from minippo.studies.memory import FP32, GB, MIXED, ModelShape, four_models, sta
 from minippo.studies.study import Study, final
 from minippo.studies.sweep_stats import compare, pooled_seed_std
 
-GROUP = 4                   # responses per prompt of the group methods (seed 001: 4-8)
+GROUP = 4                   # responses per prompt of the group methods (4-8 is common; DeepSeekMath samples 64)
 GRPO_BETA = 0.04            # DeepSeekMath's beta of the KL loss
 BIG_B, BIG_T = 4, 2048      # the 7B extrapolation's batch (lesson 12)
 METHODS = {                 # name -> PPOConfig overrides on top of the study's base config
