@@ -66,8 +66,9 @@ from lessons._common import clear_sign, diff_text, holds, lesson_main, pyplot, s
 from minippo.blas import blas_core_name
 from minippo.rlhf.data.gold import gold_breakdown, gold_profile
 from minippo.rlhf.reward_model import sequence_scores
-from minippo.studies.pitfalls import (length_slope, logp_rounding_tolerance, lr_zero_verdict, offset_reward_model,
-                                      ratio_statistics, recompute_logp, value_error)
+from minippo.rl.masked import masked_mean
+from minippo.studies.pitfalls import (clamp_critic, length_slope, logp_rounding_tolerance, lr_zero_verdict,
+                                      offset_reward_model, ratio_statistics, recompute_logp, value_error)
 from minippo.studies.study import Study
 from minippo.studies.sweep_stats import compare, compare_paired, pooled_seed_std, seed_curves, seed_values
 
@@ -81,6 +82,8 @@ CRITICS = {
     "all three": {**NO_FIX, "value_clip": True, "value_norm": True, "critic_bias_init": "mean_score"},
     "RM-init critic": dict(critic_init="reward_model"),      # the main job's: RM weights, value clip, bias init
 }
+CLAMP = "clamp [-10, 10]"       # A, Q47: the value clamped to a fixed box instead of clipped around V_old
+BOX = (-10.0, 10.0)
 BONUS, LONG_TOKENS = 0.3, 40    # B: score + BONUS per token, responses up to LONG_TOKENS tokens
 ALPHA = 0.5                     # B: the length normalisation score / n^ALPHA (Q50)
 TERMS = ("unknown", "run_on", "no_period", "word_order", "adj_chain", "long")   # the gold's penalty terms shown
@@ -132,15 +135,26 @@ def lr_zero_check(study, base: dict) -> dict:
             "params_unchanged": all(np.array_equal(tr.actor.params[k], study.sft.params[k]) for k in study.sft.params)}
 
 
+def _log_critic(trainer, rollout, record) -> None:
+    """Callback of part A: the critic's error in return units, and the fractions of valid tokens whose value /
+    return lies on or outside :data:`BOX` (for the clamped critic: where the clamp binds)."""
+    m, (lo, hi) = rollout.response_mask, BOX
+    outside = lambda x: masked_mean(((x <= lo) | (x >= hi)).astype(np.float64), m)     # noqa: E731
+    record.update({"val/value_error": value_error(rollout), "val/values_outside_box": outside(rollout.values),
+                   "val/returns_outside_box": outside(rollout.returns)})
+
+
 def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     t0, c0 = time.perf_counter(), time.process_time()
     sz = sizes(quick, full)
     study = Study(quick=quick, seed=seed)
     base = dict(iterations=sz["iterations"], batch_size=sz["batch_size"], minibatch_size=sz["minibatch_size"], lr=5e-4)
-    # A. six critics against the offset reward model; the callback logs the critic's error in return units
-    add_error = lambda tr, ro, rec: rec.update({"val/value_error": value_error(ro)})   # noqa: E731
-    critic = study.sweep(CRITICS, seeds=sz["seeds"], base=base, callback=add_error,
-                         reward_model=offset_reward_model(study.reward_model, OFFSET))
+    # A. six critics against the offset reward model, and (Q47) the no-fix critic clamped to BOX; the callback logs
+    # the critic's error in return units and where a clamp to BOX binds (or would bind) on values and returns
+    offset_rm = offset_reward_model(study.reward_model, OFFSET)
+    critic = study.sweep(CRITICS, seeds=sz["seeds"], base=base, callback=_log_critic, reward_model=offset_rm)
+    clamp = study.sweep({CLAMP: NO_FIX}, seeds=sz["seeds"], base=base, callback=_log_critic, reward_model=offset_rm,
+                        setup=lambda tr: clamp_critic(tr, *BOX))[CLAMP]
     # B. length: the SFT samples with room for LONG_TOKENS give the slope of the bonus-shaped score
     cfg_long = study.config(max_new_tokens=LONG_TOKENS)
     ref_long = study.evaluate(study.sft, max_new_tokens=LONG_TOKENS, sample_seed=1)
@@ -159,7 +173,7 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     # C. the lr = 0 check
     check = lr_zero_check(study, base)
     return {"sizes": sz, "base": base, "reference": study.reference, "quick": quick, "full": full,
-            "critic": critic, "ref_long": {**ref_long, "terms": gold_profile(ref_long["texts"])},
+            "critic": critic, "clamp": clamp, "clip_eps_value": study.config(**base).clip_eps_value, "ref_long": {**ref_long, "terms": gold_profile(ref_long["texts"])},
             "slope": slope, "penalty": penalty, "length": length, "check": check,
             "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
 
@@ -175,6 +189,52 @@ def summary(r: dict) -> dict:
                      "kl": float(seed_values(v, "kl_mean").mean()),
                      "loss_end": float(seed_values(v, "loss/value_avg").mean())}
     return out
+
+
+def clamp_summary(r: dict) -> dict:
+    """Q47: per variant (no fix, value clip, the clamp), per seed: the error at the end (last 3 iterations, return
+    units), where a clamp to BOX binds (values on / outside it, first iteration and last 3), the returns outside it,
+    PPO's value-clip fraction during the update (last 3), and evaluation gold; the seed noise pooled over the six
+    critics of part A and the clamp (None with one seed)."""
+    variants = {"no fix": r["critic"]["no fix"], "value clip": r["critic"]["value clip"], CLAMP: r["clamp"]}
+    out = {}
+    for name, v in variants.items():
+        box = seed_curves(v, "val/values_outside_box")
+        out[name] = {"err_end": seed_curves(v, "val/value_error")[:, -3:].mean(axis=1),
+                     "box_first": float(box[:, 0].mean()), "box_end": float(box[:, -3:].mean()),
+                     "returns_out": float(seed_curves(v, "val/returns_outside_box")[:, -3:].mean()),
+                     "vclip_end": float(seed_curves(v, "val/clipfrac_avg")[:, -3:].mean()),
+                     "gold": seed_values(v, "gold_mean")}
+    every = [*r["critic"].values(), r["clamp"]]
+    noise = None
+    if min(len(v["records"]) for v in every) > 1:
+        noise = {"err_end": pooled_seed_std([seed_curves(v, "val/value_error")[:, -3:].mean(axis=1) for v in every])[0],
+                 "gold": pooled_seed_std([seed_values(v, "gold_mean") for v in every])[0]}
+    return {"variants": out, "noise": noise}
+
+
+def clamp_lines(r: dict) -> list[str]:
+    """The narrative of Q47: a clamp of V to a fixed box against PPO's value clipping around V_old."""
+    q = clamp_summary(r)
+    x, noise = q["variants"], q["noise"]
+    cmp_ = lambda a, b, k: seed_compare(x[a][k], x[b][k], None if noise is None else noise[k])   # noqa: E731
+    nf, vc, cl = x["no fix"], x["value clip"], x[CLAMP]
+    err, gold = cmp_("value clip", CLAMP, "err_end"), cmp_("value clip", CLAMP, "gold")
+    lo, hi = BOX
+    L = [f"  Q47. Clamping V to [{lo:g}, {hi:g}] (the no-fix critic, its output clamped: zero gradient outside) is not "
+         f"PPO's value clipping (V_old +- {r['clip_eps_value']:g} around each rollout value). "
+         f"Against RM + {OFFSET:g}, {cl['returns_out']:.0%} of the returns lie outside the box at the end. "
+         f"The clamp binds on {cl['box_first']:.0%} of the tokens at iteration 0 and {cl['box_end']:.0%} at the end "
+         f"(values pinned at the edge); value clipping binds on {vc['vclip_end']:.0%} of the tokens during the update "
+         f"at the end (val/clipfrac_avg), the clamp's run {cl['vclip_end']:.0%} (it has no value clip).",
+         f"    error at the end: no fix {nf['err_end'].mean():.2f}, value clip {vc['err_end'].mean():.2f}, clamp "
+         f"{cl['err_end'].mean():.2f}; clamp minus value clip {diff_text(err, '+.2f')}, gold "
+         f"{diff_text(gold, '+.2f')}: 'they are different operations' "
+         + (holds(clear_sign(err) != 0) + (": the clamp lets V move freely up to the box and pins it there, the clip "
+                                           "moves it at most eps_v per update wherever it is."
+                                           if clear_sign(err) != 0 else ": the same error within 2 s.e. at this size.")
+            if noise is not None else "one seed: no verdict.")]
+    return L
 
 
 def mean_terms(variant: dict) -> dict:
@@ -260,6 +320,7 @@ def narrative(r: dict) -> str:
              + (f" The logged loss/value is no common scale either: 'value norm' logs {vn['loss_end']:.3f} for an "
                 f"error of {vn['err_end']:.2f} in return units." if vn["loss_end"] < vn["err_end"] / 2 else "")
              + " Judge the policy by gold / return, KL and entropy.")
+    L += clamp_lines(r)
     # B
     names = list(r["length"])
     lens = {k: float(seed_values(r["length"][k], "length_mean").mean()) for k in names}

@@ -49,7 +49,13 @@ Legend: B batch (responses), Tp prompt columns (left-padded), Tn response column
    differences of scores, so a raw reward model's mean is arbitrary; adding a constant emulates one
    whose scores sit far from the critic's initial values (Q48).
 
-4. **Length** (Q50): :func:`length_slope` is the least-squares slope of
+4. **A clamped critic** (:class:`ClampedCritic`, Q47): the value head's output clamped to a fixed box
+   [lo, hi], ``V = min(max(head, lo), hi)``, what some code calls "value clipping". Unlike PPO's value clipping
+   (``minippo.rl.losses.clipped_value_loss``: V_old + clip(V - V_old, -eps_v, eps_v), around each state's
+   rollout value) it has no V_old in it: where it binds the value has zero gradient, and a return outside the box
+   can never be reached.
+
+5. **Length** (Q50): :func:`length_slope` is the least-squares slope of
    a score against response length, i.e. the ``length_penalty`` that makes the score uncorrelated with
    length on the samples it was fitted on; :func:`minippo.rlhf.data.gold.gold_profile` averages the gold
    score's terms over texts, to see which penalty a policy runs into.
@@ -240,6 +246,51 @@ def value_error(rollout) -> float:
         raise ValueError("`rollout` must have returns (`rollout.returns`): run the advantage step first")
     err = rollout.values.astype(np.float64) - rollout.returns                    # (B, Tn) V(s_t) - R_t
     return 0.5 * masked_mean(err * err, rollout.response_mask)
+
+
+class ClampedCritic:
+    """A critic whose values are clamped to ``[lo, hi]``: ``V = min(max(head, lo), hi)`` (module docstring, item 4).
+
+    Wraps a TinyGPT critic for :class:`minippo.rlhf.ppo.PPOState` (``state.critic``): the same parameters (the
+    critic's AdamW keeps updating them), :meth:`forward` returns the clamped scalar head, and :meth:`backward`
+    passes d loss / d V only where the clamp does not bind (the derivative of the clamp is 1 inside, 0 outside).
+    """
+
+    def __init__(self, model, lo: float, hi: float):
+        check_range("lo", lo)
+        check_range("hi", hi, lo, None, lo_open=True)
+        self.model, self.lo, self.hi = model, float(lo), float(hi)
+
+    @property
+    def params(self) -> dict:
+        return self.model.params
+
+    @property
+    def cfg(self):
+        return self.model.cfg
+
+    def forward(self, idx, attn_mask=None, scalar: bool = False, logits: bool = True):
+        """``model.forward`` with the scalar head clamped: ``(logits, V (B, T) or None, cache)``."""
+        out, head, cache = self.model.forward(idx, attn_mask, scalar=scalar, logits=logits)
+        if head is None:
+            return out, None, (cache, None)
+        inside = (head >= self.lo) & (head <= self.hi)                             # (B, T) where dV/dhead = 1
+        return out, np.clip(head, self.lo, self.hi), (cache, inside)
+
+    def backward(self, cache, dlogits=None, dscalar=None, scalar_into_trunk: bool = True) -> dict:
+        """``model.backward`` with d loss / d V zeroed where the clamp bound."""
+        inner, inside = cache
+        if dscalar is not None:
+            dscalar = dscalar * inside                                             # (B, T) the clamp's derivative
+        return self.model.backward(inner, dlogits=dlogits, dscalar=dscalar, scalar_into_trunk=scalar_into_trunk)
+
+
+def clamp_critic(trainer, lo: float = -10.0, hi: float = 10.0):
+    """Replace ``trainer``'s separate critic by a :class:`ClampedCritic` of itself (before training); returns it."""
+    if trainer.cfg.critic != "separate":
+        raise ValueError(f"`trainer` must have a separate critic to clamp, got critic={trainer.cfg.critic!r}")
+    trainer.state.critic = ClampedCritic(trainer.state.critic, lo, hi)
+    return trainer.state.critic
 
 
 def offset_reward_model(reward_model, offset: float):
