@@ -7,7 +7,9 @@ from lessons import l04_clip_objective as lesson
 def test_l04_quick(tmp_path):
     r = lesson.run(quick=True, seed=0)
     by_code = {c["code"]: c for c in r["cases"]}
-    assert sorted(by_code) == [1, 2, 3, 4, 5, 6]
+    assert sorted(by_code) == [1, 2, 3, 4, 5, 6, 7]
+    # case 7 (A = 0): gradient exactly 0 whatever r, and not counted as clipped
+    assert by_code[7]["A"] == 0 and by_code[7]["dlogp"] == 0.0 and not by_code[7]["clipped"]
     for code, c in by_code.items():
         assert c["objective"] == c["objective_ref"] and c["dlogp"] == c["dlogp_ref"]
         if code in (3, 4):
@@ -33,4 +35,6 @@ def test_l04_quick(tmp_path):
 def test_l04_main_writes_its_figure(tmp_path, capsys):
     lesson.main(["--quick", "--out", str(tmp_path)])
     assert (tmp_path / "l04_clip_objective.png").exists()
-    assert "YES (exactly 0.0)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "YES (exactly 0.0)" in out
+    assert "opposite signs" in out and "not one of the paper's six" in out
