@@ -45,6 +45,8 @@ Exercises:
 """
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 
 from lessons._common import lesson_main, pyplot, save
@@ -158,7 +160,11 @@ def plot(r: dict, path) -> None:
     ax.set_xticks(j)
     ax.set_xticklabels([p if k < n else "pad" for k, p in enumerate(r["pieces"])], rotation=60, fontsize=8)
     ax.set_xlabel("response token j (its piece)")
-    ax.set_title(f"(a) one rollout as per-token 7-tuples: \"{r['text'][:60]}\"")
+    ax.set_ylabel("per token: log_prob in nats; the rest in reward units")
+    shown = textwrap.shorten(r["text"], 60, placeholder=" ...")
+    if not r["ended"][r["row"]]:                                   # stopped at max_new_tokens
+        shown += " [no EOS]"
+    ax.set_title(f"(a) one rollout as per-token 7-tuples: \"{shown}\"")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=8, ncol=6, frameon=False)
     # (b) the batch layout: 0 padding, 1 prompt, 2 response; x where the score lands
     am = r["batch_attn_mask"].astype(float)

@@ -41,7 +41,7 @@ import textwrap
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save
+from lessons._common import lesson_main, pyplot, sample_text, save
 from minippo.blas import single_blas_thread
 from minippo.rlhf import ppo
 from minippo.rlhf.metrics import without_timing
@@ -162,10 +162,14 @@ def narrative(r: dict) -> str:
              f"{rm_gain_std:+.2f} of its own: " + ("the proxy moves further than what it stands for."
                                                   if rm_gain_std > gold_gain else
                                                   "here the gold moved as far as the proxy."))
-    L.append("\nSamples, same prompt before -> after:")
+    T = r["config"].max_new_tokens
+    L.append(f"\nSamples, same prompt before -> after ({int((~r['before']['ended']).sum())} SFT and "
+             f"{int((~r['after']['ended']).sum())} PPO responses of {len(r['prompts'])} have no EOS within {T} tokens; "
+             f"such a response is marked [truncated]):")
     for i in range(6):
-        L.append(f"  SFT gold {r['before']['gold'][i]:+.2f} RM {r['before']['rm'][i]:+.2f} | {r['before']['texts'][i]}")
-        L.append(f"  PPO gold {r['after']['gold'][i]:+.2f} RM {r['after']['rm'][i]:+.2f} | {r['after']['texts'][i]}")
+        for name, ev in (("SFT", r["before"]), ("PPO", r["after"])):
+            L.append(f"  {name} gold {ev['gold'][i]:+.2f} RM {ev['rm'][i]:+.2f} | "
+                     f"{sample_text(ev['texts'][i], ev['ended'][i], T)}")
     return "\n".join(L)
 
 
@@ -198,10 +202,12 @@ def plot(r: dict, path) -> None:
     h.legend(loc="upper left")
     t.axis("off")
     t.grid(False)
-    lines = ["(i) the same prompts, before -> after (gold)"]
+    lines = ["(i) the same prompts, before -> after (gold score)"]
     for i in range(4):
-        lines.append(textwrap.shorten(f"SFT {before['gold'][i]:+.2f}: {before['texts'][i]}", 70))
-        lines.append(textwrap.shorten(f"PPO {after['gold'][i]:+.2f}: {after['texts'][i]}", 70))
+        for name, ev in (("SFT", before), ("PPO", after)):
+            end = "" if ev["ended"][i] else " [no EOS]"              # stopped at max_new_tokens
+            lines.append(textwrap.shorten(f"{name} {ev['gold'][i]:+.2f}: {ev['texts'][i]}", 70 - len(end),
+                                          placeholder=" ...") + end)
         lines.append("")
     t.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=8.5, transform=t.transAxes)
     fig.tight_layout()

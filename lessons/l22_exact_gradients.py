@@ -377,7 +377,7 @@ def plot(r: dict, path) -> None:
             d.text(i, max(q["rel_err"], q["spread"]) + 0.02 * top, f"{q['clipfrac']:.0%} of tokens\nclipped",
                    ha="center", fontsize=9)
     d.set_ylim(0, 1.45 * top)
-    d.set_xticks(x, [n.replace(", ", "\n") for n in names], fontsize=9)
+    d.set_xticks(x, [n.replace(", ", "\n").replace(" (", "\n(") for n in names], fontsize=9)
     d.set_ylabel("relative to the size of the true gradient")
     d.set_title("(d) Token, sequence and whole-response ratios after a few updates")
     d.legend(loc="upper left", ncol=2)
