@@ -165,7 +165,6 @@ def plot(r: dict, path) -> None:
     if not r["ended"][r["row"]]:                                   # stopped at max_new_tokens
         shown += " [no EOS]"
     ax.set_title(f"(a) one rollout as per-token 7-tuples: \"{shown}\"")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=8, ncol=6, frameon=False)
     # (b) the batch layout: 0 padding, 1 prompt, 2 response; x where the score lands
     am = r["batch_attn_mask"].astype(float)
     Tp = r["Tp"]
@@ -184,7 +183,11 @@ def plot(r: dict, path) -> None:
     bx.set_ylabel("response in the batch")
     bx.set_title("(b) masks: purple padding, teal prompt, yellow response")
     bx.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), fontsize=8, ncol=2, frameon=False)
-    fig.tight_layout()
+    # (a)'s legend in a strip at the bottom of the figure, under (a): its rotated pieces vary in height
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    pos = ax.get_position()
+    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", bbox_to_anchor=(pos.x0 + pos.width / 2, 0.0),
+               fontsize=8, ncol=6, frameon=False)
     save(fig, path)
 
 
