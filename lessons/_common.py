@@ -28,8 +28,8 @@ QUICK_FIGURES_DIR = Path(tempfile.gettempdir()) / "minippo_quick_figures"
 
 
 def figure_path(module_name: str, directory: str | os.PathLike | None = None) -> Path:
-    """``<directory>/lNN_<slug>.png`` for the lesson module ``lessons.lNN_<slug>`` (default directory: the
-    committed ``figures/``; lessons choose with :func:`output_path`).
+    """``<directory>/lNN_<slug>.png`` for the lesson module ``lessons.lNN_<slug>`` (default directory:
+    ``runs/figures/``; lessons choose with :func:`output_path`).
 
     Run as ``python -m lessons.lNN_<slug>`` the module is called ``__main__``; its real name is then
     read from ``__main__.__spec__``.
@@ -40,7 +40,7 @@ def figure_path(module_name: str, directory: str | os.PathLike | None = None) ->
             raise ValueError("cannot name the figure of a lesson run as a script; use `python -m lessons.lNN_<slug>`")
         module_name = spec.name
     slug = module_name.rsplit(".", 1)[-1]
-    folder = Path(directory) if directory is not None else FIGURES_DIR
+    folder = Path(directory) if directory is not None else RUN_FIGURES_DIR
     folder.mkdir(parents=True, exist_ok=True)
     return folder / f"{slug}.png"
 
@@ -124,12 +124,15 @@ def output_path(module_name: str, args: argparse.Namespace) -> Path:
 
 
 def check_figures_size(args: argparse.Namespace, has_full: bool) -> None:
-    """``--figures`` writes a committed figure, so only at the size that produced it: never with
-    ``--quick``, and with ``--full`` where the lesson has a larger version (``SystemExit`` otherwise)."""
+    """``--figures`` writes a committed figure, so only at the size and seed that produced it: never with
+    ``--quick``, only with seed 0, and with ``--full`` where the lesson has a larger version (``SystemExit``
+    otherwise)."""
     if not args.figures:
         return
     if args.quick:
         raise SystemExit("--figures writes the committed figure: run without --quick")
+    if args.seed != 0:
+        raise SystemExit(f"--figures writes the committed figure, which comes from seed 0 (got --seed {args.seed})")
     if has_full and not args.full:
         raise SystemExit("--figures writes the committed figure, which comes from --full for this lesson: "
                          "add --full")

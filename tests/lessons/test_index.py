@@ -95,6 +95,8 @@ def test_only_figures_writes_the_committed_figure():
         check_figures_size(args, has_full=True)
     with pytest.raises(SystemExit, match="--quick"):
         check_figures_size(lesson_args(None, ["--figures", "--quick"]), has_full=False)
+    with pytest.raises(SystemExit, match="seed 0"):
+        check_figures_size(lesson_args(None, ["--figures", "--seed", "1"]), has_full=False)
     with pytest.raises(SystemExit):                                # one place at a time
         lesson_args(None, ["--figures", "--out", "/tmp/x"])
 
