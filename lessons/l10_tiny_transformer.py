@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save
+from lessons._common import lesson_main, pyplot, sample_text, save
 from minippo.blas import single_blas_thread
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.gradcheck import check_gradients
@@ -98,7 +98,7 @@ def _run(quick: bool, seed: int) -> dict:
     tok, model = r["tokenizer"], r["model"]
     rng = np.random.default_rng([seed, 11])
     before, before_stats = sample_and_judge(init_model(cfg, tok.vocab_size), tok, cfg.n_samples, 1.0, rng)
-    prompted, _ = generate_text(model, tok, PROMPTS, rng=rng)
+    prompted, prompted_gen = generate_text(model, tok, PROMPTS, rng=rng)
     hist = r["history"]
     return {
         "gradcheck": check, "gradcheck_ok": check.ok, "gradcheck_max_rel_err": max(x.rel_err for x in check),
@@ -112,7 +112,8 @@ def _run(quick: bool, seed: int) -> dict:
         "config": cfg, "sft_seconds": r["train_seconds"],
         "before": before, "before_stats": before_stats,
         "after": r["samples"], "after_stats": {k: r[k] for k in before_stats},
-        "prompted": prompted, "prompted_gold": gold_scores(prompted),
+        "prompted": prompted, "prompted_gold": gold_scores(prompted), "prompted_ended": prompted_gen.ended.copy(),
+        "prompted_max_new_tokens": cfg.block_size - prompted_gen.prompt_len,
         "corpus_gold": gold_scores(generate_corpus(len(before), seed=seed + 1000)),
     }
 
@@ -141,13 +142,14 @@ def narrative(r: dict) -> str:
              f"({af['sample_penalty_free']:.0%} penalty-free, {af['sample_ended']:.0%} ended with <eos>); "
              f"corpus sentences {r['corpus_gold'].mean():+.2f}.")
     L.append("(d) before SFT:")
-    for t, g in r["before"][:2]:
-        L.append(f"    gold {g:+.2f} | {_short(t, 100)}")
+    T_bos = bs["sample_max_new_tokens"]
+    for (t, g), e in zip(r["before"][:2], bs["sample_ended_each"]):
+        L.append(f"    gold {g:+.2f} | {sample_text(_short(t, 100), e, T_bos)}")
     L.append("    after SFT:")
-    for t, g in r["after"][:5]:
-        L.append(f"    gold {g:+.2f} | {t}")
-    for t, g in zip(r["prompted"], r["prompted_gold"]):
-        L.append(f"    gold {g:+.2f} | {t}   (prompted)")
+    for (t, g), e in zip(r["after"][:5], af["sample_ended_each"]):
+        L.append(f"    gold {g:+.2f} | {sample_text(t, e, T_bos)}")
+    for t, g, e in zip(r["prompted"], r["prompted_gold"], r["prompted_ended"]):
+        L.append(f"    gold {g:+.2f} | {sample_text(t, e, r['prompted_max_new_tokens'])}   (prompted)")
     L.append("The sentiment of SFT samples is whatever the corpus had (half positive, half negative): SFT imitates; "
              "the reward model and PPO (lessons 11-14) are what push it towards the sentences humans prefer.")
     return "\n".join(L)
@@ -210,11 +212,13 @@ def plot(results: dict, path) -> None:
     a = ax[1, 1]
     a.axis("off")
     lines = ["BEFORE SFT (random init), from <bos>:"]
-    lines += [f"  {g:+.2f}  {_short(t)}" for t, g in results["before"][:3]]
+    end = lambda e: "" if e else " [no EOS]"                   # noqa: E731  (stopped at the token budget)
+    lines += [f"  {g:+.2f}  {_short(t, 70)}{end(e)}" for (t, g), e in zip(results["before"][:3], bs["sample_ended_each"])]
     lines += ["", "AFTER SFT, from <bos>:"]
-    lines += [f"  {g:+.2f}  {_short(t)}" for t, g in results["after"][:6]]
+    lines += [f"  {g:+.2f}  {_short(t, 70)}{end(e)}" for (t, g), e in zip(results["after"][:6], af["sample_ended_each"])]
     lines += ["", "AFTER SFT, from the RLHF prompts:"]
-    lines += [f"  {g:+.2f}  {_short(t)}" for t, g in zip(results["prompted"], results["prompted_gold"])]
+    lines += [f"  {g:+.2f}  {_short(t, 70)}{end(e)}"
+              for t, g, e in zip(results["prompted"], results["prompted_gold"], results["prompted_ended"])]
     a.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=8.2, transform=a.transAxes)
     a.set_title("(d) samples at temperature 1 with their gold scores", loc="left")
     fig.suptitle("Lesson 10: TinyGPT -- hand-written backprop checked tensor by tensor; SFT on the review corpus",
