@@ -86,13 +86,6 @@ def legend_in_margin(ax, frac: float = 0.3, side: str = "top", **kwargs):
     return ax.legend(**kwargs)
 
 
-def sample_text(text: str, ended: bool, max_new_tokens: int) -> str:
-    """A generated response as a lesson shows it: a response that stopped at ``max_new_tokens`` without
-    an EOS (often mid-word, and scored with the missing-EOS penalty) is marked, e.g.
-    ``"... absolutely f [truncated: no EOS within 24 tokens]"``; a finished one is shown as it is."""
-    return text if bool(ended) else f"{text} [truncated: no EOS within {max_new_tokens} tokens]"
-
-
 def lesson_args(description: str | None = None, argv: list[str] | None = None) -> argparse.Namespace:
     """The flags every lesson's ``main()`` accepts: ``--quick``, ``--full``, ``--seed``, ``--out``, ``--figures``."""
     parser = argparse.ArgumentParser(description=(description or "").strip().splitlines()[0] if description else None)

@@ -4,8 +4,8 @@ Legend: B batch (responses), T tokens (right-padded), G prompts (groups), n grou
 (responses per prompt), B = G * n.
 
 PPO needs a critic V(s_t) to turn one sequence score into per-token advantages (GAE). The
-methods here drop the critic (the fourth model of seed 001) and use the OTHER responses to the
-same prompt as the baseline instead. Each response i gets one sequence-level advantage A_i from
+methods here drop the critic (the fourth of RLHF-PPO's four models, Q31) and use the OTHER
+responses to the same prompt as the baseline instead. Each response i gets one sequence-level advantage A_i from
 the scores s (the reward model's scores, one per response), and every valid token of the
 response gets that same number (outcome supervision: no per-token credit assignment):
 
@@ -34,7 +34,7 @@ its advantages are exactly 0 (no 0/0, no rounding noise divided by eps).
 
 **KL as a loss.** GRPO does not put -beta kl_t into the reward; it adds beta * D_KL[pi || pi_ref]
 to the loss with the per-token estimator of DeepSeekMath eq. (4),
-``pi_ref/pi - log(pi_ref/pi) - 1`` (the k3 of :func:`minippo.rl.losses.kl_estimate`: unbiased and never negative),
+``pi_ref/pi - log(pi_ref/pi) - 1`` (the k3 of :func:`minippo.rl.kl.kl_estimate`: unbiased and never negative),
 see :func:`grpo_kl_loss`. As every loss of ``minippo.rl`` it is a token-level masked mean over the
 batch (CONTRIBUTING.md); GRPO's eq. (3) instead averages each response's tokens first (1/|o_i|), which
 Dr. GRPO shows biases the response length.

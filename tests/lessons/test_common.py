@@ -1,14 +1,8 @@
-"""lessons/_common.py: how a generated response is shown, and the legend placed in an empty margin."""
+"""lessons/_common.py: the legend placed in an empty margin."""
 import numpy as np
 import pytest
 
-from lessons._common import legend_in_margin, pyplot, sample_text
-
-
-def test_a_response_without_eos_is_marked_truncated():
-    assert sample_text("it was a warm film .", True, 24) == "it was a warm film ."
-    assert sample_text("absolutely f", False, 24) == "absolutely f [truncated: no EOS within 24 tokens]"
-    assert sample_text("x", np.bool_(False), 40).endswith("[truncated: no EOS within 40 tokens]")
+from lessons._common import legend_in_margin, pyplot
 
 
 @pytest.mark.parametrize("scale, side", [("linear", "top"), ("linear", "bottom"), ("log", "top"), ("log", "bottom")])
