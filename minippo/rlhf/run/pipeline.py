@@ -80,8 +80,9 @@ def default_cache_dir(quick: bool = False, seed: int = 0) -> Path:
 
 #: what building the shared SFT and reward-model stages costs, in seconds on 2 cores (quick: the CI size),
 #: printed before a build so that nobody waits in silence. Measured with `prepare_stages` into an empty
-#: folder: 64 s of CPU (quick: 17 s) on a busy 2-core machine; on an idle one `minippo rlhf` spends
-#: 28 s + 23 s wall in the same two stages, and the build runs on about one core (CPU ~ wall).
+#: folder: 64 s of CPU (quick: 17 s) on a busy 2-core machine; inside lesson 14 from a cold cache, 83 s wall
+#: at load average ~4 (85 s of CPU for the whole lesson, 28 s with the cache); on an idle machine
+#: `minippo rlhf` spends 28 s + 23 s wall in the same two stages.
 BUILD_SECONDS = {False: 60, True: 15}
 
 
