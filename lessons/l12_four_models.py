@@ -302,7 +302,7 @@ def plot(results: dict, path) -> None:
     ax.bar(x - 0.18, fw, width=0.34, color="tab:blue", label="forward passes (full passes over the batch)")
     ax.bar(x + 0.18, bw, width=0.34, color="tab:red", label="backward passes")
     ax.plot(x - 0.18, [form[n]["forward_rows"] / Bb for n in names], "k_", ms=22, mew=2,
-            label="passes_per_iteration (formula)")
+            label="predicted by the formula passes_per_iteration()")
     ax.plot(x + 0.18, [form[n]["backward_rows"] / Bb for n in names], "k_", ms=22, mew=2)
     a = cnt["actor"]
     ax.text(0, max(fw) * 1.08, f"+ generation:\n1 prefill\n+ {a['decode']} decode steps", ha="center", fontsize=8)
