@@ -288,7 +288,7 @@ def plot(results: dict, path) -> None:
     ax.set_xscale("log")
     ax.set_xlim(1e5, 1e12)
     ax.set_xlabel("bytes (log scale)")
-    ax.set_title(f"(d) seed 000 pitfall 3 (7B): B={BIG_B}, T={BIG_T}, V=32000\n"
+    ax.set_title(f"(d) the rollout buffer at 7B (Q33): B={BIG_B}, T={BIG_T}, V=32000\n"
                  "store log_prob scalars, not distributions")
 
     ax = axes[1, 1]

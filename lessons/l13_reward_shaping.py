@@ -384,7 +384,7 @@ def plot(r: dict, path) -> None:
                          f"{np.mean(np.abs(R - 1) > 0.2):.0%} outside the band")
     l.annotate(f"1.2^50 = {r['worst']['1.2^50']:.0f}", (50, r["worst"]["1.2^50"]), textcoords="offset points",
                xytext=(-80, -4), fontsize=8)
-    l.set(title="(l) seed 001's 1.2^50 vs independent ratios uniform in [0.8, 1.2]", xlabel="tokens n",
+    l.set(title="(l) the claim 1.2^50 (Q37) vs independent ratios uniform in [0.8, 1.2]", xlabel="tokens n",
           ylabel="sequence ratio R (log)")
     l.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.13))     # below: the lines fill the corners
     fig.tight_layout()
