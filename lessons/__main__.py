@@ -7,6 +7,10 @@ cores. ``--quick`` runs the seconds-long versions instead (figures go to a tempo
 ``--default`` the classroom sizes (each under a minute; figures to ``figures/``).
 
 ``python -m lessons 4`` (or ``l04``, or ``clip_objective``) runs one lesson at its default size.
+
+``python -m lessons notebooks`` regenerates every ``notebooks/lNN_<slug>.ipynb`` from its lesson module,
+executed at the default size (``notebooks 4``: one lesson; ``--no-execute``: without outputs; ``--verify
+--quick``: execute the committed notebooks in quick mode, writing nothing); see ``lessons/notebooks.py``.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import time
 from pathlib import Path
 
 import lessons
+from lessons import notebooks
 
 
 def discover() -> list[str]:
@@ -45,8 +50,12 @@ def resolve(key: str, names: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["notebooks"]:
+        return notebooks.main(argv[1:], discover(), resolve)
     parser = argparse.ArgumentParser(prog="python -m lessons", description=__doc__)
-    parser.add_argument("which", nargs="*", help="'all', or lesson numbers / slugs; empty lists them")
+    parser.add_argument("which", nargs="*", help="'all', or lesson numbers / slugs; empty lists them; "
+                        "'notebooks [N ...]' regenerates the notebooks (python -m lessons notebooks -h)")
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="the seconds-long version of each lesson")
     size.add_argument("--default", action="store_true", help="'all' at the classroom sizes instead of --full")
