@@ -91,9 +91,6 @@ def lesson_main(doc: str, module_name: str, run, narrative, plot, argv: list[str
     return r
 
 
-study_main = lesson_main      # the name lessons 13 and 15-17 used; one skeleton for all (issue 14)
-
-
 def time_line(r: dict, full_sizes: dict | None = None) -> str:
     """The closing line of a narrative: the run's wall and CPU time (``r["time"]``) and, after a
     default-size run, the size of the ``--full`` run that produced the committed figure."""

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_args, pyplot, save, save_figure
+from lessons._common import lesson_main, pyplot, save
 from minippo.toy.bandit import TokenBandit, reinforce_gradient
 
 BASELINES = ("none", "batch mean (leave-one-out)", "exact V(s)")
@@ -132,6 +132,34 @@ def run(quick: bool = False, seed: int = 0) -> dict:
     }
 
 
+def narrative(r: dict) -> str:
+    L = []
+    v = r["variance"]
+    L.append(f"A token bandit: 10 tokens, rewards {np.round(r['rewards'], 1).tolist()}, best token "
+             f"{r['best_token']} (reward {r['optimal_reward']:.1f}); the uniform policy earns {r['initial_reward']:.2f}.")
+    L.append(f"(a) variance of g_hat over {r['n_estimates']} batches of {r['batch_size']}: "
+             + ", ".join(f"{k}: {v[k]:.4f}" for k in v)
+             + f". The batch-mean baseline divides it by {r['variance_ratio']:.1f}. All three are unbiased: "
+             + "|mean - true gradient| = " + ", ".join(f"{r['bias'][k]:.1f}" for k in v)
+             + " standard errors (sampling noise is ~1).")
+    L.append("(b) after {} steps: ".format(r["curves"][BASELINES[0]].shape[1])
+             + ", ".join(f"{k}: J = {x:.3f}" for k, x in r["final_reward"].items())
+             + f" (optimum {r['optimal_reward']:.2f}).")
+    for i, big in enumerate(r["big_lrs"]):
+        L.append(f"(c,d) one step with lr = {big:6.1f}: entropy {np.median(r['entropy_after'][i]):.2f} nats "
+                 f"(uniform {r['max_entropy']:.2f}), p(best) {r['p_best_after'][i].mean():.3f}, "
+                 f"J {r['reward_after'][i].mean():.3f}; after {r['curves'][BASELINES[0]].shape[1]} more steps "
+                 f"{r['stuck_fraction'][i]:.0%} of seeds are stuck below the optimum.")
+    L.append("Right after a large step J is even a little higher (the batch's favourite is usually a decent token), "
+             "but the step trusted one noisy batch completely: the policy is now (almost) deterministic on a token "
+             "that merely looked good, it stops exploring, and its gradient (1 - p) vanishes. Lessons 03-04 bound the step.")
+    return "\n".join(L)
+
+
+def main(argv=None) -> dict:
+    return lesson_main(__doc__, __name__, run, narrative, plot, argv)
+
+
 def plot(results: dict, path) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(2, 2, figsize=(11, 8.5), layout="constrained")
@@ -190,32 +218,6 @@ def plot(results: dict, path) -> None:
     a.legend(loc="lower right", fontsize=8)
     fig.suptitle("Lesson 01: REINFORCE on a 10-token bandit (PPO paper eqs. (1)-(2))", fontsize=12)
     save(fig, path)
-
-
-def main(argv=None) -> dict:
-    args = lesson_args(__doc__, argv)
-    r = run(quick=args.quick, seed=args.seed)
-    v = r["variance"]
-    print(f"A token bandit: 10 tokens, rewards {np.round(r['rewards'], 1).tolist()}, best token "
-          f"{r['best_token']} (reward {r['optimal_reward']:.1f}); the uniform policy earns {r['initial_reward']:.2f}.")
-    print(f"(a) variance of g_hat over {r['n_estimates']} batches of {r['batch_size']}: "
-          + ", ".join(f"{k}: {v[k]:.4f}" for k in v)
-          + f". The batch-mean baseline divides it by {r['variance_ratio']:.1f}. All three are unbiased: "
-          + "|mean - true gradient| = " + ", ".join(f"{r['bias'][k]:.1f}" for k in v)
-          + " standard errors (sampling noise is ~1).")
-    print("(b) after {} steps: ".format(r["curves"][BASELINES[0]].shape[1])
-          + ", ".join(f"{k}: J = {x:.3f}" for k, x in r["final_reward"].items())
-          + f" (optimum {r['optimal_reward']:.2f}).")
-    for i, big in enumerate(r["big_lrs"]):
-        print(f"(c,d) one step with lr = {big:6.1f}: entropy {np.median(r['entropy_after'][i]):.2f} nats "
-              f"(uniform {r['max_entropy']:.2f}), p(best) {r['p_best_after'][i].mean():.3f}, "
-              f"J {r['reward_after'][i].mean():.3f}; after {r['curves'][BASELINES[0]].shape[1]} more steps "
-              f"{r['stuck_fraction'][i]:.0%} of seeds are stuck below the optimum.")
-    print("Right after a large step J is even a little higher (the batch's favourite is usually a decent token), "
-          "but the step trusted one noisy batch completely: the policy is now (almost) deterministic on a token "
-          "that merely looked good, it stops exploring, and its gradient (1 - p) vanishes. Lessons 03-04 bound the step.")
-    save_figure(plot, r, __name__, args)
-    return r
 
 
 if __name__ == "__main__":

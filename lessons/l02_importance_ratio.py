@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_args, pyplot, save, save_figure
+from lessons._common import lesson_main, pyplot, save
 from minippo.nn.optim import AdamW
 from minippo.toy.bandit import TokenBandit
 from minippo.rl.losses import clipped_policy_loss, log_softmax
@@ -185,6 +185,41 @@ def run(quick: bool = False, seed: int = 0) -> dict:
     }
 
 
+def narrative(r: dict) -> str:
+    L = []
+    seq = r["sequence"]
+    L.append(f"(a,b) One sampled sequence of {len(seq['T'])} tokens over a 50-token vocabulary: the product of "
+             f"probabilities is exactly 0 from T = {seq['underflow_T_float32']} tokens in float32 and from "
+             f"T = {seq['underflow_T_float64']} in float64 (true log10 probability there: "
+             f"{seq['log10_prob'][seq['underflow_T_float64'] - 1]:.0f}); the ratio of products is then "
+             f"{seq['ratio_prod_float64'][-1]} while exp(sum(logp_new - logp_old)) = {seq['ratio_log'][-1]:.3g}.")
+    L.append("    One rare token in float32 (new policy: logit +0.5):")
+    for row in r["tokens"]:
+        L.append(f"      logit gap {row['gap']:5.0f}: p_old = {row['p_old']:.3g}, logp_old = {row['logp_old']:.1f}, "
+                 f"p_new/p_old = {row['ratio_prob']}, exp(logp_new - logp_old) = {row['ratio_log']:.4f}")
+    L.append("(c) Unclipped surrogate, per-token gradient r A: A>0 & r=2 -> 2 (pushed harder), A>0 & r=0.5 -> 0.5 "
+             "(weakened), A<0 & r=2 -> -2 (strong push down), A<0 & r=0.5 -> -0.5 (weakened).")
+    rep = r["repeated"]
+    cpi, clip = rep["L^CPI"], rep["L^CLIP"]
+    L.append(f"(d) Maximising L^CPI on one batch of 64: after {len(cpi['ratio_max'])} steps the largest ratio is "
+             f"{cpi['ratio_max'][-1]:.1f}, KL = {cpi['kl'][-1]:.2f}, and L^CPI promises a gain of "
+             f"{cpi['surrogate'][-1]:.2f} while the true gain is {cpi['J'][-1] - rep['J_old']:+.3f}; with L^CLIP the "
+             f"largest ratio is {clip['ratio_max'][-1]:.2f} (KL = {clip['kl'][-1]:.3f}, true gain "
+             f"{clip['J'][-1] - rep['J_old']:+.3f}).")
+    is_ = r["is"]
+    for i in (0, len(is_["kl"]) // 3, 2 * len(is_["kl"]) // 3, len(is_["kl"]) - 1):
+        L.append(f"(e,f) KL(old||new) = {is_['kl'][i]:.3f}: J(new) = {is_['J_new'][i]:.3f}, its estimate from "
+                 f"{is_['batch_size']} old samples has std {is_['std_exact'][i]:.3f} (measured {is_['std_measured'][i]:.3f}), "
+                 f"mean {is_['mean'][i]:.3f}, median {is_['median'][i]:.3f}.")
+    L.append(f"    (the new policies raise the best token, which the old policy samples with p = {is_['p_old_best']:.3f})")
+    L.append("Old samples only tell us about a nearby new policy: the further it moves, the fewer of them count.")
+    return "\n".join(L)
+
+
+def main(argv=None) -> dict:
+    return lesson_main(__doc__, __name__, run, narrative, plot, argv)
+
+
 def plot(results: dict, path) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(2, 3, figsize=(16, 9), layout="constrained")
@@ -288,39 +323,6 @@ def plot(results: dict, path) -> None:
     a.legend(loc="upper left", fontsize=8)
     fig.suptitle("Lesson 02: the importance ratio r = exp(logp_new - logp_old) (PPO paper eq. (6), L^CPI)", fontsize=12)
     save(fig, path)
-
-
-def main(argv=None) -> dict:
-    args = lesson_args(__doc__, argv)
-    r = run(quick=args.quick, seed=args.seed)
-    seq = r["sequence"]
-    print(f"(a,b) One sampled sequence of {len(seq['T'])} tokens over a 50-token vocabulary: the product of "
-          f"probabilities is exactly 0 from T = {seq['underflow_T_float32']} tokens in float32 and from "
-          f"T = {seq['underflow_T_float64']} in float64 (true log10 probability there: "
-          f"{seq['log10_prob'][seq['underflow_T_float64'] - 1]:.0f}); the ratio of products is then "
-          f"{seq['ratio_prod_float64'][-1]} while exp(sum(logp_new - logp_old)) = {seq['ratio_log'][-1]:.3g}.")
-    print("    One rare token in float32 (new policy: logit +0.5):")
-    for row in r["tokens"]:
-        print(f"      logit gap {row['gap']:5.0f}: p_old = {row['p_old']:.3g}, logp_old = {row['logp_old']:.1f}, "
-              f"p_new/p_old = {row['ratio_prob']}, exp(logp_new - logp_old) = {row['ratio_log']:.4f}")
-    print("(c) Unclipped surrogate, per-token gradient r A: A>0 & r=2 -> 2 (pushed harder), A>0 & r=0.5 -> 0.5 "
-          "(weakened), A<0 & r=2 -> -2 (strong push down), A<0 & r=0.5 -> -0.5 (weakened).")
-    rep = r["repeated"]
-    cpi, clip = rep["L^CPI"], rep["L^CLIP"]
-    print(f"(d) Maximising L^CPI on one batch of 64: after {len(cpi['ratio_max'])} steps the largest ratio is "
-          f"{cpi['ratio_max'][-1]:.1f}, KL = {cpi['kl'][-1]:.2f}, and L^CPI promises a gain of "
-          f"{cpi['surrogate'][-1]:.2f} while the true gain is {cpi['J'][-1] - rep['J_old']:+.3f}; with L^CLIP the "
-          f"largest ratio is {clip['ratio_max'][-1]:.2f} (KL = {clip['kl'][-1]:.3f}, true gain "
-          f"{clip['J'][-1] - rep['J_old']:+.3f}).")
-    is_ = r["is"]
-    for i in (0, len(is_["kl"]) // 3, 2 * len(is_["kl"]) // 3, len(is_["kl"]) - 1):
-        print(f"(e,f) KL(old||new) = {is_['kl'][i]:.3f}: J(new) = {is_['J_new'][i]:.3f}, its estimate from "
-              f"{is_['batch_size']} old samples has std {is_['std_exact'][i]:.3f} (measured {is_['std_measured'][i]:.3f}), "
-              f"mean {is_['mean'][i]:.3f}, median {is_['median'][i]:.3f}.")
-    print(f"    (the new policies raise the best token, which the old policy samples with p = {is_['p_old_best']:.3f})")
-    print("Old samples only tell us about a nearby new policy: the further it moves, the fewer of them count.")
-    save_figure(plot, r, __name__, args)
-    return r
 
 
 if __name__ == "__main__":

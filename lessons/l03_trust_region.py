@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_args, pyplot, save, save_figure
+from lessons._common import lesson_main, pyplot, save
 from minippo.nn.optim import AdamW
 from minippo.toy.bandit import BanditPPOConfig, TokenBandit, ppo_update, reinforce_gradient
 from minippo.rl.masked import masked_whiten
@@ -149,6 +149,34 @@ def run(quick: bool = False, seed: int = 0) -> dict:
     }
 
 
+def narrative(r: dict) -> str:
+    L = []
+    m, kl = r["mults"], r["kl"]
+    j = int(np.argmin(np.abs(m - 1.0)))
+    L.append(f"Start: J(old) = {r['J0']:.3f} (optimum {r['J_opt']:.3f}); {r['n_batches']} batches of {r['batch_size']}.")
+    for i, method in enumerate(METHODS):
+        L.append(f"{method:>10}: {KNOB[method]} x1 -> KL {kl[i, j].mean():.4f} (batches: {kl[i, j].min():.4f} .. "
+                 f"{kl[i, j].max():.4f}); x{m[-1]:g} -> KL {kl[i, -1].mean():.3f}; best true gain "
+                 f"{r['best_gain'][method]:+.3f} at KL {r['best_gain_kl'][method]:.3f}; at the largest step the "
+                 f"gain is {r['gain'][i, -1].mean():+.3f} while L^CPI promised {r['promise'][i, -1].mean():+.3f}.")
+    L.append(f"TRPO never exceeds its bound: max KL / delta = {np.max(kl[1] / (m[:, None] * BASE['TRPO'])):.3f}.")
+    L.append(f"Figure 2: the PPO update (lr {r['fig2_lr']:.3g}) has KL {r['fig2_kl_at_1']:.4f}; along the line "
+             f"L^CLIP peaks at a = {r['fig2_peak_alpha']:.2f} (KL {r['fig2_peak_kl']:.4f}), while L^CPI keeps rising: "
+             f"{r['fig2']['L^CPI'][-1]:.3f} at a = 2 against L^CLIP {r['fig2']['L^CLIP'][-1]:.3f}.")
+    frac = r["gain"].mean(axis=2) / r["promise"].mean(axis=2)                 # (methods, mults)
+    L.append(f"Share of the promised L^CPI gain that is real: {frac[:, 0].min():.2f}-{frac[:, 0].max():.2f} for the "
+             f"smallest steps (part of the promise is fitted batch noise), {frac[:, -1].min():.2f}-{frac[:, -1].max():.2f} "
+             "for the largest.")
+    L.append("The batch's surrogate over-promises, more and more as the step moves away from the old policy: keep the "
+             "step in a trust region. TRPO enforces one with second-order machinery (Fisher products, conjugate "
+             "gradient, line search); PPO approximates it with a clip and plain Adam, but the clip bounds no KL.")
+    return "\n".join(L)
+
+
+def main(argv=None) -> dict:
+    return lesson_main(__doc__, __name__, run, narrative, plot, argv)
+
+
 def plot(results: dict, path) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(2, 3, figsize=(17, 10), layout="constrained")
@@ -235,32 +263,6 @@ def plot(results: dict, path) -> None:
     fig.suptitle("Lesson 03: trust regions - vanilla PG vs TRPO vs PPO-clip from the same policy and batch "
                  f"({results['batch_size']} samples, 32 contexts sharing 4 x 8 parameters)", fontsize=12)
     save(fig, path)
-
-
-def main(argv=None) -> dict:
-    args = lesson_args(__doc__, argv)
-    r = run(quick=args.quick, seed=args.seed)
-    m, kl = r["mults"], r["kl"]
-    j = int(np.argmin(np.abs(m - 1.0)))
-    print(f"Start: J(old) = {r['J0']:.3f} (optimum {r['J_opt']:.3f}); {r['n_batches']} batches of {r['batch_size']}.")
-    for i, method in enumerate(METHODS):
-        print(f"{method:>10}: {KNOB[method]} x1 -> KL {kl[i, j].mean():.4f} (batches: {kl[i, j].min():.4f} .. "
-              f"{kl[i, j].max():.4f}); x{m[-1]:g} -> KL {kl[i, -1].mean():.3f}; best true gain "
-              f"{r['best_gain'][method]:+.3f} at KL {r['best_gain_kl'][method]:.3f}; at the largest step the "
-              f"gain is {r['gain'][i, -1].mean():+.3f} while L^CPI promised {r['promise'][i, -1].mean():+.3f}.")
-    print(f"TRPO never exceeds its bound: max KL / delta = {np.max(kl[1] / (m[:, None] * BASE['TRPO'])):.3f}.")
-    print(f"Figure 2: the PPO update (lr {r['fig2_lr']:.3g}) has KL {r['fig2_kl_at_1']:.4f}; along the line "
-          f"L^CLIP peaks at a = {r['fig2_peak_alpha']:.2f} (KL {r['fig2_peak_kl']:.4f}), while L^CPI keeps rising: "
-          f"{r['fig2']['L^CPI'][-1]:.3f} at a = 2 against L^CLIP {r['fig2']['L^CLIP'][-1]:.3f}.")
-    frac = r["gain"].mean(axis=2) / r["promise"].mean(axis=2)                 # (methods, mults)
-    print(f"Share of the promised L^CPI gain that is real: {frac[:, 0].min():.2f}-{frac[:, 0].max():.2f} for the "
-          f"smallest steps (part of the promise is fitted batch noise), {frac[:, -1].min():.2f}-{frac[:, -1].max():.2f} "
-          "for the largest.")
-    print("The batch's surrogate over-promises, more and more as the step moves away from the old policy: keep the "
-          "step in a trust region. TRPO enforces one with second-order machinery (Fisher products, conjugate "
-          "gradient, line search); PPO approximates it with a clip and plain Adam, but the clip bounds no KL.")
-    save_figure(plot, r, __name__, args)
-    return r
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import math
 
 import numpy as np
 
-from lessons._common import lesson_args, pyplot, save, save_figure
+from lessons._common import lesson_main, pyplot, save
 from minippo import kernels
 from minippo.rl.losses import CLIP_CASES, CLIPPED_CASES, clipped_policy_loss
 
@@ -148,6 +148,38 @@ def _panel_objective(ax, r_grid, obj, A, eps, case_labels):
     ax.set_xlim(0, 2)
 
 
+def narrative(r: dict) -> str:
+    L = []
+    eps = r["clip_eps"]
+    L.append(f"L^CLIP = min(r A, clip(r, 1-eps, 1+eps) A), eps = {eps:g}; one token per case (n = 1, so dL/dlogp = -A r "
+             f"or 0). Kernel and NumPy reference side by side:")
+    L.append(f"{'case':<40s} {'A':>5s} {'r':>5s} {'L^CLIP':>8s} {'(ref)':>8s} {'dL/dlogp':>9s} {'(ref)':>9s} "
+             f"{'-A r or 0':>9s}  zero grad?")
+    for c in r["cases"]:
+        L.append(f"{c['code']} {c['description']:<38s} {c['A']:+5.1f} {c['r']:5.2f} {c['objective']:8.4f} "
+                 f"{c['objective_ref']:8.4f} {c['dlogp']:9.4f} {c['dlogp_ref']:9.4f} {c['analytic']:9.4f}  "
+                 f"{'YES (exactly 0.0)' if c['dlogp'] == 0.0 else 'no'}")
+    for e in r["edges"]:
+        L.append(f"edge r = {e['r']:.2f}, A = {e['A']:+.0f}: both terms equal ({e['objective']:.3f}); the band is closed, so "
+                 f"the token is case {e['code']} and gets the unclipped gradient {e['dlogp']:.3f} (= -A r).")
+    b = r["batch"]
+    L.append(f"A {b['B']}x{b['T']} batch ({b['n_tokens']} valid tokens) after the policy moved (|log r| ~ 0.25): "
+             f"loss {b['loss']:.5f} (reference {b['loss_ref']:.5f}, max |dlogp diff| {b['max_grad_diff']:.1e}); "
+             f"approx_kl {b['approx_kl']:.4f}.")
+    L.append("tokens per case: " + ", ".join(f"{k}: {v}" for k, v in b["case_counts"].items()))
+    L.append(f"clipfrac (cases 3+4) = {b['clipfrac']:.3f} = fraction of tokens whose gradient is exactly 0 "
+             f"({b['zero_grad_frac']:.3f}); CleanRL's |r - 1| > eps would report {b['cleanrl_clipfrac']:.3f}, "
+             f"which also counts cases 1 and 6 (outside the band but still pushed back).")
+    L.append("Seed 003, section 5: once the clipped term is selected it is a constant, so 'the actor model is not "
+             "updated' by that token: only a good action pushed too high (case 3) and a bad action pushed too low "
+             "(case 4) are frozen; every other token keeps its ordinary policy-gradient -A r.")
+    return "\n".join(L)
+
+
+def main(argv=None) -> dict:
+    return lesson_main(__doc__, __name__, run, narrative, plot, argv)
+
+
 def plot(results: dict, path) -> None:
     plt = pyplot()
     eps = results["clip_eps"]
@@ -184,36 +216,6 @@ def plot(results: dict, path) -> None:
                  f"clipfrac = {b['clipfrac']:.3f} = fraction of tokens with gradient exactly 0 "
                  f"({b['zero_grad_frac']:.3f})", fontsize=11)
     save(fig, path)
-
-
-def main(argv=None) -> dict:
-    args = lesson_args(__doc__, argv)
-    r = run(quick=args.quick, seed=args.seed)
-    eps = r["clip_eps"]
-    print(f"L^CLIP = min(r A, clip(r, 1-eps, 1+eps) A), eps = {eps:g}; one token per case (n = 1, so dL/dlogp = -A r "
-          f"or 0). Kernel and NumPy reference side by side:")
-    print(f"{'case':<40s} {'A':>5s} {'r':>5s} {'L^CLIP':>8s} {'(ref)':>8s} {'dL/dlogp':>9s} {'(ref)':>9s} "
-          f"{'-A r or 0':>9s}  zero grad?")
-    for c in r["cases"]:
-        print(f"{c['code']} {c['description']:<38s} {c['A']:+5.1f} {c['r']:5.2f} {c['objective']:8.4f} "
-              f"{c['objective_ref']:8.4f} {c['dlogp']:9.4f} {c['dlogp_ref']:9.4f} {c['analytic']:9.4f}  "
-              f"{'YES (exactly 0.0)' if c['dlogp'] == 0.0 else 'no'}")
-    for e in r["edges"]:
-        print(f"edge r = {e['r']:.2f}, A = {e['A']:+.0f}: both terms equal ({e['objective']:.3f}); the band is closed, so "
-              f"the token is case {e['code']} and gets the unclipped gradient {e['dlogp']:.3f} (= -A r).")
-    b = r["batch"]
-    print(f"A {b['B']}x{b['T']} batch ({b['n_tokens']} valid tokens) after the policy moved (|log r| ~ 0.25): "
-          f"loss {b['loss']:.5f} (reference {b['loss_ref']:.5f}, max |dlogp diff| {b['max_grad_diff']:.1e}); "
-          f"approx_kl {b['approx_kl']:.4f}.")
-    print("tokens per case: " + ", ".join(f"{k}: {v}" for k, v in b["case_counts"].items()))
-    print(f"clipfrac (cases 3+4) = {b['clipfrac']:.3f} = fraction of tokens whose gradient is exactly 0 "
-          f"({b['zero_grad_frac']:.3f}); CleanRL's |r - 1| > eps would report {b['cleanrl_clipfrac']:.3f}, "
-          f"which also counts cases 1 and 6 (outside the band but still pushed back).")
-    print("Seed 003, section 5: once the clipped term is selected it is a constant, so 'the actor model is not "
-          "updated' by that token: only a good action pushed too high (case 3) and a bad action pushed too low "
-          "(case 4) are frozen; every other token keeps its ordinary policy-gradient -A r.")
-    save_figure(plot, r, __name__, args)
-    return r
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_args, pyplot, save, save_figure
+from lessons._common import lesson_main, pyplot, save
 from minippo.toy.bandit import BanditPPOConfig, TokenBandit, ppo_train
 
 D_TARG = 0.01
@@ -95,6 +95,28 @@ def run(quick: bool = False, seed: int = 0) -> dict:
         }
     return {"runs": runs, "summary": summary, "n_seeds": n_seeds, "n_iters": n_iters, "d_targ": D_TARG,
             "band": (lo, hi)}
+
+
+def narrative(r: dict) -> str:
+    L = []
+    L.append(f"{r['n_seeds']} tasks x {r['n_iters']} iterations; progress = fraction of the achievable improvement; "
+             f"d_targ = {r['d_targ']}.")
+    L.append(f"{'run':>22} | after {EARLY:>2} | final | KL median | KL in band | beta changes | reversals | final beta")
+    for name, s in r["summary"].items():
+        L.append(f"{name:>22} | {s['early']:8.3f} | {s['final']:5.3f} | {s['kl_median']:9.4f} | {s['in_band']:10.0%} | "
+                 f"{s['beta_changes']:12.1f} | {s['beta_reversals']:9.1f} | {s['beta_final']:.3g}")
+    a1, clip = r["summary"]["adaptive beta0=1"], r["summary"]["clip"]
+    L.append(f"The adaptive rule moves beta {a1['beta_changes']:.0f} times in {r['n_iters']} updates and reverses "
+             f"direction {a1['beta_reversals']:.0f} times, yet keeps the KL in its band only {a1['in_band']:.0%} of the "
+             f"time. PPO-Clip has no beta at all and ends at {clip['final']:.2f} (penalty, beta0 = 1: {a1['final']:.2f}).")
+    early = [r["summary"][f"adaptive beta0={b:g}"]["early"] for b in INIT_BETAS]
+    L.append(f"Initial beta 0.1 ... 100 gives {min(early):.2f} ... {max(early):.2f} after {EARLY} iterations: the rule "
+             "forgets the initial value, but it takes iterations to do so.")
+    return "\n".join(L)
+
+
+def main(argv=None) -> dict:
+    return lesson_main(__doc__, __name__, run, narrative, plot, argv)
 
 
 def plot(results: dict, path) -> None:
@@ -160,26 +182,6 @@ def plot(results: dict, path) -> None:
     fig.suptitle("Lesson 05: PPO-Penalty (eq. (8), adaptive beta of sec. 4) vs PPO-Clip (eq. (7)) on a 32 x 32 "
                  "token bandit", fontsize=12)
     save(fig, path)
-
-
-def main(argv=None) -> dict:
-    args = lesson_args(__doc__, argv)
-    r = run(quick=args.quick, seed=args.seed)
-    print(f"{r['n_seeds']} tasks x {r['n_iters']} iterations; progress = fraction of the achievable improvement; "
-          f"d_targ = {r['d_targ']}.")
-    print(f"{'run':>22} | after {EARLY:>2} | final | KL median | KL in band | beta changes | reversals | final beta")
-    for name, s in r["summary"].items():
-        print(f"{name:>22} | {s['early']:8.3f} | {s['final']:5.3f} | {s['kl_median']:9.4f} | {s['in_band']:10.0%} | "
-              f"{s['beta_changes']:12.1f} | {s['beta_reversals']:9.1f} | {s['beta_final']:.3g}")
-    a1, clip = r["summary"]["adaptive beta0=1"], r["summary"]["clip"]
-    print(f"The adaptive rule moves beta {a1['beta_changes']:.0f} times in {r['n_iters']} updates and reverses "
-          f"direction {a1['beta_reversals']:.0f} times, yet keeps the KL in its band only {a1['in_band']:.0%} of the "
-          f"time. PPO-Clip has no beta at all and ends at {clip['final']:.2f} (penalty, beta0 = 1: {a1['final']:.2f}).")
-    early = [r["summary"][f"adaptive beta0={b:g}"]["early"] for b in INIT_BETAS]
-    print(f"Initial beta 0.1 ... 100 gives {min(early):.2f} ... {max(early):.2f} after {EARLY} iterations: the rule "
-          "forgets the initial value, but it takes iterations to do so.")
-    save_figure(plot, r, __name__, args)
-    return r
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_args, pyplot, save, save_figure
+from lessons._common import lesson_main, pyplot, save
 from minippo.toy.bandit import BanditPPOConfig, TokenBandit, ppo_train
 from minippo.rl.losses import (clipped_policy_loss, entropy_backward, entropy_from_logits, logprobs_backward,
                                logprobs_from_logits, value_loss)
@@ -125,6 +125,37 @@ def run(quick: bool = False, seed: int = 0) -> dict:
             "entropy_at_10": {c: float(hist[c]["entropy"][:, 9].mean()) for c in ent_coefs}}
 
 
+def narrative(r: dict) -> str:
+    L = []
+    L.append(f"{r['n_seeds']} tasks x {r['n_iters']} iterations, PPO-Clip, c1 = {VF_COEF}; decoy reward 0.7 "
+             "(p 0.55 at the start), best 1.0 (p 0.006).")
+    L.append(f"{'c2':>6} | entropy @10 | final entropy | final p(best) | final progress")
+    for c in r["ent_coefs"]:
+        f = r["final"][c]
+        L.append(f"{c:6g} | {r['entropy_at_10'][c]:11.3f} | {f['entropy']:13.3f} | {f['p_best']:13.3f} | {f['progress']:14.3f}")
+    h = r["hist"][SHOW_ENT_COEF]
+    L.append(f"Critic (c2 = {SHOW_ENT_COEF}): explained variance {h['explained_variance'][:, 0].mean():.2f} -> "
+             f"{h['explained_variance'][:, -1].mean():.2f} (ceiling {h['explained_variance_exact'][:, -1].mean():.2f}); "
+             f"value loss {h['value_loss'][:, 0].mean():.3f} -> {h['value_loss'][:, -1].mean():.3f}.")
+    g = r["grads"]
+    lt = g["loss_terms"]
+    L.append(f"Gradients on context 0's logits at the start (descent directions): policy term "
+             f"{np.round(g['policy'], 4).tolist()}, entropy term {np.round(g['entropy'], 4).tolist()}; the decoy "
+             f"(token {g['decoy']}) is pushed {'down' if g['entropy'][g['decoy']] < 0 else 'up'} by the entropy term "
+             f"({g['entropy'][g['decoy']]:+.4f}) while the policy term pushes it up ({g['policy'][g['decoy']]:+.4f}); "
+             f"the rare best token (token {g['best']}) gets only {g['entropy'][g['best']]:+.5f} (the push is "
+             f"proportional to p): the bonus works by holding the dominant token back, so the others keep being "
+             f"sampled. The value term moves only the critic (descent direction on V(context 0): "
+             f"{g['value_on_critic']:+.4f}).")
+    L.append(f"Loss terms on that batch: policy {lt['policy']:+.4f}, c1 * value {lt['value']:+.4f}, "
+             f"-c2 * entropy {lt['entropy']:+.4f}.")
+    return "\n".join(L)
+
+
+def main(argv=None) -> dict:
+    return lesson_main(__doc__, __name__, run, narrative, plot, argv)
+
+
 def plot(results: dict, path) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(2, 3, figsize=(17, 9.5), layout="constrained")
@@ -192,35 +223,6 @@ def plot(results: dict, path) -> None:
     fig.suptitle("Lesson 06: loss = policy + c1 value - c2 entropy (PPO paper eq. (9)) on a token bandit with a "
                  "decoy token", fontsize=12)
     save(fig, path)
-
-
-def main(argv=None) -> dict:
-    args = lesson_args(__doc__, argv)
-    r = run(quick=args.quick, seed=args.seed)
-    print(f"{r['n_seeds']} tasks x {r['n_iters']} iterations, PPO-Clip, c1 = {VF_COEF}; decoy reward 0.7 "
-          "(p 0.55 at the start), best 1.0 (p 0.006).")
-    print(f"{'c2':>6} | entropy @10 | final entropy | final p(best) | final progress")
-    for c in r["ent_coefs"]:
-        f = r["final"][c]
-        print(f"{c:6g} | {r['entropy_at_10'][c]:11.3f} | {f['entropy']:13.3f} | {f['p_best']:13.3f} | {f['progress']:14.3f}")
-    h = r["hist"][SHOW_ENT_COEF]
-    print(f"Critic (c2 = {SHOW_ENT_COEF}): explained variance {h['explained_variance'][:, 0].mean():.2f} -> "
-          f"{h['explained_variance'][:, -1].mean():.2f} (ceiling {h['explained_variance_exact'][:, -1].mean():.2f}); "
-          f"value loss {h['value_loss'][:, 0].mean():.3f} -> {h['value_loss'][:, -1].mean():.3f}.")
-    g = r["grads"]
-    lt = g["loss_terms"]
-    print(f"Gradients on context 0's logits at the start (descent directions): policy term "
-          f"{np.round(g['policy'], 4).tolist()}, entropy term {np.round(g['entropy'], 4).tolist()}; the decoy "
-          f"(token {g['decoy']}) is pushed {'down' if g['entropy'][g['decoy']] < 0 else 'up'} by the entropy term "
-          f"({g['entropy'][g['decoy']]:+.4f}) while the policy term pushes it up ({g['policy'][g['decoy']]:+.4f}); "
-          f"the rare best token (token {g['best']}) gets only {g['entropy'][g['best']]:+.5f} (the push is "
-          f"proportional to p): the bonus works by holding the dominant token back, so the others keep being "
-          f"sampled. The value term moves only the critic (descent direction on V(context 0): "
-          f"{g['value_on_critic']:+.4f}).")
-    print(f"Loss terms on that batch: policy {lt['policy']:+.4f}, c1 * value {lt['value']:+.4f}, "
-          f"-c2 * entropy {lt['entropy']:+.4f}.")
-    save_figure(plot, r, __name__, args)
-    return r
 
 
 if __name__ == "__main__":

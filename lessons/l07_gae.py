@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_args, pyplot, save, save_figure
+from lessons._common import lesson_main, pyplot, save
 from minippo.bench.rl import time_gae
 from minippo.rl.gae import gae
 
@@ -168,6 +168,41 @@ def run(quick: bool = False, seed: int = 0, critic_err: float = 0.3, gamma: floa
             "critic_err": critic_err, "gamma": gamma}
 
 
+def narrative(r: dict) -> str:
+    L = []
+    b, v = r["bias"], r["var"]
+    L.append(f"Chain MDP: {N_STATES} states, pi(right) = {P_RIGHT}, gamma = {r['gamma']:g}; true V = "
+             f"{np.round(r['model']['V'], 2).tolist()}; critic error std {r['critic_err']:g}. "
+             f"{r['n_batches']} batches of {r['batch']} episodes per reward-noise level.")
+    L.append(f"{'lambda':>6s} | {'bias A_hat':>10s} {'bias gap':>9s} {'pg bias':>8s} | "
+             + " | ".join(f"sigma={s:g}: {'std A_hat':>9s} {'pg std':>7s} {'pg MSE':>7s}" for s in r["sigmas"]))
+    for lam in r["lams"]:
+        L.append(f"{lam:6g} | {b[lam]['adv']:10.4f} {b[lam]['gap']:9.4f} {b[lam]['pg']:8.4f} | "
+                 + " | ".join(f"{'':>8s} {v[s][lam]['adv_std']:9.3f} {v[s][lam]['pg_std']:7.3f} {v[s][lam]['pg_mse']:7.3f}"
+                              for s in r["sigmas"]))
+    L.append(f"lambda = 1 (Monte Carlo): the action-gap bias is {b[1.0]['gap']:.1e}: the critic's error e(s) shifts "
+             f"both actions alike (bias of A_hat itself {b[1.0]['adv']:.3f}) and cancels in the gradient (GAE paper Prop. 1). "
+             f"lambda = 0 (TD) has gradient bias {b[0.0]['pg']:.2f}. With an exact critic every lambda is unbiased "
+             f"(max |E[A_hat] - A| = {r['bias_exact_critic']:.1e}).")
+    L.append(f"Lowest gradient MSE: lambda = {r['best_lam'][r['sigmas'][0]]:g} with clean rewards (sigma = {r['sigmas'][0]:g}), "
+             f"lambda = {r['best_lam'][r['sigmas'][1]]:g} with noisy ones (sigma = {r['sigmas'][1]:g}). Seed 000: lambda = 0.95 "
+             f"has lower variance and higher bias than 0.99 (here std {v[r['sigmas'][1]][0.95]['pg_std']:.2f} vs "
+             f"{v[r['sigmas'][1]][0.99]['pg_std']:.2f}, bias {b[0.95]['pg']:.3f} vs {b[0.99]['pg']:.3f}), and the noisier "
+             f"the reward, the lower the best lambda: the seed's reason for 0.95 with a reward model.")
+    L.append("Monte-Carlo means vs exact expectations (worst state, in standard errors): "
+             + ", ".join(f"sigma={s:g}: {max(r['mc_check'][s].values()):.1f}" for s in r["sigmas"]))
+    t = r["timing"]
+    L.append(f"GAE on a {t['shape']} float32 batch: kernel {t['kernel'] * 1e3:.3f} ms, NumPy reference "
+             f"{t['numpy'] * 1e3:.2f} ms ({t['numpy'] / t['kernel']:.0f}x), pure Python {t['python'] * 1e3:.1f} ms "
+             f"({t['python'] / t['kernel']:.0f}x; {t['loop_rows']} rows timed and scaled). `minippo bench --only gae` "
+             f"measures the (512, 256) case.")
+    return "\n".join(L)
+
+
+def main(argv=None) -> dict:
+    return lesson_main(__doc__, __name__, run, narrative, plot, argv)
+
+
 def plot(results: dict, path) -> None:
     plt = pyplot()
     lams, sigmas = results["lams"], results["sigmas"]
@@ -239,39 +274,6 @@ def plot(results: dict, path) -> None:
     fig.suptitle(f"GAE on a 10-state chain, gamma = {results['gamma']:g}; critic = true V + N(0, "
                  f"{results['critic_err']:g}^2); {results['n_batches']} batches per noise level", fontsize=12)
     save(fig, path)
-
-
-def main(argv=None) -> dict:
-    args = lesson_args(__doc__, argv)
-    r = run(quick=args.quick, seed=args.seed)
-    b, v = r["bias"], r["var"]
-    print(f"Chain MDP: {N_STATES} states, pi(right) = {P_RIGHT}, gamma = {r['gamma']:g}; true V = "
-          f"{np.round(r['model']['V'], 2).tolist()}; critic error std {r['critic_err']:g}. "
-          f"{r['n_batches']} batches of {r['batch']} episodes per reward-noise level.")
-    print(f"{'lambda':>6s} | {'bias A_hat':>10s} {'bias gap':>9s} {'pg bias':>8s} | "
-          + " | ".join(f"sigma={s:g}: {'std A_hat':>9s} {'pg std':>7s} {'pg MSE':>7s}" for s in r["sigmas"]))
-    for lam in r["lams"]:
-        print(f"{lam:6g} | {b[lam]['adv']:10.4f} {b[lam]['gap']:9.4f} {b[lam]['pg']:8.4f} | "
-              + " | ".join(f"{'':>8s} {v[s][lam]['adv_std']:9.3f} {v[s][lam]['pg_std']:7.3f} {v[s][lam]['pg_mse']:7.3f}"
-                           for s in r["sigmas"]))
-    print(f"lambda = 1 (Monte Carlo): the action-gap bias is {b[1.0]['gap']:.1e}: the critic's error e(s) shifts "
-          f"both actions alike (bias of A_hat itself {b[1.0]['adv']:.3f}) and cancels in the gradient (GAE paper Prop. 1). "
-          f"lambda = 0 (TD) has gradient bias {b[0.0]['pg']:.2f}. With an exact critic every lambda is unbiased "
-          f"(max |E[A_hat] - A| = {r['bias_exact_critic']:.1e}).")
-    print(f"Lowest gradient MSE: lambda = {r['best_lam'][r['sigmas'][0]]:g} with clean rewards (sigma = {r['sigmas'][0]:g}), "
-          f"lambda = {r['best_lam'][r['sigmas'][1]]:g} with noisy ones (sigma = {r['sigmas'][1]:g}). Seed 000: lambda = 0.95 "
-          f"has lower variance and higher bias than 0.99 (here std {v[r['sigmas'][1]][0.95]['pg_std']:.2f} vs "
-          f"{v[r['sigmas'][1]][0.99]['pg_std']:.2f}, bias {b[0.95]['pg']:.3f} vs {b[0.99]['pg']:.3f}), and the noisier "
-          f"the reward, the lower the best lambda: the seed's reason for 0.95 with a reward model.")
-    print("Monte-Carlo means vs exact expectations (worst state, in standard errors): "
-          + ", ".join(f"sigma={s:g}: {max(r['mc_check'][s].values()):.1f}" for s in r["sigmas"]))
-    t = r["timing"]
-    print(f"GAE on a {t['shape']} float32 batch: kernel {t['kernel'] * 1e3:.3f} ms, NumPy reference "
-          f"{t['numpy'] * 1e3:.2f} ms ({t['numpy'] / t['kernel']:.0f}x), pure Python {t['python'] * 1e3:.1f} ms "
-          f"({t['python'] / t['kernel']:.0f}x; {t['loop_rows']} rows timed and scaled). `minippo bench --only gae` "
-          f"measures the (512, 256) case.")
-    save_figure(plot, r, __name__, args)
-    return r
 
 
 if __name__ == "__main__":

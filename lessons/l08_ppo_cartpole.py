@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_args, pyplot, save_figure
+from lessons._common import lesson_main, pyplot
 from minippo.classic.cartpole import CartPoleEnv
 from minippo.classic.dashboard import plot_dashboard
 from minippo.classic.ppo import last_mean, steps_to_reach, train_ppo
@@ -96,62 +96,64 @@ def run(quick: bool = False, seed: int = 0) -> dict:
             "summary": {k: summarize(v) for k, v in runs.items()}}
 
 
+def _fmt_steps(s) -> str:
+    return "475 not reached" if s is None else f"475 reached after {s} steps"
+
+
+def narrative(r: dict) -> str:
+    L = []
+    d, k = r["summary"]["defaults"], r["summary"][f"kl_old_target = {KL_OLD_TARGET:g}"]
+    L.append(f"Classic PPO (CleanRL's loop, lr 1e-3) on minippo's CartPole-v1, {r['total_timesteps']} env steps, "
+             f"seed {r['seed']}:")
+    for name, s in r["summary"].items():
+        L.append(f"  {name:<16s}: mean of the last 20 returns {s['last20']:.1f}; "
+                 f"{_fmt_steps(s['steps_to_475'])}; {s['episodes']} episodes; {s['wall_time']:.1f} s")
+    L.append("How to read the panels (numbers from the 'defaults' run; 'first/last quarter' = of the updates):")
+    L.append(f"- return: dots are single episodes, the line the mean of the last 20. 500 is the time limit "
+             f"(truncation), 475 the goal; CleanRL reports 490 +/- 6 after 500k steps.")
+    L.append(f"- policy loss: the clipped surrogate of the last minibatch, |median| {d['policy_loss_abs_median']:.4f}. "
+             f"Whitened advantages have mean 0 and the ratio starts at 1, so it hovers around 0: it is not a "
+             f"learning curve, read progress from the return.")
+    L.append(f"- value loss: median {d['value_loss_first']:.3g} in the first quarter, {d['value_loss_last']:.3g} in the "
+             f"last. It jumps when the policy changes what returns look like (episodes start to reach 500), then "
+             f"collapses: with every episode truncated at 500 and bootstrapped, the targets are almost constant.")
+    L.append(f"- entropy: {d['entropy_start']:.3f} nats at the start (log 2 = {np.log(2):.3f}: the 0.01-gain output "
+             f"layer makes the first policy uniform), {d['entropy_end']:.3f} in the last quarter. A slow decline is "
+             f"the policy becoming confident; a crash towards 0 early on would mean it became deterministic "
+             f"before it had found a good behaviour (the seed's warning), and exploration stops.")
+    L.append(f"- approx KL (k3, last minibatch vs the rollout policy): median {d['kl_median_first']:.2g} in the first "
+             f"quarter, {d['kl_median_last']:.2g} in the last (the learning rate anneals to 0), max {d['kl_max']:.3f}. "
+             f"It measures how far one update moved the policy; a sudden climb is the first sign of a too-large step.")
+    L.append(f"- clip fraction: {d['clipfrac_first']:.4f} in the first quarter, {d['clipfrac_last']:.4f} in the last. "
+             f"It counts samples whose ratio left [1 - eps, 1 + eps] on the side the advantage pushes (their gradient "
+             f"is 0). A clip fraction that stays high means the updates are too violent (lr, epochs); near 0 the "
+             f"clip is idle: the steps are already small.")
+    L.append(f"- explained variance: up to {d['ev_max']:.2f}, {d['ev_last']:.2f} on average in the last quarter: "
+             f"1 - Var[R - V] / Var[R] needs Var[R] > 0, and at the end the returns barely vary, so read it next to "
+             f"the (tiny) value loss; during learning, near 0 or negative means V predicts no better than a constant.")
+    dominant = (": the critic's regression on returns of up to ~1 / (1 - gamma) = 100 dominates"
+                if d["grad_norm_critic_first"] > 3 * d["grad_norm_actor_first"] else "")
+    L.append(f"- grad norm (before clipping to {r['runs']['defaults']['config']['max_grad_norm']}): median "
+             f"{d['grad_norm_first']:.2f} in the first quarter, of which the actor's {d['grad_norm_actor_first']:.2f} and "
+             f"the critic's {d['grad_norm_critic_first']:.2f}; {d['clipped_share_first']:.0%} of those updates were "
+             f"clipped{dominant}; {d['grad_norm_last']:.2f} in the last quarter. Spikes far above the usual level are "
+             f"the ones the clipping is there to tame.")
+    L.append(f"- epochs run per update: with kl_old_target = {KL_OLD_TARGET:g}, {k['early_stops']} of {k['updates']} "
+             f"updates stopped early ({k['epochs_skipped']} epochs skipped); the x marks in the KL panel are those "
+             f"updates, their KL above the dashed target. That run: {_fmt_steps(k['steps_to_475'])} "
+             f"(defaults: {_fmt_steps(d['steps_to_475'])}).")
+    return "\n".join(L)
+
+
+def main(argv=None) -> dict:
+    return lesson_main(__doc__, __name__, run, narrative, plot, argv)
+
+
 def plot(results: dict, path) -> None:
     pyplot()                                        # the course's figure style for the dashboard
     plot_dashboard(results["runs"], path, title=(
         f"Lesson 08: PPO on CartPole-v1, {results['total_timesteps'] // 1000}k steps, seed {results['seed']} "
         f"- the monitoring dashboard (seed 003, section 13)"))
-
-
-def _fmt_steps(s) -> str:
-    return "475 not reached" if s is None else f"475 reached after {s} steps"
-
-
-def main(argv=None) -> dict:
-    args = lesson_args(__doc__, argv)
-    r = run(quick=args.quick, seed=args.seed)
-    d, k = r["summary"]["defaults"], r["summary"][f"kl_old_target = {KL_OLD_TARGET:g}"]
-    print(f"Classic PPO (CleanRL's loop, lr 1e-3) on minippo's CartPole-v1, {r['total_timesteps']} env steps, "
-          f"seed {r['seed']}:")
-    for name, s in r["summary"].items():
-        print(f"  {name:<16s}: mean of the last 20 returns {s['last20']:.1f}; "
-              f"{_fmt_steps(s['steps_to_475'])}; {s['episodes']} episodes; {s['wall_time']:.1f} s")
-    print("How to read the panels (numbers from the 'defaults' run; 'first/last quarter' = of the updates):")
-    print(f"- return: dots are single episodes, the line the mean of the last 20. 500 is the time limit "
-          f"(truncation), 475 the goal; CleanRL reports 490 +/- 6 after 500k steps.")
-    print(f"- policy loss: the clipped surrogate of the last minibatch, |median| {d['policy_loss_abs_median']:.4f}. "
-          f"Whitened advantages have mean 0 and the ratio starts at 1, so it hovers around 0: it is not a "
-          f"learning curve, read progress from the return.")
-    print(f"- value loss: median {d['value_loss_first']:.3g} in the first quarter, {d['value_loss_last']:.3g} in the "
-          f"last. It jumps when the policy changes what returns look like (episodes start to reach 500), then "
-          f"collapses: with every episode truncated at 500 and bootstrapped, the targets are almost constant.")
-    print(f"- entropy: {d['entropy_start']:.3f} nats at the start (log 2 = {np.log(2):.3f}: the 0.01-gain output "
-          f"layer makes the first policy uniform), {d['entropy_end']:.3f} in the last quarter. A slow decline is "
-          f"the policy becoming confident; a crash towards 0 early on would mean it became deterministic "
-          f"before it had found a good behaviour (the seed's warning), and exploration stops.")
-    print(f"- approx KL (k3, last minibatch vs the rollout policy): median {d['kl_median_first']:.2g} in the first "
-          f"quarter, {d['kl_median_last']:.2g} in the last (the learning rate anneals to 0), max {d['kl_max']:.3f}. "
-          f"It measures how far one update moved the policy; a sudden climb is the first sign of a too-large step.")
-    print(f"- clip fraction: {d['clipfrac_first']:.4f} in the first quarter, {d['clipfrac_last']:.4f} in the last. "
-          f"It counts samples whose ratio left [1 - eps, 1 + eps] on the side the advantage pushes (their gradient "
-          f"is 0). A clip fraction that stays high means the updates are too violent (lr, epochs); near 0 the "
-          f"clip is idle: the steps are already small.")
-    print(f"- explained variance: up to {d['ev_max']:.2f}, {d['ev_last']:.2f} on average in the last quarter: "
-          f"1 - Var[R - V] / Var[R] needs Var[R] > 0, and at the end the returns barely vary, so read it next to "
-          f"the (tiny) value loss; during learning, near 0 or negative means V predicts no better than a constant.")
-    dominant = (": the critic's regression on returns of up to ~1 / (1 - gamma) = 100 dominates"
-                if d["grad_norm_critic_first"] > 3 * d["grad_norm_actor_first"] else "")
-    print(f"- grad norm (before clipping to {r['runs']['defaults']['config']['max_grad_norm']}): median "
-          f"{d['grad_norm_first']:.2f} in the first quarter, of which the actor's {d['grad_norm_actor_first']:.2f} and "
-          f"the critic's {d['grad_norm_critic_first']:.2f}; {d['clipped_share_first']:.0%} of those updates were "
-          f"clipped{dominant}; {d['grad_norm_last']:.2f} in the last quarter. Spikes far above the usual level are "
-          f"the ones the clipping is there to tame.")
-    print(f"- epochs run per update: with kl_old_target = {KL_OLD_TARGET:g}, {k['early_stops']} of {k['updates']} "
-          f"updates stopped early ({k['epochs_skipped']} epochs skipped); the x marks in the KL panel are those "
-          f"updates, their KL above the dashed target. That run: {_fmt_steps(k['steps_to_475'])} "
-          f"(defaults: {_fmt_steps(d['steps_to_475'])}).")
-    save_figure(plot, r, __name__, args)
-    return r
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_args, pyplot, save, save_figure
+from lessons._common import lesson_main, pyplot, save
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.studies.study import Study
 
@@ -110,6 +110,37 @@ def run(quick: bool = False, seed: int = 0) -> dict:
             "missing_eos_penalty": cfg.missing_eos_penalty, "old_vs_ref": old_vs_ref}
 
 
+def narrative(r: dict) -> str:
+    L = []
+    L.append("Text generation as an MDP (seed 003 sec. 16): state = prompt + tokens so far, action = next token, "
+             "transition = append it, reward = the score at the end (plus -beta * kl_t per token).")
+    for k, (s, a, s2) in enumerate(r["transitions"]):
+        L.append(f"  step {k}: state {s!r:<40} action {a!r:<12} -> next state {s2!r}")
+    L.append(f"\nAfter {r['iterations']} PPO iterations, one rollout of the next batch ({r['batch_size']} responses; "
+             f"row {r['row']}, {r['n_tokens']} tokens then {r['Tn'] - r['n_tokens']} padding), as seed 000's "
+             f"per-token 7-tuple (beta = {r['kl_coef']:g}):\n")
+    L.append(r["table"])
+    c = r["checks"]
+    L.append(f"\nThe score {r['score']:+.3f} (RM {r['rm_score']:+.3f}) sits on the EOS: {c['score_on_eos']}. "
+             f"Rewards of the row sum to {c['rewards_sum']:+.4f} = score - beta * sum(kl) = {c['score_minus_kl']:+.4f}. "
+             f"The return at the EOS equals its reward ({c['return_at_eos']:+.4f} vs {c['reward_at_eos']:+.4f}): "
+             f"the value after the last token is 0. Padding holds zeros in every column: {c['padding_zero']}.")
+    L.append(f"{r['n_no_eos']} of {r['batch_size']} responses have no EOS; such a response's score carries the "
+             f"missing-EOS penalty (-{r['missing_eos_penalty']:g}) and lands on its last sampled token. The advantage "
+             f"column is whitened over the batch's valid tokens; return - value is the raw GAE advantage.")
+    o = r["old_vs_ref"]
+    L.append(f"\nlog_prob is pi_old, the actor that sampled this batch, not the reference model. (Seed 000 writes "
+             f"'旧策略（冻结的reference model）'.) After {r['iterations']} iterations the two differ on "
+             f"{o['frac_differ']:.0%} of the batch's tokens, by {o['mean_abs_diff']:.3f} nats on average. The KL penalty "
+             f"is their difference, kl_t = log pi_old - log pi_ref (k1): {o['kl_is_logp_minus_ref']}. This row's "
+             f"log pi_ref: [{', '.join(f'{v:.3f}' for v in o['row_logp_ref'][:r['n_tokens']])}] (its log_prob column above).")
+    return "\n".join(L)
+
+
+def main(argv=None) -> dict:
+    return lesson_main(__doc__, __name__, run, narrative, plot, argv)
+
+
 def plot(r: dict, path) -> None:
     plt = pyplot()
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(15, 5.2), gridspec_kw={"width_ratios": [1.5, 1]})
@@ -149,35 +180,6 @@ def plot(r: dict, path) -> None:
     bx.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), fontsize=8, ncol=2, frameon=False)
     fig.tight_layout()
     save(fig, path)
-
-
-def main(argv=None) -> dict:
-    args = lesson_args(__doc__, argv)
-    r = run(quick=args.quick, seed=args.seed)
-    print("Text generation as an MDP (seed 003 sec. 16): state = prompt + tokens so far, action = next token, "
-          "transition = append it, reward = the score at the end (plus -beta * kl_t per token).")
-    for k, (s, a, s2) in enumerate(r["transitions"]):
-        print(f"  step {k}: state {s!r:<40} action {a!r:<12} -> next state {s2!r}")
-    print(f"\nAfter {r['iterations']} PPO iterations, one rollout of the next batch ({r['batch_size']} responses; "
-          f"row {r['row']}, {r['n_tokens']} tokens then {r['Tn'] - r['n_tokens']} padding), as seed 000's "
-          f"per-token 7-tuple (beta = {r['kl_coef']:g}):\n")
-    print(r["table"])
-    c = r["checks"]
-    print(f"\nThe score {r['score']:+.3f} (RM {r['rm_score']:+.3f}) sits on the EOS: {c['score_on_eos']}. "
-          f"Rewards of the row sum to {c['rewards_sum']:+.4f} = score - beta * sum(kl) = {c['score_minus_kl']:+.4f}. "
-          f"The return at the EOS equals its reward ({c['return_at_eos']:+.4f} vs {c['reward_at_eos']:+.4f}): "
-          f"the value after the last token is 0. Padding holds zeros in every column: {c['padding_zero']}.")
-    print(f"{r['n_no_eos']} of {r['batch_size']} responses have no EOS; such a response's score carries the "
-          f"missing-EOS penalty (-{r['missing_eos_penalty']:g}) and lands on its last sampled token. The advantage "
-          f"column is whitened over the batch's valid tokens; return - value is the raw GAE advantage.")
-    o = r["old_vs_ref"]
-    print(f"\nlog_prob is pi_old, the actor that sampled this batch, not the reference model. (Seed 000 writes "
-          f"'旧策略（冻结的reference model）'.) After {r['iterations']} iterations the two differ on "
-          f"{o['frac_differ']:.0%} of the batch's tokens, by {o['mean_abs_diff']:.3f} nats on average. The KL penalty "
-          f"is their difference, kl_t = log pi_old - log pi_ref (k1): {o['kl_is_logp_minus_ref']}. This row's "
-          f"log pi_ref: [{', '.join(f'{v:.3f}' for v in o['row_logp_ref'][:r['n_tokens']])}] (its log_prob column above).")
-    save_figure(plot, r, __name__, args)
-    return r
 
 
 if __name__ == "__main__":

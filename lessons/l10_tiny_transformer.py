@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_args, pyplot, save, save_figure
+from lessons._common import lesson_main, pyplot, save
 from minippo.blas import single_blas_thread
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.gradcheck import check_gradients
@@ -121,6 +121,42 @@ def _short(text: str, width: int = 78) -> str:
     return textwrap.shorten(text, width, placeholder=" ...") if text else "(empty)"
 
 
+def narrative(r: dict) -> str:
+    L = []
+    L.append(f"(a) Gradient check of every tensor of a float64 TinyGPT (LM loss + scalar-head value loss, "
+             f"padded rows), {r['gradcheck_seconds']:.1f} s:")
+    L.append(r["gradcheck"].table())
+    L.append(f"    all {len(r['gradcheck'])} tensors {'pass' if r['gradcheck_ok'] else 'DO NOT pass'}: "
+             f"largest relative error {r['gradcheck_max_rel_err']:.1e} (tolerance 1e-5).")
+    c = r["config"]
+    L.append(f"(b) SFT: {r['n_params']:,} parameters (L={c.n_layer}, H={c.n_head}, C={c.n_embd}, V={r['vocab_size']}), "
+             f"{c.steps} steps of {c.batch_size} sentences in {r['sft_seconds']:.1f} s.")
+    L.append(f"    initial held-out loss {r['initial_loss']:.3f} nats/token vs ln V = {r['ln_V']:.3f}: "
+             "a fresh model guesses uniformly.")
+    L.append(f"    final held-out loss {r['final_loss']:.3f} vs unigram baseline {r['unigram_loss']:.3f}: "
+             f"the context is worth {r['unigram_loss'] - r['final_loss']:.2f} nats per token.")
+    bs, af = r["before_stats"], r["after_stats"]
+    L.append(f"(c) gold of {len(r['after'])} samples from <bos>: before SFT mean {bs['sample_gold_mean']:+.2f} "
+             f"({bs['sample_penalty_free']:.0%} penalty-free), after {af['sample_gold_mean']:+.2f} "
+             f"({af['sample_penalty_free']:.0%} penalty-free, {af['sample_ended']:.0%} ended with <eos>); "
+             f"corpus sentences {r['corpus_gold'].mean():+.2f}.")
+    L.append("(d) before SFT:")
+    for t, g in r["before"][:2]:
+        L.append(f"    gold {g:+.2f} | {_short(t, 100)}")
+    L.append("    after SFT:")
+    for t, g in r["after"][:5]:
+        L.append(f"    gold {g:+.2f} | {t}")
+    for t, g in zip(r["prompted"], r["prompted_gold"]):
+        L.append(f"    gold {g:+.2f} | {t}   (prompted)")
+    L.append("The sentiment of SFT samples is whatever the corpus had (half positive, half negative): SFT imitates; "
+             "the reward model and PPO (lessons 11-14) are what push it towards the sentences humans prefer.")
+    return "\n".join(L)
+
+
+def main(argv=None) -> dict:
+    return lesson_main(__doc__, __name__, run, narrative, plot, argv)
+
+
 def plot(results: dict, path) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(2, 2, figsize=(14, 9.5), layout="constrained", gridspec_kw={"height_ratios": [1, 1]})
@@ -184,40 +220,6 @@ def plot(results: dict, path) -> None:
     fig.suptitle("Lesson 10: TinyGPT -- hand-written backprop checked tensor by tensor; SFT on the review corpus",
                  fontsize=12)
     save(fig, path)
-
-
-def main(argv=None) -> dict:
-    args = lesson_args(__doc__, argv)
-    r = run(quick=args.quick, seed=args.seed)
-    print(f"(a) Gradient check of every tensor of a float64 TinyGPT (LM loss + scalar-head value loss, "
-          f"padded rows), {r['gradcheck_seconds']:.1f} s:")
-    print(r["gradcheck"].table())
-    print(f"    all {len(r['gradcheck'])} tensors {'pass' if r['gradcheck_ok'] else 'DO NOT pass'}: "
-          f"largest relative error {r['gradcheck_max_rel_err']:.1e} (tolerance 1e-5).")
-    c = r["config"]
-    print(f"(b) SFT: {r['n_params']:,} parameters (L={c.n_layer}, H={c.n_head}, C={c.n_embd}, V={r['vocab_size']}), "
-          f"{c.steps} steps of {c.batch_size} sentences in {r['sft_seconds']:.1f} s.")
-    print(f"    initial held-out loss {r['initial_loss']:.3f} nats/token vs ln V = {r['ln_V']:.3f}: "
-          "a fresh model guesses uniformly.")
-    print(f"    final held-out loss {r['final_loss']:.3f} vs unigram baseline {r['unigram_loss']:.3f}: "
-          f"the context is worth {r['unigram_loss'] - r['final_loss']:.2f} nats per token.")
-    bs, af = r["before_stats"], r["after_stats"]
-    print(f"(c) gold of {len(r['after'])} samples from <bos>: before SFT mean {bs['sample_gold_mean']:+.2f} "
-          f"({bs['sample_penalty_free']:.0%} penalty-free), after {af['sample_gold_mean']:+.2f} "
-          f"({af['sample_penalty_free']:.0%} penalty-free, {af['sample_ended']:.0%} ended with <eos>); "
-          f"corpus sentences {r['corpus_gold'].mean():+.2f}.")
-    print("(d) before SFT:")
-    for t, g in r["before"][:2]:
-        print(f"    gold {g:+.2f} | {_short(t, 100)}")
-    print("    after SFT:")
-    for t, g in r["after"][:5]:
-        print(f"    gold {g:+.2f} | {t}")
-    for t, g in zip(r["prompted"], r["prompted_gold"]):
-        print(f"    gold {g:+.2f} | {t}   (prompted)")
-    print("The sentiment of SFT samples is whatever the corpus had (half positive, half negative): SFT imitates; "
-          "the reward model and PPO (lessons 11-14) are what push it towards the sentences humans prefer.")
-    save_figure(plot, r, __name__, args)
-    return r
 
 
 if __name__ == "__main__":

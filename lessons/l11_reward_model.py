@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lessons._common import lesson_args, pyplot, save, save_figure
+from lessons._common import lesson_main, pyplot, save
 from minippo.rlhf.run.pipeline import prepare_stages, stage_configs
 from minippo.rlhf.data.preferences import PreferencePairs, sigmoid
 from minippo.rlhf.rm_train import train_reward_model
@@ -115,6 +115,41 @@ def _smooth(x, k: int) -> np.ndarray:
     return np.convolve(x, np.ones(k) / k, mode="valid")
 
 
+def narrative(r: dict) -> str:
+    L = []
+    c = r["config"]
+    L.append(f"Preference data: {r['n_train_prompts']} training / {r['n_heldout_prompts']} held-out prompts x "
+             f"K={c.responses_per_prompt} SFT samples -> {r['n_train']} / {r['n_heldout']} labelled pairs "
+             f"(label temperature tau={c.label_temperature:g}).")
+    L.append(f"The noisy human agrees with the gold order on {r['label_gold_agreement']:.1%} of the held-out pairs; "
+             f"the best possible expected accuracy against the labels is {r['bayes_accuracy']:.3f}.")
+    L.append(f"Reward model: {r['n_params']:,} parameters, {c.epochs} epochs of {c.batch_prompts} prompts per step, "
+             f"lr {c.lr:g}, trained in {r['seconds_train']:.1f} s.")
+    L.append(f"  held-out Bradley-Terry loss {r['heldout_loss']:.3f} (chance ln 2 = 0.693; at step 0: "
+             f"{r['history'][0]['rm/heldout_loss']:.3f})")
+    L.append(f"  held-out accuracy vs the sampled labels {r['heldout_accuracy']:.3f}   vs the gold order "
+             f"{r['heldout_gold_accuracy']:.3f}   (last training minibatches {r['train_accuracy_last']:.3f})")
+    g = r["by_gap"]
+    L.append("  by gold gap: " + ", ".join(f"[{lo:g}, {hi:g}) {acc:.2f}" for lo, hi, acc in
+                                            zip(GAP_BINS[:-1], GAP_BINS[1:], g["rm_vs_gold"])) + " (RM vs gold order)")
+    L.append(f"On {len(r['fresh_score'])} fresh SFT samples (in no pair): RM score vs gold Pearson {r['pearson']:.3f}, "
+             f"Spearman {r['spearman']:.3f}.")
+    L.append(f"Normalisation: score = {r['gain']:.3f} * r {r['bias']:+.3f}; the fresh reference samples now have "
+             f"mean {r['fresh_score'].mean():+.3f}, std {r['fresh_score'].std():.3f} (raw: mean "
+             f"{r['fresh_raw'].mean():+.3f}, std {r['fresh_raw'].std():.3f}).")
+    L.append("\nExample held-out pairs (chosen = the label; scores normalised):")
+    for ex in r["examples"]:
+        L.append(f"  {ex['kind']}: the human chose it with probability {ex['prob_chosen']:.3g}")
+        for side in ("chosen", "rejected"):
+            L.append(f"    {side:<8} gold {ex['gold_' + side]:+.2f}  RM {ex['rm_' + side]:+.2f} | "
+                     + textwrap.shorten(ex[side], 110))
+    return "\n".join(L)
+
+
+def main(argv=None) -> dict:
+    return lesson_main(__doc__, __name__, run, narrative, plot, argv)
+
+
 def plot(r: dict, path) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(2, 3, figsize=(16, 9.5))
@@ -174,39 +209,6 @@ def plot(r: dict, path) -> None:
     f.legend(loc="upper left")
     fig.tight_layout()
     save(fig, path)
-
-
-def main(argv=None) -> dict:
-    args = lesson_args(__doc__, argv)
-    r = run(quick=args.quick, seed=args.seed)
-    c = r["config"]
-    print(f"Preference data: {r['n_train_prompts']} training / {r['n_heldout_prompts']} held-out prompts x "
-          f"K={c.responses_per_prompt} SFT samples -> {r['n_train']} / {r['n_heldout']} labelled pairs "
-          f"(label temperature tau={c.label_temperature:g}).")
-    print(f"The noisy human agrees with the gold order on {r['label_gold_agreement']:.1%} of the held-out pairs; "
-          f"the best possible expected accuracy against the labels is {r['bayes_accuracy']:.3f}.")
-    print(f"Reward model: {r['n_params']:,} parameters, {c.epochs} epochs of {c.batch_prompts} prompts per step, "
-          f"lr {c.lr:g}, trained in {r['seconds_train']:.1f} s.")
-    print(f"  held-out Bradley-Terry loss {r['heldout_loss']:.3f} (chance ln 2 = 0.693; at step 0: "
-          f"{r['history'][0]['rm/heldout_loss']:.3f})")
-    print(f"  held-out accuracy vs the sampled labels {r['heldout_accuracy']:.3f}   vs the gold order "
-          f"{r['heldout_gold_accuracy']:.3f}   (last training minibatches {r['train_accuracy_last']:.3f})")
-    g = r["by_gap"]
-    print("  by gold gap: " + ", ".join(f"[{lo:g}, {hi:g}) {acc:.2f}" for lo, hi, acc in
-                                         zip(GAP_BINS[:-1], GAP_BINS[1:], g["rm_vs_gold"])) + " (RM vs gold order)")
-    print(f"On {len(r['fresh_score'])} fresh SFT samples (in no pair): RM score vs gold Pearson {r['pearson']:.3f}, "
-          f"Spearman {r['spearman']:.3f}.")
-    print(f"Normalisation: score = {r['gain']:.3f} * r {r['bias']:+.3f}; the fresh reference samples now have "
-          f"mean {r['fresh_score'].mean():+.3f}, std {r['fresh_score'].std():.3f} (raw: mean "
-          f"{r['fresh_raw'].mean():+.3f}, std {r['fresh_raw'].std():.3f}).")
-    print("\nExample held-out pairs (chosen = the label; scores normalised):")
-    for ex in r["examples"]:
-        print(f"  {ex['kind']}: the human chose it with probability {ex['prob_chosen']:.3g}")
-        for side in ("chosen", "rejected"):
-            print(f"    {side:<8} gold {ex['gold_' + side]:+.2f}  RM {ex['rm_' + side]:+.2f} | "
-                  + textwrap.shorten(ex[side], 110))
-    save_figure(plot, r, __name__, args)
-    return r
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import tracemalloc
 
 import numpy as np
 
-from lessons._common import lesson_args, pyplot, save, save_figure
+from lessons._common import lesson_main, pyplot, save
 from minippo.nn.gpt import TinyGPT
 from minippo.rlhf.data.corpus import generate_corpus
 from minippo.studies.memory import (FP32, GB, MIXED, VOCAB_ARRAYS_TRAIN, ModelShape, PassCounter, activation_bytes,
@@ -163,6 +163,66 @@ def _stack(ax, rows, scale, unit):
     return bottom
 
 
+def _fmt(nbytes: float) -> str:
+    return f"{nbytes / GB:8.2f} GB" if nbytes >= 0.1 * GB else f"{nbytes / 1e6:8.3f} MB"
+
+
+def _table(rows) -> list[str]:
+    lines = [f"  {'model':<10s} {'params':>14s} " + " ".join(f"{p:>11s}" for p in PARTS) + f" {'total':>11s}"]
+    for r in rows:
+        lines.append(f"  {r.name:<10s} {r.params:>14,d} " + " ".join(_fmt(getattr(r, p)) for p in PARTS)
+                     + f" {_fmt(r.total)}")
+    return lines
+
+
+def narrative(r: dict) -> str:
+    L = []
+    cfg, g = r["ppo"], r["gpt_config"]
+    L.append(f"One PPOTrainer.step per critic arrangement (batch {cfg.batch_size}, {cfg.update_epochs} epochs x "
+             f"{cfg.num_minibatches} minibatches, max {cfg.max_new_tokens} new tokens); TinyGPT L={g.n_layer}, "
+             f"C={g.n_embd}, V={g.vocab_size}.")
+    for c in CRITICS:
+        p = r["passes"][c]
+        ok = "== formula" if p["counted"] == p["formula"] else "!= formula (see passes_per_iteration)"
+        calls = "; ".join(f"{n}: {v['forward']} fwd/{v['backward']} bwd" for n, v in p["counted"].items())
+        moved = ", ".join(f"{n} {'moved' if d > 0 else 'FROZEN'} ({d:.1e})" for n, d in p["moved"].items())
+        L.append(f"  {SETUP_NAMES[c]:<36s} {calls}; actor generation 1 prefill + {p['counted']['actor']['decode']} "
+                 f"decode steps [{ok}]\n  {'':<36s} max |change| after the step: {moved}")
+    ps = r["passes"]["separate"]
+    L.append(f"Optimizers: actor {ps['optimizers']['actor']}, separate critic {ps['optimizers']['critic']}; the "
+             f"reference and the reward model have none (seed 001: only actor and critic are updated).")
+    m, (B, T) = r["measured"], r["tiny_BT"]
+    L.append(f"\nOur sizes, fp32, minibatch B={B}, T={T} (formulas == real TinyGPT arrays: params {m['params']:,}, "
+             f"weights {m['weights']:,} B, grads {m['grads']:,} B, Adam {m['adam']:,} B, cache {m['activations']:,} B):")
+    L.append("\n".join(_table(r["tiny"]["separate"])))
+    rows = {x.name: x for x in r["tiny"]["separate"]}
+    L.append(f"Frozen models are counted with a no-grad forward (one block's working set); TinyGPT has no such mode, "
+             f"so in our code each frozen forward of the batch builds the training caches and drops them "
+             f"({rows['actor'].activations / B * cfg.batch_size / 1e6:.0f} MB at B={cfg.batch_size}, T={T}).")
+    (Bu, Tu) = ps["update_BT"]
+    L.append(f"tracemalloc peak of one real update minibatch (B={Bu}, T={Tu}): {ps['update_peak'] / 1e6:.1f} MB; "
+             f"estimate (2 caches + {VOCAB_ARRAYS_TRAIN} (B,T,V) arrays + 2 gradient sets): "
+             f"{ps['update_estimate'] / 1e6:.1f} MB. Rollout buffer of {cfg.batch_size} responses: "
+             f"{ps['buffer_nbytes'] / 1e3:.0f} KB; KV cache for generation: {r['tiny_kv'] / 1e6:.2f} MB.")
+    L.append(f"\nLLaMA-7B, mixed precision (16 bytes per trained parameter, 2 per frozen), B={BIG_B}, T={BIG_T}:")
+    L.append("\n".join(_table(r["seven"][("separate", False)])))
+    for c in CRITICS:
+        s = r["seven"][(c, False)]
+        L.append(f"  {SETUP_NAMES[c]:<36s} resident weights+grads+optimizer {static_bytes(s) / GB:6.1f} GB, "
+                 f"everything at once {total_bytes(s) / GB:6.1f} GB "
+                 f"({total_bytes(r['seven'][(c, True)]) / GB:6.1f} GB with gradient checkpointing)")
+    sep, none = (static_bytes(r["seven"][(c, False)]) for c in ("separate", "none"))
+    L.append(f"Dropping the critic (GRPO / RLOO) or sharing the actor's trunk saves {(sep - none) / GB:.0f} GB of "
+             f"{sep / GB:.0f} GB resident state ({100 * (sep - none) / sep:.0f}%).")
+    pf = r["pitfall"]
+    L.append("Seed 000 pitfall 3: " + "; ".join(f"{k} {_fmt(v).strip()}" for k, v in pf.items()) + ".")
+    return "\n".join(L)
+
+
+def main(argv=None) -> dict:
+    return lesson_main(__doc__, __name__, run, narrative, plot, argv)
+
+
 def plot(results: dict, path) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(2, 3, figsize=(18, 10.5), gridspec_kw={"hspace": 0.38, "wspace": 0.28})
@@ -252,64 +312,6 @@ def plot(results: dict, path) -> None:
     ax.set_title("(f) from tiny to 13B, all models of each setup\n(mixed precision: 16 B per trained parameter)")
     ax.legend(fontsize=8, loc="lower right")
     save(fig, path)
-
-
-def _fmt(nbytes: float) -> str:
-    return f"{nbytes / GB:8.2f} GB" if nbytes >= 0.1 * GB else f"{nbytes / 1e6:8.3f} MB"
-
-
-def _table(rows) -> list[str]:
-    lines = [f"  {'model':<10s} {'params':>14s} " + " ".join(f"{p:>11s}" for p in PARTS) + f" {'total':>11s}"]
-    for r in rows:
-        lines.append(f"  {r.name:<10s} {r.params:>14,d} " + " ".join(_fmt(getattr(r, p)) for p in PARTS)
-                     + f" {_fmt(r.total)}")
-    return lines
-
-
-def main(argv=None) -> dict:
-    args = lesson_args(__doc__, argv)
-    r = run(quick=args.quick, seed=args.seed)
-    cfg, g = r["ppo"], r["gpt_config"]
-    print(f"One PPOTrainer.step per critic arrangement (batch {cfg.batch_size}, {cfg.update_epochs} epochs x "
-          f"{cfg.num_minibatches} minibatches, max {cfg.max_new_tokens} new tokens); TinyGPT L={g.n_layer}, "
-          f"C={g.n_embd}, V={g.vocab_size}.")
-    for c in CRITICS:
-        p = r["passes"][c]
-        ok = "== formula" if p["counted"] == p["formula"] else "!= formula (see passes_per_iteration)"
-        calls = "; ".join(f"{n}: {v['forward']} fwd/{v['backward']} bwd" for n, v in p["counted"].items())
-        moved = ", ".join(f"{n} {'moved' if d > 0 else 'FROZEN'} ({d:.1e})" for n, d in p["moved"].items())
-        print(f"  {SETUP_NAMES[c]:<36s} {calls}; actor generation 1 prefill + {p['counted']['actor']['decode']} "
-              f"decode steps [{ok}]\n  {'':<36s} max |change| after the step: {moved}")
-    ps = r["passes"]["separate"]
-    print(f"Optimizers: actor {ps['optimizers']['actor']}, separate critic {ps['optimizers']['critic']}; the "
-          f"reference and the reward model have none (seed 001: only actor and critic are updated).")
-    m, (B, T) = r["measured"], r["tiny_BT"]
-    print(f"\nOur sizes, fp32, minibatch B={B}, T={T} (formulas == real TinyGPT arrays: params {m['params']:,}, "
-          f"weights {m['weights']:,} B, grads {m['grads']:,} B, Adam {m['adam']:,} B, cache {m['activations']:,} B):")
-    print("\n".join(_table(r["tiny"]["separate"])))
-    rows = {x.name: x for x in r["tiny"]["separate"]}
-    print(f"Frozen models are counted with a no-grad forward (one block's working set); TinyGPT has no such mode, "
-          f"so in our code each frozen forward of the batch builds the training caches and drops them "
-          f"({rows['actor'].activations / B * cfg.batch_size / 1e6:.0f} MB at B={cfg.batch_size}, T={T}).")
-    (Bu, Tu) = ps["update_BT"]
-    print(f"tracemalloc peak of one real update minibatch (B={Bu}, T={Tu}): {ps['update_peak'] / 1e6:.1f} MB; "
-          f"estimate (2 caches + {VOCAB_ARRAYS_TRAIN} (B,T,V) arrays + 2 gradient sets): "
-          f"{ps['update_estimate'] / 1e6:.1f} MB. Rollout buffer of {cfg.batch_size} responses: "
-          f"{ps['buffer_nbytes'] / 1e3:.0f} KB; KV cache for generation: {r['tiny_kv'] / 1e6:.2f} MB.")
-    print(f"\nLLaMA-7B, mixed precision (16 bytes per trained parameter, 2 per frozen), B={BIG_B}, T={BIG_T}:")
-    print("\n".join(_table(r["seven"][("separate", False)])))
-    for c in CRITICS:
-        s = r["seven"][(c, False)]
-        print(f"  {SETUP_NAMES[c]:<36s} resident weights+grads+optimizer {static_bytes(s) / GB:6.1f} GB, "
-              f"everything at once {total_bytes(s) / GB:6.1f} GB "
-              f"({total_bytes(r['seven'][(c, True)]) / GB:6.1f} GB with gradient checkpointing)")
-    sep, none = (static_bytes(r["seven"][(c, False)]) for c in ("separate", "none"))
-    print(f"Dropping the critic (GRPO / RLOO) or sharing the actor's trunk saves {(sep - none) / GB:.0f} GB of "
-          f"{sep / GB:.0f} GB resident state ({100 * (sep - none) / sep:.0f}%).")
-    pf = r["pitfall"]
-    print("Seed 000 pitfall 3: " + "; ".join(f"{k} {_fmt(v).strip()}" for k, v in pf.items()) + ".")
-    save_figure(plot, r, __name__, args)
-    return r
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ import time
 
 import numpy as np
 
-from lessons._common import pyplot, save, study_main, time_line
+from lessons._common import lesson_main, pyplot, save, time_line
 from minippo.studies.sequence_ratio import iid_sequence_ratios, ratio_band_stats, sequence_log_ratio
 from minippo.rlhf.ppo import forward_response
 from minippo.studies.probes import advantage_profile, token_credit, update_kl
@@ -162,6 +162,92 @@ def _heat(ax, fig, values, mask, title, vmax, label, linthresh=None):
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02, label=label)
 
 
+def narrative(r: dict) -> str:
+    """The measured numbers, and which of the seeds' claims hold at this scale."""
+    s, sz, ref = summary(r), r["sizes"], r["reference"]
+    m = r["rollout"]["mask"] != 0
+    kf, un = r["credit"]["kl_final"], r["credit"]["uniform"]
+    last = m.sum(axis=1) - 1
+    rows = np.arange(len(last))
+    kl_part = np.abs(-r["beta"] * r["rollout"]["kl"][m]).mean()
+    L = [f"Training: main-job PPO config, {sz['iterations']} iterations x {sz['batch_size']} responses, PPO seeds "
+         f"{list(sz['seeds'])}, both shapings alike. SFT policy: gold {ref['gold_mean']:+.3f}.",
+         f"\n1. Rewards of the same {len(last)} responses (beta {r['beta']:.3f}): the KL part is "
+         f"{kl_part:.3f} per token on average; kl_final puts the score "
+         f"(|score| {np.abs(r['rollout']['scores']).mean():.2f}) on the last token "
+         f"(|r| there {np.abs(kf['rewards'][rows, last]).mean():.2f}), uniform spreads it "
+         f"(|score / n| {np.abs(un['rewards'][m]).mean():.3f} per token).",
+         f"\n2. Where the credit goes (GAE, lam 0.95, advantages as PPO used them, last {LAST_ITERS} iterations):",
+         f"  {'shaping':<9}{'corr(A,score) last':>19}{'2nd last':>9}{'first':>7}{'|A| last':>9}{'|A| first':>10}"
+         f"{'EV first':>9}{'EV end':>7}"]
+    for sh in SHAPINGS:
+        x = s[sh]
+        L.append(f"  {sh:<9}{x['corr_end'][0]:>+19.2f}{x['corr_end'][1]:>+9.2f}{x['corr_start'][0]:>+7.2f}"
+                 f"{x['abs_end'][0]:>9.2f}{x['abs_start'][0]:>10.2f}{x['ev_first']:>+9.2f}{x['ev']:>+7.2f}")
+    anti = s["uniform"]["corr_end"][0] < 0
+    L += ["  (corr(A,score): over responses, between a token's advantage and its response's score; EV: the critic's "
+          "explained variance, first iteration and last 5.)",
+          "  kl_final: every token's return-to-go is about the score, the quantity the critic (initialised from the "
+          "reward model) was built to predict, so its targets make sense from the first iteration; each advantage "
+          "carries the critic's error score - V(s_t)"
+          + (", positively correlated with the score at every position." if min(s["kl_final"]["corr_end"].min(),
+                                                                                 s["kl_final"]["corr_start"].min()) > 0
+             else "."),
+          "  uniform: the return-to-go of token t is score (n - t) / n, a target the critic must learn per position; "
+          f"the reward-model critic predicts the whole score everywhere, its explained variance starts at "
+          f"{s['uniform']['ev_first']:+.2f}, and the last token's advantage is score / n - V ~ score / n - score: "
+          + (f"ANTI-correlated with the score ({s['uniform']['corr_end'][0]:+.2f}): a good response is punished for "
+             "ending." if anti else f"correlation {s['uniform']['corr_end'][0]:+.2f}."),
+          "  Seed 000 追问3 says uniform spreading 'ignores the contribution of middle tokens'; here the larger issue is "
+          "the critic: uniform changes what V(s_t) must predict"
+          + (", and the score's credit sits on the early tokens (corr first "
+             f"{s['uniform']['corr_start'][0]:+.2f} vs last {s['uniform']['corr_end'][0]:+.2f})."
+             if s["uniform"]["corr_start"][0] > s["uniform"]["corr_end"][0] else ".")]
+    L.append(f"\n3. Outcome on {len(ref['gold'])} held-out prompts (mean of the seeds; per seed in brackets):")
+    for sh in SHAPINGS:
+        x = s[sh]
+        L.append(f"  {sh:<9} gold {x['eval_gold']:+.3f} [{', '.join(f'{g:+.2f}' for g in x['eval_gold_seeds'])}]  "
+                 f"KL {x['eval_kl']:.2f} nats/response  length {x['eval_length']:.1f} tokens")
+    d = s["kl_final"]["eval_gold"] - s["uniform"]["eval_gold"]
+    spread = [np.std(s[sh]["eval_gold_seeds"]) for sh in SHAPINGS]
+    L.append(f"  kl_final - uniform: {d:+.3f} gold ({'kl_final better' if d > 0 else 'uniform better'}; "
+             f"std over the seeds {spread[0]:.2f} / {spread[1]:.2f}).")
+    longer = s["uniform"]["eval_length"] - s["kl_final"]["eval_length"]
+    if longer > 0.5:
+        L.append(f"  uniform's responses are {longer:.1f} tokens longer: what the anti-credit on the last tokens "
+                 "(ending a good response) predicts.")
+    q = s["ratios"]
+    n_mean = r["n_mean"]
+    L += [f"\n4. Sequence ratios (seed 001 追问1): 1.2^50 = {r['worst']['1.2^50']:.0f}, 0.8^50 = "
+          f"{r['worst']['0.8^50']:.1e}: the worst case, every token at the edge of the band in the same direction."]
+    for n_tok, R in r["iid"].items():
+        qs = np.quantile(R, [0.05, 0.5, 0.95])
+        L.append(f"  {n_tok} tokens with independent ratios uniform in [0.8, 1.2] (none would be clipped): median R "
+                 f"{qs[1]:.2f}, 5-95% [{qs[0]:.2f}, {qs[2]:.2f}], max of 20000 {R.max():.1f}; "
+                 f"{np.mean(np.abs(R - 1) > 0.2):.0%} of the responses outside [0.8, 1.2].")
+    L += [f"  Measured after every update (pi / pi_old on the rollout's tokens; {len(r['log_R'])} responses, mean "
+          f"length {n_mean:.1f}; per-update statistics averaged over the first half of the run): std of log r_t "
+          f"{q['token_log_ratio_std']:.3f} per token, std of log R "
+          f"{q['sequence_log_ratio_std']:.3f} per response (independent tokens would give "
+          f"{np.sqrt(n_mean) * q['token_log_ratio_std']:.3f}); R from {q['R_min']:.3f} to {q['R_max']:.1f}.",
+          f"  Outside [1 - eps, 1 + eps] (first half of the run, before the lr has decayed): {q['token_outside']:.1%} "
+          f"of the tokens vs {q['sequence_outside']:.0%} of the "
+          f"responses. PPO's token clip zeroed {q['token_clipfrac']:.1%} of the tokens at the end of the update "
+          f"({q['train_clipfrac']:.1%} on average during it); a sequence-level clip would have zeroed "
+          f"{q['sequence_clipfrac']:.0%} of the responses.",
+          "  The explosion claim holds in direction, not in size: R is a random walk in log space (wider than "
+          "independent tokens: the tokens of a response move together), far from 1.2^50, yet it leaves the band for "
+          + ("most responses" if q["sequence_outside"] > 0.5 else f"{q['sequence_outside']:.0%} of the responses")
+          + f" while only {q['token_outside']:.1%} of the tokens do. A sequence-level clip would silence that part "
+          "of the batch; PPO for LMs clips per token and leaves the drift of the whole response to the KL penalty."]
+    L.append(time_line(r))
+    return "\n".join(L)
+
+
+def main(argv=None) -> dict:
+    return lesson_main(__doc__, __name__, run, narrative, plot, argv)
+
+
 def plot(r: dict, path) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(3, 4, figsize=(21, 14))
@@ -252,92 +338,6 @@ def plot(r: dict, path) -> None:
     l.legend(fontsize=7.5, loc="lower left")
     fig.tight_layout()
     save(fig, path)
-
-
-def narrative(r: dict) -> str:
-    """The measured numbers, and which of the seeds' claims hold at this scale."""
-    s, sz, ref = summary(r), r["sizes"], r["reference"]
-    m = r["rollout"]["mask"] != 0
-    kf, un = r["credit"]["kl_final"], r["credit"]["uniform"]
-    last = m.sum(axis=1) - 1
-    rows = np.arange(len(last))
-    kl_part = np.abs(-r["beta"] * r["rollout"]["kl"][m]).mean()
-    L = [f"Training: main-job PPO config, {sz['iterations']} iterations x {sz['batch_size']} responses, PPO seeds "
-         f"{list(sz['seeds'])}, both shapings alike. SFT policy: gold {ref['gold_mean']:+.3f}.",
-         f"\n1. Rewards of the same {len(last)} responses (beta {r['beta']:.3f}): the KL part is "
-         f"{kl_part:.3f} per token on average; kl_final puts the score "
-         f"(|score| {np.abs(r['rollout']['scores']).mean():.2f}) on the last token "
-         f"(|r| there {np.abs(kf['rewards'][rows, last]).mean():.2f}), uniform spreads it "
-         f"(|score / n| {np.abs(un['rewards'][m]).mean():.3f} per token).",
-         f"\n2. Where the credit goes (GAE, lam 0.95, advantages as PPO used them, last {LAST_ITERS} iterations):",
-         f"  {'shaping':<9}{'corr(A,score) last':>19}{'2nd last':>9}{'first':>7}{'|A| last':>9}{'|A| first':>10}"
-         f"{'EV first':>9}{'EV end':>7}"]
-    for sh in SHAPINGS:
-        x = s[sh]
-        L.append(f"  {sh:<9}{x['corr_end'][0]:>+19.2f}{x['corr_end'][1]:>+9.2f}{x['corr_start'][0]:>+7.2f}"
-                 f"{x['abs_end'][0]:>9.2f}{x['abs_start'][0]:>10.2f}{x['ev_first']:>+9.2f}{x['ev']:>+7.2f}")
-    anti = s["uniform"]["corr_end"][0] < 0
-    L += ["  (corr(A,score): over responses, between a token's advantage and its response's score; EV: the critic's "
-          "explained variance, first iteration and last 5.)",
-          "  kl_final: every token's return-to-go is about the score, the quantity the critic (initialised from the "
-          "reward model) was built to predict, so its targets make sense from the first iteration; each advantage "
-          "carries the critic's error score - V(s_t)"
-          + (", positively correlated with the score at every position." if min(s["kl_final"]["corr_end"].min(),
-                                                                                 s["kl_final"]["corr_start"].min()) > 0
-             else "."),
-          "  uniform: the return-to-go of token t is score (n - t) / n, a target the critic must learn per position; "
-          f"the reward-model critic predicts the whole score everywhere, its explained variance starts at "
-          f"{s['uniform']['ev_first']:+.2f}, and the last token's advantage is score / n - V ~ score / n - score: "
-          + (f"ANTI-correlated with the score ({s['uniform']['corr_end'][0]:+.2f}): a good response is punished for "
-             "ending." if anti else f"correlation {s['uniform']['corr_end'][0]:+.2f}."),
-          "  Seed 000 追问3 says uniform spreading 'ignores the contribution of middle tokens'; here the larger issue is "
-          "the critic: uniform changes what V(s_t) must predict"
-          + (", and the score's credit sits on the early tokens (corr first "
-             f"{s['uniform']['corr_start'][0]:+.2f} vs last {s['uniform']['corr_end'][0]:+.2f})."
-             if s["uniform"]["corr_start"][0] > s["uniform"]["corr_end"][0] else ".")]
-    L.append(f"\n3. Outcome on {len(ref['gold'])} held-out prompts (mean of the seeds; per seed in brackets):")
-    for sh in SHAPINGS:
-        x = s[sh]
-        L.append(f"  {sh:<9} gold {x['eval_gold']:+.3f} [{', '.join(f'{g:+.2f}' for g in x['eval_gold_seeds'])}]  "
-                 f"KL {x['eval_kl']:.2f} nats/response  length {x['eval_length']:.1f} tokens")
-    d = s["kl_final"]["eval_gold"] - s["uniform"]["eval_gold"]
-    spread = [np.std(s[sh]["eval_gold_seeds"]) for sh in SHAPINGS]
-    L.append(f"  kl_final - uniform: {d:+.3f} gold ({'kl_final better' if d > 0 else 'uniform better'}; "
-             f"std over the seeds {spread[0]:.2f} / {spread[1]:.2f}).")
-    longer = s["uniform"]["eval_length"] - s["kl_final"]["eval_length"]
-    if longer > 0.5:
-        L.append(f"  uniform's responses are {longer:.1f} tokens longer: what the anti-credit on the last tokens "
-                 "(ending a good response) predicts.")
-    q = s["ratios"]
-    n_mean = r["n_mean"]
-    L += [f"\n4. Sequence ratios (seed 001 追问1): 1.2^50 = {r['worst']['1.2^50']:.0f}, 0.8^50 = "
-          f"{r['worst']['0.8^50']:.1e}: the worst case, every token at the edge of the band in the same direction."]
-    for n_tok, R in r["iid"].items():
-        qs = np.quantile(R, [0.05, 0.5, 0.95])
-        L.append(f"  {n_tok} tokens with independent ratios uniform in [0.8, 1.2] (none would be clipped): median R "
-                 f"{qs[1]:.2f}, 5-95% [{qs[0]:.2f}, {qs[2]:.2f}], max of 20000 {R.max():.1f}; "
-                 f"{np.mean(np.abs(R - 1) > 0.2):.0%} of the responses outside [0.8, 1.2].")
-    L += [f"  Measured after every update (pi / pi_old on the rollout's tokens; {len(r['log_R'])} responses, mean "
-          f"length {n_mean:.1f}; per-update statistics averaged over the first half of the run): std of log r_t "
-          f"{q['token_log_ratio_std']:.3f} per token, std of log R "
-          f"{q['sequence_log_ratio_std']:.3f} per response (independent tokens would give "
-          f"{np.sqrt(n_mean) * q['token_log_ratio_std']:.3f}); R from {q['R_min']:.3f} to {q['R_max']:.1f}.",
-          f"  Outside [1 - eps, 1 + eps] (first half of the run, before the lr has decayed): {q['token_outside']:.1%} "
-          f"of the tokens vs {q['sequence_outside']:.0%} of the "
-          f"responses. PPO's token clip zeroed {q['token_clipfrac']:.1%} of the tokens at the end of the update "
-          f"({q['train_clipfrac']:.1%} on average during it); a sequence-level clip would have zeroed "
-          f"{q['sequence_clipfrac']:.0%} of the responses.",
-          "  The explosion claim holds in direction, not in size: R is a random walk in log space (wider than "
-          "independent tokens: the tokens of a response move together), far from 1.2^50, yet it leaves the band for "
-          + ("most responses" if q["sequence_outside"] > 0.5 else f"{q['sequence_outside']:.0%} of the responses")
-          + f" while only {q['token_outside']:.1%} of the tokens do. A sequence-level clip would silence that part "
-          "of the batch; PPO for LMs clips per token and leaves the drift of the whole response to the KL penalty."]
-    L.append(time_line(r))
-    return "\n".join(L)
-
-
-def main(argv=None) -> dict:
-    return study_main(__doc__, __name__, run, narrative, plot, argv)
 
 
 if __name__ == "__main__":

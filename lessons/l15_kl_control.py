@@ -45,7 +45,7 @@ import time
 
 import numpy as np
 
-from lessons._common import pyplot, save, study_main, time_line
+from lessons._common import lesson_main, pyplot, save, time_line
 from minippo.blas import single_blas_thread
 from minippo.studies.kl_moments import compare_kl_estimators, topk_mass_decomposition
 from minippo.studies.probes import kl_probe, tempered_policy, update_kl
@@ -179,104 +179,6 @@ def _band(ax, x, Y, label, color, ls="-"):
 COLORS = dict(zip(CONTROLS, ("tab:red", "tab:orange", "tab:purple", "tab:blue", "tab:green")))
 
 
-def plot(r: dict, path) -> None:
-    plt = pyplot()
-    fig, axes = plt.subplots(3, 3, figsize=(17, 14))
-    (a, b, c), (d, e, f), (g, h, i) = axes
-    it = np.arange(r["sizes"]["iterations"])
-    n_seeds = len(r["sizes"]["seeds"])
-    for name, v in r["runs"].items():
-        _band(a, it, _curve(v, "objective/kl_exact"), name, COLORS[name])
-        _band(b, it, _curve(v, "gold/score"), name, COLORS[name])
-        c.plot(it, _curve(v, "kl_coef").mean(0), color=COLORS[name], lw=1.8, label=name)
-    a.axhline(KL_TARGET, color="k", ls=":", lw=1, label=f"target {KL_TARGET:g} (adaptive)")
-    a.set_ylim(bottom=0)
-    a.set(title=f"(a) exact KL to the reference, mean of {n_seeds} seeds (band: range)", xlabel="iteration",
-          ylabel="nats / response")
-    a.legend(loc="upper left", fontsize=8)
-    b.axhline(r["reference"]["gold_mean"], color="grey", ls="--", lw=1, label="SFT policy")
-    b.set(title="(b) gold score of the rollouts (simulated human)", xlabel="iteration", ylabel="gold score")
-    b.legend(loc="lower left", fontsize=8)
-    c.set_yscale("symlog", linthresh=0.01)
-    c.set(title="(c) beta (kl_coef) used in each iteration", xlabel="iteration", ylabel="beta (symlog)")
-    c.legend(loc="center right", fontsize=8)
-    # (d) per-token values of the estimators on the far policy; (e) per-response bias and spread
-    far = r["estimators"]["no penalty"]
-    tok = far["tokens"]
-    x = tok["logp"] - tok["logp_ref"]
-    bins = np.linspace(-6, 10, 81)
-    estimates = (("k1", x, "tab:blue"), ("k2", 0.5 * x * x, "tab:orange"), ("k3", np.expm1(-x) + x, "tab:green"))
-    for kind, vals, col in estimates:
-        c_ = far["compare"][kind]
-        d.hist(np.clip(vals, bins[0], bins[-1]), bins=bins, histtype="step", lw=1.5, color=col,
-               label=f"{kind}: mean {c_['token_mean']:.2f}, std {c_['token_std']:.1f}")
-    d.axvline(far["compare"]["exact"]["token_mean"], color="k", ls="--", lw=1,
-              label=f"exact KL, mean {far['compare']['exact']['token_mean']:.2f}")
-    d.set_yscale("log")
-    d.set(title="(d) one token's estimate, far policy (no penalty)", ylabel="tokens",
-          xlabel="estimate of KL at the token (nats, clipped to [-6, 10])")
-    d.legend(fontsize=8)
-    kinds, width = ("k1", "k2", "k3"), 0.38
-    for j, (name, label) in enumerate((("fixed beta 1", "close"), ("no penalty", "far"))):
-        cmp_ = r["estimators"][name]["compare"]
-        exact = cmp_["exact"]["response_mean"]
-        rel_bias = [cmp_[k]["response_bias"] / exact for k in kinds]
-        rel_err = [cmp_[k]["response_err_std"] / exact for k in kinds]
-        e.bar(np.arange(3) + (j - 0.5) * width, rel_bias, width, yerr=rel_err, capsize=4, alpha=0.8,
-              label=f"{label} policy ({name}), exact KL {exact:.1f} nats/response")
-    e.axhline(0, color="k", lw=0.8)
-    e.set_xticks(range(3), kinds)
-    e.set(title="(e) per response: bias (bar) and noise (error bar)", ylabel="relative to the exact KL per response")
-    e.legend(fontsize=8, loc="upper right")
-    # (f) flattened references under top-k sampling
-    taus = [row["tau"] for row in r["tempered"]]
-    f.plot(taus, [row["kl_exact"] for row in r["tempered"]], "k-o",
-           label="exact KL(pi || pi_ref) = E[k1], plain sampling")
-    f.plot(taus, [row["k1_expected"] for row in r["tempered"]], "C3-^", label=f"E[k1], top-k = {TOP_K} sampling")
-    f.plot(taus, [row["k1_sampled"] for row in r["tempered"]], "C3x", ms=9, label="k1 of the top-k samples")
-    f.axhline(0, color="grey", lw=0.8)
-    f.set(title="(f) the reference flattened (logits / tau): top-k hides the move",
-          xlabel="tau (1 = the reference itself)", ylabel="nats / response")
-    f.legend(fontsize=8)
-    # (g) the top-k PPO run: estimated vs exact KL, next to the same run with plain sampling
-    n_side = len(r["topk_runs"]["records"])
-    pair = ((r["topk_runs"], f"top-k = {TOP_K}", "C3"), (r["runs"]["fixed beta 1"], "plain sampling", "C0"))
-    for v, label, col in pair:
-        _band(g, it, _curve(v, "objective/kl", n_side), f"{label}: k1 estimate", col)
-        _band(g, it, _curve(v, "objective/kl_exact", n_side), f"{label}: exact", col, ls=":")
-    tp = r["topk_policy"]
-    g.set(title=f"(g) PPO, fixed beta 1: top-k = {TOP_K} vs plain sampling", xlabel="iteration",
-          ylabel="nats / response")
-    g.legend(fontsize=8, loc="upper left", title=f"final top-k policy: top-{TOP_K} mass {tp['mass']:.2f} (reference "
-             f"{tp['mass_ref']:.2f})", title_fontsize=8)
-    # (h) the KL of each update and (i) the KL to the reference, with and without early stopping
-    none, early = r["runs"]["no penalty"], r["early_runs"]
-    n_side = len(early["records"])
-    _band(h, it, _curve(none, "probe/update_kl", n_side), "no penalty", "tab:red")
-    _band(h, it, _curve(early, "probe/update_kl"), f"no penalty + kl_old_target {TARGET_KL}", "tab:cyan")
-    h.axhline(TARGET_KL, color="k", ls=":", lw=1, label="kl_old_target")
-    for k, rec in enumerate(early["records"][0]):
-        if rec["early_stop_epoch"] is not None:
-            h.annotate(str(rec["early_stop_epoch"]), (k, rec["probe/update_kl"]), textcoords="offset points",
-                       xytext=(0, 6), ha="center", fontsize=7, color="tab:cyan")
-    h.set_yscale("log")
-    h.set(title="(h) KL of each update (digits: epoch it stopped in)", xlabel="iteration",
-          ylabel="KL(pi_old || pi) per token after the update (k3, log)")
-    h.legend(fontsize=8)
-    for v, label, col in ((none, "no penalty", "tab:red"), (early, f"+ kl_old_target {TARGET_KL}", "tab:cyan")):
-        _band(i, it, _curve(v, "objective/kl_exact", n_side), f"{label}: KL to reference", col)
-    twin = i.twinx()
-    for v, col in ((none, "tab:red"), (early, "tab:cyan")):
-        twin.plot(it, _curve(v, "gold/score", n_side).mean(0), color=col, ls="--", lw=1)
-    twin.set_ylabel("gold score (dashed)")
-    twin.grid(False)
-    i.set(title="(i) early stopping slows the drift, it does not bound it", xlabel="iteration",
-          ylabel="exact KL to the reference (nats / response)")
-    i.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    save(fig, path)
-
-
 def _holds(ok: bool) -> str:
     return "holds" if ok else "does NOT hold"
 
@@ -405,7 +307,105 @@ def narrative(r: dict) -> str:
 
 
 def main(argv=None) -> dict:
-    return study_main(__doc__, __name__, run, narrative, plot, argv)
+    return lesson_main(__doc__, __name__, run, narrative, plot, argv)
+
+
+def plot(r: dict, path) -> None:
+    plt = pyplot()
+    fig, axes = plt.subplots(3, 3, figsize=(17, 14))
+    (a, b, c), (d, e, f), (g, h, i) = axes
+    it = np.arange(r["sizes"]["iterations"])
+    n_seeds = len(r["sizes"]["seeds"])
+    for name, v in r["runs"].items():
+        _band(a, it, _curve(v, "objective/kl_exact"), name, COLORS[name])
+        _band(b, it, _curve(v, "gold/score"), name, COLORS[name])
+        c.plot(it, _curve(v, "kl_coef").mean(0), color=COLORS[name], lw=1.8, label=name)
+    a.axhline(KL_TARGET, color="k", ls=":", lw=1, label=f"target {KL_TARGET:g} (adaptive)")
+    a.set_ylim(bottom=0)
+    a.set(title=f"(a) exact KL to the reference, mean of {n_seeds} seeds (band: range)", xlabel="iteration",
+          ylabel="nats / response")
+    a.legend(loc="upper left", fontsize=8)
+    b.axhline(r["reference"]["gold_mean"], color="grey", ls="--", lw=1, label="SFT policy")
+    b.set(title="(b) gold score of the rollouts (simulated human)", xlabel="iteration", ylabel="gold score")
+    b.legend(loc="lower left", fontsize=8)
+    c.set_yscale("symlog", linthresh=0.01)
+    c.set(title="(c) beta (kl_coef) used in each iteration", xlabel="iteration", ylabel="beta (symlog)")
+    c.legend(loc="center right", fontsize=8)
+    # (d) per-token values of the estimators on the far policy; (e) per-response bias and spread
+    far = r["estimators"]["no penalty"]
+    tok = far["tokens"]
+    x = tok["logp"] - tok["logp_ref"]
+    bins = np.linspace(-6, 10, 81)
+    estimates = (("k1", x, "tab:blue"), ("k2", 0.5 * x * x, "tab:orange"), ("k3", np.expm1(-x) + x, "tab:green"))
+    for kind, vals, col in estimates:
+        c_ = far["compare"][kind]
+        d.hist(np.clip(vals, bins[0], bins[-1]), bins=bins, histtype="step", lw=1.5, color=col,
+               label=f"{kind}: mean {c_['token_mean']:.2f}, std {c_['token_std']:.1f}")
+    d.axvline(far["compare"]["exact"]["token_mean"], color="k", ls="--", lw=1,
+              label=f"exact KL, mean {far['compare']['exact']['token_mean']:.2f}")
+    d.set_yscale("log")
+    d.set(title="(d) one token's estimate, far policy (no penalty)", ylabel="tokens",
+          xlabel="estimate of KL at the token (nats, clipped to [-6, 10])")
+    d.legend(fontsize=8)
+    kinds, width = ("k1", "k2", "k3"), 0.38
+    for j, (name, label) in enumerate((("fixed beta 1", "close"), ("no penalty", "far"))):
+        cmp_ = r["estimators"][name]["compare"]
+        exact = cmp_["exact"]["response_mean"]
+        rel_bias = [cmp_[k]["response_bias"] / exact for k in kinds]
+        rel_err = [cmp_[k]["response_err_std"] / exact for k in kinds]
+        e.bar(np.arange(3) + (j - 0.5) * width, rel_bias, width, yerr=rel_err, capsize=4, alpha=0.8,
+              label=f"{label} policy ({name}), exact KL {exact:.1f} nats/response")
+    e.axhline(0, color="k", lw=0.8)
+    e.set_xticks(range(3), kinds)
+    e.set(title="(e) per response: bias (bar) and noise (error bar)", ylabel="relative to the exact KL per response")
+    e.legend(fontsize=8, loc="upper right")
+    # (f) flattened references under top-k sampling
+    taus = [row["tau"] for row in r["tempered"]]
+    f.plot(taus, [row["kl_exact"] for row in r["tempered"]], "k-o",
+           label="exact KL(pi || pi_ref) = E[k1], plain sampling")
+    f.plot(taus, [row["k1_expected"] for row in r["tempered"]], "C3-^", label=f"E[k1], top-k = {TOP_K} sampling")
+    f.plot(taus, [row["k1_sampled"] for row in r["tempered"]], "C3x", ms=9, label="k1 of the top-k samples")
+    f.axhline(0, color="grey", lw=0.8)
+    f.set(title="(f) the reference flattened (logits / tau): top-k hides the move",
+          xlabel="tau (1 = the reference itself)", ylabel="nats / response")
+    f.legend(fontsize=8)
+    # (g) the top-k PPO run: estimated vs exact KL, next to the same run with plain sampling
+    n_side = len(r["topk_runs"]["records"])
+    pair = ((r["topk_runs"], f"top-k = {TOP_K}", "C3"), (r["runs"]["fixed beta 1"], "plain sampling", "C0"))
+    for v, label, col in pair:
+        _band(g, it, _curve(v, "objective/kl", n_side), f"{label}: k1 estimate", col)
+        _band(g, it, _curve(v, "objective/kl_exact", n_side), f"{label}: exact", col, ls=":")
+    tp = r["topk_policy"]
+    g.set(title=f"(g) PPO, fixed beta 1: top-k = {TOP_K} vs plain sampling", xlabel="iteration",
+          ylabel="nats / response")
+    g.legend(fontsize=8, loc="upper left", title=f"final top-k policy: top-{TOP_K} mass {tp['mass']:.2f} (reference "
+             f"{tp['mass_ref']:.2f})", title_fontsize=8)
+    # (h) the KL of each update and (i) the KL to the reference, with and without early stopping
+    none, early = r["runs"]["no penalty"], r["early_runs"]
+    n_side = len(early["records"])
+    _band(h, it, _curve(none, "probe/update_kl", n_side), "no penalty", "tab:red")
+    _band(h, it, _curve(early, "probe/update_kl"), f"no penalty + kl_old_target {TARGET_KL}", "tab:cyan")
+    h.axhline(TARGET_KL, color="k", ls=":", lw=1, label="kl_old_target")
+    for k, rec in enumerate(early["records"][0]):
+        if rec["early_stop_epoch"] is not None:
+            h.annotate(str(rec["early_stop_epoch"]), (k, rec["probe/update_kl"]), textcoords="offset points",
+                       xytext=(0, 6), ha="center", fontsize=7, color="tab:cyan")
+    h.set_yscale("log")
+    h.set(title="(h) KL of each update (digits: epoch it stopped in)", xlabel="iteration",
+          ylabel="KL(pi_old || pi) per token after the update (k3, log)")
+    h.legend(fontsize=8)
+    for v, label, col in ((none, "no penalty", "tab:red"), (early, f"+ kl_old_target {TARGET_KL}", "tab:cyan")):
+        _band(i, it, _curve(v, "objective/kl_exact", n_side), f"{label}: KL to reference", col)
+    twin = i.twinx()
+    for v, col in ((none, "tab:red"), (early, "tab:cyan")):
+        twin.plot(it, _curve(v, "gold/score", n_side).mean(0), color=col, ls="--", lw=1)
+    twin.set_ylabel("gold score (dashed)")
+    twin.grid(False)
+    i.set(title="(i) early stopping slows the drift, it does not bound it", xlabel="iteration",
+          ylabel="exact KL to the reference (nats / response)")
+    i.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    save(fig, path)
 
 
 if __name__ == "__main__":

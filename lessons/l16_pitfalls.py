@@ -56,7 +56,7 @@ import time
 
 import numpy as np
 
-from lessons._common import pyplot, save, study_main, time_line
+from lessons._common import lesson_main, pyplot, save, time_line
 from minippo.blas import blas_core_name
 from minippo.rlhf.data.gold import gold_profile
 from minippo.rlhf.reward_model import sequence_scores
@@ -175,86 +175,6 @@ def mean_terms(variant: dict) -> dict:
 
 COLORS = dict(zip(CRITICS, ("tab:red", "tab:orange", "tab:green", "tab:blue", "tab:purple", "tab:gray")))
 LCOLORS = ("tab:gray", "tab:red", "tab:blue", "tab:orange")
-
-
-def plot(r: dict, path) -> None:
-    plt = pyplot()
-    fig, axes = plt.subplots(3, 3, figsize=(17, 14))
-    (a, b, c), (d, e, f), (g, h, i) = axes
-    s, n_seeds = summary(r), len(r["sizes"]["seeds"])
-    for name, v in r["critic"].items():
-        err, ev = seed_curves(v, "val/value_error"), seed_curves(v, "val/explained_variance")
-        a.plot(err.mean(0), color=COLORS[name], lw=1.8, label=name)
-        b.plot(ev.mean(0), color=COLORS[name], lw=1.8, label=name)
-    a.set_yscale("log")
-    a.set(title=f"(a) critic error 0.5 mean (V - R)^2, RM score + {OFFSET:g}", xlabel="iteration",
-          ylabel="return units^2, before the update (log)")
-    a.legend(fontsize=8, title=f"mean of {n_seeds} seeds; SFT-trunk critic, head 0", title_fontsize=8)
-    b.set(title="(b) explained variance 1 - Var[R - V] / Var[R]", xlabel="iteration", ylabel="explained variance")
-    b.legend(fontsize=8, loc="upper left")
-    for k, name in enumerate(CRITICS):
-        g_ = s[name]["gold"]
-        c.plot(np.full(len(g_), k) + np.linspace(-0.1, 0.1, len(g_)), g_, "o", color=COLORS[name], alpha=0.7)
-        c.plot([k - 0.25, k + 0.25], [g_.mean()] * 2, color=COLORS[name], lw=2.5)
-    c.axhline(r["reference"]["gold_mean"], color="k", ls="--", lw=1, label="SFT policy")
-    c.set_xticks(range(len(CRITICS)), [n.replace(" ", "\n", 1) for n in CRITICS], fontsize=8)
-    c.set(title="(c) gold score of the trained policies (dots: seeds, bar: mean)",
-          ylabel="gold score, held-out prompts")
-    c.legend(fontsize=8)
-    # B. length hacking
-    for col, (name, v) in zip(LCOLORS, r["length"].items()):
-        d.plot(seed_curves(v, "response/length").mean(0), color=col, lw=1.8, label=name)
-        e.plot(seed_curves(v, "gold/score").mean(0), color=col, lw=1.8, label=name)
-    d.axhline(r["ref_long"]["length_mean"], color="k", ls="--", lw=1, label="SFT policy")
-    d.set(title=f"(d) response length, room for {LONG_TOKENS} tokens", xlabel="iteration", ylabel="tokens per response")
-    d.legend(fontsize=8, loc="upper left")
-    e.axhline(r["ref_long"]["gold_mean"], color="k", ls="--", lw=1, label="SFT policy")
-    e.set(title="(e) gold score of the rollouts", xlabel="iteration", ylabel="gold score")
-    e.legend(fontsize=8, loc="upper left")
-    terms = [r["ref_long"]["terms"]] + [mean_terms(v) for v in r["length"].values()]
-    width = 0.8 / len(TERMS)
-    for j, t in enumerate(TERMS):
-        f.bar(np.arange(len(terms)) + (j - len(TERMS) / 2 + 0.5) * width, [x[t] for x in terms], width, label=t)
-    short = ("SFT", "RM\nscore", f"RM +\n{BONUS}/token", "+ bonus\n- penalty", f"+ bonus,\n/ n^{ALPHA}")
-    labels = [f"{n}\ngold {x['gold']:+.2f}\nsent. {x['sentiment']:+.2f}" for n, x in zip(short, terms)]
-    f.set_xticks(range(len(terms)), labels, fontsize=8)
-    f.set(title="(f) the gold's penalty terms on fresh samples", ylabel="penalty (mean per response)")
-    f.legend(fontsize=8, ncol=2, loc="upper right")
-    # C. the lr = 0 check: table, log-ratio histograms, temperature curve
-    ck = r["check"]
-    g.axis("off")
-    g.grid(False)
-    cols = ("ratio min", "ratio max", "approx KL", "clipfrac", "rows hit")
-    rows = [[f"{x['ratio_min']:.3g}", f"{x['ratio_max']:.3g}", f"{x['approx_kl']:.2g}", f"{x['clipfrac']:.1%}",
-             f"{x['rows_changed']:.0%}"] for x in ck["stats"].values()]
-    tab = g.table(cellText=rows, rowLabels=list(ck["stats"]), colLabels=cols, loc="center", cellLoc="center")
-    tab.auto_set_font_size(False)
-    tab.set_fontsize(9)
-    tab.scale(0.82, 1.9)
-    g.set_title("(g) lr = 0: one rollout, its log-probs recomputed")
-    g.text(0.5, 0.08, f"{ck['padded_rows']:.0%} of the responses have left padding in their prompt; "
-           f"clip band eps = {ck['clip_eps']:g}", ha="center", fontsize=9, transform=g.transAxes)
-    bins = np.linspace(-6, 6, 97)
-    for k, (label, lr_) in enumerate(ck["log_ratio"].items()):
-        if label.startswith("same"):
-            continue
-        h.hist(np.clip(lr_, bins[0], bins[-1]), bins=bins, histtype="step", lw=1.5, color=f"C{k}", label=label)
-    eps = ck["clip_eps"]
-    for x in (np.log(1 - eps), np.log(1 + eps)):
-        h.axvline(x, color="k", ls=":", lw=1)
-    h.set_yscale("log")
-    h.set(title="(h) log r = logp - logp_old of each bug (dotted: clip band)", xlabel="log ratio (clipped to [-6, 6])",
-          ylabel="tokens (log)")
-    h.legend(fontsize=8)
-    ts = [x["t"] for x in ck["temps"]]
-    i.plot(ts, [x["approx_kl"] for x in ck["temps"]], "C0-o", label="approx KL (k3, per token)")
-    i.plot(ts, [x["outside_band"] for x in ck["temps"]], "C3-s", label=f"tokens with |r - 1| > {eps:g}")
-    i.axvline(1.0, color="k", ls="--", lw=1)
-    i.set(title="(i) the temperature bug: training at another temperature", xlabel="T_train / T_sample",
-          ylabel="measured at lr = 0 (should be 0)")
-    i.legend(fontsize=8)
-    fig.tight_layout()
-    save(fig, path)
 
 
 def _diff(a, b, noise) -> str:
@@ -421,7 +341,87 @@ def lr_zero_paragraph(ck: dict) -> list[str]:
 
 
 def main(argv=None) -> dict:
-    return study_main(__doc__, __name__, run, narrative, plot, argv)
+    return lesson_main(__doc__, __name__, run, narrative, plot, argv)
+
+
+def plot(r: dict, path) -> None:
+    plt = pyplot()
+    fig, axes = plt.subplots(3, 3, figsize=(17, 14))
+    (a, b, c), (d, e, f), (g, h, i) = axes
+    s, n_seeds = summary(r), len(r["sizes"]["seeds"])
+    for name, v in r["critic"].items():
+        err, ev = seed_curves(v, "val/value_error"), seed_curves(v, "val/explained_variance")
+        a.plot(err.mean(0), color=COLORS[name], lw=1.8, label=name)
+        b.plot(ev.mean(0), color=COLORS[name], lw=1.8, label=name)
+    a.set_yscale("log")
+    a.set(title=f"(a) critic error 0.5 mean (V - R)^2, RM score + {OFFSET:g}", xlabel="iteration",
+          ylabel="return units^2, before the update (log)")
+    a.legend(fontsize=8, title=f"mean of {n_seeds} seeds; SFT-trunk critic, head 0", title_fontsize=8)
+    b.set(title="(b) explained variance 1 - Var[R - V] / Var[R]", xlabel="iteration", ylabel="explained variance")
+    b.legend(fontsize=8, loc="upper left")
+    for k, name in enumerate(CRITICS):
+        g_ = s[name]["gold"]
+        c.plot(np.full(len(g_), k) + np.linspace(-0.1, 0.1, len(g_)), g_, "o", color=COLORS[name], alpha=0.7)
+        c.plot([k - 0.25, k + 0.25], [g_.mean()] * 2, color=COLORS[name], lw=2.5)
+    c.axhline(r["reference"]["gold_mean"], color="k", ls="--", lw=1, label="SFT policy")
+    c.set_xticks(range(len(CRITICS)), [n.replace(" ", "\n", 1) for n in CRITICS], fontsize=8)
+    c.set(title="(c) gold score of the trained policies (dots: seeds, bar: mean)",
+          ylabel="gold score, held-out prompts")
+    c.legend(fontsize=8)
+    # B. length hacking
+    for col, (name, v) in zip(LCOLORS, r["length"].items()):
+        d.plot(seed_curves(v, "response/length").mean(0), color=col, lw=1.8, label=name)
+        e.plot(seed_curves(v, "gold/score").mean(0), color=col, lw=1.8, label=name)
+    d.axhline(r["ref_long"]["length_mean"], color="k", ls="--", lw=1, label="SFT policy")
+    d.set(title=f"(d) response length, room for {LONG_TOKENS} tokens", xlabel="iteration", ylabel="tokens per response")
+    d.legend(fontsize=8, loc="upper left")
+    e.axhline(r["ref_long"]["gold_mean"], color="k", ls="--", lw=1, label="SFT policy")
+    e.set(title="(e) gold score of the rollouts", xlabel="iteration", ylabel="gold score")
+    e.legend(fontsize=8, loc="upper left")
+    terms = [r["ref_long"]["terms"]] + [mean_terms(v) for v in r["length"].values()]
+    width = 0.8 / len(TERMS)
+    for j, t in enumerate(TERMS):
+        f.bar(np.arange(len(terms)) + (j - len(TERMS) / 2 + 0.5) * width, [x[t] for x in terms], width, label=t)
+    short = ("SFT", "RM\nscore", f"RM +\n{BONUS}/token", "+ bonus\n- penalty", f"+ bonus,\n/ n^{ALPHA}")
+    labels = [f"{n}\ngold {x['gold']:+.2f}\nsent. {x['sentiment']:+.2f}" for n, x in zip(short, terms)]
+    f.set_xticks(range(len(terms)), labels, fontsize=8)
+    f.set(title="(f) the gold's penalty terms on fresh samples", ylabel="penalty (mean per response)")
+    f.legend(fontsize=8, ncol=2, loc="upper right")
+    # C. the lr = 0 check: table, log-ratio histograms, temperature curve
+    ck = r["check"]
+    g.axis("off")
+    g.grid(False)
+    cols = ("ratio min", "ratio max", "approx KL", "clipfrac", "rows hit")
+    rows = [[f"{x['ratio_min']:.3g}", f"{x['ratio_max']:.3g}", f"{x['approx_kl']:.2g}", f"{x['clipfrac']:.1%}",
+             f"{x['rows_changed']:.0%}"] for x in ck["stats"].values()]
+    tab = g.table(cellText=rows, rowLabels=list(ck["stats"]), colLabels=cols, loc="center", cellLoc="center")
+    tab.auto_set_font_size(False)
+    tab.set_fontsize(9)
+    tab.scale(0.82, 1.9)
+    g.set_title("(g) lr = 0: one rollout, its log-probs recomputed")
+    g.text(0.5, 0.08, f"{ck['padded_rows']:.0%} of the responses have left padding in their prompt; "
+           f"clip band eps = {ck['clip_eps']:g}", ha="center", fontsize=9, transform=g.transAxes)
+    bins = np.linspace(-6, 6, 97)
+    for k, (label, lr_) in enumerate(ck["log_ratio"].items()):
+        if label.startswith("same"):
+            continue
+        h.hist(np.clip(lr_, bins[0], bins[-1]), bins=bins, histtype="step", lw=1.5, color=f"C{k}", label=label)
+    eps = ck["clip_eps"]
+    for x in (np.log(1 - eps), np.log(1 + eps)):
+        h.axvline(x, color="k", ls=":", lw=1)
+    h.set_yscale("log")
+    h.set(title="(h) log r = logp - logp_old of each bug (dotted: clip band)", xlabel="log ratio (clipped to [-6, 6])",
+          ylabel="tokens (log)")
+    h.legend(fontsize=8)
+    ts = [x["t"] for x in ck["temps"]]
+    i.plot(ts, [x["approx_kl"] for x in ck["temps"]], "C0-o", label="approx KL (k3, per token)")
+    i.plot(ts, [x["outside_band"] for x in ck["temps"]], "C3-s", label=f"tokens with |r - 1| > {eps:g}")
+    i.axvline(1.0, color="k", ls="--", lw=1)
+    i.set(title="(i) the temperature bug: training at another temperature", xlabel="T_train / T_sample",
+          ylabel="measured at lr = 0 (should be 0)")
+    i.legend(fontsize=8)
+    fig.tight_layout()
+    save(fig, path)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_args, pyplot, save, save_figure
+from lessons._common import lesson_main, pyplot, save
 from minippo.studies.critic_probes import trunk_gradient_split
 from minippo.studies.memory import FP32, GB, MIXED, ModelShape, four_models, static_bytes, total_bytes
 from minippo.studies.study import Study, final
@@ -127,6 +127,115 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
             "runs": runs, "ptx": {c: runs[ptx_name(c)] for c in sz["ptx"]}, "critics": critics,
             "memory": memory(study, sz["minibatch_size"]),
             "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
+
+
+def _cmp(a, b, noise: float, multi: bool) -> dict:
+    """``b - a`` with its standard error (pooled seed noise, :mod:`minippo.studies.sweep_stats`) and a text;
+    ``clear`` is None with a single seed (no noise estimate)."""
+    if not multi:
+        d = float(np.mean(b) - np.mean(a))
+        return {"diff": d, "clear": None, "text": f"{d:+.3f} (one seed: no noise estimate)"}
+    c = compare(a, b, noise)
+    return {**c, "text": f"{c['diff']:+.3f} +- {c['se']:.3f} ({'beyond' if c['clear'] else 'within'} the seed noise)"}
+
+
+def _per_kl(v: dict) -> str:
+    """Tax per nat of KL (blank when the run hardly moved: the ratio is then noise)."""
+    kl = np.mean(v["kl"])
+    return f"{np.mean(v['tax']) / kl:.4f}" if kl > 0.1 else "-"
+
+
+def narrative(r: dict) -> str:
+    L = []
+    sz, ref, ptx, critics, runs = r["sizes"], r["reference"], r["ptx"], r["critics"], r["runs"]
+    L.append(f"{sz['iterations']} iterations x {sz['batch_size']} responses per run, PPO seeds {list(sz['seeds'])}.")
+    L.append(f"SFT: gold {ref['gold_mean']:+.3f}, held-out LM loss {r['sft_lm_loss']:.4f} nats/token.\n")
+    L.append("PPO-ptx (separate critic, RM init):")
+    L.append(f"  {'ptx_coef':>8s} {'gold':>7s} {'KL':>6s} {'LM loss':>8s} {'tax':>7s} {'tax/KL':>7s} {'ptx loss':>8s} "
+             f"{'CPU s/it':>8s}")
+    for k, v in ptx.items():
+        L.append(f"  {k:8g} {np.mean(v['gold']):+7.3f} {np.mean(v['kl']):6.2f} {np.mean(v['lm_loss']):8.4f} "
+                 f"{np.mean(v['tax']):+7.4f} {_per_kl(v):>7s} {np.mean(v['ptx_loss']):8.4f} "
+                 f"{np.mean(v['cpu_per_it']):8.3f}")
+    multi = len(sz["seeds"]) > 1
+    noise = {k: pooled_seed_std([v[k] for v in runs.values()])[0] if multi else 0.0 for k in ("tax", "gold", "ev")}
+    lo, hi = min(ptx), max(ptx)
+    for k in sorted(ptx)[1:]:
+        L.append(f"  ptx {k:g} vs 0: tax {_cmp(ptx[lo]['tax'], ptx[k]['tax'], noise['tax'], multi)['text']}, "
+                 f"gold {_cmp(ptx[lo]['gold'], ptx[k]['gold'], noise['gold'], multi)['text']}")
+    if KL_CONTROL in runs:
+        v = runs[KL_CONTROL]
+        L.append(f"  control, no ptx held to KL target 1: KL {np.mean(v['kl']):.2f}, tax {np.mean(v['tax']):+.4f} "
+                 f"(per nat {_per_kl(v)}), gold {np.mean(v['gold']):+.3f}")
+    no_ptx = [v for name, v in runs.items() if name not in [ptx_name(k) for k in ptx if k > 0]]
+    per_kl_no_ptx = np.mean([t / k for v in no_ptx for t, k in zip(v["tax"], v["kl"]) if k > 0.1] or [np.nan])
+    L.append(f"  tax per nat of KL: {per_kl_no_ptx:.4f} over the runs without PPO-ptx (every critic, seed"
+             + (", and the KL-target-1 control" if KL_CONTROL in runs else "") + f"), {_per_kl(ptx[hi])} with ptx {hi:g}.")
+    L.append("\nCritic arrangements (no ptx):")
+    L.append(f"  {'critic':<26s} {'expl. var.':>10s} {'value loss':>10s} {'gold':>7s} {'KL':>6s} {'tax':>7s} "
+             f"{'CPU s/it':>8s}")
+    for name, v in critics.items():
+        L.append(f"  {name:<26s} {np.mean(v['ev']):10.3f} {np.mean(v['value_loss']):10.4f} {np.mean(v['gold']):+7.3f} "
+                 f"{np.mean(v['kl']):6.2f} {np.mean(v['tax']):+7.4f} {np.mean(v['cpu_per_it']):8.3f}")
+    sg, nosg, sep = critics["shared + stop-gradient"], critics["shared, no stop-gradient"], critics["separate, RM init"]
+    sg_ev, sg_gold = (_cmp(sg[k], nosg[k], noise[k], multi) for k in ("ev", "gold"))
+    sep_ev, sep_gold = (_cmp(sep[k], sg[k], noise[k], multi) for k in ("ev", "gold"))
+    L.append(f"  no stop-gradient vs stop-gradient: explained variance {sg_ev['text']}, gold {sg_gold['text']}, "
+             f"tax {_cmp(sg['tax'], nosg['tax'], noise['tax'], multi)['text']}.")
+    L.append(f"  shared (stop-gradient) vs separate RM-init: explained variance {sep_ev['text']}, "
+             f"gold {sep_gold['text']}.")
+    share = [x["share"] for x in nosg["split"]]
+    L.append(f"  no stop-gradient: the value loss makes {np.mean(share):.0%} of the norm of the trunk's gradient on the "
+             f"last rollout (head |w| {np.mean([x['head_w_norm'] for x in nosg['split']]):.2f}; dL/dh = w dL/dV, "
+             f"so a head "
+             f"that starts at 0 sends nothing into the trunk at first); tax per nat of KL {_per_kl(nosg)} vs "
+             f"{_per_kl(sg)} with stop-gradient.")
+    mem = r["memory"]
+    L.append(f"\nMemory (LLaMA-7B, mixed precision, batch {BIG_B} x {BIG_T}): "
+             f"separate critic {mem['separate']['7b_total'] / GB:.0f} GB, "
+             f"shared trunk {mem['shared']['7b_total'] / GB:.0f} GB, no critic {mem['none']['7b_total'] / GB:.0f} GB "
+             f"(ours in fp32: {mem['separate']['ours_total'] / 1e6:.1f}, {mem['shared']['ours_total'] / 1e6:.1f}, "
+             f"{mem['none']['ours_total'] / 1e6:.1f} MB).")
+    saved = 1 - mem["shared"]["7b_total"] / mem["separate"]["7b_total"]
+    L.append("\nWhat holds at this scale:")
+    coefs = sorted(k for k in ptx if k > 0)
+    by = {key: {k: _cmp(ptx[lo][key], ptx[k][key], noise[key], multi) for k in coefs} for key in ("tax", "gold")}
+    lower = {key: [f"{k:g}" for k in coefs if by[key][k]["clear"] and by[key][k]["diff"] < 0] for key in by}
+    L.append("  - seed 001 追问3, PPO-ptx against the alignment tax: "
+             + ("one seed only, no verdict" if not multi else
+                f"the tax is lower beyond the seed noise at ptx_coef {', '.join(lower['tax']) or 'none'} "
+                f"({by['tax'][coefs[0]]['diff']:+.3f} to {by['tax'][coefs[-1]]['diff']:+.3f} nats/token); the gold score "
+                f"is lower beyond the noise at {', '.join(lower['gold']) or 'none'}")
+             + f". Per nat of KL the tax is {per_kl_no_ptx:.3f} without PPO-ptx and {_per_kl(ptx[hi])} at ptx {hi:g}. "
+             f"The corpus here IS the SFT data: PPO-ptx pulls towards the SFT model (KL {np.mean(ptx[lo]['kl']):.2f} -> "
+             f"{np.mean(ptx[hi]['kl']):.2f} nats).")
+    if KL_CONTROL in runs:                          # the ptx run closest in KL to the control without ptx
+        v = runs[KL_CONTROL]
+        k = min(coefs, key=lambda c: abs(np.mean(ptx[c]["kl"]) - np.mean(v["kl"])))
+        L.append(f"    At a similar KL, ptx {k:g} (KL {np.mean(ptx[k]['kl']):.2f}): tax {np.mean(ptx[k]['tax']):.3f}, gold "
+                 f"{np.mean(ptx[k]['gold']):+.3f}; no ptx held to KL target 1 (KL {np.mean(v['kl']):.2f}): tax "
+                 f"{np.mean(v['tax']):.3f}, gold {np.mean(v['gold']):+.3f}.")
+    L.append(f"  - seed 001 追问2, sharing the trunk saves memory: holds ({saved:.0%} of the 7B setup's bytes).")
+    sg_tax = _cmp(sg["tax"], nosg["tax"], noise["tax"], multi)
+    clear = [name for name, c in (("explained variance", sg_ev), ("gold", sg_gold), ("tax", sg_tax)) if c["clear"]]
+    L.append("  - seed 001 追问2, stop-gradient keeps the critic from disturbing the actor: "
+             + ("one seed only, no verdict" if not multi else
+                f"the two shared critics differ beyond the seed noise only in {', '.join(clear)}" if clear else
+                "no difference beyond the seed noise between the two shared critics")
+             + f"; the tax per nat of KL is {_per_kl(nosg)} without and {_per_kl(sg)} with stop-gradient, and the value "
+             f"loss is {np.mean(share):.0%} of the trunk's gradient without stop-gradient.")
+    sft = critics["separate, SFT init"]
+    L.append(f"  - seed 003 sec. 17, a value head on the language model: explained variance {np.mean(sg['ev']):.2f} "
+             f"(shared), {np.mean(sft['ev']):.2f} (own trunk from the SFT model), {np.mean(sep['ev']):.2f} "
+             f"(own trunk from "
+             f"the reward model): an own trunk adds {_cmp(sg['ev'], sft['ev'], noise['ev'], multi)['text']}, the RM "
+             f"initialisation {_cmp(sft['ev'], sep['ev'], noise['ev'], multi)['text']}.")
+    L.append(f"\nLesson run time: wall {r['time']['wall']:.1f} s, CPU {r['time']['cpu']:.1f} s.")
+    return "\n".join(L)
+
+
+def main(argv=None) -> dict:
+    return lesson_main(__doc__, __name__, run, narrative, plot, argv)
 
 
 def plot(r: dict, path) -> None:
@@ -215,113 +324,6 @@ def plot(r: dict, path) -> None:
     h.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     save(fig, path)
-
-
-def _cmp(a, b, noise: float, multi: bool) -> dict:
-    """``b - a`` with its standard error (pooled seed noise, :mod:`minippo.studies.sweep_stats`) and a text;
-    ``clear`` is None with a single seed (no noise estimate)."""
-    if not multi:
-        d = float(np.mean(b) - np.mean(a))
-        return {"diff": d, "clear": None, "text": f"{d:+.3f} (one seed: no noise estimate)"}
-    c = compare(a, b, noise)
-    return {**c, "text": f"{c['diff']:+.3f} +- {c['se']:.3f} ({'beyond' if c['clear'] else 'within'} the seed noise)"}
-
-
-def _per_kl(v: dict) -> str:
-    """Tax per nat of KL (blank when the run hardly moved: the ratio is then noise)."""
-    kl = np.mean(v["kl"])
-    return f"{np.mean(v['tax']) / kl:.4f}" if kl > 0.1 else "-"
-
-
-def main(argv=None) -> dict:
-    args = lesson_args(__doc__, argv)
-    r = run(quick=args.quick, seed=args.seed, full=args.full)
-    sz, ref, ptx, critics, runs = r["sizes"], r["reference"], r["ptx"], r["critics"], r["runs"]
-    print(f"{sz['iterations']} iterations x {sz['batch_size']} responses per run, PPO seeds {list(sz['seeds'])}.")
-    print(f"SFT: gold {ref['gold_mean']:+.3f}, held-out LM loss {r['sft_lm_loss']:.4f} nats/token.\n")
-    print("PPO-ptx (separate critic, RM init):")
-    print(f"  {'ptx_coef':>8s} {'gold':>7s} {'KL':>6s} {'LM loss':>8s} {'tax':>7s} {'tax/KL':>7s} {'ptx loss':>8s} "
-          f"{'CPU s/it':>8s}")
-    for k, v in ptx.items():
-        print(f"  {k:8g} {np.mean(v['gold']):+7.3f} {np.mean(v['kl']):6.2f} {np.mean(v['lm_loss']):8.4f} "
-              f"{np.mean(v['tax']):+7.4f} {_per_kl(v):>7s} {np.mean(v['ptx_loss']):8.4f} "
-              f"{np.mean(v['cpu_per_it']):8.3f}")
-    multi = len(sz["seeds"]) > 1
-    noise = {k: pooled_seed_std([v[k] for v in runs.values()])[0] if multi else 0.0 for k in ("tax", "gold", "ev")}
-    lo, hi = min(ptx), max(ptx)
-    for k in sorted(ptx)[1:]:
-        print(f"  ptx {k:g} vs 0: tax {_cmp(ptx[lo]['tax'], ptx[k]['tax'], noise['tax'], multi)['text']}, "
-              f"gold {_cmp(ptx[lo]['gold'], ptx[k]['gold'], noise['gold'], multi)['text']}")
-    if KL_CONTROL in runs:
-        v = runs[KL_CONTROL]
-        print(f"  control, no ptx held to KL target 1: KL {np.mean(v['kl']):.2f}, tax {np.mean(v['tax']):+.4f} "
-              f"(per nat {_per_kl(v)}), gold {np.mean(v['gold']):+.3f}")
-    no_ptx = [v for name, v in runs.items() if name not in [ptx_name(k) for k in ptx if k > 0]]
-    per_kl_no_ptx = np.mean([t / k for v in no_ptx for t, k in zip(v["tax"], v["kl"]) if k > 0.1] or [np.nan])
-    print(f"  tax per nat of KL: {per_kl_no_ptx:.4f} over the runs without PPO-ptx (every critic, seed"
-          + (", and the KL-target-1 control" if KL_CONTROL in runs else "") + f"), {_per_kl(ptx[hi])} with ptx {hi:g}.")
-    print("\nCritic arrangements (no ptx):")
-    print(f"  {'critic':<26s} {'expl. var.':>10s} {'value loss':>10s} {'gold':>7s} {'KL':>6s} {'tax':>7s} "
-          f"{'CPU s/it':>8s}")
-    for name, v in critics.items():
-        print(f"  {name:<26s} {np.mean(v['ev']):10.3f} {np.mean(v['value_loss']):10.4f} {np.mean(v['gold']):+7.3f} "
-              f"{np.mean(v['kl']):6.2f} {np.mean(v['tax']):+7.4f} {np.mean(v['cpu_per_it']):8.3f}")
-    sg, nosg, sep = critics["shared + stop-gradient"], critics["shared, no stop-gradient"], critics["separate, RM init"]
-    sg_ev, sg_gold = (_cmp(sg[k], nosg[k], noise[k], multi) for k in ("ev", "gold"))
-    sep_ev, sep_gold = (_cmp(sep[k], sg[k], noise[k], multi) for k in ("ev", "gold"))
-    print(f"  no stop-gradient vs stop-gradient: explained variance {sg_ev['text']}, gold {sg_gold['text']}, "
-          f"tax {_cmp(sg['tax'], nosg['tax'], noise['tax'], multi)['text']}.")
-    print(f"  shared (stop-gradient) vs separate RM-init: explained variance {sep_ev['text']}, "
-          f"gold {sep_gold['text']}.")
-    share = [x["share"] for x in nosg["split"]]
-    print(f"  no stop-gradient: the value loss makes {np.mean(share):.0%} of the norm of the trunk's gradient on the "
-          f"last rollout (head |w| {np.mean([x['head_w_norm'] for x in nosg['split']]):.2f}; dL/dh = w dL/dV, "
-          f"so a head "
-          f"that starts at 0 sends nothing into the trunk at first); tax per nat of KL {_per_kl(nosg)} vs "
-          f"{_per_kl(sg)} with stop-gradient.")
-    mem = r["memory"]
-    print(f"\nMemory (LLaMA-7B, mixed precision, batch {BIG_B} x {BIG_T}): "
-          f"separate critic {mem['separate']['7b_total'] / GB:.0f} GB, "
-          f"shared trunk {mem['shared']['7b_total'] / GB:.0f} GB, no critic {mem['none']['7b_total'] / GB:.0f} GB "
-          f"(ours in fp32: {mem['separate']['ours_total'] / 1e6:.1f}, {mem['shared']['ours_total'] / 1e6:.1f}, "
-          f"{mem['none']['ours_total'] / 1e6:.1f} MB).")
-    saved = 1 - mem["shared"]["7b_total"] / mem["separate"]["7b_total"]
-    print("\nWhat holds at this scale:")
-    coefs = sorted(k for k in ptx if k > 0)
-    by = {key: {k: _cmp(ptx[lo][key], ptx[k][key], noise[key], multi) for k in coefs} for key in ("tax", "gold")}
-    lower = {key: [f"{k:g}" for k in coefs if by[key][k]["clear"] and by[key][k]["diff"] < 0] for key in by}
-    print("  - seed 001 追问3, PPO-ptx against the alignment tax: "
-          + ("one seed only, no verdict" if not multi else
-             f"the tax is lower beyond the seed noise at ptx_coef {', '.join(lower['tax']) or 'none'} "
-             f"({by['tax'][coefs[0]]['diff']:+.3f} to {by['tax'][coefs[-1]]['diff']:+.3f} nats/token); the gold score "
-             f"is lower beyond the noise at {', '.join(lower['gold']) or 'none'}")
-          + f". Per nat of KL the tax is {per_kl_no_ptx:.3f} without PPO-ptx and {_per_kl(ptx[hi])} at ptx {hi:g}. "
-          f"The corpus here IS the SFT data: PPO-ptx pulls towards the SFT model (KL {np.mean(ptx[lo]['kl']):.2f} -> "
-          f"{np.mean(ptx[hi]['kl']):.2f} nats).")
-    if KL_CONTROL in runs:                          # the ptx run closest in KL to the control without ptx
-        v = runs[KL_CONTROL]
-        k = min(coefs, key=lambda c: abs(np.mean(ptx[c]["kl"]) - np.mean(v["kl"])))
-        print(f"    At a similar KL, ptx {k:g} (KL {np.mean(ptx[k]['kl']):.2f}): tax {np.mean(ptx[k]['tax']):.3f}, gold "
-              f"{np.mean(ptx[k]['gold']):+.3f}; no ptx held to KL target 1 (KL {np.mean(v['kl']):.2f}): tax "
-              f"{np.mean(v['tax']):.3f}, gold {np.mean(v['gold']):+.3f}.")
-    print(f"  - seed 001 追问2, sharing the trunk saves memory: holds ({saved:.0%} of the 7B setup's bytes).")
-    sg_tax = _cmp(sg["tax"], nosg["tax"], noise["tax"], multi)
-    clear = [name for name, c in (("explained variance", sg_ev), ("gold", sg_gold), ("tax", sg_tax)) if c["clear"]]
-    print("  - seed 001 追问2, stop-gradient keeps the critic from disturbing the actor: "
-          + ("one seed only, no verdict" if not multi else
-             f"the two shared critics differ beyond the seed noise only in {', '.join(clear)}" if clear else
-             "no difference beyond the seed noise between the two shared critics")
-          + f"; the tax per nat of KL is {_per_kl(nosg)} without and {_per_kl(sg)} with stop-gradient, and the value "
-          f"loss is {np.mean(share):.0%} of the trunk's gradient without stop-gradient.")
-    sft = critics["separate, SFT init"]
-    print(f"  - seed 003 sec. 17, a value head on the language model: explained variance {np.mean(sg['ev']):.2f} "
-          f"(shared), {np.mean(sft['ev']):.2f} (own trunk from the SFT model), {np.mean(sep['ev']):.2f} "
-          f"(own trunk from "
-          f"the reward model): an own trunk adds {_cmp(sg['ev'], sft['ev'], noise['ev'], multi)['text']}, the RM "
-          f"initialisation {_cmp(sft['ev'], sep['ev'], noise['ev'], multi)['text']}.")
-    print(f"\nLesson run time: wall {r['time']['wall']:.1f} s, CPU {r['time']['cpu']:.1f} s.")
-    save_figure(plot, r, __name__, args)
-    return r
 
 
 if __name__ == "__main__":

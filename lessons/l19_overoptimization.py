@@ -42,10 +42,11 @@ Exercises:
 from __future__ import annotations
 
 import textwrap
+import time
 
 import numpy as np
 
-from lessons._common import lesson_args, pyplot, save, save_figure
+from lessons._common import lesson_main, pyplot, save, time_line
 from minippo.studies.best_of_n import sample_candidates, select_best
 from minippo.rlhf.data.gold import gold_profile
 from minippo.studies.overoptimization import (KLCheckpoints, fit_gold_curve, gold_peak,
@@ -103,6 +104,7 @@ def bon_summary(r: dict) -> dict:
 
 
 def run(quick: bool = False, seed: int = 0, full: bool = False, log=lambda *a: None) -> dict:
+    t0, c0 = time.perf_counter(), time.process_time()
     size = SIZES["quick" if quick else "full" if full else "default"]
     study = Study(quick=quick, seed=0, n_eval=size["n_eval"])       # stage seed 0 (the shared caches)
     rms = rm_variants(study, QUICK_VARIANTS if quick else RM_VARIANTS, log=log)
@@ -144,7 +146,97 @@ def run(quick: bool = False, seed: int = 0, full: bool = False, log=lambda *a: N
     return {"size": size, "quick": quick, "full": full, "rms": {n: {k: v[k] for k in ("summary", "n_params", "config")}
                                                                for n, v in rms.items()},
             "bon": bon, "bon_gold": bon_gold, "rl": rl, "summary": summary, "profiles": profiles,
-            "strong": strong, "weak": weak, "candidates_prompts": cands.prompts}
+            "strong": strong, "weak": weak, "candidates_prompts": cands.prompts,
+            "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
+
+
+# ----------------------------------------------------------------------------------------------
+# the narrative
+# ----------------------------------------------------------------------------------------------
+
+def narrative(r: dict) -> str:
+    s, N = r["summary"], r["size"]["bon_n"]
+    lines = ["Reward models (proxies), all normalised to mean 0, std 1 on SFT samples:"]
+    for name, x in s.items():
+        lines.append(f"  {name:<13s} {x['pairs']:6d} training pairs, {x['n_params']:,} parameters, held-out accuracy "
+                     f"{x['accuracy']:.3f}, score-gold Pearson {x['pearson']:.3f}")
+    for method, title in (("bon", f"Best-of-n, n = 1 .. {N}"), ("rl", "PPO without KL penalty")):
+        lines.append(f"\n{title}: gold at d = 0 -> at the peak (where) -> at the end; proxy at the peak -> at the end; "
+                     "Gao fit's peak d*")
+        for name, x in s.items():
+            m = x[method]
+            k = m["peak"]
+            where = f"n={m['ns'][k]}, d={m['d'][k]:.2f}" if method == "bon" else f"d={m['d'][k]:.2f}"
+            lines.append(f"  RM {name:<13s} gold {m['gold'][0]:+.2f} -> {m['gold'][k]:+.2f} ({where}) -> "
+                         f"{m['gold'][-1]:+.2f} (d={m['d'][-1]:.2f});  proxy {m['rm'][k]:+.2f} -> {m['rm'][-1]:+.2f};  "
+                         f"fit d* {m['fit']['d_peak']:.2f}")
+    g = r["bon_gold"]
+    lines.append(f"  best-of-n against the gold itself: {g['gold'][0]:+.2f} -> {g['gold'][-1]:+.2f} at n = {N} "
+                 "(never falls: no proxy, no over-optimisation)")
+    lines += ["", "Which claims hold here:"] + claims(r)
+    kl_end = max(x["rl"]["d"][-1] for x in s.values()) ** 2
+    lines += ["", "Reading the numbers:",
+              f"- Without a KL penalty nothing holds PPO near the reference: the KL reaches {kl_end:.0f} nats per "
+              "response (seed 001: '固定beta会导致KL散度失控'; here beta = 0).",
+              "- Best-of-n only re-ranks SFT samples, the distribution every RM was trained on, so its gold follows "
+              "the RM's accuracy. PPO drifts to text no preference pair contained (broken subwords, stacked "
+              "sentences: panel (e)), where every RM extrapolates; more data then mostly softens the fall (not in strict order "
+              "here). PPO's peak heights differ by about their error bars (prompts with one seed, seeds with "
+              "--full), so their order is noise at this scale."]
+    lines.append("\nWhat the policy learned to exploit (mean gold penalty per sample):")
+    for lab, p in r["profiles"].items():
+        top = sorted(((p[k], k) for k in PENALTY_TERMS), reverse=True)[:3]
+        lines.append(f"  {lab:<28s} gold {p['gold']:+.2f} sentiment {p['sentiment']:+.2f} penalty {p['penalty']:.2f}: "
+                     + ", ".join(f"{k} {v:.2f} (fires on {100 * p['frac_' + k]:.0f} %)" for v, k in top if v > 0))
+    strong = r["strong"]
+    pts, k = r["rl"][strong], r["summary"][strong]["rl"]["peak"]
+    lines.append(f"\nSamples, RM on {strong}: SFT / PPO at the gold peak / PPO at the end  [gold, RM]")
+    for i in range(3):
+        for lab, p in (("SFT ", pts[0]), ("peak", pts[k]), ("end ", pts[-1])):
+            lines.append(f"  {lab} [{p['eval']['gold'][i]:+.2f}, {p['eval']['rm'][i]:+.2f}] {p['eval']['texts'][i]}")
+    lines.append(time_line(r))
+    return "\n".join(lines)
+
+
+def claims(r: dict) -> list[str]:
+    """The seeds' and Gao et al.'s claims, each checked on the measured numbers."""
+    s = r["summary"]
+    out = []
+    # "keeps rising": the proxy at the end is above its value at d = 0 and not below its value at the gold peak
+    not_rising = [f"{m} {n}" for n, x in s.items() for m in ("bon", "rl")
+                  if not x[m]["rm"][-1] > x[m]["rm"][0] or x[m]["rm"][-1] < x[m]["rm"][x[m]["peak"]] - 0.05]
+    falls = [(n, m) for n, x in s.items() for m in ("bon", "rl")
+             if x[m]["gold"][x[m]["peak"]] > x[m]["gold"][0] and x[m]["gold"][-1] < x[m]["gold"][x[m]["peak"]] - 0.1]
+    out.append("- The proxy keeps rising past the gold peak for every RM and both methods: "
+               + ("yes." if not not_rising else "NO for " + ", ".join(not_rising) + "."))
+    out.append(f"- The gold rises, peaks and falls by > 0.1 in {len(falls)} of {2 * len(s)} curves "
+               "(seed 003: '过度优化奖励模型会导致 reward hacking'): "
+               + ", ".join(f"{m} {n}" for n, m in falls) + ".")
+    names = list(s)
+    for method, title in (("bon", "best-of-n"), ("rl", "PPO")):
+        peaks = [s[n][method]["gold"][s[n][method]["peak"]] for n in names]
+        ends = [s[n][method]["gold"][-1] for n in names]
+        d_peaks = [s[n][method]["d"][s[n][method]["peak"]] for n in names]
+        sems = [s[n][method]["gold_sem"][s[n][method]["peak"]] for n in names]
+        out.append(f"- {title}, RMs in order of training pairs: a higher gold peak with more data (Gao et al.): "
+                   + ", ".join(f"{p:+.2f}+-{e:.2f}" for p, e in zip(peaks, sems))
+                   + (": holds (within 0.05)" if all(np.diff(peaks) >= -0.05) else ": does NOT hold in order")
+                   + "; a shallower fall with more data: gold at the end " + ", ".join(f"{e:+.2f}" for e in ends)
+                   + (": holds (within 0.05)" if all(np.diff(ends) >= -0.05) else ": does NOT hold in order")
+                   + "; the peak at d = " + ", ".join(f"{d:.2f}" for d in d_peaks) + ".")
+    strong = r["strong"]
+    b, p = s[strong]["bon"], s[strong]["rl"]
+    d_b = b["d"][-1]
+    gold_rl_at = float(np.interp(d_b, p["d"], p["gold"]))
+    out.append("- At the same KL, best-of-n beats PPO (Gao et al.: RL spends much more KL for the same gold): "
+               "with the RM "
+               f"on {strong}, at d = {d_b:.2f} best-of-{r['size']['bon_n']} reaches gold {b['gold'][-1]:+.2f}, "
+               f"PPO {gold_rl_at:+.2f} (interpolated): {'holds' if b['gold'][-1] > gold_rl_at else 'does NOT hold'}.")
+    return out
+
+
+def main(argv=None) -> dict:
+    return lesson_main(__doc__, __name__, run, narrative, plot, argv)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -269,102 +361,6 @@ def plot(r: dict, path) -> None:
     t.text(0.0, 1.0, "\n".join(rows), va="top", ha="left", family="monospace", fontsize=8.8, transform=t.transAxes)
     fig.tight_layout()
     save(fig, path)
-
-
-# ----------------------------------------------------------------------------------------------
-# the narrative
-# ----------------------------------------------------------------------------------------------
-
-def narrative(r: dict) -> str:
-    s, N = r["summary"], r["size"]["bon_n"]
-    lines = ["Reward models (proxies), all normalised to mean 0, std 1 on SFT samples:"]
-    for name, x in s.items():
-        lines.append(f"  {name:<13s} {x['pairs']:6d} training pairs, {x['n_params']:,} parameters, held-out accuracy "
-                     f"{x['accuracy']:.3f}, score-gold Pearson {x['pearson']:.3f}")
-    for method, title in (("bon", f"Best-of-n, n = 1 .. {N}"), ("rl", "PPO without KL penalty")):
-        lines.append(f"\n{title}: gold at d = 0 -> at the peak (where) -> at the end; proxy at the peak -> at the end; "
-                     "Gao fit's peak d*")
-        for name, x in s.items():
-            m = x[method]
-            k = m["peak"]
-            where = f"n={m['ns'][k]}, d={m['d'][k]:.2f}" if method == "bon" else f"d={m['d'][k]:.2f}"
-            lines.append(f"  RM {name:<13s} gold {m['gold'][0]:+.2f} -> {m['gold'][k]:+.2f} ({where}) -> "
-                         f"{m['gold'][-1]:+.2f} (d={m['d'][-1]:.2f});  proxy {m['rm'][k]:+.2f} -> {m['rm'][-1]:+.2f};  "
-                         f"fit d* {m['fit']['d_peak']:.2f}")
-    g = r["bon_gold"]
-    lines.append(f"  best-of-n against the gold itself: {g['gold'][0]:+.2f} -> {g['gold'][-1]:+.2f} at n = {N} "
-                 "(never falls: no proxy, no over-optimisation)")
-    lines += ["", "Which claims hold here:"] + claims(r)
-    kl_end = max(x["rl"]["d"][-1] for x in s.values()) ** 2
-    lines += ["", "Reading the numbers:",
-              f"- Without a KL penalty nothing holds PPO near the reference: the KL reaches {kl_end:.0f} nats per "
-              "response (seed 001: '固定beta会导致KL散度失控'; here beta = 0).",
-              "- Best-of-n only re-ranks SFT samples, the distribution every RM was trained on, so its gold follows "
-              "the RM's accuracy. PPO drifts to text no preference pair contained (broken subwords, stacked "
-              "sentences: panel (e)), where every RM extrapolates; more data then mostly softens the fall (not in strict order "
-              "here). PPO's peak heights differ by about their error bars (prompts with one seed, seeds with "
-              "--full), so their order is noise at this scale."]
-    return "\n".join(lines)
-
-
-def claims(r: dict) -> list[str]:
-    """The seeds' and Gao et al.'s claims, each checked on the measured numbers."""
-    s = r["summary"]
-    out = []
-    # "keeps rising": the proxy at the end is above its value at d = 0 and not below its value at the gold peak
-    not_rising = [f"{m} {n}" for n, x in s.items() for m in ("bon", "rl")
-                  if not x[m]["rm"][-1] > x[m]["rm"][0] or x[m]["rm"][-1] < x[m]["rm"][x[m]["peak"]] - 0.05]
-    falls = [(n, m) for n, x in s.items() for m in ("bon", "rl")
-             if x[m]["gold"][x[m]["peak"]] > x[m]["gold"][0] and x[m]["gold"][-1] < x[m]["gold"][x[m]["peak"]] - 0.1]
-    out.append("- The proxy keeps rising past the gold peak for every RM and both methods: "
-               + ("yes." if not not_rising else "NO for " + ", ".join(not_rising) + "."))
-    out.append(f"- The gold rises, peaks and falls by > 0.1 in {len(falls)} of {2 * len(s)} curves "
-               "(seed 003: '过度优化奖励模型会导致 reward hacking'): "
-               + ", ".join(f"{m} {n}" for n, m in falls) + ".")
-    names = list(s)
-    for method, title in (("bon", "best-of-n"), ("rl", "PPO")):
-        peaks = [s[n][method]["gold"][s[n][method]["peak"]] for n in names]
-        ends = [s[n][method]["gold"][-1] for n in names]
-        d_peaks = [s[n][method]["d"][s[n][method]["peak"]] for n in names]
-        sems = [s[n][method]["gold_sem"][s[n][method]["peak"]] for n in names]
-        out.append(f"- {title}, RMs in order of training pairs: a higher gold peak with more data (Gao et al.): "
-                   + ", ".join(f"{p:+.2f}+-{e:.2f}" for p, e in zip(peaks, sems))
-                   + (": holds (within 0.05)" if all(np.diff(peaks) >= -0.05) else ": does NOT hold in order")
-                   + "; a shallower fall with more data: gold at the end " + ", ".join(f"{e:+.2f}" for e in ends)
-                   + (": holds (within 0.05)" if all(np.diff(ends) >= -0.05) else ": does NOT hold in order")
-                   + "; the peak at d = " + ", ".join(f"{d:.2f}" for d in d_peaks) + ".")
-    strong = r["strong"]
-    b, p = s[strong]["bon"], s[strong]["rl"]
-    d_b = b["d"][-1]
-    gold_rl_at = float(np.interp(d_b, p["d"], p["gold"]))
-    out.append("- At the same KL, best-of-n beats PPO (Gao et al.: RL spends much more KL for the same gold): "
-               "with the RM "
-               f"on {strong}, at d = {d_b:.2f} best-of-{r['size']['bon_n']} reaches gold {b['gold'][-1]:+.2f}, "
-               f"PPO {gold_rl_at:+.2f} (interpolated): {'holds' if b['gold'][-1] > gold_rl_at else 'does NOT hold'}.")
-    return out
-
-
-def main(argv=None) -> dict:
-    import time
-    args = lesson_args(__doc__, argv)
-    t0, c0 = time.perf_counter(), time.process_time()
-    r = run(quick=args.quick, seed=args.seed, full=args.full, log=print)
-    print()
-    print(narrative(r))
-    print("\nWhat the policy learned to exploit (mean gold penalty per sample):")
-    for lab, p in r["profiles"].items():
-        top = sorted(((p[k], k) for k in PENALTY_TERMS), reverse=True)[:3]
-        print(f"  {lab:<28s} gold {p['gold']:+.2f} sentiment {p['sentiment']:+.2f} penalty {p['penalty']:.2f}: "
-              + ", ".join(f"{k} {v:.2f} (fires on {100 * p['frac_' + k]:.0f} %)" for v, k in top if v > 0))
-    strong = r["strong"]
-    pts, k = r["rl"][strong], r["summary"][strong]["rl"]["peak"]
-    print(f"\nSamples, RM on {strong}: SFT / PPO at the gold peak / PPO at the end  [gold, RM]")
-    for i in range(3):
-        for lab, p in (("SFT ", pts[0]), ("peak", pts[k]), ("end ", pts[-1])):
-            print(f"  {lab} [{p['eval']['gold'][i]:+.2f}, {p['eval']['rm'][i]:+.2f}] {p['eval']['texts'][i]}")
-    save_figure(plot, r, __name__, args)
-    print(f"time: {time.perf_counter() - t0:.1f} s wall, {time.process_time() - c0:.1f} s CPU")
-    return r
 
 
 if __name__ == "__main__":

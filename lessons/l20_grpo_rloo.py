@@ -59,7 +59,7 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_args, pyplot, save, save_figure
+from lessons._common import lesson_main, pyplot, save
 from minippo.studies.baselines import BASELINES, compare_baselines
 from minippo.rl.masked import masked_mean
 from minippo.studies.memory import FP32, GB, MIXED, ModelShape, four_models, static_bytes, total_bytes
@@ -153,6 +153,82 @@ def _curve(records: list[list[dict]], key: str) -> np.ndarray:
     return np.array([[r[key] for r in recs] for recs in records], dtype=float)
 
 
+def _ms(x) -> str:
+    return f"{np.mean(x):+.3f} +- {np.std(x):.3f}" if len(x) > 1 else f"{np.mean(x):+.3f}"
+
+
+def narrative(r: dict) -> str:
+    L = []
+    sz, S, ref = r["sizes"], r["summary"], r["reference"]
+    ppo = "PPO (GAE + critic)"
+    L.append(f"{sz['iterations']} iterations x {sz['batch_size']} responses per method, PPO seeds {list(sz['seeds'])}; "
+             f"group size {GROUP}; GRPO: KL as a loss (beta {GRPO_BETA}), no KL in the reward.")
+    L.append(f"SFT: gold {ref['gold_mean']:+.3f} (std {ref['gold_std']:.3f} over {len(ref['gold'])} prompts)\n")
+    L.append(f"  {'method':<24s} {'prompts x n':>11s} {'tokens':>7s} {'gold (fresh)':>16s} {'KL k1':>6s} {'KL max':>6s} "
+             f"{'KL exact':>8s} {'wall s/it':>9s} {'CPU s/it':>8s}")
+    for name in r["methods"]:
+        s = S[name]
+        L.append(f"  {name:<24s} {s['prompts']:>5d} x {s['samples_per_prompt']:<3d} {np.mean(s['tokens']):7.0f} "
+                 f"{_ms(s['gold']):>16s} {np.mean(s['kl']):6.2f} {np.max(s['kl']):6.2f} {np.mean(s['kl_exact']):8.2f} "
+                 f"{np.mean(s['wall_per_it']):9.3f} {np.mean(s['cpu_per_it']):8.3f}")
+    L.append("")
+    for n in r["methods"]:
+        if n == ppo:
+            continue
+        if len(sz["seeds"]) > 1:
+            noise = pooled_seed_std([S[m]["gold"] for m in r["methods"]])[0]
+            c = compare(S[ppo]["gold"], S[n]["gold"], noise)
+            verdict = (f"{c['diff']:+.3f} +- {c['se']:.3f}: " +
+                       (("above" if c["diff"] > 0 else "below") + " PPO beyond the seed noise" if c["clear"]
+                        else "within the seed noise"))
+        else:
+            verdict = f"{np.mean(S[n]['gold']) - np.mean(S[ppo]['gold']):+.3f}, one seed: no noise estimate"
+        L.append(f"  {n}: gold vs PPO {verdict}; KL {np.mean(S[n]['kl']):.2f} vs {np.mean(S[ppo]['kl']):.2f}; "
+                 f"CPU per iteration {np.mean(S[n]['cpu_per_it']) / np.mean(S[ppo]['cpu_per_it']):.0%} of PPO's")
+    mem = r["memory"]
+    L.append(f"\nMemory: PPO keeps {mem['separate']['models']} models, the critic-free methods "
+             f"{mem['none']['models']}. Ours (fp32, minibatch {sz['minibatch_size']}): "
+             f"{mem['separate']['ours_total'] / 1e6:.1f} MB -> {mem['none']['ours_total'] / 1e6:.1f} MB; LLaMA-7B "
+             f"(mixed precision, batch {BIG_B} x {BIG_T}): {mem['separate']['7b_total'] / GB:.0f} GB -> "
+             f"{mem['none']['7b_total'] / GB:.0f} GB (weights + gradients + Adam: {mem['separate']['7b_static'] / GB:.0f} "
+             f"-> {mem['none']['7b_static'] / GB:.0f} GB).")
+    bl = r["baselines"]
+    L.append(f"\nBaselines on the group methods' last rollouts, mean (s - b)^2 / Var(s): "
+             + ", ".join(f"{k} {bl[k]:.2f}" for k in BASELINES)
+             + f". The prompt explains {bl['between_prompts']:.0%} of the score's variance: exactly the share the group "
+             f"mean removes beyond the batch mean; leave-one-out pays (n/(n-1))^2 = {(GROUP / (GROUP - 1)) ** 2:.2f} "
+             f"times the group mean's residual for being unbiased.")
+    g = S["GRPO"]["adv_token_mean"]
+    L.append(f"Whitening: GRPO's advantages average 0 per response but {np.mean(g):+.3f} per token (long responses "
+             f"count more); re-whitening them over tokens (the old default) would have shifted every advantage by that "
+             f"much / std. They are used as the paper defines them.")
+    cpu = {n: np.mean(S[n]["cpu_per_it"]) for n in r["methods"]}
+    upd = {n: np.mean(S[n]["cpu_update_per_it"]) for n in r["methods"]}
+    L.append("\nWhat holds at this scale:")
+    L.append(f"  - critic-free = three models instead of four (seed 001's list without the critic): holds, "
+             f"{1 - mem['none']['7b_total'] / mem['separate']['7b_total']:.0%} of the 7B setup's bytes and "
+             f"{1 - np.mean([cpu[n] for n in CRITIC_FREE if n in cpu]) / cpu[ppo]:.0%} of PPO's CPU time per iteration "
+             f"(the update alone: {upd[ppo]:.3f} -> {np.mean([upd[n] for n in CRITIC_FREE if n in upd]):.3f} s) "
+             f"are saved.")
+    L.append(f"  - seed 001 追问3, fewer samples per prompt mean more variance: the group baseline removes "
+             f"{bl['between_prompts']:.0%} of Var(s) beyond the batch mean here, the part that depends on the prompt; "
+             f"with n = {GROUP} the unbiased leave-one-out residual is larger than the batch mean's "
+             f"({bl['leave-one-out']:.2f} vs 1.00)"
+             + (": prompts matter little in this task." if bl["between_prompts"] < 0.3 else "."))
+    golds = {n: float(np.mean(S[n]["gold"])) for n in r["methods"]}
+    L.append(f"  - seed 003 误区五 'RLHF 等于 PPO' (RLHF is PPO): it is not. The same RLHF stages, SFT -> reward model "
+             f"-> maximise the RM score under a KL leash, run here with {len(golds)} optimisers. "
+             f"{'Every one lifts' if min(golds.values()) > ref['gold_mean'] else 'They move'} the gold from {ref['gold_mean']:+.2f} to between {min(golds.values()):+.2f} ({min(golds, key=golds.get)}) and "
+             f"{max(golds.values()):+.2f} ({max(golds, key=golds.get)}). PPO is one optimiser of the RLHF objective, not "
+             "the paradigm (lesson 19's best-of-n reaches the RM with no gradient at all).")
+    L.append(f"\nLesson run time: wall {r['time']['wall']:.1f} s, CPU {r['time']['cpu']:.1f} s.")
+    return "\n".join(L)
+
+
+def main(argv=None) -> dict:
+    return lesson_main(__doc__, __name__, run, narrative, plot, argv)
+
+
 def plot(r: dict, path) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(2, 3, figsize=(17, 10))
@@ -223,80 +299,6 @@ def plot(r: dict, path) -> None:
     f.set_title(f"(f) baselines on the group rollouts: prompts explain {bl['between_prompts']:.0%} of Var(s)")
     fig.tight_layout()
     save(fig, path)
-
-
-def _ms(x) -> str:
-    return f"{np.mean(x):+.3f} +- {np.std(x):.3f}" if len(x) > 1 else f"{np.mean(x):+.3f}"
-
-
-def main(argv=None) -> dict:
-    args = lesson_args(__doc__, argv)
-    r = run(quick=args.quick, seed=args.seed, full=args.full)
-    sz, S, ref = r["sizes"], r["summary"], r["reference"]
-    ppo = "PPO (GAE + critic)"
-    print(f"{sz['iterations']} iterations x {sz['batch_size']} responses per method, PPO seeds {list(sz['seeds'])}; "
-          f"group size {GROUP}; GRPO: KL as a loss (beta {GRPO_BETA}), no KL in the reward.")
-    print(f"SFT: gold {ref['gold_mean']:+.3f} (std {ref['gold_std']:.3f} over {len(ref['gold'])} prompts)\n")
-    print(f"  {'method':<24s} {'prompts x n':>11s} {'tokens':>7s} {'gold (fresh)':>16s} {'KL k1':>6s} {'KL max':>6s} "
-          f"{'KL exact':>8s} {'wall s/it':>9s} {'CPU s/it':>8s}")
-    for name in r["methods"]:
-        s = S[name]
-        print(f"  {name:<24s} {s['prompts']:>5d} x {s['samples_per_prompt']:<3d} {np.mean(s['tokens']):7.0f} "
-              f"{_ms(s['gold']):>16s} {np.mean(s['kl']):6.2f} {np.max(s['kl']):6.2f} {np.mean(s['kl_exact']):8.2f} "
-              f"{np.mean(s['wall_per_it']):9.3f} {np.mean(s['cpu_per_it']):8.3f}")
-    print()
-    for n in r["methods"]:
-        if n == ppo:
-            continue
-        if len(sz["seeds"]) > 1:
-            noise = pooled_seed_std([S[m]["gold"] for m in r["methods"]])[0]
-            c = compare(S[ppo]["gold"], S[n]["gold"], noise)
-            verdict = (f"{c['diff']:+.3f} +- {c['se']:.3f}: " +
-                       (("above" if c["diff"] > 0 else "below") + " PPO beyond the seed noise" if c["clear"]
-                        else "within the seed noise"))
-        else:
-            verdict = f"{np.mean(S[n]['gold']) - np.mean(S[ppo]['gold']):+.3f}, one seed: no noise estimate"
-        print(f"  {n}: gold vs PPO {verdict}; KL {np.mean(S[n]['kl']):.2f} vs {np.mean(S[ppo]['kl']):.2f}; "
-              f"CPU per iteration {np.mean(S[n]['cpu_per_it']) / np.mean(S[ppo]['cpu_per_it']):.0%} of PPO's")
-    mem = r["memory"]
-    print(f"\nMemory: PPO keeps {mem['separate']['models']} models, the critic-free methods "
-          f"{mem['none']['models']}. Ours (fp32, minibatch {sz['minibatch_size']}): "
-          f"{mem['separate']['ours_total'] / 1e6:.1f} MB -> {mem['none']['ours_total'] / 1e6:.1f} MB; LLaMA-7B "
-          f"(mixed precision, batch {BIG_B} x {BIG_T}): {mem['separate']['7b_total'] / GB:.0f} GB -> "
-          f"{mem['none']['7b_total'] / GB:.0f} GB (weights + gradients + Adam: {mem['separate']['7b_static'] / GB:.0f} "
-          f"-> {mem['none']['7b_static'] / GB:.0f} GB).")
-    bl = r["baselines"]
-    print(f"\nBaselines on the group methods' last rollouts, mean (s - b)^2 / Var(s): "
-          + ", ".join(f"{k} {bl[k]:.2f}" for k in BASELINES)
-          + f". The prompt explains {bl['between_prompts']:.0%} of the score's variance: exactly the share the group "
-          f"mean removes beyond the batch mean; leave-one-out pays (n/(n-1))^2 = {(GROUP / (GROUP - 1)) ** 2:.2f} "
-          f"times the group mean's residual for being unbiased.")
-    g = S["GRPO"]["adv_token_mean"]
-    print(f"Whitening: GRPO's advantages average 0 per response but {np.mean(g):+.3f} per token (long responses "
-          f"count more); re-whitening them over tokens (the old default) would have shifted every advantage by that "
-          f"much / std. They are used as the paper defines them.")
-    cpu = {n: np.mean(S[n]["cpu_per_it"]) for n in r["methods"]}
-    upd = {n: np.mean(S[n]["cpu_update_per_it"]) for n in r["methods"]}
-    print("\nWhat holds at this scale:")
-    print(f"  - critic-free = three models instead of four (seed 001's list without the critic): holds, "
-          f"{1 - mem['none']['7b_total'] / mem['separate']['7b_total']:.0%} of the 7B setup's bytes and "
-          f"{1 - np.mean([cpu[n] for n in CRITIC_FREE if n in cpu]) / cpu[ppo]:.0%} of PPO's CPU time per iteration "
-          f"(the update alone: {upd[ppo]:.3f} -> {np.mean([upd[n] for n in CRITIC_FREE if n in upd]):.3f} s) "
-          f"are saved.")
-    print(f"  - seed 001 追问3, fewer samples per prompt mean more variance: the group baseline removes "
-          f"{bl['between_prompts']:.0%} of Var(s) beyond the batch mean here, the part that depends on the prompt; "
-          f"with n = {GROUP} the unbiased leave-one-out residual is larger than the batch mean's "
-          f"({bl['leave-one-out']:.2f} vs 1.00)"
-          + (": prompts matter little in this task." if bl["between_prompts"] < 0.3 else "."))
-    golds = {n: float(np.mean(S[n]["gold"])) for n in r["methods"]}
-    print(f"  - seed 003 误区五 'RLHF 等于 PPO' (RLHF is PPO): it is not. The same RLHF stages, SFT -> reward model "
-          f"-> maximise the RM score under a KL leash, run here with {len(golds)} optimisers. "
-          f"{'Every one lifts' if min(golds.values()) > ref['gold_mean'] else 'They move'} the gold from {ref['gold_mean']:+.2f} to between {min(golds.values()):+.2f} ({min(golds, key=golds.get)}) and "
-          f"{max(golds.values()):+.2f} ({max(golds, key=golds.get)}). PPO is one optimiser of the RLHF objective, not "
-          "the paradigm (lesson 19's best-of-n reaches the RM with no gradient at all).")
-    print(f"\nLesson run time: wall {r['time']['wall']:.1f} s, CPU {r['time']['cpu']:.1f} s.")
-    save_figure(plot, r, __name__, args)
-    return r
 
 
 if __name__ == "__main__":

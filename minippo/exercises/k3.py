@@ -3,7 +3,7 @@
 Legend: "..." any shape (the estimator works token by token).
 
 The student writes ``k3(logp, logp_ref) -> (kl, dlogp)``: ``kl`` as
-``minippo.rl.losses.kl_estimate(logp, logp_ref, kind="k3")`` and ``dlogp = d kl / d logp`` token by
+``minippo.rl.kl.kl_estimate(logp, logp_ref, kind="k3")`` and ``dlogp = d kl / d logp`` token by
 token (the gradient of ``minippo.rl.group_advantages.grpo_kl_loss`` before its mean). Checked: values
 against the library, zero and non-negativity, central differences in float64, the precision near
 rho = 1, and the direction of the ratio.
@@ -20,7 +20,7 @@ NAME = "k3"
 FUNCTION = "k3"
 SUMMARY = "the k3 estimate (rho - 1) - log rho of KL(pi || pi_ref) per token, and d k3 / d logp"
 LESSON = "lessons/l15_kl_control.py"
-REFERENCE = "minippo.rl.losses.kl_estimate (kind='k3')"
+REFERENCE = "minippo.rl.kl.kl_estimate (kind='k3')"
 
 _HEADER = '''"""minippo exercise `k3`: the k3 estimator of KL(pi || pi_ref) (Schulman 2020, "Approximating KL divergence").
 

@@ -19,7 +19,7 @@ PPO-Clip L^CLIP, eq. (7); the six cases (003 sec. 4-5)     losses.clipped_policy
 (beyond the seeds: DAPO's clip-higher, GSPO's sequence     clipped_policy_loss(clip_eps_high=, ratio_level=)
 ratio; GRPO / Dr. GRPO loss aggregation)                   masked.aggregation_denominator, masked_aggregate
 clip fraction (003 sec. 13)                                stats["clipfrac"] of clipped_policy_loss
-PPO-Penalty r A - beta KL, eq. (8) (003 sec. 6)            losses.ppo_penalty_loss
+PPO-Penalty r A - beta KL, eq. (8) (003 sec. 6)            penalty.ppo_penalty_loss
 adaptive beta (003 sec. 6; PPO paper sec. 4)               kl_control.PPOPaperKLController,
                                                            kl_control.AdaptiveKLController (Ziegler et
                                                            al. 2019), kl_control.FixedKLController
@@ -61,8 +61,8 @@ _LAZY = {
     **{n: "minippo.rl.losses" for n in ("log_softmax", "logprobs_from_logits", "logprobs_backward",
                                         "entropy_from_logits", "entropy_backward",
                                         "kl_exact_from_logits", "clipped_policy_loss",
-                                        "ppo_penalty_loss", "CLIP_CASES", "CLIPPED_CASES", "clipped_value_loss",
-                                        "value_loss")},
+                                        "CLIP_CASES", "CLIPPED_CASES", "clipped_value_loss", "value_loss")},
+    "ppo_penalty_loss": "minippo.rl.penalty",
     **{n: "minippo.rl.kl_control" for n in ("FixedKLController", "AdaptiveKLController", "PPOPaperKLController")},
     **{n: "minippo.rl.group_advantages" for n in ("grpo_advantages", "rloo_advantages",
                                                   "batch_mean_advantages", "grpo_kl_loss")},

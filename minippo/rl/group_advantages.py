@@ -34,7 +34,7 @@ its advantages are exactly 0 (no 0/0, no rounding noise divided by eps).
 
 **KL as a loss.** GRPO does not put -beta kl_t into the reward; it adds beta * D_KL[pi || pi_ref]
 to the loss with the per-token estimator of DeepSeekMath eq. (4),
-``pi_ref/pi - log(pi_ref/pi) - 1`` (the k3 of :func:`minippo.rl.losses.kl_estimate`: unbiased and never negative),
+``pi_ref/pi - log(pi_ref/pi) - 1`` (the k3 of :func:`minippo.rl.kl.kl_estimate`: unbiased and never negative),
 see :func:`grpo_kl_loss`. As every loss of ``minippo.rl`` it is a token-level masked mean over the
 batch (CONTRIBUTING.md); GRPO's eq. (3) instead averages each response's tokens first (1/|o_i|), which
 Dr. GRPO shows biases the response length.

@@ -6,129 +6,77 @@ Schulman et al. 2017 (arXiv:1707.06347) train with
 
     L^{CLIP+VF+S}(theta) = E_t[ L^CLIP_t(theta) - c1 L^VF_t(theta) + c2 S[pi_theta](s_t) ]     eq. (9)
 
-and every term is here, in the order a reader needs them:
+and every term of one RLHF PPO iteration is here, in the order a reader needs them: (1) the policy's
+distribution (log-prob of the taken token, entropy S, the exact KL between two sets of logits), (2) the
+policy loss L^CLIP, eq. (7), with its clip cases, (3) the value loss L^VF. The KL estimators k1/k2/k3 and
+the KL as a loss term are in :mod:`minippo.rl.kl`; L^KLPEN, eq. (8), in :mod:`minippo.rl.penalty`.
 
-1. **The policy's distribution** over the vocabulary at each position, ``pi = softmax(logits / T)``:
-   the log-probability of the taken token (what the ratio and the KL are built from) and the
-   entropy S, each a forward/backward pair in the layer API of ``minippo.nn``.
-2. **KL estimators** k1, k2, k3 from the taken tokens (Schulman 2020) and the exact KL from logits:
-   the per-token penalty of the RLHF reward, ``approx_kl`` of the update, the KL term of eq. (8).
-3. **The policy losses**: L^CLIP, eq. (7), with its six clip cases; L^KLPEN, eq. (8).
-4. **The value loss** L^VF, optionally clipped around the rollout's values.
-
-Every loss returns ``(loss, d<input>, stats)``: the loss to MINIMISE (``-objective`` for the policy
-terms) and its analytic gradient. Conventions: ``mask`` is 1 on valid tokens (rows right-padded),
-``mask=None`` means all valid; means are token-level masked means over the whole batch.
-Each function's body is its formula in NumPy. :func:`clipped_policy_loss`, which every PPO
-minibatch calls, also has a compiled twin in ``rl/_kernels.py`` (loss, gradient and statistics in
-one pass over the tokens); its first line hands the call to it while the switch of
-:mod:`minippo.kernels` is on (the default).
+Every loss returns ``(loss, d<input>, stats)``: the loss to MINIMISE (``-objective`` for the policy) and
+its analytic gradient. ``mask`` is 1 on valid tokens (rows right-padded), ``mask=None`` means all valid;
+by default means are token-level masked means over the whole batch (n valid tokens: a factor 1/n per
+token); ``loss_agg`` picks GRPO's or Dr. GRPO's normalisation instead
+(:func:`minippo.rl.masked.aggregation_denominator`; 1/n then reads 1/d_bt). Each body is its formula in
+NumPy; :func:`clipped_policy_loss` also has a compiled twin in ``rl/_kernels.py`` (one pass over the
+tokens), called by its first line while the switch of :mod:`minippo.kernels` is on (the default).
 
 ## 1. The policy's distribution
 
-The policy at each position is ``pi = softmax(logits / temperature)``. There is ONE (CONTRIBUTING.md)
-temperature, applied to the logits of the policy, the old policy, the reference and the
-entropy alike; a ratio or a KL computed with mismatched temperatures is wrong (the sampled
-tokens came from the tempered distribution).
+``pi = softmax(logits / temperature)`` with ONE temperature (CONTRIBUTING.md) for the policy, the old
+policy, the reference and the entropy alike: the sampled tokens came from the tempered distribution.
+With z = logits / T and p = softmax(z): ``d log p_a / d z_j = 1[j = a] - p_j``,
+``d H / d z_j = -p_j (log p_j + H)`` (H = -sum_j p_j log p_j), ``d z_j / d logits_j = 1 / T``.
 
-Forward/backward pairs in the layer API of ``minippo.nn``::
+## 2. The policy loss, eq. (7)
 
-    logp, cache = logprobs_from_logits(logits, actions, temperature)   # (..., V) -> (...)
-    dlogits = logprobs_backward(dlogp, cache)                           # (...) -> (..., V)
-    ent, cache = entropy_from_logits(logits, temperature)               # (..., V) -> (...)
-    dlogits = entropy_backward(dent, cache)
+    L^CLIP = E_t[ min(r_t A_t, clip(r_t, 1-eps_low, 1+eps_high) A_t) ],   r_t = exp(logp - logp_old)
 
-With z = logits / temperature and p = softmax(z):
+(never a quotient of probabilities, which underflow). PPO's band is symmetric, eps_high = eps_low =
+``clip_eps``; ``clip_eps_high`` makes it DAPO's "Clip-Higher" (arXiv:2503.14476: 0.2 / 0.28, so that a
+low-probability token with A > 0 can grow more before its gradient is cut, against entropy collapse).
+Since ``min(r A, clip(r) A) = A min(r, 1+eps_high)`` for A >= 0 and ``A max(r, 1-eps_low)`` for A < 0, the
+objective is computed in that form: finite wherever the clip binds, even when r overflows (A > 0:
+(1 + eps_high) A, zero gradient); where A < 0 and r overflows, r A has no finite value and a
+``ValueError`` names ``logp`` and ``logp_old``. min() selects the clipped term exactly where clipping
+would let the objective grow further:
 
-    d log p_a / d z_j = 1[j = a] - p_j
-    d H / d z_j       = -p_j (log p_j + H),     H = -sum_j p_j log p_j
-    d z_j / d logits_j = 1 / temperature
+    code  advantage  ratio r                        selected term           dL/dlogp
+    1     A > 0      r < 1-eps_low                  r A  (unclipped)        -A r / n
+    2     A > 0      1-eps_low <= r <= 1+eps_high   r A  (both equal)       -A r / n
+    3     A > 0      r > 1+eps_high                 (1+eps_high) A CLIPPED  0   "good action boosted enough"
+    4     A < 0      r < 1-eps_low                  (1-eps_low) A  CLIPPED  0   "bad action cut enough"
+    5     A < 0      1-eps_low <= r <= 1+eps_high   r A  (both equal)       -A r / n
+    6     A < 0      r > 1+eps_high                 r A  (unclipped)        -A r / n
+    7     A = 0      any                            0                       0   (no signal)
+    0     padding                                                           0
 
-## 2. KL estimators
+The band is CLOSED: at r = 1 - eps_low or 1 + eps_high exactly the token is inside (case 2 or 5) and
+gets the one-sided derivative from inside, as PyTorch's ``clamp``. ``clipfrac`` is the fraction of valid
+tokens in cases 3 and 4, whose gradient is exactly zero (TRL's definition; CleanRL's ``|r - 1| > eps``
+also counts cases 1 and 6). ``approx_kl`` = mean((r - 1) - log r), the k3 of KL(pi_old || pi).
 
-k1, k2, k3 (Schulman 2020) of KL(pi || pi_ref) from the taken tokens, the exact KL from the logits,
-and the KL as a loss term with what each estimator's gradient really estimates: :mod:`minippo.rl.kl`
-(``kl_estimate`` and ``KL_KINDS`` are importable from here too; the exact KL from two sets of logits,
-:func:`kl_exact_from_logits`, is in section 1 below). In the PPO
-losses the samples come from pi_old, so ``approx_kl`` = mean((r - 1) - log r), the k3 of
-KL(pi_old || pi), the direction of PPO paper eq. (8).
-
-## 3. The policy losses
-
-Schulman et al. 2017 (arXiv:1707.06347), with r_t = pi(a_t|s_t) / pi_old(a_t|s_t):
-
-    L^CLIP  = E_t[ min(r_t A_t, clip(r_t, 1-eps, 1+eps) A_t) ]          eq. (7)
-    L^KLPEN = E_t[ r_t A_t - beta KL[pi_old(.|s_t), pi(.|s_t)] ]          eq. (8)
-
-Both are maximised; the functions here return the LOSS ``L = -objective`` and its gradient
-``dlogp = dL/dlogp`` with respect to the current log-probabilities of the taken tokens (the
-chain rule to the logits is :func:`minippo.rl.losses.logprobs_backward`). The ratio is
-computed as ``exp(logp - logp_old)``, never as a quotient of probabilities (which underflow).
-By default E_t is a token-level masked mean over every valid token of the batch, so with n valid
-tokens each token's gradient carries a factor 1/n (``loss_agg`` chooses GRPO's or Dr. GRPO's
-normalisation instead: :func:`minippo.rl.masked.aggregation_denominator`, and then 1/n below reads
-1/d_bt).
-
-The band may be asymmetric, ``[1 - eps_low, 1 + eps_high]`` with ``clip_eps`` = eps_low and
-``clip_eps_high`` = eps_high (DAPO's "Clip-Higher", arXiv:2503.14476: eps_low 0.2, eps_high 0.28,
-so that a low-probability token with A > 0 can grow more before its gradient is cut, which keeps
-the entropy up). Since ``min(r A, clip(r) A) = A min(r, 1+eps_high)`` for A >= 0 and
-``A max(r, 1-eps_low)`` for A < 0, the objective is computed in that form: it is finite wherever
-the clip binds, even when ``exp(logp - logp_old)`` overflows (A > 0: (1 + eps_high) A with zero
-gradient); where A < 0 and r overflows, r A has no finite value and a ``ValueError`` names
-``logp`` and ``logp_old``.
-
-The six clip cases (seed 003, section 5 "PPO-Clip 的符号理解"). Because min() picks the smaller
-term, the clipped term is selected exactly where clipping would let the objective grow further:
-
-    code  advantage  ratio r                  selected term          dL/dlogp
-    1     A > 0      r < 1-eps_low            r A  (unclipped)       -A r / n
-    2     A > 0      1-eps_low <= r <= 1+eps_high  r A (both equal)  -A r / n
-    3     A > 0      r > 1+eps_high           (1+eps_high) A CLIPPED 0     "good action already boosted enough"
-    4     A < 0      r < 1-eps_low            (1-eps_low) A  CLIPPED 0     "bad action already cut enough"
-    5     A < 0      1-eps_low <= r <= 1+eps_high  r A (both equal)  -A r / n
-    6     A < 0      r > 1+eps_high           r A  (unclipped)       -A r / n
-    7     A = 0      any                      0                      0     (no signal; neither branch active)
-    0     padding                                                    0
-
-The band is CLOSED: exactly at r = 1 - eps_low or 1 + eps_high the two terms are equal, the token
-counts as inside (case 2 or 5), is not counted in ``clipfrac``, and gets the unclipped gradient
--A r / n (the one-sided derivative from inside the band; PyTorch's ``clamp`` gives the same).
-``clipfrac`` is the fraction of valid tokens in cases 3 and 4, i.e. whose gradient is exactly zero
-because of the clip (TRL's definition; CleanRL's ``|r - 1| > eps`` also counts cases 1 and 6).
-
-**Sequence-level ratio** (``ratio_level="sequence"``, GSPO: Zheng et al. 2025, arXiv:2507.18071).
+**Sequence-level ratio** (``ratio_level="sequence"``, GSPO: Zheng et al. 2025, arXiv:2507.18071, eq. (5)).
 Every token of response b uses the length-normalised sequence ratio
 
     s_b = (pi(y_b|x) / pi_old(y_b|x))^(1/|o_b|) = exp(1/|o_b| sum_t (logp_t - logp_old_t))
 
-in place of r_t, clipped per sequence: the objective of token t is ``A_t min(s_b, 1+eps_high)``
-(A >= 0) or ``A_t max(s_b, 1-eps_low)`` (A < 0), aggregated by ``loss_agg`` (GSPO's objective is
-this with one advantage per response and ``"seq-mean-token-mean"``: 1/G sum_b of the sequence
-term; GSPO runs it with a band of 3e-4 / 4e-4, not 0.2). Since ds_b/dlogp_t = s_b / |o_b|, the
-gradient of token t is ``-(s_b / |o_b|) sum_t' A_t' / d_bt'`` over the tokens t' of its row whose
-clip does not bind: the same for every token of a row, 0 for a clipped response.
-## 4. The value loss
+in place of r_t, clipped per sequence: token t's objective is ``A_t min(s_b, 1+eps_high)`` (A >= 0) or
+``A_t max(s_b, 1-eps_low)`` (A < 0), aggregated by ``loss_agg`` (GSPO: one advantage per response,
+``"seq-mean-token-mean"``, a band of 3e-4 / 4e-4). Since ds_b/dlogp_t = s_b / |o_b|, the gradient of
+token t is ``-(s_b / |o_b|) sum_t' A_t' / d_bt'`` over the tokens t' of its row whose clip does not bind:
+the same for every token of a row, 0 for a clipped response.
 
-The value term of PPO paper eq. (9) is ``L^VF = (V(s_t) - V_t^targ)^2`` with the targets
-``returns = adv + values_old`` from GAE. Implementations (OpenAI baselines, TRL, CleanRL's
-``clip_vloss``) also clip the new values around the ones stored at rollout time, so the critic
-cannot move more than ``clip_eps`` per update, and take the larger of the two errors:
+## 3. The value loss
+
+L^VF = (V(s_t) - V_t^targ)^2 with ``returns = adv + values_old`` from GAE. OpenAI baselines, TRL and
+CleanRL (``clip_vloss``) also clip the new values around the rollout's, and take the larger error:
 
     v_clipped = values_old + clip(values - values_old, -eps, eps)
     L^VF      = 0.5 * masked_mean(max((values - R)^2, (v_clipped - R)^2))
 
-The factor 0.5 makes the gradient of the unclipped term exactly ``(values - R) / n``. As in
-the policy loss, the mean is over all valid tokens of the batch (or ``loss_agg``'s normalisation)
-and padding gets no gradient. The squared errors are computed in float64: a float32 error of 1e20
-has a finite loss; where the float64 square itself overflows there is no finite loss and a
-``ValueError`` names ``values`` and ``returns``.
-
-Gradient of the clipped form, per valid token (n valid tokens):
-* the unclipped error is selected (it is >= the clipped one; ties go here): ``(v - R) / n``;
-* the clipped error is strictly larger: ``(v_clipped - R) * dv_clipped/dv / n``, and
-  ``dv_clipped/dv = 0`` there (the larger clipped error only happens when ``|v - v_old| > eps``),
-  so the gradient is exactly 0. ``vf_clipfrac`` is the fraction of valid tokens in this case.
+The 0.5 makes the unclipped gradient exactly ``(values - R) / n``. Where the clipped error is strictly
+larger (only possible when ``|v - v_old| > eps``) v_clipped is a constant: gradient exactly 0, counted in
+``vf_clipfrac``; ties go to the unclipped error. Squares are computed in float64; where even that
+overflows a ``ValueError`` names ``values`` and ``returns``.
 """
 from __future__ import annotations
 
@@ -137,14 +85,13 @@ import numpy as np
 from minippo import kernels
 from minippo._lazy import LazyModule
 from minippo.checks import check_choice, check_float_array, check_int_array, check_range, check_same_shape
-from minippo.rl.kl import kl_estimate
 from minippo.rl.masked import aggregation_denominator, masked_aggregate, masked_mean, token_inputs
 
 # the compiled twin of clipped_policy_loss; imported (with numba) at its first call, so `import minippo` stays fast
 _kernels = LazyModule("minippo.rl._kernels")
 
 # ----------------------------------------------------------------------------------------------
-# 1. the policy's distribution: log-probs of the taken tokens, entropy
+# 1. the policy's distribution: log-probs of the taken tokens, entropy, exact KL
 # ----------------------------------------------------------------------------------------------
 
 def _tempered(logits, temperature) -> np.ndarray:
@@ -230,7 +177,7 @@ def kl_exact_from_logits(logits, logits_ref, temperature=1.0):
 
 
 # ----------------------------------------------------------------------------------------------
-# 3. the policy losses: L^CLIP, eq. (7), and L^KLPEN, eq. (8)
+# 2. the policy loss L^CLIP, eq. (7)
 # ----------------------------------------------------------------------------------------------
 
 PAD, POS_BELOW, POS_INSIDE, POS_CLIPPED, NEG_CLIPPED, NEG_INSIDE, NEG_ABOVE, ZERO_ADV = range(8)
@@ -275,7 +222,7 @@ def _valid_mean(x, valid, n) -> float:
     return float(np.sum(np.where(valid, x, 0), dtype=np.float64) / n) if n else 0.0
 
 
-def _ratio_stats(ratio, valid, n):
+def ratio_stats(ratio, valid, n):
     """ratio_mean / ratio_max / ratio_min over the valid tokens (1.0 when there are none)."""
     if n == 0:
         return {"ratio_mean": 1.0, "ratio_max": 1.0, "ratio_min": 1.0}
@@ -314,10 +261,9 @@ def clipped_policy_loss(logp, logp_old, adv, mask=None, clip_eps=0.2, clip_eps_h
     Raises ``ValueError`` naming ``logp`` and ``logp_old`` where ``r A`` has no finite value (A < 0
     and the ratio overflows).
 
-    The compiled twin (``rl/_kernels.py``) covers the default aggregation and the token ratio, with
-    either band; "seq-mean-*" need each row's length before any token's weight and "sequence" the
-    row's mean log-ratio before any token's gradient (a second pass the one-pass kernel does not
-    make), so those options run this formula on both switch settings.
+    The compiled twin (``rl/_kernels.py``) covers token-mean and the token ratio, with either band: the
+    other options need a row's length or mean log-ratio before any token's gradient (a second pass), so
+    they run this formula on both switch settings.
     """
     if kernels.enabled() and loss_agg == "token-mean" and ratio_level == "token":   # compiled: rl/_kernels.py
         return _kernels.clipped_policy_loss(logp, logp_old, adv, mask, clip_eps, clip_eps_high)
@@ -367,47 +313,12 @@ def clipped_policy_loss(logp, logp_old, adv, mask=None, clip_eps=0.2, clip_eps_h
     with np.errstate(over="ignore", invalid="ignore"):
         k3 = np.expm1(log_ratio) - log_ratio                             # (r - 1) - log r per token
     stats = {"clipfrac": masked_mean(clipped.astype(logp.dtype), mask), "approx_kl": _valid_mean(k3, valid, n),
-             **_ratio_stats(ratio, valid, n), "n_tokens": n, "clip_case": case}
-    return loss, dlogp, stats
-
-
-def ppo_penalty_loss(logp, logp_old, adv, mask=None, kl_coef=1.0):
-    """KL-penalised surrogate loss, PPO paper eq. (8): ``L = -masked_mean(r A - beta KL_t)``.
-
-    With a fixed beta (:class:`~minippo.rl.kl_control.FixedKLController`) it is the penalised problem
-    of eq. (5); with the rule of sec. 4 (:class:`~minippo.rl.kl_control.PPOPaperKLController`), PPO-Penalty.
-
-    The per-token KL is the k3 estimate of KL[pi_old || pi] from tokens sampled by pi_old,
-    ``KL_t = (r_t - 1) - log r_t`` (Schulman 2020, "Approximating KL divergence"): unbiased,
-    never negative, and only the taken token's log-probabilities are needed. Its gradient is
-    ``d KL_t / dlogp = r_t - 1``, whose expectation under pi_old equals that of the exact KL.
-
-    Parameters as :func:`clipped_policy_loss`, with ``kl_coef`` = beta >= 0 (pair it with a
-    controller from :mod:`minippo.rl.kl_control`, e.g. :class:`~minippo.rl.kl_control.PPOPaperKLController`).
-
-    Returns
-    -------
-    loss : float. dlogp : like ``logp``, ``-(A r - beta (r - 1)) / n`` on valid tokens, 0 on padding.
-    stats : ``kl`` (= ``approx_kl``, the mean k3), ``surrogate`` (mean r A), ``ratio_mean``,
-        ``ratio_max``, ``ratio_min``, ``n_tokens``.
-    """
-    check_range("kl_coef", kl_coef, 0, None)
-    (logp, logp_old, adv), mask = token_inputs(mask, logp=logp, logp_old=logp_old, adv=adv)
-    n = int((mask == 1).sum())
-    # the next three lines are L^KLPEN, eq. (8), with the k3 per-token KL
-    ratio = np.exp(logp - logp_old)                                 # r_t
-    kl = kl_estimate(logp_old, logp, kind="k3")                     # (r_t - 1) - log r_t
-    loss = -masked_mean(ratio * adv - kl_coef * kl, mask)
-    # d/dlogp of (r A - beta ((r - 1) - log r)) = r A - beta (r - 1)
-    dlogp = (-(ratio * adv - kl_coef * (ratio - 1.0)) * mask / max(n, 1)).astype(logp.dtype)
-    kl_mean = masked_mean(kl, mask)
-    stats = {"kl": kl_mean, "approx_kl": kl_mean, "surrogate": masked_mean(ratio * adv, mask),
-             **_ratio_stats(ratio, mask == 1, n), "n_tokens": n}
+             **ratio_stats(ratio, valid, n), "n_tokens": n, "clip_case": case}
     return loss, dlogp, stats
 
 
 # ----------------------------------------------------------------------------------------------
-# 4. the value loss L^VF
+# 3. the value loss L^VF
 # ----------------------------------------------------------------------------------------------
 
 def _value_overflow_error(err, values, returns, names):
@@ -452,8 +363,7 @@ def clipped_value_loss(values, values_old, returns, mask=None, clip_eps=0.2, *, 
                        norm_len=None):
     """Clipped value loss ``0.5 * masked_mean(max((v - R)^2, (v_old + clip(v - v_old, -eps, eps) - R)^2))``.
 
-    L^VF of PPO paper eq. (9), clipped around the rollout's values as OpenAI baselines, CleanRL and TRL do
-    (the paper has no value clipping).
+    L^VF of PPO paper eq. (9), clipped around the rollout's values (the paper has no value clipping).
 
     Parameters
     ----------

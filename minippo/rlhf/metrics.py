@@ -30,8 +30,9 @@ GLOSSARY: dict[str, str] = {
     "policy/grad_norm_avg": "mean global gradient norm (actor + critic) before clipping, over the applied steps",
     "policy/skipped_minibatches": "minibatches skipped because their mean ratio exceeded ratio_threshold",
     "policy/steps": "AdamW steps taken in this iteration's update",
-    "loss/policy_avg": "mean over minibatches of the clipped surrogate loss -L^CLIP (PPO eq. (7))",
-    "loss/value_avg": "mean over minibatches of the value loss 0.5 mean_t max((V - R)^2, (V_clip - R)^2) (unclipped without value_clip)",
+    "loss/policy_avg": "mean over minibatches of the clipped surrogate loss -L^CLIP (PPO eq. (7)), aggregated by loss_agg",
+    "loss/value_avg": "mean over minibatches of the value loss 0.5 mean_t max((V - R)^2, (V_clip - R)^2) (unclipped without value_clip; "
+                     "mean_t: loss_agg)",
     "loss/ptx_avg": "mean over minibatches of the corpus language-model loss of PPO-ptx (0 when ptx_coef = 0)",
     "loss/kl_avg": "mean over minibatches of the KL loss term: the per-token kl_ref_loss_estimator (k3 by default) of the KL to pi_ref, aggregated by loss_agg (0 when kl_ref_loss_coef = 0)",
     "val/clipfrac_avg": "mean over minibatches of the fraction of valid tokens where the clipped value error is the larger one",

@@ -50,7 +50,7 @@ from minippo.rl.group_advantages import batch_mean_advantages, grpo_advantages, 
 from minippo.rl.kl import kl_estimate, kl_ref_loss
 from minippo.rl.losses import (clipped_policy_loss, clipped_value_loss, entropy_backward, entropy_from_logits,
                                kl_exact_from_logits, logprobs_backward, logprobs_from_logits, value_loss)
-from minippo.rl.masked import aggregation_denominator, explained_variance, masked_aggregate, masked_whiten
+from minippo.rl.masked import aggregation_denominator, explained_variance, masked_aggregate, masked_mean, masked_whiten
 from minippo.rlhf.critic import ValueNorm, init_bias_to_mean_score
 from minippo.rlhf.data.batches import lm_batch
 from minippo.rlhf.data.corpus import sample_prompts
@@ -212,7 +212,7 @@ def per_token_rewards(scores, logp, logp_ref, mask, kl_coef: float, *, kl_kind: 
     logp_ref : (B, Tn) log pi_ref(a_t|s_t) of the same tokens (same temperature)
     mask : (B, Tn) 0/1 response mask, right-padded, at least one valid token per row
     kl_coef : beta >= 0
-    kl_kind : "k1" (default), "k2" or "k3" (:func:`minippo.rl.losses.kl_estimate`)
+    kl_kind : "k1" (default), "k2" or "k3" (:func:`minippo.rl.kl.kl_estimate`)
     shaping : "kl_final" (score on the last valid token) or "uniform" (score / n on every valid token)
 
     Returns
@@ -363,7 +363,7 @@ def minibatch_loss_and_grads(state: PPOState, mb: Rollout, cfg: PPOConfig, ptx_b
                            + cfg.ptx_coef * terms["loss/ptx"] + cfg.kl_ref_loss_coef * terms["loss/kl"])
     stats = {"approx_kl": pstats["approx_kl"], "clipfrac": pstats["clipfrac"], "ratio_mean": pstats["ratio_mean"],
              "ratio_min": pstats["ratio_min"], "ratio_max": pstats["ratio_max"], "vf_clipfrac": vf_clipfrac,
-             "entropy": ent_mean}
+             "entropy": masked_mean(ent, mask)}      # per token whatever cfg.loss_agg: policy/entropy_avg's meaning
     return {k: float(v) for k, v in terms.items()}, stats, grads_actor, grads_critic
 
 

@@ -18,12 +18,14 @@ then an ``np.add.at`` into the table).
 
 Every Monte Carlo estimate runs the library's formulas on a sampled batch: log-probs by
 ``logprobs_from_logits``, rewards by ``minippo.rlhf.ppo.per_token_rewards``, returns by ``gae``,
-advantages by ``grpo_advantages``, the loss and dlogp by ``clipped_policy_loss`` / ``kl_ref_loss``: the
+advantages by ``grpo_advantages`` (:mod:`minippo.studies.exact_updates`), the loss and dlogp by ``clipped_policy_loss`` / ``kl_ref_loss``: the
 formula a student reads is the code that runs. Its EXPECTATION is often a finite sum too: an estimator
 that is a sum of per-response terms has ``E[g] = sum_y pi_sample(y) g(y)``, which the same functions
 compute on all N responses with each response's advantage (or dlogp) weighted by N pi_sample(y) (the
 clip only looks at the sign of A, which a positive weight keeps). Bias (against the exact gradient)
-and variance (over repeated batches) are then measured, not argued.
+and variance (over repeated batches) are then measured, not argued. The update variants (the three loss
+aggregations, the clip band, the token / sequence / whole-response ratio) and the training loops built on
+them are in :mod:`minippo.studies.exact_updates`.
 """
 from __future__ import annotations
 
@@ -33,13 +35,12 @@ import numpy as np
 
 from minippo.checks import check_choice, check_range
 from minippo.rl.gae import gae
-from minippo.rl.group_advantages import grpo_advantages
 from minippo.rl.kl import kl_ref_loss
-from minippo.rl.losses import CLIPPED_CASES, clipped_policy_loss, logprobs_backward, logprobs_from_logits
+from minippo.rl.losses import clipped_policy_loss, logprobs_backward, logprobs_from_logits
 from minippo.rlhf.ppo import per_token_rewards
 
 KL_ESTIMATORS = ("reward k1", "reward k2", "reward k3", "loss k1", "loss k2", "loss k3")
-RIGHT = 0                # the right answer whose length is tracked (:func:`exact_metrics`); the wrong one is V - 2
+RIGHT = 0                # the right answer whose length is tracked (exact_updates.exact_metrics); the wrong one V - 2
 
 
 # ----------------------------------------------------------------------------------------------
@@ -167,6 +168,31 @@ def kl_gradient(space: SequenceSpace, theta, theta_ref) -> np.ndarray:
     return expectation_gradient(space, theta, sequence_logprobs(space, theta) - sequence_logprobs(space, theta_ref))
 
 
+def visit_probabilities(space: SequenceSpace, theta) -> np.ndarray:
+    """(S,) P(a response passes through state s) = sum of pi(y) over the responses y with a token at s."""
+    w = probabilities(space, theta)[:, None] * space.mask                         # (N, L)
+    out = np.zeros(space.n_states)
+    np.add.at(out, space.states, w)
+    return out
+
+
+def per_state_kl_gradient(space: SequenceSpace, theta, theta_ref, direction="forward") -> np.ndarray:
+    """(S, V) ``sum_s P(s) grad_theta KL_s`` with the visit probabilities P(s) held fixed: the PARTIAL gradient
+    a per-token KL loss can see (:mod:`minippo.rl.kl`). ``direction`` "forward": KL(pi_s || ref_s), gradient
+    pi_s (log pi_s - log ref_s - KL_s) in row s; "reverse": KL(ref_s || pi_s), gradient pi_s - ref_s."""
+    check_choice("direction", direction, ("forward", "reverse"))
+    P = visit_probabilities(space, theta)[:, None]                                # (S, 1)
+    logq = theta - theta.max(axis=1, keepdims=True)
+    logq = logq - np.log(np.exp(logq).sum(axis=1, keepdims=True))                 # (S, V) log pi_s
+    logq_ref = theta_ref - theta_ref.max(axis=1, keepdims=True)
+    logq_ref = logq_ref - np.log(np.exp(logq_ref).sum(axis=1, keepdims=True))     # (S, V) log ref_s
+    pi, ref = np.exp(logq), np.exp(logq_ref)
+    if direction == "reverse":
+        return P * (pi - ref)
+    kl_s = (pi * (logq - logq_ref)).sum(axis=1, keepdims=True)                    # (S, 1)
+    return P * pi * (logq - logq_ref - kl_s)
+
+
 def entropy(space: SequenceSpace, theta) -> float:
     """H(pi) = -sum_y pi(y) log pi(y), nats per response."""
     logp = sequence_logprobs(space, theta)
@@ -187,6 +213,16 @@ def answer_length_gradient(space: SequenceSpace, theta, first: int) -> np.ndarra
     return expectation_gradient(space, theta, np.where(sel, (space.lengths - mean) / p[sel].sum(), 0.0))
 
 
+def per_response_gradients(space, theta, dlogp) -> np.ndarray:
+    """(N, S, V): response y's own d loss / d theta from its row of ``dlogp`` (N, L)."""
+    _, cache = token_logprobs(space, theta)
+    dlogits = logprobs_backward(dlogp * space.mask, cache)                        # (N, L, V)
+    out = np.zeros((space.N,) + theta.shape)
+    rows = np.broadcast_to(np.arange(space.N)[:, None], space.states.shape)
+    np.add.at(out, (rows, space.states), dlogits)
+    return out
+
+
 def sample(space: SequenceSpace, theta, n: int, rng: np.random.Generator) -> np.ndarray:
     """(n,) rows of responses drawn from pi (the same law as sampling token by token)."""
     p = probabilities(space, theta)
@@ -197,7 +233,8 @@ def sample(space: SequenceSpace, theta, n: int, rng: np.random.Generator) -> np.
 # the KL estimators as gradients: in the reward (policy gradient of -beta k) or in the loss
 # ----------------------------------------------------------------------------------------------
 
-def _batch(space, rows, theta, theta_old, theta_ref):
+def batch_logprobs(space, rows, theta, theta_old, theta_ref):
+    """``(logp, logp_old, logp_ref, mask)`` (n, L) of the responses ``rows`` under three tables."""
     lp = lambda th: token_logprobs(space, th, rows)[0]                            # noqa: E731
     return lp(theta), lp(theta_old), lp(theta_ref), space.mask[rows]
 
@@ -212,7 +249,7 @@ def policy_gradient(space, rows, theta, theta_old, theta_ref, scores, beta, kind
     response's tokens averaged over responses). With ``weights`` (n,) the baseline is dropped and row
     i's advantage is multiplied by weights[i]: with weights N pi_old(y) over all N responses this is
     the exact expectation of the estimator WITHOUT baseline (equal to it with one on-policy)."""
-    logp, logp_old, logp_ref, mask = _batch(space, rows, theta, theta_old, theta_ref)
+    logp, logp_old, logp_ref, mask = batch_logprobs(space, rows, theta, theta_old, theta_ref)
     rewards, _, _ = per_token_rewards(scores, logp_old, logp_ref, mask, beta, kl_kind=kind)
     returns, _ = gae(rewards, np.zeros_like(rewards), mask, gamma=1.0, lam=1.0)    # (n, L) returns to go
     if weights is None:
@@ -229,7 +266,7 @@ def policy_gradient(space, rows, theta, theta_old, theta_ref, scores, beta, kind
 def kl_loss_gradient(space, rows, theta, theta_old, theta_ref, kind, weights=None) -> np.ndarray:
     """grad of ``kl_ref_loss`` (the response's sum of k_t, averaged over responses) on ``rows``;
     ``weights`` multiply each row's dlogp (N pi_old(y) over all rows: the exact expectation)."""
-    logp, _, logp_ref, mask = _batch(space, rows, theta, theta_old, theta_ref)
+    logp, _, logp_ref, mask = batch_logprobs(space, rows, theta, theta_old, theta_ref)
     _, dlogp, _ = kl_ref_loss(logp, logp_ref, mask, 1.0, kind, loss_agg="seq-mean-token-sum-norm", norm_len=1)
     if weights is not None:
         dlogp = dlogp * weights[:, None]
@@ -261,159 +298,28 @@ def expected_kl_gradient_estimate(space, estimator, theta, theta_old, theta_ref,
 def moments(estimate, sampler, n_batches: int, rng: np.random.Generator) -> dict:
     """Mean, standard error and spread of ``estimate(rows)`` over ``n_batches`` batches ``sampler(rng)``.
 
-    Returns ``mean`` and ``se`` (arrays like one estimate: se = std / sqrt(n_batches)) and ``spread`` =
-    sqrt(E ||g - E g||^2), the size of one batch's noise."""
+    Returns ``mean`` and ``se`` (arrays like one estimate: se = std / sqrt(M), M = ``n_batches``),
+    ``spread`` = sqrt(E ||g - E g||^2), the size of one batch's noise, and ``cov_fro`` = sqrt(tr C^2) of
+    the mean's covariance C = Cov[g] / M (from the M x M Gram matrix of the centred estimates), which
+    :func:`bias_z` needs."""
     check_range("n_batches", n_batches, 2, None, integer=True)
     g = np.stack([estimate(sampler(rng)) for _ in range(n_batches)])              # (M, S, V)
     mean = g.mean(axis=0)
     var = g.var(axis=0, ddof=1)
+    centred = (g - mean).reshape(n_batches, -1)                                   # (M, P)
+    gram = centred @ centred.T                                                    # (M, M)
+    cov_fro = float(np.sqrt((gram ** 2).sum())) / ((n_batches - 1) * n_batches)   # ||Cov[g]||_F / M
     return {"mean": mean, "se": np.sqrt(var / n_batches), "spread": float(np.sqrt(var.sum())),
-            "n_batches": n_batches}
+            "cov_fro": cov_fro, "n_batches": n_batches}
 
 
-# ----------------------------------------------------------------------------------------------
-# group updates: GRPO / Dr. GRPO advantages, the three aggregations, the band, the ratio
-# ----------------------------------------------------------------------------------------------
+def bias_z(mc: dict, target) -> float:
+    """How many standard deviations the squared error of a Monte Carlo mean lies above its expectation if the
+    estimator's expectation WERE ``target``: ``(||mean - target||^2 - tr C) / sqrt(2 tr C^2)``.
 
-def group_update(space, rows, theta, theta_old, reward, group_size, *, loss_agg="token-mean", scale=False,
-                 clip_eps=0.2, clip_eps_high=None, ratio_level="token"):
-    """``(u, stats)``: the ascent direction -d loss / d theta of one minibatch of ``clipped_policy_loss``
-    with GRPO advantages (``scale=True``: divided by the group's std; False: Dr. GRPO's R - mean) of the
-    responses ``rows`` (contiguous groups of ``group_size``), sampled by theta_old; ``norm_len`` = L."""
-    logp, logp_old, _, mask = _batch(space, rows, theta, theta_old, theta)
-    adv = grpo_advantages(reward[rows], group_size, mask, scale=scale)
-    _, dlogp, stats = clipped_policy_loss(logp, logp_old, adv, mask, clip_eps, clip_eps_high, loss_agg=loss_agg,
-                                          norm_len=space.L, ratio_level=ratio_level)
-    return -backprop(space, theta, dlogp, rows), stats
-
-
-def expected_group_update(space, theta, reward, group_size, loss_agg):
-    """The exact on-policy expectation of :func:`group_update` with Dr. GRPO advantages (A = R - mean_g)
-    for the per-response aggregations, or None for token-mean (its 1/n couples the whole batch).
-
-    With h(y) = sum_t grad log pi_t / d(y) (d = |y| or L): A_i = (G-1)/G (R_i - mean of the others), so
-    E[A_i h(y_i)] = (G-1)/G (E[R h] - J E[h]). For d = L, E[h] = 0 and this is (G-1)/(G L) grad J; for
-    d = |y|, E[h] = sum_y pi(y) grad log pi(y) / |y| is not 0: GRPO's 1/|o| adds a push of its own."""
-    if loss_agg == "token-mean":
-        return None
-    p = probabilities(space, theta)
-    J = float(p @ reward)
-    d = space.lengths if loss_agg == "seq-mean-token-mean" else np.full(space.N, float(space.L))
-    w = (group_size - 1) / group_size * p * (reward - J) / d                    # (N,)
-    return backprop(space, theta, np.broadcast_to(w[:, None], space.mask.shape))
-
-
-def train(space, theta0, reward, *, iterations, groups, group_size, lr, epochs=1, rng, **update_options):
-    """GRPO-style training of the table by SGD: each iteration samples ``groups`` groups from the current
-    policy, then ``epochs`` steps ``theta += lr * u`` of :func:`group_update` on that batch (ratios move
-    off 1 after the first). Returns the final theta and a history of exact metrics per iteration
-    (``J``, ``entropy``, ``length_right``, ``length_wrong``) and the mean ``clipfrac`` of the epochs."""
-    theta = theta0.copy()
-    history = []
-    for _ in range(iterations):
-        history.append(exact_metrics(space, theta, reward))
-        theta_old = theta.copy()
-        rows = sample(space, theta_old, groups * group_size, rng)
-        clip = []
-        for _ in range(epochs):
-            u, stats = group_update(space, rows, theta, theta_old, reward, group_size, **update_options)
-            theta = theta + lr * u
-            clip.append(stats["clipfrac"])
-        history[-1]["clipfrac"] = float(np.mean(clip))
-    history.append({**exact_metrics(space, theta, reward), "clipfrac": float("nan")})
-    return theta, history
-
-
-def exact_metrics(space, theta, reward) -> dict:
-    """J, the entropy of whole responses and of the first token, and the lengths of the answers that start
-    with token 0 (right) and token V - 2 (wrong), exactly."""
-    p0 = np.exp(theta[0] - theta[0].max())
-    p0 /= p0.sum()                                                                # pi(y_0), the root state
-    return {"J": objective(space, theta, reward), "entropy": entropy(space, theta),
-            "entropy_first": float(-p0 @ np.log(p0)), "length_right": answer_length(space, theta, RIGHT),
-            "length_wrong": answer_length(space, theta, space.V - 2)}
-
-
-# ----------------------------------------------------------------------------------------------
-# off-policy: the token ratio, GSPO's sequence ratio, the whole-response ratio
-# ----------------------------------------------------------------------------------------------
-
-RATIO_ESTIMATORS = ("token ratio", "sequence ratio (GSPO)", "whole-response ratio")
-
-
-def _ratio_dlogp(space, rows, theta, theta_old, reward, estimator, baseline, clip_eps, clip_eps_high, weights):
-    """dlogp (n, L) and the stats of :func:`ratio_gradient`'s loss."""
-    check_choice("estimator", estimator, RATIO_ESTIMATORS)
-    logp, logp_old, _, mask = _batch(space, rows, theta, theta_old, theta)
-    a = reward[rows] - baseline if weights is None else (reward[rows] - baseline) * weights
-    band = dict(clip_eps=clip_eps, clip_eps_high=clip_eps_high)
-    if estimator == "whole-response ratio":
-        seq, seq_old = (logp * mask).sum(axis=1), (logp_old * mask).sum(axis=1)  # (n,) log pi(y)
-        _, dseq, stats = clipped_policy_loss(seq, seq_old, a, None, **band)
-        clipped = np.isin(stats["clip_case"], CLIPPED_CASES)[:, None] * mask     # every token of a clipped response
-        return np.broadcast_to(dseq[:, None], mask.shape), clipped            # d log pi(y) / d logp_t = 1
-    level = "token" if estimator == "token ratio" else "sequence"
-    _, dlogp, stats = clipped_policy_loss(logp, logp_old, a[:, None] * mask, mask, **band,
-                                          loss_agg="seq-mean-token-sum-norm", norm_len=1, ratio_level=level)
-    return dlogp, np.isin(stats["clip_case"], CLIPPED_CASES) * mask
-
-
-def ratio_gradient(space, rows, theta, theta_old, reward, estimator, *, baseline, clip_eps, clip_eps_high=None):
-    """``(g, clipfrac)``: the estimate of grad J(theta) from responses ``rows`` of theta_old with the
-    advantage A = R - ``baseline`` (a fixed number), by ``estimator``, each response's token sum
-    averaged over responses (the same aggregation for the three, so only the ratio differs):
-
-    * "token ratio": r_t = pi(y_t|.) / pi_old(y_t|.) on each token (PPO);
-    * "sequence ratio (GSPO)": s(y) = (pi(y)/pi_old(y))^(1/|y|) on every token of y, clipped per response
-      (``ratio_level="sequence"``; GSPO's own objective also averages each response's tokens);
-    * "whole-response ratio": pi(y)/pi_old(y) = prod_t r_t on the response (the 1-D form of
-      ``clipped_policy_loss`` on summed log-probs): E_old[(pi/pi_old) A grad log pi] = grad J(theta)
-      exactly when nothing clips (importance sampling)."""
-    dlogp, clipped = _ratio_dlogp(space, rows, theta, theta_old, reward, estimator, baseline, clip_eps,
-                                  clip_eps_high, None)
-    return -backprop(space, theta, dlogp, rows), float(clipped.sum() / space.mask[rows].sum())
-
-
-def exact_ratio_moments(space, theta, theta_old, reward, estimator, *, baseline, clip_eps, clip_eps_high=None,
-                        n=32) -> dict:
-    """The exact mean of :func:`ratio_gradient` under sampling from theta_old, the ``spread``
-    sqrt(E ||g - E g||^2) of a batch of ``n`` responses (a mean of n independent per-response terms:
-    (E_y ||g_y||^2 - ||E g||^2) / n), and the expected fraction of clipped tokens, all by enumeration."""
-    rows = np.arange(space.N)
-    p = probabilities(space, theta_old)
-    # with weights N pi_old(y), row y's dlogp is pi_old(y) times its one-response dlogp
-    dlogp, clipped = _ratio_dlogp(space, rows, theta, theta_old, reward, estimator, baseline, clip_eps,
-                                  clip_eps_high, space.N * p)
-    mean = -backprop(space, theta, dlogp, rows)
-    per = -per_response_gradients(space, theta, dlogp / np.maximum(p, 1e-300)[:, None])    # (N, S, V) g_y
-    second = float(p @ (per ** 2).sum(axis=(1, 2)))
-    return {"mean": mean, "spread": float(np.sqrt(max(second - (mean ** 2).sum(), 0.0) / n)),
-            "clipfrac": float(p @ clipped.sum(axis=1) / (p @ space.lengths)), "n": n}
-
-
-def per_response_gradients(space, theta, dlogp) -> np.ndarray:
-    """(N, S, V): response y's own d loss / d theta from its row of ``dlogp`` (N, L)."""
-    _, cache = token_logprobs(space, theta)
-    dlogits = logprobs_backward(dlogp * space.mask, cache)                        # (N, L, V)
-    out = np.zeros((space.N,) + theta.shape)
-    rows = np.broadcast_to(np.arange(space.N)[:, None], space.states.shape)
-    np.add.at(out, (rows, space.states), dlogits)
-    return out
-
-
-def population_ppo(space, theta0, reward, *, iterations, epochs, lr, clip_eps=0.2, clip_eps_high=None):
-    """PPO without sampling noise: every iteration takes ``epochs`` steps ``theta += lr * E[g]`` with the
-    EXACT expectation under pi_old of the clipped token-ratio surrogate's gradient (advantage R - J(pi_old));
-    the clip still binds once the ratios leave the band. Returns the history of :func:`exact_metrics`."""
-    theta, history = theta0.copy(), []
-    for _ in range(iterations):
-        history.append(exact_metrics(space, theta, reward))
-        theta_old, J_old = theta.copy(), objective(space, theta, reward)
-        w = space.N * probabilities(space, theta_old)                             # N pi_old(y): the expectation
-        for _ in range(epochs):
-            dlogp, clipped = _ratio_dlogp(space, np.arange(space.N), theta, theta_old, reward, "token ratio", J_old,
-                                          clip_eps, clip_eps_high, w)
-            theta = theta - lr * backprop(space, theta, dlogp)
-        history[-1]["clipfrac"] = float(w @ clipped.sum(axis=1) / (w @ space.lengths))   # at the last epoch
-    history.append({**exact_metrics(space, theta, reward), "clipfrac": float("nan")})
-    return theta, history
+    Under that hypothesis E||mean - target||^2 = tr C = sum(se^2) exactly (whatever the correlations) and,
+    for a Gaussian mean, Var = 2 tr C^2; so z stays within a few units when the mean converges to
+    ``target`` and grows like M when it does not (a bias b gives ||b||^2 / sqrt(2 tr C^2)). Both traces are
+    measured from the batches (:func:`moments`): the test's tolerance follows from the measured noise."""
+    err = float(((mc["mean"] - target) ** 2).sum())
+    return (err - float((mc["se"] ** 2).sum())) / (np.sqrt(2.0) * mc["cov_fro"])

@@ -3,7 +3,7 @@
 Legend: B batch, T tokens, V vocab; "..." is any leading shape (e.g. (B, T)).
 
 The reward of RLHF charges ``beta * k(a_t)`` for every sampled token, with k one of the estimators of
-:func:`minippo.rl.losses.kl_estimate` (Schulman 2020, "Approximating KL divergence",
+:func:`minippo.rl.kl.kl_estimate` (Schulman 2020, "Approximating KL divergence",
 http://joschu.net/blog/kl-approx.html). At a state s both distributions are known over the whole
 vocabulary, so how each estimator behaves needs no sampling. With
 

@@ -34,8 +34,9 @@ from minippo.nn.optim import AdamW
 from minippo.rl.kl import kl_estimate
 from minippo.rl.kl_control import FixedKLController, PPOPaperKLController
 from minippo.rl.losses import (clipped_policy_loss, entropy_backward, entropy_from_logits, kl_exact_from_logits,
-                               log_softmax, logprobs_backward, logprobs_from_logits, ppo_penalty_loss, value_loss)
+                               log_softmax, logprobs_backward, logprobs_from_logits, value_loss)
 from minippo.rl.masked import explained_variance, masked_mean, masked_whiten, token_inputs
+from minippo.rl.penalty import ppo_penalty_loss
 
 
 class TokenBandit:

@@ -1,5 +1,5 @@
 """The course index: `python -m lessons` lists every lesson; numbers and slugs resolve; every lesson
-module has the shape the README promises (docstring, run, plot, main) and a smoke test."""
+module has the one skeleton of CONTRIBUTING (docstring, run, narrative, main, plot last) and a smoke test."""
 from pathlib import Path
 
 import pytest
@@ -20,15 +20,27 @@ def test_the_lessons_in_order_each_with_a_smoke_test():
         assert first_line(n).startswith("Lesson"), f"{slug}: the docstring's first line names the lesson"
 
 
-def test_every_lesson_has_run_plot_main():
+def test_every_lesson_has_the_one_skeleton():
+    """CONTRIBUTING "Lessons": run(quick, seed), narrative(results), main() = lesson_main(...), plot() last."""
+    import ast
     import importlib
     import inspect
     for n in discover():
         mod = importlib.import_module(n)
-        for fn in ("run", "plot", "main"):
+        for fn in ("run", "narrative", "plot", "main"):
             assert callable(getattr(mod, fn, None)), f"{n} lacks {fn}()"
         params = inspect.signature(mod.run).parameters
         assert "quick" in params and "seed" in params, f"{n}.run must take quick= and seed="
+        assert len(inspect.signature(mod.narrative).parameters) == 1, f"{n}.narrative takes the results only"
+        tree = ast.parse(Path(mod.__file__).read_text())
+        defs = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
+        assert defs[-1] == "plot", f"{n}: plot() is the last function (found {defs[-1]})"
+        assert defs.index("run") < defs.index("narrative") < defs.index("main") < defs.index("plot"), \
+            f"{n}: the order is run, narrative, main, plot"
+        main_fn = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "main")
+        body = main_fn.body
+        assert len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Call) \
+            and getattr(body[0].value.func, "id", None) == "lesson_main", f"{n}: main() is one call of lesson_main"
 
 
 def test_resolve_numbers_and_slugs():

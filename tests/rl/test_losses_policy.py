@@ -9,7 +9,8 @@ from hypothesis import given
 
 from minippo.nn.gradcheck import assert_gradients
 from minippo.rl.losses import (CLIP_CASES, CLIPPED_CASES, NEG_ABOVE, NEG_CLIPPED, NEG_INSIDE, PAD, POS_BELOW,
-                               POS_CLIPPED, POS_INSIDE, ZERO_ADV, clipped_policy_loss, ppo_penalty_loss)
+                               POS_CLIPPED, POS_INSIDE, ZERO_ADV, clipped_policy_loss)
+from minippo.rl.penalty import ppo_penalty_loss
 from tests.helpers import with_kernels
 from tests.rl.helpers import padded_batches, random_batch, right_padded_mask
 

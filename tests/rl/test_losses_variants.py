@@ -141,9 +141,12 @@ def test_value_losses_aggregate_the_same_way(loss_agg):
     (values, values_old, returns), _ = random_batch(rng, 3, 6, 3)
     mask = right_padded_mask([6, 1, 4], 6)
     kw = dict(loss_agg=loss_agg, norm_len=8)
-    d = aggregation_denominator(mask, loss_agg, 8)
     loss, dv, _ = value_loss(values, returns, mask, **kw)
-    assert loss == pytest.approx(0.5 * np.sum(mask * (values - returns) ** 2 / d), rel=1e-12)
+    err = [[0.5 * (values[b, t] - returns[b, t]) ** 2 for t in range(6) if mask[b, t]] for b in range(3)]
+    want = {"token-mean": sum(map(sum, err)) / sum(map(len, err)),        # the same aggregation, as loops
+            "seq-mean-token-mean": np.mean([sum(e) / len(e) for e in err]),
+            "seq-mean-token-sum-norm": sum(map(sum, err)) / (3 * 8)}[loss_agg]
+    assert loss == pytest.approx(want, rel=1e-12)
     assert_gradients(lambda: value_loss(values, returns, mask, **kw)[0], {"v": values}, {"v": dv}, tol=1e-7)
     values = values_old + np.where(np.abs(values - values_old) > 0.3, values - values_old, 0.5)  # off the kink
     loss, dv, st = clipped_value_loss(values, values_old, returns, mask, 0.3, **kw)
@@ -178,6 +181,42 @@ def test_sequence_ratio_is_gspo_and_its_gradient_is_the_derivative():
         _, d2, _ = clipped_policy_loss(logp, logp_old, adv2, mask, **kw2)
         assert_gradients(lambda: clipped_policy_loss(logp, logp_old, adv2, mask, **kw2)[0], {"logp": logp},
                          {"logp": d2}, tol=1e-7)
+
+
+@pytest.mark.parametrize("loss_agg", AGGS)
+def test_sequence_ratio_gradient_with_clipped_rows_away_from_the_kinks(loss_agg):
+    """Per-sequence clipping with DAPO's asymmetric band and advantages of both signs inside a row: rows whose s_b
+    is outside [0.8, 1.28] by a margin (clipped where A pushes it further) and rows inside it, every s_b at least
+    1e-3 from an edge (h = 1e-6 of central differences moves s_b by ~1e-6): the analytic gradient is the
+    derivative of the returned loss, and a clipped token contributes nothing to its row's common gradient."""
+    rng = np.random.default_rng(11)
+    B, T = 6, 5
+    mask = right_padded_mask([5, 4, 3, 5, 2, 4], T)
+    lengths = mask.sum(1)
+    logp_old = rng.uniform(-3, -0.5, (B, T))
+    target = np.log([1.6, 0.5, 1.0, 1.1, 0.9, 1.5])                    # log s_b: rows 0, 1, 5 outside the band
+    noise = 0.1 * rng.standard_normal((B, T)) * mask
+    noise -= (noise.sum(1) / lengths)[:, None] * mask                  # zero mean per row: s_b is exactly the target
+    logp = logp_old + (target[:, None] + noise) * mask
+    adv = rng.choice([-1.0, 1.0], (B, T)) * rng.uniform(0.5, 2.0, (B, T)) * mask   # both signs within a row
+    kw = dict(clip_eps=LOW, clip_eps_high=HIGH, loss_agg=loss_agg, norm_len=7, ratio_level="sequence")
+    loss, dlogp, stats = clipped_policy_loss(logp, logp_old, adv, mask, **kw)
+    s = np.exp(((logp - logp_old) * mask).sum(1) / lengths)
+    np.testing.assert_allclose(s, np.exp(target), rtol=1e-12)
+    assert np.min(np.abs(s[:, None] - [1 - LOW, 1 + HIGH])) > 1e-3    # away from the kinks
+    # the independent computation: per token A_t min(s_b, 1.28) (A >= 0) or A_t max(s_b, 0.8), aggregated by loops
+    surr = np.where(adv >= 0, adv * np.minimum(s, 1 + HIGH)[:, None], adv * np.maximum(s, 1 - LOW)[:, None]) * mask
+    d = {"token-mean": np.full((B, 1), mask.sum()), "seq-mean-token-mean": B * lengths[:, None],
+         "seq-mean-token-sum-norm": np.full((B, 1), B * 7.0)}[loss_agg]
+    assert loss == pytest.approx(-np.sum(surr / d), rel=1e-12)
+    # row gradient: -(s_b / |o_b|) sum over the row's unclipped tokens of A_t / d_b, the same on each of its tokens
+    free = mask * ~(((adv > 0) & (s[:, None] > 1 + HIGH)) | ((adv < 0) & (s[:, None] < 1 - LOW)))
+    want = -(s / lengths * (free * adv / d).sum(1))[:, None] * mask
+    np.testing.assert_allclose(dlogp, want, rtol=1e-12, atol=1e-15)
+    assert stats["clipfrac"] == pytest.approx(((mask - free) * (adv != 0)).sum() / mask.sum(), rel=1e-12)
+    assert 0 < stats["clipfrac"] < 0.5                                # clipped tokens in clipped rows only
+    assert_gradients(lambda: clipped_policy_loss(logp, logp_old, adv, mask, **kw)[0], {"logp": logp},
+                     {"logp": dlogp}, tol=1e-7)
 
 
 def test_sequence_ratio_clips_whole_responses():

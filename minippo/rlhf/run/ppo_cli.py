@@ -67,7 +67,10 @@ def config_from_args(args, base, renamed: dict | None = None):
                 overrides[f.name] = parse_value(text, getattr(base, f.name))
             except ValueError as exc:
                 raise SystemExit(f"{flag(f.name)}: {exc}")
-    return base.replace(**overrides)
+    try:
+        return base.replace(**overrides)          # __post_init__ validates: its message names the field
+    except (ValueError, TypeError) as exc:
+        raise SystemExit(f"minippo: error: {exc}")
 
 
 def add_arguments(parser) -> None:

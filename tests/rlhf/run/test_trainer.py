@@ -123,6 +123,46 @@ def test_minibatch_loss_gradients_every_tensor(critic_kind, stop_gradient, varia
         assert_gradients(loss, state.critic.params, g_critic, tol=1e-5)
 
 
+def aggregate_by_loops(x, mask, loss_agg, norm_len):
+    """An aggregated per-token term written out response by response (independent of rl/masked.py)."""
+    rows = [[x[b, t] for t in range(x.shape[1]) if mask[b, t]] for b in range(x.shape[0])]
+    if loss_agg == "token-mean":
+        return sum(sum(r) for r in rows) / sum(len(r) for r in rows)
+    if loss_agg == "seq-mean-token-mean":
+        return sum(sum(r) / max(len(r), 1) for r in rows) / len(rows)
+    return sum(sum(r) for r in rows) / (len(rows) * norm_len)
+
+
+@pytest.mark.parametrize("loss_agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_every_loss_term_uses_the_same_aggregation(loss_agg):
+    """cfg.loss_agg aggregates the policy, value, entropy and KL terms alike: each term of the minibatch loss
+    against the per-token formula aggregated by loops (float64 throughout: rel 1e-12 covers the summation
+    order); the logged entropy stays the per-token mean whatever the aggregation."""
+    state, ro, _ = gradcheck_setup("separate")
+    cfg = tiny_config(clip_eps=0.2, clip_eps_high=0.28, clip_eps_value=0.3, ent_coef=0.05, kl_ref_loss_coef=0.2,
+                      kl_ref_loss_estimator="k2", temperature=0.8, critic="separate", loss_agg=loss_agg)
+    terms, stats, _, _ = minibatch_loss_and_grads(state, ro, cfg, None)
+    m = ro.response_mask
+    logits, _, _ = forward_response(state.actor, ro.sequences, ro.attn_mask, ro.prompt_len)
+    _, values, _ = forward_response(state.critic, ro.sequences, ro.attn_mask, ro.prompt_len, scalar=True)
+    z = logits / 0.8
+    logq = z - z.max(-1, keepdims=True)
+    logq = logq - np.log(np.exp(logq).sum(-1, keepdims=True))                      # (B, Tn, V) log pi
+    ent = -(np.exp(logq) * logq).sum(-1)                                            # (B, Tn) H
+    logp = np.take_along_axis(logq, ro.response[..., None], -1)[..., 0]             # (B, Tn)
+    r = np.exp(logp - ro.logp)
+    surr = np.minimum(r * ro.adv, np.clip(r, 0.8, 1.28) * ro.adv)                   # L^CLIP's term, band [0.8, 1.28]
+    k2 = 0.5 * (logp - ro.logp_ref) ** 2
+    v_clip = ro.values + np.clip(values - ro.values, -0.3, 0.3)
+    vf = 0.5 * np.maximum((values - ro.returns) ** 2, (v_clip - ro.returns) ** 2)
+    agg = lambda x: aggregate_by_loops(x, m, loss_agg, cfg.max_new_tokens)          # noqa: E731
+    assert terms["loss/policy"] == pytest.approx(-agg(surr), rel=1e-12)
+    assert terms["loss/entropy"] == pytest.approx(-agg(ent), rel=1e-12)
+    assert terms["loss/kl"] == pytest.approx(agg(k2), rel=1e-12)
+    assert terms["loss/value"] == pytest.approx(agg(vf), rel=1e-12)
+    assert stats["entropy"] == pytest.approx(ent[m == 1].mean(), rel=1e-12)
+
+
 # ---- whole iterations --------------------------------------------------------------------------
 
 def test_lr_zero_gives_ratio_one_to_float32_rounding():
@@ -349,6 +389,18 @@ def test_nan_policy_loss_is_named(monkeypatch):
     monkeypatch.setattr(upd, "clipped_policy_loss", lambda *a, **k: (float("nan"),) + tuple(real(*a, **k)[1:]))
     with pytest.raises(ValueError, match=r"`loss/policy` is nan at iteration 0"):
         tr.step()
+
+
+@pytest.mark.parametrize("argv, field", [(["--loss-agg", "seq-sum"], "loss_agg"), (["--clip-eps-high", "0"], "clip_eps_high"),
+                                         (["--ratio-level", "response"], "ratio_level"),
+                                         (["--kl-ref-loss-estimator", "k4"], "kl_ref_loss_estimator")])
+def test_a_bad_flag_value_is_one_line_naming_the_field(tmp_path, argv, field):
+    """PPOConfig.__post_init__ rejects the value before any model is loaded; the command says so in one line."""
+    from minippo.cli import main   # as test_minippo_ppo_command below
+    with pytest.raises(SystemExit) as info:
+        main(["ppo", "--sft", str(tmp_path / "no_sft"), "--rm", str(tmp_path / "no_rm"), *argv])
+    message = str(info.value.code)
+    assert f"`{field}`" in message and "\n" not in message
 
 
 def test_minippo_ppo_command(tmp_path, capsys):
