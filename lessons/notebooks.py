@@ -38,6 +38,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from lessons._common import REPO_ROOT
@@ -102,7 +103,7 @@ def staleness(module_name: str, notebook: str | os.PathLike | None = None,
     current = source_hash(lesson.read_text(encoding="utf-8"), GENERATOR.read_text(encoding="utf-8"))
     if meta.get("source_sha256") != current:
         return (f"{path.name} is stale: lessons/{slug_of(module_name)}.py or lessons/notebooks.py changed since "
-                f"it was generated; regenerate it with `{cmd}`")
+                f"it was generated; regenerate it with `{cmd}` (every stale one: `python -m lessons notebooks --stale`)")
     return None
 
 
@@ -256,8 +257,9 @@ def execute(nb, timeout: int = DEFAULT_TIMEOUT) -> None:
     from jupyter_client import KernelManager  # lazy: the `notebooks` extra
     from nbclient import NotebookClient
     with tempfile.TemporaryDirectory(prefix="minippo_nb_") as cwd:
-        # local sockets (ipc) in the temporary folder, not TCP ports: nothing listens on the network
-        km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(cwd, "kernel-ipc"))
+        # POSIX: local sockets (ipc) in the temporary folder, not TCP ports (Windows has no ipc transport)
+        km = (KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(cwd, "kernel-ipc"))
+              if os.name == "posix" else KernelManager(kernel_name="python3"))
         try:
             NotebookClient(nb, km=km, timeout=timeout, record_timing=False,
                            resources={"metadata": {"path": cwd}}).execute()
@@ -294,7 +296,6 @@ def orphans(module_names: list[str]) -> list[Path]:
 def generate(module_names: list[str], *, run: bool = True, timeout: int = DEFAULT_TIMEOUT, log=print) -> list[str]:
     """Write ``notebooks/lNN_<slug>.ipynb`` for each lesson, executed at the default size unless ``run`` is
     False; returns the failures (a notebook whose execution fails is not written)."""
-    import time
     failures = []
     for n in module_names:
         t = time.perf_counter()
@@ -315,8 +316,6 @@ def generate(module_names: list[str], *, run: bool = True, timeout: int = DEFAUL
 def verify(module_names: list[str], *, quick: bool, timeout: int = DEFAULT_TIMEOUT, log=print) -> list[str]:
     """Check that each committed notebook is fresh and execute it top to bottom in memory (``quick``: the
     executor sets ``QUICK = True`` in its parameters cell); nothing is written. Returns the failures."""
-    import time
-
     import nbformat          # lazy: the `notebooks` extra
     failures = []
     for n in module_names:
@@ -341,7 +340,7 @@ def verify(module_names: list[str], *, quick: bool, timeout: int = DEFAULT_TIMEO
 
 
 def main(argv: list[str] | None, all_names: list[str], resolve) -> int:
-    """``python -m lessons notebooks [N ...] [--no-execute | --verify [--quick]]``: ``all_names`` are the lesson
+    """``python -m lessons notebooks [N ...] [--stale] [--no-execute | --verify [--quick]]``: ``all_names`` are the lesson
     modules (``lessons.__main__.discover()``), ``resolve(key, all_names)`` maps a number or slug to one."""
     parser = argparse.ArgumentParser(prog="python -m lessons notebooks", description=(
         "Generate notebooks/lNN_<slug>.ipynb from the lesson modules, executed at the default size (the "
@@ -349,12 +348,18 @@ def main(argv: list[str] | None, all_names: list[str], resolve) -> int:
     parser.add_argument("which", nargs="*", help="lesson numbers / slugs (default: every lesson)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--no-execute", action="store_true", help="write the notebooks without outputs")
+    parser.add_argument("--stale", action="store_true", help="only the notebooks whose lesson or generator changed "
+                        "since they were generated")
     mode.add_argument("--verify", action="store_true", help="check the committed notebooks are fresh and execute "
                       "them top to bottom in memory (nothing is written); exit 1 if any is stale or a cell fails")
     parser.add_argument("--quick", action="store_true", help="with --verify: set QUICK = True in the parameters cell")
     parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT, help="seconds per cell (default %(default)s)")
     args = parser.parse_args(argv)
     module_names = [resolve(w, all_names) for w in args.which] if args.which else all_names
+    if args.stale and args.verify:
+        parser.error("--stale goes with generating (--verify checks every notebook it is given)")
+    if args.stale:
+        module_names = [n for n in module_names if staleness(n)]
     if args.quick and not args.verify:
         parser.error("--quick goes with --verify (the committed notebooks are executed at the default size)")
     if args.timeout <= 0:

@@ -62,16 +62,14 @@ def test_the_hash_ignores_line_endings_only():
     assert nbgen.source_hash(src, gen) != nbgen.source_hash(gen, src)     # which text is which matters
 
 
-@pytest.mark.parametrize("name", LESSONS)
-def test_the_cells_call_the_lesson_and_carry_its_outputs(name):
-    slug = nbgen.slug_of(name)
-    path = nbgen.notebook_path(name)
-    assert path.is_file(), f"{path.name} missing; run `{nbgen.regenerate_command(name)}`"
-    nb = json.loads(path.read_text(encoding="utf-8"))
-    cells = code_cells(nb)
+def cell_problems(nb: dict, slug: str) -> list[str]:
+    """What is wrong with the cells of the notebook of ``lessons.<slug>`` (empty: nothing)."""
+    cells, problems = code_cells(nb), []
     params = [c for c in cells if "parameters" in c["metadata"].get("tags", [])]
-    assert len(params) == 1, f"{path.name}: exactly one code cell must be tagged 'parameters'"
-    assert re.search(r"^QUICK = False\b", source(params[0]), re.M) and re.search(r"^SEED = 0\b", source(params[0]), re.M)
+    if len(params) != 1:
+        return [f"{len(params)} code cells tagged 'parameters', expected one"]
+    if not (re.search(r"^QUICK = False\b", source(params[0]), re.M) and re.search(r"^SEED = 0\b", source(params[0]), re.M)):
+        problems.append("the parameters cell lacks `QUICK = False` / `SEED = 0`")
     # what the code really calls (comments and strings do not count): lesson.run / narrative / plot
     imported, calls = set(), {}
     for i, c in enumerate(cells):
@@ -81,22 +79,55 @@ def test_the_cells_call_the_lesson_and_carry_its_outputs(name):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "lesson"):
                 calls[node.func.attr] = (i, node)
-    assert (f"lessons.{slug}", "lesson") in imported, f"{path.name} does not import lessons.{slug} as lesson"
-    assert {"run", "narrative", "plot"} <= set(calls), f"{path.name} calls {sorted(calls)} of the lesson"
+    if (f"lessons.{slug}", "lesson") not in imported:
+        problems.append(f"no `import lessons.{slug} as lesson`")
+    if not {"run", "narrative", "plot"} <= set(calls):
+        return problems + [f"the cells call {sorted(calls)} of the lesson, not run, narrative and plot"]
     run_kw = {k.arg: ast.unparse(k.value) for k in calls["run"][1].keywords}
-    assert run_kw.get("quick") == "QUICK" and run_kw.get("seed") == "SEED", run_kw
-    assert cells.index(params[0]) < calls["run"][0] < calls["narrative"][0] <= calls["plot"][0]
-    assert "tempfile.mkdtemp" in source(cells[calls["plot"][0]]), "the figure must go to a temporary folder"
+    if run_kw.get("quick") != "QUICK" or run_kw.get("seed") != "SEED":
+        problems.append(f"lesson.run is called with {run_kw}, not quick=QUICK, seed=SEED")
+    if not cells.index(params[0]) < calls["run"][0] < calls["narrative"][0] <= calls["plot"][0]:
+        problems.append("the cells are not in the order parameters, run, narrative, plot")
+    if "tempfile.mkdtemp" not in source(cells[calls["plot"][0]]):
+        problems.append("the figure is not drawn into a temporary folder")
     # executed top to bottom without an error; the narrative printed; the figure shown inline
-    assert all(c.get("execution_count") for c in cells), f"{path.name} was not executed; run `{nbgen.regenerate_command(name)}`"
-    outputs = [o for c in cells for o in c.get("outputs", [])]
-    assert not [o for o in outputs if o["output_type"] == "error"], f"{path.name} holds an error output"
-    narrative = "".join(o.get("text", "") if isinstance(o.get("text", ""), str) else "".join(o["text"])
-                        for o in cells[calls["narrative"][0]]["outputs"] if o["output_type"] == "stream")
-    assert narrative.strip(), f"{path.name}: the narrative cell printed nothing"
-    assert any("image/png" in o.get("data", {}) for o in cells[calls["plot"][0]]["outputs"]), \
-        f"{path.name}: the figure is not shown"
+    if not all(c.get("execution_count") for c in cells):
+        return problems + ["not executed"]
+    if any(o["output_type"] == "error" for c in cells for o in c.get("outputs", [])):
+        problems.append("an error output")
+    printed = "".join(source({"source": o.get("text", "")}) for o in cells[calls["narrative"][0]]["outputs"]
+                      if o["output_type"] == "stream")
+    if not printed.strip():
+        problems.append("the narrative cell printed nothing")
+    if not any("image/png" in o.get("data", {}) for o in cells[calls["plot"][0]]["outputs"]):
+        problems.append("the figure is not shown")
+    return problems
+
+
+@pytest.mark.parametrize("name", LESSONS)
+def test_the_cells_call_the_lesson_and_carry_its_outputs(name):
+    path = nbgen.notebook_path(name)
+    assert path.is_file(), f"{path.name} missing; run `{nbgen.regenerate_command(name)}`"
+    nb = json.loads(path.read_text(encoding="utf-8"))
     assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    problems = cell_problems(nb, nbgen.slug_of(name))
+    assert not problems, f"{path.name}: " + "; ".join(problems) + f"; regenerate it with `{nbgen.regenerate_command(name)}`"
+
+
+def test_the_cell_check_fails_on_a_broken_notebook():
+    nb = json.loads(nbgen.notebook_path("lessons.l04_clip_objective").read_text(encoding="utf-8"))
+    assert cell_problems(nb, "l04_clip_objective") == []
+    assert cell_problems(nb, "l05_penalty_vs_clip") == ["no `import lessons.l05_penalty_vs_clip as lesson`"]
+    cells = code_cells(nb)
+    (narr,) = [c for c in cells if "lesson.narrative(" in source(c)]
+    saved = narr["source"]
+    narr["source"] = "# print(lesson.narrative(results))"           # a comment is no call
+    assert "not run, narrative and plot" in cell_problems(nb, "l04_clip_objective")[0]
+    narr["source"], narr["outputs"] = saved, []
+    assert cell_problems(nb, "l04_clip_objective") == ["the narrative cell printed nothing"]
+    (params,) = [c for c in cells if "parameters" in c["metadata"].get("tags", [])]
+    params["metadata"]["tags"] = []
+    assert cell_problems(nb, "l04_clip_objective") == ["0 code cells tagged 'parameters', expected one"]
 
 
 def test_every_docstring_has_the_sections_the_converter_reads():
