@@ -42,7 +42,6 @@ from minippo.classic.vec_env import SyncVectorEnv
 from minippo.nn.mlp import mlp_backward, mlp_forward, mlp_init
 from minippo.nn.optim import AdamW, clip_grad_norm, global_norm, lr_at
 from minippo.rl.gae import gae_classic
-from minippo.rl.kl import kl_estimate
 from minippo.rl.losses import (clipped_policy_loss, clipped_value_loss, entropy_backward, entropy_from_logits,
                                logprobs_backward, logprobs_from_logits, value_loss)
 from minippo.rl.masked import explained_variance, masked_whiten
@@ -355,7 +354,7 @@ def ppo_loss_and_grads(params, obs, actions, logp_old, adv, returns, values_old,
         "losses/value_loss": float(v_loss),
         "losses/entropy": entropy,
         "losses/approx_kl": float(pg_stats["approx_kl"]),
-        "losses/old_approx_kl": float(kl_estimate(logp_old, logp, kind="k1").mean()),
+        "losses/old_approx_kl": float(np.mean(logp_old - logp)),     # k1 = mean(-log r), CleanRL's old_approx_kl
         "losses/clipfrac": float(pg_stats["clipfrac"]),
     }
     return float(loss), grads, stats
