@@ -1,41 +1,46 @@
-"""Lesson 01 - policy gradient: REINFORCE on a token bandit, the baseline, and why one large step collapses the policy.
+r"""Lesson 01 - policy gradient: REINFORCE on a token bandit, the baseline, and why one large step collapses the policy.
 
 Legend: V vocab (10 tokens), N samples per batch; W (1, V) are the logits of the single context.
 
-Pipeline step: the first link of seed 003's chain "policy gradient -> importance sampling ratio
--> TRPO trust region -> PPO clipped objective -> ...": how a policy learns from its own samples.
+Pipeline step: the first link of the course's chain, policy gradient -> importance ratio -> trust region ->
+clipped objective -> actor-critic loss -> GAE -> the PPO loop -> RLHF: how a policy learns from its own
+samples. A plain policy gradient can wreck the policy with one update that is too large, and a baseline
+lowers the variance of its estimate.
 
-Seed: 003 section 2 "PPO 的背景" - "普通策略梯度容易因为单次更新过大导致策略崩坏" (a plain policy
-gradient easily wrecks the policy with one update that is too large); section 12 "PPO 的稳定性机制"
-- "Value function baseline 降低方差" (a baseline lowers the variance).
+Paper: the policy gradient theorem (Williams 1992, REINFORCE) as written in the PPO paper (Schulman et al.
+2017, arXiv:1707.06347), the estimator of eq. (1) and the loss of eq. (2):
 
-Paper: the policy gradient theorem (Williams 1992, REINFORCE) as written in the PPO paper
-(Schulman et al. 2017, arXiv:1707.06347):
+$$
+\hat g = \hat{\mathbb{E}}_t\left[\nabla_\theta \log \pi_\theta(a_t \mid s_t)\, \hat A_t\right]
+$$
 
-    g_hat = E_t[ grad_theta log pi_theta(a_t|s_t) A_t ]          eq. (1)
-    L^PG(theta) = E_t[ log pi_theta(a_t|s_t) A_t ]               eq. (2)
+$$
+L^{PG}(\theta) = \hat{\mathbb{E}}_t\left[\log \pi_\theta(a_t \mid s_t)\, \hat A_t\right]
+$$
 
-Here A_t = R_t - b: the reward minus a baseline b that does not depend on the action (none,
-the mean reward of the OTHER samples of the batch, or the exact value V(s) = E_pi[R]). The
-task is a token bandit (minippo.toy.bandit): one context, V = 10 tokens, rewards 1.0 ... 2.0
-(all positive, like an un-centred reward model score) observed with noise; the policy is a
-softmax over 10 logits, the gradient is exact (no autograd).
+Here $\hat A_t = R_t - b$: the reward minus a baseline $b$ that does not depend on the action (none, the
+mean reward of the OTHER samples of the batch, or the exact value $V(s) = \mathbb{E}_\pi[R]$). The task is a
+token bandit (`minippo.toy.bandit`): one context, V = 10 tokens, rewards 1.0 ... 2.0 (all positive, like an
+un-centred reward model score) observed with noise; the policy is a softmax over 10 logits, the gradient is
+exact (no autograd).
 
-The figure shows (a) the variance of g_hat over many independent batches with each baseline
-(all three are unbiased: the bias printed is sampling noise); (b) learning curves of the expected
-reward with and without a baseline; (c) the entropy of the policy after ONE step of REINFORCE
-as the learning rate grows: a large step puts almost all the mass on whichever token happened
-to look best in the batch; (d) what happens next: starting from that collapsed policy, plain
-REINFORCE with a normal learning rate can no longer recover (the collapsed policy only samples
-its own token, whose score-function gradient 1 - p is ~0), so the expected reward stays low.
+The figure shows (a) the variance of $\hat g$ over many independent batches with each baseline (all three
+are unbiased: the bias printed is sampling noise); (b) learning curves of the expected reward with and
+without a baseline; (c) the entropy of the policy after ONE step of REINFORCE as the learning rate grows: a
+large step puts almost all the mass on whichever token happened to look best in the batch; (d) what happens
+next: starting from that collapsed policy, plain REINFORCE with a normal learning rate can no longer recover
+(the collapsed policy only samples its own token, whose score-function gradient $1 - p$ is ~0), so the
+expected reward stays low.
 
 Exercises:
 1. Shift every reward by -1.5 (centred rewards). How do the variance without a baseline and the
    collapse in (c) change? Why does a baseline matter less for centred rewards?
 2. The batch-mean baseline uses the OTHER samples (leave-one-out). Use the plain batch mean,
-   including the sample itself: measure the bias of g_hat and explain it (hint: b then depends on a).
+   including the sample itself: measure the bias of $\hat g$ and explain it (hint: b then depends on a).
 3. In (d), give the recovering run an entropy bonus (lesson 06) or a smaller first step bound
    (lessons 03-04): which fraction of seeds escapes the collapsed token?
+
+Questions: Q1, Q2.
 """
 from __future__ import annotations
 

@@ -1,47 +1,51 @@
-"""Lesson 02 - importance ratio: r = exp(logp_new - logp_old), underflow of probability products, the four (A, r) quadrants.
+r"""Lesson 02 - importance ratio: r = exp(logp_new - logp_old), underflow of probability products, the four (A, r) quadrants.
 
 Legend: T tokens of a sequence, V vocab, S contexts, N samples; W (D, V) policy parameters.
 
-Pipeline step: PPO trains the NEW policy on samples of the OLD one; the importance ratio
-corrects for that (seed 003's chain: policy gradient -> importance sampling ratio -> TRPO -> ...).
+Pipeline step: PPO trains the NEW policy on samples of the OLD one, and the importance ratio
+$r_t = \pi_\theta(a_t \mid s_t) / \pi_{\theta_{old}}(a_t \mid s_t)$ corrects for that. In code it is
+`exp(logp_new - logp_old)`, never a quotient of probabilities: those underflow. With $A_t > 0$ or $< 0$ and
+$r_t > 1$ or $< 1$ it pushes four ways, and without a constraint a few steps on one batch send the ratio
+past 5 and 10: the reason PPO clips it (lesson 04).
 
-Seed: 003 section 3 "Importance Sampling Ratio": r_t = pi_theta(a_t|s_t) / pi_theta_old(a_t|s_t),
-written in code as exp(logp_new - logp_old) "因为用概率会下溢" (because probabilities underflow);
-the four cases A_t > 0 / < 0 with r_t > 1 / < 1; and "ratio 直接冲到5、10甚至更大 ... 训练直接崩掉"
-(without a constraint the ratio runs to 5, 10 or more: the root of PPO's clip). Also section 18,
-误区三 "ratio 可以直接用概率相除实现" (the misconception that dividing probabilities is fine).
+Paper: the surrogate of conservative policy iteration, PPO paper (Schulman et al. 2017, arXiv:1707.06347)
+eq. (6):
 
-Paper: the surrogate of conservative policy iteration, PPO paper (arXiv:1707.06347) eq. (6):
+$$
+L^{CPI}(\theta) = \hat{\mathbb{E}}_t\left[\frac{\pi_\theta(a_t \mid s_t)}{\pi_{\theta_{old}}(a_t \mid s_t)}\, \hat A_t\right]
+= \hat{\mathbb{E}}_t\left[r_t(\theta)\, \hat A_t\right]
+$$
 
-    L^CPI(theta) = E_t[ pi_theta(a_t|s_t) / pi_theta_old(a_t|s_t) A_t ] = E_t[ r_t(theta) A_t ]
-
-and its gradient d(r_t A_t)/d logp_t = r_t A_t (because dr/dlogp = r). The same ratio gives the
-importance-sampling estimate of the new policy's expected reward from the old samples,
-J(new) ~= mean_i r_i R_i, a_i ~ pi_old; its variance grows like E_old[r^2], i.e. exponentially
-in how far the policies are apart (E_old[r^2] = exp(D_2(new || old)), a Renyi divergence).
+and its gradient $\partial (r_t A_t) / \partial \log \pi_\theta(a_t \mid s_t) = r_t A_t$ (because
+$\partial r / \partial \log \pi = r$). The same ratio gives the importance-sampling estimate of the new
+policy's expected reward from the old samples, $J(\text{new}) \approx \frac{1}{N} \sum_i r_i R_i$ with
+$a_i \sim \pi_{old}$; its variance grows like $\mathbb{E}_{old}[r^2] = \exp(D_2(\text{new} \,\|\, \text{old}))$
+(a Renyi divergence), i.e. exponentially in how far the policies are apart.
 
 The figure shows (a) the probability of a sampled sequence computed as a product of per-token
-probabilities in float32 and float64 against its exact value from summed log-probabilities: the
-products hit 0 after a few dozen (float32) or a few hundred (float64) tokens; (b) the sequence
-ratio from those products becomes nan (0/0) there, while exp(sum(logp_new - logp_old)) stays
-finite; (c) the four (A, r) quadrants: the per-token gradient r A of the unclipped surrogate;
-(d) maximising L^CPI on one batch for many steps (a policy whose contexts share parameters,
-like a network): the largest ratio runs past 5 and 10 and the gain L^CPI promises grows while
-the true expected reward does not follow (the clipped L^CLIP of lesson 04 for comparison); (e) the importance-sampling estimate of J(new) from 64 old samples:
-its standard deviation (exact and measured) against the exact KL(old || new); (f) the same
-estimates against the truth: their mean is right (the estimator is unbiased) but the typical
-(median) batch misses the rarely sampled token that the new policy favours and is far off.
+probabilities in float32 and float64 against its exact value from summed log-probabilities: the products hit
+0 after a few dozen (float32) or a few hundred (float64) tokens; (b) the sequence ratio from those products
+becomes nan (0/0) there, while exp(sum(logp_new - logp_old)) stays finite; (c) the four (A, r) quadrants: the
+per-token gradient $r A$ of the unclipped surrogate; (d) maximising $L^{CPI}$ on one batch for many steps (a
+policy whose contexts share parameters, like a network): the largest ratio runs past 5 and 10 and the gain
+$L^{CPI}$ promises grows while the true expected reward does not follow (the clipped $L^{CLIP}$ of lesson 04
+for comparison); (e) the importance-sampling estimate of J(new) from 64 old samples: its standard deviation
+(exact and measured) against the exact KL(old || new); (f) the same estimates against the truth: their mean
+is right (the estimator is unbiased) but the typical (median) batch misses the rarely sampled token that the
+new policy favours and is far off.
 
 Exercises:
 1. Compute the product of probabilities in float64 but in the log domain's "safe" form
    exp(sum(log p)) - does it underflow? What is the largest T a float64 product survives for
    tokens of probability 1/V, as a formula in V?
-2. Quadrant A > 0, r < 1: the seed says the update is "weakened". By how much, for r = 0.5?
+2. Quadrant A > 0, r < 1: the update is "weakened" (Q5). By how much, for r = 0.5?
    Where does the same factor appear in (d)?
 3. In (e), find the KL at which the estimate's standard deviation equals the gap between the
    best and the worst policy of the family. What does this say about how many epochs PPO may
    reuse a batch? Compute the effective sample size (sum r)^2 / sum r^2 per batch: why is it
    high exactly in the batches that miss the rare token?
+
+Questions: Q3, Q5, Q6, Q20.
 """
 from __future__ import annotations
 

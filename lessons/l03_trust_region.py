@@ -1,48 +1,52 @@
-"""Lesson 03 - trust region: vanilla PG vs KL-constrained (TRPO-style) vs PPO-clip steps; PPO paper Figure 2 reproduced.
+r"""Lesson 03 - trust region: vanilla PG vs KL-constrained (TRPO-style) vs PPO-clip steps; PPO paper Figure 2 reproduced.
 
 Legend: S contexts (32), D features (4), V vocab (8), N samples (128); W (D, V) the policy.
 
-Pipeline step: how far may one update move the policy? (seed 003's chain: policy gradient ->
-importance ratio -> TRPO trust region -> PPO clipped objective -> ...)
+Pipeline step: how far may one update move the policy? TRPO bounds the KL between the old and the new
+policy, with second-order machinery; PPO keeps the idea of a stable step but replaces the constraint by a
+clipped objective and a plain first-order optimizer. The clip is not a hard constraint: this lesson measures
+how far a PPO update actually moves.
 
-Seed: 003 section 2 "PPO 的背景" - TRPO 通过 KL 约束限制新旧策略距离，但实现复杂 (TRPO bounds the
-KL between the old and new policy, but is complicated); PPO 试图保留 TRPO 的稳定更新思想，同时用更简单
-的一阶优化实现; section 14 "PPO 与 TRPO 对比" (TRPO: explicit KL constraint, second-order
-optimisation; PPO: clipping, ordinary first-order optimiser); section 18 误区一 "PPO 的 clip 是硬约束"
-(the clip is not a hard constraint).
+Paper: Schulman et al. 2017 (arXiv:1707.06347), with $r_t = \pi_\theta / \pi_{\theta_{old}}$. TRPO, eqs.
+(3)-(4):
 
-Paper: Schulman et al. 2017 (arXiv:1707.06347), with r_t = pi_theta / pi_theta_old:
+$$
+\max_\theta\ \hat{\mathbb{E}}_t\left[r_t(\theta)\, \hat A_t\right]
+\quad \text{subject to} \quad
+\hat{\mathbb{E}}_t\left[\mathrm{KL}[\pi_{\theta_{old}}(\cdot \mid s_t), \pi_\theta(\cdot \mid s_t)]\right] \le \delta
+$$
 
-    TRPO     maximise E_t[r_t A_t]  s.t.  E_t[KL[pi_old(.|s_t), pi_theta(.|s_t)]] <= delta      eqs. (3)-(4)
-    penalty  maximise E_t[r_t A_t - beta KL[pi_old(.|s_t), pi_theta(.|s_t)]]                    eq. (5)
-    L^CPI  = E_t[r_t A_t]                                                                        eq. (6)
-    L^CLIP = E_t[min(r_t A_t, clip(r_t, 1-eps, 1+eps) A_t)]                                      eq. (7)
+the penalised problem of eq. (5), $\max_\theta \hat{\mathbb{E}}_t[r_t \hat A_t - \beta\, \mathrm{KL}[\pi_{\theta_{old}}(\cdot \mid s_t), \pi_\theta(\cdot \mid s_t)]]$,
+$L^{CPI} = \hat{\mathbb{E}}_t[r_t \hat A_t]$ of eq. (6), and the clipped objective of eq. (7):
 
-and TRPO itself (Schulman et al. 2015, arXiv:1502.05477): the natural-gradient step F^{-1} g scaled
-to the KL bound, then a backtracking line search on the exact KL (minippo.toy.trust_region).
+$$
+L^{CLIP}(\theta) = \hat{\mathbb{E}}_t\left[\min\left(r_t(\theta) \hat A_t,\ \mathrm{clip}(r_t(\theta), 1 - \epsilon, 1 + \epsilon)\, \hat A_t\right)\right]
+$$
 
-The problem: a token bandit whose 32 contexts share one parameter matrix (4 features x 8 tokens,
-like a small network), starting from a decent "SFT-like" policy; each batch has 128 noisy rewards
-and an exact critic (A = R - V(s), whitened). From the same policy and the same batch we take
-  * a vanilla policy-gradient step  W + alpha g  (g = the gradient of L^CPI = eq. (1)),
-  * a TRPO step with KL bound delta,
-  * a PPO-clip update: 10 epochs of minibatch (32) Adam on L^CLIP with step size lr,
-and measure the exact KL of the step, the gain L^CPI promises on the batch, and the true gain
-J(new) - J(old) (exact, no sampling), as each method's step-size knob grows.
+and TRPO itself (Schulman et al. 2015, arXiv:1502.05477): the natural-gradient step $F^{-1} g$ scaled to the
+KL bound, then a backtracking line search on the exact KL (`minippo.toy.trust_region`).
 
-The surrogate lies for two reasons: it is evaluated on the very batch the step was fitted to
-(so part of the promised gain is fitted noise, at every step size), and the ratio-weighted
-batch says less and less about policies far from the old one (lesson 02). Both grow with the KL.
+The problem: a token bandit whose 32 contexts share one parameter matrix (4 features x 8 tokens, like a small
+network), starting from a decent "SFT-like" policy; each batch has 128 noisy rewards and an exact critic
+($A = R - V(s)$, whitened). From the same policy and the same batch we take a vanilla policy-gradient step
+$W + \alpha g$ ($g$ the gradient of $L^{CPI}$, eq. (1)); a TRPO step with KL bound $\delta$; a PPO-clip update:
+10 epochs of minibatch (32) Adam on $L^{CLIP}$ with step size lr. We measure the exact KL of the step, the
+gain $L^{CPI}$ promises on the batch, and the true gain $J(\text{new}) - J(\text{old})$ (exact, no sampling),
+as each method's step-size knob grows.
 
-The figure shows (a) the KL of each step vs its knob (alpha, delta, lr = m x a base value): the
-PG step's KL grows like m^2, TRPO's stays at delta (or below it after backtracking), PPO's grows
-slowly but is NOT bounded; (b) the true gain vs the KL: it peaks and then falls for the large
-steps; (c) the fraction of the gain promised by L^CPI on the batch that is real; (d) PPO paper
-Figure 2: from the PPO update whose KL is closest to the paper's 0.02, interpolate
-theta_old + a (theta_ppo - theta_old) and plot L^CPI, E[clip(r) A], L^CLIP and the exact KL
-against a (plus the true gain, which the paper could not compute); L^CLIP is a pessimistic lower
-bound of L^CPI that peaks near a = 1; (e) how much the KL of ONE fixed knob varies between
-batches (TRPO's is pinned to delta); (f) the numbers at m = 1.
+Why the surrogate lies: it is evaluated on the very batch the step was fitted to (so part of the promised
+gain is fitted noise, at every step size), and the ratio-weighted batch says less and less about policies
+far from the old one (lesson 02). Both grow with the KL.
+
+The figure shows (a) the KL of each step against its knob ($\alpha$, $\delta$, lr = m x a base value): the
+PG step's KL grows like $m^2$, TRPO's stays at $\delta$ (or below it after backtracking), PPO's grows slowly
+but is NOT bounded; (b) the true gain against the KL: it peaks and then falls for the large steps; (c) the
+fraction of the gain promised by $L^{CPI}$ on the batch that is real; (d) PPO paper Figure 2: from the PPO
+update whose KL is closest to the paper's 0.02, interpolate $\theta_{old} + a (\theta_{ppo} - \theta_{old})$
+and plot $L^{CPI}$, $\mathbb{E}[\mathrm{clip}(r) A]$, $L^{CLIP}$ and the exact KL against $a$ (plus the true
+gain, which the paper could not compute); $L^{CLIP}$ is a pessimistic lower bound of $L^{CPI}$ that peaks
+near $a = 1$; (e) how much the KL of ONE fixed knob varies between batches (TRPO's is pinned to $\delta$);
+(f) the numbers at m = 1.
 
 Exercises:
 1. Give PPO 30 epochs instead of 10 at the base lr. Does the KL stay bounded? Where is the peak
@@ -51,6 +55,8 @@ Exercises:
    search): at the same delta, which gains more true reward? (Hint: fisher_vector_product.)
 3. Make the policy tabular (n_features=None). Why does the true gain in (b) no longer fall for
    large steps? (Think of what a greedy step does when no parameters are shared.)
+
+Questions: Q7, Q8.
 """
 from __future__ import annotations
 

@@ -1,37 +1,39 @@
-"""Lesson 04 - the clipped objective: PPO paper Figure 1, the six clip cases and where the gradient is exactly zero.
+r"""Lesson 04 - the clipped objective: PPO paper Figure 1, the six clip cases and where the gradient is exactly zero.
 
-Pipeline step: "PPO clipped objective" in seed 003's chain (policy gradient -> importance ratio
--> TRPO -> PPO clip -> ...): the loss every PPO update minimises, token by token.
+Pipeline step: the clipped objective, the loss every PPO update minimises, token by token. Once the clipped
+term is selected it is a constant in $\theta$, so that token gets no update: a good action ($A > 0$) whose
+ratio is above $1 + \epsilon$ and a bad action ($A < 0$) whose ratio is below $1 - \epsilon$.
+PPO limits both "raise a good action too much" and "lower a bad action too much", and nothing else.
 
-Seed: 003 section 4 "PPO-Clip 目标函数" and section 5 "PPO-Clip 的符号理解": "CLIP 后的那一项就直接
-变成一个常数了 ... 当发生 CLIP 的时候，就没有参数更新了" (the clipped term is a constant: where it is
-selected, the parameters get no update), for A > 0 when ratio >= 1 + eps and for A < 0 when
-ratio <= 1 - eps; "PPO 同时限制'好动作概率增加过多'和'坏动作概率降低过多'".
+Paper: Schulman et al. 2017 (arXiv:1707.06347), with $r_t = \exp(\log\pi_\theta - \log\pi_{\theta_{old}})$,
+eq. (7):
 
-Paper: Schulman et al. 2017 (arXiv:1707.06347), with r_t = exp(logp - logp_old),
+$$
+L^{CLIP}(\theta) = \hat{\mathbb{E}}_t\left[\min\left(r_t(\theta) \hat A_t,\ \mathrm{clip}(r_t(\theta), 1 - \epsilon, 1 + \epsilon)\, \hat A_t\right)\right]
+$$
 
-    L^CLIP(theta) = E_t[ min(r_t A_t, clip(r_t, 1 - eps, 1 + eps) A_t) ]          eq. (7)
+and its Figure 1 (one term of $L^{CLIP}$ as a function of $r$, for $A > 0$ and $A < 0$, $\epsilon = 0.2$).
+Everything is computed by `minippo.rl.losses.clipped_policy_loss` (its numba kernel, the default) and checked
+against the same function's NumPy formula (`kernels.use_kernels(False)`); the loss is $-L^{CLIP}$.
 
-and its Figure 1 (one term of L^CLIP as a function of r, for A > 0 and A < 0, eps = 0.2).
-Everything is computed by ``minippo.rl.losses.clipped_policy_loss`` (its numba kernel, the default)
-and checked against the same function's NumPy formula (``kernels.use_kernels(False)``); the loss is -L^CLIP.
-
-The figure: top row, Figure 1 of the paper redrawn: one token's objective min(rA, clip(r)A)
-against r, with the unclipped r A dashed, the band [1 - eps, 1 + eps] shaded, the flat (clipped,
-zero-gradient) parts drawn thick red, the six case numbers written in their regions, and arrows
-showing where gradient ascent pushes r (no arrow: no push). Bottom row: the gradient of the
-objective with respect to r: A on the unclipped branch (-dL/dlogp = A r, divided by r), exactly 0
-on the clipped one. The band is closed: at r = 1 +/- eps both terms are equal and the library
-returns the unclipped gradient (the dot at the edge of the band).
+The figure: top row, Figure 1 of the paper redrawn: one token's objective $\min(rA, \mathrm{clip}(r)A)$
+against $r$, with the unclipped $rA$ dashed, the band $[1 - \epsilon, 1 + \epsilon]$ shaded, the flat
+(clipped, zero-gradient) parts drawn thick red, the six case numbers written in their regions, and arrows
+showing where gradient ascent pushes $r$ (no arrow: no push). Bottom row: the gradient of the objective with
+respect to $r$: $A$ on the unclipped branch ($-\partial L / \partial \log\pi = A r$, divided by $r$), exactly 0
+on the clipped one. The band is closed: at $r = 1 \pm \epsilon$ both terms are equal and the library returns
+the unclipped gradient (the dot at the edge of the band).
 
 Exercises:
-1. Set eps = 0.1 and 0.3 (``run`` takes ``clip_eps``): which cases change for r = 1.15? What does
+1. Set eps = 0.1 and 0.3 (`run` takes `clip_eps`): which cases change for r = 1.15? What does
    a smaller eps do to the fraction of tokens with zero gradient in the batch experiment?
 2. Cases 1 and 6 are NOT clipped although r is outside the band: explain with the min() why PPO
    lets a good action whose probability has fallen (A > 0, r < 1 - eps) be pushed back up.
 3. CleanRL logs clipfrac = mean(|r - 1| > eps), minippo (like TRL) the fraction in cases 3 and 4.
    Compute both on the batch of this lesson: which one tells you how many tokens get no gradient?
 4. Implement it: `minippo exercise start clip`, then `minippo exercise check clip`.
+
+Questions: Q9, Q10.
 """
 from __future__ import annotations
 

@@ -1,37 +1,41 @@
-"""Lesson 05 - penalty vs clip: PPO-Penalty with the paper's adaptive beta rule vs PPO-Clip on one task.
+r"""Lesson 05 - penalty vs clip: PPO-Penalty with the paper's adaptive beta rule vs PPO-Clip on one task.
 
 Legend: S contexts (32), V vocab (32), N samples per iteration (256); W (S, V) tabular logits.
 
-Pipeline step: the two ways PPO keeps the new policy near the old one (seed 003's chain:
-... -> TRPO trust region -> PPO clipped objective -> ...).
+Pipeline step: the two ways PPO keeps the new policy near the old one. PPO-Penalty puts the KL between the
+old and the new policy into the objective, as TRPO's Lagrangian would, and must keep adjusting its
+coefficient $\beta$: raise it when the KL is too large, lower it when too small. PPO-Clip has no such
+coefficient ($\epsilon$ stays at 0.1-0.2); in practice the KL is still monitored.
 
-Seed: 003 section 6 "PPO-Penalty 与 PPO-Clip": PPO-Penalty maximises E[r_t A_t - beta KL(pi_old, pi_new)];
-it "非常正统（继承自 TRPO）" but "动态调整 β 极其折磨人" (adjusting beta dynamically is torture): if the
-KL is too large increase beta, if too small decrease it, "增加调参工程师的血压". PPO-Clip is cheaper
-and needs no tuning (eps fixed at 0.1-0.2); in practice the KL is still monitored.
+Paper: Schulman et al. 2017 (arXiv:1707.06347), the KL-penalised objective of eq. (8) against the clipped
+one of eq. (7):
 
-Paper: Schulman et al. 2017 (arXiv:1707.06347):
+$$
+L^{KLPEN}(\theta) = \hat{\mathbb{E}}_t\left[r_t(\theta) \hat A_t - \beta\, \mathrm{KL}[\pi_{\theta_{old}}(\cdot \mid s_t), \pi_\theta(\cdot \mid s_t)]\right]
+$$
 
-    L^KLPEN(theta) = E_t[ r_t(theta) A_t - beta KL[pi_old(.|s_t), pi_theta(.|s_t)] ]           eq. (8)
-    L^CLIP(theta)  = E_t[ min(r_t A_t, clip(r_t, 1-eps, 1+eps) A_t) ]                           eq. (7)
+$$
+L^{CLIP}(\theta) = \hat{\mathbb{E}}_t\left[\min\left(r_t(\theta) \hat A_t,\ \mathrm{clip}(r_t(\theta), 1 - \epsilon, 1 + \epsilon)\, \hat A_t\right)\right]
+$$
 
-and the adaptive rule of section 4, applied after each policy update with d = E_t[KL[pi_old, pi]]:
-d < d_targ / 1.5 -> beta <- beta / 2;  d > d_targ * 1.5 -> beta <- beta * 2
-(minippo.rl.kl_control.PPOPaperKLController). The paper notes the initial beta "is not important in
+and the adaptive rule of section 4, applied after each policy update with
+$d = \hat{\mathbb{E}}_t[\mathrm{KL}[\pi_{\theta_{old}}(\cdot \mid s_t), \pi_\theta(\cdot \mid s_t)]]$:
+if $d < d_{targ} / 1.5$ then $\beta \leftarrow \beta / 2$; if $d > 1.5\, d_{targ}$ then $\beta \leftarrow 2 \beta$
+(`minippo.rl.kl_control.PPOPaperKLController`). The paper notes the initial $\beta$ "is not important in
 practice because the algorithm quickly adjusts it"; this lesson measures that claim too.
 
-The task: a token bandit with 32 contexts and 32 tokens (tabular softmax policy, rewards N(0, 1)
-plus noise of std 1), 256 samples per iteration, 4 epochs of minibatch (64) Adam, lr 0.1, a
-learned value table as critic (minippo.toy.bandit.ppo_train). The per-token KL in the penalty is
-the k3 estimate of the library's ``ppo_penalty_loss``; d for the rule is the exact KL of the
-update over the batch's contexts. Rewards are shown as the fraction of the achievable
-improvement, (J - J_uniform) / (J_optimal - J_uniform), averaged over several seeds (tasks).
+The task: a token bandit with 32 contexts and 32 tokens (tabular softmax policy, rewards N(0, 1) plus noise
+of std 1), 256 samples per iteration, 4 epochs of minibatch (64) Adam, lr 0.1, a learned value table as
+critic (`minippo.toy.bandit.ppo_train`). The per-token KL in the penalty is the k3 estimate of the library's
+`ppo_penalty_loss`; $d$ for the rule is the exact KL of the update over the batch's contexts. Rewards are
+shown as the fraction of the achievable improvement, $(J - J_{uniform}) / (J_{optimal} - J_{uniform})$,
+averaged over several seeds (tasks).
 
-The figure shows (a) learning curves of PPO-Clip, PPO-Penalty with the adaptive rule and with a
-fixed beta; (b) the KL of every update against the rule's target band [d_targ/1.5, 1.5 d_targ];
-(c) beta over time from four initial values 0.1 ... 100: halving and doubling, oscillating, and
-drifting down as the policy converges; (d) sensitivity: the reward after 10 iterations and at
-the end against the initial (adaptive) or fixed beta, with PPO-Clip as a reference line.
+The figure shows (a) learning curves of PPO-Clip, PPO-Penalty with the adaptive rule and with a fixed
+$\beta$; (b) the KL of every update against the rule's target band $[d_{targ}/1.5, 1.5\, d_{targ}]$; (c)
+$\beta$ over time from four initial values 0.1 ... 100: halving and doubling, and drifting down as the policy
+converges; (d) sensitivity: the reward after 10 iterations and at the end against the initial (adaptive) or
+fixed $\beta$, with PPO-Clip as a reference line.
 
 Exercises:
 1. Run the adaptive rule with d_targ = 0.003 and 0.03 (the paper's other values). Which one
@@ -40,6 +44,8 @@ Exercises:
    from beta0 = 100 to reach a useful value?
 3. With a fixed beta, find the best value by a sweep. How would that sweep change if the reward
    scale doubled? (Hint: r A is measured in reward units, beta KL is not.)
+
+Questions: Q11, Q40.
 """
 from __future__ import annotations
 

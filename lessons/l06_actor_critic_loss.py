@@ -1,43 +1,43 @@
-"""Lesson 06 - actor-critic loss: policy + c1 value - c2 entropy; entropy collapse vs the entropy bonus.
+r"""Lesson 06 - actor-critic loss: policy + c1 value - c2 entropy; entropy collapse vs the entropy bonus.
 
 Legend: S contexts (8), V vocab (8), N samples per iteration (128); W (S, V) logits, V(s) (S,).
 
-Pipeline step: the loss PPO actually minimises, with its critic (seed 003's chain: ... -> PPO
-clipped objective -> actor loss + critic loss + entropy -> rollout collection + GAE -> ...).
-
-Seed: 003 section 7 "Actor-Critic 结构": loss = policy_loss + c1 * value_loss - c2 * entropy, with
-policy_loss = -L_CLIP, value_loss = (V_phi(s_t) - return_t)^2, entropy = H(pi_theta(.|s_t))
-"（熵损失鼓励多探索）" (the entropy term encourages exploration); section 12 "Entropy bonus 防止
-探索过早消失" (prevents exploration from vanishing too early); section 13 "如果 entropy 迅速下降，
-说明策略过早确定" (a fast entropy drop means the policy committed too early); section 18 误区四
-"value loss 越小策略越好" (a smaller value loss is not a better policy).
+Pipeline step: the loss PPO actually minimises, with its critic: policy_loss $= -L^{CLIP}$, the critic's
+squared error against the returns, and an entropy bonus that keeps the policy exploring. An entropy that
+drops fast means the policy committed early; a small value loss does not mean a good policy.
 
 Paper: Schulman et al. 2017 (arXiv:1707.06347), eq. (9), maximised:
 
-    L^{CLIP+VF+S}_t(theta) = E_t[ L^CLIP_t(theta) - c1 L^VF_t(theta) + c2 S[pi_theta](s_t) ]
+$$
+L^{CLIP+VF+S}_t(\theta) = \hat{\mathbb{E}}_t\left[L^{CLIP}_t(\theta) - c_1 L^{VF}_t(\theta) + c_2\, S[\pi_\theta](s_t)\right]
+$$
 
-with L^VF_t = (V_theta(s_t) - V_t^targ)^2 and S the entropy. Minimised as a loss:
-loss = -L^CLIP + c1 * 0.5 * (V - R)^2 - c2 * H (minippo.toy.bandit.actor_critic_loss). The gradients
-of the three loss terms with respect to the logits z of a context are, per sample (n samples):
-    policy  d(-L^CLIP)/dz = -(A r / n) (onehot(a) - p)      where not clipped (logprobs_backward)
-    entropy d(-c2 H)/dz   =  c2 p (log p + H) / n            (entropy_backward)
-    value   0: the critic is a separate table here; its own gradient is c1 (V(s) - R) / n.
-A step moves the logits along minus these: the entropy term raises every token with
-log p < -H (the rare ones) and lowers the dominant ones, i.e. it pushes towards uniform.
+with $L^{VF}_t = (V_\theta(s_t) - V^{targ}_t)^2$ and $S$ the entropy. Minimised as a loss:
+$-L^{CLIP} + c_1 \cdot \tfrac12 (V - R)^2 - c_2 H$ (`minippo.toy.bandit.actor_critic_loss`). The gradients of
+the three loss terms with respect to the logits $z$ of a context are, per sample ($n$ samples):
 
-The task: a token bandit with 8 contexts and 8 tokens with a trap. In every context a decoy token
-(reward 0.7) starts likely (logit +2, p ~ 0.55) and the best token (reward 1.0) starts rare
-(logit -2.5, p ~ 0.006); the other tokens earn 0-0.3, each context adds its own offset
-(+-0.75) and every reward has noise of std 0.5. PPO-Clip, 128 samples per iteration, 4 epochs
-of minibatch (64) Adam, and a learned value table per context (c1 = 0.5), for several c2.
+$$
+\frac{\partial (-L^{CLIP})}{\partial z} = -\frac{A r}{n} (\mathrm{onehot}(a) - p) \quad \text{(where not clipped)},
+\qquad
+\frac{\partial (-c_2 H)}{\partial z} = \frac{c_2}{n}\, p \odot (\log p + H)
+$$
 
-The figure shows (a) the policy entropy over training for each c2: without a bonus it collapses
-onto the decoy within a few iterations; (b) the probability of the best token: with a bonus it
-is found - late; (c) the expected reward; (d) the end of training against c2: too little bonus
-stays on the decoy, too much keeps the policy random; (e) the critic: value loss and explained
-variance against the ceiling of a perfect per-context critic (the rest of the variance is
-action choice and noise, which V(s) cannot explain); (f) the three gradients on the logits of
-one context at the start, from one batch.
+and 0 from the value term: the critic is a separate table here, its own gradient is $c_1 (V(s) - R) / n$
+(`logprobs_backward`, `entropy_backward`). A step moves the logits along minus these: the entropy term raises
+every token with $\log p < -H$ (the rare ones) and lowers the dominant ones, i.e. it pushes towards uniform.
+
+The task: a token bandit with 8 contexts and 8 tokens with a trap. In every context a decoy token (reward
+0.7) starts likely (logit +2, p ~ 0.55) and the best token (reward 1.0) starts rare (logit -2.5, p ~ 0.006);
+the other tokens earn 0-0.3, each context adds its own offset (+-0.75) and every reward has noise of std 0.5.
+PPO-Clip, 128 samples per iteration, 4 epochs of minibatch (64) Adam, and a learned value table per context
+($c_1 = 0.5$), for several $c_2$.
+
+The figure shows (a) the policy entropy over training for each $c_2$: without a bonus it collapses onto the
+decoy within a few iterations; (b) the probability of the best token: with a bonus it is found - late; (c)
+the expected reward; (d) the end of training against $c_2$: too little bonus stays on the decoy, too much
+keeps the policy random; (e) the critic: value loss and explained variance against the ceiling of a perfect
+per-context critic (the rest of the variance is action choice and noise, which $V(s)$ cannot explain); (f)
+the three gradients on the logits of one context at the start, from one batch.
 
 Exercises:
 1. Anneal c2 linearly from 0.1 to 0 over training (as some PPO code does). Does the final reward
@@ -46,6 +46,8 @@ Exercises:
    to the advantages (they now carry each context's offset) and to learning?
 3. In (f), derive -c2 dH/dz by hand for a two-token policy and check the bar of the rare token.
 4. Implement it: `minippo exercise start value_clip`, then `minippo exercise check value_clip`.
+
+Questions: Q12, Q13, Q14, Q15.
 """
 from __future__ import annotations
 

@@ -1,45 +1,54 @@
-"""Lesson 07 - GAE: the lambda sweep, bias and variance against the exact advantages of a chain MDP; kernel speed.
+r"""Lesson 07 - GAE: the lambda sweep, bias and variance against the exact advantages of a chain MDP; kernel speed.
 
-Pipeline step: "rollout collection + GAE" in seed 003's chain: turning per-token rewards and
-critic values into the advantages A_t the clipped loss multiplies and the returns the critic fits.
+Pipeline step: rollout collection + GAE: turning per-token rewards and critic values into the advantages
+$A_t$ the clipped loss multiplies and the returns $R_t = A_t + V(s_t)$ the critic fits. $\lambda = 0$ is
+TD(0): low variance, biased by the critic; $\lambda = 1$ is Monte Carlo: unbiased, high variance. Text
+usually runs $\lambda = 0.95$, and the reason given is that reward-model rewards are noisy; this lesson
+measures where the best $\lambda$ lies for clean and for noisy rewards.
 
-Seeds: 003 section 9 "GAE 与 Return" (delta_t, A_t^GAE, R_t = A_t + V(s_t); "lambda 控制
-bias-variance 权衡"); 000 "工程取舍" and follow-up 2: "lambda=0 时退化为 TD(0), 方差低但偏差高;
-lambda=1 时退化为 Monte Carlo, 无偏但方差大 ... LLM 中推荐 lambda=0.95, 因为 reward 来自 RM 模型,
-本身有噪声, 低方差更重要" (lambda = 0.95 because reward-model rewards are noisy).
+Papers: Schulman et al. 2016 (GAE, arXiv:1506.02438): the TD residual (sec. 3)
 
-Papers: Schulman et al. 2016 (GAE, arXiv:1506.02438): the TD residual delta_t = r_t +
-gamma V(s_{t+1}) - V(s_t) (sec. 3); A_t = sum_l (gamma lam)^l delta_{t+l} (eq. (16)); lam = 0 is
-the TD error, lam = 1 the Monte-Carlo return minus V (eqs. (17)-(18)); with lam = 1 the estimate is
-gamma-just whatever the critic (Prop. 1: the critic only enters as a baseline, which does not
-depend on the action). PPO paper (arXiv:1707.06347) eqs. (11)-(12): the same estimator truncated
-at the end of the rollout.
+$$
+\delta_t = r_t + \gamma V(s_{t+1}) - V(s_t)
+$$
 
-The problem: a chain of 10 states, start in the middle, actions left/right (policy: right with
-probability 0.65); stepping off the right end pays +1, off the left end -1 (the episode ends);
-every step pays a fixed reward per (state, action) plus Gaussian noise of std sigma (a noisy
-reward model). gamma = 1 as in RLHF. Each episode is one right-padded row, so ``minippo.gae``
-runs on it exactly as on a batch of responses. The true V, Q and A = Q - V come from linear
-algebra, and so does the EXACT expectation of every GAE estimate for the critic we give it:
-the true V plus a fixed error e(s) ~ N(0, 0.3^2) (a critic that has not converged). Bias is
-therefore computed exactly; variance is measured over many sampled batches.
+and the estimator of eq. (16),
 
-The figure: (a) per-token advantage error against lambda: the bias of A_hat (exact), the bias of
-the action gap A_hat(s, right) - A_hat(s, left) (the only part a policy gradient sees), and the
-spread of A_hat for two reward-noise levels; (b) the policy-gradient estimate of one batch: its
-relative bias (exact) and its relative std, and their sum of squares (MSE), per noise level,
-the best lambda marked; (c) the action gap per state: truth vs the expected GAE estimate at
-lambda = 0, 0.9, 1 (the TD end inherits the critic's error, the Monte-Carlo end does not);
-(d) the GAE kernel against the NumPy reference and a pure-Python loop.
+$$
+\hat A_t^{GAE(\gamma, \lambda)} = \sum_{l \ge 0} (\gamma \lambda)^l\, \delta_{t+l}
+$$
+
+$\lambda = 0$ is the TD error and $\lambda = 1$ the Monte-Carlo return minus $V$ (eqs. (17)-(18)); with
+$\lambda = 1$ the estimate is $\gamma$-just whatever the critic (Prop. 1: the critic only enters as a
+baseline, which does not depend on the action). PPO paper (arXiv:1707.06347) eqs. (11)-(12): the same
+estimator truncated at the end of the rollout.
+
+The problem: a chain of 10 states, start in the middle, actions left/right (policy: right with probability
+0.65); stepping off the right end pays +1, off the left end -1 (the episode ends); every step pays a fixed
+reward per (state, action) plus Gaussian noise of std $\sigma$ (a noisy reward model). $\gamma = 1$ as in
+RLHF. Each episode is one right-padded row, so `minippo.gae` runs on it exactly as on a batch of responses.
+The true $V$, $Q$ and $A = Q - V$ come from linear algebra, and so does the EXACT expectation of every GAE
+estimate for the critic we give it: the true $V$ plus a fixed error $e(s) \sim N(0, 0.3^2)$ (a critic that
+has not converged). Bias is therefore computed exactly; variance is measured over many sampled batches.
+
+The figure: (a) per-token advantage error against $\lambda$: the bias of $\hat A$ (exact), the bias of the
+action gap $\hat A(s, \text{right}) - \hat A(s, \text{left})$ (the only part a policy gradient sees), and the
+spread of $\hat A$ for two reward-noise levels; (b) the policy-gradient estimate of one batch: its relative
+bias (exact) and its relative std, and their sum of squares (MSE), per noise level, the best $\lambda$ marked;
+(c) the action gap per state: truth vs the expected GAE estimate at $\lambda$ = 0, 0.9, 1 (the TD end inherits
+the critic's error, the Monte-Carlo end does not); (d) the GAE kernel against the NumPy reference and a
+pure-Python loop.
 
 Exercises:
-1. Give the critic no error (``critic_err=0``): what happens to the bias at every lambda, and
+1. Give the critic no error (`critic_err=0`): what happens to the bias at every lambda, and
    which lambda now has the lowest MSE?
-2. Raise the reward noise to sigma = 3: where does the best lambda go? Relate it to seed 000's
-   reason for lambda = 0.95 in RLHF.
-3. Set gamma = 0.9 (``gamma=0.9``): the chain now discounts the end reward. How does the
+2. Raise the reward noise to sigma = 3: where does the best lambda go? Relate it to the reason
+   usually given for lambda = 0.95 in RLHF (Q16).
+3. Set gamma = 0.9 (`gamma=0.9`): the chain now discounts the end reward. How does the
    effective horizon 1 / (1 - gamma lam) explain the variance curve?
 4. Implement it: `minippo exercise start gae`, then `minippo exercise check gae`.
+
+Questions: Q16, Q17, Q54.
 """
 from __future__ import annotations
 

@@ -1,36 +1,41 @@
-"""Lesson 08 - ppo_cartpole: the whole classic PPO loop on CartPole, and how to read its monitoring dashboard.
+r"""Lesson 08 - ppo_cartpole: the whole classic PPO loop on CartPole, and how to read its monitoring dashboard.
 
-Pipeline step: seed 003's chain "... -> rollout + GAE -> multi-epoch minibatches -> KL monitoring /
-early stop", run for real with (s, a, r, s', done) transitions before the course moves to language
-models. The loop is CleanRL's ``ppo.py``, one function read top to bottom (``train_ppo`` in
-``minippo/classic/ppo.py``, with the formulas of ``minippo/rl/gae.py`` and ``minippo/rl/losses.py`` and
-the MLPs of ``minippo/nn/mlp.py``): N = 4 CartPole copies, T = 128 steps per rollout, GAE (gamma 0.99,
-lambda 0.95) with truncated episodes bootstrapped by V(s_T), 4 epochs of 4 minibatches, whitened
-advantages, L^CLIP (eq. (7) of Schulman et al. 2017, arXiv:1707.06347) with clipped value loss and
-entropy bonus (eq. (9)), global grad-norm clipping, learning rate annealed to 0, optional target-KL
-early stop (``kl_old_target``).
+Pipeline step: rollout + GAE -> multi-epoch minibatches -> KL monitoring / early stop, run for real with
+(s, a, r, s', done) transitions before the course moves to language models. The loop is CleanRL's `ppo.py`,
+one function read top to bottom (`train_ppo` in `minippo/classic/ppo.py`, with the formulas of
+`minippo/rl/gae.py` and `minippo/rl/losses.py` and the MLPs of `minippo/nn/mlp.py`): N = 4 CartPole copies,
+T = 128 steps per rollout, GAE ($\gamma$ 0.99, $\lambda$ 0.95) with truncated episodes bootstrapped by
+$V(s_T)$, 4 epochs of 4 minibatches, whitened advantages, $L^{CLIP}$ with clipped value loss and entropy
+bonus, global grad-norm clipping, learning rate annealed to 0, optional target-KL early stop
+(`kl_old_target`). The rollout is used for its epochs and then discarded: PPO is on-policy.
 
-Seed: 003 section 8 "Rollout 与 On-policy 数据", section 10 "PPO 训练流程" (the pseudo-code, including
-"optionally early stop if KL too large"), section 11 (target_kl: ``kl_old_target`` here), and section 13
-"PPO 的常见指标":
-episode return, policy loss, value loss, entropy, approx KL, clip fraction, explained variance,
-gradient norm - "如果 clip fraction 长期很高，说明更新过猛；如果 entropy 迅速下降，说明策略过早确定"
-(a clip fraction that stays high means the updates are too violent; an entropy that drops fast means
-the policy became deterministic too early).
+Paper: Schulman et al. 2017 (arXiv:1707.06347), Algorithm 1 (N actors x T steps, advantages, K epochs of
+minibatches, then $\theta_{old} \leftarrow \theta$), the clipped surrogate of eq. (7) and the combined loss of
+eq. (9):
 
-Two runs with the same seed: the project's defaults, and the same with ``kl_old_target`` = 0.005, small
-enough that the early stop fires visibly. The figure is the dashboard (minippo.classic.dashboard):
-one panel per metric against environment steps; x marks the updates whose epochs target-KL cut short.
+$$
+L^{CLIP+VF+S}_t(\theta) = \hat{\mathbb{E}}_t\left[L^{CLIP}_t(\theta) - c_1 L^{VF}_t(\theta) + c_2\, S[\pi_\theta](s_t)\right]
+$$
+
+The metrics to watch: episode return, policy loss, value loss, entropy, approx KL, clip fraction, explained
+variance, gradient norm. A clip fraction that stays high means the updates are too violent; an entropy that
+drops fast means the policy became deterministic too early.
+
+The figure: two runs with the same seed, the project's defaults and the same with `kl_old_target` = 0.005
+(small enough that the early stop fires visibly), drawn as the dashboard (`minippo.classic.dashboard`): one
+panel per metric against environment steps; x marks the updates whose epochs target-KL cut short.
 
 Exercises:
-1. Treat truncation as termination: in ``rollout_advantages`` (``minippo/classic/ppo.py``) pass
-   ``terminated | truncated`` as ``terminated`` to ``gae_classic``. Where do the value loss and
+1. Treat truncation as termination: in `rollout_advantages` (`minippo/classic/ppo.py`) pass
+   `terminated | truncated` as `terminated` to `gae_classic`. Where do the value loss and
    explained variance change once episodes reach the 500-step limit, and why?
-2. ``minippo classic --lr 2.5e-4`` is CleanRL's learning rate: compare the steps to reach 475 with
-   the default 1e-3 (``minippo bench --only cartpole`` prints both for seeds 0-2).
-3. ``--update-epochs 10 --lr 3e-3``: watch the clip fraction and approx KL rise; add
-   ``--kl-old-target 0.01`` and count the early stops.
-4. ``--ent-coef 0`` vs ``--ent-coef 0.05``: how does the entropy panel change, and the return?
+2. `minippo classic --lr 2.5e-4` is CleanRL's learning rate: compare the steps to reach 475 with
+   the default 1e-3 (`minippo bench --only cartpole` prints both for seeds 0-2).
+3. `--update-epochs 10 --lr 3e-3`: watch the clip fraction and approx KL rise; add
+   `--kl-old-target 0.01` and count the early stops.
+4. `--ent-coef 0` vs `--ent-coef 0.05`: how does the entropy panel change, and the return?
+
+Questions: Q19, Q20, Q21, Q43, Q4, Q10.
 """
 from __future__ import annotations
 

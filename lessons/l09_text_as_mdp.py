@@ -1,47 +1,56 @@
-"""Lesson 09 - text_as_mdp: text generation as an MDP, and one rollout printed as the per-token 7-tuple.
+r"""Lesson 09 - text_as_mdp: text generation as an MDP, and one rollout printed as the per-token 7-tuple.
 
 Pipeline step: the bridge from classic PPO (lesson 08, CartPole's (s, a, r, s', done)) to RLHF: what a
-"state", an "action" and a "reward" are when the environment is a sentence being written.
-
-Seed 003 sec. 16 "NLP 场景下的强化学习" models generation as an MDP::
+"state", an "action" and a "reward" are when the environment is a sentence being written. Generation is an
+MDP:
 
     state       s_t = prompt + the tokens generated so far         (the observation, a variable-length context)
     action      a_t = the next token, one of V                      (V = 512 here, 32k-128k for real LLMs)
     transition  s_{t+1} = s_t + [a_t]                               (append: deterministic, no simulator)
     reward      at the end of the sequence (the reward model's score), plus a KL penalty per token
 
-Seed 000 "PPO（强化学习）的数据格式": the experience is stored per TOKEN as the 7-tuple (observation,
-action, log_prob, value, reward, advantage, returns), right-padded with an attention mask, and the
-sequence score becomes per-token rewards r_t = -beta kl_t with the score added on the last token
-(Ziegler et al. 2019; InstructGPT eq. (2)). Advantages are GAE (PPO paper eqs. (11)-(12), gamma = 1,
-lambda = 0.95), returns = advantages + values; advantages are then whitened over the batch.
+The experience is stored per TOKEN as a 7-tuple (observation, action, log_prob, value, reward, advantage,
+return), right-padded with an attention mask.
+
+Paper: the sequence score becomes per-token rewards (Ziegler et al. 2019, arXiv:1909.08593, eq. (2);
+InstructGPT, Ouyang et al. 2022, arXiv:2203.02155, eq. (2)), with the score $s$ on the last valid token
+$n - 1$:
+
+$$
+r_t = -\beta \left(\log \pi_{old}(a_t \mid s_t) - \log \pi_{ref}(a_t \mid s_t)\right) + [t = n - 1]\; s
+$$
+
+Advantages are GAE (PPO paper, arXiv:1707.06347, eqs. (11)-(12), $\gamma = 1$, $\lambda = 0.95$), returns
+= advantages + values; advantages are then whitened over the batch.
 
 What the lesson does: it takes the cached SFT policy and reward model of the main job, runs a few PPO
-iterations (so the policy has moved and kl_t is not 0), then prints one rollout of the next iteration
-token by token with ``Rollout.to_table`` (padding rows included) and checks the bookkeeping: the score
-sits on the EOS, the rewards of a response sum to score - beta * sum(kl), the return at the EOS equals
-its reward (the episode ends: V after it is 0), padding holds zeros.
+iterations (so the policy has moved and $kl_t$ is not 0), then prints one rollout of the next iteration token
+by token with `Rollout.to_table` (padding rows included) and checks the bookkeeping: the score sits on the
+EOS, the rewards of a response sum to score $- \beta \sum_t kl_t$, the return at the EOS equals its reward
+(the episode ends: V after it is 0), padding holds zeros.
 
-Old policy is not the reference model. Seed 000 describes log_prob as the log-probability of "旧策略（冻结的
-reference model）" (the old policy, "the frozen reference model"). Those are two different frozen models:
-pi_old is the actor as it was when it sampled this batch. It is frozen only for this iteration's K epochs,
-and its log_prob is the denominator of the ratio r_t = exp(logp - logp_old). pi_ref is the SFT copy,
-frozen for the whole run, and appears only in the KL penalty kl_t = log pi_old(a_t|s_t) - log pi_ref(a_t|s_t).
+The old policy is not the reference model: two different frozen models. $\pi_{old}$ is the actor as it was
+when it sampled this batch. It is frozen only for this iteration's K epochs, and its log_prob is the
+denominator of the ratio $r_t = \exp(\log\pi - \log\pi_{old})$. $\pi_{ref}$ is the SFT copy, frozen for the
+whole run, and appears only in the KL penalty $kl_t = \log\pi_{old}(a_t \mid s_t) - \log\pi_{ref}(a_t \mid s_t)$.
 They coincide only at iteration 0. The lesson measures how far apart they are after its PPO iterations.
 
-The figure: (a) the printed row as curves over its tokens: log_prob, value, reward, (whitened)
-advantage and return, with the padded positions shaded; (b) the whole batch's layout: left-padded
-prompts, right-padded responses, the column where each score lands, and the response mask.
+The figure: (a) the printed row as curves over its tokens: log_prob, value, reward, (whitened) advantage and
+return, with the padded positions shaded; (b) the whole batch's layout: left-padded prompts, right-padded
+responses, the column where each score lands, and the response mask.
 
 Exercises:
-1. Set ``reward_shaping="uniform"`` in ``lesson_config``: how do the reward and advantage columns of
+1. Set `reward_shaping="uniform"` in `lesson_config`: how do the reward and advantage columns of
    the table change? Which tokens now get credit for the score (lesson 13 compares the two)?
-2. Find a row without EOS (``ended`` False): where does its score land, and how big is the
+2. Find a row without EOS (`ended` False): where does its score land, and how big is the
    missing-EOS penalty in its reward?
-3. Why is ``log_prob`` stored in the buffer instead of recomputed during the update? Set lr = 0 and
-   check the ratio of the first minibatch (``trainer.first_minibatch``).
-4. Replace ``logp_old`` by ``logp_ref`` in the ratio (the seed's wording). At iteration 0 nothing changes.
-   Later, what does the clip then bound? The step from the SFT model, not the step of this update.
+3. Why is `log_prob` stored in the buffer instead of recomputed during the update? Set lr = 0 and
+   check the ratio of the first minibatch (`trainer.first_minibatch`).
+4. Replace `logp_old` by `logp_ref` in the ratio (a common confusion, Q26). At iteration 0
+   nothing changes. Later, what does the clip then bound? The step from the SFT model, not the step of
+   this update.
+
+Questions: Q24, Q25, Q26, Q27, Q17, Q18, Q4.
 """
 from __future__ import annotations
 

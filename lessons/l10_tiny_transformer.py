@@ -1,20 +1,29 @@
-"""Lesson 10: the tiny transformer -- hand-written backprop checked tensor by tensor, then SFT.
+r"""Lesson 10 - tiny_transformer: hand-written backprop checked tensor by tensor, then SFT.
 
-Pipeline step: the model itself, and stage 1 of RLHF (SFT -> reward model -> RL; seed
-003, section 15, "SFT: 用人工示范数据监督微调"). The same TinyGPT class is the actor, the critic
-(its scalar head), the frozen reference and the reward model of the later lessons (seed 001,
-"四个模型"), so everything PPO computes rests on its gradients being right.
+Pipeline step: the model itself, and stage 1 of RLHF (SFT -> reward model -> RL): supervised fine-tuning on
+demonstrations. The same TinyGPT class is the actor, the critic (its scalar head), the frozen reference and
+the reward model of the later lessons, so everything PPO computes rests on its gradients being right.
 
+Paper: the GPT-2 architecture (Radford et al. 2019) at toy size, trained on the language-model loss
+
+$$
+L(\theta) = -\frac{1}{N} \sum_{t} \log \pi_\theta(x_{t+1} \mid x_{\le t})
+$$
+
+over the valid tokens of a batch, with a scalar head $V_\theta(s_t)$ read from the same last hidden state.
+
+The figure:
 (a) Gradient check of the WHOLE model, every tensor, in float64: the analytic gradients of
-    L = -mean log pi(target) + 0.5 mean (V - R)^2 (the LM head and the scalar head together, with a
-    left- and a right-padded row) against central differences (L(p + h) - L(p - h)) / 2h. Each
-    tensor's relative error ||g - g_num|| / max(||g||, ||g_num||) must be <= 1e-5; it is ~1e-9.
-(b) SFT loss curve: a fresh model starts at ln V (it spreads its probability evenly over the V
-    tokens), falls through the unigram baseline (word frequencies without context) and ends far
-    below it: the gap is grammar and sentiment read from the context.
-(c) What the simulated human (gold score) thinks of sentences written from <bos> alone, before and
-    after SFT, next to real corpus sentences: untrained text is gibberish (gold -3, the penalty cap);
-    after SFT most samples are grammatical sentences with no penalty at all.
+    $L = -\mathrm{mean} \log \pi(\text{target}) + \tfrac12 \mathrm{mean} (V - R)^2$ (the LM head and the scalar
+    head together, with a left- and a right-padded row) against central differences
+    $(L(p + h) - L(p - h)) / 2h$. Each tensor's relative error $\|g - g_{num}\| / \max(\|g\|, \|g_{num}\|)$ must
+    be <= 1e-5; it is ~1e-9.
+(b) SFT loss curve: a fresh model starts at $\ln V$ (it spreads its probability evenly over the V tokens),
+    falls through the unigram baseline (word frequencies without context) and ends far below it: the gap is
+    grammar and sentiment read from the context.
+(c) What the simulated human (gold score) thinks of sentences written from <bos> alone, before and after
+    SFT, next to real corpus sentences: untrained text is gibberish (gold -3, the penalty cap); after SFT most
+    samples are grammatical sentences with no penalty at all.
 (d) The samples themselves.
 
 Exercises:
@@ -25,6 +34,8 @@ Exercises:
 3. Sample the trained model at temperature 0.5 and 1.5 (minippo.rlhf.sft.sample_and_judge): what
    happens to the penalty-free fraction and to the variety of the sentences?
 4. Implement it: `minippo exercise start layernorm_backward`, then `minippo exercise check layernorm_backward`.
+
+Questions: Q28, Q31.
 """
 from __future__ import annotations
 

@@ -1,44 +1,48 @@
-"""Lesson 11 - reward_model: Bradley-Terry on preference pairs; accuracy; score vs gold; normalisation.
+r"""Lesson 11 - reward_model: Bradley-Terry on preference pairs; accuracy; score vs gold; normalisation.
 
-Pipeline step: stage 2 of RLHF (seed 003 section 15: "Reward Model: 用人类偏好比较数据训练奖励模型"),
-the fourth of seed 001's four models ("Reward Model（奖励模型）：训练好的偏好模型，给生成序列打分。不更新，
-只输出标量奖励 ... 通常基于偏好数据训练（如Bradley-Terry模型）"), and seed 001's pitfall "对奖励做白化"
-(normalise the reward's scale).
+Pipeline step: stage 2 of RLHF: the reward model, trained on human comparisons, frozen afterwards, one
+scalar score per response; and the normalisation of its scores, so that PPO sees rewards on a known scale.
 
-The data: for each prompt, K = 8 samples of the SFT policy; every pair of them is labelled by the
-simulated human (minippo.rlhf.data.gold) with P(a preferred) = sigmoid((gold_a - gold_b) / tau): a noisy
-human, so even a perfect model cannot agree with every label. The model: the SFT TinyGPT with a new
-scalar head read at the last real token (the EOS), trained on InstructGPT eq. (1) (Ouyang et al. 2022,
-arXiv:2203.02155)::
+Paper: the reward-model loss of InstructGPT (Ouyang et al. 2022, arXiv:2203.02155) eq. (1), a Bradley-Terry
+model of which response the human prefers, here as the mean over the N labelled pairs:
 
-    loss(theta) = -1/N sum_(x, y_w, y_l) log sigmoid(r_theta(x, y_w) - r_theta(x, y_l))
+$$
+\mathrm{loss}(\theta) = -\frac{1}{N} \sum_{(x, y_w, y_l)} \log \sigma\left(r_\theta(x, y_w) - r_\theta(x, y_l)\right)
+$$
 
-with the hand-written gradient of minippo.rlhf.reward_model. After training, a gain and a bias make
-the scores of fresh SFT samples mean 0, std 1 (lm-human-preferences, Ziegler et al. 2019): PPO's
-rewards then have a known scale.
+with the hand-written gradient of `minippo.rlhf.reward_model`. After training, a gain and a bias make the
+scores of fresh SFT samples mean 0, std 1 (lm-human-preferences, Ziegler et al. 2019): PPO's rewards then
+have a known scale.
 
-What the lesson does: it reuses the main job's cached SFT policy and preference pairs (built once
-under runs/cache by minippo.rlhf.run.pipeline.prepare_stages), trains the reward model with the main job's
+The data: for each prompt, K = 8 samples of the SFT policy; every pair of them is labelled by the simulated
+human (`minippo.rlhf.data.gold`) with $P(a \text{ preferred}) = \sigma((gold_a - gold_b) / \tau)$: a noisy
+human, so even a perfect model cannot agree with every label. The model: the SFT TinyGPT with a new scalar
+head read at the last real token (the EOS).
+
+What the lesson does: it reuses the main job's cached SFT policy and preference pairs (built once under
+runs/cache by `minippo.rlhf.run.pipeline.prepare_stages`), trains the reward model with the main job's
 configuration, and judges it on held-out prompts and on fresh SFT samples that are in no pair.
 
-The figure: (a) the Bradley-Terry loss, training minibatches and held-out pairs, against chance (ln 2);
-(b) accuracy: training minibatches, held-out vs the sampled labels, held-out vs the gold order, and the
-best accuracy the noisy labels allow; (c) RM score against gold score on fresh samples with the Pearson
-and Spearman correlations; (d) the score distribution on fresh reference samples before (raw) and after
-normalisation; (e) held-out accuracy by gold gap |gold_a - gold_b|: where the RM (and the human) err;
-(f) calibration: the Bradley-Terry probability sigmoid(r_w - r_l) against how often the human agreed.
+The figure: (a) the Bradley-Terry loss, training minibatches and held-out pairs, against chance ($\ln 2$);
+(b) accuracy: training minibatches, held-out vs the sampled labels, held-out vs the gold order, and the best
+accuracy the noisy labels allow; (c) RM score against gold score on fresh samples with the Pearson and
+Spearman correlations; (d) the score distribution on fresh reference samples before (raw) and after
+normalisation; (e) held-out accuracy by gold gap $|gold_a - gold_b|$: where the RM (and the human) err; (f)
+calibration: the Bradley-Terry probability $\sigma(r_w - r_l)$ against how often the human agreed.
 
 Exercises:
-1. ``RMConfig(label_temperature=0.3)`` or ``0``: how do the best possible accuracy (the dashed line in
+1. `RMConfig(label_temperature=0.3)` or `0`: how do the best possible accuracy (the dashed line in
    (b)) and the held-out accuracy move? Which of the two accuracies in (b) is the one PPO cares about?
-2. ``responses_per_prompt=2`` (independent pairs) with ``n_prompts=8000`` samples the same number of
+2. `responses_per_prompt=2` (independent pairs) with `n_prompts=8000` samples the same number of
    responses: compare the accuracy and the training time with K = 8 (why does scoring each response once
    for K - 1 comparisons help?).
-3. ``n_train=200`` or ``init="fresh", n_layer=1, n_embd=32, n_head=2``: a weaker reward model. Keep it
+3. `n_train=200` or `init="fresh", n_layer=1, n_embd=32, n_head=2`: a weaker reward model. Keep it
    for lesson 19, where PPO over-optimises it.
-4. The head bias ``scalar_head.b`` gets exactly zero gradient (test_reward_model checks it). Why, and what
+4. The head bias `scalar_head.b` gets exactly zero gradient (test_reward_model checks it). Why, and what
    sets the offset of the scores in the end?
 5. Implement it: `minippo exercise start bradley_terry`, then `minippo exercise check bradley_terry`.
+
+Questions: Q29, Q30, Q28.
 """
 from __future__ import annotations
 

@@ -3,35 +3,40 @@
 Legend: B batch (sequences), T tokens, C channels, V vocab, H heads, L layers, K PPO epochs,
 M minibatches per epoch.
 
-Pipeline step: the cast of stage 3 of RLHF. Seed 001 sec. 1 (四个模型的分工与维护): the actor
-(policy, trained) and the critic (value, trained) are updated; the reference (frozen SFT copy, for
-the KL penalty) and the reward model (frozen, one score per response) only run forward. Seed 000
-pitfall 3 (内存爆炸): batch 4 x seq 2048 x vocab 32k distributions take gigabytes, so the buffer
-keeps the log_prob of the taken token only. Seed 001 follow-up 2: a critic sharing the actor's trunk
-saves memory; GRPO / RLOO (lesson 20) drop the critic altogether: three models instead of four.
+Pipeline step: the cast of stage 3 of RLHF. The actor (policy, trained) and the critic (value, trained) are
+updated; the reference (frozen SFT copy, for the KL penalty) and the reward model (frozen, one score per
+response) only run forward. Batch 4 x length 2048 x vocabulary 32k distributions take gigabytes, so the
+buffer keeps the log_prob of the taken token only. A critic sharing the actor's trunk saves memory; GRPO /
+RLOO (lesson 20) drop the critic altogether: three models instead of four.
+
+Paper: no equation; the memory model follows mixed-precision training as in ZeRO (Rajbhandari et al. 2020):
+16 bytes per trained parameter (fp16 weights and gradients, an fp32 master copy and two fp32 Adam moments),
+2 per frozen one.
 
 What the lesson does:
-1. Runs one real ``PPOTrainer.step`` with each critic arrangement ("separate", "shared", "none") on
-   our default sizes (untrained weights: the lesson counts, it does not learn), counts every model
-   call with ``minippo.studies.memory.PassCounter`` and checks the count against
-   ``passes_per_iteration`` (the formula from the trainer's code), and checks which parameters moved.
-2. Measures the bytes of real TinyGPT arrays (weights, gradients, AdamW moments, the forward cache,
-   logits, KV cache) and the tracemalloc peak of one update minibatch, against the formulas.
-3. Extrapolates to LLaMA-7B (L 32, C 4096, V 32000, F 11008, T 2048, B 4) in mixed precision
-   (16 bytes per trained parameter: fp16 weights and grads, fp32 master and Adam moments; 2 per
-   frozen one; ZeRO, Rajbhandari et al. 2020) and sweeps the model size from ours to 13B.
+1. Runs one real `PPOTrainer.step` with each critic arrangement ("separate", "shared", "none") on our
+   default sizes (untrained weights: the lesson counts, it does not learn), counts every model call with
+   `minippo.studies.memory.PassCounter` and checks the count against `passes_per_iteration` (the formula
+   from the trainer's code), and checks which parameters moved.
+2. Measures the bytes of real TinyGPT arrays (weights, gradients, AdamW moments, the forward cache, logits,
+   KV cache) and the tracemalloc peak of one update minibatch, against the formulas.
+3. Extrapolates to LLaMA-7B (L 32, C 4096, V 32000, F 11008, T 2048, B 4) in mixed precision and sweeps the
+   model size from ours to 13B.
 
-The figure: (a) memory per model at our sizes (measured); (b) the same for 7B; (c) 7B totals: PPO
-with a separate critic, with a shared-trunk critic, and critic-free (GRPO / RLOO), with and without
-gradient checkpointing, against an 80 GB GPU; (d) seed 000 pitfall 3 in numbers (log scale); (e)
-passes per iteration counted on the real trainer; (f) resident weights + optimizer state from tiny to 13B.
+The figure: (a) memory per model at our sizes (measured); (b) the same for 7B; (c) 7B totals: PPO with a
+separate critic, with a shared-trunk critic, and critic-free (GRPO / RLOO), with and without gradient
+checkpointing, against an 80 GB GPU; (d) what the (B, T, V) arrays and the buffer cost at B = 4, T = 2048,
+V = 32000 (log scale); (e) passes per iteration counted on the real trainer; (f) resident weights +
+optimizer state from tiny to 13B.
 
 Exercises:
-1. Set ``critic_init="sft"`` or ``critic="shared", shared_stop_gradient=False``: which passes change?
-   Which memory? (``passes_per_iteration`` and ``four_models`` answer before you run it.)
-2. Double ``update_epochs``: what grows, the rollout or the update? And with ``kl_old_target`` early stops?
+1. Set `critic_init="sft"` or `critic="shared", shared_stop_gradient=False`: which passes change?
+   Which memory? (`passes_per_iteration` and `four_models` answer before you run it.)
+2. Double `update_epochs`: what grows, the rollout or the update? And with `kl_old_target` early stops?
 3. With gradient checkpointing, which term dominates the 7B actor now? At which T does the
    attention-probability term (H T per token, quadratic) overtake the rest of a block (8C + 4F)?
+
+Questions: Q31, Q33, Q34, Q32.
 """
 from __future__ import annotations
 

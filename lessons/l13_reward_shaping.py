@@ -1,41 +1,51 @@
-"""Lesson 13 - reward_shaping: a response's score as per-token rewards (uniform vs KL + final); ratio explosion 1.2^50.
+r"""Lesson 13 - reward_shaping: a response's score as per-token rewards (uniform vs KL + final); ratio explosion 1.2^50.
 
-Pipeline step: between the reward model and GAE. The reward model gives ONE number per response;
-PPO needs a reward r_t for every sampled token (seed 000 坑1 "reward稀疏性", 追问3 "如果RM只给整个
-序列一个奖励，如何生成逐token的reward？"). Two answers, both in ``minippo.rlhf.ppo``::
+Pipeline step: between the reward model and GAE. The reward model gives ONE number per response; PPO needs a
+reward $r_t$ for every sampled token. Two answers, both in `minippo.rlhf.ppo`:
 
     "uniform"    r_t = -beta kl_t + score / n          every valid token gets an equal share
     "kl_final"   r_t = -beta kl_t  (+ score at t = n-1) the score on the last valid token (Ziegler et al.
                                                         2019; InstructGPT eq. (2)); the minippo default
 
-then GAE turns rewards into advantages, delta_t = r_t + gamma V(s_{t+1}) - V(s_t) and
-A_t = delta_t + gamma lam A_{t+1} (PPO paper eqs. (11)-(12); gamma = 1, lam = 0.95), and L^CLIP
-(eq. (7)) clips each token's ratio r_t = exp(logp_t - logp_old_t) to [1 - eps, 1 + eps].
+then GAE turns rewards into advantages, $\delta_t = r_t + \gamma V(s_{t+1}) - V(s_t)$ and
+$A_t = \delta_t + \gamma \lambda A_{t+1}$ (PPO paper eqs. (11)-(12); $\gamma = 1$, $\lambda = 0.95$), and
+$L^{CLIP}$ (eq. (7)) clips each token's ratio $r_t = \exp(\log\pi_t - \log\pi_{old,t})$ to
+$[1 - \epsilon, 1 + \epsilon]$.
 
-Seed 001 追问1 "token级别的比率乘积可能爆炸 ... 1.2^50≈9100": a response's own ratio is the product
-of its token ratios, R = prod_t r_t (``minippo.studies.sequence_ratio``). The lesson computes the worst
-case, the random walk of independent in-band ratios, and R on real rollouts after each PPO update.
+Paper: the per-token reward of Ziegler et al. 2019 (arXiv:1909.08593) eq. (2) and InstructGPT (Ouyang et al.
+2022, arXiv:2203.02155) eq. (2), split over the tokens; the clipped surrogate of the PPO paper
+(arXiv:1707.06347) eq. (7). A response's own ratio is the product of its token ratios
+(`minippo.studies.sequence_ratio`):
 
-What the lesson does, on the cached SFT policy and reward model (``minippo.studies.study.Study``): trains
-both shapings (main-job config, 20 iterations x 32 responses, several PPO seeds), then shows on one
-rollout where each shaping puts the reward and the credit (advantages), the per-position statistics
-of the advantages over the last iterations, and the ratios the updates produced.
+$$
+R = \frac{\pi(y \mid x)}{\pi_{old}(y \mid x)} = \prod_t r_t = \exp\Big(\sum_t (\log\pi_t - \log\pi_{old,t})\Big)
+$$
 
-The figure (from ``--full``: 4 seeds, 40 iterations x 64 responses): (a)-(b) per-token rewards of
-the same 10 responses under each shaping, (c)-(d) their GAE advantages (each shaping with its own
-trained critic); (e) correlation between a token's advantage and its response's score, by position
-from the end, (f) mean |advantage| by position, (g) gold score and (h) critic explained variance
-during training; (i) token ratios vs sequence ratios after the updates, (j) log R against response
-length, (k) fractions of tokens vs responses outside the clip band per iteration, (l) 1.2^n vs the
-random walk of in-band ratios.
+It is often said that in-band token ratios can multiply up to $1.2^{50} \approx 9100$ over 50 tokens. The
+lesson computes that worst case, the random walk of independent in-band ratios, and $R$ on real rollouts
+after each PPO update.
+
+What the lesson does, on the cached SFT policy and reward model (`minippo.studies.study.Study`): trains both
+shapings (main-job config, 20 iterations x 32 responses, several PPO seeds), then shows on one rollout where
+each shaping puts the reward and the credit (advantages), the per-position statistics of the advantages over
+the last iterations, and the ratios the updates produced.
+
+The figure (from --full: 4 seeds, 40 iterations x 64 responses): (a)-(b) per-token rewards of the same 10
+responses under each shaping, (c)-(d) their GAE advantages (each shaping with its own trained critic); (e)
+correlation between a token's advantage and its response's score, by position from the end, (f) mean
+|advantage| by position, (g) gold score and (h) critic explained variance during training; (i) token ratios
+vs sequence ratios after the updates, (j) log R against response length, (k) fractions of tokens vs
+responses outside the clip band per iteration, (l) $1.2^n$ vs the random walk of in-band ratios.
 
 Exercises:
-1. Train "uniform" with ``critic_init="sft"`` (a critic that does not start as the reward model): does
+1. Train "uniform" with `critic_init="sft"` (a critic that does not start as the reward model): does
    the anti-credit on the last tokens disappear, and does the gold catch up with "kl_final"?
-2. Set ``lam=1.0``: how do the per-position correlations (e) change for each shaping, and why?
-3. Compute the fraction of responses a sequence-level clip would zero at ``clip_eps=0.5``: is any
+2. Set `lam=1.0`: how do the per-position correlations (e) change for each shaping, and why?
+3. Compute the fraction of responses a sequence-level clip would zero at `clip_eps=0.5`: is any
    epsilon both safe for tokens and usable for whole responses?
 4. Implement it: `minippo exercise start token_rewards`, then `minippo exercise check token_rewards`.
+
+Questions: Q35, Q36, Q37.
 """
 from __future__ import annotations
 

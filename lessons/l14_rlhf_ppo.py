@@ -1,11 +1,19 @@
-"""Lesson 14 - rlhf_ppo: one RLHF PPO iteration walked by hand through rlhf/ppo.py, then the full run.
+r"""Lesson 14 - rlhf_ppo: one RLHF PPO iteration walked by hand through rlhf/ppo.py, then the full run.
 
-Pipeline step: stage 3 of RLHF (SFT -> reward model -> RL optimisation) with the four models: the actor
-and the critic train, the reference (a frozen SFT copy) and the reward model only run forward.
+Pipeline step: stage 3 of RLHF (SFT -> reward model -> RL optimisation) with the four models: the actor and
+the critic train, the reference (a frozen SFT copy) and the reward model only run forward.
 
-Part 1 walks iteration 0 through ``minippo/rlhf/ppo.py`` (open it beside this lesson), step by step,
-counting which of the four models runs in each step (prefill / decode = sampling with the KV cache,
-forward, backward) and printing the shape and one row of each of the seven per-token fields::
+Paper: PPO (Schulman et al. 2017, arXiv:1707.06347) eqs. (7), (9), (11)-(12) on the KL-shaped reward of
+InstructGPT (Ouyang et al. 2022, arXiv:2203.02155) eq. (2), with the adaptive coefficient of Ziegler et al.
+2019 (arXiv:1909.08593, sec. 2.2):
+
+$$
+\text{objective}(\phi) = \mathbb{E}_{(x, y) \sim \pi_\phi}\left[r_\theta(x, y) - \beta \log \frac{\pi_\phi(y \mid x)}{\pi^{SFT}(y \mid x)}\right]
+$$
+
+Part 1 walks iteration 0 through `minippo/rlhf/ppo.py` (open it beside this lesson), step by step, counting
+which of the four models runs in each step (prefill / decode = sampling with the KV cache, forward, backward)
+and printing the shape and one row of each of the seven per-token fields:
 
     1. sample   responses ~ pi_old(.|prompt), KV cache                   ppo.sample_and_score (first half)
     2. score    logp_old (actor), logp_ref (reference), V (critic), score (RM) at the last token
@@ -14,26 +22,28 @@ forward, backward) and printing the shape and one row of each of the seven per-t
     5. update   K epochs x minibatches of L^CLIP + c1 L^VF (- c2 S)                  PPO eqs. (7), (9)
     6. beta     beta *= 1 + clip(KL / target - 1, +-0.2) * B / horizon              Ziegler et al. 2019
 
-The walk calls the same functions in the same order as the trainer (``PPOTrainer.step``), so its numbers
-ARE iteration 0 of the run in part 2 (the lesson checks that its record equals the run's).
+The walk calls the same functions in the same order as the trainer (`PPOTrainer.step`), so its numbers ARE
+iteration 0 of the run in part 2 (the lesson checks that its record equals the run's).
 
-Part 2 trains with the main job's defaults (``minippo rlhf``) on the cached SFT policy and reward model,
-then judges the SFT and the PPO policy on the same held-out prompts with fresh samples: the reward
-model's score (the proxy PPO maximised), the gold score (the simulated human that labelled the
-preference pairs, never seen by PPO), and the KL to the reference.
+Part 2 trains with the main job's defaults (`minippo rlhf`) on the cached SFT policy and reward model, then
+judges the SFT and the PPO policy on the same held-out prompts with fresh samples: the reward model's score
+(the proxy PPO maximised), the gold score (the simulated human that labelled the preference pairs, never seen
+by PPO), and the KL to the reference.
 
-The figure: (a)-(f) the run's curves (RM score, gold score, KL against the controller's target with
-beta, per-token entropy, policy / value clip fractions, response length); (g) gold scores of the fresh
-samples before and after PPO; (h) RM score against gold score for both policies (the proxy moves much
-further than the gold: over-optimisation starts here, lesson 19); (i) samples before and after.
+The figure: (a)-(f) the run's curves (RM score, gold score, KL against the controller's target with beta,
+per-token entropy, policy / value clip fractions, response length); (g) gold scores of the fresh samples
+before and after PPO; (h) RM score against gold score for both policies (the proxy moves much further than
+the gold: over-optimisation starts here, lesson 19); (i) samples before and after.
 
 Exercises:
-1. Set ``kl_ref_controller="fixed"`` and ``kl_ref_coef=0.05``: how far does the KL run, and what happens to
+1. Set `kl_ref_controller="fixed"` and `kl_ref_coef=0.05`: how far does the KL run, and what happens to
    the gold score and to the words the policy uses?
-2. Set ``update_epochs=1`` or ``8``: how do the clip fraction and the approx KL per update change, and the
+2. Set `update_epochs=1` or `8`: how do the clip fraction and the approx KL per update change, and the
    count of actor backward passes in part 1?
 3. Read the samples: which word does the PPO policy overuse, and does the gold function reward it as
    much as the reward model does?
+
+Questions: Q39, Q31, Q28, Q19.
 """
 from __future__ import annotations
 

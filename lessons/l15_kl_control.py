@@ -1,43 +1,59 @@
-"""Lesson 15 - kl_control: fixed vs adaptive beta; k1/k2/k3 bias and variance; negative KL from top-k; target-KL stop.
+r"""Lesson 15 - kl_control: fixed vs adaptive beta; k1/k2/k3 bias and variance; negative KL from top-k; target-KL stop.
 
-Pipeline step: the KL terms of RLHF-PPO. The per-token reward is ``r_t = -beta kl_t`` plus the score on
-the last token (Ziegler et al. 2019; InstructGPT eq. (2)) and beta is either fixed or adapted after
-every iteration; inside an update, ``kl_old_target`` stops the epochs when the policy moved too far from
-pi_old (the approx KL of PPO paper eq. (8)'s direction, KL(pi_old || pi)).
+Pipeline step: the KL terms of RLHF-PPO. The per-token reward is $r_t = -\beta\, kl_t$ plus the score on the
+last token and $\beta$ is either fixed or adapted after every iteration (a usual range for a fixed $\beta$
+is 0.01-0.1, and a fixed $\beta$ is said to let the KL run away or stall the update); inside an update,
+`kl_old_target` stops the epochs when the policy moved too far from $\pi_{old}$ (the approx KL, in the
+direction of PPO paper eq. (8), KL($\pi_{old} \| \pi$)). The KL to the reference and the KL to $\pi_{old}$ are
+different quantities with different jobs.
 
-Seed sections: seed 001 sec. 二 "KL惩罚" (L_total = L_CLIP - beta KL, beta 0.01 ~ 0.1, adaptive) and
-5️⃣ "KL惩罚系数β固定即可" -> "β需要自适应调节 ... 固定β会导致KL散度失控或更新停滞"; seed 000
-"固定beta=0.01 vs 自适应KL"; seed 003 sec. 12-13 ("KL monitoring 监控新旧策略距离", "Approx KL",
-kl_old_target early stopping). Estimators: Schulman 2020, "Approximating KL divergence"
-(http://joschu.net/blog/kl-approx.html); controllers: Ziegler et al. 2019 sec. 2.2 (proportional)
-and PPO paper sec. 4 (halve / double beta around d_targ).
+Papers: the KL-penalised reward of Ziegler et al. 2019 (arXiv:1909.08593) eq. (2) and InstructGPT (Ouyang et
+al. 2022, arXiv:2203.02155) eq. (2), per token; its proportional controller (Ziegler et al. sec. 2.2):
 
-What the lesson does, on the cached SFT policy and reward model (``minippo.studies.study.Study``):
+$$
+e_t = \mathrm{clip}\left(\frac{KL_t - KL_{target}}{KL_{target}}, -0.2, 0.2\right), \qquad \beta_{t+1} = \beta_t (1 + K_\beta\, e_t)
+$$
 
-A. Five KL controls trained alike (lr 5e-4 constant, 32 responses per iteration; 14 iterations x 2
-   PPO seeds by default, 40 x 3 with ``--full``): no penalty, fixed beta 0.02 (the seeds' range), fixed beta 1, Ziegler's adaptive and the
-   PPO paper's adaptive rule, both starting from beta 0.02 with a target of 4 nats per response.
-B. k1, k2, k3 on fresh samples of two trained policies (a close one and a far one) against the exact
-   KL at the same states (``minippo.studies.kl_moments``): per token and per response.
-C. Top-k sampling (k = 10): the exact mean of the k1 estimate for policies that flatten the
-   reference (moving mass into the tokens top-k never samples) -- negative, so the penalty pays them
-   for moving -- and what a PPO run with top-k actually did to the estimate.
-D. ``kl_old_target`` early stopping on the no-penalty run: where it fires and the KL of each update.
+and the PPO paper's rule (Schulman et al. 2017, arXiv:1707.06347, sec. 4: halve $\beta$ below
+$d_{targ}/1.5$, double it above $1.5\, d_{targ}$). The estimators of Schulman 2020, "Approximating KL
+divergence" (http://joschu.net/blog/kl-approx.html), with $\rho = \pi_{ref}(a \mid s) / \pi(a \mid s)$ on a
+token sampled from $\pi$:
 
-The figure (from ``--full``: 3 seeds, 40 iterations): (a) exact KL to the reference per response,
-(b) gold score (mean of the seeds), (c) beta; (d) per-token k1 / k2 / k3 values on the far policy,
-(e) per-response bias and spread of the three estimators; (f) top-k: estimated vs exact KL of
-flattened policies, (g) the top-k PPO run's k1 vs its exact KL; (h) the KL of each update with and
-without early stopping, (i) the KL to the reference of the same two runs.
+$$
+k_1 = -\log \rho, \qquad k_2 = \tfrac12 (\log \rho)^2, \qquad k_3 = (\rho - 1) - \log \rho
+$$
+
+k1 and k3 are unbiased for KL($\pi \| \pi_{ref}$), k2 is biased; k3 is never negative.
+
+What the lesson does, on the cached SFT policy and reward model (`minippo.studies.study.Study`):
+
+A. Five KL controls trained alike (lr 5e-4 constant, 32 responses per iteration; 14 iterations x 2 PPO seeds
+   by default, 40 x 3 with `--full`): no penalty, fixed beta 0.02 (inside the usual range), fixed beta 1,
+   Ziegler's adaptive and the PPO paper's adaptive rule, both starting from beta 0.02 with a target of 4 nats
+   per response.
+B. k1, k2, k3 on fresh samples of two trained policies (a close one and a far one) against the exact KL at
+   the same states (`minippo.studies.kl_moments`): per token and per response.
+C. Top-k sampling (k = 10): the exact mean of the k1 estimate for policies that flatten the reference (moving
+   mass into the tokens top-k never samples) -- negative, so the penalty pays them for moving -- and what a
+   PPO run with top-k actually did to the estimate.
+D. `kl_old_target` early stopping on the no-penalty run: where it fires and the KL of each update.
+
+The figure (from --full: 3 seeds, 40 iterations): (a) exact KL to the reference per response, (b) gold score
+(mean of the seeds), (c) beta; (d) per-token k1 / k2 / k3 values on the far policy, (e) per-response bias and
+spread of the three estimators; (f) top-k: estimated vs exact KL of flattened policies, (g) the top-k PPO
+run's k1 vs its exact KL; (h) the KL of each update with and without early stopping, (i) the KL to the
+reference of the same two runs.
 
 Exercises:
-1. Run the fixed-beta variants longer (``--full``): does the KL of beta = 0.02 keep growing or settle?
+1. Run the fixed-beta variants longer (`--full`): does the KL of beta = 0.02 keep growing or settle?
    Find the beta whose KL settles at the target: how does it compare with the adaptive controllers'?
-2. Change the adaptive controller's ``kl_ref_horizon``: how fast must it be to catch the lr-5e-4 policy?
-3. Put k3 in the reward (``kl_ref_estimator="k3"``): every sample is >= 0, but can a flattened policy still
+2. Change the adaptive controller's `kl_ref_horizon`: how fast must it be to catch the lr-5e-4 policy?
+3. Put k3 in the reward (`kl_ref_estimator="k3"`): every sample is >= 0, but can a flattened policy still
    pay less penalty than the reference under top-k? Compute E_q[k3] at tau = 1.5 with
-   ``kl_estimator_moments(..., probs=q)``.
+   `kl_estimator_moments(..., probs=q)`.
 4. Implement it: `minippo exercise start k3`, then `minippo exercise check k3`.
+
+Questions: Q40, Q41, Q42, Q43, Q44, Q45, Q34, Q55.
 """
 from __future__ import annotations
 

@@ -1,54 +1,60 @@
-"""Lesson 16 - pitfalls: the critic's start (value clip / norm / bias init), length hacking, the lr = 0 ratio check.
+r"""Lesson 16 - pitfalls: the critic's start (value clip / norm / bias init), length hacking, the lr = 0 ratio check.
 
 Pipeline step: the parts of RLHF-PPO that fail silently. Three experiments on the cached SFT policy and
-reward model (``minippo.studies.study.Study``), helpers in ``minippo.studies.pitfalls``:
+reward model (`minippo.studies.study.Study`), helpers in `minippo.studies.pitfalls`.
 
-A. **The critic** (seed 000 "坑2：value网络不稳定 ... 对value loss进行clip ... 或使用value normalization";
-   seed 001 "Critic的V值初始化很重要，若初始值过大，GAE计算会不稳定。建议用Reward Model的初始奖励均值初始化
-   Critic输出层偏置"). A critic from the SFT trunk with a zero head (values 0) trained against the reward
-   model plus 10 (the Bradley-Terry loss fixes only score differences, so a raw RM's mean is arbitrary):
-   no fix, value clipping (``value_clip``, 0.5 max((V - R)^2, (V_clip - R)^2) with ``clip_eps_value``
-   0.2), value normalisation (``value_norm``, PopArt running mean / std of the returns), bias
-   initialisation to the mean score (``critic_bias_init="mean_score"``), all three, and the main job's
-   critic initialised from the reward model (``critic_init="reward_model"``). Measured: the critic's
-   error 0.5 mean (V - R)^2 in return units at each rollout (before its update), the explained variance
-   1 - Var[R - V] / Var[R], and the gold score. GAE (eqs. (11)-(12)) turns a value offset into
-   advantages that depend on the token's distance to the end.
-B. **Length hacking** (seed 001 "Reward Model的奖励分布可能漂移（如偏好长度作弊）... 加入长度惩罚"): the
-   score plus 0.3 per response token (``length_bonus``, a reward model that likes length) with room for
-   40 tokens; then the same bonus with ``length_penalty`` set to the slope of the shaped score against
-   length on SFT samples (``pitfalls.length_slope``). Then the same bonus with seed 001's other fix, "奖励除以
-   序列长度的α次方，α=0.5" (divide the reward by the length to the power alpha, ``length_norm_alpha``). The gold
-   score penalises > 30 words, run-on sentences (> 3 conjunctions) and missing periods.
-C. **The lr = 0 check** (seed 003 sec. 18 误区三 "ratio ... exp(logp_new - logp_old)"): with lr = 0 the first
-   minibatch must give ratio 1, approx KL 0, clip fraction 0 (L^CLIP, PPO paper eq. (7)). Exact on any
-   machine: the parameters stay bitwise unchanged, and recomputing the whole rollout batch with the
-   rollout's own shapes ("same forward (the trainer)") is bitwise its logp. To float32 rounding only:
-   the update's minibatches hold b of the B responses, and a BLAS kernel may sum a product of b*T rows
-   in another order than one of B*T rows (OpenBLAS's Haswell / Zen kernels do, SkylakeX does not), so
-   the first minibatch's ratio is bitwise 1 on some machines and 1 to within
-   ``pitfalls.logp_rounding_tolerance`` (eps * (4L + 2) * sqrt(4C) * max|logp|) on others; clipfrac is
-   exactly 0 either way. The lesson prints which of the two this machine measured, and names its BLAS
-   kernel. Then the same rollout's log-probs recomputed with one deliberate bug each: another
-   temperature, no attention mask, the logits one column off, and (a control) more padding with the
-   mask extended.
+A. **The critic.** Value networks are unstable early on, and the fixes usually proposed are clipping the
+   value loss, normalising the values, and initialising the value head's bias to the reward model's mean
+   score. A critic from the SFT trunk with a zero head (values 0) is trained against the reward model plus
+   10 (the Bradley-Terry loss fixes only score differences, so a raw RM's mean is arbitrary): no fix, value
+   clipping (`value_clip`, with `clip_eps_value` 0.2), value normalisation (`value_norm`, PopArt running mean
+   / std of the returns), bias initialisation to the mean score (`critic_bias_init="mean_score"`), all three,
+   and the main job's critic initialised from the reward model (`critic_init="reward_model"`). Measured: the
+   critic's error $\tfrac12\, \mathrm{mean}(V - R)^2$ in return units at each rollout (before its update),
+   the explained variance $1 - \mathrm{Var}[R - V] / \mathrm{Var}[R]$, and the gold score. GAE turns a value
+   offset into advantages that depend on the token's distance to the end. A small value error does not mean
+   a better policy: A checks that too.
+B. **Length hacking.** A reward model that likes length is exploited: the score plus 0.3 per response token
+   (`length_bonus`) with room for 40 tokens; then the same bonus with `length_penalty` set to the slope of
+   the shaped score against length on SFT samples (`pitfalls.length_slope`); then the same bonus divided by
+   the length to the power $\alpha = 0.5$ (`length_norm_alpha`), another proposed fix. The gold score
+   penalises > 30 words, run-on sentences (> 3 conjunctions) and missing periods.
+C. **The lr = 0 check.** With lr = 0 the first minibatch must give ratio 1, approx KL 0, clip fraction 0
+   ($L^{CLIP}$, PPO paper eq. (7)). Exact on any machine: the parameters stay bitwise unchanged, and
+   recomputing the whole rollout batch with the rollout's own shapes ("same forward (the trainer)") is
+   bitwise its logp. To float32 rounding only: the update's minibatches hold b of the B responses, and a BLAS
+   kernel may sum a product of b*T rows in another order than one of B*T rows (OpenBLAS's Haswell / Zen
+   kernels do, SkylakeX does not), so the first minibatch's ratio is bitwise 1 on some machines and 1 to
+   within `pitfalls.logp_rounding_tolerance` ($\epsilon_{f32} (4L + 2) \sqrt{4C} \max|\log p|$) on others;
+   clipfrac is exactly 0 either way. The lesson prints which of the two this machine measured, and names its
+   BLAS kernel. Then the same rollout's log-probs recomputed with one deliberate bug each: another
+   temperature, no attention mask, the logits one column off, and (a control) more padding with the mask
+   extended.
 
-Seed 003 sec. 18 误区四 ("value loss 越小策略越好") is checked in A: a small value error does not mean
-a better policy.
+Paper: the value loss of PPO eq. (9) (Schulman et al. 2017, arXiv:1707.06347) with the clipped variant of
+OpenAI's baselines (not in the paper), $V_{clip} = V_{old} + \mathrm{clip}(V - V_{old}, -\epsilon_v, \epsilon_v)$:
 
-The figure (from ``--full``: 24 iterations x 64 responses, 3 PPO seeds; lengths 30 iterations):
-(a) critic error in return units, (b) explained variance, (c) gold per critic variant, one point per
-seed; (d) response length and (e) gold of the rollouts under the length bonus, (f) the gold penalty
-terms of the final policies; (g) the lr = 0 check table, (h) the log-ratios each bug produces,
-(i) approx KL and the fraction of tokens outside the clip band against the recompute temperature.
+$$
+L^{VF} = \tfrac12\, \max\left((V - R)^2,\ (V_{clip} - R)^2\right)
+$$
+
+and GAE (PPO eqs. (11)-(12)) for how a value offset reaches the advantages.
+
+The figure (from --full: 24 iterations x 64 responses, 3 PPO seeds; lengths 30 iterations): (a) critic error
+in return units, (b) explained variance, (c) gold per critic variant, one point per seed; (d) response length
+and (e) gold of the rollouts under the length bonus, (f) the gold penalty terms of the final policies; (g) the
+lr = 0 check table, (h) the log-ratios each bug produces, (i) approx KL and the fraction of tokens outside
+the clip band against the recompute temperature.
 
 Exercises:
-1. Set ``clip_eps_value`` to 10 in the "value clip" variant: does value clipping still slow the critic?
+1. Set `clip_eps_value` to 10 in the "value clip" variant: does value clipping still slow the critic?
    Why is a clip range in return units a poor idea when the returns' scale is unknown?
-2. (s + 0.3 n) / n^alpha: which alpha cancels the linear bonus exactly? Run it (``length_norm_alpha=1.0``)
+2. (s + 0.3 n) / n^alpha: which alpha cancels the linear bonus exactly? Run it (`length_norm_alpha=1.0`)
    and compare the lengths. What does it do to the reward model's own score differences?
-3. Add "sampler log-probs" to the lr = 0 check: use ``rollout.gen_logp`` (the KV-cache sampler's numbers)
+3. Add "sampler log-probs" to the lr = 0 check: use `rollout.gen_logp` (the KV-cache sampler's numbers)
    as logp_old. How far from 1 is the ratio, and why is it not exactly 1?
+
+Questions: Q46, Q47, Q48, Q49, Q50, Q51, Q15, Q3.
 """
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
-"""Lesson 17 - hyperparameters: epsilon, lambda, beta, PPO epochs and minibatch count swept, testing the seeds' claims.
+r"""Lesson 17 - hyperparameters: epsilon, lambda, beta, PPO epochs and minibatch count swept, testing common claims.
 
-Pipeline step: the knobs of RLHF-PPO (seed 003 sec. 11 "PPO 的关键超参数": clip_epsilon, num_epochs,
-minibatch_size, lambda, ...; "PPO 对这些超参数较敏感，尤其是学习率、clip range、epoch 数和 advantage 尺度").
-Each is moved alone from the lesson's base run (the main job's defaults: clip_eps 0.2, lam 0.95,
-adaptive beta from 0.2 towards 4 nats/response, 4 epochs, 4 minibatches per batch) on the cached SFT
-policy and reward model, for several PPO seeds, and the policy is judged on held-out prompts:
+Pipeline step: the knobs of RLHF-PPO: clip epsilon, learning rate, epochs, minibatch size, gamma, lambda,
+entropy and value coefficients, gradient clipping, target KL. PPO is sensitive to them, above all to the
+learning rate, the clip range, the number of epochs and the scale of the advantages. Each knob below is moved
+alone from the lesson's base run (the main job's defaults: clip_eps 0.2, lam 0.95, adaptive beta from 0.2
+towards 4 nats/response, 4 epochs, 4 minibatches per batch) on the cached SFT policy and reward model, for
+several PPO seeds, and the policy is judged on held-out prompts:
 
     clip_eps   0.1, 0.2, 0.5       epsilon of L^CLIP, PPO paper eq. (7)
     lam        0.9, 0.95, 0.99     GAE lambda, eqs. (11)-(12) (gamma = 1)
@@ -12,25 +13,32 @@ policy and reward model, for several PPO seeds, and the policy is judged on held
     update_epochs 1, 4, 8             passes over each rollout batch
     minibatches 1, 4, 16           Adam steps per epoch (minibatch_size = batch / count)
 
-The claims tested (seed 001 "ε=0.2 ... 太小收敛慢，太大策略崩溃风险高" and 5️⃣ "太大（如0.5）会导致策略崩溃，
-因为裁剪失效"; seed 000 "lambda=0.95是默认值，因为LLM的reward信号本身就有噪声，低方差更重要" and 追问2 "如果训练
-震荡，降低lambda到0.9；如果收敛慢，提高lambda到0.99"; seed 001 "β=0.01~0.1（自适应调节）" and "固定β会导致KL
-散度失控或更新停滞"; seed 003 sec. 18 误区二 "PPO 可以无限复用旧数据" (epochs); seed 001 追问3 "batch太大导致策略
-过时" (minibatches)). A difference counts as real when it exceeds about two standard errors of the seed
-noise, pooled over all variants (``minippo.studies.sweep_stats``).
+The claims tested, as they are usually made: epsilon = 0.2, too small converges slowly, too large (0.5)
+collapses the policy because the clip stops working; lambda = 0.95 because a reward model's reward is noisy,
+lower it to 0.9 when training oscillates and raise it to 0.99 when it is slow; beta in 0.01-0.1, adaptive,
+because a fixed beta lets the KL run away or stalls the update; old data cannot be reused indefinitely
+(epochs); a too-large batch per step makes the updates stale (minibatches). A difference counts as real when
+it exceeds about two standard errors of the seed noise, pooled over all variants
+(`minippo.studies.sweep_stats`).
 
-The figure (from ``--full``: 30 iterations x 64 responses, lr 2e-4, 3 PPO seeds): one column per
-hyperparameter; rows: gold score and KL to the reference per response of the final policy (held-out
-prompts), the policy clip fraction and the approx KL of the updates (k3 of KL(pi_old || pi)) averaged
-over the run, each as one dot per seed and the mean as a line; the base run's value is shaded.
+Paper: the clipped surrogate of the PPO paper (Schulman et al. 2017, arXiv:1707.06347) eq. (7), whose Table 1
+compares $\epsilon$ = 0.1, 0.2, 0.3 on MuJoCo (0.2 best); GAE (Schulman et al. 2016, arXiv:1506.02438)
+eq. (16); the adaptive KL coefficient of Ziegler et al. 2019 (arXiv:1909.08593) sec. 2.2.
+
+The figure (from --full: 30 iterations x 64 responses, lr 2e-4, 3 PPO seeds): one column per hyperparameter;
+rows: gold score and KL to the reference per response of the final policy (held-out prompts), the policy clip
+fraction and the approx KL of the updates (k3 of KL($\pi_{old} \| \pi$)) averaged over the run, each as one
+dot per seed and the mean as a line; the base run's value is shaded.
 
 Exercises:
 1. Make epsilon matter: raise lr to 2e-3 (or update_epochs to 16) and sweep clip_eps again. At which clip
    fraction does epsilon = 0.5 start to hurt?
-2. The adaptive controller barely moves beta in a short run. Set ``kl_ref_horizon`` to 100: does the beta
+2. The adaptive controller barely moves beta in a short run. Set `kl_ref_horizon` to 100: does the beta
    column change, and does the adaptive run now land at the target?
-3. Sweep ``lam`` with the critic initialised from the SFT trunk (``critic_init="sft"``): with a worse
+3. Sweep `lam` with the critic initialised from the SFT trunk (`critic_init="sft"`): with a worse
    critic, does lambda matter more? Why should it (bias of TD(0) vs variance of Monte Carlo, lesson 07)?
+
+Questions: Q52, Q53, Q54, Q55, Q56, Q57, Q22, Q23.
 """
 from __future__ import annotations
 

@@ -1,47 +1,49 @@
-"""Lesson 18 - ptx_and_critic: PPO-ptx and the alignment tax; where the critic lives (separate, shared, stop-gradient).
+r"""Lesson 18 - ptx_and_critic: PPO-ptx and the alignment tax; where the critic lives (separate, shared, stop-gradient).
 
-Pipeline step: stage 3 of RLHF, two design choices of the PPO update: what else goes into the loss
-(language modelling on corpus text, PPO-ptx) and which network computes V(s_t) (the critic).
+Pipeline step: stage 3 of RLHF, two design choices of the PPO update: what else goes into the loss (language
+modelling on corpus text, PPO-ptx, with its own coefficient) and which network computes $V(s_t)$: a critic of
+its own, or a value head on the actor's trunk (saves memory; without stop-gradient the value loss also trains
+the trunk the policy uses).
 
-Seed sections: seed 001 追问3 "实际中常用PPO-ptx（混合预训练数据）来缓解过拟合，此时batch中混入10%的预训练样本";
-seed 001 追问2 "Critic网络在LLM中怎么设计？和Actor共享参数吗？" ("共享参数的好处是减少显存占用…缺点是Critic
-可能过拟合到Actor的特征。工程上建议：Critic的梯度不反向传播到共享层（stop-gradient）"); seed 003 sec. 17
-"value head 通常接在语言模型上估计每个 token 位置的 value".
+Paper: PPO-ptx, InstructGPT (Ouyang et al. 2022, arXiv:2203.02155) eq. (2):
 
-PPO-ptx, InstructGPT (Ouyang et al. 2022, arXiv:2203.02155) eq. (2)::
+$$
+\text{objective}(\phi) = \mathbb{E}_{(x, y) \sim D_{\pi_\phi^{RL}}}\left[r_\theta(x, y) - \beta \log \frac{\pi_\phi^{RL}(y \mid x)}{\pi^{SFT}(y \mid x)}\right]
++ \gamma\, \mathbb{E}_{x \sim D_{pretrain}}\left[\log \pi_\phi^{RL}(x)\right]
+$$
 
-    objective(phi) = E_{(x,y) ~ pi_phi^RL}[ r_theta(x, y) - beta log(pi_phi^RL(y|x) / pi^SFT(y|x)) ]
-                   + gamma E_{x ~ D_pretrain}[ log pi_phi^RL(x) ]
+The first term is what PPO maximises (the KL-shaped reward, coefficient $\beta$); the second, with its own
+coefficient $\gamma$ (0 for plain "PPO"), keeps the policy a good language model. Our loss per minibatch is
+PPO eq. (9) ($L^{CLIP} + c_1 L^{VF} - c_2 S$, signs for minimisation) plus `ptx_coef` ($\gamma$) times the SFT
+cross-entropy on 16 sentences of the SFT corpus (`ptx_batch_size`). The ALIGNMENT TAX is measured as the
+policy's cross-entropy on the SFT run's HELD-OUT sentences (never trained on by SFT nor by PPO-ptx;
+`Study.lm_loss`) minus the SFT model's: nats per token lost.
 
-The first line is what PPO maximises (the KL-shaped reward); the second keeps the policy a good language
-model. Our loss per minibatch is PPO eq. (9) (L^CLIP + c1 L^VF - c2 S, signs for minimisation) plus
-``ptx_coef`` (gamma) times the SFT cross-entropy on 16 sentences of the SFT corpus (``ptx_batch_size``).
-The ALIGNMENT TAX is measured as the policy's cross-entropy on the SFT run's HELD-OUT sentences (never
-trained on by SFT nor by PPO-ptx; ``Study.lm_loss``) minus the SFT model's: nats per token lost.
+The critic arrangements (`PPOConfig.critic`; `minippo.rlhf.critic`):
 
-The critic arrangements (``PPOConfig.critic``; ``minippo.rlhf.critic``):
-
-* separate, RM init (the default): its own TinyGPT, initialised from the reward model;
+* separate, RM init (the default): its own TinyGPT, initialised from the reward model (InstructGPT sec. 3.5);
 * separate, SFT init: its own TinyGPT from the SFT trunk with a zero head (the control: same start as a
   shared head, but its own trunk);
-* shared + stop-gradient: ``V = w . h_L(s_t) + b`` on the ACTOR's last hidden state; the value loss
-  trains only (w, b) (``TinyGPT.backward(scalar_into_trunk=False)``);
-* shared, no stop-gradient: the value loss also flows into the actor's trunk (weighted by c1 = vf_coef).
+* shared + stop-gradient: $V = w \cdot h_L(s_t) + b$ on the ACTOR's last hidden state; the value loss trains
+  only $(w, b)$ (`TinyGPT.backward(scalar_into_trunk=False)`);
+* shared, no stop-gradient: the value loss also flows into the actor's trunk (weighted by $c_1$ = vf_coef).
 
-The figure (the committed one comes from ``--full``: 60 iterations x 64 responses, 3 PPO seeds, PPO-ptx
+The figure (the committed one comes from --full: 60 iterations x 64 responses, 3 PPO seeds, PPO-ptx
 coefficients 0, 0.1, 0.3, 1, 3 and a KL-matched control; the default, < 60 s, runs 16 iterations x 32
-responses, 2 seeds, coefficients 0, 0.3, 1): (a) the alignment tax and (b) the gold score of fresh
-samples against ptx_coef, one dot per seed; (c) the tax and (d) the gold score against the KL to the
-reference, every run of the lesson (runs without PPO-ptx in grey: they show what KL alone buys);
-(e) explained variance and (f) value loss of the critics over iterations; (g) gold and KL of each critic
-arrangement; (h) memory of the models with each arrangement, LLaMA-7B in mixed precision.
+responses, 2 seeds, coefficients 0, 0.3, 1): (a) the alignment tax and (b) the gold score of fresh samples
+against ptx_coef, one dot per seed; (c) the tax and (d) the gold score against the KL to the reference,
+every run of the lesson (runs without PPO-ptx in grey: they show what KL alone buys); (e) explained variance
+and (f) value loss of the critics over iterations; (g) gold and KL of each critic arrangement; (h) memory of
+the models with each arrangement, LLaMA-7B in mixed precision.
 
 Exercises:
-1. InstructGPT mixes far more pretraining text than RL text. Raise ``ptx_batch_size`` to 64 at
-   ``ptx_coef = 0.3``: does the tax fall further, and what happens to the gold score?
+1. InstructGPT mixes far more pretraining text than RL text. Raise `ptx_batch_size` to 64 at
+   `ptx_coef = 0.3`: does the tax fall further, and what happens to the gold score?
 2. Give the shared critic its own learning rate: the head trains with the actor's lr. Why can a separate
-   critic have ``critic_lr`` but a shared one not, in this trainer?
-3. Seed 001 also proposes a LoRA adapter for the critic. Which rows of panel (h) would it change?
+   critic have `critic_lr` but a shared one not, in this trainer?
+3. A LoRA adapter for the critic is another proposal. Which rows of panel (h) would it change?
+
+Questions: Q58, Q59, Q49.
 """
 from __future__ import annotations
 

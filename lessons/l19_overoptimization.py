@@ -1,43 +1,47 @@
-"""Lesson 19 - overoptimization: the proxy (RM) keeps rising, the gold peaks and falls (Gao et al. 2022).
+r"""Lesson 19 - overoptimization: the proxy (RM) keeps rising, the gold peaks and falls (Gao et al. 2022).
 
-Pipeline step: stage 3 of RLHF pushed too far. Seed 003 sec. 16 "NLP 场景下的强化学习" warns
-"过度优化奖励模型会导致 reward hacking", sec. 17 "PPO 在 NLP 中的特殊问题" says a reference model and
-a KL penalty are needed "防止模型偏离 SFT 行为", and seed 001 "一、四个模型的分工与维护" gives the reference
-model its job: "防止Actor偏离原始LLM太远，避免奖励黑客（reward hacking）". This lesson measures what
-happens without that brake.
+Pipeline step: stage 3 of RLHF pushed too far. Optimising a reward model too hard leads to reward hacking;
+the reference model and its KL penalty are there to keep the actor close to the SFT model and limit it. This
+lesson measures what happens without that brake.
 
-The setup of Gao, Schulman & Hilton 2022 ("Scaling Laws for Reward Model Overoptimization",
-arXiv:2210.10760, Fig. 1) in miniature: the gold score (minippo.rlhf.data.gold, the simulated human) labels
-the preference pairs; proxy reward models are trained on 25, 100, 400 and all 1800 training prompts of
-the main job's pairs (nested subsets, RMConfig.n_train; cached under the study's folder); the SFT policy
-is then optimised against each proxy in two ways, and both scores are followed against
-d = sqrt(KL(pi || pi_init)) (nats per response):
+Paper: the setup of Gao, Schulman & Hilton 2022 ("Scaling Laws for Reward Model Overoptimization",
+arXiv:2210.10760, Fig. 1) in miniature: the gold score (`minippo.rlhf.data.gold`, the simulated human) labels
+the preference pairs; proxy reward models are trained on 25, 100, 400 and all 1800 training prompts of the
+main job's pairs (nested subsets, `RMConfig.n_train`; cached under the study's folder); the SFT policy is then
+optimised against each proxy in two ways, and both scores are followed against
+$d = \sqrt{\mathrm{KL}(\pi \| \pi_{init})}$ (nats per response):
 
 - RL: PPO (eq. (9) of Schulman et al. 2017 with eq. (7)'s clipped surrogate) with NO KL penalty
-  (``kl_ref_controller="fixed", kl_ref_coef=0``, as in Gao et al.'s main runs), a constant, higher learning rate,
-  and checkpoints judged every 2 iterations on fixed held-out prompts (exact KL to the reference);
-- best-of-n (minippo.studies.best_of_n): N candidates per prompt sampled once, the best by the proxy for
-  n = 1, 2, 4, ..., N (the unbiased all-subsets estimator), at KL_bon = log n - (n - 1) / n.
+  (`kl_ref_controller="fixed", kl_ref_coef=0`, as in Gao et al.'s main runs), a constant, higher learning
+  rate, and checkpoints judged every 2 iterations on fixed held-out prompts (exact KL to the reference);
+- best-of-n (`minippo.studies.best_of_n`): N candidates per prompt sampled once, the best by the proxy for
+  n = 1, 2, 4, ..., N (the unbiased all-subsets estimator), at $\mathrm{KL}_{bon} = \log n - (n - 1)/n$.
 
-Gao et al.'s functional forms are fitted to the gold gains R(d) = gold(d) - gold(0):
-R_bon(d) = d (alpha - beta d) and R_RL(d) = d (alpha - beta log d) (minippo.studies.overoptimization).
+Gao et al.'s functional forms are fitted to the gold gains $R(d) = gold(d) - gold(0)$
+(`minippo.studies.overoptimization`):
 
-The figure (the committed one comes from ``--full``: 3 PPO seeds per reward model averaged at each
-checkpoint, 40 iterations, 128 evaluation prompts, best-of-1024 on 64 prompts): (a) best-of-n, proxy
-(dashed) and gold (solid) against sqrt(KL_bon), one colour per reward model, the gold peak starred,
-best-of-n against the gold itself (a perfect reward model) in black; (b) the same for PPO; (c) the gold at
-the peak and at the end of the optimisation against the reward model's training pairs; (d) where the
-peak is; (e) the mean gold penalty terms of the samples: what the policy learned to exploit;
-(f) samples from the gold peak and from the collapse.
+$$
+R_{bon}(d) = d\,(\alpha_{bon} - \beta_{bon}\, d), \qquad R_{RL}(d) = d\,(\alpha_{RL} - \beta_{RL} \log d)
+$$
+
+The figure (the committed one comes from --full: 3 PPO seeds per reward model averaged at each checkpoint, 40
+iterations, 128 evaluation prompts, best-of-1024 on 64 prompts): (a) best-of-n, proxy (dashed) and gold
+(solid) against $\sqrt{\mathrm{KL}_{bon}}$, one colour per reward model, the gold peak starred, best-of-n
+against the gold itself (a perfect reward model) in black; (b) the same for PPO; (c) the gold at the peak and
+at the end of the optimisation against the reward model's training pairs; (d) where the peak is; (e) the mean
+gold penalty terms of the samples: what the policy learned to exploit; (f) samples from the gold peak and
+from the collapse.
 
 Exercises:
-1. Put a KL penalty back (``kl_ref_coef=0.05`` or the adaptive controller): does it move the gold-vs-sqrt(KL)
+1. Put a KL penalty back (`kl_ref_coef=0.05` or the adaptive controller): does it move the gold-vs-sqrt(KL)
    curve up, or only stop the run earlier on the same curve (Gao et al. found the latter)?
-2. A smaller reward model instead of less data: ``{"init": "fresh", "n_layer": 1, "n_embd": 16, "n_head": 2}``
-   in ``RM_VARIANTS``. Is it the parameters or the pairs that decide how early the gold turns?
+2. A smaller reward model instead of less data: `{"init": "fresh", "n_layer": 1, "n_embd": 16, "n_head": 2}`
+   in `RM_VARIANTS`. Is it the parameters or the pairs that decide how early the gold turns?
 3. The KL of best-of-n is an upper bound when the policy repeats itself (Beirami et al. 2024). Count the
    distinct texts among the N candidates of a prompt: how many distinct responses does best-of-1024 choose
    from, and what does that say about the x-axis of panel (a)?
+
+Questions: Q60, Q32.
 """
 from __future__ import annotations
 

@@ -1,18 +1,14 @@
-"""Lesson 20 - grpo_rloo: critic-free advantages (GRPO, RLOO, REINFORCE) against PPO with GAE, on one token budget.
+r"""Lesson 20 - grpo_rloo: critic-free advantages (GRPO, RLOO, REINFORCE) against PPO with GAE, on one token budget.
 
-Pipeline step: stage 3 of RLHF with the advantage step swapped. PPO turns one sequence score into
-per-token advantages with a learned critic V(s_t) and GAE (PPO paper eqs. (11)-(12)). The critic is
-the fourth model of seed 001 (actor, critic, reference, reward model; "四个模型的分工"); the methods
-here drop it and take the baseline from OTHER SAMPLES of the same prompt: three models instead of four.
+Pipeline step: stage 3 of RLHF with the advantage step swapped. PPO turns one sequence score into per-token
+advantages with a learned critic $V(s_t)$ and GAE (PPO paper eqs. (11)-(12)); the critic is the fourth of the
+four models (actor, critic, reference, reward model). The methods here drop it and take the baseline from
+OTHER SAMPLES of the same prompt, several responses per prompt: three models instead of four. RLHF is the
+paradigm and PPO one optimiser of it: here the same SFT policy, reward model and KL-regularised objective are
+optimised four ways, and lesson 19's best-of-n uses no gradient at all.
 
-Seed sections: seed 001 sec. 1 (the four models and what each costs); seed 001 追问3 "每个prompt生成多个
-回答（如4-8个）" (several responses per prompt: exactly what the group methods need); seed 003 sec. 17
-"value head 通常接在语言模型上" (the critic these methods remove); seed 003 sec. 18 误区五 "RLHF 等于 PPO"
-(RLHF is the paradigm, PPO one optimiser of it: here the same SFT policy, reward model and KL-regularised
-objective are optimised four ways, and lesson 19's best-of-n uses no gradient at all).
-
-The estimators (``minippo.rl.group_advantages``, registered in ``minippo.rlhf.advantages``), for G prompts
-with n responses each and sequence scores s (the RM score, minus beta KL when the KL is in the reward)::
+Papers: the estimators (`minippo.rl.group_advantages`, registered in `minippo.rlhf.advantages`), for G prompts
+with n responses each and sequence scores s (the RM score, minus $\beta$ KL when the KL is in the reward):
 
     GRPO       A_i = (s_i - mean_g s) / std_g s            DeepSeekMath (Shao et al. 2024, arXiv:2402.03300)
                                                            sec. 4.1.2, outcome supervision
@@ -22,36 +18,42 @@ with n responses each and sequence scores s (the RM score, minus beta KL when th
     PPO        A_t = GAE(r_t + V(s_{t+1}) - V(s_t))        PPO eqs. (11)-(12), critic initialised from the RM
 
 GRPO's objective, DeepSeekMath eq. (3), is the clipped surrogate averaged over the group plus a KL LOSS,
-``- beta D_KL[pi || pi_ref]`` per token, with the estimator of eq. (4),
-``pi_ref/pi - log(pi_ref/pi) - 1`` (k3: unbiased, never negative); so GRPO runs here with
-``kl_ref_loss_coef = 0.04`` (the paper's beta) and NO KL in the reward (``kl_ref_coef = 0``). RLOO and REINFORCE
-keep the KL in the reward like PPO (``r = score - beta KL``, the adaptive beta of Ziegler et al. 2019).
-All four use the same trainer: the same clipped surrogate (PPO eq. (7)), 4 epochs of minibatches, the
-same prompts distribution and learning rate. (Ahmadian et al. take one on-policy step without clipping;
-here only the advantage differs.) Our choices: each response's advantage goes to all of its tokens,
-losses are token-level means (Dr. GRPO's fix of eq. (3)'s 1/|o_i|), and the critic-free advantages are
-NOT whitened again over the batch (``minippo.rlhf.advantages``, "Whitening"): GRPO's are normalised per
-group already, RLOO's and REINFORCE's keep the score's units as in the papers and in TRL.
+$-\beta\, D_{KL}[\pi_\theta \| \pi_{ref}]$ per token, with the estimator of eq. (4),
 
-Same budget: every iteration samples the same number of responses (PPO 64 prompts x 1, the group
-methods 16 prompts x 4), for the same number of iterations; the lesson reports the generated tokens
-actually used (lengths differ by method).
+$$
+D_{KL}[\pi_\theta \| \pi_{ref}] = \frac{\pi_{ref}(o_{i,t} \mid q, o_{i,<t})}{\pi_\theta(o_{i,t} \mid q, o_{i,<t})} - \log \frac{\pi_{ref}(o_{i,t} \mid q, o_{i,<t})}{\pi_\theta(o_{i,t} \mid q, o_{i,<t})} - 1
+$$
 
-The figure (the committed one comes from ``--full``: 60 iterations, 3 PPO seeds, and GRPO with beta 0.2 as
-a fifth method; the default, < 60 s,
-runs 20 iterations and 2 seeds): (a) gold score against KL to the reference of fresh samples, one point
-per method and seed, SFT at the origin; (b) gold score of the training rollouts and (c) their KL over
-iterations (mean over seeds); (d) measured CPU time per iteration, rollout and update (wall as dots);
-(e) memory of the models for LLaMA-7B: four models against three; (f) how much of the score's spread
-each baseline removes on the last rollout of the group methods.
+(k3: unbiased, never negative); so GRPO runs here with `kl_ref_loss_coef = 0.04` (the paper's $\beta$) and NO
+KL in the reward (`kl_ref_coef = 0`). RLOO and REINFORCE keep the KL in the reward like PPO
+($r = \text{score} - \beta \text{KL}$, the adaptive $\beta$ of Ziegler et al. 2019). All four use the same
+trainer: the same clipped surrogate (PPO eq. (7)), 4 epochs of minibatches, the same prompts distribution and
+learning rate. (Ahmadian et al. take one on-policy step without clipping; here only the advantage differs.)
+Our choices: each response's advantage goes to all of its tokens, losses are token-level means (Dr. GRPO's
+fix of eq. (3)'s $1/|o_i|$), and the critic-free advantages are NOT whitened again over the batch
+(`minippo.rlhf.advantages`, "Whitening"): GRPO's are normalised per group already, RLOO's and REINFORCE's keep
+the score's units as in the papers and in TRL.
+
+Same budget: every iteration samples the same number of responses (PPO 64 prompts x 1, the group methods 16
+prompts x 4), for the same number of iterations; the lesson reports the generated tokens actually used
+(lengths differ by method).
+
+The figure (the committed one comes from --full: 60 iterations, 3 PPO seeds, and GRPO with beta 0.2 as a
+fifth method; the default, < 60 s, runs 20 iterations and 2 seeds): (a) gold score against KL to the
+reference of fresh samples, one point per method and seed, SFT at the origin; (b) gold score of the training
+rollouts and (c) their KL over iterations (mean over seeds); (d) measured CPU time per iteration, rollout and
+update (wall as dots); (e) memory of the models for LLaMA-7B: four models against three; (f) how much of the
+score's spread each baseline removes on the last rollout of the group methods.
 
 Exercises:
-1. Set ``samples_per_prompt = 8`` (8 prompts x 8): does the leave-one-out baseline get better or worse
-   than the batch mean? Read ``between_prompts`` in panel (f) first.
-2. Run ``advantage_estimator="dr_grpo"`` (no division by the group std, Liu et al. 2025) with GRPO's KL
+1. Set `samples_per_prompt = 8` (8 prompts x 8): does the leave-one-out baseline get better or worse
+   than the batch mean? Read `between_prompts` in panel (f) first.
+2. Run `advantage_estimator="dr_grpo"` (no division by the group std, Liu et al. 2025) with GRPO's KL
    loss: does GRPO's gap to RLOO come from the std divide or from the KL being a loss instead of a reward?
-3. Register GRPO with whitening (``register_advantage_estimator("grpo_w", ..., whiten=True)``) and
+3. Register GRPO with whitening (`register_advantage_estimator("grpo_w", ..., whiten=True)`) and
    compare: which responses gain and which lose from the token-weighted re-centring?
+
+Questions: Q61, Q62, Q38, Q31.
 """
 from __future__ import annotations
 

@@ -130,7 +130,7 @@ def check_range(name: str, value, lo: float | None = None, hi: float | None = No
                 lo_open: bool = False, hi_open: bool = False, integer: bool = False) -> None:
     """Check a scalar hyperparameter lies in a range, e.g. ``check_range("clip_eps", 0.2, 0, None, lo_open=True)``.
 
-    The message shows the interval in math notation: "`clip_eps` must be in (0, inf), got -0.1".
+    The value must be a finite number (``lr=inf`` passes no range: "[0, inf)" does not contain inf). The message shows the interval in math notation: "`clip_eps` must be in (0, inf), got -0.1".
     """
     if integer:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -140,6 +140,9 @@ def check_range(name: str, value, lo: float | None = None, hi: float | None = No
     v = float(value)
     if math.isnan(v):
         raise ValueError(f"`{name}` must be a number, got nan")
+    if math.isinf(v):
+        # an interval written (0, inf) does not contain inf: a hyperparameter is a finite number
+        raise ValueError(f"`{name}` must be a finite number, got {value!r}")
     too_low = lo is not None and (v <= lo if lo_open else v < lo)
     too_high = hi is not None and (v >= hi if hi_open else v > hi)
     if too_low or too_high:
@@ -165,3 +168,37 @@ def check_finite_values(values: dict, where: str = "") -> None:
     for name, v in values.items():
         if not math.isfinite(v):
             raise ValueError(f"`{name}` is {v}" + (f" {where}" if where else ""))
+
+
+def check_fields(cls, d, name: str) -> dict:
+    """``d`` must be a dict whose keys are fields of the dataclass ``cls`` (a config read back from JSON):
+    a ``ValueError`` naming ``name`` and the unknown keys otherwise. Returns ``d``."""
+    if not isinstance(d, dict):
+        raise ValueError(f"`{name}` must be a dict of {cls.__name__} fields, got {type(d).__name__}")
+    unknown = sorted(set(d) - set(cls.__dataclass_fields__))
+    if unknown:
+        raise ValueError(f"`{name}` has the unknown field(s) {unknown}; {cls.__name__}'s fields are "
+                         f"{list(cls.__dataclass_fields__)}")
+    return d
+
+
+def first_nonfinite(arrays: dict) -> str | None:
+    """The name of the first array of ``arrays`` (name -> array) holding a NaN or inf, or None: what a NaN stop
+    names ("the gradient of `h.0.attn.c_attn.w` is the first non-finite one")."""
+    for name, a in arrays.items():
+        if not np.isfinite(a).all():
+            return name
+    return None
+
+
+def parameter_note(params: dict) -> str:
+    """What a NaN stop adds about the parameters (name -> array): " (the parameter `actor.wte` is not finite)" for
+    the first non-finite one, else the largest in magnitude (" (every parameter is finite; the largest is `actor.wte`,
+    |x| = 1e+30)"): huge finite weights are how a too-large learning rate makes the next forward pass overflow."""
+    bad = first_nonfinite(params)
+    if bad is not None:
+        return f" (the parameter `{bad}` is not finite)"
+    if not params:
+        return ""
+    name, a = max(params.items(), key=lambda kv: float(np.abs(kv[1]).max()) if kv[1].size else 0.0)
+    return f" (every parameter is finite; the largest is `{name}`, |x| = {float(np.abs(a).max()):.3g})"

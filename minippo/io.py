@@ -1,4 +1,4 @@
-"""Checkpoints and metrics on disk.
+"""Checkpoints and metrics on disk: the file formats, and reading them back without trusting them.
 
 A checkpoint is a folder::
 
@@ -9,21 +9,79 @@ Both files are written atomically (write to a temporary file in the same folder,
 ``os.replace``), and the folder itself is first written as ``<dir>.tmp`` and then swapped in, so
 a crash in the middle of a save always leaves the previous good checkpoint readable.
 
-Metrics are JSON lines: one dict per line, appended and flushed at every write.
+Metrics are JSON lines: one dict per line, appended and flushed at every write. A crash in the middle
+of a write can leave a torn last line; it is dropped with a :class:`RunWarning` (the run resumes from
+its checkpoint, which precedes it).
+
+Reading back trusts nothing: a file that is not what it should be is a :class:`CorruptFileError` (a
+``ValueError``) whose one-line message starts with the file's path; :func:`load_checkpoint` with
+``expect`` checks every tensor's name, shape, dtype and finiteness from the safetensors header before
+it reads the data (so an unexpected tensor is refused, not loaded into memory) and before the caller
+assigns anything; :func:`rng_from_state` accepts only numpy's own bit generators. The policies built on
+these (locks, stage reuse, resume) are in :mod:`minippo.runs`.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import numpy as np
-from safetensors.numpy import load_file, save as st_save
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save as st_save
 
 WEIGHTS = "weights.safetensors"
 STATE = "state.json"
+#: safetensors' names of the dtypes minippo writes
+SAFETENSORS_DTYPES = {"F16": np.float16, "F32": np.float32, "F64": np.float64, "I8": np.int8, "I16": np.int16,
+                      "I32": np.int32, "I64": np.int64, "U8": np.uint8, "BOOL": np.bool_}
+#: the bit generators :func:`rng_from_state` accepts (numpy's own, by the name their state carries)
+BIT_GENERATORS = {"PCG64": np.random.PCG64, "PCG64DXSM": np.random.PCG64DXSM, "MT19937": np.random.MT19937,
+                  "Philox": np.random.Philox, "SFC64": np.random.SFC64}
+
+
+class CorruptFileError(ValueError):
+    """A file that cannot be read as what it should be; the message is one line starting with its path."""
+
+    def __init__(self, path, problem: str):
+        self.path = Path(path)
+        super().__init__(f"{path}: {problem}")
+
+
+class RunWarning(UserWarning):
+    """Something about a run folder the user should know but that does not stop the run (a torn last metrics
+    line dropped, a missing metrics file); the ``minippo`` command prints it as one line."""
+
+
+@contextlib.contextmanager
+def in_file(path):
+    """Re-raise a ``ValueError`` / ``KeyError`` / ``TypeError`` raised while checking the content of ``path`` as a
+    :class:`CorruptFileError` naming it: ``with in_file(p): check_range("iteration", state["iteration"], ...)``."""
+    try:
+        yield
+    except CorruptFileError:
+        raise
+    except KeyError as exc:
+        raise CorruptFileError(path, f"missing entry {exc.args[0]!r}") from exc
+    except (ValueError, TypeError) as exc:
+        raise CorruptFileError(path, str(exc)) from exc
+
+
+def read_json(path) -> Any:
+    """The JSON in ``path``; a :class:`CorruptFileError` naming the file if it is not valid UTF-8 JSON."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptFileError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CorruptFileError(path, f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from exc
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -31,11 +89,23 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    with _naming(tmp):                  # a full disk fails in write(), whose OSError names no file
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _naming(path):
+    """Give an ``OSError`` that names no file (ENOSPC from ``write``) the ``path`` being written."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None:
+            raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
+        raise
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -89,22 +159,91 @@ def save_checkpoint(directory: str | os.PathLike, arrays: dict[str, np.ndarray],
     return directory
 
 
-def load_checkpoint(directory: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
-    """Load ``(arrays, state)`` written by :func:`save_checkpoint`.
-
-    If a save was interrupted between the two renames, the previous checkpoint is at
-    ``<dir>.old`` and is used.
-    """
-
+def checkpoint_folder(directory: str | os.PathLike) -> Path:
+    """The folder :func:`load_checkpoint` reads: ``directory``, or ``<dir>.old`` when a save was interrupted
+    between its two renames (``FileNotFoundError`` naming ``directory`` when neither holds a checkpoint)."""
     directory = Path(directory)
-    if not (directory / WEIGHTS).exists():
-        old = directory.with_name(directory.name + ".old")
-        if (old / WEIGHTS).exists():
-            directory = old
-        else:
-            raise FileNotFoundError(f"no checkpoint at {directory} (expected {WEIGHTS} and {STATE})")
-    arrays = load_file(str(directory / WEIGHTS))
-    state = json.loads((directory / STATE).read_text(encoding="utf-8"))
+    if (directory / WEIGHTS).exists():
+        return directory
+    old = directory.with_name(directory.name + ".old")
+    if (old / WEIGHTS).exists():
+        return old
+    raise FileNotFoundError(f"no checkpoint at {directory} (expected {WEIGHTS} and {STATE})")
+
+
+Expect = Mapping[str, "tuple | None"]
+"""name -> ``(shape, dtype)``: the tensors a checkpoint must hold, e.g. ``{"wte": ((V, C), "float32")}``
+(None: the tensor must be there, any shape and dtype)."""
+
+
+def array_specs(arrays: Mapping[str, np.ndarray], prefix: str = "") -> dict[str, tuple]:
+    """``{prefix + name: (shape, dtype)}`` of live arrays: what a checkpoint of them must hold (:data:`Expect`)."""
+    return {prefix + k: (tuple(a.shape), np.dtype(a.dtype).name) for k, a in arrays.items()}
+
+
+def read_weights(path, expect: Expect | None = None, *, finite: bool = True) -> dict[str, np.ndarray]:
+    """The arrays of the safetensors file ``path``, checked before they are used.
+
+    With ``expect`` the names must be exactly its keys and each tensor's shape and dtype as given, all read
+    from the header before any tensor's data (an extra tensor is refused unread, whatever its size); with
+    ``finite`` every floating-point tensor must hold no NaN / inf. Anything else is a :class:`CorruptFileError`
+    naming the file and the tensor.
+    """
+    path = Path(path)
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            names = list(f.keys())
+            if expect is not None:
+                missing, extra = sorted(set(expect) - set(names)), sorted(set(names) - set(expect))
+                if missing:
+                    raise CorruptFileError(path, f"tensor {missing[0]!r} is missing"
+                                           + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+                if extra:
+                    raise CorruptFileError(path, f"holds the unexpected tensor {extra[0]!r}"
+                                           + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else "")
+                                           + "; it was not written for this model")
+                for name in names:
+                    if expect[name] is None:                   # declared, any shape and dtype
+                        continue
+                    sl = f.get_slice(name)
+                    shape, st_dtype = tuple(sl.get_shape()), sl.get_dtype()
+                    want_shape, want_dtype = tuple(expect[name][0]), np.dtype(expect[name][1])
+                    dtype = SAFETENSORS_DTYPES.get(st_dtype)
+                    if shape != want_shape:
+                        raise CorruptFileError(path, f"tensor {name!r} has shape {shape}, expected {want_shape}")
+                    if dtype is None or np.dtype(dtype) != want_dtype:
+                        raise CorruptFileError(path, f"tensor {name!r} has dtype {st_dtype}, expected {want_dtype.name}")
+            arrays = {name: f.get_tensor(name) for name in names}
+    except SafetensorError as exc:
+        raise CorruptFileError(path, f"not a readable safetensors file ({exc})") from exc
+    if finite:
+        for name, a in arrays.items():
+            if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
+                bad = np.argwhere(~np.isfinite(a))[0]
+                raise CorruptFileError(path, f"tensor {name!r} holds {a[tuple(bad)].item()!r} at "
+                                       f"{tuple(int(i) for i in bad)}: a checkpoint must be finite")
+    return arrays
+
+
+def load_checkpoint(directory: str | os.PathLike, expect=None, *, finite: bool = True) -> tuple[dict[str, np.ndarray], dict]:
+    """Load ``(arrays, state)`` written by :func:`save_checkpoint`, checked (:func:`read_weights`).
+
+    If a save was interrupted between the two renames, the previous checkpoint is at ``<dir>.old``
+    and is used. ``expect`` is an :data:`Expect` or a function ``state -> Expect`` (the tensors a
+    checkpoint must hold often follow from its state, e.g. its model config), called after state.json
+    was read; ``finite`` as :func:`read_weights`. A state.json that is not a JSON object is a
+    :class:`CorruptFileError` naming it, and so is anything ``expect(state)`` raises while reading it.
+    """
+    folder = checkpoint_folder(directory)
+    if not (folder / STATE).is_file():
+        raise CorruptFileError(folder / STATE, "is missing (the checkpoint has weights but no state)")
+    state = read_json(folder / STATE)
+    if not isinstance(state, dict):
+        raise CorruptFileError(folder / STATE, f"must hold a JSON object, got {type(state).__name__}")
+    if callable(expect):
+        with in_file(folder / STATE):
+            expect = expect(state)
+    arrays = read_weights(folder / WEIGHTS, expect, finite=finite)
     return arrays, state
 
 
@@ -118,17 +257,26 @@ def rng_state(rng: np.random.Generator) -> dict:
     return _to_jsonable(rng.bit_generator.state)
 
 
-def rng_from_state(state: dict) -> np.random.Generator:
-    """Rebuild the Generator saved by :func:`rng_state`."""
-    bitgen = getattr(np.random, state["bit_generator"])()
-    bitgen.state = state
+def rng_from_state(state) -> np.random.Generator:
+    """Rebuild the Generator saved by :func:`rng_state`; only numpy's own bit generators
+    (:data:`BIT_GENERATORS`) are accepted, and a state they refuse is a ``ValueError`` naming `rng`."""
+    if not isinstance(state, dict) or state.get("bit_generator") not in BIT_GENERATORS:
+        name = state.get("bit_generator") if isinstance(state, dict) else state
+        raise ValueError(f"`rng` must be the state of one of numpy's bit generators ({', '.join(BIT_GENERATORS)}), "
+                         f"got {name!r}")
+    bitgen = BIT_GENERATORS[state["bit_generator"]]()
+    try:
+        bitgen.state = state
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"`rng` is not a valid {state['bit_generator']} state ({type(exc).__name__}: {exc})") from exc
     return np.random.Generator(bitgen)
 
 
 class MetricsWriter:
     """Append one JSON dict per line to ``path``; each write is flushed (a crash loses nothing).
 
-    ``truncate_after(step)`` is used on resume so that the file equals an uninterrupted run's.
+    ``truncate_after(step)`` is used on resume so that the file equals an uninterrupted run's; it reads
+    the whole file first (a corrupt line stops it before anything is rewritten) and drops a torn last line.
     """
 
     def __init__(self, path: str | os.PathLike, *, append: bool = False):
@@ -140,7 +288,7 @@ class MetricsWriter:
             self.path.touch()
 
     def write(self, record: dict) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
+        with _naming(self.path), open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(_to_jsonable(record), sort_keys=True) + "\n")
             f.flush()
 
@@ -151,12 +299,32 @@ class MetricsWriter:
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict]:
-    """All records of a metrics JSON-lines file."""
+    """All records of a metrics JSON-lines file (:func:`iter_metrics`)."""
     return list(iter_metrics(path))
 
 
 def iter_metrics(path: str | os.PathLike) -> Iterator[dict]:
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                yield json.loads(line)
+    """The records of a metrics JSON-lines file, one dict per line.
+
+    A last line that is not valid JSON is what a crash in the middle of a write leaves: it is dropped
+    with a :class:`RunWarning`. Any other line that is not a JSON object is a :class:`CorruptFileError`
+    naming the file and the line.
+    """
+    path = Path(path)
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    for i, raw in enumerate(lines[:last + 1]):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            if i == last:
+                warnings.warn(f"{path}: dropped a torn last line {i + 1} ({len(raw)} bytes, not valid JSON: "
+                              "a run stopped in the middle of writing it)", RunWarning, stacklevel=2)
+                return
+            raise CorruptFileError(path, f"line {i + 1} is not valid JSON ({exc})") from exc
+        if not isinstance(record, dict):
+            raise CorruptFileError(path, f"line {i + 1} is not a JSON object")
+        yield record

@@ -105,3 +105,33 @@ def test_check_choice():
     check_choice("kind", "k3", ("k1", "k2", "k3"))
     with pytest.raises(ValueError, match=r"`kind` must be one of 'k1', 'k2'; got 'k4'"):
         check_choice("kind", "k4", ["k1", "k2"])
+
+
+def test_a_range_never_contains_infinity():
+    """`lr=inf` passed check_range("lr", lr, 0, None) and failed later (issue 13 item 8): (0, inf) excludes inf."""
+    from minippo.checks import check_range
+    for value in (float("inf"), -float("inf"), np.float32("inf")):
+        with pytest.raises(ValueError, match="`lr` must be a finite number"):
+            check_range("lr", value, None, None)
+    check_range("lr", 1e308, 0, None)
+
+
+def test_config_fields_and_what_a_nan_stop_names():
+    from dataclasses import dataclass
+
+    from minippo.checks import check_fields, first_nonfinite, parameter_note
+
+    @dataclass
+    class Cfg:
+        a: int = 1
+
+    assert check_fields(Cfg, {"a": 2}, "cfg") == {"a": 2}
+    with pytest.raises(ValueError, match=r"`cfg` has the unknown field\(s\) \['b'\]; Cfg's fields are \['a'\]"):
+        check_fields(Cfg, {"a": 2, "b": 3}, "cfg")
+    with pytest.raises(ValueError, match="`cfg` must be a dict of Cfg fields, got list"):
+        check_fields(Cfg, [], "cfg")
+    params = {"w": np.ones(3), "b": np.array([1.0, -5e29])}
+    assert first_nonfinite(params) is None
+    assert parameter_note(params) == " (every parameter is finite; the largest is `b`, |x| = 5e+29)"
+    params["w"][1] = np.nan
+    assert first_nonfinite(params) == "w" and parameter_note(params) == " (the parameter `w` is not finite)"

@@ -122,3 +122,134 @@ def test_rng_state_roundtrip():
     a = rng.random(5)
     b = io.rng_from_state(json.loads(json.dumps(state))).random(5)
     np.testing.assert_array_equal(a, b)
+
+
+# ---- reading back without trusting the files (issue 13, items 1 and 5) -----------------------------
+
+EXPECT = {"wte": ((5, 3), "float32"), "h.0.b": ((4,), "float64"), "step_ids": ((3,), "int64")}
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda a: a.update(wte=np.zeros((1, 3), np.float32)), r"tensor 'wte' has shape \(1, 3\), expected \(5, 3\)"),
+    (lambda a: a.update(wte=a["wte"].astype(np.int32)), "tensor 'wte' has dtype I32, expected float32"),
+    (lambda a: a.pop("h.0.b"), "tensor 'h.0.b' is missing"),
+    (lambda a: a.update(extra=np.zeros(7)), "holds the unexpected tensor 'extra'"),
+    (lambda a: a["h.0.b"].__setitem__(2, np.nan), r"tensor 'h.0.b' holds nan at \(2,\): a checkpoint must be finite"),
+])
+def test_load_checkpoint_checks_every_tensor_and_names_the_file(tmp_path, change, match):
+    arrays = _arrays()
+    change(arrays)
+    io.save_checkpoint(tmp_path / "c", arrays, {"step": 1})
+    with pytest.raises(io.CorruptFileError, match=match) as info:
+        io.load_checkpoint(tmp_path / "c", EXPECT)
+    assert str(info.value).startswith(str(tmp_path / "c" / io.WEIGHTS) + ": ")
+    loaded, _ = io.load_checkpoint(tmp_path / "c", finite=False)           # without the checks: as stored
+    assert set(loaded) == set(arrays) and all(np.array_equal(loaded[k], arrays[k], equal_nan=True) for k in arrays)
+
+
+def test_an_unexpected_tensor_is_refused_unread(tmp_path, monkeypatch):
+    """The names, shapes and dtypes come from the header; no tensor is read before they all passed."""
+    import safetensors
+    io.save_checkpoint(tmp_path / "c", {**_arrays(), "huge": np.zeros((1024, 1024), np.float32)}, {})
+    read = []
+    real = safetensors.safe_open
+
+    class Spy:
+        def __init__(self, *a, **k):
+            self.f = real(*a, **k)
+
+        def __enter__(self):
+            self.inner = self.f.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self.f.__exit__(*exc)
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def get_tensor(self, name):
+            read.append(name)
+            return self.inner.get_tensor(name)
+
+    monkeypatch.setattr(io, "safe_open", Spy)
+    with pytest.raises(io.CorruptFileError, match="unexpected tensor 'huge'"):
+        io.load_checkpoint(tmp_path / "c", EXPECT)
+    assert read == []
+    io.load_checkpoint(tmp_path / "c", {**EXPECT, "huge": None})          # declared: any shape, read
+    assert sorted(read) == sorted([*EXPECT, "huge"])
+
+
+@pytest.mark.parametrize("damage", ["truncated", "random", "empty"])
+def test_a_corrupt_weights_file_is_one_line_naming_it(tmp_path, damage):
+    io.save_checkpoint(tmp_path / "c", _arrays(), {"step": 1})
+    w = tmp_path / "c" / io.WEIGHTS
+    data = w.read_bytes()
+    w.write_bytes({"truncated": data[:len(data) // 2], "random": np.random.default_rng(0).bytes(500),
+                   "empty": b""}[damage])
+    with pytest.raises(io.CorruptFileError) as info:
+        io.load_checkpoint(tmp_path / "c")
+    msg = str(info.value)
+    assert msg.startswith(f"{w}: not a readable safetensors file") and "\n" not in msg
+
+
+def test_a_corrupt_state_json_is_one_line_naming_it(tmp_path):
+    io.save_checkpoint(tmp_path / "c", _arrays(), {"step": 1})
+    s = tmp_path / "c" / io.STATE
+    s.write_text('{"step": 1,')
+    with pytest.raises(io.CorruptFileError, match=r"state.json: not valid JSON \(Expecting .* at line 1"):
+        io.load_checkpoint(tmp_path / "c")
+    s.write_bytes(b"\xff\xfe")
+    with pytest.raises(io.CorruptFileError, match="not UTF-8 text"):
+        io.load_checkpoint(tmp_path / "c")
+    s.write_text("[1, 2]")
+    with pytest.raises(io.CorruptFileError, match="must hold a JSON object, got list"):
+        io.load_checkpoint(tmp_path / "c")
+    with pytest.raises(io.CorruptFileError, match=r"state.json: missing entry 'iteration'"):
+        with io.in_file(s):
+            {}["iteration"]
+
+
+def test_a_torn_last_metrics_line_is_dropped_with_a_warning_and_resume_goes_on(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    w = io.MetricsWriter(path)
+    for step in range(4):
+        w.write({"step": step, "loss": 0.5})
+    with open(path, "a") as f:
+        f.write('{"step": 4, "lo')                         # the crash came in the middle of a write
+    with pytest.warns(io.RunWarning, match=r"metrics.jsonl: dropped a torn last line 5"):
+        assert [r["step"] for r in io.read_metrics(path)] == [0, 1, 2, 3]
+    with pytest.warns(io.RunWarning):
+        io.MetricsWriter(path, append=True).truncate_after("step", 2)
+    assert path.read_text().count("\n") == 3 and io.read_metrics(path)[-1]["step"] == 2   # repaired, no warning
+    path.write_text('{"step": 0}\nnot json\n{"step": 2}\n')              # not the last line: corrupt, refused
+    with pytest.raises(io.CorruptFileError, match="metrics.jsonl: line 2 is not valid JSON"):
+        io.read_metrics(path)
+    path.write_text('{"step": 0}\n[1]\n')
+    with pytest.raises(io.CorruptFileError, match="line 2 is not a JSON object"):
+        io.read_metrics(path)
+
+
+def test_rng_state_accepts_only_numpys_bit_generators():
+    state = io.rng_state(np.random.default_rng(1))
+    for name in ("os", "__import__", "Generator", "RandomState"):
+        with pytest.raises(ValueError, match=f"`rng` must be the state of one of numpy's bit generators .* got '{name}'"):
+            io.rng_from_state({**state, "bit_generator": name})
+    with pytest.raises(ValueError, match="`rng` is not a valid PCG64 state"):
+        io.rng_from_state({**state, "state": {"state": "x"}})
+    with pytest.raises(ValueError, match="`rng` must be"):
+        io.rng_from_state("PCG64")
+    for cls in io.BIT_GENERATORS.values():                  # each of them round-trips
+        rng = np.random.Generator(cls(5))
+        again = io.rng_from_state(json.loads(json.dumps(io.rng_state(rng))))
+        assert rng.random() == again.random()
+
+
+def test_a_full_disk_names_the_file(tmp_path, monkeypatch):
+    def full(fd):
+        raise OSError(28, "No space left on device")          # what write/fsync raise on a full disk: no file name
+
+    monkeypatch.setattr(io.os, "fsync", full)
+    with pytest.raises(OSError) as info:
+        io.atomic_write_text(tmp_path / "a.json", "{}")
+    assert info.value.errno == 28 and info.value.filename == str(tmp_path / "a.json.tmp")

@@ -1,6 +1,6 @@
 """The PPO monitoring dashboard: the nine panels to watch while classic PPO trains.
 
-The metrics the seed lists (003, section 13 "PPO 的常见指标"): episode return, policy loss,
+The metrics to watch (Q21): episode return, policy loss,
 value loss, entropy, approx KL, clip fraction, explained variance and gradient norm, plus the
 epochs each update ran (where target-KL early stopping cut them short). Used by the
 ``minippo classic --out`` command and by lesson 08.

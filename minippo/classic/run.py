@@ -10,11 +10,10 @@ and parses no flag: it is :mod:`minippo.classic.ppo`, and all this reaches it th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from dataclasses import MISSING, fields
 from pathlib import Path
-
-from tqdm import tqdm
 
 from minippo.checks import check_range
 from minippo.classic.cartpole import CartPoleEnv
@@ -22,6 +21,8 @@ from minippo.classic.config import DEPRECATED_NAMES, LR_SCHEDULES, PPOConfig, de
 from minippo.classic.dashboard import plot_dashboard
 from minippo.classic.ppo import last_mean, steps_to_reach, train_ppo
 from minippo.io import MetricsWriter, save_checkpoint
+from minippo.progress import progress_bar
+from minippo.runs import RunLock
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -105,9 +106,15 @@ def cli_main(args: argparse.Namespace) -> int:
     else:
         make_env, env_name = CartPoleEnv, "minippo CartPole-v1"
     out = Path(args.out) if args.out else None
+    with RunLock(out) if out else contextlib.nullcontext():    # one writer per folder (minippo.runs)
+        return _train_and_report(args, cfg, make_env, env_name, out)
+
+
+def _train_and_report(args, cfg: PPOConfig, make_env, env_name: str, out: Path | None) -> int:
+    """The run itself: progress, metrics, the periodic weights, the summary and the dashboard."""
     writer = MetricsWriter(out / "metrics.jsonl") if out else None
-    bar = tqdm(total=args.total_timesteps // cfg.batch_size, unit="update", disable=args.no_progress,
-               desc=f"PPO on {env_name}, seed {args.seed}")
+    bar = progress_bar(total=args.total_timesteps // cfg.batch_size, unit="update", disable=args.no_progress,
+                       desc=f"PPO on {env_name}, seed {args.seed}")
 
     saved = {}                                          # the last checkpoint written: update, global_step
 

@@ -29,17 +29,25 @@ activation memory kept for the next step (``minippo.malloc``), decoding on one B
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from minippo.blas import single_blas_thread
-from minippo.checks import check_choice, check_float_array, check_int_array, check_mask, check_range
+from minippo.checks import (check_choice, check_fields, check_float_array, check_int_array, check_mask,
+                            check_range)
 from minippo.malloc import keep_freed_memory
 from minippo.nn.attention import LN_EPS, attention_allowed, block_backward, block_decode, block_forward
 from minippo.nn.layers import (embedding_backward, embedding_forward, layernorm_backward, layernorm_forward,
                                linear_backward, linear_forward, softmax_cross_entropy_backward,
                                softmax_cross_entropy_forward)
+
+
+MAX_BLOCK_SIZE = 4096
+"""Longest block_size: attention materialises (B, H, T, T) scores (64 MiB per head and row at T = 4096)."""
+MAX_PARAMS = 2 ** 28
+"""Most parameters a TinyGPT may have (268M: 1 GiB in float32, 4 GiB with gradients and Adam's two moments)."""
 
 
 @dataclass
@@ -49,7 +57,7 @@ class GPTConfig:
     vocab_size: int = 512
     """V: number of token ids (the tokenizer's vocabulary size), >= 1."""
     block_size: int = 64
-    """Longest sequence T the model accepts (rows of ``wpe``), >= 1."""
+    """Longest sequence T the model accepts (rows of ``wpe``), in [1, MAX_BLOCK_SIZE = 4096]."""
     n_layer: int = 4
     """L: number of transformer blocks, >= 1 (1-12 here)."""
     n_head: int = 4
@@ -59,22 +67,29 @@ class GPTConfig:
     dtype: str = "float32"
     """``"float32"`` (fast, the default) or ``"float64"`` (gradient checks)."""
     init_std: float = 0.02
-    """Standard deviation of the GPT-2 normal initialisation, > 0 (0.02 in GPT-2)."""
+    """Standard deviation of the GPT-2 normal initialisation, in (0, 1] (0.02 in GPT-2; weights of std 1e30
+    overflow float32 in the first matrix product)."""
 
     def __post_init__(self):
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+        for name in ("vocab_size", "n_layer", "n_head", "n_embd"):
             check_range(name, getattr(self, name), 1, None, integer=True)
+        check_range("block_size", self.block_size, 1, MAX_BLOCK_SIZE, integer=True)
         if self.n_embd % self.n_head:
             raise ValueError(f"`n_embd` (={self.n_embd}) must be divisible by `n_head` (={self.n_head})")
         check_choice("dtype", self.dtype, ("float32", "float64"))
-        check_range("init_std", self.init_std, 0, None, lo_open=True)
+        check_range("init_std", self.init_std, 0, 1, lo_open=True)
+        n = sum(math.prod(shape) for shape in param_shapes(self).values())
+        if n > MAX_PARAMS:
+            raise ValueError(f"`vocab_size`, `n_embd` and `n_layer` give {n:,} parameters, more than a TinyGPT may "
+                             f"have ({MAX_PARAMS:,}: parameters, gradients and Adam moments must fit in memory)")
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "GPTConfig":
-        return cls(**d)
+        """The config of ``to_dict``; an unknown or missing field is a ``ValueError`` naming it."""
+        return cls(**check_fields(cls, d, "gpt_config"))
 
 
 def param_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:

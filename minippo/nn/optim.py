@@ -10,7 +10,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from minippo.checks import check_choice, check_range
+from minippo.checks import check_choice, check_float_array, check_range
 
 
 def default_no_decay(name: str, p: np.ndarray) -> bool:
@@ -76,7 +76,30 @@ class AdamW:
         arrays.update({f"v.{k}": a for k, a in self.v.items()})
         return arrays, {"t": self.t, "lr": self.lr}
 
+    def check_state_dict(self, arrays: Mapping[str, np.ndarray], scalars: Mapping) -> None:
+        """What :meth:`load_state_dict` checks, without assigning anything: exactly the keys ``m.<name>`` /
+        ``v.<name>`` of the parameters, each of its parameter's shape and dtype (nothing is broadcast or cast: a
+        moment of shape (1,) is refused), finite, ``v`` >= 0; ``scalars["t"]`` an integer >= 0 and
+        ``scalars["lr"]`` a finite number >= 0. A ``ValueError`` names the entry."""
+        want = {f"{s}.{k}" for k in self.m for s in "mv"}
+        if set(arrays) != want:
+            name = sorted(set(arrays) ^ want)[0]
+            raise ValueError(f"`arrays[{name!r}]` is {'missing' if name in want else 'not a moment of these parameters'}")
+        for k, p in self.params.items():
+            for s in "mv":
+                a = arrays[f"{s}.{k}"]
+                check_float_array(f"arrays[{s + '.' + k!r}]", a, shape=p.shape, dtype=p.dtype)
+                if s == "v" and (a < 0).any():
+                    raise ValueError(f"`arrays[{s + '.' + k!r}]` must be >= 0 (a second moment), found {a.min()!r}")
+        if not isinstance(scalars, Mapping):
+            raise ValueError(f"`scalars` must be a dict with 't' and 'lr', got {type(scalars).__name__}")
+        check_range("scalars['t']", scalars.get("t"), 0, None, integer=True)
+        check_range("scalars['lr']", scalars.get("lr"), 0, None)
+
     def load_state_dict(self, arrays: Mapping[str, np.ndarray], scalars: Mapping) -> None:
+        """Restore what :meth:`state_dict` returned, in place, once :meth:`check_state_dict` passed (so a bad
+        entry leaves the optimizer as it was)."""
+        self.check_state_dict(arrays, scalars)
         for k in self.m:
             self.m[k][...] = arrays[f"m.{k}"]
             self.v[k][...] = arrays[f"v.{k}"]

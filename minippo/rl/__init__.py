@@ -8,35 +8,35 @@ Conventions (CONTRIBUTING.md): ``mask`` is 1 on valid tokens, rows right-padded,
 valid; losses are token-level masked means over the batch; every loss returns
 ``(loss, d<input>, stats)`` with an analytic gradient.
 
-Where each concept of the seeds (``shared/seeds``) lives:
+Where each concept lives (the questions students ask about them are answered in docs/questions.md):
 
 =========================================================  ==========================================
-seed concept                                               function
+concept                                                    function
 =========================================================  ==========================================
-ratio r_t = exp(logp_new - logp_old) (003 sec. 3)          computed inside the losses below
+ratio r_t = exp(logp_new - logp_old), PPO eq. (6) (Q3)     computed inside the losses below
 log-probs of the taken tokens from the LM's logits         losses.logprobs_from_logits / _backward
-PPO-Clip L^CLIP, eq. (7); the six cases (003 sec. 4-5)     losses.clipped_policy_loss, losses.CLIP_CASES
-(beyond the seeds: DAPO's clip-higher, GSPO's sequence     clipped_policy_loss(clip_eps_high=, ratio_level=)
+PPO-Clip L^CLIP, eq. (7); the six cases (Q9)               losses.clipped_policy_loss, losses.CLIP_CASES
+(beyond PPO: DAPO's clip-higher, GSPO's sequence           clipped_policy_loss(clip_eps_high=, ratio_level=)
 ratio; GRPO / Dr. GRPO loss aggregation)                   masked.aggregation_denominator, masked_aggregate
-clip fraction (003 sec. 13)                                stats["clipfrac"] of clipped_policy_loss
-PPO-Penalty r A - beta KL, eq. (8) (003 sec. 6)            penalty.ppo_penalty_loss
-adaptive beta (003 sec. 6; PPO paper sec. 4)               kl_control.PPOPaperKLController,
-                                                           kl_control.AdaptiveKLController (Ziegler et
-                                                           al. 2019), kl_control.FixedKLController
-critic loss (V - R)^2 (003 sec. 7), value clipping (000)   losses.value_loss, losses.clipped_value_loss
-entropy bonus H(pi) (003 sec. 7), eq. (9)                  losses.entropy_from_logits / _backward
+clip fraction (Q10)                                        stats["clipfrac"] of clipped_policy_loss
+PPO-Penalty r A - beta KL, eq. (8) (Q11)                   penalty.ppo_penalty_loss
+adaptive beta (PPO paper sec. 4; Ziegler et al. 2019       kl_control.PPOPaperKLController,
+sec. 2.2) (Q40)                                            kl_control.AdaptiveKLController,
+                                                           kl_control.FixedKLController
+critic loss (V - R)^2, eq. (9) (Q12); value clip (Q46)     losses.value_loss, losses.clipped_value_loss
+entropy bonus S[pi](s_t), eq. (9) (Q13)                    losses.entropy_from_logits / _backward
 one temperature for every distribution                     the ``temperature`` argument in losses
-GAE delta_t, A_t, returns = A + V (003 sec. 9; 000)        gae.gae (tokens)
+GAE delta_t, A_t, returns = A + V, eq. (16) (Q16, Q17)     gae.gae (tokens)
 GAE with (s, a, r, s', done) for classic control           gae.gae_classic (terminated vs truncated)
-advantage normalisation (003 sec. 12)                      masked.masked_whiten
-approx KL, KL monitoring, early stop (003 sec. 12-13)      stats["approx_kl"]; kl.kl_estimate (k1, k2, k3)
-KL penalty reward -beta * kl_t (000 follow-up 3)           kl.kl_estimate(logp, logp_ref, kind)
-KL as a loss term (GRPO), and what its gradient estimates  kl.kl_ref_loss (k1, k2, k3)
+advantage normalisation (Q22)                              masked.masked_whiten
+approx KL, KL monitoring, early stop (Q43)                 stats["approx_kl"]; kl.kl_estimate (k1, k2, k3)
+KL penalty -beta kl_t in the reward, k1/k2/k3 (Q35, Q41)   kl.kl_estimate(logp, logp_ref, kind)
+KL as a loss term (GRPO) and its gradient (Q38)            kl.kl_ref_loss (k1, k2, k3)
 exact KL between two distributions                         losses.kl_exact_from_logits
-explained variance (003 sec. 13)                           masked.explained_variance
-padding / response mask (003 sec. 17; 000)                 masked.masked_sum / masked_mean / masked_var
+explained variance (Q21)                                   masked.explained_variance
+padding / response mask (Q27)                              masked.masked_sum / masked_mean / masked_var
 critic-free advantages: GRPO, RLOO, batch-mean baseline    group_advantages.grpo_advantages, rloo_advantages,
-(beyond the seeds: Shao et al. 2024; Ahmadian et al. 2024) batch_mean_advantages; GRPO's KL loss grpo_kl_loss
+(Shao et al. 2024; Ahmadian et al. 2024) (Q61)             batch_mean_advantages; GRPO's KL loss grpo_kl_loss
 =========================================================  ==========================================
 
 (What only lessons measure, e.g. the k1/k2/k3 moments or the sequence ratio, is in ``minippo.studies``.)

@@ -224,7 +224,8 @@ def clipped_policy_loss(logp, logp_old, adv, mask, clip_eps, clip_eps_high=None)
     if status == OVERFLOW:
         if b < 0:
             raise ValueError("the sum of L^CLIP over the tokens overflows float64; check `logp` and `logp_old`")
-        raise ratio_overflow_error((as2[0][b, t] - as2[1][b, t]).item(), as2[2][b, t].item(), t if one_d else (b, t))
+        raise ratio_overflow_error((as2[0][b, t] - as2[1][b, t]).item(), as2[2][b, t].item(), t if one_d else (b, t),
+                                   dtype=logp.dtype)
     raise_for_status(status, which, b, t, ["logp", "logp_old", "adv"], as2[:3], as2[3], one_d)
     stats = {"clipfrac": n_clipped / n if n else 0.0, "approx_kl": kl_sum / n if n else 0.0,
              "ratio_mean": ratio_sum / n if n else 1.0, "ratio_max": ratio_max if n else 1.0,
@@ -281,7 +282,8 @@ def _clipped_policy_kernel(logp, logp_old, adv, mask, lo, hi, check_holes, dlogp
             # min(r A, clip(r, lo, hi) A) = A min(r, hi) for A >= 0, A max(r, lo) for A < 0
             below, above = ratio < lo, ratio > hi
             clipped = ((a > 0) & above) | ((a < 0) & below)
-            obj = a * min(ratio, hi) if a >= 0 else a * max(ratio, lo)
+            a64 = np.float64(a)                                    # the objective's terms in float64
+            obj = a64 * min(ratio, hi) if a >= 0 else a64 * max(ratio, lo)
             grad = 0.0 if (clipped or a == 0) else -a * ratio      # d(-r A)/dlogp = -A r; /n below
             if over_b < 0 and not (math.isfinite(obj) and math.isfinite(grad)):
                 over_b, over_t = b, t

@@ -4,8 +4,8 @@ Legend: B batch (responses), T tokens (right-padded), G prompts (groups), n grou
 (responses per prompt), B = G * n.
 
 PPO needs a critic V(s_t) to turn one sequence score into per-token advantages (GAE). The
-methods here drop the critic (the fourth model of seed 001) and use the OTHER responses to the
-same prompt as the baseline instead. Each response i gets one sequence-level advantage A_i from
+methods here drop the critic (the fourth of RLHF-PPO's four models, Q31) and use the OTHER
+responses to the same prompt as the baseline instead. Each response i gets one sequence-level advantage A_i from
 the scores s (the reward model's scores, one per response), and every valid token of the
 response gets that same number (outcome supervision: no per-token credit assignment):
 

@@ -133,6 +133,12 @@ def kl_ref_loss(logp, logp_ref, mask=None, kl_coef=1.0, kind="k3", *, loss_agg="
         dk = logp - logp_ref
     else:
         dk = -np.expm1(logp_ref - logp)
-    dlogp = (kl_coef * dk * mask / d).astype(logp.dtype)
+    with np.errstate(over="ignore"):
+        dlogp = (kl_coef * dk * mask / d).astype(logp.dtype)
+    if not np.isfinite(dlogp).all():                                     # k finite, kl_coef * dk not (float32)
+        i = tuple(int(j) for j in np.argwhere(~np.isfinite(dlogp))[0])
+        raise ValueError(f"`logp` = {logp[i].item()!r} and `logp_ref` = {logp_ref[i].item()!r} at "
+                         f"{i if len(i) != 1 else i[0]} give a gradient `kl_coef` * dk/dlogp beyond the range of "
+                         f"{logp.dtype}")
     stats = {"kl": kl, "kl_max": float(k[valid].max()) if n else 0.0, "n_tokens": n}
     return kl_coef * kl, dlogp, stats

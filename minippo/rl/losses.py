@@ -37,7 +37,7 @@ Since ``min(r A, clip(r) A) = A min(r, 1+eps_high)`` for A >= 0 and ``A max(r, 1
 objective is computed in that form: finite wherever the clip binds, even when r overflows (A > 0:
 (1 + eps_high) A, zero gradient); where A < 0 and r overflows, r A has no finite value and a
 ``ValueError`` names ``logp`` and ``logp_old``. min() selects the clipped term exactly where clipping
-would let the objective grow further:
+would let the objective grow further (Q9):
 
     code  advantage  ratio r                        selected term           dL/dlogp
     1     A > 0      r < 1-eps_low                  r A  (unclipped)        -A r / n
@@ -208,13 +208,18 @@ def clip_band(clip_eps, clip_eps_high, dtype):
     return np.dtype(dtype).type(1 - clip_eps), np.dtype(dtype).type(1 + eps_high)
 
 
-def ratio_overflow_error(log_ratio, adv, pos, what="L^CLIP") -> ValueError:
-    """The ``ValueError`` of both paths of :func:`clipped_policy_loss` where ``r A`` has no finite value."""
+def ratio_overflow_error(log_ratio, adv, pos, what="L^CLIP = r A", dtype=np.float64,
+                         why="the clip bounds r only on the side A pushes it") -> ValueError:
+    """The ``ValueError`` of both paths of :func:`clipped_policy_loss` (and :func:`ppo_penalty_loss`) where the
+    objective or its gradient has no finite value in ``dtype``: the ratio overflows (named: ``logp`` and
+    ``logp_old``), or the ratio is finite and the advantage makes ``-A r / n`` overflow (named: ``adv``)."""
     with np.errstate(over="ignore"):
         r = float(np.exp(np.float64(log_ratio)))
+    if r <= float(np.finfo(dtype).max):
+        return ValueError(f"`adv` = {adv!r} at {pos} with the ratio r = {r!r} gives {what} or its gradient beyond "
+                          f"the range of {np.dtype(dtype)}; check `adv`")
     return ValueError(f"`logp` - `logp_old` = {log_ratio!r} at {pos} gives the ratio r = {r!r} with the advantage "
-                      f"A = {adv!r}: {what} = r A is not finite there (the clip bounds r only on the side A "
-                      f"pushes it); check `logp` and `logp_old`")
+                      f"A = {adv!r}: {what} is not finite there ({why}); check `logp` and `logp_old`")
 
 
 def _valid_mean(x, valid, n) -> float:
@@ -283,8 +288,9 @@ def clipped_policy_loss(logp, logp_old, adv, mask=None, clip_eps=0.2, clip_eps_h
             log_s = np.where(valid, log_ratio, 0).sum(axis=1) / lengths   # (B,) GSPO's log s_b
             ratio = np.broadcast_to(np.exp(log_s)[:, None], logp.shape).astype(logp.dtype)   # s_b on row b
         # the next two lines are L^CLIP, eq. (7): min(r A, clip(r) A) = A min(r, 1+eps_high) (A >= 0),
-        # A max(r, 1-eps_low) (A < 0); finite wherever the clip binds, even where r overflows
-        surr = np.where(adv >= 0, adv * np.minimum(ratio, hi), adv * np.maximum(ratio, lo))
+        # A max(r, 1-eps_low) (A < 0); finite wherever the clip binds, even where r overflows (float64 terms)
+        a64 = adv.astype(np.float64)
+        surr = np.where(adv >= 0, a64 * np.minimum(ratio, hi), a64 * np.maximum(ratio, lo))
         surr = np.where(valid, surr, 0.0)                                 # padding never enters
         # min() selects the constant clipped term where clipping binds: zero gradient there
         clipped = ((adv > 0) & (ratio > hi)) | ((adv < 0) & (ratio < lo))
@@ -300,7 +306,7 @@ def clipped_policy_loss(logp, logp_old, adv, mask=None, clip_eps=0.2, clip_eps_h
     bad = valid & ~(np.isfinite(surr) & np.isfinite(dlogp))
     if bad.any():
         i = tuple(int(j) for j in np.argwhere(bad)[0])
-        raise ratio_overflow_error(log_ratio[i].item(), adv[i].item(), i if len(i) != 1 else i[0])
+        raise ratio_overflow_error(log_ratio[i].item(), adv[i].item(), i if len(i) != 1 else i[0], dtype=logp.dtype)
     loss = -masked_aggregate(surr, mask, loss_agg, norm_len)
     if not np.isfinite(loss):
         raise ValueError("the sum of L^CLIP over the tokens overflows float64; check `logp` and `logp_old`")
@@ -321,12 +327,21 @@ def clipped_policy_loss(logp, logp_old, adv, mask=None, clip_eps=0.2, clip_eps_h
 # 3. the value loss L^VF
 # ----------------------------------------------------------------------------------------------
 
-def _value_overflow_error(err, values, returns, names):
-    """``ValueError`` naming the inputs where the float64 squared error has no finite value."""
+def _value_overflow_error(err, values, returns, names, what="a squared error beyond float64's range: no finite "
+                                                             "value loss"):
+    """``ValueError`` naming the inputs where the float64 squared error (or the gradient in the values' dtype) has
+    no finite value."""
     i = tuple(int(j) for j in np.argwhere(~np.isfinite(err))[0])
     pos = i if len(i) != 1 else i[0]
     return ValueError(f"{' and '.join(f'`{n}`' for n in names)} at {pos} (values {values[i].item()!r}, returns "
-                      f"{returns[i].item()!r}) give a squared error beyond float64's range: no finite value loss")
+                      f"{returns[i].item()!r}) give {what}")
+
+
+def _gradient_overflow_error(dvalues, values, returns, names):
+    """The gradient ``(v - R) / n`` is finite in float64 but not in the values' dtype (float32 beyond 3.4e38)."""
+    return _value_overflow_error(dvalues, values, returns, names,
+                                 f"a gradient (values - returns) / n beyond the range of {dvalues.dtype}: no finite "
+                                 "gradient in that dtype (pass float64 values)")
 
 
 def value_loss(values, returns, mask=None, *, loss_agg="token-mean", norm_len=None):
@@ -353,7 +368,10 @@ def value_loss(values, returns, mask=None, *, loss_agg="token-mean", norm_len=No
     if not np.isfinite(sq).all():
         raise _value_overflow_error(sq, values, returns, ("values", "returns"))
     loss = 0.5 * masked_aggregate(sq, mask, loss_agg, norm_len)
-    dvalues = np.where(mask == 1, error / d, 0.0).astype(values.dtype)  # d(0.5 e^2)/dv = e, /d
+    with np.errstate(over="ignore"):
+        dvalues = np.where(mask == 1, error / d, 0.0).astype(values.dtype)  # d(0.5 e^2)/dv = e, /d
+    if not np.isfinite(dvalues).all():
+        raise _gradient_overflow_error(dvalues, values, returns, ("values", "returns"))
     stats = {"vf_clipfrac": 0.0, "values_mean": masked_mean(values, mask),
              "returns_mean": masked_mean(returns, mask), "n_tokens": n}
     return loss, dvalues, stats
@@ -401,7 +419,10 @@ def clipped_value_loss(values, values_old, returns, mask=None, clip_eps=0.2, *, 
     # band (inside it v_clipped = v up to rounding); v_clipped is then constant: no gradient
     outside = np.abs(v - v_old) > clip_eps
     clipped = outside & (err_clipped > err_unclipped) & valid
-    dvalues = np.where(clipped | ~valid, 0.0, (v - R) / d).astype(values.dtype)
+    with np.errstate(over="ignore"):
+        dvalues = np.where(clipped | ~valid, 0.0, (v - R) / d).astype(values.dtype)
+    if not np.isfinite(dvalues).all():
+        raise _gradient_overflow_error(dvalues, values, returns, ("values", "values_old", "returns"))
     stats = {"vf_clipfrac": masked_mean(clipped.astype(values.dtype), mask),
              "values_mean": masked_mean(values, mask), "returns_mean": masked_mean(returns, mask),
              "n_tokens": n}

@@ -18,7 +18,7 @@ import numpy as np
 
 from minippo.checks import check_range
 from minippo.rl.kl import kl_estimate
-from minippo.rl.losses import ratio_stats
+from minippo.rl.losses import ratio_overflow_error, ratio_stats
 from minippo.rl.masked import masked_mean, token_inputs
 
 
@@ -49,13 +49,30 @@ def ppo_penalty_loss(logp, logp_old, adv, mask=None, kl_coef=1.0):
     check_range("kl_coef", kl_coef, 0, None)
     (logp, logp_old, adv), mask = token_inputs(mask, logp=logp, logp_old=logp_old, adv=adv)
     n = int((mask == 1).sum())
-    # the next three lines are L^KLPEN, eq. (8), with the k3 per-token KL
-    ratio = np.exp(logp - logp_old)                                 # r_t
-    kl = kl_estimate(logp_old, logp, kind="k3")                     # (r_t - 1) - log r_t
-    loss = -masked_mean(ratio * adv - kl_coef * kl, mask)
+    with np.errstate(over="ignore", invalid="ignore"):              # padding may hold any log-probs
+        # the next three lines are L^KLPEN, eq. (8), with the k3 per-token KL
+        ratio = np.where(mask == 1, np.exp(logp - logp_old), 1.0).astype(logp.dtype)   # r_t (1 on padding)
+        _check_penalty_finite(ratio, logp - logp_old, adv, mask)
+        kl = kl_estimate(logp_old, logp, kind="k3", mask=mask)      # (r_t - 1) - log r_t
+        loss = -masked_mean(ratio * adv - kl_coef * kl, mask)
     # d/dlogp of (r A - beta ((r - 1) - log r)) = r A - beta (r - 1)
     dlogp = (-(ratio * adv - kl_coef * (ratio - 1.0)) * mask / max(n, 1)).astype(logp.dtype)
+    if not (np.isfinite(loss) and np.isfinite(dlogp).all()):
+        i = tuple(int(j) for j in np.argwhere(~np.isfinite(dlogp) | ~np.isfinite(ratio * adv))[0])
+        raise ratio_overflow_error((logp - logp_old)[i].item(), adv[i].item(), i if len(i) != 1 else i[0],
+                                   what="L^KLPEN = r A - beta KL", dtype=logp.dtype)
     kl_mean = masked_mean(kl, mask)
     stats = {"kl": kl_mean, "approx_kl": kl_mean, "surrogate": masked_mean(ratio * adv, mask),
              **ratio_stats(ratio, mask == 1, n), "n_tokens": n}
     return loss, dlogp, stats
+
+
+def _check_penalty_finite(ratio, log_ratio, adv, mask) -> None:
+    """L^KLPEN = r (A - beta) + beta (1 + log r) has no finite value where r overflows (unless A = beta exactly):
+    a ``ValueError`` naming ``logp`` and ``logp_old`` (not k3's internal names) at the first such valid token."""
+    bad = (mask == 1) & ~np.isfinite(ratio)
+    if bad.any():
+        i = tuple(int(j) for j in np.argwhere(bad)[0])
+        raise ratio_overflow_error(log_ratio[i].item(), adv[i].item(), i if len(i) != 1 else i[0],
+                                   what="L^KLPEN = r A - beta KL", dtype=ratio.dtype,
+                                   why="r (A - beta) grows with r, and the k3 penalty with it")

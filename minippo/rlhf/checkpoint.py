@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minippo.io import WEIGHTS, has_checkpoint, load_checkpoint, save_checkpoint
+from minippo.io import WEIGHTS, checkpoint_folder, has_checkpoint, load_checkpoint, save_checkpoint
 from minippo.nn.gpt import GPTConfig, TinyGPT, param_shapes
 
 FORMAT = "minippo.model/1"
@@ -90,28 +90,46 @@ def save_model(directory: str | os.PathLike, model: TinyGPT, *, tokenizer=None, 
     return save_checkpoint(directory, arrays, state, files=files)
 
 
-def load_model(directory: str | os.PathLike) -> tuple[TinyGPT, dict]:
-    """Read a folder written by :func:`save_model`: ``(model, state)``.
+def model_expect(state: dict, extra_expect=None) -> dict:
+    """The tensors a model folder with this ``state`` must hold (:data:`minippo.io.Expect`): every parameter
+    of its ``gpt_config`` in its dtype, and ``extra/<name>`` for every name of ``extra_array_names`` (with
+    the shape and dtype ``extra_expect[name]`` when given, whose names must then be exactly those)."""
+    if state.get("format") != FORMAT:
+        raise ValueError(f"does not hold a minippo model (its format is {state.get('format')!r}, expected {FORMAT!r})")
+    cfg = GPTConfig.from_dict(state["gpt_config"])
+    names = state["extra_array_names"]
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"`extra_array_names` must be a list of names, got {names!r}")
+    if extra_expect is not None and set(names) != set(extra_expect):
+        differ = sorted(set(names) ^ set(extra_expect))
+        raise ValueError(f"`extra_array_names` must be {sorted(extra_expect)[:3]}..., the arrays this run saves; "
+                         f"differs in {differ[:3]}")
+    expect = {name: (shape, cfg.dtype) for name, shape in param_shapes(cfg).items()}
+    expect.update({EXTRA + n: None if extra_expect is None else extra_expect[n] for n in names})
+    return expect
+
+
+def load_model(directory: str | os.PathLike, *, extra_expect=None) -> tuple[TinyGPT, dict]:
+    """Read a folder written by :func:`save_model`: ``(model, state)``, everything checked first.
 
     ``directory`` is the model folder or a run folder holding it as ``model/`` or ``policy/``
     (:func:`resolve_model_dir`). ``state`` holds ``"gpt_config"`` (a dict), every key of the saved ``extra_state``,
     ``"extra_arrays"`` (name -> array) and ``"tokenizer"`` (path to ``tokenizer.json`` or None;
     load it with ``Tokenizer.load(state["tokenizer"])``).
+
+    Before any array is used, the weights file must hold exactly the parameters of the stored GPTConfig
+    (shapes and dtype from the config) and the declared extra arrays (``extra_expect``: name -> (shape,
+    dtype) of each, when the caller knows them, e.g. optimizer moments), all finite; anything else is a
+    :class:`minippo.io.CorruptFileError` naming the file and the tensor (:func:`minippo.io.read_weights`).
     """
     directory = resolve_model_dir(directory)
-    arrays, state = load_checkpoint(directory)
-    if state.get("format") != FORMAT:
-        raise ValueError(f"`directory` {directory} does not hold a minippo model (state.json format is "
-                         f"{state.get('format')!r}, expected {FORMAT!r})")
+    arrays, state = load_checkpoint(directory, lambda st: model_expect(st, extra_expect))
     cfg = GPTConfig.from_dict(state["gpt_config"])
     model = TinyGPT.from_params(cfg, {name: arrays[name] for name in param_shapes(cfg)})
     state["extra_arrays"] = {name: arrays[EXTRA + name] for name in state["extra_array_names"]}
     state["tokenizer"] = None
     if state["has_tokenizer"]:
-        folder = Path(directory)
-        if not (folder / WEIGHTS).exists():             # load_checkpoint fell back to the previous save
-            folder = folder.with_name(folder.name + ".old")
-        path = folder / TOKENIZER_FILE
+        path = checkpoint_folder(directory) / TOKENIZER_FILE      # beside the weights (maybe <dir>.old)
         if not path.is_file():
             raise FileNotFoundError(f"{directory} was saved with a tokenizer but {path} is missing")
         state["tokenizer"] = str(path)

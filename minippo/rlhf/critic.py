@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from minippo.checks import check_float_array
+from minippo.checks import check_float_array, check_range
 from minippo.nn.gpt import TinyGPT
 from minippo.rl.masked import masked_mean
 
@@ -103,6 +103,15 @@ class ValueNorm:
 
     @classmethod
     def from_state(cls, state: dict) -> "ValueNorm":
+        """The statistics of :meth:`state_dict`, checked: ``enabled`` a bool, ``mean`` finite, ``var`` and
+        ``count`` finite and >= 0 (a ``ValueError`` naming the entry otherwise)."""
+        if not isinstance(state, dict) or set(state) != {"enabled", "mean", "var", "count"}:
+            raise ValueError(f"`value_norm` must be a dict with enabled, mean, var, count; got {state!r}")
+        if not isinstance(state["enabled"], bool):
+            raise ValueError(f"`value_norm.enabled` must be true or false, got {state['enabled']!r}")
+        check_range("value_norm.mean", state["mean"])
+        check_range("value_norm.var", state["var"], 0, None)
+        check_range("value_norm.count", state["count"], 0, None)
         return cls(**state)
 
 

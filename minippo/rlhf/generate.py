@@ -248,3 +248,24 @@ def generate_text(model, tokenizer, prompts: list[str], *, rng: np.random.Genera
     gen = generate(model, ids, mask, max_new_tokens=max_new_tokens, rng=rng, eos_id=tokenizer.eos_id,
                    pad_id=tokenizer.pad_id, **sampling)
     return tokenizer.decode_batch(gen.sequences), gen
+
+
+def check_response_fits(max_new_tokens: int, tokenizer, prompts, block_size: int, name: str = "max_new_tokens") -> None:
+    """``ValueError`` naming ``name`` when ``<bos>`` + the longest of ``prompts`` + ``max_new_tokens`` exceeds
+    ``block_size``: a run checks it before it writes anything, instead of failing at its first rollout."""
+    check_range(name, max_new_tokens, 1, None, integer=True)
+    longest = max(len(ids) for ids in tokenizer.encode_batch(list(prompts), add_bos=True))
+    if longest + max_new_tokens > block_size:
+        raise ValueError(f"`{name}` = {max_new_tokens} does not fit: the longest prompt is {longest} tokens "
+                         f"(<bos> included) and the model's block_size is {block_size}, so at most "
+                         f"{block_size - longest} new tokens")
+
+
+TRUNCATED_MARK = " [cut: max_new_tokens reached, no EOS]"
+"""What :func:`show_sample` appends to a response that never produced its EOS."""
+
+
+def show_sample(text: str, ended: bool) -> str:
+    """``text`` as a sample is shown to a reader: marked with :data:`TRUNCATED_MARK` when the response hit
+    ``max_new_tokens`` without an EOS (it was cut, e.g. mid-word, and is scored as it stands)."""
+    return text if ended else text + TRUNCATED_MARK

@@ -94,7 +94,7 @@ class PPOConfig:
     weight_decay: float = 0.0
     """AdamW decoupled weight decay, >= 0 (0 in TRL's PPO)."""
     max_grad_norm: float = 1.0
-    """Global gradient-norm clip over actor and critic together (seed 003 sec. 12), > 0."""
+    """Global gradient-norm clip over actor and critic together (Q23), > 0."""
     update_epochs: int = 4
     """K, passes over each rollout batch (TRL ``num_ppo_epochs``); >= 1, 1 .. 8 typical."""
     minibatch_size: int = 16
@@ -103,7 +103,7 @@ class PPOConfig:
     # ---- losses (PPO paper eq. (9): L^CLIP - c1 L^VF + c2 S) ---------------------------------
     clip_eps: float = 0.2
     """epsilon of L^CLIP, eq. (7) (the lower edge 1 - eps; also the upper one unless ``clip_eps_high``); > 0,
-    0.1 .. 0.3 typical (seed 001: 0.5 collapses the policy)."""
+    0.1 .. 0.3 typical (PPO paper Table 1: 0.2 the best of 0.1, 0.2, 0.3; Q52)."""
     clip_eps_high: float | None = None
     """eps_high of an asymmetric band [1 - clip_eps, 1 + clip_eps_high]: DAPO's "Clip-Higher" (arXiv:2503.14476,
     eps_low 0.2, eps_high 0.28: a low-probability token with A > 0 can grow more, which keeps entropy up);
@@ -143,7 +143,7 @@ class PPOConfig:
     # ---- rewards ----------------------------------------------------------------------------
     reward_shaping: str = "kl_final"
     """``"kl_final"``: r_t = -beta kl_t, score added on the last valid token (Ziegler et al. 2019);
-    ``"uniform"``: r_t = -beta kl_t + score / n on every valid token (seed 000's first option)."""
+    ``"uniform"``: r_t = -beta kl_t + score / n on every valid token (Q35)."""
     kl_ref_estimator: str = "k1"
     """Per-token KL in the reward: ``"k1"`` logp - logp_ref (Ziegler, TRL), ``"k2"``, ``"k3"``. In the reward the estimate
     is a number and the policy gradient of -beta sum_t k_t is what moves the KL: with k1 (on-policy) that is exactly
@@ -170,13 +170,13 @@ class PPOConfig:
     """``"gae"`` (with the critic), or the critic-free ``"grpo"``, ``"dr_grpo"``, ``"rloo"`` (need
     ``samples_per_prompt`` >= 2) and ``"reinforce"`` (lesson 20; :func:`minippo.rlhf.ppo.advantages`)."""
     gamma: float = 1.0
-    """Discount gamma in [0, 1]; 1 in RLHF (seed 000)."""
+    """Discount gamma in [0, 1]; 1 in RLHF: a response is a finished episode, scored at its end (Q18)."""
     lam: float = 0.95
-    """GAE lambda in [0, 1]; 0.95 default (seed 000: RM rewards are noisy, low variance matters)."""
+    """GAE lambda in [0, 1]; 0.95 default (Q16, Q54)."""
     whiten_advantages: bool = True
-    """Whiten GAE's advantages over the batch's valid tokens before the update (seed 003 sec. 12). The critic-free
-    estimators (GRPO, RLOO, REINFORCE) are never whitened again: they keep their papers' normalisation
-    (:func:`minippo.rlhf.ppo.advantages` says why)."""
+    """Whiten GAE's advantages over the batch's valid tokens before the update (not in the PPO paper; Q22).
+    The critic-free estimators (GRPO, RLOO, REINFORCE) are never whitened again: they keep their papers'
+    normalisation (:func:`minippo.rlhf.ppo.advantages` says why)."""
 
     # ---- KL control -------------------------------------------------------------------------
     kl_ref_controller: str = "adaptive"
@@ -207,11 +207,11 @@ class PPOConfig:
     folded into the head), ``"sft"`` (the SFT trunk, head 0) or ``"random"`` (a fresh TinyGPT)."""
     critic_bias_init: str = "mean_score"
     """``"mean_score"``: at the first rollout shift the value head bias so the mean value over valid
-    tokens equals the mean score (seed 001); ``"keep"``: leave it."""
+    tokens equals the mean score (Q48); ``"keep"``: leave it."""
     shared_stop_gradient: bool = True
-    """Shared critic only: the value loss does not flow into the actor's trunk (seed 001)."""
+    """Shared critic only: the value loss does not flow into the actor's trunk (Q59)."""
     value_norm: bool = False
-    """Normalise the critic's targets with running mean/std of the returns (seed 000 pitfall 2)."""
+    """Normalise the critic's targets with running mean/std of the returns (Q46)."""
 
     # ---- monitoring and checkpoints ---------------------------------------------------------
     log_exact_kl: bool = False

@@ -2,8 +2,7 @@
 
 Legend: B batch (sequences), N pairs, T tokens, C channels (n_embd), V vocab, L layers.
 
-RLHF stage 2 (seed 003 section 15; seed 001: "Reward Model（奖励模型）：训练好的偏好模型，给生成序列
-打分。不更新，只输出标量奖励 ... 通常基于偏好数据训练（如Bradley-Terry模型）"): one of the four models
+RLHF stage 2 (InstructGPT sec. 3.5, eq. (1); Q29): one of the four models
 of PPO for language models. It reads ``prompt ++ response`` and returns ONE number per sequence::
 
     scalar = TinyGPT(sequences, attn_mask).scalar_head             (B, T) a number at every position
@@ -31,8 +30,8 @@ differences, so a constant added to every score changes nothing (the head bias g
 **Normalisation** (OpenAI's lm-human-preferences, Ziegler et al. 2019, arXiv:1909.08593): after
 training, a gain and a bias are set so that the scores of fresh samples of the reference (SFT) policy
 have mean 0 and standard deviation 1: ``score = gain * raw_score + bias``, gain = 1 / std,
-bias = -mean / std. PPO then sees rewards on a known scale whatever the RM training did (seed 001's
-"对奖励做白化" done once, with fixed constants, rather than per batch).
+bias = -mean / std. PPO then sees rewards on a known scale whatever the RM training did (reward
+normalisation, Q30, done once with fixed constants rather than per batch).
 
 The reward model starts from the SFT weights (its trunk already reads the language) with a fresh
 scalar head ~ N(0, std 1 / sqrt(C + 1)) as in lm-human-preferences; ``init="fresh"`` builds a new, possibly

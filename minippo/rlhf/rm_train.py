@@ -16,19 +16,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from minippo.blas import single_blas_thread
-from minippo.checks import check_choice, check_range
-from minippo.io import MetricsWriter, atomic_write_text, has_checkpoint
+from minippo.checks import check_choice, check_fields, check_range, first_nonfinite
+from minippo.io import STATE, MetricsWriter, atomic_write_text, checkpoint_folder, has_checkpoint, in_file, read_json
 from minippo.nn.gpt import GPTConfig, TinyGPT
+from minippo.progress import progress_bar
+from minippo.runs import check_same_config, run_lock, stage
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
 from minippo.rlhf.checkpoint import load_model
 from minippo.rlhf.data.batches import batch_indices, steps_per_epoch
-from minippo.rlhf.data.corpus import sample_prompts
+from minippo.rlhf.data.corpus import PROMPTS, sample_prompts
 from minippo.rlhf.data.preferences import (PreferencePairs, gold_order_accuracy, make_preference_pairs,
                                            pairwise_accuracy, pearson, sample_policy, spearman)
 from minippo.rlhf.data.tokenizer import Tokenizer
+from minippo.rlhf.generate import check_response_fits
 from minippo.rlhf.reward_model import RewardModel, bradley_terry_forward
 
 # ----------------------------------------------------------------------------------------------
@@ -127,7 +129,8 @@ class RMConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "RMConfig":
-        return cls(**d)
+        """The config of ``to_dict``; an unknown field is a ``ValueError`` naming it."""
+        return cls(**check_fields(cls, d, "rm_config"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -171,7 +174,8 @@ def fit_reward_model(rm: RewardModel, train: PreferencePairs, heldout: Preferenc
     scores their responses once and averages the loss over all their pairs. Every step records
     ``rm/loss``, ``rm/accuracy`` (of that minibatch), ``rm/grad_norm`` (before clipping), ``rm/lr``; at
     step 0 and ``cfg.n_evals`` evenly spaced steps also ``rm/heldout_loss``, ``rm/heldout_accuracy``,
-    ``rm/heldout_gold_accuracy``. A non-finite loss stops the run naming the metric and the step.
+    ``rm/heldout_gold_accuracy``. A non-finite loss or gradient norm stops the run (``ValueError``) naming
+    the metric, the step and the first non-finite gradient.
     """
 
     per_epoch = steps_per_epoch(train.n_groups, cfg.batch_prompts)
@@ -191,13 +195,18 @@ def fit_reward_model(rm: RewardModel, train: PreferencePairs, heldout: Preferenc
         return rec
 
     record({"step": 0, "epoch": 0.0})
-    bar = tqdm(range(total), desc="reward model", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(range(total), desc="reward model", disable=not progress)
     for step in bar:
         mb = train.select_groups(batch_indices(train.n_groups, cfg.batch_prompts, step, seed=(cfg.seed, SEED_BATCHES)))
         loss, acc, grads = rm.pairs_loss_and_grads(mb.sequences, mb.mask, mb.chosen_idx, mb.rejected_idx)
         if not np.isfinite(loss):
-            raise FloatingPointError(f"`rm/loss` is {loss} at step {step + 1}: reward-model training stopped")
+            raise ValueError(f"`rm/loss` is {loss} at step {step + 1}: reward-model training stopped (the reward "
+                             "model is saved only at the end: nothing of it is on disk)")
         grad_norm = clip_grad_norm(grads, cfg.max_grad_norm)
+        if not np.isfinite(grad_norm):
+            raise ValueError(f"`rm/grad_norm` is {grad_norm} at step {step + 1} (the first non-finite gradient is "
+                             f"that of `{first_nonfinite(grads)}`): reward-model training stopped (nothing of it "
+                             "is on disk)")
         # the next two lines are AdamW with a short linear warm-up and a cosine decay to 0.1 lr
         lr = lr_at(step, total, cfg.lr, warmup_steps=min(20, total // 10), schedule="cosine", min_lr=0.1 * cfg.lr)
         opt.step(grads, lr=lr)
@@ -219,6 +228,17 @@ def load_sft(sft_dir) -> tuple[TinyGPT, Tokenizer, dict]:
     if state["tokenizer"] is None:
         raise ValueError(f"`sft_dir` {sft_dir} has no tokenizer.json beside the model")
     return model, Tokenizer.load(state["tokenizer"]), state
+
+
+def stored_config(model_dir, key: str) -> dict:
+    """The config saved under ``key`` in a model folder's state.json (e.g. "rm_config"), without loading the
+    weights; a :class:`minippo.io.CorruptFileError` naming the file when it is missing or not a dict."""
+    path = checkpoint_folder(model_dir) / STATE
+    state = read_json(path)
+    with in_file(path):
+        if not isinstance(state, dict) or not isinstance(state[key], dict):
+            raise ValueError(f"`{key}` must be a dict")
+        return state[key]
 
 
 def train_reward_model(cfg: RMConfig, sft_dir, out_dir, progress: bool = True,
@@ -247,11 +267,19 @@ def train_reward_model(cfg: RMConfig, sft_dir, out_dir, progress: bool = True,
     """
     if not isinstance(cfg, RMConfig):
         raise ValueError(f"`cfg` must be an RMConfig, got {type(cfg).__name__}")
-    t0 = time.perf_counter()
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out_dir / "config.json", json.dumps(cfg.to_dict(), indent=1))
+    with run_lock(out_dir), stage("the reward model", out_dir, restart="the same command trains it again"):
+        return _train_reward_model(cfg, sft_dir, out_dir, progress, pairs)
+
+
+def _train_reward_model(cfg: RMConfig, sft_dir, out_dir: Path, progress: bool, pairs) -> dict:
+    t0 = time.perf_counter()
+    if has_checkpoint(out_dir / "model"):          # a finished reward model is replaced only by the same run
+        check_same_config(f"the reward model in {out_dir / 'model'}", stored_config(out_dir / "model", "rm_config"),
+                          cfg.to_dict(), fresh=f"use another folder than {out_dir}")
     sft_model, tokenizer, _ = load_sft(sft_dir)
+    check_response_fits(cfg.max_new_tokens, tokenizer, PROMPTS, sft_model.cfg.block_size)
+    atomic_write_text(out_dir / "config.json", json.dumps(cfg.to_dict(), indent=1))
     sample = dict(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
     with single_blas_thread():          # tiny matrices: one BLAS thread is faster and deterministic
         if pairs is None:

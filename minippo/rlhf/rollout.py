@@ -1,12 +1,12 @@
-"""The experience buffer of RLHF-PPO: seed 000's per-token 7-tuple, stored as padded (B, Tn) arrays.
+"""The experience buffer of RLHF-PPO: the per-token 7-tuple (Q25), as padded (B, Tn) arrays.
 
 Legend: B batch (responses), Tp prompt columns (left-padded), Tn response columns (right-padded).
 
 Classic PPO stores ``(s, a, r, s', done)``; a language model's PPO stores, for every response token
-(seed 000, "七元组"): observation, action, log_prob, value, reward, advantage, return. Here one row b
+(Q25): observation, action, log_prob, value, reward, advantage, return. Here one row b
 is one response, one column j one of its tokens::
 
-    seed 000 field   here                         meaning
+    field            here                         meaning
     observation      prompt ++ response[:j]        the context ids (``observation(b, j)``): the state s_j
     action           response[b, j]                the token chosen in s_j
     log_prob         logp[b, j]                    log pi_old(a_j|s_j), stored at rollout time (the ratio's

@@ -28,7 +28,10 @@ Run folder (``out_dir``)::
 Batches are a pure function of ``(seed, step)`` and the checkpoint holds the parameters and the
 optimizer moments bitwise, so an interrupted run resumed from its checkpoint reproduces the
 uninterrupted run exactly (tested). A non-finite loss or gradient norm stops the run with a
-``ValueError`` naming the metric and the step; the last good checkpoint stays on disk.
+``ValueError`` naming the metric, the step and the first non-finite gradient; the last good
+checkpoint stays on disk. The folder follows the rules of :mod:`minippo.runs`: locked while training,
+resumed only with the config it was made with (every field but ``ckpt_interval``), the checkpoint
+validated (tensors, optimizer state, step) before anything is assigned or any file rewritten.
 """
 from __future__ import annotations
 
@@ -36,16 +39,20 @@ import dataclasses
 import json
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from minippo.blas import single_blas_thread
-from minippo.checks import check_choice, check_range
-from minippo.io import MetricsWriter, atomic_write_text, has_checkpoint, read_metrics
-from minippo.nn.gpt import GPTConfig, TinyGPT
+from minippo.checks import check_choice, check_fields, check_range, first_nonfinite, parameter_note
+from minippo.cli import UsageError
+from minippo.io import (STATE, MetricsWriter, RunWarning, array_specs, atomic_write_text, checkpoint_folder,
+                        has_checkpoint, in_file, read_json, read_metrics)
+from minippo.nn.gpt import MAX_BLOCK_SIZE, GPTConfig, TinyGPT
+from minippo.progress import progress_bar, progress_write
+from minippo.runs import Stage, assign_arrays, check_no_run, check_same_config, run_lock, stage
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
 from minippo.rlhf.checkpoint import load_model, save_model
 from minippo.rlhf.data.batches import batch_indices, encode_sequences, lm_batch, split_corpus, unigram_loss
@@ -56,6 +63,8 @@ from minippo.rlhf.generate import generate_text
 
 # purposes of the random streams derived from cfg.seed: np.random.default_rng([seed, purpose])
 SEED_MODEL, SEED_BATCHES, SEED_SAMPLES = 1, 2, 3
+#: SFTConfig fields that do not change what a run computes (a resume or a reuse may differ in them)
+RESULT_NEUTRAL = ("ckpt_interval",)
 
 
 @dataclass
@@ -112,7 +121,7 @@ class SFTConfig:
         check_range("heldout_frac", self.heldout_frac, 0, 0.5, lo_open=True)
         check_range("seed", self.seed, 0, None, integer=True)
         check_range("vocab_size", self.vocab_size, MIN_VOCAB, None, integer=True)
-        check_range("block_size", self.block_size, 8, None, integer=True)
+        check_range("block_size", self.block_size, 8, MAX_BLOCK_SIZE, integer=True)
         for name in ("n_layer", "n_head", "n_embd", "batch_size", "steps", "eval_interval", "ckpt_interval"):
             check_range(name, getattr(self, name), 1, None, integer=True)
         if self.n_embd % self.n_head:
@@ -125,6 +134,7 @@ class SFTConfig:
         check_range("grad_clip", self.grad_clip, 0, None, lo_open=True)
         check_range("n_samples", self.n_samples, 0, None, integer=True)
         check_range("sample_temperature", self.sample_temperature, 0, None, lo_open=True)
+        self.gpt_config(self.vocab_size)          # the model's shape is valid (the real V is at most vocab_size)
 
     @classmethod
     def quick(cls, **overrides) -> "SFTConfig":
@@ -143,7 +153,8 @@ class SFTConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "SFTConfig":
-        return cls(**d)
+        """The config of ``to_dict``; an unknown field is a ``ValueError`` naming it."""
+        return cls(**check_fields(cls, d, "sft_config"))
 
 
 def init_model(cfg: SFTConfig, vocab_size: int) -> TinyGPT:
@@ -163,12 +174,16 @@ def heldout_loss(model: TinyGPT, seqs: list[np.ndarray], pad_id: int = 0, batch_
     return total / count
 
 
-def _check_finite(metric: str, value: float, step: int, ckpt_dir: Path, last_good: int | None) -> None:
-    """The NaN guard: stop with the metric and the step named; the last good checkpoint stays."""
+def _check_finite(metric: str, value: float, step: int, st: Stage, grads: dict | None = None,
+                  params: dict | None = None) -> None:
+    """The NaN guard: stop with the metric, the step, the first non-finite gradient and the parameter that went bad
+    (:func:`minippo.checks.parameter_note`) named; what is kept on disk is said (the last good checkpoint, or that
+    none was written yet)."""
     if not math.isfinite(value):
-        kept = (f"the last good checkpoint (step {last_good}) is kept in {ckpt_dir}" if last_good is not None
-                else "no checkpoint had been written yet")
-        raise ValueError(f"`{metric}` is {value} at step {step}: training stopped; {kept}")
+        bad = None if grads is None else first_nonfinite(grads)
+        where = f" (the first non-finite gradient is that of `{bad}`)" if bad else ""
+        where += parameter_note(params) if params is not None else ""
+        raise ValueError(f"`{metric}` is {value} at step {step}{where}: training stopped; {st.kept()}")
 
 
 def _prepare(cfg: SFTConfig, out_dir: Path):
@@ -190,15 +205,17 @@ def _prepare(cfg: SFTConfig, out_dir: Path):
     return tokenizer, train, held, n_drop + n_drop_held
 
 
-def train_sft(cfg: SFTConfig, out_dir, *, resume: bool = False, progress: bool = True) -> dict:
+def train_sft(cfg: SFTConfig, out_dir, *, resume: bool = False, progress: bool = True, log=print) -> dict:
     """Train TinyGPT on the corpus; see the module docstring for what is written to ``out_dir``.
 
     Parameters
     ----------
     cfg : SFTConfig
     out_dir : run folder (created)
-    resume : continue from ``out_dir/checkpoint`` if it exists (its config must equal ``cfg``)
-    progress : show a tqdm progress bar
+    resume : continue from ``out_dir/checkpoint`` if it exists (its config must equal ``cfg``); without it a
+        folder that already holds a checkpoint is refused (its records are never overwritten)
+    progress : show a progress bar (:func:`minippo.progress.progress_bar`)
+    log : where "resuming from step N" and other run messages go (default print)
 
     Returns
     -------
@@ -212,38 +229,59 @@ def train_sft(cfg: SFTConfig, out_dir, *, resume: bool = False, progress: bool =
         raise ValueError(f"`cfg` must be an SFTConfig, got {type(cfg).__name__}")
     t_start = time.perf_counter()
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with single_blas_thread():          # tiny matrices: one BLAS thread is faster and deterministic
-        result = _train(cfg, out_dir, resume, progress)
+    ckpt_dir = out_dir / "checkpoint"
+    with run_lock(out_dir), stage("SFT", out_dir, checkpoint=ckpt_dir) as st, single_blas_thread():
+        # (one BLAS thread: tiny matrices, faster and deterministic)
+        if not resume:
+            check_no_run(out_dir, ckpt_dir, "an SFT run")
+        result = _train(cfg, out_dir, progress, st, log)
     result["train_seconds"] = time.perf_counter() - t_start
     return result
 
 
-def _train(cfg: SFTConfig, out_dir: Path, resume: bool, progress: bool) -> dict:
+def _resume(cfg: SFTConfig, out_dir: Path, model: TinyGPT, opt: AdamW) -> tuple[int, float]:
+    """Restore ``model`` and ``opt`` from ``out_dir/checkpoint``, everything checked first (tensors by
+    ``load_model``, the config, the step, the optimizer state); returns ``(step, initial_loss)``."""
+    ckpt_dir = out_dir / "checkpoint"
+    saved, state = load_model(ckpt_dir, extra_expect=array_specs(opt.state_dict()[0]))
+    with in_file(checkpoint_folder(ckpt_dir) / STATE):
+        stored = check_fields(SFTConfig, state["sft_config"], "sft_config")
+    check_same_config(f"the SFT run in {out_dir}", stored, cfg.to_dict(), ignore=RESULT_NEUTRAL,
+                      fresh=f"use another folder than {out_dir} (or delete it)")
+    with in_file(checkpoint_folder(ckpt_dir) / STATE):
+        step, initial_loss = state["step"], state["initial_loss"]
+        check_range("step", step, 1, cfg.steps, integer=True)
+        check_range("initial_loss", initial_loss, 0, None)
+        opt.check_state_dict(state["extra_arrays"], state["optimizer"])
+        if state["optimizer"]["t"] != step:
+            raise ValueError(f"`optimizer.t` must equal `step` ({step}), got {state['optimizer']['t']!r}")
+    opt.load_state_dict(state["extra_arrays"], state["optimizer"])        # everything checked: assign
+    assign_arrays(model.params, saved.params, source=ckpt_dir)   # in place: the optimizer holds these arrays
+    return step, float(initial_loss)
+
+
+def _train(cfg: SFTConfig, out_dir: Path, progress: bool, st: Stage, log) -> dict:
     tokenizer, train, held, n_dropped = _prepare(cfg, out_dir)
     V = tokenizer.vocab_size
     model = init_model(cfg, V)
     opt = AdamW(model.params, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=cfg.weight_decay)
     ckpt_dir, metrics_path = out_dir / "checkpoint", out_dir / "metrics.jsonl"
 
-    start, last_good = 0, None
-    if resume and has_checkpoint(ckpt_dir):
-        saved, state = load_model(ckpt_dir)
-        differ = {k: (v, getattr(cfg, k)) for k, v in state["sft_config"].items() if getattr(cfg, k) != v}
-        if differ:
-            raise ValueError(f"`cfg` differs from the run being resumed in {out_dir} (saved, given): {differ}")
-        for name, p in model.params.items():       # in place: the optimizer holds these arrays
-            p[...] = saved.params[name]
-        opt.load_state_dict(state["extra_arrays"], state["optimizer"])
-        start = last_good = int(state["step"])
-        initial_loss = float(state["initial_loss"])
+    start = 0
+    if has_checkpoint(ckpt_dir):
+        start, initial_loss = _resume(cfg, out_dir, model, opt)
+        st.saved = f"step {start}"
+        log(f"SFT: resuming {out_dir} from its checkpoint at step {start} of {cfg.steps}")
+        if not metrics_path.exists():
+            warnings.warn(f"{metrics_path} is missing: the records of steps 0-{start} are lost; it will hold the "
+                          f"steps after {start} only", RunWarning, stacklevel=2)
         metrics = MetricsWriter(metrics_path, append=True)
         metrics.truncate_after("step", start)       # drop what the interrupted run wrote after its checkpoint
     else:
         atomic_write_text(out_dir / "config.json", json.dumps(cfg.to_dict(), indent=1))
         metrics = MetricsWriter(metrics_path)
         initial_loss = heldout_loss(model, held, tokenizer.pad_id)
-        _check_finite("eval/heldout_loss", initial_loss, 0, ckpt_dir, None)
+        _check_finite("eval/heldout_loss", initial_loss, 0, st)
         metrics.write({"step": 0, "eval/heldout_loss": initial_loss})
 
     def save_checkpoint(step):
@@ -253,18 +291,17 @@ def _train(cfg: SFTConfig, out_dir: Path, resume: bool, progress: bool) -> dict:
                                 "initial_loss": initial_loss})
 
     if progress:
-        tqdm.write(f"{model.num_params():,} parameters; initial held-out loss {initial_loss:.3f} nats/token "
-                   f"(ln V = {math.log(V):.3f}); " + (f"resuming at step {start}" if start else "training"))
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc="sft", disable=not progress,
-               dynamic_ncols=True)
+        progress_write(f"{model.num_params():,} parameters; initial held-out loss {initial_loss:.3f} nats/token "
+                       f"(ln V = {math.log(V):.3f}); " + (f"resuming at step {start}" if start else "training"))
+    bar = progress_bar(range(start, cfg.steps), initial=start, total=cfg.steps, desc="sft", disable=not progress)
     for step in bar:
         n = step + 1                                               # updates done after this iteration
         ix = batch_indices(len(train), cfg.batch_size, step, seed=(cfg.seed, SEED_BATCHES))
         idx, targets, mask, attn_mask = lm_batch([train[i] for i in ix], tokenizer.pad_id)   # (B, T) each
         loss, grads = model.lm_loss_and_grads(idx, targets, mask, attn_mask)
         grad_norm = clip_grad_norm(grads, cfg.grad_clip)
-        _check_finite("train/loss", loss, n, ckpt_dir, last_good)
-        _check_finite("train/grad_norm", grad_norm, n, ckpt_dir, last_good)
+        _check_finite("train/loss", loss, n, st, params=model.params)
+        _check_finite("train/grad_norm", grad_norm, n, st, grads, model.params)
         # the next two lines are AdamW with linear warm-up and cosine decay
         lr = lr_at(step, cfg.steps, cfg.lr, warmup_steps=cfg.warmup_steps, schedule="cosine",
                    min_lr=cfg.lr * cfg.min_lr_frac)
@@ -273,12 +310,12 @@ def _train(cfg: SFTConfig, out_dir: Path, resume: bool, progress: bool) -> dict:
                   "train/tokens": int(mask.sum())}
         if n % cfg.eval_interval == 0 or n == cfg.steps:
             record["eval/heldout_loss"] = heldout_loss(model, held, tokenizer.pad_id)
-            _check_finite("eval/heldout_loss", record["eval/heldout_loss"], n, ckpt_dir, last_good)
+            _check_finite("eval/heldout_loss", record["eval/heldout_loss"], n, st)
             bar.set_postfix(loss=f"{loss:.3f}", heldout=f"{record['eval/heldout_loss']:.3f}")
         metrics.write(record)
         if n % cfg.ckpt_interval == 0 or n == cfg.steps:
             save_checkpoint(n)
-            last_good = n
+            st.saved = f"step {n}"
     bar.close()
 
     history = read_metrics(metrics_path)
@@ -337,8 +374,9 @@ _FLAGS = {"steps": int, "seed": int, "n_layer": int, "n_head": int, "n_embd": in
 
 def add_arguments(parser) -> None:
     parser.add_argument("--out", default=None, help="run folder (default: runs/sft-<timestamp>)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint "
-                        "(with the config saved there; other flags are ignored)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out with the config saved "
+                        "there (other flags are ignored); without it, a folder holding a checkpoint made with the "
+                        "same flags is resumed, and one made with other flags is refused")
     parser.add_argument("--quick", action="store_true", help="tiny config for CI: a few seconds")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     for name, typ in _FLAGS.items():
@@ -348,18 +386,16 @@ def add_arguments(parser) -> None:
 
 def cli_main(args) -> int:
     if args.resume and args.out is None:
-        raise SystemExit("--resume needs --out (the run folder to continue)")
+        raise UsageError("--resume needs --out (the run folder to continue)")
     out = Path(args.out) if args.out else Path("runs") / time.strftime("sft-%Y%m%d-%H%M%S")
     if args.resume and (out / "config.json").exists():
-        cfg = SFTConfig.from_dict(json.loads((out / "config.json").read_text()))
+        with in_file(out / "config.json"):
+            cfg = SFTConfig.from_dict(read_json(out / "config.json"))
         print(f"resuming {out} with its saved config")
     else:
         overrides = {k: getattr(args, k) for k in _FLAGS if getattr(args, k) is not None}
-        try:
-            cfg = SFTConfig.quick(**overrides) if args.quick else SFTConfig(**overrides)
-        except ValueError as exc:                      # a bad flag: the message names the field
-            raise SystemExit(f"minippo sft: {exc}") from None
+        cfg = SFTConfig.quick(**overrides) if args.quick else SFTConfig(**overrides)   # errors name the flag
     print(f"SFT -> {out}")
-    result = train_sft(cfg, out, resume=args.resume, progress=not args.no_progress)
+    result = train_sft(cfg, out, resume=True, progress=not args.no_progress)
     print(format_report(result))
     return 0

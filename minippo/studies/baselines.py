@@ -4,7 +4,7 @@ Legend: B batch (responses), G prompts (groups), n group size (responses per pro
 
 REINFORCE's estimate ``(s_i - b_i) grad log pi(y_i | x_i)`` stays unbiased for any baseline b_i that does
 not depend on response i's own sample (Williams 1992), and its variance shrinks with the size of
-``s_i - b_i``. PPO learns b = V(s_t) with a critic (the fourth model of seed 001); the critic-free methods
+``s_i - b_i``. PPO learns b = V(s_t) with a critic (the fourth of the four models, Q31); the critic-free methods
 of :mod:`minippo.rl.group_advantages` take it from the other samples instead::
 
     "none"            b_i = 0

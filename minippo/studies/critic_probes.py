@@ -2,13 +2,13 @@
 
 Legend: B minibatch (responses), Tn response tokens, C channels.
 
-With ``critic="shared"`` the value head reads the actor's last hidden state h_L(s_t) (seed 003 sec. 17:
-"value head 通常接在语言模型上"). Without stop-gradient the value loss pushes on the trunk too::
+With ``critic="shared"`` the value head reads the actor's last hidden state h_L(s_t) (a value
+head on the language model, Q59). Without stop-gradient the value loss pushes on the trunk too::
 
     V = w . h_L + b          dL^VF / dh_L = w * dL^VF / dV          (fan-out into the trunk, gpt.py)
 
-Seed 001 (追问2) warns that the critic then "may over-fit to the actor's features" and recommends
-``stop-gradient``. :func:`trunk_gradient_split` measures the push directly on one minibatch: the
+A critic on the actor's trunk is said to over-fit to the actor's features, and stop-gradient is the
+usual recommendation (Q59). :func:`trunk_gradient_split` measures the push directly on one minibatch: the
 gradient of the whole loss (PPO eq. (9), plus whatever the config adds) with the value loss flowing into
 the trunk, minus the same gradient with stop-gradient, is exactly the value loss's share (everything
 else is unchanged by the switch). Its norm next to the norm of the whole trunk gradient says how hard

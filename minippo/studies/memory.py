@@ -2,9 +2,9 @@
 
 Legend: B batch (sequences), T tokens, C channels (n_embd), V vocab, H heads, L layers, F MLP width.
 
-Seed 001 sec. 1 (四个模型的分工与维护): the actor and the critic are TRAINED (weights + gradients +
+The four models (Q31): the actor and the critic are TRAINED (weights + gradients +
 AdamW moments + the activations of a forward-and-backward pass), the reference and the reward model
-are FROZEN (weights + a forward pass). Seed 000 pitfall 3 (内存爆炸): one (B, T, V) array at
+are FROZEN (weights + a forward pass). Memory (Q33): one (B, T, V) array at
 B = 4, T = 2048, V = 32k is 1 GB in float32, so the experience buffer stores the log-probability of
 the TAKEN token (one scalar per token), never the distributions.
 
@@ -33,7 +33,7 @@ Activations of a training pass are counted as TinyGPT keeps them, per token and 
     MLP (llama, SwiGLU)        gate F, up F, silu(gate) F, their product F
     total (gpt2)               20 C + 2 + H T per token per block   (+ token/position ids, ln_f)
 
-With gradient checkpointing (the seed's fix) only each block's input (C per token) is kept and one
+With gradient checkpointing (the usual fix, Q33) only each block's input (C per token) is kept and one
 block's caches are rebuilt at a time during backward.
 """
 from __future__ import annotations
@@ -194,7 +194,7 @@ def activation_bytes(shape: ModelShape, B: int, T: int, itemsize: int = 4, *, mo
 
 
 def logits_bytes(B: int, T: int, V: int, itemsize: int = 4, n_arrays: int = 1) -> int:
-    """Bytes of ``n_arrays`` arrays of shape (B, T, V) (logits, softmax, ...): seed 000 pitfall 3."""
+    """Bytes of ``n_arrays`` arrays of shape (B, T, V) (logits, softmax, ...): Q33."""
     return int(n_arrays * B * T * V * itemsize)
 
 
@@ -205,7 +205,7 @@ def kv_cache_bytes(shape: ModelShape, B: int, T: int, itemsize: int = 4) -> int:
 
 
 def buffer_bytes(B: int, T: int, V: int, itemsize: int = 4, *, full_distributions: bool = False) -> int:
-    """The experience buffer of one iteration (seed 000's per-token 7-tuple), right-padded (B, T).
+    """The experience buffer of one iteration (the per-token 7-tuple, Q25), right-padded (B, T).
 
     Per token: the action id (int64), log_prob (old policy), the reference log-prob, value, reward,
     advantage, return, and the response mask: 6 floats + 8 + itemsize bytes. With

@@ -2,7 +2,7 @@
 
 Legend: B batch (responses), Tp prompt columns (left-padded), Tn response columns (right-padded), V vocab.
 
-1. **The lr = 0 check** (seed 003 sec. 18, "ratio 可以直接用概率相除" and the on-policy ratio). With the
+1. **The lr = 0 check** (Q51; the ratio of PPO eq. (6) as exp(logp - logp_old), Q3). With the
    learning rate at 0 the policy never moves, so every minibatch of the update must see
    ``ratio = exp(logp - logp_old) = 1``, ``approx_kl = 0`` and ``clipfrac = 0``. What holds exactly,
    and what only to float32 rounding:
@@ -47,9 +47,9 @@ Legend: B batch (responses), Tp prompt columns (left-padded), Tn response column
 
 3. **An offset reward model** (:func:`offset_reward_model`): the Bradley-Terry loss only fixes
    differences of scores, so a raw reward model's mean is arbitrary; adding a constant emulates one
-   whose scores sit far from the critic's initial values (seed 001: "Critic的V值初始化很重要").
+   whose scores sit far from the critic's initial values (Q48).
 
-4. **Length** (seed 001: "偏好长度作弊 ... 长度惩罚"): :func:`length_slope` is the least-squares slope of
+4. **Length** (Q50): :func:`length_slope` is the least-squares slope of
    a score against response length, i.e. the ``length_penalty`` that makes the score uncorrelated with
    length on the samples it was fitted on; :func:`minippo.rlhf.data.gold.gold_profile` averages the gold
    score's terms over texts, to see which penalty a policy runs into.

@@ -8,8 +8,8 @@ is a product of token probabilities, so its importance ratio is the product of t
     r_t = pi(a_t|s_t) / pi_old(a_t|s_t) = exp(logp_t - logp_old_t)       token ratio (PPO paper eq. (6))
     R   = pi(y|x) / pi_old(y|x) = prod_t r_t = exp(sum_t (logp_t - logp_old_t))
 
-Seed 001 (追问 1): "even if every token ratio lies in [0.8, 1.2], the product over 50 tokens can reach
-1.2^50 ~ 9100". That is the worst case, every token at the edge in the same direction. When the
+A common claim (Q37): even if every token ratio lies in [0.8, 1.2], the product over 50 tokens can
+reach 1.2^50 ~ 9100. That is the worst case, every token at the edge in the same direction. When the
 token log-ratios are independent with mean mu and standard deviation s, ``log R`` is a random walk:
 mean n mu, standard deviation sqrt(n) s, so R spreads like exp(+-sqrt(n) s) -- much less than
 1.2^n, yet already outside [1 - eps, 1 + eps] for most responses once sqrt(n) s > eps.
@@ -94,7 +94,7 @@ def iid_sequence_ratios(rng: np.random.Generator, n_tokens: int, size: int, low:
     """(size,) products of ``n_tokens`` token ratios drawn independently and uniformly from [low, high].
 
     Every token stays inside the band [0.8, 1.2] (PPO would clip none of them), yet the product is a
-    random walk in log space: compare with the worst case ``high ** n_tokens`` (seed 001's 1.2^50).
+    random walk in log space: compare with the worst case ``high ** n_tokens`` (the 1.2^50 of Q37).
     """
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"`rng` must be a np.random.Generator, got {type(rng).__name__}")

@@ -1,6 +1,7 @@
 """Studies: run PPO variants on the main job's cached SFT and reward model, judge them the same way.
 
-The lessons that test the seeds' claims (13-20) all do the same three things, which live here once:
+The lessons that test common claims about RLHF-PPO (13-20; docs/questions.md) all do the same three
+things, which live here once:
 
 1. ``Study(quick, seed)`` loads the SFT policy, tokenizer and reward model of the main job, built once
    and cached by :func:`minippo.rlhf.run.pipeline.prepare_stages` (``runs/cache/...``; a temporary folder

@@ -23,8 +23,8 @@ of size P x P is ever formed (:func:`fisher_matrix` builds it only for checks an
 gradient tolerates when g lies in F's range (it does: each row of a softmax score sums to 0);
 a small ``damping`` (F + damping I, as TRPO's code) keeps it well conditioned.
 
-PPO replaces all of this by first-order steps on a clipped objective (seed 003 section 14
-"PPO 与 TRPO 对比": TRPO 需要复杂二阶优化; PPO 使用普通一阶优化器).
+PPO replaces all of this by first-order steps on a clipped objective (PPO paper sec. 3,
+eq. (7); Q7): no Fisher products, no line search, an ordinary first-order optimizer.
 """
 from __future__ import annotations
 

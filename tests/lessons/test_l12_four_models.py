@@ -1,6 +1,6 @@
 """Smoke test of lesson 12: one real trainer step per critic arrangement makes exactly the passes the
 formula predicts, only the actor and critic move, the formulas equal real TinyGPT arrays, and the 7B
-extrapolation shows the critic's cost and seed 000's pitfall 3."""
+extrapolation shows the critic's cost and what the (B, T, V) arrays cost (Q33)."""
 from lessons import l12_four_models as lesson
 from minippo.studies.memory import GB, param_count, static_bytes
 

@@ -290,7 +290,8 @@ def test_params_are_read_afresh():
 
 @pytest.mark.parametrize("field, value", [("vocab_size", 0), ("block_size", -1), ("n_layer", 0), ("n_head", 0),
                                           ("n_embd", 2.5), ("dtype", "float16"), ("init_std", 0.0),
-                                          ("n_head", 3)])
+                                          ("n_head", 3), ("init_std", float("inf")), ("init_std", 1e30),
+                                          ("block_size", 10**12), ("vocab_size", 10**9)])
 def test_config_validation_names_the_field(field, value):
     kw = {**TINY, field: value}
     with pytest.raises(ValueError, match=f"`{field}`"):
@@ -300,6 +301,10 @@ def test_config_validation_names_the_field(field, value):
 def test_config_roundtrip():
     cfg = GPTConfig(**TINY)
     assert GPTConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ValueError, match=r"`gpt_config` has the unknown field\(s\) \['n_layers'\]"):
+        GPTConfig.from_dict({**cfg.to_dict(), "n_layers": 2})       # was a TypeError from dataclass __init__
+    with pytest.raises(ValueError, match="`gpt_config` must be a dict"):
+        GPTConfig.from_dict([1, 2])
 
 
 def test_bad_inputs_name_the_argument():

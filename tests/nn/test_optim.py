@@ -64,6 +64,28 @@ def test_adamw_state_roundtrip():
     np.testing.assert_array_equal(p1["w"], p2["w"])
 
 
+def test_adamw_state_is_checked_whole_before_anything_is_assigned():
+    """Issue 13 item 1: a moment of shape (1,) was broadcast into every entry, an int32 one cast, a missing one a
+    bare KeyError."""
+    p = {"w": np.ones((3, 2), np.float32), "b": np.ones(2, np.float32)}
+    opt = AdamW(p, lr=0.01)
+    opt.step({"w": np.ones((3, 2), np.float32), "b": np.ones(2, np.float32)})
+    arrays, scalars = opt.state_dict()
+    arrays = {k: v.copy() for k, v in arrays.items()}
+    m_before = {k: v.copy() for k, v in opt.m.items()}
+    for bad, sc, match in [({**arrays, "v.b": np.ones(1, np.float32)}, scalars, r"`arrays\['v.b'\]` must have shape"),
+                           ({**arrays, "m.w": arrays["m.w"].astype(np.float64)}, scalars, "must have dtype float32"),
+                           ({k: v for k, v in arrays.items() if k != "m.b"}, scalars, r"`arrays\['m.b'\]` is missing"),
+                           ({**arrays, "m.x": np.ones(1)}, scalars, "not a moment of these parameters"),
+                           ({**arrays, "v.w": -arrays["v.w"] - 1}, scalars, "must be >= 0"),
+                           ({**arrays, "m.w": arrays["m.w"] * np.nan}, scalars, "must be finite"),
+                           (arrays, {"t": 1.5, "lr": 0.01}, r"`scalars\['t'\]` must be an integer"),
+                           (arrays, {"t": 1, "lr": float("inf")}, r"`scalars\['lr'\]` must be a finite number")]:
+        with pytest.raises(ValueError, match=match):
+            opt.load_state_dict(bad, sc)
+        assert all((opt.m[k] == m_before[k]).all() for k in p) and opt.t == 1      # nothing assigned
+
+
 @pytest.mark.parametrize("kw, name", [(dict(lr=-1), "`lr`"), (dict(betas=(1.0, 0.9)), r"`betas\[0\]`"),
                                       (dict(betas=(0.9, -0.1)), r"`betas\[1\]`"), (dict(eps=0), "`eps`"),
                                       (dict(weight_decay=-0.1), "`weight_decay`")])

@@ -1,4 +1,5 @@
 """SFT: learns below the unigram baseline, resumes exactly, stops on NaN keeping the checkpoint, validates."""
+import json
 import math
 
 import numpy as np
@@ -101,7 +102,7 @@ def test_resume_equals_uninterrupted(tmp_path, monkeypatch):
 
 def test_resume_with_another_config_is_refused(tmp_path):
     train_sft(SFTConfig(**{**TINY, "steps": 20}), tmp_path, progress=False)
-    with pytest.raises(ValueError, match="`cfg` differs.*lr"):
+    with pytest.raises(ValueError, match=r"another configuration: lr \(stored 0.005, requested 0.001\)"):
         train_sft(SFTConfig(**{**TINY, "steps": 20, "lr": 1e-3}), tmp_path, resume=True, progress=False)
 
 
@@ -141,3 +142,77 @@ def test_cli_runs_and_resumes(tmp_path, capsys):
     assert cli(["sft", "--resume", "--out", str(tmp_path), "--no-progress"]) == 0   # already finished: no steps
     assert "resuming" in capsys.readouterr().out
     assert len(read_metrics(tmp_path / "metrics.jsonl")) == 31
+
+
+# ---- the run folder's rules (issue 13) -----------------------------------------------------------
+
+@pytest.fixture
+def stopped_sft(tmp_path, monkeypatch):
+    """An SFT run of 60 steps interrupted at step 47 (checkpoints at 20 and 40)."""
+    real = TinyGPT.lm_loss_and_grads
+    calls = {"n": 0}
+
+    def crash_at_47(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 47:
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(TinyGPT, "lm_loss_and_grads", crash_at_47)
+    with pytest.raises(KeyboardInterrupt) as info:
+        train_sft(SFTConfig(**TINY), tmp_path, progress=False)
+    monkeypatch.setattr(TinyGPT, "lm_loss_and_grads", real)
+    assert info.value.minippo_message == (f"interrupted SFT in {tmp_path}; the last good checkpoint (step 40) is kept "
+                                          f"in {tmp_path / 'checkpoint'}; the same command resumes from it")
+    return tmp_path
+
+
+def test_a_resumed_sft_run_says_so_and_a_fresh_one_never_overwrites(stopped_sft):
+    with pytest.raises(FileExistsError, match="already holds an SFT run .*nothing was overwritten"):
+        train_sft(SFTConfig(**TINY), stopped_sft, progress=False)              # resume=False
+    said = []
+    r = train_sft(SFTConfig(**TINY), stopped_sft, resume=True, progress=False, log=said.append)
+    assert said == [f"SFT: resuming {stopped_sft} from its checkpoint at step 40 of 60"] and r["resumed_from"] == 40
+
+
+def test_a_crafted_sft_checkpoint_or_state_is_refused_before_metrics_are_rewritten(stopped_sft):
+    from safetensors.numpy import load_file, save_file
+    from minippo.io import CorruptFileError
+    w = stopped_sft / "checkpoint" / "weights.safetensors"
+    good = w.read_bytes()
+    metrics = (stopped_sft / "metrics.jsonl").read_bytes()
+    arrays = load_file(str(w))
+    arrays["extra/v.wte"] = np.zeros(1, np.float32)                             # an Adam moment of shape (1,)
+    save_file(arrays, str(w))
+    with pytest.raises(CorruptFileError, match=r"weights.safetensors: tensor 'extra/v.wte' has shape \(1,\)"):
+        train_sft(SFTConfig(**TINY), stopped_sft, resume=True, progress=False)
+    w.write_bytes(good)
+    s = stopped_sft / "checkpoint" / "state.json"
+    state = s.read_text()
+    for entry, value, match in [("step", -3, r"`step` must be in \[1, 60\]"), ("step", 30, "`optimizer.t` must equal"),
+                                ("initial_loss", "nan", "`initial_loss` must be a number")]:
+        s.write_text(state.replace(f'"{entry}": ', f'"{entry}": {json.dumps(value)}, "was": ', 1))
+        with pytest.raises(CorruptFileError, match=f"checkpoint/state.json: {match}"):
+            train_sft(SFTConfig(**TINY), stopped_sft, resume=True, progress=False)
+        assert (stopped_sft / "metrics.jsonl").read_bytes() == metrics            # issue 13 item 6: not rewritten
+    s.write_text(state)
+
+
+def test_a_deleted_or_torn_metrics_file_is_warned_about(stopped_sft):
+    from minippo.io import RunWarning
+    with open(stopped_sft / "metrics.jsonl", "a") as f:
+        f.write('{"step": 47, "train/lo')
+    with pytest.warns(RunWarning, match="dropped a torn last line"):
+        r = train_sft(SFTConfig(**TINY), stopped_sft, resume=True, progress=False, log=lambda *a: None)
+    assert [x["step"] for x in r["history"]] == list(range(61))
+
+
+def test_the_cli_resumes_the_same_flags_and_refuses_others(tmp_path, capsys):
+    args = ["sft", "--quick", "--steps", "30", "--corpus-size", "600", "--out", str(tmp_path), "--no-progress"]
+    assert cli(args) == 0
+    assert cli(args) == 0                                                   # finished: resumed, nothing to do
+    assert "SFT: resuming" in capsys.readouterr().out
+    assert cli(args[:-1] + ["--seed", "1", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("minippo sft: error: --out: the SFT run in") and "seed (stored 0, requested 1)" in err
+    assert "Traceback" not in err and err.count("\n") == 1

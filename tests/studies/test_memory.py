@@ -68,7 +68,7 @@ def test_llama_7b_by_hand():
     # activations at B = 4, T = 2048, fp16: 32 blocks x (8C + 2 + 4F + H T) values per token + ids + ln_f
     per_token = L * (8 * C + 2 + 4 * F + 32 * 2048) + 2 * C + 1
     assert rows["actor"].activations == 4 * 2048 * (2 * per_token + 8)
-    # seed 000 pitfall 3: one (4, 2048, 32000) float32 array is ~1 GB; the actor holds four in the update
+    # Q33: one (4, 2048, 32000) float32 array is ~1 GB; the actor holds four in the update
     assert logits_bytes(4, 2048, 32000, 4) == 1_048_576_000
     assert rows["actor"].logits == VOCAB_ARRAYS_TRAIN * 1_048_576_000
 

@@ -15,7 +15,7 @@ def test_sequence_ratio_is_the_product_of_token_ratios():
         n = mask[b].sum()
         want = np.prod(np.exp(logp[b, :n]) / np.exp(logp_old[b, :n]))          # probabilities, divided
         assert R[b] == pytest.approx(want, rel=1e-12)
-    # seed 001: fifty tokens at ratio 1.2 each
+    # the worst case of Q37: fifty tokens at ratio 1.2 each
     fifty = np.full((1, 50), np.log(1.2))
     assert np.exp(sequence_log_ratio(fifty, np.zeros((1, 50)), np.ones((1, 50)))[0]) == pytest.approx(1.2 ** 50)
     assert 1.2 ** 50 == pytest.approx(9100.4, abs=0.1)

@@ -2,7 +2,7 @@
 
 Legend: M responses, N pairs, K responses per prompt, B batch (sequences), T tokens.
 
-RLHF stage 2 (seed 003 section 15: "Reward Model: 用人类偏好比较数据训练奖励模型") needs comparisons
+RLHF stage 2 (the reward model, Q29) needs comparisons
 "which of these two responses to the same prompt is better?". Here the human is simulated by
 :func:`minippo.rlhf.data.gold.gold_score`, and the comparisons are collected the way InstructGPT collected
 its labels (Ouyang et al. 2022, arXiv:2203.02155, section 3.5: K = 4..9 responses per prompt, every

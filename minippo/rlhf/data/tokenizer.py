@@ -37,7 +37,7 @@ import numpy as np
 from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers, trainers
 
 from minippo.checks import check_int_array, check_range
-from minippo.io import atomic_write_text
+from minippo.io import CorruptFileError, atomic_write_text, in_file
 
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 SPECIAL_TOKENS = (PAD, BOS, EOS)                       # ids 0, 1, 2
@@ -125,7 +125,12 @@ class Tokenizer:
             path = path / FILE_NAME
         if not path.is_file():
             raise FileNotFoundError(f"no tokenizer at {path}")
-        return cls(HFTokenizer.from_file(str(path)))
+        try:
+            hf = HFTokenizer.from_file(str(path))
+        except Exception as exc:           # the tokenizers library raises its own Exception type
+            raise CorruptFileError(path, f"not a readable tokenizer ({str(exc).splitlines()[0]})") from exc
+        with in_file(path):
+            return cls(hf)
 
     def to_str(self) -> str:
         """The tokenizer as its JSON text (vocabulary, merges, pre-tokenizer, decoder)."""

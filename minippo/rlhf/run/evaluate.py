@@ -20,7 +20,7 @@ import numpy as np
 from minippo.checks import check_range
 from minippo.rl.losses import kl_exact_from_logits, logprobs_from_logits
 from minippo.rlhf.data.gold import gold_scores
-from minippo.rlhf.generate import encode_prompts, generate
+from minippo.rlhf.generate import encode_prompts, generate, show_sample
 from minippo.rlhf.ppo import forward_response
 from minippo.rlhf.reward_model import has_eos
 
@@ -75,10 +75,12 @@ def evaluate_policy(policy, ref, reward_model, tokenizer, prompts: list[str], *,
 
 def samples_markdown(prompts: list[str], before: dict, after: dict, n: int = 16,
                      names: tuple[str, str] = ("SFT", "PPO")) -> str:
-    """A Markdown table of the first ``n`` prompts with both policies' texts, gold and RM scores."""
+    """A Markdown table of the first ``n`` prompts with both policies' texts, gold and RM scores; a response
+    cut at ``max_new_tokens`` without an EOS is marked (:func:`minippo.rlhf.generate.show_sample`)."""
     a, b = names
     rows = [f"| # | {a} sample | gold | RM | {b} sample | gold | RM |", "|---|---|---|---|---|---|---|"]
     for i in range(min(n, len(prompts))):
-        rows.append(f"| {i} | {before['texts'][i]} | {before['gold'][i]:+.2f} | {before['rm'][i]:+.2f} | "
-                    f"{after['texts'][i]} | {after['gold'][i]:+.2f} | {after['rm'][i]:+.2f} |")
+        rows.append(f"| {i} | {show_sample(before['texts'][i], before['ended'][i])} | {before['gold'][i]:+.2f} | "
+                    f"{before['rm'][i]:+.2f} | {show_sample(after['texts'][i], after['ended'][i])} | "
+                    f"{after['gold'][i]:+.2f} | {after['rm'][i]:+.2f} |")
     return "\n".join(rows)

@@ -8,8 +8,18 @@
 
 Every stage shows a progress bar and writes into ``--out`` (default ``runs/<timestamp>``). A stage whose
 final checkpoint already exists there is reused, and the log says so: pointing ``--out`` at an earlier
-run skips its finished stages (a PPO stage interrupted after a checkpoint resumes from it). This is
-also how lessons cache SFT and the reward model (:func:`run_pipeline` with a cache folder).
+run skips its finished stages (an SFT or PPO stage interrupted after a checkpoint resumes from it). This
+is also how lessons cache SFT and the reward model (:func:`run_pipeline` with a cache folder).
+
+**The reuse rule** (README, "What a run folder guarantees"). A stage is reused, or resumed, only when the
+configuration stored with it equals the requested one on every field that changes its result (all fields
+but the checkpoint cadence: :data:`minippo.rlhf.sft.RESULT_NEUTRAL`,
+:data:`minippo.rlhf.run.trainer.RESUME_NEUTRAL`). Otherwise the command REFUSES before it writes anything,
+naming the stage, the differing fields with both values, and how to start fresh (another ``--out``, or
+deleting that stage's folder and the ones after it). It does not retrain the stage over the old one: that
+would destroy the records of a run the user may still want, and a refusal costs one command to undo. The
+folder is locked while the command runs (:mod:`minippo.runs`); the lessons' shared cache waits for the lock
+instead of refusing (two lessons started together build it once).
 
 ``--quick`` runs the same pipeline at CI size (a few tens of seconds). ``summary.json`` holds the wall
 time of each stage, the peak resident memory, and the numbers of the issue: SFT vs PPO gold mean and
@@ -30,12 +40,14 @@ from minippo.blas import single_blas_thread
 from minippo.io import atomic_write_text, has_checkpoint, read_metrics
 from minippo.rlhf.checkpoint import load_model
 from minippo.rlhf.data.corpus import sample_prompts
+from minippo.rlhf.generate import TRUNCATED_MARK
 from minippo.rlhf.ppo_config import PPOConfig
-from minippo.rlhf.rm_train import RMConfig, train_reward_model
+from minippo.rlhf.rm_train import RMConfig, stored_config, train_reward_model
 from minippo.rlhf.run.evaluate import evaluate_policy, samples_markdown
 from minippo.rlhf.run.plots import plot_run
-from minippo.rlhf.run.trainer import load_stages, run_ppo
-from minippo.rlhf.sft import SFTConfig, train_sft
+from minippo.rlhf.run.trainer import RESUME_NEUTRAL, load_stages, run_ppo
+from minippo.rlhf.sft import RESULT_NEUTRAL, SFTConfig, train_sft
+from minippo.runs import check_same_config, ensure_folder, run_lock, stage
 
 SEED_EVAL = 11          # the evaluation prompts and samples: np.random.default_rng([seed, SEED_EVAL])
 
@@ -71,7 +83,8 @@ def prepare_stages(cache_dir=None, *, quick: bool = False, seed: int = 0, progre
     :func:`default_cache_dir`) and reused afterwards; returns the folder holding ``sft/`` and ``rm/``
     (pass them to ``minippo.rlhf.run.trainer.load_stages`` / ``run_ppo``)."""
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir(quick, seed)
-    run_pipeline(folder, quick=quick, seed=seed, progress=progress, log=log, stages=("sft", "rm"))
+    with run_lock(folder, wait=True, log=log):     # another lesson building the same cache: wait for it
+        run_pipeline(folder, quick=quick, seed=seed, progress=progress, log=log, stages=("sft", "rm"))
     return folder
 
 
@@ -82,13 +95,45 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
 
     ``sft_cfg`` / ``rm_cfg`` / ``ppo_cfg`` / ``n_eval`` override the defaults of :func:`stage_configs`;
     ``callback`` is passed to the PPO trainer (called after every iteration). ``stages=("sft", "rm")``
-    stops before PPO (no evaluation, no figure, no summary file).
+    stops before PPO (no evaluation, no figure, no summary file). Stages already in ``out_dir`` are reused
+    only under the reuse rule of the module docstring (:func:`check_reuse`); ``out_dir`` is locked meanwhile.
     """
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = ensure_folder(out_dir)
     d_sft, d_rm, d_ppo = stage_configs(quick, seed)
     sft_cfg, rm_cfg, ppo_cfg = sft_cfg or d_sft, rm_cfg or d_rm, ppo_cfg or d_ppo
+    with run_lock(out):
+        check_reuse(out, sft_cfg, rm_cfg, ppo_cfg, stages)      # before anything is written
+        return _run_stages(out, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg, n_eval, evaluate, figures,
+                           callback, stages)
+
+
+def check_reuse(out: Path, sft_cfg, rm_cfg, ppo_cfg, stages=("sft", "rm", "ppo")) -> None:
+    """The reuse rule: every stage already in ``out`` (finished, or with a checkpoint to resume) must have been
+    made with the requested config, else :class:`minippo.runs.ConfigMismatch` naming the stage, the differing
+    fields and how to start fresh. Only the stored JSON is read (the weights are checked when loaded)."""
+    names = [n for n in ("sft", "rm", "ppo") if n in stages]
+    found = [(n, out / n / sub, key, cfg.to_dict(), ignore)
+             for n, sub, key, cfg, ignore in (("sft", "model", "sft_config", sft_cfg, RESULT_NEUTRAL),
+                                              ("sft", "checkpoint", "sft_config", sft_cfg, RESULT_NEUTRAL),
+                                              ("rm", "model", "rm_config", rm_cfg, ()),
+                                              ("ppo", "policy", "ppo_config", ppo_cfg, RESUME_NEUTRAL),
+                                              ("ppo", "checkpoint", "ppo_config", ppo_cfg, RESUME_NEUTRAL))
+             if n in names and has_checkpoint(out / n / sub)]
+    for name, folder, key, requested, ignore in found:
+        stored = stored_config(folder, key)
+        if name == "ppo":
+            stored = PPOConfig.from_dict(stored).to_dict()            # old field names, translated
+        if name == "ppo" and folder.name == "policy":
+            ignore = ("checkpoint_every",)                            # a finished run: its length is its result
+        later = [f"{out / n}" for n in names[names.index(name):] if (out / n).exists()]
+        check_same_config(f"{folder} (stage {name} of the run in {out})", stored, requested, ignore=ignore,
+                          fresh=f"use another --out, or delete {' and '.join(later)} to retrain "
+                                f"{'that stage' if len(later) == 1 else 'those stages'} (nothing is deleted for you)")
+
+
+def _run_stages(out: Path, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg, n_eval, evaluate, figures,
+                callback, stages) -> dict:
     n_eval = n_eval or (64 if quick else 256)
     summary = {"out": str(out), "quick": quick, "seed": seed, "seconds": {}}
     t_all = time.perf_counter()
@@ -96,11 +141,11 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
     # stage 1: corpus -> tokenizer -> SFT
     t = time.perf_counter()
     if has_checkpoint(out / "sft" / "model"):
-        log(f"[1/3] SFT: reusing {out / 'sft' / 'model'} (delete it to retrain)")
+        log(f"[1/3] SFT: reusing {out / 'sft' / 'model'} (same config; delete it to retrain)")
     else:
         log(f"[1/3] SFT: corpus ({sft_cfg.corpus_size} sentences) -> tokenizer (V={sft_cfg.vocab_size}) -> "
             f"TinyGPT ({sft_cfg.n_layer} layers, C={sft_cfg.n_embd}), {sft_cfg.steps} steps")
-        r = train_sft(sft_cfg, out / "sft", resume=True, progress=progress)
+        r = train_sft(sft_cfg, out / "sft", resume=True, progress=progress, log=log)
         log(f"      held-out loss {r['heldout_loss']:.3f} nats/token (unigram {r['unigram_loss']:.3f}, "
             f"ln V {r['ln_V']:.3f})")
     summary["seconds"]["sft"] = time.perf_counter() - t
@@ -108,7 +153,9 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
     # stage 2: preference pairs -> reward model
     t = time.perf_counter()
     if has_checkpoint(out / "rm" / "model"):
-        log(f"[2/3] reward model: reusing {out / 'rm' / 'model'}")
+        log(f"[2/3] reward model: reusing {out / 'rm' / 'model'} (same config)")
+        stored = stored_config(out / "rm" / "model", "rm_summary")     # the numbers of the run that trained it
+        summary["rm"] = {k: stored[k] for k in ("heldout_accuracy", "heldout_gold_accuracy", "pearson", "spearman")}
     else:
         log(f"[2/3] reward model: preference pairs of SFT samples labelled by the simulated human -> "
             f"Bradley-Terry, {rm_cfg.epochs} epoch(s)")
@@ -123,7 +170,7 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
     # stage 3: PPO
     t = time.perf_counter()
     if has_checkpoint(out / "ppo" / "policy"):
-        log(f"[3/3] PPO: reusing {out / 'ppo' / 'policy'}")
+        log(f"[3/3] PPO: reusing {out / 'ppo' / 'policy'} (same config)")
     else:
         resuming = has_checkpoint(out / "ppo" / "checkpoint")
         log(f"[3/3] PPO: {'resuming from ' + str(out / 'ppo' / 'checkpoint') + ', ' if resuming else ''}"
@@ -136,7 +183,8 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
 
     if evaluate:
         t = time.perf_counter()
-        summary["eval"] = evaluate_stages(out, ppo_cfg, n_eval, seed, log)
+        with stage("the evaluation", out, restart="the same command reuses the trained stages and evaluates again"):
+            summary["eval"] = evaluate_stages(out, ppo_cfg, n_eval, seed, log)
         summary["seconds"]["eval"] = time.perf_counter() - t
     if figures:
         ref = {"gold/score": summary["eval"]["sft"]["gold_mean"]} if evaluate else None
@@ -170,7 +218,8 @@ def evaluate_stages(out: Path, ppo_cfg: PPOConfig, n_eval: int, seed: int, log=p
     res["gold_gain_in_sft_std"] = (after["gold_mean"] - before["gold_mean"]) / max(before["gold_std"], 1e-12)
     text = (f"# Samples before and after PPO\n\nThe same {min(16, n_eval)} prompts (of {n_eval} evaluated), one fresh "
             f"sample each at temperature {ppo_cfg.temperature:g}; gold = the simulated human, RM = the normalised "
-            f"reward model.\n\n"
+            f"reward model. A sample that reached max_new_tokens = {ppo_cfg.max_new_tokens} without its EOS ends "
+            f"with \"{TRUNCATED_MARK.strip()}\": it was cut there and scored as it stands.\n\n"
             f"| policy | gold mean | gold std | RM mean | KL to SFT (k1 / exact, nats per response) | length |\n"
             f"|---|---|---|---|---|---|\n"
             + "".join(f"| {name} | {r['gold_mean']:+.3f} | {r['gold_std']:.3f} | {r['rm_mean']:+.3f} | "
@@ -195,6 +244,7 @@ def add_arguments(parser) -> None:
 
 def cli_main(args) -> int:
     out = Path(args.out) if args.out else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    ensure_folder(out)
     print(f"minippo rlhf -> {out}{' (quick)' if args.quick else ''}")
     run_pipeline(out, quick=args.quick, seed=args.seed, progress=not args.no_progress)
     return 0

@@ -9,6 +9,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
+from minippo.cli import UsageError
 from minippo.io import read_metrics
 from minippo.rlhf.ppo_config import RENAMED, PPOConfig, field_docs
 from minippo.rlhf.run.trainer import run_ppo
@@ -58,7 +59,7 @@ def config_from_args(args, base, renamed: dict | None = None):
         if text is not None:
             print(f"{flag(old)} is deprecated: it is now {flag(new)}", file=sys.stderr)
             if getattr(args, new) is not None:
-                raise SystemExit(f"{flag(old)} and {flag(new)} name the same field: give {flag(new)} only")
+                raise UsageError(f"{flag(old)} and {flag(new)} name the same field: give {flag(new)} only")
             setattr(args, new, text)
     for f in fields(type(base)):
         text = getattr(args, f.name)
@@ -66,18 +67,17 @@ def config_from_args(args, base, renamed: dict | None = None):
             try:
                 overrides[f.name] = parse_value(text, getattr(base, f.name))
             except ValueError as exc:
-                raise SystemExit(f"{flag(f.name)}: {exc}")
-    try:
-        return base.replace(**overrides)          # __post_init__ validates: its message names the field
-    except (ValueError, TypeError) as exc:
-        raise SystemExit(f"minippo: error: {exc}")
+                raise UsageError(f"{flag(f.name)} {text}: {exc}") from None
+    return base.replace(**overrides)     # a value out of range: a ValueError naming the field (the flag)
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--sft", required=True, help="SFT run folder (from `minippo sft`) or its model/ folder")
     parser.add_argument("--rm", required=True, help="reward-model run folder (from `minippo rm`) or its model/ folder")
     parser.add_argument("--out", default=None, help="run folder (default: runs/ppo-<timestamp>)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint (the "
+                        "default: a folder holding a checkpoint made with the same flags is resumed, one made with "
+                        "other flags is refused)")
     parser.add_argument("--quick", action="store_true", help="tiny config for CI (PPOConfig.quick())")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_config_flags(parser, PPOConfig, RENAMED)
@@ -87,7 +87,7 @@ def cli_main(args) -> int:
     cfg = config_from_args(args, PPOConfig.quick() if args.quick else PPOConfig(), RENAMED)
     out = Path(args.out) if args.out else Path("runs") / time.strftime("ppo-%Y%m%d-%H%M%S")
     print(f"PPO from {args.sft} (policy, reference) and {args.rm} (reward model, critic) -> {out}")
-    trainer = run_ppo(cfg, args.sft, args.rm, out, resume=args.resume, progress=not args.no_progress)
+    trainer = run_ppo(cfg, args.sft, args.rm, out, resume=True, progress=not args.no_progress)
     hist = read_metrics(out / "metrics.jsonl")
     first, last = hist[0], hist[-1]
     for key in ("objective/scores", "gold/score", "objective/kl", "response/length", "kl_coef"):

@@ -19,36 +19,49 @@ Run folder (``out_dir``)::
     policy/          the final actor + tokenizer (``load_model``), for evaluation and later stages
     rollouts/        per-token dumps ``iter_NNNN.npz`` when ``dump_rollouts``
 
-The NaN guard: a non-finite score, value, loss or gradient norm raises ``ValueError`` naming the metric,
-the iteration and what is on disk (the last good checkpoint, or that none was written yet); nothing
-computed after it is applied.
+The NaN guard: a non-finite score, value, loss or gradient norm raises ``ValueError`` naming the metric (or
+loss term), the iteration, the first non-finite gradient or parameter, and what is on disk (the last good
+checkpoint, or that none was written yet); nothing computed after it is applied.
+
+The run folder follows :mod:`minippo.runs`: the trainer holds its lock from construction until it is closed
+(or garbage-collected, or its process dies); a folder holding a checkpoint is resumed only with
+``resume=True`` and the same config (every field but ``iterations`` and ``checkpoint_every``), and refused
+otherwise; the checkpoint is validated whole (every tensor's name, shape, dtype and finiteness from the
+safetensors header, the config, iteration, KL coefficient, RNG and value-normalisation state, both
+optimizers) before anything is assigned or ``metrics.jsonl`` is rewritten.
 """
 from __future__ import annotations
 
 import json
 import time
+import warnings
+import weakref
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from minippo.blas import single_blas_thread
-from minippo.checks import check_choice
-from minippo.io import (MetricsWriter, atomic_write_text, has_checkpoint, load_checkpoint, rng_from_state,
-                        rng_state, save_checkpoint)
+from minippo.checks import check_choice, check_range, parameter_note
+from minippo.io import (STATE, MetricsWriter, RunWarning, array_specs, atomic_write_text, checkpoint_folder,
+                        has_checkpoint, in_file, load_checkpoint, rng_from_state, rng_state, save_checkpoint)
 from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW
 from minippo.rl.kl_control import AdaptiveKLController, FixedKLController, PPOPaperKLController
 from minippo.rlhf import ppo
 from minippo.rlhf.checkpoint import save_model
+from minippo.progress import progress_bar
 from minippo.rlhf.critic import ValueNorm, build_critic
 from minippo.rlhf.data.batches import encode_sequences, split_corpus
-from minippo.rlhf.data.corpus import generate_corpus
+from minippo.rlhf.data.corpus import PROMPTS, generate_corpus
+from minippo.rlhf.generate import check_response_fits
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.reward_model import RewardModel
 from minippo.rlhf.rm_train import load_sft
+from minippo.runs import RunLock, Stage, assign_arrays, check_no_run, check_same_config
 
 CHECKPOINT_FORMAT = "minippo.ppo/2"
+#: PPOConfig fields a resume may change: they do not change what the iterations compute
+RESUME_NEUTRAL = ("iterations", "checkpoint_every")
 
 
 def make_kl_controller(cfg: PPOConfig):
@@ -69,9 +82,10 @@ class PPOTrainer:
     sft_model : TinyGPT, the SFT policy: the actor starts as a copy, the reference IS a frozen copy
     reward_model : RewardModel (frozen; its normalised ``score``)
     tokenizer : Tokenizer
-    out_dir : run folder for metrics, checkpoints and the final policy (None: nothing is written)
+    out_dir : run folder for metrics, checkpoints and the final policy (None: nothing is written); locked
+        (:class:`minippo.runs.RunLock`) until :meth:`close`
     resume : continue from ``out_dir/checkpoint`` when it exists (its config must equal ``cfg`` up
-        to ``iterations``)
+        to ``iterations`` and ``checkpoint_every``); without it a folder holding a checkpoint is refused
     ptx_sequences : list of int64 arrays ``<bos> ids <eos>`` (corpus text) for PPO-ptx, or None
 
     ``state`` is the :class:`~minippo.rlhf.ppo.PPOState`; ``last_rollout`` the last iteration's experience
@@ -86,6 +100,8 @@ class PPOTrainer:
             raise ValueError(f"`sft_model` must be a TinyGPT, got {type(sft_model).__name__}")
         if cfg.ptx_coef > 0 and not ptx_sequences:
             raise ValueError("`ptx_sequences` must hold corpus sequences when `cfg.ptx_coef` > 0 (PPO-ptx)")
+        if tokenizer is not None:
+            check_response_fits(cfg.max_new_tokens, tokenizer, PROMPTS, sft_model.cfg.block_size)
         self.cfg = cfg
         actor = sft_model.copy()
         critic = build_critic(cfg, sft_model, reward_model)
@@ -100,16 +116,29 @@ class PPOTrainer:
             rng=np.random.default_rng(cfg.seed), ptx_sequences=ptx_sequences)
         self.last_rollout, self.first_minibatch = None, None
         self.out_dir = None if out_dir is None else Path(out_dir)
-        self.metrics, self.last_saved = None, None
+        self.metrics, self.last_saved, self._lock = None, None, None
+        self.stage = Stage("PPO", self.out_dir, None if out_dir is None else self.out_dir / "checkpoint")
         if self.out_dir is not None:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            if resume and has_checkpoint(self.out_dir / "checkpoint"):
-                self.load(self.out_dir / "checkpoint")
-                self.metrics = MetricsWriter(self.out_dir / "metrics.jsonl", append=True)
+            self._lock = RunLock(self.out_dir).acquire()
+            weakref.finalize(self, self._lock.release)
+            ckpt, metrics_path = self.out_dir / "checkpoint", self.out_dir / "metrics.jsonl"
+            if has_checkpoint(ckpt):
+                if not resume:
+                    check_no_run(self.out_dir, ckpt, "a PPO run")
+                self.load(ckpt)                             # everything checked before anything is assigned
+                if not metrics_path.exists():
+                    warnings.warn(f"{metrics_path} is missing: the records of iterations 0-{self.iteration - 1} are "
+                                  f"lost; it will hold the iterations after them only", RunWarning, stacklevel=2)
+                self.metrics = MetricsWriter(metrics_path, append=True)
                 self.metrics.truncate_after("iteration", self.iteration - 1)
             else:
                 atomic_write_text(self.out_dir / "config.json", json.dumps(cfg.to_dict(), indent=1))
-                self.metrics = MetricsWriter(self.out_dir / "metrics.jsonl")
+                self.metrics = MetricsWriter(metrics_path)
+
+    def close(self) -> None:
+        """Release the run folder's lock (also done when the trainer is garbage-collected)."""
+        if self._lock is not None:
+            self._lock.release()
 
     @property
     def actor(self) -> TinyGPT:
@@ -122,9 +151,17 @@ class PPOTrainer:
     # ---- one iteration ------------------------------------------------------------------------
     def _on_disk(self) -> str:
         """What a stopped run leaves: the last good checkpoint, or that there is none."""
-        if self.last_saved is not None:
-            return f"the last good checkpoint (iteration {self.last_saved}) is kept in {self.out_dir / 'checkpoint'}"
-        return "no checkpoint had been written yet"
+        if self.out_dir is None:
+            return "nothing is written (no out_dir)"
+        return self.stage.kept()
+
+    def _parameter_note(self) -> str:
+        """Which parameter went non-finite (or the largest one): what a NaN stop adds (minippo.checks.parameter_note)."""
+        s = self.state
+        params = {"actor." + k: v for k, v in s.actor.params.items()}
+        if s.critic is not None:
+            params.update({"critic." + k: v for k, v in s.critic.params.items()})
+        return parameter_note(params)
 
     def step(self, callback=None) -> dict:
         """Run one iteration; returns its metrics record (also written to ``metrics.jsonl``)."""
@@ -137,7 +174,8 @@ class PPOTrainer:
                 record.update(ppo.ppo_update(self.state, rollout, cfg))
                 t2, c2 = time.perf_counter(), time.process_time()
         except ValueError as exc:           # the NaN guard, or bad data: say what is kept on disk
-            raise ValueError(f"{exc}: training stopped at iteration {it}; {self._on_disk()}") from exc
+            raise ValueError(f"{exc}{self._parameter_note()}: training stopped at iteration {it}; "
+                             f"{self._on_disk()}") from exc
         self.first_minibatch = record.pop("first_minibatch")
         record.update({"iteration": it, "episode": (it + 1) * cfg.batch_size,
                        "time/rollout": t1 - t0, "time/update": t2 - t1, "time/iteration": t2 - t0,
@@ -163,13 +201,14 @@ class PPOTrainer:
         """
         until = self.cfg.iterations if until is None else min(int(until), self.cfg.iterations)
         records = []
-        bar = tqdm(range(self.iteration, until), initial=self.iteration, total=self.cfg.iterations, desc="ppo",
-                   disable=not progress, dynamic_ncols=True)
-        for _ in bar:
-            r = self.step(callback)
-            records.append(r)
-            bar.set_postfix(score=f"{r['objective/scores']:+.2f}", gold=f"{r['gold/score']:+.2f}",
-                            kl=f"{r['objective/kl']:.2f}")
+        bar = progress_bar(range(self.iteration, until), initial=self.iteration, total=self.cfg.iterations,
+                           desc="ppo", disable=not progress)
+        with self.stage.running():                   # Ctrl-C: one line saying what is kept (minippo.runs)
+            for _ in bar:
+                r = self.step(callback)
+                records.append(r)
+                bar.set_postfix(score=f"{r['objective/scores']:+.2f}", gold=f"{r['gold/score']:+.2f}",
+                                kl=f"{r['objective/kl']:.2f}")
         bar.close()
         if self.out_dir is not None and self.iteration == self.cfg.iterations:
             save_model(self.out_dir / "policy", self.actor, tokenizer=self.state.tokenizer,
@@ -192,33 +231,54 @@ class PPOTrainer:
             arrays.update({"opt_critic/" + k: v for k, v in c_moments.items()})
         path = save_checkpoint(directory, arrays, state)
         self.last_saved = s.iteration
+        self.stage.saved = f"iteration {s.iteration}"
         return path
 
-    def load(self, directory) -> None:
-        """Restore a checkpoint written by :meth:`save` (the config must match up to ``iterations``)."""
-        arrays, state = load_checkpoint(directory)
-        if state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"`directory` {directory} does not hold a PPO checkpoint of format {CHECKPOINT_FORMAT}")
-        saved = {k: v for k, v in state["ppo_config"].items() if k != "iterations"}
-        given = {k: v for k, v in self.cfg.to_dict().items() if k != "iterations"}
-        differ = {k: (saved.get(k), given[k]) for k in given if saved.get(k) != given[k]}
-        if differ:
-            raise ValueError(f"`cfg` differs from the run being resumed (saved, given): {differ}")
+    def _expect(self) -> dict:
+        """The tensors a checkpoint of this trainer holds: name -> (shape, dtype), from the live models."""
         s = self.state
-        for name, p in s.actor.params.items():              # in place: the optimizer holds these arrays
-            p[...] = arrays["actor/" + name]
-        s.opt_actor.load_state_dict({k[len("opt_actor/"):]: v for k, v in arrays.items()
-                                     if k.startswith("opt_actor/")}, state["opt_actor"])
+        parts = [("actor/", s.actor.params), ("opt_actor/", s.opt_actor.state_dict()[0])]
         if s.critic is not None:
-            for name, p in s.critic.params.items():
-                p[...] = arrays["critic/" + name]
-            s.opt_critic.load_state_dict({k[len("opt_critic/"):]: v for k, v in arrays.items()
-                                          if k.startswith("opt_critic/")}, state["opt_critic"])
-        s.value_norm = ValueNorm.from_state(state["value_norm"])
-        s.kl_ctl.value = float(state["kl_coef"])
-        s.rng = rng_from_state(state["rng"])
-        s.iteration = int(state["iteration"])
-        self.last_saved = s.iteration
+            parts += [("critic/", s.critic.params), ("opt_critic/", s.opt_critic.state_dict()[0])]
+        return {k: v for prefix, arrays in parts for k, v in array_specs(arrays, prefix).items()}
+
+    def load(self, directory) -> None:
+        """Restore a checkpoint written by :meth:`save` (the config must match up to :data:`RESUME_NEUTRAL`).
+
+        Everything is checked before anything is assigned: the tensors against the live models
+        (:func:`minippo.io.load_checkpoint` with ``expect``), then the config, then every entry of state.json
+        (a :class:`minippo.io.CorruptFileError` naming the file and the entry)."""
+        s = self.state
+        arrays, state = load_checkpoint(directory, self._expect())
+        state_path = checkpoint_folder(directory) / STATE
+        with in_file(state_path):
+            if state.get("format") != CHECKPOINT_FORMAT:
+                raise ValueError(f"`format` is {state.get('format')!r}: not a PPO checkpoint of format {CHECKPOINT_FORMAT}")
+            stored = PPOConfig.from_dict(state["ppo_config"]).to_dict()
+        check_same_config(f"the PPO run in {Path(directory).parent}", stored, self.cfg.to_dict(), ignore=RESUME_NEUTRAL,
+                          fresh=f"use another folder than {Path(directory).parent} (or delete it)")
+        moments = {name: {k[len(name) + 1:]: v for k, v in arrays.items() if k.startswith(name + "/")}
+                   for name in ("opt_actor", "opt_critic")}
+        with in_file(state_path):
+            iteration = state["iteration"]
+            check_range("iteration", iteration, 1, self.cfg.iterations, integer=True)
+            check_range("kl_coef", state["kl_coef"], 0, None)
+            rng = rng_from_state(state["rng"])
+            value_norm = ValueNorm.from_state(state["value_norm"])
+            if state["gpt_config"] != s.actor.cfg.to_dict():
+                raise ValueError(f"`gpt_config` {state['gpt_config']} is not the SFT model's {s.actor.cfg.to_dict()}")
+            s.opt_actor.check_state_dict(moments["opt_actor"], state["opt_actor"])
+            if s.critic is not None:
+                s.opt_critic.check_state_dict(moments["opt_critic"], state["opt_critic"])
+        # everything is checked: assign (in place: the optimizers hold the parameter arrays)
+        assign_arrays(s.actor.params, arrays, "actor/", source=directory)
+        s.opt_actor.load_state_dict(moments["opt_actor"], state["opt_actor"])
+        if s.critic is not None:
+            assign_arrays(s.critic.params, arrays, "critic/", source=directory)
+            s.opt_critic.load_state_dict(moments["opt_critic"], state["opt_critic"])
+        s.value_norm, s.kl_ctl.value, s.rng, s.iteration = value_norm, float(state["kl_coef"]), rng, iteration
+        self.last_saved = iteration
+        self.stage.saved = f"iteration {iteration}"
 
 
 # ----------------------------------------------------------------------------------------------

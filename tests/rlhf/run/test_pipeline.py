@@ -40,6 +40,11 @@ def test_quick_pipeline_end_to_end(tmp_path, capsys):
     assert printed.count("reusing") == 3
     again = json.loads((out / "summary.json").read_text())
     assert again["eval"] == json.loads(json.dumps(e))
+    assert again["rm"] == summary["rm"]                 # issue 13 item 7: the reused reward model's numbers stay
+    # issue 20 item 8: a sample cut at max_new_tokens without its EOS is marked in samples.md
+    from minippo.rlhf.generate import TRUNCATED_MARK
+    rows = [line for line in samples.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert sum(row.count(TRUNCATED_MARK) for row in rows) >= 1, "no cut sample among the 32 shown: pick another check"
 
 
 def test_the_shared_stages_are_cached_in_the_repositorys_runs_folder():
@@ -51,3 +56,54 @@ def test_the_shared_stages_are_cached_in_the_repositorys_runs_folder():
     repo = Path(minippo.__file__).resolve().parents[1]
     assert default_cache_dir(quick=False).parent == repo / "runs" / "cache"
     assert repo not in default_cache_dir(quick=True).parents
+
+
+# ---- the reuse rule (issue 13 item 2): a stored stage made with another config is refused, nothing written ----
+
+def fake_stage(folder, key, cfg_dict, **extra):
+    """A model folder like a finished stage's (a tiny random model; only its stored config matters here)."""
+    from minippo.nn.gpt import GPTConfig, TinyGPT
+    from minippo.rlhf.checkpoint import save_model
+    model = TinyGPT(GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=1, n_embd=4))
+    save_model(folder, model, extra_state={key: cfg_dict, **extra})
+
+
+def files(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+            and p.name != ".minippo.lock"}
+
+
+def test_a_stage_made_with_another_config_is_refused_naming_the_fields(tmp_path):
+    from minippo.rlhf.run.pipeline import stage_configs
+    from minippo.runs import ConfigMismatch
+    sft0, rm0, ppo0 = stage_configs(quick=True, seed=0)
+    fake_stage(tmp_path / "sft" / "model", "sft_config", sft0.to_dict())
+    fake_stage(tmp_path / "rm" / "model", "rm_config", rm0.to_dict())
+    fake_stage(tmp_path / "ppo" / "policy", "ppo_config", ppo0.to_dict())
+    before = files(tmp_path)
+    with pytest.raises(ConfigMismatch, match=r"sft/model \(stage sft of the run in .*\) was made with another "
+                       r"configuration: seed \(stored 0, requested 1\); nothing was changed. To start fresh, use "
+                       r"another --out, or delete .*sft and .*rm and .*ppo to retrain those stages"):
+        run_pipeline(tmp_path, quick=True, seed=1, progress=False, log=lambda *a: None)
+    with pytest.raises(ConfigMismatch, match=r"corpus_size \(stored 6000, requested 20000\)"):
+        run_pipeline(tmp_path, quick=False, progress=False, log=lambda *a: None)       # a full run on a quick folder
+    with pytest.raises(ConfigMismatch, match=r"rm/model .*epochs \(stored 4, requested 2\).* delete .*rm and "
+                       r".*ppo to retrain"):
+        run_pipeline(tmp_path, quick=True, rm_cfg=rm0.__class__.quick(epochs=2), progress=False, log=lambda *a: None)
+    with pytest.raises(ConfigMismatch, match=r"ppo/policy .*iterations \(stored 30, requested 31\).*delete .*ppo "
+                       r"to retrain that stage"):
+        run_pipeline(tmp_path, quick=True, ppo_cfg=ppo0.replace(iterations=31), progress=False, log=lambda *a: None)
+    assert files(tmp_path) == before                                 # nothing written, nothing deleted
+
+
+def test_samples_md_marks_the_responses_cut_at_max_new_tokens():
+    """Issue 20 item 8: a response without EOS (it hit max_new_tokens, maybe mid-word) is marked, the rest not."""
+    from minippo.rlhf.generate import TRUNCATED_MARK, show_sample
+    from minippo.rlhf.run.evaluate import samples_markdown
+    assert show_sample("the film was absolutely f", False) == "the film was absolutely f" + TRUNCATED_MARK
+    assert show_sample("the film was fine .", True) == "the film was fine ."
+    before = {"texts": ["a b c", "d e ."], "gold": np.zeros(2), "rm": np.zeros(2), "ended": np.array([False, True])}
+    after = {"texts": ["f g .", "h i"], "gold": np.zeros(2), "rm": np.zeros(2), "ended": np.array([True, False])}
+    rows = samples_markdown(["p", "q"], before, after).splitlines()[2:]
+    assert rows[0].count(TRUNCATED_MARK) == 1 and f"a b c{TRUNCATED_MARK} |" in rows[0] and "| f g . |" in rows[0]
+    assert rows[1].count(TRUNCATED_MARK) == 1 and f"h i{TRUNCATED_MARK} |" in rows[1]

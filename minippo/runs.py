@@ -1,0 +1,261 @@
+"""The rules of a run folder, kept by every command that writes one (``minippo sft``, ``rm``, ``ppo``, ``rlhf``,
+and the trainers that follow them).
+
+Why a module of its own: :mod:`minippo.io` is the file FORMAT (atomic writes, safetensors + JSON, metrics
+lines, validated reads) and decides nothing; this module is the POLICY built on it, as small pieces a stage
+calls where it needs them, so that every trainer keeps the same rules without copying them:
+
+- :func:`run_lock` / :class:`RunLock`: one writer per folder. An OS file lock (``fcntl.flock`` on
+  ``<folder>/.minippo.lock``) dies with its process, so a ``kill -9`` leaves no stale lock; a second writer
+  refuses at once with :class:`RunFolderBusy`, naming the folder and the holder's pid. The lock is per
+  process (a process may take it again, e.g. a trainer resumed in the same Python session).
+- :func:`config_differences` / :func:`check_same_config`: a stored stage is reused or resumed only when its
+  stored config equals the requested one on every field that changes its result; otherwise
+  :class:`ConfigMismatch` names the differing fields and how to start fresh. Nothing is deleted for the user.
+- :func:`check_no_run`: a fresh run refuses a folder that already holds another run's checkpoint (it would
+  overwrite its records).
+- :func:`assign_arrays`: copy validated arrays into live parameters in place, refusing any broadcast or cast.
+- :func:`stage` / :class:`Stage`: what this process is running and which checkpoint it has on disk; on
+  Ctrl-C the innermost stage attaches one line to the ``KeyboardInterrupt`` (``interrupted_message``), which
+  the ``minippo`` command prints instead of a traceback.
+- :meth:`Stage.kept`: the sentence a stopped run (a NaN stop) prints about what is on disk.
+
+A trainer with a run folder ``out`` and a checkpoint folder ``ckpt = out / "checkpoint"`` (the PPO trainer in
+``minippo/rlhf/run/trainer.py`` and SFT in ``minippo/rlhf/sft.py`` do exactly this)::
+
+    lock = RunLock(out).acquire()                        # or ``with run_lock(out):`` around the whole run
+    st = Stage("DPO", out, checkpoint=ckpt)
+    if has_checkpoint(ckpt):
+        if not resume:
+            check_no_run(out, ckpt, "a DPO run")         # never overwrite another run's records
+        arrays, state = load_checkpoint(ckpt, array_specs(policy.params, "policy/") | ...)   # minippo.io
+        check_same_config(f"the DPO run in {out}", state["dpo_config"], cfg.to_dict(), ignore=("ckpt_interval",))
+        with in_file(checkpoint_folder(ckpt) / STATE):   # every entry checked, the file named
+            check_range("step", state["step"], 1, cfg.steps, integer=True)
+            opt.check_state_dict(moments, state["optimizer"]); rng = rng_from_state(state["rng"])
+        assign_arrays(policy.params, arrays, "policy/"); opt.load_state_dict(moments, state["optimizer"])
+        MetricsWriter(out / "metrics.jsonl", append=True).truncate_after("step", state["step"])   # only now
+        st.saved = f"step {state['step']}"
+    with st.running():                                   # Ctrl-C: one line naming what is kept
+        for step in progress_bar(range(start, cfg.steps), initial=start, total=cfg.steps, desc="dpo"):
+            ...                                          # a NaN stop: ValueError(f"... {st.kept()}")
+            save_checkpoint(ckpt, arrays, state); st.saved = f"step {step + 1}"
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+import numpy as np
+
+from minippo.io import has_checkpoint
+
+LOCK_FILE = ".minippo.lock"
+
+
+class RunFolderBusy(BlockingIOError):
+    """Another process holds the run folder's lock."""
+
+
+class ConfigMismatch(ValueError):
+    """A stored stage (or a checkpoint to resume) was made with another configuration."""
+
+
+def ensure_folder(folder) -> Path:
+    """``folder`` as a Path, created if needed; a path that exists but is no folder is a ``NotADirectoryError``
+    naming it (not ``FileExistsError`` from deep inside ``mkdir``)."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"{folder} is a file, not a run folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+# ----------------------------------------------------------------------------------------------
+# one writer per folder
+# ----------------------------------------------------------------------------------------------
+
+_held: dict[str, list] = {}          # resolved folder -> [fd, count]: the locks this process holds
+
+
+class RunLock:
+    """An exclusive lock on a run folder (``<folder>/.minippo.lock``), re-entrant within one process.
+
+    ``RunLock(folder).acquire()`` returns the lock or raises :class:`RunFolderBusy` at once (``wait=True``:
+    block until the holder finishes, after calling ``log`` with who is waited for); ``release()`` (or the
+    ``with`` block's end, or the process's death) frees it. The holder's pid is written into the lock file
+    so that the refusal can name it.
+    """
+
+    def __init__(self, folder):
+        self.folder = Path(folder)
+        self.held = False
+
+    def acquire(self, *, wait: bool = False, log: Callable[[str], None] | None = None) -> "RunLock":
+        if self.held:
+            return self
+        folder = ensure_folder(self.folder)
+        key = str(folder.resolve())
+        if key in _held:
+            _held[key][1] += 1
+        else:
+            path = folder / LOCK_FILE
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = _holder(fd)
+                    if not wait:
+                        raise RunFolderBusy(f"{folder} is being written by another process ({holder}, lock file "
+                                            f"{path}): wait for it to finish, or use another folder") from None
+                    if log is not None:
+                        log(f"waiting for {holder}, which is writing {folder}")
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            except BaseException:
+                os.close(fd)
+                raise
+            _held[key] = [fd, 1]
+        self.key, self.held = key, True
+        return self
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
+        entry = _held[self.key]
+        entry[1] -= 1
+        if entry[1] == 0:
+            del _held[self.key]
+            os.close(entry[0])            # closing the descriptor releases the flock
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _holder(fd: int) -> str:
+    """'pid N' from a lock file (written by the holder right after it took the lock)."""
+    text = os.pread(fd, 64, 0).decode(errors="replace").strip()
+    return f"pid {text}" if text.isdigit() else "pid unknown"
+
+
+def run_lock(folder, *, wait: bool = False, log: Callable[[str], None] | None = None) -> RunLock:
+    """``with run_lock(folder): ...``: :class:`RunLock` acquired now (refusing at once unless ``wait``)."""
+    return RunLock(folder).acquire(wait=wait, log=log)
+
+
+# ----------------------------------------------------------------------------------------------
+# reuse and resume: the stored config must be the requested one
+# ----------------------------------------------------------------------------------------------
+
+def config_differences(stored: Mapping, requested: Mapping, ignore: Iterable[str] = ()) -> dict[str, tuple]:
+    """``{field: (stored value, requested value)}`` for every field of either dict that differs, except
+    ``ignore`` (fields that do not change the stage's result); a field absent on one side shows as
+    ``"<absent>"``."""
+    ignore = set(ignore)
+    absent = "<absent>"
+    return {k: (stored.get(k, absent), requested.get(k, absent))
+            for k in sorted(set(stored) | set(requested)) if k not in ignore
+            and stored.get(k, absent) != requested.get(k, absent)}
+
+
+def check_same_config(what: str, stored: Mapping, requested: Mapping, *, ignore: Iterable[str] = (),
+                      fresh: str = "use another folder") -> None:
+    """:class:`ConfigMismatch` when ``stored`` and ``requested`` differ (:func:`config_differences`):
+    "``what`` was made with another configuration: seed (stored 0, requested 1); to start fresh, ``fresh``"."""
+    differ = config_differences(stored, requested, ignore)
+    if differ:
+        fields = ", ".join(f"{k} (stored {a!r}, requested {b!r})" for k, (a, b) in differ.items())
+        raise ConfigMismatch(f"{what} was made with another configuration: {fields}; nothing was changed. "
+                             f"To start fresh, {fresh}")
+
+
+def check_no_run(folder, checkpoint, what: str) -> None:
+    """A fresh run must not overwrite another run's records: ``FileExistsError`` when ``checkpoint`` (a
+    checkpoint folder inside ``folder``) exists."""
+    if has_checkpoint(checkpoint):
+        raise FileExistsError(f"{folder} already holds {what} (checkpoint {checkpoint}): resume it, or use another "
+                              "folder; nothing was overwritten")
+
+
+# ----------------------------------------------------------------------------------------------
+# assigning a loaded checkpoint
+# ----------------------------------------------------------------------------------------------
+
+def assign_arrays(params: Mapping[str, np.ndarray], arrays: Mapping[str, np.ndarray], prefix: str = "",
+                  source="`arrays`") -> None:
+    """``params[k][...] = arrays[prefix + k]`` for every k, in place (an optimizer holds these arrays), after
+    checking ALL of them: the same names, shapes and dtypes, finite. Nothing is broadcast or cast; a
+    ``ValueError`` naming ``source`` and the tensor is raised before anything is assigned."""
+    want = {prefix + k for k in params}
+    have = {k for k in arrays if k.startswith(prefix)}
+    if want != have:
+        name = sorted(want ^ have)[0]
+        raise ValueError(f"{source}: tensor {name!r} is {'missing' if name in want else 'unexpected'}")
+    for k, p in params.items():
+        a = arrays[prefix + k]
+        if a.shape != p.shape or a.dtype != p.dtype:
+            raise ValueError(f"{source}: tensor {prefix + k!r} is {a.dtype}{list(a.shape)}, the model's is "
+                             f"{p.dtype}{list(p.shape)}")
+        if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
+            raise ValueError(f"{source}: tensor {prefix + k!r} is not finite")
+    for k, p in params.items():
+        p[...] = arrays[prefix + k]
+
+
+# ----------------------------------------------------------------------------------------------
+# what is running, what is on disk: the Ctrl-C line and the stop messages
+# ----------------------------------------------------------------------------------------------
+
+@dataclass
+class Stage:
+    """A stage running in this process: ``name`` ("SFT"), its ``folder``, the ``checkpoint`` folder it
+    saves to, and ``saved``: the label of the last checkpoint on disk ("step 200"), None before the first."""
+
+    name: str
+    folder: Path | None
+    checkpoint: Path | None = None
+    saved: str | None = None
+    resume: str = "the same command resumes from it"
+    restart: str = "the same command starts it again"
+    extra: dict = field(default_factory=dict)
+
+    def kept(self) -> str:
+        """What is on disk now, as the end of a sentence."""
+        if self.saved is not None:
+            return f"the last good checkpoint ({self.saved}) is kept in {self.checkpoint}"
+        return "no checkpoint had been written yet"
+
+    def interrupted_message(self) -> str:
+        """The one line printed on Ctrl-C."""
+        if self.folder is None:
+            return f"interrupted {self.name} (it was writing no files)"
+        then = self.resume if self.saved is not None else self.restart
+        return f"interrupted {self.name} in {self.folder}; {self.kept()}; {then}"
+
+    @contextlib.contextmanager
+    def running(self):
+        """A ``KeyboardInterrupt`` leaving the block carries :meth:`interrupted_message` as its
+        ``minippo_message`` (the innermost stage's: an outer stage does not overwrite it)."""
+        try:
+            yield self
+        except KeyboardInterrupt as exc:
+            if not hasattr(exc, "minippo_message"):
+                exc.minippo_message = self.interrupted_message()
+            raise
+
+
+def stage(name: str, folder, *, checkpoint=None, saved: str | None = None, **hints):
+    """``with stage("SFT", out, checkpoint=out / "checkpoint") as s: ...; s.saved = "step 200"``: a
+    :class:`Stage` and its :meth:`Stage.running` block."""
+    return Stage(name, Path(folder), None if checkpoint is None else Path(checkpoint), saved, **hints).running()
+

@@ -1,0 +1,118 @@
+"""The `minippo` dispatcher: a user's error is one or two lines naming the flag or the path, exit 2 (usage) or 1
+(runtime), no traceback unless --debug / MINIPPO_DEBUG=1 (issue 13 item 9); Ctrl-C is one line, exit 130, and the
+same command resumes (issue 20 item 5, with a real SIGINT sent to a real process)."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from minippo import cli
+from minippo.io import RunWarning
+
+
+def run(capsys, *argv):
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and "Traceback" not in out
+    return rc, out, err
+
+
+def test_a_bad_flag_value_names_the_flag_exit_2(capsys, tmp_path):
+    rc, _, err = run(capsys, "ppo", "--sft", "s", "--rm", "r", "--out", str(tmp_path), "--gamma", "1.5")
+    assert rc == 2 and err == "minippo ppo: error: --gamma 1.5: `gamma` must be in [0, 1], got 1.5\n"
+    rc, _, err = run(capsys, "ppo", "--sft", "s", "--rm", "r", "--lr", "inf")
+    assert rc == 2 and err == "minippo ppo: error: --lr inf: `lr` must be a finite number, got inf\n"
+    rc, _, err = run(capsys, "ppo", "--sft", "s", "--rm", "r", "--lr", "fast")
+    assert rc == 2 and err.startswith("minippo ppo: error: --lr fast: could not convert")
+    rc, _, err = run(capsys, "sft", "--block-size", str(10**12), "--out", str(tmp_path / "b"))
+    assert rc == 2 and err == ("minippo sft: error: --block-size 1000000000000: `block_size` must be in [8, 4096], "
+                               "got 1000000000000\n")
+    rc, _, err = run(capsys, "sft", "--resume")
+    assert rc == 2 and err == "minippo sft: error: --resume needs --out (the run folder to continue)\n"
+
+
+def test_a_path_flag_pointing_at_nothing_or_at_a_file_exit_2(capsys, tmp_path):
+    rc, _, err = run(capsys, "ppo", "--sft", str(tmp_path / "nope"), "--rm", "r", "--out", str(tmp_path / "o"))
+    assert rc == 2 and err == f"minippo ppo: error: --sft: {tmp_path / 'nope'} does not exist\n"
+    (tmp_path / "file").write_text("x")
+    rc, _, err = run(capsys, "rlhf", "--quick", "--out", str(tmp_path / "file"))
+    assert rc == 2 and err == f"minippo rlhf: error: --out: {tmp_path / 'file'} is a file, not a run folder\n"
+
+
+def test_a_read_only_folder_and_a_full_disk_exit_1_naming_the_path(capsys, tmp_path, monkeypatch):
+    from minippo import io, runs
+    folder = tmp_path / "ro"
+    real_open = os.open
+
+    def read_only(path, *a, **k):          # root ignores permission bits: simulate what a read-only folder says
+        if str(path).startswith(str(folder)):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr(runs.os, "open", read_only)
+    rc, _, err = run(capsys, "sft", "--quick", "--out", str(folder), "--no-progress")
+    assert rc == 1 and err == f"minippo sft: error: --out: {folder / runs.LOCK_FILE}: Permission denied\n"
+    monkeypatch.undo()
+
+    def disk_full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(io.os, "fsync", disk_full)
+    rc, _, err = run(capsys, "sft", "--quick", "--corpus-size", "600", "--out", str(tmp_path / "full"), "--no-progress")
+    assert rc == 1 and err == (f"minippo sft: error: --out: {tmp_path / 'full' / 'tokenizer.json.tmp'}: "
+                               "No space left on device\n")
+
+
+def test_debug_shows_the_traceback(capsys, monkeypatch):
+    with pytest.raises(ValueError, match="`gamma` must be in"):
+        cli.main(["--debug", "ppo", "--sft", "s", "--rm", "r", "--gamma", "1.5"])
+    monkeypatch.setenv("MINIPPO_DEBUG", "1")
+    with pytest.raises(ValueError, match="`gamma` must be in"):
+        cli.main(["ppo", "--sft", "s", "--rm", "r", "--gamma", "1.5"])
+
+
+def test_describe_error_one_line_flag_or_path_and_status():
+    flags = {"gamma": ("--gamma", "1.5"), "out": ("--out", "runs/a")}
+    assert cli.describe_error(ValueError("`gamma` must be in [0, 1]\nmore\ndetail"), flags) == (
+        "--gamma 1.5: `gamma` must be in [0, 1] (2 more lines with --debug)", 2)
+    assert cli.describe_error(PermissionError(13, "Permission denied", "runs/a/x"), flags) == (
+        "--out: runs/a/x: Permission denied", 1)
+    assert cli.describe_error(ValueError("`policy/grad_norm` is nan at iteration 3"), flags) == (
+        "`policy/grad_norm` is nan at iteration 3", 1)
+    assert cli.describe_error(cli.UsageError("--x and --y name the same field"), {}) == (
+        "--x and --y name the same field", 2)
+
+
+def test_a_run_warning_is_one_line(capsys, monkeypatch):
+    import warnings
+    from minippo.rlhf import sft
+
+    def warn_and_stop(args):
+        warnings.warn("metrics.jsonl: dropped a torn last line 5", RunWarning)
+        return 0
+
+    monkeypatch.setattr(sft, "cli_main", warn_and_stop)
+    rc, _, err = run(capsys, "sft")
+    assert rc == 0 and err == "minippo sft: warning: metrics.jsonl: dropped a torn last line 5\n"
+
+
+def test_ctrl_c_prints_one_line_exit_130_and_the_same_command_resumes(tmp_path, capsys):
+    out = tmp_path / "sft"
+    argv = ["sft", "--quick", "--steps", "400", "--corpus-size", "600", "--out", str(out), "--no-progress"]
+    # a real process and a real SIGINT; SIG_DFL in the child, whatever the test runner's own disposition is
+    p = subprocess.Popen([sys.executable, "-m", "minippo", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    while not (out / "checkpoint" / "weights.safetensors").exists() and p.poll() is None:
+        time.sleep(0.02)                     # wait for the first checkpoint (step 100 of 400)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate()
+    assert p.returncode == 130, err
+    assert "Traceback" not in err and err.count("\n") == 1
+    assert err.startswith(f"minippo sft: interrupted SFT in {out}; the last good checkpoint (step ")
+    assert err.endswith(f") is kept in {out / 'checkpoint'}; the same command resumes from it\n")
+    step = int(err.split("(step ")[1].split(")")[0])
+    rc, printed, _ = run(capsys, *argv)
+    assert rc == 0 and f"SFT: resuming {out} from its checkpoint at step {step} of 400" in printed

@@ -1,0 +1,122 @@
+"""The rules of a run folder (minippo.runs): one writer (a real second process refuses; kill -9 leaves no stale
+lock), the config-equality rule with its message, in-place assignment that never broadcasts, the Ctrl-C line."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from minippo import runs
+
+HOLD = textwrap.dedent("""
+    import sys, time
+    from minippo.runs import run_lock
+    with run_lock(sys.argv[1]):
+        print("locked", flush=True)
+        time.sleep(60)
+""")
+
+
+def hold_lock(folder) -> subprocess.Popen:
+    """A real second process that takes the folder's lock and keeps it (until it is killed)."""
+    p = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "locked"
+    return p
+
+
+def test_a_second_writer_refuses_at_once_naming_the_folder_and_the_pid(tmp_path):
+    p = hold_lock(tmp_path / "run")
+    try:
+        # "at once": a lock that waited would get the folder when the holder exits after 60 s, and not raise
+        with pytest.raises(runs.RunFolderBusy) as info:
+            runs.run_lock(tmp_path / "run")
+        msg = str(info.value)
+        assert str(tmp_path / "run") in msg and f"pid {p.pid}" in msg and "use another folder" in msg
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_kill_9_leaves_no_stale_lock(tmp_path):
+    p = hold_lock(tmp_path / "run")
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert (tmp_path / "run" / runs.LOCK_FILE).exists()          # the file stays, the OS lock died with the process
+    with runs.run_lock(tmp_path / "run"):
+        assert (tmp_path / "run" / runs.LOCK_FILE).read_text().strip() == str(os.getpid())
+
+
+def test_the_lock_is_reentrant_in_one_process_and_released(tmp_path):
+    a = runs.RunLock(tmp_path).acquire()
+    b = runs.RunLock(tmp_path).acquire()               # the same process: a resumed trainer in one session
+    a.release()
+    p = subprocess.run([sys.executable, "-c", "import sys; from minippo.runs import run_lock; run_lock(sys.argv[1])",
+                        str(tmp_path)], capture_output=True, text=True)
+    assert p.returncode == 1 and "RunFolderBusy" in p.stderr    # b still holds it
+    b.release()
+    p = subprocess.run([sys.executable, "-c", "import sys; from minippo.runs import run_lock; run_lock(sys.argv[1])",
+                        str(tmp_path)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+
+
+def test_wait_blocks_until_the_holder_is_gone(tmp_path):
+    p = hold_lock(tmp_path)
+    said = []
+    try:
+        killer = subprocess.Popen([sys.executable, "-c", f"import os, time; time.sleep(1); os.kill({p.pid}, 9)"])
+        with runs.run_lock(tmp_path, wait=True, log=said.append):
+            pass
+        killer.wait()
+    finally:
+        p.kill()
+        p.wait()
+    assert said and f"pid {p.pid}" in said[0]
+
+
+def test_a_file_is_not_a_run_folder(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(NotADirectoryError, match="is a file, not a run folder"):
+        runs.run_lock(tmp_path / "f")
+
+
+def test_config_rule_names_every_differing_field_and_how_to_start_fresh():
+    stored = {"seed": 0, "lr": 1e-3, "ckpt_interval": 100, "old": 1}
+    asked = {"seed": 1, "lr": 1e-3, "ckpt_interval": 50, "new": 2}
+    assert runs.config_differences(stored, asked, ignore=("ckpt_interval",)) == {
+        "new": ("<absent>", 2), "old": (1, "<absent>"), "seed": (0, 1)}
+    with pytest.raises(runs.ConfigMismatch, match=r"X was made with another configuration: new \(stored '<absent>', "
+                       r"requested 2\), old .*seed \(stored 0, requested 1\); nothing was changed\. To start fresh, FRESH"):
+        runs.check_same_config("X", stored, asked, ignore=("ckpt_interval",), fresh="FRESH")
+    runs.check_same_config("X", stored, dict(stored, ckpt_interval=7), ignore=("ckpt_interval",))   # no error
+
+
+def test_assign_arrays_checks_everything_before_assigning_anything():
+    params = {"a": np.zeros((2, 3), np.float32), "b": np.zeros(3, np.float32)}
+    good = {"p/a": np.ones((2, 3), np.float32), "p/b": np.ones(3, np.float32)}
+    for bad, match in [({**good, "p/b": np.ones(1, np.float32)}, r"'p/b' is float32\[1\]"),       # would broadcast
+                       ({**good, "p/b": np.ones(3, np.int32)}, r"'p/b' is int32\[3\]"),           # would cast
+                       ({"p/a": good["p/a"]}, "'p/b' is missing"),
+                       ({**good, "p/c": np.ones(1)}, "'p/c' is unexpected"),
+                       ({**good, "p/b": np.array([1, np.nan, 1], np.float32)}, "'p/b' is not finite")]:
+        with pytest.raises(ValueError, match=match):
+            runs.assign_arrays(params, bad, "p/", source="ckpt")
+        assert not params["a"].any() and not params["b"].any()            # nothing was assigned
+    runs.assign_arrays(params, good, "p/")
+    assert params["a"].all() and params["b"].all()
+
+
+def test_the_interrupted_message_says_what_is_kept_and_how_to_go_on(tmp_path):
+    with pytest.raises(KeyboardInterrupt) as info:
+        with runs.stage("outer", tmp_path):
+            with runs.stage("SFT", tmp_path / "sft", checkpoint=tmp_path / "sft" / "checkpoint") as st:
+                st.saved = "step 200"
+                raise KeyboardInterrupt
+    assert info.value.minippo_message == (f"interrupted SFT in {tmp_path / 'sft'}; the last good checkpoint (step 200) "
+                                          f"is kept in {tmp_path / 'sft' / 'checkpoint'}; the same command resumes from it")
+    with pytest.raises(KeyboardInterrupt) as info:
+        with runs.stage("PPO", tmp_path, checkpoint=tmp_path / "c"):
+            raise KeyboardInterrupt
+    assert "no checkpoint had been written yet; the same command starts it again" in info.value.minippo_message
