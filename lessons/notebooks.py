@@ -11,10 +11,12 @@ The docstring conventions the converter reads (CONTRIBUTING "Notebooks"):
 - line 1 is the title, ``Lesson NN - <name>: <one sentence>`` (the part before the first ``": "`` is the
   notebook's heading);
 - a section starts with a paragraph that begins with one of the labels of :data:`SECTIONS`
-  (``Pipeline step:``, ``Paper:`` / ``Papers:``, ``The figure:``, ``Exercises:``; a note in parentheses
-  may stand before the colon, ``The figure (from --full: 3 seeds):``, and is shown in italics; ``The
-  figure shows ...`` starts the figure's section too) and runs to the next such paragraph; paragraphs before the first label are the introduction. The sections are placed in that
-  order around the code cells: the figure's text just above the figure, the exercises last;
+  (``Pipeline step:``, ``Paper:`` / ``Papers:``, ``The figure:``, ``Exercises:``, ``Questions:``; a note
+  in parentheses may stand before the colon, ``The figure (from --full: 3 seeds):``, and is shown in
+  italics; ``The figure shows ...`` starts the figure's section too) and runs to the next such paragraph;
+  paragraphs before the first label are the introduction. The sections are placed in that order around
+  the code cells: the figure's text just above the figure, the exercises and the questions
+  (``Questions: Q1, Q2.``, linked to docs/questions.md) last;
 - any other paragraph starting ``Short label:`` (at most five words) keeps its label, in bold;
 - the text is Markdown: ``code`` in backticks, LaTeX inline in ``$...$`` and displayed in ``$$ ... $$``
   blocks; a bare ``<word>`` is shown as text, not swallowed as an HTML tag;
@@ -48,8 +50,8 @@ GENERATOR = Path(__file__).resolve()
 # docstring section label -> (notebook heading, section key); a section runs to the next labelled one
 SECTIONS = {"Pipeline step": ("Pipeline step", "pipeline"), "Paper": ("The paper", "paper"),
             "Papers": ("The papers", "paper"), "The figure": ("The figure", "figure"),
-            "Exercises": ("Exercises", "exercises")}
-_SECTION = re.compile(r"(?P<label>Pipeline step|Papers?|The figure|Exercises)(?P<note>\s*\([^()]*\))?:(?=\s|$)"
+            "Exercises": ("Exercises", "exercises"), "Questions": ("Questions", "questions")}
+_SECTION = re.compile(r"(?P<label>Pipeline step|Papers?|The figure|Exercises|Questions)(?P<note>\s*\([^()]*\))?:(?=\s|$)"
                       r"|(?P<shows>The figure) shows(?=\s)")
 _LABEL = re.compile(r"^([A-Z][\w'-]*(?: [\w'()-]+){0,4}):(?=\s|$)")
 _INLINE = re.compile(r"(`+).*?\1|\$\$.*?\$\$|\$[^$\s][^$]*?\$")    # code spans and inline math: left alone
@@ -120,30 +122,45 @@ def _escape_html(line: str) -> str:
     return "".join(out)
 
 
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
 def to_markdown(text: str) -> str:
-    """A docstring section as Markdown: display math (``$$ ... $$``) copied as it is, a block indented by four
-    spaces after a blank line fenced as preformatted text, labels in bold, ``<word>`` escaped."""
-    lines, out, i = text.split("\n"), [], 0
+    """A docstring section as Markdown: display math (``$$ ... $$``) copied as it is; a block indented four
+    spaces deeper than the text around it, after a blank line or a line ending in ``:``, fenced as
+    preformatted text; hanging indents (``(a) ...`` with its continuation lines indented) and the paragraphs
+    inside them moved to the margin; labels in bold; ``<word>`` escaped."""
+    lines, out, i, body = text.split("\n"), [], 0, 0      # body: the indent of the hanging item we are in
     while i < len(lines):
-        line, after_blank = lines[i], i == 0 or not lines[i - 1].strip()
-        after_colon = i > 0 and lines[i - 1].rstrip().endswith(":") and not lines[i - 1].startswith(" ")
-        if line.strip().startswith("$$"):                    # display math, up to the closing $$
+        line, prev = lines[i], lines[i - 1] if i else ""
+        after_blank, ind = not prev.strip(), _indent(line)
+        if not line.strip():
+            out.append("")
+            i += 1
+        elif line.strip().startswith("$$"):                  # display math, up to the closing $$
             j = i
             while j + 1 < len(lines) and not (lines[j].strip().endswith("$$") and (j > i or len(lines[j].strip()) > 2)):
                 j += 1
             out += [ln.strip() for ln in lines[i:j + 1]]
             i = j + 1
-        elif (after_blank or after_colon) and line.startswith("    "):   # plain-text equations, tables: as written
+        elif (after_blank or prev.rstrip().endswith(":")) and ind >= body + 4:   # plain-text formulas, tables
             j = i
-            while j < len(lines) and (lines[j].startswith("    ") or
-                                      (not lines[j].strip() and j + 1 < len(lines) and lines[j + 1].startswith("    "))):
+            while j < len(lines) and (_indent(lines[j]) >= body + 4 and lines[j].strip() or
+                                      (not lines[j].strip() and j + 1 < len(lines) and lines[j + 1].strip()
+                                       and _indent(lines[j + 1]) >= body + 4)):
                 j += 1
-            out += ["", "```text"] + [ln[4:] for ln in lines[i:j]] + ["```", ""]
+            cut = min(_indent(ln) for ln in lines[i:j] if ln.strip())
+            out += ["", "```text"] + [ln[cut:] for ln in lines[i:j]] + ["```", ""]
             i = j
         else:
-            if not after_blank and not line.startswith(" ") and lines[i - 1].startswith(" ") and out[-1] != "```":
-                out.append("")      # a hanging-indent item ("(a) ...", "1. ...") ended: the next one is its own
-            m = _LABEL.match(line) if after_blank else None
+            if ind == 0:
+                if not after_blank and _indent(prev) > 0 and out[-1] != "```":
+                    out.append("")      # a hanging-indent item ended: the next one ("(b) ...") is its own paragraph
+                nxt = lines[i + 1] if i + 1 < len(lines) else ""
+                body = _indent(nxt) if nxt.strip() and not line.rstrip().endswith(":") else 0
+            m = _LABEL.match(line) if after_blank and ind == 0 else None
+            line = line[min(ind, body):].rstrip()
             line = line[:-1] if line.endswith("::") else line      # reST's literal-block marker: one colon
             out.append(f"**{m.group(1)}:**{_escape_html(line[m.end():])}" if m else _escape_html(line))
             i += 1
@@ -152,7 +169,7 @@ def to_markdown(text: str) -> str:
 
 def split_docstring(doc: str) -> dict[str, str]:
     """The docstring's parts as Markdown: ``title``, ``intro`` and one entry per section of :data:`SECTIONS`
-    present (``pipeline``, ``paper``, ``figure``, ``exercises``), each section led by its heading."""
+    present (``pipeline``, ``paper``, ``figure``, ``exercises``, ``questions``), each led by its heading."""
     lines = inspect.cleandoc(doc).split("\n")
     title = lines[0].strip()
     head, _, rest = title.partition(": ")
@@ -212,6 +229,9 @@ def percent_script(module_name: str) -> str:
                        "lesson.plot(results, figure)\nImage(filename=str(figure))")]
     if "exercises" in parts:
         cells += [("md", parts["exercises"])]
+    if "questions" in parts:
+        cells += [("md", parts["questions"] + "\n\nEach is answered, with measurements, in "
+                         "[docs/questions.md](../docs/questions.md).")]
     text = []
     for kind, src in cells:
         if kind == "md":

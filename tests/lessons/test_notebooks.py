@@ -159,7 +159,11 @@ with inline $r_t = \exp(\log\pi_\theta - \log\pi_{old})$, and a model written::
     state   s_t = prompt + tokens
 
 (a) a hanging item
-    continued here;
+    continued here, with a formula inside the item:
+
+        k1 = x        k3 = e^{-x} - 1 + x
+
+    and a paragraph of the item;
 (b) the next item.
 
 The figure (from --full: 3 seeds): (a) one panel.
@@ -181,7 +185,8 @@ def test_the_converter_renders_plain_text_and_latex():
     assert ("$$\nL^{CLIP}(\\theta) = \\hat{\\mathbb{E}}_t\\left[\\min\\left(r_t(\\theta) \\hat A_t,\\,\n"
             "\\operatorname{clip}(r_t(\\theta), 1 - \\epsilon, 1 + \\epsilon) \\hat A_t\\right)\\right] \\qquad (7)\n$$") in paper
     assert "$r_t = \\exp(\\log\\pi_\\theta - \\log\\pi_{old})$, and a model written:\n\n```text\nstate   s_t = prompt + tokens\n```" in paper
-    assert "(a) a hanging item\n    continued here;\n\n(b) the next item." in paper
+    assert ("(a) a hanging item\ncontinued here, with a formula inside the item:\n\n```text\n"
+            "k1 = x        k3 = e^{-x} - 1 + x\n```\n\nand a paragraph of the item;\n\n(b) the next item.") in paper
     assert parts["figure"] == "## The figure\n\n*From --full: 3 seeds.*\n\n(a) one panel."
     assert parts["exercises"] == "## Exercises\n\n1. One.\n2. Two."
     with pytest.raises(ValueError, match="two 'Exercises' sections"):
