@@ -37,6 +37,8 @@ explained variance (Q21)                                   masked.explained_vari
 padding / response mask (Q27)                              masked.masked_sum / masked_mean / masked_var
 critic-free advantages: GRPO, RLOO, batch-mean baseline    group_advantages.grpo_advantages, rloo_advantages,
 (Shao et al. 2024; Ahmadian et al. 2024) (Q61)             batch_mean_advantages; GRPO's KL loss grpo_kl_loss
+DPO, conservative DPO, IPO on preference pairs             dpo.dpo_loss (loss_type=, label_smoothing=)
+(beyond PPO: Rafailov et al. 2023; Azar et al. 2023)       dpo.sequence_logprobs / _backward
 =========================================================  ==========================================
 
 (What only lessons measure, e.g. the k1/k2/k3 moments or the sequence ratio, is in ``minippo.studies``.)
@@ -64,6 +66,7 @@ _LAZY = {
                                         "CLIP_CASES", "CLIPPED_CASES", "clipped_value_loss", "value_loss")},
     "ppo_penalty_loss": "minippo.rl.penalty",
     **{n: "minippo.rl.kl_control" for n in ("FixedKLController", "AdaptiveKLController", "PPOPaperKLController")},
+    **{n: "minippo.rl.dpo" for n in ("dpo_loss", "sequence_logprobs", "sequence_logprobs_backward", "LOSS_TYPES")},
     **{n: "minippo.rl.group_advantages" for n in ("grpo_advantages", "rloo_advantages",
                                                   "batch_mean_advantages", "grpo_kl_loss")},
 }

@@ -11,6 +11,8 @@ The folder reads as the pipeline (``minippo rlhf`` runs it all, :mod:`.run.pipel
     ppo.py           stage 3: ONE PPO iteration, top to bottom (rollout -> rewards -> GAE -> K epochs x
                      minibatches of eq. (9) -> KL controller)
     ppo_config.py    its hyperparameters, one documented dataclass
+    dpo.py           stage 3 without RL: ONE DPO step on the reward model's preference pairs (``minippo dpo``);
+                     dpo_config.py its hyperparameters
     rollout.py       the experience buffer: the per-token 7-tuple, minibatches, ``to_table``
     critic.py        which network is the critic, its initialisation, value normalisation
     metrics.py       the glossary of every logged metric and how an iteration's numbers are summarised
@@ -47,6 +49,9 @@ _LAZY = {
     "RMConfig": "minippo.rlhf.rm_train",
     "train_reward_model": "minippo.rlhf.rm_train",
     "plot_run": "minippo.rlhf.run.plots",
+    "DPOConfig": "minippo.rlhf.dpo_config",
+    "DPOTrainer": "minippo.rlhf.run.dpo_trainer",
+    "run_dpo": "minippo.rlhf.run.dpo_trainer",
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY, globals())

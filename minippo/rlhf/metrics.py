@@ -1,4 +1,4 @@
-"""The metric glossary of RLHF-PPO: every name written to ``metrics.jsonl``, defined in one line.
+"""The metric glossaries of RLHF-PPO and DPO: every name written to ``metrics.jsonl``, defined in one line.
 
 Names follow TRL's namespaces (``objective/``, ``policy/``, ``loss/``, ``val/``) plus our own
 (``gold/score``, ``policy/approxkl_max``, ...). Conventions: "per response" quantities are summed over
@@ -53,14 +53,45 @@ GLOSSARY: dict[str, str] = {
     "time/cpu_update": "CPU seconds of this process during the PPO epochs",
 }
 
+#: the metrics of a DPO run (``minippo dpo``, :mod:`minippo.rlhf.dpo`): TRL's DPOTrainer names plus our own.
+#: "Implicit reward" = beta (log pi(y|x) - log pi_ref(y|x)), log-probs summed over the response tokens
+#: (averaged with logp_average); per-step values are means over the step's training pairs.
+DPO_GLOSSARY: dict[str, str] = {
+    "loss": "DPO loss of the step's pairs: -mean log sigmoid(beta h) (DPO eq. (7); IPO / conservative DPO with loss_type / label_smoothing), h = (log pi - log pi_ref)(y_w) - (log pi - log pi_ref)(y_l)",
+    "rewards/chosen": "mean implicit reward beta (log pi - log pi_ref) of the chosen responses y_w (< 0: their probability fell below the reference's)",
+    "rewards/rejected": "mean implicit reward of the rejected responses y_l",
+    "rewards/margins": "mean of rewards/chosen - rewards/rejected per pair (= beta h)",
+    "rewards/accuracies": "fraction of pairs whose chosen implicit reward is strictly above the rejected one",
+    "logps/chosen": "mean log pi(y_w|x) of the chosen responses (nats per response)",
+    "logps/rejected": "mean log pi(y_l|x) of the rejected responses (both falling at once: DPO's known failure, lesson 21)",
+    "grad_norm": "global gradient norm before clipping",
+    "lr": "learning rate of this step",
+    "step": "0-based index of the optimizer step",
+    "epoch": "passes over the training prompts done after this step",
+    "pairs": "preference pairs in this step's batch (all the pairs of batch_prompts prompts)",
+    "eval_loss": "the loss on all held-out pairs (the reward-model stage's held-out prompts), at evaluation steps",
+    "eval_rewards/chosen": "rewards/chosen on the held-out pairs",
+    "eval_rewards/rejected": "rewards/rejected on the held-out pairs",
+    "eval_rewards/margins": "rewards/margins on the held-out pairs",
+    "eval_rewards/accuracies": "rewards/accuracies on the held-out pairs: the implicit reward model's held-out accuracy",
+    "eval_logps/chosen": "logps/chosen on the held-out pairs",
+    "eval_logps/rejected": "logps/rejected on the held-out pairs",
+    "gold/score": "mean gold score (the simulated human) of fresh samples for n_eval fixed prompts, at evaluation steps",
+    "objective/kl": "mean over those samples of sum_t (logp_t - logp_ref_t): the k1 estimate of KL(pi || pi_ref) per response",
+    "objective/kl_exact": "mean over those samples of sum_t KL(pi(.|s_t) || pi_ref(.|s_t)), exact from the full distributions",
+    "response/length": "mean number of response tokens of those samples (EOS included)",
+    "time/step": "seconds for the optimizer step (evaluation excluded)",
+    "time/eval": "seconds for the evaluation (0 when there was none)",
+}
+
 #: metrics that differ between two identical runs (wall-clock time): left out of equality checks
-TIMING = tuple(k for k in GLOSSARY if k.startswith("time/"))
+TIMING = tuple(k for k in {**GLOSSARY, **DPO_GLOSSARY} if k.startswith("time/"))
 
 
-def glossary_markdown() -> str:
-    """The glossary as a Markdown table (``| metric | definition |``)."""
+def glossary_markdown(glossary: dict | None = None) -> str:
+    """A glossary (default :data:`GLOSSARY`) as a Markdown table (``| metric | definition |``)."""
     rows = ["| metric | definition |", "|---|---|"]
-    rows += [f"| `{k}` | {v} |" for k, v in GLOSSARY.items()]
+    rows += [f"| `{k}` | {v} |" for k, v in (GLOSSARY if glossary is None else glossary).items()]
     return "\n".join(rows)
 
 

@@ -218,6 +218,36 @@ def fit_reward_model(rm: RewardModel, train: PreferencePairs, heldout: Preferenc
     return history
 
 
+def split_pairs(pairs: PreferencePairs, cfg: RMConfig) -> tuple[PreferencePairs, PreferencePairs]:
+    """``(train, heldout)`` of stage 2: by prompt with the stream ``[cfg.seed, SEED_SPLIT]``, the training
+    prompts capped at ``cfg.n_train``. DPO trains on exactly these (:func:`load_pairs`)."""
+    train, heldout = pairs.split(cfg.heldout_frac, np.random.default_rng([cfg.seed, SEED_SPLIT]))
+    if cfg.n_train is not None:
+        if cfg.n_train > train.n_groups:
+            raise ValueError(f"`n_train`={cfg.n_train} exceeds the {train.n_groups} training prompts available")
+        train = train.select_groups(np.arange(cfg.n_train))
+    return train, heldout
+
+
+def load_pairs(rm_dir) -> tuple[PreferencePairs, PreferencePairs, RMConfig]:
+    """``(train, heldout, rm_config)``: the preference pairs a reward-model run folder sampled
+    (``pairs.npz``) split as that run split them (its ``config.json``); ``rm_dir`` may also be its ``model/``."""
+    folder = Path(rm_dir)
+    if not (folder / "pairs.npz").is_file() and (folder.parent / "pairs.npz").is_file():
+        folder = folder.parent                          # rm/model given: the pairs are in rm/
+    for name in ("pairs.npz", "config.json"):
+        if not (folder / name).is_file():
+            raise FileNotFoundError(f"{folder / name} is missing: `--pairs` must name a reward-model run folder "
+                                    f"(from `minippo rm` or `minippo rlhf`) that sampled its own pairs")
+    config = read_json(folder / "config.json")
+    with in_file(folder / "config.json"):
+        cfg = RMConfig.from_dict(config)
+    path = folder / "pairs.npz"
+    with in_file(path):                                 # no archive, a missing or malformed array: naming the file
+        train, heldout = split_pairs(PreferencePairs.load(path), cfg)
+    return train, heldout, cfg
+
+
 def load_sft(sft_dir) -> tuple[TinyGPT, Tokenizer, dict]:
     """The SFT policy, its tokenizer and its saved state (``sft_config``, ...) from an SFT run folder
     (``<dir>/model``) or a model folder."""
@@ -288,11 +318,7 @@ def _train_reward_model(cfg: RMConfig, sft_dir, out_dir: Path, progress: bool, p
                                           rng=np.random.default_rng([cfg.seed, SEED_PAIRS]), **sample)
             pairs.save(out_dir / "pairs.npz")
         t_pairs = time.perf_counter()
-        train, heldout = pairs.split(cfg.heldout_frac, np.random.default_rng([cfg.seed, SEED_SPLIT]))
-        if cfg.n_train is not None:
-            if cfg.n_train > train.n_groups:
-                raise ValueError(f"`n_train`={cfg.n_train} exceeds the {train.n_groups} training prompts available")
-            train = train.select_groups(np.arange(cfg.n_train))
+        train, heldout = split_pairs(pairs, cfg)
         rm = build_reward_model(cfg, sft_model)
         history = fit_reward_model(rm, train, heldout, cfg, progress=progress,
                                    metrics=MetricsWriter(out_dir / "metrics.jsonl"))

@@ -10,4 +10,5 @@
     kl_moments.py             k1 / k2 / k3 bias and variance, negative KL under top-k (lesson 15)
     sequence_ratio.py         the sequence ratio prod r_t vs token clipping; 1.2^50 (lesson 13)
     baselines.py              which baseline removes most variance (lesson 20)
+    dpo_frontier.py           DPO vs PPO vs PPO-GT on the gold-KL frontier; gold as a reward model (lesson 21)
 """

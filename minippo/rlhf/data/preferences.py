@@ -41,12 +41,14 @@ accuracy against the labels and against the gold order, and Pearson / Spearman c
 from __future__ import annotations
 
 import io
+import zipfile
 from dataclasses import dataclass, fields
 
 import numpy as np
 
 from minippo.checks import check_float_array, check_int_array, check_mask, check_range, check_same_shape
 from minippo.io import atomic_write_bytes
+from minippo.rl.dpo import log_sigmoid      # one stable log sigmoid for the labels, Bradley-Terry and DPO
 from minippo.rlhf.data.corpus import sample_prompts
 from minippo.rlhf.data.gold import gold_scores
 from minippo.rlhf.generate import generate_text
@@ -54,11 +56,6 @@ from minippo.rlhf.generate import generate_text
 # ----------------------------------------------------------------------------------------------
 # labels from the simulated human
 # ----------------------------------------------------------------------------------------------
-
-def log_sigmoid(x) -> np.ndarray:
-    """log sigmoid(x) = -log(1 + exp(-x)) = -logaddexp(0, -x): finite for every finite x."""
-    return -np.logaddexp(0.0, -np.asarray(x))
-
 
 def sigmoid(x) -> np.ndarray:
     """1 / (1 + exp(-x)) = exp(log_sigmoid(x)), without overflow for large |x| (float64)."""
@@ -213,8 +210,15 @@ class PreferencePairs:
 
     @classmethod
     def load(cls, path) -> "PreferencePairs":
-        """The pairs written by :meth:`save` (validated again)."""
-        with np.load(path) as data:
+        """The pairs written by :meth:`save` (validated again). A file that is no .npz archive (random bytes, a
+        truncated write) is a ``ValueError`` saying so; a missing array a ``KeyError`` naming it."""
+        try:
+            data = np.load(path)                          # allow_pickle=False: object arrays are refused
+        except (ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise ValueError("not a .npz archive of preference pairs") from exc
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ValueError("not a .npz archive of preference pairs (a single .npy array)")
+        with data:
             return cls(**{f.name: data[f.name] for f in fields(cls)})
 
 

@@ -3,7 +3,10 @@
     trainer.py      PPOTrainer: builds the four models, runs iterations, times them, NaN guard,
                     checkpoints and resume, the metrics file (``minippo ppo``'s engine)
     ppo_cli.py      the ``minippo ppo`` command (every PPOConfig field a flag)
-    pipeline.py     the main job ``minippo rlhf``: SFT -> reward model -> PPO -> evaluation, cached stages
+    dpo_trainer.py  DPOTrainer: policy and frozen reference on the reward model's pairs, evaluation, NaN guard,
+                    checkpoints and resume (``minippo dpo``'s engine); dpo_cli.py the command
+    pipeline.py     the main job ``minippo rlhf``: SFT -> reward model -> PPO (or DPO) -> evaluation,
+                    cached stages
     evaluate.py     judging a policy on fixed prompts: gold, RM, KL; samples.md
     plots.py        the run's curves (<run>/figures/ppo_curves.png)
 """

@@ -32,7 +32,8 @@ def evaluate_policy(policy, ref, reward_model, tokenizer, prompts: list[str], *,
     Parameters
     ----------
     policy, ref : TinyGPT (pass the same model twice for a KL of 0)
-    reward_model : RewardModel; tokenizer : Tokenizer; prompts : list of N str
+    reward_model : RewardModel, or None (no ``rm`` / ``rm_mean`` in the result: a DPO run has no reward model)
+    tokenizer : Tokenizer; prompts : list of N str
     rng : np.random.Generator for the sampling; max_new_tokens, temperature : as in training
     batch_size : prompts per generation call
 
@@ -45,7 +46,9 @@ def evaluate_policy(policy, ref, reward_model, tokenizer, prompts: list[str], *,
     if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)) or not prompts:
         raise ValueError("`prompts` must be a non-empty list of str")
     check_range("batch_size", batch_size, 1, None, integer=True)
-    parts = {k: [] for k in ("gold", "rm", "kl", "kl_exact", "length", "ended")}
+    keys = ("gold", "rm", "kl", "kl_exact", "length", "ended") if reward_model is not None else (
+        "gold", "kl", "kl_exact", "length", "ended")
+    parts = {k: [] for k in keys}
     texts = []
     for i in range(0, len(prompts), batch_size):
         ids, mask = encode_prompts(tokenizer, list(prompts[i:i + batch_size]))               # (b, Tp)
@@ -59,15 +62,17 @@ def evaluate_policy(policy, ref, reward_model, tokenizer, prompts: list[str], *,
         batch_texts = tokenizer.decode_batch(gen.sequences)
         texts += batch_texts
         parts["gold"].append(gold_scores(batch_texts))
-        parts["rm"].append(reward_model.score(gen.sequences, gen.attn_mask))
+        if reward_model is not None:
+            parts["rm"].append(reward_model.score(gen.sequences, gen.attn_mask))
         parts["kl"].append(((logp.astype(np.float64) - logp_ref) * m).sum(axis=1))
         parts["kl_exact"].append((kl_exact_from_logits(logits, ref_logits, temperature) * m).sum(axis=1))
         parts["length"].append(m.sum(axis=1))
         parts["ended"].append(has_eos(gen.response, m, tokenizer.eos_id))
     out = {k: np.concatenate(v) for k, v in parts.items()}
     out["texts"] = texts
-    out.update(gold_mean=float(out["gold"].mean()), gold_std=float(out["gold"].std()),
-               rm_mean=float(out["rm"].mean()), kl_mean=float(out["kl"].mean()),
+    if reward_model is not None:
+        out["rm_mean"] = float(out["rm"].mean())
+    out.update(gold_mean=float(out["gold"].mean()), gold_std=float(out["gold"].std()), kl_mean=float(out["kl"].mean()),
                kl_exact_mean=float(out["kl_exact"].mean()), length_mean=float(out["length"].mean()),
                ended_frac=float(out["ended"].mean()))
     return out

@@ -3,6 +3,8 @@
     corpus -> tokenizer -> SFT            minippo.rlhf.sft              (stage 1, ``<out>/sft``)
     preference pairs -> reward model      minippo.rlhf.rm_train         (stage 2, ``<out>/rm``)
     PPO with the four models              minippo.rlhf.run.trainer          (stage 3, ``<out>/ppo``)
+      or, ``--method dpo``: DPO on the    minippo.rlhf.run.dpo_trainer      (stage 3, ``<out>/dpo``: no figure)
+      reward model's pairs and split
     evaluation: SFT vs PPO, same prompts  minippo.rlhf.run.evaluate         (``samples.md``, ``summary.json``)
     figures                               minippo.rlhf.run.plots            (``<out>/figures/ppo_curves.png``)
 
@@ -37,12 +39,16 @@ from pathlib import Path
 import numpy as np
 
 from minippo.blas import single_blas_thread
+from minippo.checks import check_choice
 from minippo.io import atomic_write_text, has_checkpoint, read_metrics
 from minippo.rlhf.checkpoint import load_model
 from minippo.rlhf.data.corpus import sample_prompts
+from minippo.rlhf.dpo_config import DPOConfig
 from minippo.rlhf.generate import TRUNCATED_MARK
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.rm_train import RMConfig, stored_config, train_reward_model
+from minippo.rlhf.run.dpo_trainer import RESUME_NEUTRAL as DPO_RESUME_NEUTRAL
+from minippo.rlhf.run.dpo_trainer import run_dpo
 from minippo.rlhf.run.evaluate import evaluate_policy, samples_markdown
 from minippo.rlhf.run.plots import plot_run
 from minippo.rlhf.run.trainer import RESUME_NEUTRAL, load_stages, run_ppo
@@ -90,41 +96,53 @@ def prepare_stages(cache_dir=None, *, quick: bool = False, seed: int = 0, progre
 
 def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool = True, log=print,
                  sft_cfg=None, rm_cfg=None, ppo_cfg=None, n_eval: int | None = None, evaluate: bool = True,
-                 figures: bool = True, callback=None, stages=("sft", "rm", "ppo")) -> dict:
+                 figures: bool = True, callback=None, stages=("sft", "rm", "ppo"), method: str = "ppo",
+                 dpo_cfg=None) -> dict:
     """Run (or reuse) every stage into ``out_dir``; returns the summary dict (also ``summary.json``).
 
     ``sft_cfg`` / ``rm_cfg`` / ``ppo_cfg`` / ``n_eval`` override the defaults of :func:`stage_configs`;
     ``callback`` is passed to the PPO trainer (called after every iteration). ``stages=("sft", "rm")``
     stops before PPO (no evaluation, no figure, no summary file). Stages already in ``out_dir`` are reused
     only under the reuse rule of the module docstring (:func:`check_reuse`); ``out_dir`` is locked meanwhile.
+    ``method="dpo"``: stage 3 is DPO (``dpo_cfg``, default ``DPOConfig`` / ``DPOConfig.quick()``) into
+    ``<out>/dpo`` on the reward-model stage's pairs, judged by the same evaluation (no figure).
     """
 
     out = ensure_folder(out_dir)
     d_sft, d_rm, d_ppo = stage_configs(quick, seed)
     sft_cfg, rm_cfg, ppo_cfg = sft_cfg or d_sft, rm_cfg or d_rm, ppo_cfg or d_ppo
+    check_choice("method", method, ("ppo", "dpo"))
+    if method == "dpo":                                         # stage 3 is DPO: <out>/dpo instead of <out>/ppo
+        dpo_cfg = dpo_cfg or (DPOConfig.quick(seed=seed) if quick else DPOConfig(seed=seed))
+        stages = tuple("dpo" if s == "ppo" else s for s in stages)
     with run_lock(out):
-        check_reuse(out, sft_cfg, rm_cfg, ppo_cfg, stages)      # before anything is written
+        check_reuse(out, sft_cfg, rm_cfg, ppo_cfg, stages, dpo_cfg=dpo_cfg)      # before anything is written
         return _run_stages(out, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg, n_eval, evaluate, figures,
-                           callback, stages)
+                           callback, stages, dpo_cfg)
 
 
-def check_reuse(out: Path, sft_cfg, rm_cfg, ppo_cfg, stages=("sft", "rm", "ppo")) -> None:
+def check_reuse(out: Path, sft_cfg, rm_cfg, ppo_cfg, stages=("sft", "rm", "ppo"), *, dpo_cfg=None) -> None:
     """The reuse rule: every stage already in ``out`` (finished, or with a checkpoint to resume) must have been
     made with the requested config, else :class:`minippo.runs.ConfigMismatch` naming the stage, the differing
-    fields and how to start fresh. Only the stored JSON is read (the weights are checked when loaded)."""
-    names = [n for n in ("sft", "rm", "ppo") if n in stages]
+    fields and how to start fresh. Only the stored JSON is read (the weights are checked when loaded). A
+    ``"dpo"`` stage (``--method dpo``) is checked against ``dpo_cfg`` the same way."""
+    names = [n for n in ("sft", "rm", "ppo", "dpo") if n in stages]
     found = [(n, out / n / sub, key, cfg.to_dict(), ignore)
              for n, sub, key, cfg, ignore in (("sft", "model", "sft_config", sft_cfg, RESULT_NEUTRAL),
                                               ("sft", "checkpoint", "sft_config", sft_cfg, RESULT_NEUTRAL),
                                               ("rm", "model", "rm_config", rm_cfg, ()),
                                               ("ppo", "policy", "ppo_config", ppo_cfg, RESUME_NEUTRAL),
-                                              ("ppo", "checkpoint", "ppo_config", ppo_cfg, RESUME_NEUTRAL))
+                                              ("ppo", "checkpoint", "ppo_config", ppo_cfg, RESUME_NEUTRAL),
+                                              ("dpo", "policy", "dpo_config", dpo_cfg, DPO_RESUME_NEUTRAL),
+                                              ("dpo", "checkpoint", "dpo_config", dpo_cfg, DPO_RESUME_NEUTRAL))
              if n in names and has_checkpoint(out / n / sub)]
     for name, folder, key, requested, ignore in found:
         stored = stored_config(folder, key)
         if name == "ppo":
             stored = PPOConfig.from_dict(stored).to_dict()            # old field names, translated
-        if name == "ppo" and folder.name == "policy":
+        if name == "dpo":
+            stored = DPOConfig.from_dict(stored).to_dict()
+        if name in ("ppo", "dpo") and folder.name == "policy":
             ignore = ("checkpoint_every",)                            # a finished run: its length is its result
         later = [f"{out / n}" for n in names[names.index(name):] if (out / n).exists()]
         check_same_config(f"{folder} (stage {name} of the run in {out})", stored, requested, ignore=ignore,
@@ -133,7 +151,7 @@ def check_reuse(out: Path, sft_cfg, rm_cfg, ppo_cfg, stages=("sft", "rm", "ppo")
 
 
 def _run_stages(out: Path, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg, n_eval, evaluate, figures,
-                callback, stages) -> dict:
+                callback, stages, dpo_cfg=None) -> dict:
     n_eval = n_eval or (64 if quick else 256)
     summary = {"out": str(out), "quick": quick, "seed": seed, "seconds": {}}
     t_all = time.perf_counter()
@@ -164,6 +182,8 @@ def _run_stages(out: Path, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg,
         log(f"      held-out accuracy {r['heldout_accuracy']:.3f} (gold order {r['heldout_gold_accuracy']:.3f}); "
             f"score vs gold on fresh samples: Pearson {r['pearson']:.3f}")
     summary["seconds"]["rm"] = time.perf_counter() - t
+    if "dpo" in stages:                                         # --method dpo: stage 3 is DPO
+        return _dpo_stage(out, summary, t_all, dpo_cfg, n_eval, seed, progress, log)
     if "ppo" not in stages:
         return summary
 
@@ -201,10 +221,38 @@ def _run_stages(out: Path, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg,
     return summary
 
 
-def evaluate_stages(out: Path, ppo_cfg: PPOConfig, n_eval: int, seed: int, log=print) -> dict:
-    """SFT vs PPO on the same ``n_eval`` prompts (fresh samples): gold, RM, KL; writes ``samples.md``."""
+def _dpo_stage(out: Path, summary: dict, t_all: float, dpo_cfg: DPOConfig, n_eval: int, seed: int, progress: bool,
+               log) -> dict:
+    """Stage 3 as DPO into ``<out>/dpo``, then the evaluation and ``summary.json`` (the ``--method dpo`` branch)."""
+    t = time.perf_counter()
+    if has_checkpoint(out / "dpo" / "policy"):
+        log(f"[3/3] DPO: reusing {out / 'dpo' / 'policy'} (same config)")
+    else:
+        resuming = has_checkpoint(out / "dpo" / "checkpoint")
+        log(f"[3/3] DPO: {'resuming from ' + str(out / 'dpo' / 'checkpoint') + ', ' if resuming else ''}"
+            f"{dpo_cfg.steps} steps x {dpo_cfg.batch_prompts} prompts (all their pairs), loss {dpo_cfg.loss_type}, "
+            f"beta {dpo_cfg.beta:g}, on the reward model's preference pairs and split")
+        run_dpo(dpo_cfg, out / "sft", out / "rm", out / "dpo", resume=True, progress=progress)
+    summary["method"] = "dpo"
+    summary["seconds"]["dpo"] = time.perf_counter() - t
+    t = time.perf_counter()
+    with stage("the evaluation", out, restart="the same command reuses the trained stages and evaluates again"):
+        summary["eval"] = evaluate_stages(out, dpo_cfg, n_eval, seed, log, stage="dpo")
+    summary["seconds"]["eval"] = time.perf_counter() - t
+    summary["seconds"]["total"] = time.perf_counter() - t_all
+    summary["peak_rss_mb"] = peak_rss_mb()
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))
+    log(f"done in {summary['seconds']['total']:.1f} s "
+        f"({', '.join(f'{k} {v:.1f} s' for k, v in summary['seconds'].items() if k != 'total')}); "
+        f"peak RSS {summary['peak_rss_mb']:.0f} MB; results in {out}")
+    return summary
+
+
+def evaluate_stages(out: Path, ppo_cfg, n_eval: int, seed: int, log=print, stage: str = "ppo") -> dict:
+    """SFT vs the ``stage`` policy (``"ppo"`` or ``"dpo"``; ``ppo_cfg`` its config) on the same ``n_eval`` prompts
+    (fresh samples): gold, RM, KL; writes ``samples.md``."""
     sft_model, tokenizer, reward_model, _ = load_stages(out / "sft", out / "rm")
-    policy, _ = load_model(out / "ppo" / "policy")
+    policy, _ = load_model(out / stage / "policy")
     prompts = sample_prompts(n_eval, seed=int(np.random.default_rng([seed, SEED_EVAL]).integers(2**31)))
     kw = dict(max_new_tokens=ppo_cfg.max_new_tokens, temperature=ppo_cfg.temperature)
     with single_blas_thread():
@@ -213,24 +261,28 @@ def evaluate_stages(out: Path, ppo_cfg: PPOConfig, n_eval: int, seed: int, log=p
         after = evaluate_policy(policy, sft_model, reward_model, tokenizer, prompts,
                                 rng=np.random.default_rng([seed, SEED_EVAL, 2]), **kw)
     keys = ("gold_mean", "gold_std", "rm_mean", "kl_mean", "kl_exact_mean", "length_mean", "ended_frac")
-    res = {"n_prompts": n_eval, "sft": {k: before[k] for k in keys}, "ppo": {k: after[k] for k in keys},
-           "kl_ref_target": ppo_cfg.kl_ref_target}
+    name = stage.upper()
+    res = {"n_prompts": n_eval, "sft": {k: before[k] for k in keys}, stage: {k: after[k] for k in keys}}
+    target = ""
+    if stage == "ppo":
+        res["kl_ref_target"] = ppo_cfg.kl_ref_target
+        target = f"; target {ppo_cfg.kl_ref_target:g}"
     res["gold_gain_in_sft_std"] = (after["gold_mean"] - before["gold_mean"]) / max(before["gold_std"], 1e-12)
-    text = (f"# Samples before and after PPO\n\nThe same {min(16, n_eval)} prompts (of {n_eval} evaluated), one fresh "
+    text = (f"# Samples before and after {name}\n\nThe same {min(16, n_eval)} prompts (of {n_eval} evaluated), one fresh "
             f"sample each at temperature {ppo_cfg.temperature:g}; gold = the simulated human, RM = the normalised "
             f"reward model. A sample that reached max_new_tokens = {ppo_cfg.max_new_tokens} without its EOS ends "
             f"with \"{TRUNCATED_MARK.strip()}\": it was cut there and scored as it stands.\n\n"
             f"| policy | gold mean | gold std | RM mean | KL to SFT (k1 / exact, nats per response) | length |\n"
             f"|---|---|---|---|---|---|\n"
-            + "".join(f"| {name} | {r['gold_mean']:+.3f} | {r['gold_std']:.3f} | {r['rm_mean']:+.3f} | "
+            + "".join(f"| {who} | {r['gold_mean']:+.3f} | {r['gold_std']:.3f} | {r['rm_mean']:+.3f} | "
                       f"{r['kl_mean']:.2f} / {r['kl_exact_mean']:.2f} | {r['length_mean']:.1f} |\n"
-                      for name, r in (("SFT", before), ("PPO", after)))
-            + "\n" + samples_markdown(prompts, before, after) + "\n")
+                      for who, r in (("SFT", before), (name, after)))
+            + "\n" + samples_markdown(prompts, before, after, names=("SFT", name)) + "\n")
     atomic_write_text(out / "samples.md", text)
     log(f"evaluation on {n_eval} prompts: gold SFT {before['gold_mean']:+.3f} (std {before['gold_std']:.3f}) -> "
-        f"PPO {after['gold_mean']:+.3f}  (+{res['gold_gain_in_sft_std']:.2f} SFT std); RM "
+        f"{name} {after['gold_mean']:+.3f}  ({res['gold_gain_in_sft_std']:+.2f} SFT std); RM "
         f"{before['rm_mean']:+.2f} -> {after['rm_mean']:+.2f}; KL to SFT {after['kl_mean']:.2f} nats/response "
-        f"(exact {after['kl_exact_mean']:.2f}; target {ppo_cfg.kl_ref_target:g}); samples in {out / 'samples.md'}")
+        f"(exact {after['kl_exact_mean']:.2f}{target}); samples in {out / 'samples.md'}")
     return res
 
 
@@ -240,11 +292,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quick", action="store_true", help="the same pipeline at CI size (well under 90 s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of every stage (default 0)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--method", default="ppo", choices=("ppo", "dpo"), help="stage 3: PPO with the reward "
+                        "model (default) or DPO on the reward model's preference pairs")
 
 
 def cli_main(args) -> int:
     out = Path(args.out) if args.out else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     ensure_folder(out)
-    print(f"minippo rlhf -> {out}{' (quick)' if args.quick else ''}")
-    run_pipeline(out, quick=args.quick, seed=args.seed, progress=not args.no_progress)
+    print(f"minippo rlhf -> {out}{' (quick)' if args.quick else ''}{' (DPO)' if args.method == 'dpo' else ''}")
+    run_pipeline(out, quick=args.quick, seed=args.seed, progress=not args.no_progress, method=args.method)
     return 0

@@ -1,0 +1,406 @@
+"""Lesson 21 - dpo_vs_ppo: RLHF is not only PPO. DPO on the same preference pairs, and the reward-KL frontier
+of the DPO paper's Figure 2 (left) measured against PPO and against PPO on the true reward.
+
+Pipeline step: stage 3 without reinforcement learning. PPO needs the reward model trained on the pairs, a
+critic and samples from the policy; DPO (Rafailov et al. 2023, arXiv:2305.18290) trains the policy on the
+pairs themselves, with two models (policy and frozen reference) and no sampling (minippo/rlhf/dpo.py, one
+step read top to bottom; ``minippo dpo``, ``minippo rlhf --method dpo``).
+
+The equations (Rafailov et al., with the equation numbers of the arXiv version):
+
+    max_pi E[r(x, y)] - beta KL(pi || pi_ref)                               eq. (3), what PPO-RLHF optimises
+    pi*(y|x) = pi_ref(y|x) exp(r(x, y) / beta) / Z(x)                       eq. (4), its optimum
+    r(x, y) = beta log pi*(y|x) / pi_ref(y|x) + beta log Z(x)               eq. (5), the reward as a policy ratio
+    L_DPO = -E[ log sigmoid(beta log pi(y_w|x)/pi_ref(y_w|x) - beta log pi(y_l|x)/pi_ref(y_l|x)) ]    eq. (7)
+
+IPO (Azar et al. 2023, arXiv:2310.12036v2, eq. (17)) replaces -log sigmoid(beta h) by (h - 1/(2 beta))^2 and
+conservative DPO trusts each label with probability 1 - eps (minippo/rl/dpo.py; exercise 3).
+
+The experiment (the paper's IMDb setup in miniature: SFT samples, pairs labelled by a known "human"). Three
+methods, each swept over its KL knob, several seeds; every checkpoint judged alike on fixed prompts (fresh
+samples, the same sampling seed): the gold score (the simulated human) against the EXACT KL(pi || pi_ref)
+per response (each position's KL enumerated over the vocabulary, summed over the response):
+
+- DPO on the reward-model stage's own pairs and split, a sweep of beta;
+- PPO against that reward model (the main job's PPO, the controller's horizon shortened to 256 responses so
+  that beta reaches each target within the run), a sweep of the adaptive controller's KL target;
+- PPO against the gold score itself ("PPO-GT": the paper's upper reference for RL; a gold "reward model"
+  normalised like the RM, minippo.studies.dpo_frontier.GoldRewardModel; its critic starts from the SFT trunk,
+  as there is no reward network to copy).
+
+A method's frontier at KL x is the best gold any of its checkpoints reached at a KL of at most x (the Pareto
+front of its checkpoints, linear between them); two methods are compared at 8 KL values up to the largest KL
+both reached in every seed, and the seed spread is the range of the per-seed frontiers. At each matched KL the
+lesson says which method is above the other beyond the seed range, and whether the paper's finding (DPO's
+frontier dominates PPO's, even PPO-GT's) holds at this scale. It also measures what DPO's implicit reward
+beta log(pi / pi_ref) learned compared with the reward model (held-out accuracy, within-prompt correlation
+with gold) and DPO's known failure: the log-probabilities of the chosen AND the rejected responses both
+falling (only their difference is pushed up; the probability that leaves both must go to responses that are
+in no pair).
+
+The figure (the committed one comes from ``--full``: beta in {0.03, 0.1, 0.3, 1}, KL targets in {1, 2, 4, 8}
+nats, 3 seeds per setting, PPO 40 iterations x 64 responses, DPO 300 steps x 8 prompts (~224 pairs), 128
+evaluation prompts; 36 runs, 676 s of CPU, 33 minutes wall on 2 cores shared with other jobs): (a) gold against
+exact KL for every checkpoint (dots) and each method's frontier (mean over seeds, band = seed range); (b) the
+implicit reward of DPO beside the reward model: accuracy on the held-out pairs (against the labels and the
+gold order) and within-prompt correlation with gold; (c) the change of log pi(y_w) and log pi(y_l) of pairs
+DPO trained on, along training; (d) DPO's frontier against each PPO's at matched KL, in numbers, and the
+verdicts.
+
+Exercises:
+1. Give PPO (RM) the SFT-trunk critic too (``critic_init="sft"`` in ``PPO_BASE``), as PPO-GT has: does its
+   frontier move, and is the order of PPO (RM) and PPO-GT at matched KL the same?
+2. Train DPO for 3 epochs (``dpo_steps``): follow ``rewards/accuracies`` (training pairs) and
+   ``eval_rewards/accuracies`` (held-out) of the trainer's records. Where on the frontier is the longest run?
+3. ``loss_type="ipo"`` and ``label_smoothing=0.1`` (conservative DPO): both stop pushing h beyond a finite
+   margin. Do their checkpoints reach less KL for the same gold? Does the chosen log-prob still fall?
+4. The reward model and DPO saw the same pairs. Which one orders the held-out pairs better, and which one
+   turns that ordering into more gold per nat of KL? What does this say about "the LM is secretly a reward model"?
+"""
+from __future__ import annotations
+
+import textwrap
+import time
+
+import numpy as np
+
+from lessons._common import lesson_main, pyplot, save
+from minippo.blas import single_blas_thread
+from minippo.rlhf.data.batches import batch_indices
+from minippo.rlhf.data.corpus import sample_prompts
+from minippo.rlhf.data.preferences import sample_policy
+from minippo.rlhf.dpo import SEED_BATCHES, evaluate_pairs
+from minippo.rlhf.dpo_config import DPOConfig
+from minippo.rlhf.rm_train import load_pairs
+from minippo.rlhf.run.dpo_trainer import DPOTrainer
+from minippo.studies.dpo_frontier import (DPOCheckpoints, GoldRewardModel, front_at, implicit_reward_report,
+                                          logp_shift, matched_comparisons, method_fronts)
+from minippo.studies.overoptimization import KLCheckpoints
+from minippo.studies.study import Study
+
+METHODS = ("DPO", "PPO (reward model)", "PPO-GT (gold reward)")
+COLORS = {"DPO": "tab:blue", "PPO (reward model)": "tab:orange", "PPO-GT (gold reward)": "tab:green"}
+SHORT = {"DPO": "DPO", "PPO (reward model)": "PPO (RM)", "PPO-GT (gold reward)": "PPO-GT"}
+SIZES = {
+    "quick": dict(seeds=2, betas=(0.1, 0.5), targets=(2.0, 6.0), dpo_steps=16, dpo_every=4, batch_prompts=4,
+                  iterations=6, batch_size=16, minibatch_size=8, ppo_every=2, n_eval=16, shift_prompts=4),
+    "default": dict(seeds=2, betas=(0.1,), targets=(4.0,), dpo_steps=80, dpo_every=20, batch_prompts=8,
+                    iterations=16, batch_size=32, minibatch_size=8, ppo_every=4, n_eval=64, shift_prompts=8),
+    "full": dict(seeds=3, betas=(0.03, 0.1, 0.3, 1.0), targets=(1.0, 2.0, 4.0, 8.0), dpo_steps=300, dpo_every=30,
+                 batch_prompts=8, iterations=40, batch_size=64, minibatch_size=16, ppo_every=4, n_eval=128,
+                 shift_prompts=16),
+}
+DPO_LR = 2e-4                     # DPO's peak lr (linear decay); 5e-4 drifts to KL 10+ within 100 steps here
+# PPO: the main job's (RM-initialised critic, adaptive KL controller) with a horizon of 256 responses, so that
+# beta can reach each target within the run (the main job's 1000 barely moves beta in 40 iterations)
+PPO_BASE = dict(kl_ref_horizon=256.0)
+GT_BASE = dict(kl_ref_horizon=256.0, critic_init="sft")   # the gold has no network to initialise a critic from
+SEED_GOLD_NORM = 21               # the SFT samples that normalise the gold reward model
+
+
+def gold_reward_model(study, n: int) -> GoldRewardModel:
+    """The gold score normalised to mean 0, std 1 on ``n`` fresh SFT samples (as the reward model is)."""
+    g = GoldRewardModel(study.tokenizer)
+    rng = np.random.default_rng([study.seed, SEED_GOLD_NORM])
+    with single_blas_thread():
+        s = sample_policy(study.sft, study.tokenizer, sample_prompts(n, seed=rng), rng=rng,
+                          max_new_tokens=study.config().max_new_tokens)
+    g.normalize(s.sequences, s.mask)
+    return g
+
+
+def run_dpo(study, train, heldout, beta: float, seed: int, size: dict, shift_pairs) -> dict:
+    """One DPO run judged every ``dpo_every`` steps: the frontier points and the log-prob shift of
+    ``shift_pairs`` (pairs of the first training batches) at each of them."""
+    cfg = DPOConfig(steps=size["dpo_steps"], beta=beta, lr=DPO_LR, seed=seed, batch_prompts=size["batch_prompts"],
+                    warmup_steps=min(10, size["dpo_steps"] // 4), eval_every=0,     # judged by the callback below
+                    max_new_tokens=study.config().max_new_tokens)
+    trainer = DPOTrainer(cfg, study.sft, study.tokenizer, train, heldout)
+    shifts = [{"step": 0, "chosen": 0.0, "rejected": 0.0, "chosen_fell": 0.0, "both_fell": 0.0, "margin": 0.0}]
+    cb = DPOCheckpoints(study, study.reward_model, every=size["dpo_every"])
+
+    def callback(tr, record):
+        n = len(cb.points)
+        cb(tr, record)
+        if len(cb.points) > n:           # a checkpoint was judged: measure the shift there too
+            ev = evaluate_pairs(tr.policy, tr.state.ref, shift_pairs, cfg)
+            shifts.append({"step": int(record["step"]) + 1, **logp_shift(ev, shift_pairs)})
+
+    trainer.train(callback=callback)
+    return {"points": cb.points, "shifts": shifts, "trainer": trainer, "config": cfg}
+
+
+def run_ppo(study, reward_model, target: float, seed: int, size: dict, base: dict) -> dict:
+    """One PPO run against ``reward_model`` with the adaptive KL target ``target``, judged every ``ppo_every``
+    iterations (the RM column of the evaluation is the trained reward model's score in both cases)."""
+    cfg = study.config(seed=seed, kl_ref_target=target, iterations=size["iterations"], batch_size=size["batch_size"],
+                       minibatch_size=size["minibatch_size"], **base)
+    cb = KLCheckpoints(study, study.reward_model, every=size["ppo_every"])
+    study.run(cfg, reward_model=reward_model, callback=cb)
+    return {"points": cb.points, "config": cfg}
+
+
+PAIRS = ((METHODS[0], METHODS[1]), (METHODS[0], METHODS[2]), (METHODS[2], METHODS[1]))
+
+
+def strip(runs: dict) -> dict:
+    """The runs without their trainers (the results stay small and picklable)."""
+    return {m: {name: [{k: v for k, v in r.items() if k != "trainer"} for r in per_seed]
+                for name, per_seed in settings.items()} for m, settings in runs.items()}
+
+
+def kl_ranges(kl, idx) -> str:
+    """The KL values at indices ``idx`` as runs of neighbours: ``KL 0.70-1.39, 4.18 nats`` (``no matched KL`` when
+    empty)."""
+    runs, out = [], []
+    for i in idx:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    for run_ in runs:
+        out.append(f"{kl[run_[0]]:.2f}" if len(run_) == 1 else f"{kl[run_[0]]:.2f}-{kl[run_[-1]]:.2f}")
+    return "KL " + ", ".join(out) + " nats" if out else "no matched KL"
+
+
+def order_words(cmp: dict, a: str, b: str) -> str:
+    """What the comparisons of a against b at the matched KL values say, in words."""
+    v, kl = [c["verdict"] for c in cmp["cmp"]], cmp["kl"]
+    where = {w: [i for i, x in enumerate(v) if x == w] for w in ("above", "below", "overlap", "n/a")}
+    span = f"{kl[0]:.2f}-{kl[-1]:.2f} nats"
+    if len(where["above"]) == len(v):
+        return f"{a}'s frontier dominates {b}'s: above at all {len(v)} matched KL values ({span}), beyond the seed range"
+    if len(where["below"]) == len(v):
+        return f"{b}'s frontier dominates {a}'s: above at all {len(v)} matched KL values ({span}), beyond the seed range"
+    text = (f"no domination: {a} above {b} at {kl_ranges(kl, where['above'])}, below at "
+            f"{kl_ranges(kl, where['below'])}, within the seed range at {kl_ranges(kl, where['overlap'])}")
+    return text + (f", not reached at {kl_ranges(kl, where['n/a'])}" if where["n/a"] else "")
+
+
+def paper_finding(r: dict) -> str:
+    """Does DPO's frontier dominate PPO's and PPO-GT's here (Rafailov et al., Figure 2 left)?"""
+    dpo_ppo = [c["verdict"] for c in r["compare"][(METHODS[0], METHODS[1])]["cmp"]]
+    dpo_gt = [c["verdict"] for c in r["compare"][(METHODS[0], METHODS[2])]["cmp"]]
+    if all(v == "above" for v in dpo_ppo + dpo_gt):
+        return "holds here: DPO's frontier is above both PPO frontiers at every matched KL."
+    if all(v == "above" for v in dpo_ppo):
+        return "holds only in part here: DPO's frontier is above PPO (reward model)'s, but not above PPO-GT's everywhere."
+    if all(v == "below" for v in dpo_ppo):
+        return ("does NOT hold here: PPO with the reward model reaches more gold than DPO at every matched KL, "
+                "beyond the seed range.")
+    words = order_words(r["compare"][(METHODS[0], METHODS[1])], "DPO", "PPO (RM)")
+    return f"does NOT hold here: DPO's frontier is not above PPO (reward model)'s at every matched KL; {words}."
+
+
+def _fmt(vals) -> str:
+    """``+0.31 [+0.29, +0.33]``: the mean over seeds and the seed range (``n/a`` where a seed did not get there)."""
+    vals = np.asarray(vals, dtype=np.float64)
+    if not np.isfinite(vals).all():
+        return f"{'n/a':>21s}"
+    return f"{vals.mean():+.3f} [{vals.min():+.2f},{vals.max():+.2f}]"
+
+
+def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
+    t0, c0 = time.perf_counter(), time.process_time()
+    size = SIZES["quick" if quick else "full" if full else "default"]
+    study = Study(quick=quick, seed=0, n_eval=size["n_eval"])      # the shared SFT and reward model (stage seed 0)
+    train, heldout, rm_cfg = load_pairs(study.folder / "rm")         # the pairs (and split) the RM trained on
+    seeds = [seed + k for k in range(size["seeds"])]
+    # the pairs of the first two DPO batches of seed 0: pairs DPO has certainly trained on
+    first = np.concatenate([batch_indices(train.n_groups, size["batch_prompts"], s, seed=(seeds[0], SEED_BATCHES))
+                            for s in range(2)])[:size["shift_prompts"]]
+    shift_pairs = train.select_groups(first)
+    gold_rm = gold_reward_model(study, 4 * size["n_eval"])
+
+    runs = {m: {} for m in METHODS}
+    for beta in size["betas"]:
+        runs["DPO"][f"beta {beta:g}"] = [run_dpo(study, train, heldout, beta, s, size, shift_pairs) for s in seeds]
+    for target in size["targets"]:
+        runs["PPO (reward model)"][f"KL target {target:g}"] = [
+            run_ppo(study, study.reward_model, target, s, size, PPO_BASE) for s in seeds]
+        runs["PPO-GT (gold reward)"][f"KL target {target:g}"] = [
+            run_ppo(study, gold_rm, target, s, size, GT_BASE) for s in seeds]
+
+    # every method's frontier per seed, and each pair of methods at matched KL values (within both's reach)
+    fronts = method_fronts(runs, len(seeds))
+
+    # DPO's implicit reward as a reward model (the first seed's runs, every beta), on the held-out pairs
+    implicit = {name: implicit_reward_report(r[0]["trainer"].policy, r[0]["trainer"].state.ref, study.reward_model,
+                                             heldout, r[0]["config"]) for name, r in runs["DPO"].items()}
+    return {"size": size, "quick": quick, "full": full, "seeds": seeds, "runs": strip(runs), "fronts": fronts,
+            "compare": matched_comparisons(fronts, PAIRS),
+            "implicit": {n: {"dpo": {k: v for k, v in rep["dpo"].items() if k != "eval"}, "rm": rep["rm"],
+                             "shift_heldout": logp_shift(rep["dpo"]["eval"], heldout)} for n, rep in implicit.items()},
+            "data": {"train_pairs": len(train), "train_prompts": train.n_groups, "heldout_pairs": len(heldout),
+                     "heldout_prompts": heldout.n_groups, "label_temperature": rm_cfg.label_temperature,
+                     "shift_pairs": len(shift_pairs)},
+            "sft": runs["DPO"][f"beta {size['betas'][0]:g}"][0]["points"][0]["eval"],   # checkpoint 0 of every run
+            "gold_gain": gold_rm.gain,
+            "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
+
+
+# ----------------------------------------------------------------------------------------------
+# the narrative: every verdict from the numbers in ``r``
+# ----------------------------------------------------------------------------------------------
+
+def narrative(r: dict) -> str:
+    d, S = r["data"], len(r["seeds"])
+    L = [f"Data: {d['train_pairs']} training pairs from {d['train_prompts']} prompts and {d['heldout_pairs']} "
+         f"held-out pairs ({d['heldout_prompts']} prompts): the reward-model stage's own pairs and split (labels by "
+         f"the simulated human, tau = {d['label_temperature']:g}). The SFT policy: gold {r['sft']['gold_mean']:+.3f} on "
+         f"{len(r['sft']['gold'])} evaluation prompts (KL 0).",
+         f"\nRuns ({S} seeds each, seeds {r['seeds']}); every checkpoint judged by the gold score and the exact KL of "
+         f"fresh samples; per seed: the last checkpoint, then the best gold and its KL:"]
+    for m in METHODS:
+        for name, per_seed in r["runs"][m].items():
+            parts = []
+            for run_ in per_seed:
+                pts = run_["points"]
+                best = max(pts, key=lambda p: p["gold"])
+                parts.append(f"KL {pts[-1]['kl']:5.2f} gold {pts[-1]['gold']:+.3f} (best {best['gold']:+.3f} at "
+                             f"KL {best['kl']:.2f})")
+            L.append(f"  {SHORT[m]:<8s} {name:<14s} " + " | ".join(parts))
+    L.append("\nFrontiers at matched KL, two methods at a time (gold: mean over seeds [seed range]; KL values up to the "
+             "largest KL both methods reached in every seed):")
+    for (p, q), c in r["compare"].items():
+        L.append(f"  {SHORT[p]} vs {SHORT[q]} (KL up to {c['kl'][-1]:.2f} nats):")
+        L.append(f"    {'KL (nats)':>9s}  {SHORT[p]:>21s}  {SHORT[q]:>21s}")
+        for g, x in enumerate(c["kl"]):
+            L.append(f"    {x:9.2f}  {_fmt(c['a'][:, g]):>21s}  {_fmt(c['b'][:, g]):>21s}   {c['cmp'][g]['verdict']}")
+        L.append(f"    -> {order_words(c, SHORT[p], SHORT[q])}.")
+    L.append("The DPO paper's finding (DPO's frontier dominates PPO's, even PPO on the true reward; Figure 2 left) "
+             + paper_finding(r))
+    reach = min(f[2] for m in METHODS for f in r["fronts"][m])       # the largest KL all three reached, every seed
+    for x in (reach / 2, reach):
+        L.append(f"  at KL {x:.2f} nats (all three methods): " + ", ".join(
+            f"{SHORT[m]} {_fmt([front_at(f, [x])[0] for f in r['fronts'][m]]).strip()}" for m in METHODS))
+    imp = r["implicit"]
+    first = next(iter(imp.values()))
+    L.append(f"\nDPO's implicit reward beta log(pi/pi_ref) as a reward model, on the {d['heldout_pairs']} held-out "
+             f"pairs (seed {r['seeds'][0]}, end of training); within-prompt Pearson = correlation with gold after "
+             f"subtracting each prompt's mean (the beta log Z(x) term DPO cannot see):")
+    rows = [("reward model", first["rm"])] + [(f"DPO {name}", x["dpo"]) for name, x in imp.items()]
+    for name, x in rows:
+        L.append(f"  {name:<14s} accuracy vs labels {x['accuracy']:.3f}, vs the gold order {x['gold_accuracy']:.3f}; "
+                 f"Pearson with gold {x['pearson']:+.3f} within prompts ({x['pearson_raw']:+.3f} raw)")
+    best_dpo = max(imp, key=lambda n: imp[n]["dpo"]["accuracy"])
+    diff = imp[best_dpo]["dpo"]["accuracy"] - first["rm"]["accuracy"]
+    L.append(f"  -> the best DPO ({best_dpo}) orders the held-out pairs "
+             + ("better than" if diff > 0.01 else "worse than" if diff < -0.01 else "as well as (within 0.01)")
+             + f" the reward model trained on the same pairs ({diff:+.3f}).")
+    L.append("\nDPO's known failure, chosen and rejected log-probs both falling: change of log pi(y) from pi_ref "
+             "(nats per response) at the end of training")
+    for name, per_seed in r["runs"]["DPO"].items():
+        s = per_seed[0]["shifts"][-1]
+        h = imp[name]["shift_heldout"]
+        word = ("both fell" if s["chosen"] < 0 and s["rejected"] < 0 else
+                "the chosen rose" if s["chosen"] > 0 else "only the chosen fell")
+        L.append(f"  {name:<10s} {d['shift_pairs']} trained-on pairs: chosen {s['chosen']:+.2f}, rejected "
+                 f"{s['rejected']:+.2f} ({word}; chosen less likely than under pi_ref in {100 * s['chosen_fell']:.0f} %, "
+                 f"both in {100 * s['both_fell']:.0f} % of pairs); held-out pairs: chosen {h['chosen']:+.2f}, "
+                 f"rejected {h['rejected']:+.2f}")
+    fell = [n for n, per_seed in r["runs"]["DPO"].items()
+            if per_seed[0]["shifts"][-1]["chosen"] < 0 and per_seed[0]["shifts"][-1]["rejected"] < 0]
+    if fell:
+        L.append(f"  ({', '.join(fell)}) The loss only pushes the margin h up: the probability that leaves both "
+                 f"responses of a trained pair has to go to other responses, ones that are in no pair.")
+    t = r["time"]
+    L.append(f"\nTime: {t['wall']:.1f} s wall, {t['cpu']:.1f} s CPU."
+             + ("" if r["full"] or r["quick"] else " The committed figure comes from --full (4 settings x 3 "
+                "seeds per method, PPO 40 iterations x 64, DPO 300 steps)."))
+    return "\n".join(L)
+
+
+def main(argv=None) -> dict:
+    return lesson_main(__doc__, __name__, run, narrative, plot, argv)
+
+
+# ----------------------------------------------------------------------------------------------
+# the figure
+# ----------------------------------------------------------------------------------------------
+
+def plot(r: dict, path) -> None:
+    plt = pyplot()
+    fig, axes = plt.subplots(2, 2, figsize=(16, 12.5), gridspec_kw={"width_ratios": [1.35, 1]})
+    a, b, c, t = axes[0, 0], axes[0, 1], axes[1, 0], axes[1, 1]
+    S = len(r["seeds"])
+    xmax = 1.25 * max(cmp["kl"][-1] for cmp in r["compare"].values())
+    hidden = []
+    for m in METHODS:
+        col = COLORS[m]
+        settings = r["runs"][m]
+        pts = [p for per_seed in settings.values() for run_ in per_seed for p in run_["points"][1:]]
+        shown = [p for p in pts if p["kl"] <= xmax]
+        hidden += [(m, p) for p in pts if p["kl"] > xmax]
+        a.scatter([p["kl"] for p in shown], [p["gold"] for p in shown], s=10, color=col, alpha=0.35, lw=0)
+        reach = min(f[2] for f in r["fronts"][m])
+        xs = np.linspace(0.0, min(reach, xmax), 80)
+        curves = np.array([front_at(f, xs) for f in r["fronts"][m]])            # (S, 80)
+        label = f"{m}: {', '.join(settings)}"
+        a.plot(xs, curves.mean(axis=0), color=col, lw=2.2, label=textwrap.shorten(label, 80))
+        a.fill_between(xs, curves.min(axis=0), curves.max(axis=0), color=col, alpha=0.2, lw=0)
+    a.plot([0], [r["sft"]["gold_mean"]], "k*", ms=14, label="SFT policy (the reference)")
+    a.set_xlim(-0.02 * xmax, xmax)
+    a.set_xlabel("KL(pi || pi_ref) per response, exact (nats)")
+    a.set_ylabel(f"gold score (simulated human), mean of {len(r['sft']['gold'])} fresh samples")
+    title = (f"(a) gold vs KL: every checkpoint (dots) and each method's frontier, the best gold at KL <= x\n"
+             f"(line: mean over {S} seeds, band: seed range)")
+    if hidden:
+        worst = min(hidden, key=lambda mp: mp[1]["gold"])
+        title += (f"; {len(hidden)} checkpoints beyond {xmax:.1f} nats not shown "
+                  f"(down to gold {worst[1]['gold']:+.2f} at {max(p['kl'] for _, p in hidden):.0f} nats)")
+    a.set_title(title, fontsize=10.5)
+    a.legend(loc="lower right", fontsize=8.5)
+
+    imp = r["implicit"]
+    first = next(iter(imp.values()))
+    rows = [("reward model", first["rm"])] + [(f"DPO {n}", x["dpo"]) for n, x in imp.items()]
+    keys = (("accuracy", "accuracy vs labels"), ("gold_accuracy", "accuracy vs gold order"),
+            ("pearson", "Pearson with gold\n(within prompts)"))
+    width = 0.8 / len(rows)
+    x = np.arange(len(keys))
+    for i, (name, vals) in enumerate(rows):
+        bars = b.bar(x + (i - (len(rows) - 1) / 2) * width, [vals[k] for k, _ in keys], width, label=name,
+                     color="0.45" if i == 0 else None)
+        b.bar_label(bars, fmt="%.2f", fontsize=7.5, padding=1)
+    b.set_xticks(x, [lab for _, lab in keys])
+    b.set_ylim(0, 1.12)
+    b.set_ylabel("on the held-out pairs")
+    b.set_title("(b) DPO's implicit reward beta log(pi/pi_ref) vs the reward model\n(same pairs, held-out prompts; "
+                f"seed {r['seeds'][0]}, end of training)")
+    b.legend(loc="upper right", fontsize=8, ncol=len(rows))
+
+    for k, (name, per_seed) in enumerate(r["runs"]["DPO"].items()):
+        sh = per_seed[0]["shifts"]
+        steps = [s["step"] for s in sh]
+        col = f"C{k}"
+        c.plot(steps, [s["chosen"] for s in sh], "-o", color=col, ms=3, label=f"{name}: chosen y_w")
+        c.plot(steps, [s["rejected"] for s in sh], "--s", color=col, ms=3, label=f"{name}: rejected y_l")
+    c.axhline(0, color="black", lw=0.8)
+    c.set_xlabel("DPO step")
+    c.set_ylabel("log pi(y|x) - log pi_ref(y|x)  (nats per response)")
+    c.set_title(f"(c) DPO's known failure: chosen and rejected both fall\n({r['data']['shift_pairs']} pairs of the "
+                f"first batches, seed {r['seeds'][0]})")
+    c.legend(fontsize=8, loc="lower left", ncol=2)
+
+    t.axis("off")
+    t.grid(False)
+    lines = ["(d) the frontiers at matched KL, mean [seed range]"]
+    for (p, q), cmp in r["compare"].items():
+        if p != METHODS[0]:
+            continue
+        lines += ["", f"{'KL':>5s} {SHORT[p]:>19s} {SHORT[q]:>19s}"]
+        for g, kl in enumerate(cmp["kl"]):
+            lines.append(f"{kl:5.2f} {_fmt(cmp['a'][:, g]):>19s} {_fmt(cmp['b'][:, g]):>19s}  {cmp['cmp'][g]['verdict']}")
+    lines.append("")
+    for (p, q), cmp in r["compare"].items():
+        lines += textwrap.wrap(f"{SHORT[p]} vs {SHORT[q]}: {order_words(cmp, SHORT[p], SHORT[q])}.", 74)
+    lines.append("")
+    lines += textwrap.wrap("DPO paper, Figure 2 (left): " + paper_finding(r), 74)
+    t.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=8.8, transform=t.transAxes)
+    fig.tight_layout()
+    save(fig, path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+"""The run plumbing around :mod:`minippo.rlhf.dpo`: the two models, timing, evaluation, NaN guard, checkpoints, resume.
+
+Legend: R response rows, N pairs.
+
+:class:`DPOTrainer` builds the :class:`~minippo.rlhf.dpo.DPOState` (the policy = a copy of the SFT model, the
+reference = a frozen copy, one AdamW, the reward-model stage's train / held-out pairs) and runs steps: each
+:meth:`DPOTrainer.step` calls :func:`minippo.rlhf.dpo.dpo_step`, every ``eval_every`` steps (and after the
+last; never when it is 0) evaluates, then writes the metrics record and, every ``checkpoint_every`` steps, a checkpoint.
+
+The evaluation judges the policy like the PPO runs are judged: the DPO metrics on the held-out pairs
+(``eval_*``), and fresh samples for ``n_eval`` fixed prompts (the same prompts and sampling seed at every
+evaluation: the differences between evaluations are the policy's) scored by the gold function, with the
+exact KL(pi || pi_ref) per response (:func:`minippo.rlhf.run.evaluate.evaluate_policy`).
+
+Run folder (``out_dir``)::
+
+    config.json      the DPOConfig
+    metrics.jsonl    one record per step (names: minippo.rlhf.metrics.DPO_GLOSSARY)
+    checkpoint/      every ``checkpoint_every`` steps and at the end, atomically: the policy and the AdamW
+                     moments (safetensors), config, step (JSON); the batch order and the evaluation samples are
+                     pure functions of (seed, step), so ``resume=True`` continues to the same metrics as an
+                     uninterrupted run (tested, timing entries aside)
+    policy/          the final policy + tokenizer (``load_model``), for evaluation
+
+The NaN guard: a non-finite log-prob, loss or gradient norm raises ``ValueError`` naming the metric, the step,
+the first non-finite parameter (or the largest one) and what is on disk (the last good checkpoint, or that none
+was written yet); nothing computed after it is applied.
+
+The run folder follows :mod:`minippo.runs` like the PPO run's: the trainer holds its lock from construction
+until it is closed (or garbage-collected, or its process dies); a folder holding a checkpoint is resumed only
+with ``resume=True`` and the same config (every field but :data:`RESUME_NEUTRAL`), and refused otherwise; the
+checkpoint is validated whole (every tensor's name, shape, dtype and finiteness against the live model and
+optimizer, the config, the step, the model config, the optimizer's scalars) before anything is assigned or
+``metrics.jsonl`` is rewritten.
+"""
+from __future__ import annotations
+
+import json
+import time
+import warnings
+import weakref
+from pathlib import Path
+
+import numpy as np
+
+from minippo.blas import single_blas_thread
+from minippo.checks import check_range, parameter_note
+from minippo.io import (STATE, MetricsWriter, RunWarning, array_specs, atomic_write_text, checkpoint_folder,
+                        has_checkpoint, in_file, load_checkpoint, save_checkpoint)
+from minippo.nn.gpt import TinyGPT
+from minippo.nn.optim import AdamW
+from minippo.progress import progress_bar
+from minippo.rlhf import dpo
+from minippo.rlhf.checkpoint import save_model
+from minippo.rlhf.data.corpus import PROMPTS, sample_prompts
+from minippo.rlhf.data.preferences import PreferencePairs
+from minippo.rlhf.dpo_config import DPOConfig
+from minippo.rlhf.generate import check_response_fits
+from minippo.rlhf.rm_train import load_pairs, load_sft
+from minippo.rlhf.run.evaluate import evaluate_policy
+from minippo.runs import RunLock, Stage, assign_arrays, check_no_run, check_same_config
+
+CHECKPOINT_FORMAT = "minippo.dpo/1"
+#: DPOConfig fields a resume may change: they do not change what the steps compute
+RESUME_NEUTRAL = ("steps", "checkpoint_every")
+SEED_EVAL = 2           # evaluation prompts: [seed, SEED_EVAL]; their samples: [seed, SEED_EVAL, 1]
+
+
+class DPOTrainer:
+    """DPO (or IPO, conservative DPO) with a policy and a frozen reference; see the module docstring.
+
+    Parameters
+    ----------
+    cfg : DPOConfig
+    sft_model : TinyGPT, the SFT policy: the policy starts as a copy, the reference IS a frozen copy
+    tokenizer : Tokenizer
+    train, heldout : PreferencePairs, the reward-model stage's split (:func:`minippo.rlhf.rm_train.load_pairs`)
+    out_dir : run folder for metrics, checkpoints and the final policy (None: nothing is written); locked
+        (:class:`minippo.runs.RunLock`) until :meth:`close`
+    resume : continue from ``out_dir/checkpoint`` when it exists (its config must equal ``cfg`` up to
+        :data:`RESUME_NEUTRAL`); without it a folder holding a checkpoint is refused
+    data_info : JSON-serialisable description of the pairs (stored with checkpoints and the policy)
+    """
+
+    def __init__(self, cfg: DPOConfig, sft_model: TinyGPT, tokenizer, train: PreferencePairs,
+                 heldout: PreferencePairs, *, out_dir=None, resume: bool = False, data_info: dict | None = None):
+        if not isinstance(cfg, DPOConfig):
+            raise ValueError(f"`cfg` must be a DPOConfig, got {type(cfg).__name__}")
+        if not isinstance(sft_model, TinyGPT):
+            raise ValueError(f"`sft_model` must be a TinyGPT, got {type(sft_model).__name__}")
+        for name, p in (("train", train), ("heldout", heldout)):
+            if not isinstance(p, PreferencePairs) or len(p) == 0:
+                raise ValueError(f"`{name}` must be a non-empty PreferencePairs")
+        if tokenizer is not None:                      # the evaluation samples must fit the model's context
+            check_response_fits(cfg.max_new_tokens, tokenizer, PROMPTS, sft_model.cfg.block_size)
+        self.cfg, self.data_info = cfg, dict(data_info or {})
+        policy = sft_model.copy()
+        self.state = dpo.DPOState(policy=policy, ref=sft_model.copy(), tokenizer=tokenizer,
+                                  opt=AdamW(policy.params, lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps,
+                                            weight_decay=cfg.weight_decay),
+                                  train=train, heldout=heldout)
+        self.prompts = sample_prompts(cfg.n_eval, seed=np.random.default_rng([cfg.seed, SEED_EVAL]))
+        self.last_eval = None                 # the last evaluation's samples and per-response numbers
+        self.out_dir = None if out_dir is None else Path(out_dir)
+        self.metrics, self.last_saved, self._lock = None, None, None
+        self.stage = Stage("DPO", self.out_dir, None if out_dir is None else self.out_dir / "checkpoint")
+        if self.out_dir is not None:
+            self._lock = RunLock(self.out_dir).acquire()
+            weakref.finalize(self, self._lock.release)
+            ckpt, metrics_path = self.out_dir / "checkpoint", self.out_dir / "metrics.jsonl"
+            if has_checkpoint(ckpt):
+                if not resume:
+                    check_no_run(self.out_dir, ckpt, "a DPO run")
+                self.load(ckpt)                             # everything checked before anything is assigned
+                if not metrics_path.exists():
+                    warnings.warn(f"{metrics_path} is missing: the records of steps 0-{self.step_count - 1} are "
+                                  f"lost; it will hold the steps after them only", RunWarning, stacklevel=2)
+                self.metrics = MetricsWriter(metrics_path, append=True)
+                self.metrics.truncate_after("step", self.step_count - 1)
+            else:
+                atomic_write_text(self.out_dir / "config.json", json.dumps(cfg.to_dict(), indent=1))
+                self.metrics = MetricsWriter(metrics_path)
+
+    def close(self) -> None:
+        """Release the run folder's lock (also done when the trainer is garbage-collected)."""
+        if self._lock is not None:
+            self._lock.release()
+
+    @property
+    def policy(self) -> TinyGPT:
+        return self.state.policy
+
+    @property
+    def step_count(self) -> int:
+        """Optimizer steps done so far."""
+        return self.state.step
+
+    # ---- one step ------------------------------------------------------------------------------
+    def _on_disk(self) -> str:
+        """What a stopped run leaves: the last good checkpoint, or that there is none."""
+        if self.out_dir is None:
+            return "nothing is written (no out_dir)"
+        return self.stage.kept()
+
+    def evaluate(self) -> dict:
+        """The held-out pairs' ``eval_*`` metrics and the fresh samples' gold score, KL and length."""
+        s, cfg = self.state, self.cfg
+        ev = dpo.evaluate_pairs(s.policy, s.ref, s.heldout, cfg)
+        samples = evaluate_policy(s.policy, s.ref, None, s.tokenizer, self.prompts,
+                                  rng=np.random.default_rng([cfg.seed, SEED_EVAL, 1]),
+                                  max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
+        self.last_eval = {"pairs": ev, "samples": samples}
+        out = {k: v for k, v in ev.items() if k.startswith("eval_")}
+        out.update({"gold/score": samples["gold_mean"], "objective/kl": samples["kl_mean"],
+                    "objective/kl_exact": samples["kl_exact_mean"], "response/length": samples["length_mean"]})
+        return out
+
+    def step(self, callback=None) -> dict:
+        """Run one step (and the evaluation when due); returns its record (also written to ``metrics.jsonl``)."""
+        cfg, it = self.cfg, self.step_count
+        t0 = time.perf_counter()
+        try:
+            with single_blas_thread():      # small matrices: one BLAS thread is faster and deterministic
+                record = dpo.dpo_step(self.state, cfg)
+                t1 = time.perf_counter()
+                done = self.step_count
+                if cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.steps):
+                    record.update(self.evaluate())
+        except ValueError as exc:           # the NaN guard, or bad data: say what is kept on disk
+            raise ValueError(f"{exc}{parameter_note({'policy.' + k: v for k, v in self.policy.params.items()})}: "
+                             f"training stopped at step {it}; {self._on_disk()}") from exc
+        record.update({"time/step": t1 - t0, "time/eval": time.perf_counter() - t1})
+        if self.out_dir is not None:
+            # the record first, then the checkpoint: a checkpoint never exists without its step's record
+            self.metrics.write(record)
+            if self.step_count % cfg.checkpoint_every == 0 or self.step_count == cfg.steps:
+                self.save(self.out_dir / "checkpoint")
+        if callback is not None:
+            with single_blas_thread():
+                callback(self, record)
+        return record
+
+    def train(self, until: int | None = None, *, progress: bool = False, callback=None) -> list[dict]:
+        """Run steps up to ``until`` (default ``cfg.steps``); returns their records. ``callback(trainer, record)``
+        is called after every step. At the end the policy is saved to ``out_dir/policy`` (when complete)."""
+        until = self.cfg.steps if until is None else min(int(until), self.cfg.steps)
+        records = []
+        bar = progress_bar(range(self.step_count, until), initial=self.step_count, total=self.cfg.steps, desc="dpo",
+                           disable=not progress)
+        with self.stage.running():                   # Ctrl-C: one line saying what is kept (minippo.runs)
+            for _ in bar:
+                r = self.step(callback)
+                records.append(r)
+                post = {"loss": f"{r['loss']:.3f}", "acc": f"{r['rewards/accuracies']:.2f}"}
+                if "gold/score" in r:
+                    post.update(gold=f"{r['gold/score']:+.2f}", kl=f"{r['objective/kl_exact']:.2f}")
+                bar.set_postfix(**post)
+        bar.close()
+        if self.out_dir is not None and self.step_count == self.cfg.steps:
+            save_model(self.out_dir / "policy", self.policy, tokenizer=self.state.tokenizer,
+                       extra_state={"dpo_config": self.cfg.to_dict(), "step": self.step_count,
+                                    "data": self.data_info})
+        return records
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+    def save(self, directory) -> Path:
+        """Write everything needed to continue bitwise (see the module docstring), atomically."""
+        s = self.state
+        arrays = {"policy/" + k: v for k, v in s.policy.params.items()}
+        moments, scalars = s.opt.state_dict()
+        arrays.update({"opt/" + k: v for k, v in moments.items()})
+        state = {"format": CHECKPOINT_FORMAT, "dpo_config": self.cfg.to_dict(), "step": s.step, "opt": scalars,
+                 "gpt_config": s.policy.cfg.to_dict(), "data": self.data_info}
+        path = save_checkpoint(directory, arrays, state)
+        self.last_saved = s.step
+        self.stage.saved = f"step {s.step}"
+        return path
+
+    def _expect(self) -> dict:
+        """The tensors a checkpoint of this trainer holds: name -> (shape, dtype), from the live model and AdamW."""
+        s = self.state
+        return {**array_specs(s.policy.params, "policy/"), **array_specs(s.opt.state_dict()[0], "opt/")}
+
+    def load(self, directory) -> None:
+        """Restore a checkpoint written by :meth:`save` (the config must match up to :data:`RESUME_NEUTRAL`).
+
+        Everything is checked before anything is assigned: the tensors against the live model and optimizer
+        (:func:`minippo.io.load_checkpoint` with ``expect``), then the config, then every entry of state.json
+        (a :class:`minippo.io.CorruptFileError` naming the file and the entry)."""
+        s = self.state
+        arrays, state = load_checkpoint(directory, self._expect())
+        state_path = checkpoint_folder(directory) / STATE
+        with in_file(state_path):
+            if state.get("format") != CHECKPOINT_FORMAT:
+                raise ValueError(f"`format` is {state.get('format')!r}: not a DPO checkpoint of format {CHECKPOINT_FORMAT}")
+            stored = DPOConfig.from_dict(state["dpo_config"]).to_dict()
+        check_same_config(f"the DPO run in {Path(directory).parent}", stored, self.cfg.to_dict(), ignore=RESUME_NEUTRAL,
+                          fresh=f"use another folder than {Path(directory).parent} (or delete it)")
+        moments = {k[len("opt/"):]: v for k, v in arrays.items() if k.startswith("opt/")}
+        with in_file(state_path):
+            step = state["step"]
+            check_range("step", step, 1, self.cfg.steps, integer=True)
+            if state["gpt_config"] != s.policy.cfg.to_dict():
+                raise ValueError(f"`gpt_config` {state['gpt_config']} is not the SFT model's {s.policy.cfg.to_dict()}")
+            s.opt.check_state_dict(moments, state["opt"])
+        # everything is checked: assign (in place: the optimizer holds the parameter arrays)
+        assign_arrays(s.policy.params, arrays, "policy/", source=directory)
+        s.opt.load_state_dict(moments, state["opt"])
+        s.step = step
+        self.last_saved = step
+        self.stage.saved = f"step {step}"
+
+
+def run_dpo(cfg: DPOConfig, sft_dir, pairs_dir, out_dir, *, resume: bool = False, progress: bool = True,
+            callback=None) -> DPOTrainer:
+    """DPO from a saved SFT folder on the pairs of a reward-model folder (its own split) into ``out_dir``."""
+    sft_model, tokenizer, _ = load_sft(sft_dir)
+    train, heldout, rm_cfg = load_pairs(pairs_dir)
+    info = {"pairs_dir": str(pairs_dir), "rm_config": rm_cfg.to_dict(), "train_pairs": len(train),
+            "train_prompts": train.n_groups, "heldout_pairs": len(heldout), "heldout_prompts": heldout.n_groups}
+    trainer = DPOTrainer(cfg, sft_model, tokenizer, train, heldout, out_dir=out_dir, resume=resume, data_info=info)
+    trainer.train(progress=progress, callback=callback)
+    return trainer
