@@ -8,8 +8,8 @@ current environment (``python3``: the ipykernel installed beside this Python) an
 
 The docstring conventions the converter reads (CONTRIBUTING "Notebooks"):
 
-- line 1 is the title, ``Lesson NN - <name>: <one sentence>`` (the part before the first ``": "`` is the
-  notebook's heading);
+- the first paragraph (one line, or wrapped) is the title, ``Lesson NN - <name>: <one sentence>`` (the part
+  before the first ``": "`` is the notebook's heading);
 - a section starts with a paragraph that begins with one of the labels of :data:`SECTIONS`
   (``Pipeline step:``, ``Paper:`` / ``Papers:``, ``The figure:``, ``Exercises:``, ``Questions:``; a note
   in parentheses may stand before the colon, ``The figure (from --full: 3 seeds):``, and is shown in
@@ -51,7 +51,7 @@ GENERATOR = Path(__file__).resolve()
 SECTIONS = {"Pipeline step": ("Pipeline step", "pipeline"), "Paper": ("The paper", "paper"),
             "Papers": ("The papers", "paper"), "The figure": ("The figure", "figure"),
             "Exercises": ("Exercises", "exercises"), "Questions": ("Questions", "questions")}
-_SECTION = re.compile(r"(?P<label>Pipeline step|Papers?|The figure|Exercises|Questions)(?P<note>\s*\([^()]*\))?:(?=\s|$)"
+_SECTION = re.compile(r"(?P<label>Pipeline step|Papers?|The figure|Exercises|Questions)(?P<note>\s*\((?:[^()]|\([^()]*\))*\))?:(?=\s|$)"
                       r"|(?P<shows>The figure) shows(?=\s)")
 _LABEL = re.compile(r"^([A-Z][\w'-]*(?: [\w'()-]+){0,4}):(?=\s|$)")
 _INLINE = re.compile(r"(`+).*?\1|\$\$.*?\$\$|\$[^$\s][^$]*?\$")    # code spans and inline math: left alone
@@ -170,14 +170,14 @@ def to_markdown(text: str) -> str:
 def split_docstring(doc: str) -> dict[str, str]:
     """The docstring's parts as Markdown: ``title``, ``intro`` and one entry per section of :data:`SECTIONS`
     present (``pipeline``, ``paper``, ``figure``, ``exercises``, ``questions``), each led by its heading."""
-    lines = inspect.cleandoc(doc).split("\n")
-    title = lines[0].strip()
+    first, _, body = inspect.cleandoc(doc).partition("\n\n")
+    title = " ".join(ln.strip() for ln in first.split("\n"))    # the first paragraph, should it wrap
     head, _, rest = title.partition(": ")
     if " - " not in head:                      # not "Lesson NN - <name>: ...": the whole line is the heading
         head, rest = title, ""
     parts = {"title": f"# {_escape_html(head)}" + (f"\n\n{_escape_html(rest[:1].upper() + rest[1:])}" if rest else "")}
     key, buf = "intro", []
-    for para in re.split(r"\n[ \t]*\n", "\n".join(lines[1:]).strip("\n")):
+    for para in re.split(r"\n[ \t]*\n", body.strip("\n")):
         m = _SECTION.match(para)
         if not m:
             buf.append(para)

@@ -139,7 +139,8 @@ def test_every_docstring_has_the_sections_the_converter_reads():
         assert parts["title"].startswith("# Lesson")
 
 
-DOC = r'''Lesson 99 - demo: a made-up lesson.
+DOC = r'''Lesson 99 - demo: a made-up lesson
+whose title wraps.
 
 Legend: B batch, T tokens.
 
@@ -166,7 +167,7 @@ with inline $r_t = \exp(\log\pi_\theta - \log\pi_{old})$, and a model written::
     and a paragraph of the item;
 (b) the next item.
 
-The figure (from --full: 3 seeds): (a) one panel.
+The figure (from --full: 3 seeds (~20 s each)): (a) one panel.
 
 Exercises:
 1. One.
@@ -177,7 +178,7 @@ Exercises:
 def test_the_converter_renders_plain_text_and_latex():
     parts = nbgen.split_docstring(DOC)
     assert list(parts) == ["title", "intro", "pipeline", "paper", "figure", "exercises"]
-    assert parts["title"] == "# Lesson 99 - demo\n\nA made-up lesson."
+    assert parts["title"] == "# Lesson 99 - demo\n\nA made-up lesson whose title wraps."
     assert parts["intro"] == "**Legend:** B batch, T tokens."
     assert parts["pipeline"] == "## Pipeline step\n\nThe step, with &lt;bos> and ``code <x>`` and $a < b$."
     paper = parts["paper"]
@@ -187,7 +188,7 @@ def test_the_converter_renders_plain_text_and_latex():
     assert "$r_t = \\exp(\\log\\pi_\\theta - \\log\\pi_{old})$, and a model written:\n\n```text\nstate   s_t = prompt + tokens\n```" in paper
     assert ("(a) a hanging item\ncontinued here, with a formula inside the item:\n\n```text\n"
             "k1 = x        k3 = e^{-x} - 1 + x\n```\n\nand a paragraph of the item;\n\n(b) the next item.") in paper
-    assert parts["figure"] == "## The figure\n\n*From --full: 3 seeds.*\n\n(a) one panel."
+    assert parts["figure"] == "## The figure\n\n*From --full: 3 seeds (~20 s each).*\n\n(a) one panel."
     assert parts["exercises"] == "## Exercises\n\n1. One.\n2. Two."
     with pytest.raises(ValueError, match="two 'Exercises' sections"):
         nbgen.split_docstring(DOC + "\nExercises: more.\n")
