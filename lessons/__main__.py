@@ -6,10 +6,14 @@ elsewhere): a student's run never modifies the repository.
 
 ``python -m lessons all`` is the maintainer's command: it regenerates every committed figure in
 ``figures/``, each lesson at the size that produced its committed figure (``--full`` for the RLHF
-studies 13 and 15-20, which say so in their docstrings; lessons without a larger version ignore the
+studies 13 and 15-21, which say so in their docstrings; lessons without a larger version ignore the
 flag). It takes about half an hour on 2 cores. ``python -m lessons 13 --figures`` does the same for
 one lesson. ``--quick`` runs the seconds-long versions instead (figures go to a temporary folder);
 ``--default`` the classroom sizes (each under a minute; figures to ``runs/figures/``).
+
+``python -m lessons notebooks`` regenerates every ``notebooks/lNN_<slug>.ipynb`` from its lesson module,
+executed at the default size (``notebooks 4``: one lesson; ``--no-execute``: without outputs; ``--verify
+--quick``: execute the committed notebooks in quick mode, writing nothing); see ``lessons/notebooks.py``.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import time
 from pathlib import Path
 
 import lessons
+from lessons import notebooks
 from lessons._common import RUN_FIGURES_DIR
 from minippo.rlhf.run.pipeline import BUILD_SECONDS
 
@@ -29,7 +34,7 @@ Run one lesson (default size, figure in {RUN_FIGURES_DIR}, git-ignored):
   python -m lessons 4                        # or: python -m lessons.l04_clip_objective
   python -m lessons 4 --quick                # the seconds-long version (figure in a temporary folder)
   python -m lessons.l04_clip_objective --out DIR   # the figure in DIR
-Every default run takes under a minute on 2 cores, except the first RLHF lesson (09, 11, 13-20) you run: it
+Every default run takes under a minute on 2 cores, except the first RLHF lesson (09, 11, 13-21) you run: it
 first builds the SFT policy and reward model they share into runs/cache/ (about {BUILD_SECONDS[False]} s more, once;
 it says so before it starts).
 Maintainers: python -m lessons all  (regenerates the committed figures/, about half an hour)."""
@@ -60,8 +65,12 @@ def resolve(key: str, names: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["notebooks"]:
+        return notebooks.main(argv[1:], discover(), resolve)
     parser = argparse.ArgumentParser(prog="python -m lessons", description=__doc__)
-    parser.add_argument("which", nargs="*", help="'all', or lesson numbers / slugs; empty lists them")
+    parser.add_argument("which", nargs="*", help="'all', or lesson numbers / slugs; empty lists them; "
+                        "'notebooks [N ...]' regenerates the notebooks (python -m lessons notebooks -h)")
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="the seconds-long version of each lesson")
     size.add_argument("--default", action="store_true", help="'all' at the classroom sizes instead of --full")
