@@ -1,12 +1,19 @@
-"""``python -m lessons``: list the lessons; ``python -m lessons all``: run them in order.
+"""``python -m lessons``: list the lessons; ``python -m lessons 4``: run one; ``python -m lessons all``: regenerate.
 
-``python -m lessons all`` regenerates every committed figure in ``figures/``: each lesson runs at the
-size that produced its committed figure (``--full`` for the RLHF studies 13 and 15-20, which say so in
-their docstrings; lessons without a larger version ignore the flag). It takes about half an hour on 2
-cores. ``--quick`` runs the seconds-long versions instead (figures go to a temporary folder);
-``--default`` the classroom sizes (each under a minute; figures to ``figures/``).
+``python -m lessons 4`` (or ``l04``, or ``clip_objective``, or ``python -m lessons.l04_clip_objective``)
+runs one lesson at its default size and saves its figure in ``runs/figures/`` (git-ignored; ``--out DIR``
+elsewhere): a student's run never modifies the repository.
 
-``python -m lessons 4`` (or ``l04``, or ``clip_objective``) runs one lesson at its default size.
+``python -m lessons all`` is the maintainer's command: it regenerates every committed figure in
+``figures/``, each lesson at the size that produced its committed figure (``--full`` for the RLHF
+studies 13 and 15-21, which say so in their docstrings; lessons without a larger version ignore the
+flag). It takes about half an hour on 2 cores. ``python -m lessons 13 --figures`` does the same for
+one lesson. ``--quick`` runs the seconds-long versions instead (figures go to a temporary folder);
+``--default`` the classroom sizes (each under a minute; figures to ``runs/figures/``).
+
+``python -m lessons notebooks`` regenerates every ``notebooks/lNN_<slug>.ipynb`` from its lesson module,
+executed at the default size (``notebooks 4``: one lesson; ``--no-execute``: without outputs; ``--verify
+--quick``: execute the committed notebooks in quick mode, writing nothing); see ``lessons/notebooks.py``.
 """
 from __future__ import annotations
 
@@ -18,6 +25,19 @@ import time
 from pathlib import Path
 
 import lessons
+from lessons import notebooks
+from lessons._common import RUN_FIGURES_DIR
+from minippo.rlhf.run.pipeline import BUILD_SECONDS
+
+USAGE = f"""
+Run one lesson (default size, figure in {RUN_FIGURES_DIR}, git-ignored):
+  python -m lessons 4                        # or: python -m lessons.l04_clip_objective
+  python -m lessons 4 --quick                # the seconds-long version (figure in a temporary folder)
+  python -m lessons.l04_clip_objective --out DIR   # the figure in DIR
+Every default run takes under a minute on 2 cores, except the first RLHF lesson (09, 11, 13-21) you run: it
+first builds the SFT policy and reward model they share into runs/cache/ (about {BUILD_SECONDS[False]} s more, once;
+it says so before it starts).
+Maintainers: python -m lessons all  (regenerates the committed figures/, about half an hour)."""
 
 
 def discover() -> list[str]:
@@ -45,31 +65,46 @@ def resolve(key: str, names: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["notebooks"]:
+        return notebooks.main(argv[1:], discover(), resolve)
     parser = argparse.ArgumentParser(prog="python -m lessons", description=__doc__)
-    parser.add_argument("which", nargs="*", help="'all', or lesson numbers / slugs; empty lists them")
+    parser.add_argument("which", nargs="*", help="'all', or lesson numbers / slugs; empty lists them; "
+                        "'notebooks [N ...]' regenerates the notebooks (python -m lessons notebooks -h)")
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="the seconds-long version of each lesson")
     size.add_argument("--default", action="store_true", help="'all' at the classroom sizes instead of --full")
+    size.add_argument("--figures", action="store_true",
+                      help="maintainers: regenerate the committed figures/ of the lessons named (--full size)")
+    parser.add_argument("--out", default=None, metavar="DIR", help="folder for the figures (default runs/figures/)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     names = discover()
     if not args.which:
         for n in names:
             print(f"{n.split('.')[1]:<26s} {first_line(n)}")
+        print(USAGE)
         return 0
+    regenerate = args.figures or (args.which == ["all"] and not (args.default or args.quick))
+    if regenerate and args.out is not None:
+        parser.error("--out: the regeneration writes the committed figures/; use --default or --quick with --out")
+    if regenerate and args.seed != 0:
+        parser.error("--seed: the committed figures come from seed 0; use --default or --quick with another seed")
     chosen = names if args.which == ["all"] else [resolve(w, names) for w in args.which]
     for n in chosen:
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         print(f"\n######## {n} ########", flush=True)
         mod = importlib.import_module(n)
         if args.quick:
             extra = ["--quick"]
-        elif args.which == ["all"] and not args.default:
-            extra = ["--full"]          # the size of the committed figure
+        elif regenerate:
+            extra = ["--full", "--figures"]     # the size of the committed figure, written into figures/
         else:
             extra = []
+        if args.out is not None:
+            extra += ["--out", args.out]
         mod.main(extra + ["--seed", str(args.seed)])
-        print(f"[{n} took {time.perf_counter() - t:.1f} s]", flush=True)
+        print(f"[{n} took {time.perf_counter() - t:.1f} s wall, {time.process_time() - cpu:.1f} s CPU]", flush=True)
     return 0
 
 

@@ -251,7 +251,7 @@ def plot(results: dict, path) -> None:
     a.set_xlabel("exact KL(old || new) of the step")
     a.set_ylabel("true gain / gain promised by $L^{CPI}$ on the batch")
     a.set_title("(c) how much of the promise is real: a fraction even for tiny\nsteps (fitted to batch noise), less and less as KL grows")
-    a.legend(loc="upper right", fontsize=8)
+    a.legend(loc="center right", fontsize=8)                    # the empty middle (it covered the dotted line)
 
     a = ax[1, 0]
     f2, al = results["fig2"], results["alphas"]

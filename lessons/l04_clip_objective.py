@@ -45,8 +45,8 @@ from lessons._common import lesson_main, pyplot, save
 from minippo import kernels
 from minippo.rl.losses import CLIP_CASES, CLIPPED_CASES, clipped_policy_loss
 
-# one representative token per case: (A, r)
-CASE_POINTS = [(1.0, 0.6), (1.0, 1.0), (1.0, 1.4), (-1.0, 0.6), (-1.0, 1.0), (-1.0, 1.4)]
+# one representative token per case: (A, r); the paper's six cases, then case 7 (A = 0, no signal)
+CASE_POINTS = [(1.0, 0.6), (1.0, 1.0), (1.0, 1.4), (-1.0, 0.6), (-1.0, 1.0), (-1.0, 1.4), (0.0, 1.4)]
 
 
 def log_of(r: float) -> float:
@@ -89,7 +89,7 @@ def run(quick: bool = False, seed: int = 0, clip_eps: float = 0.2) -> dict:
             obj_r, d_r, code_r = one_token(clipped_policy_loss, A, r, clip_eps)
         assert code == code_r
         cases.append({"code": code, "A": A, "r": r, "objective": obj_k, "objective_ref": obj_r,
-                      "dlogp": d_k, "dlogp_ref": d_r, "analytic": 0.0 if code in CLIPPED_CASES else -A * r,
+                      "dlogp": d_k, "dlogp_ref": d_r, "analytic": 0.0 if code in CLIPPED_CASES or A == 0 else -A * r,
                       "clipped": code in CLIPPED_CASES, "description": CLIP_CASES[code]})
     # (2) the edges of the band: r = 1 +/- eps exactly (both terms equal; unclipped gradient)
     edges = []
@@ -135,14 +135,14 @@ def _panel_objective(ax, r_grid, obj, A, eps, case_labels):
     ax.plot([], [], color="tab:green", marker=">", lw=2, label="gradient ascent pushes r this way")
     # arrows: the direction gradient ascent moves r (length ~ |dObj/dr|), none where the gradient is 0
     for r0 in (0.35, 0.6, 1.0, 1.4, 1.7):
-        slope = 0.0 if ((A > 0 and r0 > 1 + eps) or (A < 0 and r0 < 1 - eps)) else A
+        if (A > 0 and r0 > 1 + eps) or (A < 0 and r0 < 1 - eps):
+            continue
         y0 = np.interp(r0, r_grid, obj)
-        if slope == 0:
-            ax.annotate("no push", (r0, y0), textcoords="offset points", xytext=(0, 8 if A > 0 else -14),
-                        ha="center", fontsize=8, color="tab:red")
-        else:
-            ax.annotate("", xy=(r0 + 0.2 * np.sign(slope), y0 + 0.2 * abs(slope)), xytext=(r0, y0),
-                        arrowprops=dict(arrowstyle="-|>", color="tab:green", lw=2, mutation_scale=14))
+        ax.annotate("", xy=(r0 + 0.2 * np.sign(A), y0 + 0.2 * abs(A)), xytext=(r0, y0),
+                    arrowprops=dict(arrowstyle="-|>", color="tab:green", lw=2, mutation_scale=14))
+    r_mid = (1 + eps + 2.0) / 2 if A > 0 else (1 - eps) / 2                   # middle of the flat part
+    ax.annotate("no push (gradient 0)", (r_mid, np.interp(r_mid, r_grid, obj)), textcoords="offset points",
+                xytext=(0, -16), ha="center", fontsize=9, color="tab:red")
     for x, text in case_labels:
         ax.text(x, 0.93, text, transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=9,
                 bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="0.7"))
@@ -155,10 +155,18 @@ def narrative(r: dict) -> str:
     eps = r["clip_eps"]
     L.append(f"L^CLIP = min(r A, clip(r, 1-eps, 1+eps) A), eps = {eps:g}; one token per case (n = 1, so dL/dlogp = -A r "
              f"or 0). Kernel and NumPy reference side by side:")
-    L.append(f"{'case':<40s} {'A':>5s} {'r':>5s} {'L^CLIP':>8s} {'(ref)':>8s} {'dL/dlogp':>9s} {'(ref)':>9s} "
+    c1 = r["cases"][0]
+    L.append(f"Signs: L^CLIP is the objective PPO maximises; the library returns the loss L = -L^CLIP, which gradient "
+             f"descent minimises, and its gradient dL/dlogp. On an unclipped token d(r A)/dlogp = r A (dr/dlogp = r), so "
+             f"in case {c1['code']} L^CLIP = {c1['objective']:+.1f} and dL/dlogp = {c1['dlogp']:+.1f}: opposite signs, the "
+             f"same update (descent on L moves logp by -dL/dlogp = {-c1['dlogp']:+.1f}, as ascent on L^CLIP would).")
+    L.append(f"{'case':<45s} {'A':>5s} {'r':>5s} {'L^CLIP':>8s} {'(ref)':>8s} {'dL/dlogp':>9s} {'(ref)':>9s} "
              f"{'-A r or 0':>9s}  zero grad?")
     for c in r["cases"]:
-        L.append(f"{c['code']} {c['description']:<38s} {c['A']:+5.1f} {c['r']:5.2f} {c['objective']:8.4f} "
+        if c["code"] not in range(1, 7):
+            L.append("  (not one of the paper's six: A = 0 carries no signal, gradient 0 whatever r; clipfrac does "
+                     "not count it)")
+        L.append(f"{c['code']} {c['description']:<43s} {c['A']:+5.1f} {c['r']:5.2f} {c['objective']:8.4f} "
                  f"{c['objective_ref']:8.4f} {c['dlogp']:9.4f} {c['dlogp_ref']:9.4f} {c['analytic']:9.4f}  "
                  f"{'YES (exactly 0.0)' if c['dlogp'] == 0.0 else 'no'}")
     for e in r["edges"]:
@@ -173,7 +181,7 @@ def narrative(r: dict) -> str:
     L.append(f"A {b['B']}x{b['T']} batch ({b['n_tokens']} valid tokens) after the policy moved (|log r| ~ 0.25): "
              f"loss {b['loss']:.5f} (reference {b['loss_ref']:.5f}, max |dlogp diff| {b['max_grad_diff']:.1e}); "
              f"approx_kl {b['approx_kl']:.4f}.")
-    L.append("tokens per case: " + ", ".join(f"{k}: {v}" for k, v in cc.items()))
+    L.append("tokens per case (codes of the table above): " + ", ".join(f"{k}: {v}" for k, v in cc.items()))
     outside = sum(cc[c] for c in (1, 3, 4, 6)) / b["n_tokens"]
     L.append(f"clipfrac (cases 3+4) = {b['clipfrac']:.3f}; the fraction of tokens whose gradient is exactly 0 is "
              f"{b['zero_grad_frac']:.3f}: " + ("the same." if b["clipfrac"] == b["zero_grad_frac"] else "they DIFFER.")
@@ -207,14 +215,15 @@ def plot(results: dict, path) -> None:
         _panel_objective(ax, r, obj, A, eps, labels)
         ax.set_ylim(-2.3, 0.3) if A < 0 else ax.set_ylim(-0.1, 2.4)
         ax.set_title(f"({'ab'[col]}) one token's L^CLIP, A = {A:+g} (PPO paper Fig. 1)")
-        ax.set_ylabel("objective (maximised)")
+        ax.set_ylabel("L^CLIP of one token (maximised; units of A)")
         ax.legend(loc="lower right" if A > 0 else "lower left", fontsize=8)
         ax.tick_params(labelbottom=True)
         ax.set_xlabel("")
         ax = axes[1, col]
         ax.axvspan(1 - eps, 1 + eps, color="0.9")
         zero = grad == 0
-        ax.plot(r, np.where(zero, np.nan, grad), color="tab:blue", lw=2, label="dL^CLIP/dr (library: -dlogp / r)")
+        ax.plot(r, np.where(zero, np.nan, grad), color="tab:blue", lw=2,
+                label=f"slope of the objective in ({'ab'[col]}), from the library's gradient")
         ax.plot(r, np.where(zero, grad, np.nan), color="tab:red", lw=4, alpha=0.8, label="exactly 0 (clipped branch)")
         edge = 1 + eps if A > 0 else 1 - eps
         e = results["edges"][col]
@@ -222,8 +231,8 @@ def plot(results: dict, path) -> None:
         ax.axhline(0, color="k", lw=0.6)
         ax.set_ylim(-1.5, 1.5)
         ax.set_xlabel("probability ratio r = exp(logp - logp_old)")
-        ax.set_ylabel("gradient of the objective w.r.t. r")
-        ax.set_title(f"({'cd'[col]}) its gradient, A = {A:+g}: A where unclipped, 0 where clipped")
+        ax.set_ylabel("slope dL^CLIP/dr (units of A)")
+        ax.set_title(f"({'cd'[col]}) slope of ({'ab'[col]}), A = {A:+g}:\nA where unclipped, 0 where clipped")
         ax.legend(loc="lower left" if A > 0 else "upper right", fontsize=8)
     b = results["batch"]
     fig.suptitle(f"PPO-Clip, eps = {eps:g}. In a {b['B']}x{b['T']} batch after a policy move: "

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import diff_text, lesson_main, pyplot, save
+from lessons._common import diff_text, legend_in_margin, lesson_main, pyplot, save
 from minippo.studies.sweep_stats import compare_paired
 from minippo.toy.bandit import BanditPPOConfig, TokenBandit, ppo_train
 
@@ -175,7 +175,7 @@ def plot(results: dict, path) -> None:
     a.set_xlabel("PPO iteration")
     a.set_ylabel("exact KL(old || new) of the update")
     a.set_title(f"(b) KL per update; penalty in band {summ['adaptive beta0=1']['in_band']:.0%} of the time")
-    a.legend(loc="upper right", fontsize=8)
+    a.legend(loc="lower left", fontsize=8)
 
     a = ax[1, 0]
     cmap = plt.get_cmap("plasma")
@@ -188,7 +188,7 @@ def plot(results: dict, path) -> None:
     a.set_xlabel("PPO iteration")
     a.set_ylabel("beta (kl_coef) used in the update")
     a.set_title("(c) beta under the paper's rule (task 1): x2, /2, oscillating")
-    a.legend(loc="lower left", fontsize=8)
+    legend_in_margin(a, 0.3, side="bottom", fontsize=8)       # the steps fill the top and the left
 
     a = ax[1, 1]
     clip = summ["clip"]

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import clear_sign, diff_text, lesson_main, pyplot, save
+from lessons._common import clear_sign, diff_text, legend_in_margin, lesson_main, pyplot, save
 from minippo.toy.bandit import BanditPPOConfig, TokenBandit, ppo_train
 from minippo.rl.losses import (clipped_policy_loss, entropy_backward, entropy_from_logits, logprobs_backward,
                                logprobs_from_logits, value_loss)
@@ -187,7 +187,7 @@ def plot(results: dict, path) -> None:
         a.set_ylabel(ylabel)
         a.set_title(title + f" (mean of {results['n_seeds']} tasks)")
     ax[0, 0].axhline(results["max_entropy"], color="k", ls=":", lw=1, label="uniform = ln 8")
-    ax[0, 0].legend(loc="upper right", fontsize=8)
+    legend_in_margin(ax[0, 0], 0.22, fontsize=8, ncol=3)       # above the uniform line (it covered it)
     ax[0, 1].legend(loc="center right", fontsize=8)
     ax[0, 2].legend(loc="lower right", fontsize=8)
 

@@ -167,7 +167,7 @@ def plot(results: dict, path) -> None:
     pyplot()                                        # the course's figure style for the dashboard
     plot_dashboard(results["runs"], path, title=(
         f"Lesson 08: PPO on CartPole-v1, {results['total_timesteps'] // 1000}k steps, seed {results['seed']} "
-        f"- the monitoring dashboard (seed 003, section 13)"))
+        f"- the monitoring dashboard (Q21)"))
 
 
 if __name__ == "__main__":

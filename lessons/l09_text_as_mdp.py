@@ -54,6 +54,8 @@ Questions: Q24, Q25, Q26, Q27, Q17, Q18, Q4.
 """
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 
 from lessons._common import lesson_main, pyplot, save
@@ -185,8 +187,11 @@ def plot(r: dict, path) -> None:
     ax.set_xticks(j)
     ax.set_xticklabels([p if k < n else "pad" for k, p in enumerate(r["pieces"])], rotation=60, fontsize=8)
     ax.set_xlabel("response token j (its piece)")
-    ax.set_title(f"(a) one rollout as per-token 7-tuples: \"{r['text'][:60]}\"")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=8, ncol=6, frameon=False)
+    ax.set_ylabel("per token: log_prob in nats; the rest in reward units")
+    shown = textwrap.shorten(r["text"], 60, placeholder=" ...")
+    if not r["ended"][r["row"]]:                                   # stopped at max_new_tokens
+        shown += " [no EOS]"
+    ax.set_title(f"(a) one rollout as per-token 7-tuples: \"{shown}\"")
     # (b) the batch layout: 0 padding, 1 prompt, 2 response; x where the score lands
     am = r["batch_attn_mask"].astype(float)
     Tp = r["Tp"]
@@ -205,7 +210,11 @@ def plot(r: dict, path) -> None:
     bx.set_ylabel("response in the batch")
     bx.set_title("(b) masks: purple padding, teal prompt, yellow response")
     bx.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), fontsize=8, ncol=2, frameon=False)
-    fig.tight_layout()
+    # (a)'s legend in a strip at the bottom of the figure, under (a): its rotated pieces vary in height
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    pos = ax.get_position()
+    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", bbox_to_anchor=(pos.x0 + pos.width / 2, 0.0),
+               fontsize=8, ncol=6, frameon=False)
     save(fig, path)
 
 

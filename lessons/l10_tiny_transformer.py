@@ -51,7 +51,7 @@ from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.gradcheck import check_gradients
 from minippo.rl.losses import logprobs_backward, logprobs_from_logits
 from minippo.rlhf.data.corpus import generate_corpus
-from minippo.rlhf.generate import generate_text
+from minippo.rlhf.generate import generate_text, show_sample
 from minippo.rlhf.data.gold import gold_breakdown, gold_scores
 from minippo.rlhf.sft import SFTConfig, init_model, sample_and_judge, train_sft
 
@@ -109,7 +109,7 @@ def _run(quick: bool, seed: int) -> dict:
     tok, model = r["tokenizer"], r["model"]
     rng = np.random.default_rng([seed, 11])
     before, before_stats = sample_and_judge(init_model(cfg, tok.vocab_size), tok, cfg.n_samples, 1.0, rng)
-    prompted, _ = generate_text(model, tok, PROMPTS, rng=rng)
+    prompted, prompted_gen = generate_text(model, tok, PROMPTS, rng=rng)
     hist = r["history"]
     corpus = generate_corpus(len(before), seed=seed + 1000)
     return {
@@ -124,7 +124,7 @@ def _run(quick: bool, seed: int) -> dict:
         "config": cfg, "sft_seconds": r["train_seconds"],
         "before": before, "before_stats": before_stats,
         "after": r["samples"], "after_stats": {k: r[k] for k in before_stats},
-        "prompted": prompted, "prompted_gold": gold_scores(prompted),
+        "prompted": prompted, "prompted_gold": gold_scores(prompted), "prompted_ended": prompted_gen.ended.copy(),
         "corpus_gold": gold_scores(corpus),
         # the sentiment term of the gold (module docstring of rlhf/data/gold.py), sample by sample
         "after_sentiment": np.array([gold_breakdown(t)["sentiment"] for t, _ in r["samples"]]),
@@ -167,13 +167,13 @@ def narrative(r: dict) -> str:
              f"({af['sample_penalty_free']:.0%} penalty-free, {af['sample_ended']:.0%} ended with <eos>); "
              f"corpus sentences {r['corpus_gold'].mean():+.2f}.")
     L.append("(d) before SFT:")
-    for t, g in r["before"][:2]:
-        L.append(f"    gold {g:+.2f} | {_short(t, 100)}")
+    for (t, g), e in zip(r["before"][:2], bs["sample_ended_each"]):
+        L.append(f"    gold {g:+.2f} | {show_sample(_short(t, 100), e)}")
     L.append("    after SFT:")
-    for t, g in r["after"][:5]:
-        L.append(f"    gold {g:+.2f} | {t}")
-    for t, g in zip(r["prompted"], r["prompted_gold"]):
-        L.append(f"    gold {g:+.2f} | {t}   (prompted)")
+    for (t, g), e in zip(r["after"][:5], af["sample_ended_each"]):
+        L.append(f"    gold {g:+.2f} | {show_sample(t, e)}")
+    for t, g, e in zip(r["prompted"], r["prompted_gold"], r["prompted_ended"]):
+        L.append(f"    gold {g:+.2f} | {show_sample(t, e)}   (prompted)")
     gold_gain = two_sample([g for _, g in r["before"]], [g for _, g in r["after"]])
     L.append(f"SFT's effect on the gold of samples from <bos>: {diff_text(gold_gain, '+.2f', 'sampling')}: "
              + ("it writes better sentences than the untrained model." if clear_sign(gold_gain) > 0 else
@@ -249,11 +249,13 @@ def plot(results: dict, path) -> None:
     a = ax[1, 1]
     a.axis("off")
     lines = ["BEFORE SFT (random init), from <bos>:"]
-    lines += [f"  {g:+.2f}  {_short(t)}" for t, g in results["before"][:3]]
+    end = lambda e: "" if e else " [no EOS]"                   # noqa: E731  (stopped at the token budget)
+    lines += [f"  {g:+.2f}  {_short(t, 70)}{end(e)}" for (t, g), e in zip(results["before"][:3], bs["sample_ended_each"])]
     lines += ["", "AFTER SFT, from <bos>:"]
-    lines += [f"  {g:+.2f}  {_short(t)}" for t, g in results["after"][:6]]
+    lines += [f"  {g:+.2f}  {_short(t, 70)}{end(e)}" for (t, g), e in zip(results["after"][:6], af["sample_ended_each"])]
     lines += ["", "AFTER SFT, from the RLHF prompts:"]
-    lines += [f"  {g:+.2f}  {_short(t)}" for t, g in zip(results["prompted"], results["prompted_gold"])]
+    lines += [f"  {g:+.2f}  {_short(t, 70)}{end(e)}"
+              for t, g, e in zip(results["prompted"], results["prompted_gold"], results["prompted_ended"])]
     a.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=8.2, transform=a.transAxes)
     a.set_title("(d) samples at temperature 1 with their gold scores", loc="left")
     fig.suptitle("Lesson 10: TinyGPT -- hand-written backprop checked tensor by tensor; SFT on the review corpus",

@@ -343,7 +343,7 @@ def plot(results: dict, path) -> None:
     ax.set_xscale("log")
     ax.set_xlim(1e5, 1e12)
     ax.set_xlabel("bytes (log scale)")
-    ax.set_title(f"(d) seed 000 pitfall 3 (7B): B={BIG_B}, T={BIG_T}, V=32000\n"
+    ax.set_title(f"(d) the rollout buffer at 7B (Q33): B={BIG_B}, T={BIG_T}, V=32000\n"
                  "store log_prob scalars, not distributions")
 
     ax = axes[1, 1]
@@ -357,7 +357,7 @@ def plot(results: dict, path) -> None:
     ax.bar(x - 0.18, fw, width=0.34, color="tab:blue", label="forward passes (full passes over the batch)")
     ax.bar(x + 0.18, bw, width=0.34, color="tab:red", label="backward passes")
     ax.plot(x - 0.18, [form[n]["forward_rows"] / Bb for n in names], "k_", ms=22, mew=2,
-            label="passes_per_iteration (formula)")
+            label="predicted by the formula passes_per_iteration()")
     ax.plot(x + 0.18, [form[n]["backward_rows"] / Bb for n in names], "k_", ms=22, mew=2)
     a = cnt["actor"]
     ax.text(0, max(fw) * 1.08, f"+ generation:\n1 prefill\n+ {a['decode']} decode steps", ha="center", fontsize=8)

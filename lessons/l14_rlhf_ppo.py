@@ -54,6 +54,7 @@ import numpy as np
 from lessons._common import clear_sign, diff_text, lesson_main, pyplot, save
 from minippo.blas import single_blas_thread
 from minippo.rlhf import ppo
+from minippo.rlhf.generate import TRUNCATED_MARK, show_sample
 from minippo.rlhf.metrics import without_timing
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.run.plots import draw_curves
@@ -193,10 +194,14 @@ def narrative(r: dict) -> str:
              f"{diff_text(c, '+.2f', 'prompt')}: " + {1: "the proxy moves further than what it stands for.",
                                                       -1: "the gold moved further than the proxy.",
                                                       0: "the gold moved as far as the proxy."}[clear_sign(c)])
-    L.append("\nSamples, same prompt before -> after:")
+    T = r["config"].max_new_tokens
+    L.append(f"\nSamples, same prompt before -> after ({int((~r['before']['ended']).sum())} SFT and "
+             f"{int((~r['after']['ended']).sum())} PPO responses of {len(r['prompts'])} have no EOS within {T} tokens; "
+             f"such a response is marked{TRUNCATED_MARK}):")
     for i in range(6):
-        L.append(f"  SFT gold {r['before']['gold'][i]:+.2f} RM {r['before']['rm'][i]:+.2f} | {r['before']['texts'][i]}")
-        L.append(f"  PPO gold {r['after']['gold'][i]:+.2f} RM {r['after']['rm'][i]:+.2f} | {r['after']['texts'][i]}")
+        for name, ev in (("SFT", r["before"]), ("PPO", r["after"])):
+            L.append(f"  {name} gold {ev['gold'][i]:+.2f} RM {ev['rm'][i]:+.2f} | "
+                     f"{show_sample(ev['texts'][i], ev['ended'][i])}")
     return "\n".join(L)
 
 
@@ -229,10 +234,12 @@ def plot(r: dict, path) -> None:
     h.legend(loc="upper left")
     t.axis("off")
     t.grid(False)
-    lines = ["(i) the same prompts, before -> after (gold)"]
+    lines = ["(i) the same prompts, before -> after (gold score)"]
     for i in range(4):
-        lines.append(textwrap.shorten(f"SFT {before['gold'][i]:+.2f}: {before['texts'][i]}", 70))
-        lines.append(textwrap.shorten(f"PPO {after['gold'][i]:+.2f}: {after['texts'][i]}", 70))
+        for name, ev in (("SFT", before), ("PPO", after)):
+            end = "" if ev["ended"][i] else " [no EOS]"              # stopped at max_new_tokens
+            lines.append(textwrap.shorten(f"{name} {ev['gold'][i]:+.2f}: {ev['texts'][i]}", 70 - len(end),
+                                          placeholder=" ...") + end)
         lines.append("")
     t.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=8.5, transform=t.transAxes)
     fig.tight_layout()

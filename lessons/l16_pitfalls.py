@@ -62,9 +62,10 @@ import time
 
 import numpy as np
 
-from lessons._common import clear_sign, diff_text, holds, lesson_main, pyplot, save, seed_compare, time_line
+from lessons._common import clear_sign, diff_text, holds, legend_in_margin, lesson_main, pyplot, save, seed_compare, time_line
 from minippo.blas import blas_core_name
 from minippo.rlhf.data.gold import gold_breakdown, gold_profile
+from minippo.rlhf.generate import show_sample
 from minippo.rlhf.reward_model import sequence_scores
 from minippo.rl.masked import masked_mean
 from minippo.studies.pitfalls import (clamp_critic, length_slope, logp_rounding_tolerance, lr_zero_verdict,
@@ -375,7 +376,8 @@ def narrative(r: dict) -> str:
              + f" Also, a negative s / n^{ALPHA} rises towards 0 as n grows, and "
              f"{np.mean(r['ref_long']['rm'] < 0):.0%} of the SFT samples score below 0 on the normalised RM. Dividing "
              "by n^alpha cancels exactly only a bias that grows like n^alpha.")
-    L.append("  Samples with the bonus: " + " | ".join(hack["eval"][0]["texts"][:2]))
+    L.append("  Samples with the bonus: " + " | ".join(
+        show_sample(t, e) for t, e in zip(hack["eval"][0]["texts"][:2], hack["eval"][0]["ended"][:2])))
     # C
     L += lr_zero_paragraph(r["check"])
     ck = r["check"]
@@ -469,7 +471,8 @@ def plot(r: dict, path) -> None:
     a.set_yscale("log")
     a.set(title=f"(a) critic error 0.5 mean (V - R)^2, RM score + {OFFSET:g}", xlabel="iteration",
           ylabel="return units^2, before the update (log)")
-    a.legend(fontsize=8, title=f"mean of {n_seeds} seeds; SFT-trunk critic, head 0", title_fontsize=8)
+    legend_in_margin(a, 0.33, fontsize=8, ncol=2, title=f"mean of {n_seeds} seeds; SFT-trunk critic, head 0",
+                  title_fontsize=8)
     b.set(title="(b) explained variance 1 - Var[R - V] / Var[R]", xlabel="iteration", ylabel="explained variance")
     b.legend(fontsize=8, loc="upper left")
     for k, name in enumerate(CRITICS):
@@ -487,10 +490,10 @@ def plot(r: dict, path) -> None:
         e.plot(seed_curves(v, "gold/score").mean(0), color=col, lw=1.8, label=name)
     d.axhline(r["ref_long"]["length_mean"], color="k", ls="--", lw=1, label="SFT policy")
     d.set(title=f"(d) response length, room for {LONG_TOKENS} tokens", xlabel="iteration", ylabel="tokens per response")
-    d.legend(fontsize=8, loc="upper left")
+    legend_in_margin(d, 0.3, fontsize=8, ncol=2)
     e.axhline(r["ref_long"]["gold_mean"], color="k", ls="--", lw=1, label="SFT policy")
     e.set(title="(e) gold score of the rollouts", xlabel="iteration", ylabel="gold score")
-    e.legend(fontsize=8, loc="upper left")
+    legend_in_margin(e, 0.3, fontsize=8, ncol=2)
     terms = [r["ref_long"]["terms"]] + [mean_terms(v) for v in r["length"].values()]
     width = 0.8 / len(TERMS)
     for j, t in enumerate(TERMS):

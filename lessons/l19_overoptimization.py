@@ -53,6 +53,7 @@ import numpy as np
 from lessons._common import holds, lesson_main, pyplot, save, time_line
 from minippo.studies.best_of_n import sample_candidates, select_best
 from minippo.rlhf.data.gold import gold_profile
+from minippo.rlhf.generate import show_sample
 from minippo.studies.overoptimization import (KLCheckpoints, fit_gold_curve, gold_peak,
                                            predict_gold_gain, rm_variants)
 from minippo.studies.study import Study
@@ -119,6 +120,9 @@ def run(quick: bool = False, seed: int = 0, full: bool = False, log=lambda *a: N
     cands = sample_candidates(study.sft, study.tokenizer, study.prompts[:size["bon_prompts"]], size["bon_n"],
                               np.random.default_rng([seed, 19]), max_new_tokens=study.config().max_new_tokens)
     bon = {name: select_best(cands, v["model"]) for name, v in rms.items()}
+    for b in bon.values():          # did the best of all N candidates end with an EOS? (one per prompt)
+        best = b["selected"][:, list(b["ns"]).index(size["bon_n"])]                      # (P,)
+        b["selected_ended"] = cands.ended[np.arange(len(best)), best]
     bon_gold = select_best(cands, "gold")
     log(f"  best-of-n: {size['bon_prompts']} prompts x {size['bon_n']} candidates")
 
@@ -212,7 +216,8 @@ def narrative(r: dict) -> str:
     lines.append(f"\nSamples, RM on {strong}: SFT / PPO at the gold peak / PPO at the end  [gold, RM]")
     for i in range(3):
         for lab, p in (("SFT ", pts[0]), ("peak", pts[k]), ("end ", pts[-1])):
-            lines.append(f"  {lab} [{p['eval']['gold'][i]:+.2f}, {p['eval']['rm'][i]:+.2f}] {p['eval']['texts'][i]}")
+            lines.append(f"  {lab} [{p['eval']['gold'][i]:+.2f}, {p['eval']['rm'][i]:+.2f}] "
+                         f"{show_sample(p['eval']['texts'][i], p['eval']['ended'][i])}")
     lines.append(time_line(r))
     return "\n".join(lines)
 
@@ -396,14 +401,17 @@ def plot(r: dict, path) -> None:
     for i in range(3):
         for lab, p in (("SFT ", pts[0]), ("peak", pts[k]), ("end ", pts[-1])):
             ev = p["eval"]
-            rows.append(textwrap.shorten(f"{lab} [{ev['gold'][i]:+.2f}, {ev['rm'][i]:+.2f}] {ev['texts'][i]}", 150))
+            end = "" if ev["ended"][i] else " [no EOS]"             # stopped at max_new_tokens
+            rows.append(textwrap.shorten(f"{lab} [{ev['gold'][i]:+.2f}, {ev['rm'][i]:+.2f}] {ev['texts'][i]}",
+                                         150 - len(end), placeholder=" ...") + end)
         rows.append("")
     bw = r["bon"][weak]
     col = list(bw["ns"]).index(N)
     for i in range(2):
         j = int(bw["selected"][i, col])
+        end = "" if bw["selected_ended"][i] else " [no EOS]"
         rows.append(textwrap.shorten(f"best-of-{N}, RM on {weak} [{r['bon'][weak]['proxy'][i, j]:+.2f} RM]: "
-                                     f"{bw['selected_texts'][N][i]}", 150))
+                                     f"{bw['selected_texts'][N][i]}", 150 - len(end), placeholder=" ...") + end)
     t.text(0.0, 1.0, "\n".join(rows), va="top", ha="left", family="monospace", fontsize=8.8, transform=t.transAxes)
     fig.tight_layout()
     save(fig, path)

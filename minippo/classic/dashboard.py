@@ -19,15 +19,15 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from minippo.plotting import course_style, new_figure, save_figure
 
-# (metric key, panel title, y scale)
+# (metric key, panel title, y-axis label with units, y scale)
 PANELS = (
-    ("losses/policy_loss", "policy loss (L^CLIP as a loss)", "linear"),
-    ("losses/value_loss", "value loss (0.5 (V - R)^2)", "log"),
-    ("losses/entropy", "entropy of pi (nats)", "linear"),
-    ("losses/approx_kl", "approx KL (k3) to the rollout policy", "log"),
-    ("losses/clipfrac", "clip fraction", "linear"),
-    ("losses/explained_variance", "explained variance of V", "linear"),
-    ("losses/grad_norm", "grad norm (before clipping)", "log"),
+    ("losses/policy_loss", "policy loss -L^CLIP", "loss (whitened-advantage units)", "linear"),
+    ("losses/value_loss", "value loss 0.5 (V - R)^2", "loss (return units squared)", "log"),
+    ("losses/entropy", "entropy of the policy", "entropy (nats per action)", "linear"),
+    ("losses/approx_kl", "KL to the rollout policy (k3 estimate)", "KL (nats per action)", "log"),
+    ("losses/clipfrac", "clip fraction", "fraction of samples clipped", "linear"),
+    ("losses/explained_variance", "explained variance of the critic", "1 - Var[R - V] / Var[R]", "linear"),
+    ("losses/grad_norm", "gradient norm (before clipping)", "global L2 norm", "log"),
 )
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")
 
@@ -71,33 +71,36 @@ def _draw_dashboard(runs, path, title, goal, window) -> Path:
         if len(ret):
             ax.plot(ep_steps, rolling_mean(ret, window), color=color, lw=1.8,
                     label=f"{label}: mean of last {window}")
-        for ax, (key, name, scale) in zip(axes[1:8], PANELS):
+        for ax, (key, name, ylabel, scale) in zip(axes[1:8], PANELS):
             y = np.array([np.nan if h.get(key) is None else h[key] for h in hist], dtype=float)
             if scale == "log":
                 y = np.where(y > 0, y, np.nan)                 # log axes cannot show 0
             ax.plot(steps, y, color=color, lw=1.0, alpha=0.9, label=label)
             ax.set_title(name)
+            ax.set_ylabel(ylabel)
             ax.set_yscale(scale)
             if key == "losses/approx_kl" and stops.any():
                 ax.scatter(steps[stops], y[stops], marker="x", s=28, color=color, zorder=3,
                            label=f"{label}: early stop ({stops.sum()})")
         kl_old_target = res.get("config", {}).get("kl_old_target")
         if kl_old_target is not None:
-            axes[4].axhline(kl_old_target, color=color, ls="--", lw=1, label=f"kl_old_target = {kl_old_target:g}")
+            axes[4].axhline(kl_old_target, color=color, ls="--", lw=1, label=f"early-stop threshold {kl_old_target:g}")
         max_norm = res.get("config", {}).get("max_grad_norm")
         if max_norm is not None and label == next(iter(runs)):
-            axes[7].axhline(max_norm, color="gray", ls="--", lw=1, label=f"max_grad_norm = {max_norm:g}")
+            axes[7].axhline(max_norm, color="gray", ls="--", lw=1, label=f"clipped to {max_norm:g} (max_grad_norm)")
         # epochs actually run per update: drops below update_epochs are target-KL early stops
         epochs = np.array([h.get("epochs", np.nan) for h in hist], dtype=float)
         axes[8].step(steps, epochs, where="mid", color=color, lw=1.0, label=label)
         if stops.any():
             axes[8].scatter(steps[stops], epochs[stops], marker="x", s=20, color=color)
     axes[0].set_title("episode return")
+    axes[0].set_ylabel("return (steps balanced)")
     if goal is not None:
         axes[0].axhline(goal, color="gray", ls="--", lw=1, label=f"goal {goal:g}")
     axes[3].axhline(np.log(2), color="gray", ls=":", lw=1, label="log 2 (uniform over 2 actions)")
     axes[6].axhline(1.0, color="gray", ls=":", lw=1)
     axes[8].set_title("epochs run per update (x = target-KL stop)")
+    axes[8].set_ylabel("epochs")
     axes[8].yaxis.set_major_locator(MaxNLocator(integer=True))
     kilo = FuncFormatter(lambda x, _: f"{x / 1000:g}k" if x else "0")
     for ax in axes:

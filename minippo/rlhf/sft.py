@@ -222,7 +222,8 @@ def train_sft(cfg: SFTConfig, out_dir, *, resume: bool = False, progress: bool =
     dict with ``model``, ``tokenizer``, ``history`` (the metrics records), ``initial_loss`` and
     ``ln_V``, ``heldout_loss`` (final), ``unigram_loss``, ``samples`` (list of ``(text, gold)``),
     ``sample_gold_mean``, ``sample_penalty_free`` (fraction of samples with gold penalty 0),
-    ``sample_ended`` (fraction that produced an EOS), ``model_dir``, ``n_params``, ``n_train``,
+    ``sample_ended`` (fraction that produced an EOS), ``sample_ended_each`` (per sample), ``model_dir``,
+    ``n_params``, ``n_train``,
     ``n_heldout``, ``n_dropped``, ``train_seconds`` (this call's wall time), ``resumed_from``.
     """
     if not isinstance(cfg, SFTConfig):
@@ -338,16 +339,18 @@ def sample_and_judge(model, tokenizer, n: int, temperature: float, rng: np.rando
 
     Returns ``(samples, stats)``: ``samples`` a list of ``(text, gold)``; ``stats`` has
     ``sample_gold_mean``, ``sample_penalty_free`` (fraction with gold penalty 0: grammatical, one
-    period, no repeats) and ``sample_ended`` (fraction that produced an EOS).
+    period, no repeats), ``sample_ended`` (fraction that produced an EOS) and ``sample_ended_each`` (list of
+    n bools: which samples produced one; the others stopped at what fits in the block, often mid-word).
     """
     if n == 0:
-        return [], {"sample_gold_mean": float("nan"), "sample_penalty_free": float("nan"), "sample_ended": float("nan")}
+        return [], {"sample_gold_mean": float("nan"), "sample_penalty_free": float("nan"), "sample_ended": float("nan"),
+                    "sample_ended_each": []}
     texts, gen = generate_text(model, tokenizer, [""] * n, rng=rng, temperature=temperature)
     judged = [gold_breakdown(t) for t in texts]
     return ([(t, j["gold"]) for t, j in zip(texts, judged)],
             {"sample_gold_mean": float(np.mean([j["gold"] for j in judged])),
              "sample_penalty_free": float(np.mean([j["penalty"] == 0 for j in judged])),
-             "sample_ended": float(gen.ended.mean())})
+             "sample_ended": float(gen.ended.mean()), "sample_ended_each": [bool(e) for e in gen.ended]})
 
 
 def format_report(r: dict, n_show: int = 8) -> str:

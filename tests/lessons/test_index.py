@@ -1,10 +1,14 @@
 """The course index: `python -m lessons` lists every lesson; numbers and slugs resolve; every lesson
 module has the one skeleton of CONTRIBUTING (docstring, run, narrative, main, plot last) and a smoke test."""
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
+import lessons.__main__ as index
 from lessons.__main__ import discover, first_line, main, resolve
+from lessons._common import FIGURES_DIR, RUN_FIGURES_DIR, check_figures_size, lesson_args, output_path
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,14 +55,62 @@ def test_resolve_numbers_and_slugs():
         resolve("nope", names)
 
 
-def test_listing_prints_one_line_per_lesson(capsys):
+def test_listing_prints_one_line_per_lesson_then_how_to_run_one(capsys):
     assert main([]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == len(discover()) and lines[3].startswith("l04_clip_objective")
-    assert any(line.startswith("l22_exact_gradients") for line in lines)
+    out = capsys.readouterr().out
+    lines = out.strip().splitlines()
+    n = len(discover())
+    assert lines[3].startswith("l04_clip_objective") and lines[n - 1].startswith("l22_exact_gradients")
+    usage = "\n".join(lines[n:])
+    for how in ("python -m lessons 4", "python -m lessons.l04_clip_objective", "--quick", "--out", "runs/cache"):
+        assert how in usage, f"the listing does not say {how!r}"
 
 
 def test_running_one_lesson_quick(capsys):
     assert main(["4", "--quick"]) == 0
     out = capsys.readouterr().out
     assert "lessons.l04_clip_objective" in out and "figure:" in out
+
+
+def test_a_students_run_writes_outside_the_tracked_tree():
+    """Issue 20: a lesson's default run writes runs/figures/ (git-ignored), never the committed figures/."""
+    args = lesson_args(None, [])
+    path = output_path("lessons.l07_gae", args)
+    assert path == RUN_FIGURES_DIR / "l07_gae.png" and path.parent != FIGURES_DIR
+    rel = path.relative_to(ROOT)
+    assert rel.parts[0] == "runs" and "runs/" in (ROOT / ".gitignore").read_text().splitlines()
+    if (ROOT / ".git").exists() and shutil.which("git"):          # the repository's own answer, where it has one
+        assert subprocess.run(["git", "check-ignore", "-q", str(rel)], cwd=ROOT).returncode == 0
+    quick = output_path("lessons.l07_gae", lesson_args(None, ["--quick"]))
+    assert ROOT not in quick.parents
+    assert output_path("lessons.l07_gae", lesson_args(None, ["--out", "/tmp/x"])) == Path("/tmp/x/l07_gae.png")
+
+
+def test_only_figures_writes_the_committed_figure():
+    args = lesson_args(None, ["--figures"])
+    assert output_path("lessons.l07_gae", args) == FIGURES_DIR / "l07_gae.png" == ROOT / "figures" / "l07_gae.png"
+    check_figures_size(args, has_full=False)                       # lessons without --full: the default size
+    with pytest.raises(SystemExit, match="--full"):
+        check_figures_size(args, has_full=True)
+    with pytest.raises(SystemExit, match="--quick"):
+        check_figures_size(lesson_args(None, ["--figures", "--quick"]), has_full=False)
+    with pytest.raises(SystemExit, match="seed 0"):
+        check_figures_size(lesson_args(None, ["--figures", "--seed", "1"]), has_full=False)
+    with pytest.raises(SystemExit):                                # one place at a time
+        lesson_args(None, ["--figures", "--out", "/tmp/x"])
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["all"], ["--full", "--figures"]),                # the maintainer's regeneration: figures/
+    (["4", "--figures"], ["--full", "--figures"]),
+    (["4"], []),                                       # a student's run: runs/figures/
+    (["all", "--default"], []),
+    (["all", "--quick"], ["--quick"]),
+])
+def test_which_runs_write_figures(monkeypatch, capsys, argv, expect):
+    import lessons.l04_clip_objective as l04
+    seen = []
+    monkeypatch.setattr(index, "discover", lambda: ["lessons.l04_clip_objective"])
+    monkeypatch.setattr(l04, "main", lambda a: seen.append(a))
+    assert index.main(argv) == 0
+    assert seen == [expect + ["--seed", "0"]]

@@ -15,7 +15,9 @@ def runs(tmp_path_factory):
 def test_l04_quick(runs):
     r = runs[0]
     by_code = {c["code"]: c for c in r["cases"]}
-    assert sorted(by_code) == [1, 2, 3, 4, 5, 6]
+    assert sorted(by_code) == [1, 2, 3, 4, 5, 6, 7]
+    # case 7 (A = 0): gradient exactly 0 whatever r, and not counted as clipped
+    assert by_code[7]["A"] == 0 and by_code[7]["dlogp"] == 0.0 and not by_code[7]["clipped"]
     for code, c in by_code.items():
         assert c["objective"] == c["objective_ref"] and c["dlogp"] == c["dlogp_ref"]
         if code in (3, 4):
@@ -51,3 +53,11 @@ def test_l04_verdicts_follow_the_numbers(runs, seed):
                    "also counts cases 1 and 6", "not the share of cases")
     frozen = sorted(c["code"] for c in r["cases"] if c["dlogp"] == 0.0)
     assert_verdict(text, "A common claim", frozen == [3, 4], "holds, and only there", "does not hold here")
+
+
+def test_l04_main_writes_its_figure(tmp_path, capsys):
+    lesson.main(["--quick", "--out", str(tmp_path)])
+    assert (tmp_path / "l04_clip_objective.png").exists()
+    out = capsys.readouterr().out
+    assert "YES (exactly 0.0)" in out
+    assert "opposite signs" in out and "not one of the paper's six" in out

@@ -36,6 +36,8 @@ def test_learns_below_the_unigram_baseline(run):
     assert len(train) == 150 and np.mean(train[-20:]) < np.mean(train[:20]) - 1.5
     assert len(r["samples"]) == 8 and all(isinstance(t, str) and np.isfinite(g) for t, g in r["samples"])
     assert 0 <= r["sample_penalty_free"] <= 1 and 0 <= r["sample_ended"] <= 1
+    # which samples produced an EOS (the others stopped at the budget: lessons mark them truncated)
+    assert len(r["sample_ended_each"]) == 8 and np.mean(r["sample_ended_each"]) == r["sample_ended"]
 
 
 def test_run_folder(run):

@@ -11,15 +11,18 @@ import numpy as np
 
 from minippo.plotting import course_style, new_figure, save_figure
 
-#: panel title -> [(metric, label)], the curves of the standard dashboard
+#: panel title -> (y-axis label with units, [(metric, label)]), the curves of the standard dashboard
 PANELS = {
-    "reward model score": [("objective/scores", "score (RM - penalties)"), ("objective/rlhf_reward", "score - beta KL")],
-    "gold score (simulated human)": [("gold/score", "gold")],
-    "KL to the reference (nats / response)": [("objective/kl", "k1 per response"),
-                                              ("objective/kl_exact", "exact per response")],
-    "entropy (nats / token)": [("policy/entropy_avg", "H[pi(.|s_t)]")],
-    "clip fraction": [("policy/clipfrac_avg", "policy"), ("val/clipfrac_avg", "value")],
-    "response length (tokens)": [("response/length", "mean length")],
+    "reward-model score of the rollouts": ("score per response (normalised RM)",
+                                           [("objective/scores", "score: RM minus penalties"),
+                                            ("objective/rlhf_reward", "score minus beta x KL (what PPO maximises)")]),
+    "gold score (simulated human)": ("gold score per response", [("gold/score", "gold score of the rollouts")]),
+    "KL to the reference": ("KL (nats / response)", [("objective/kl", "sampled estimate (k1)"),
+                                                      ("objective/kl_exact", "exact (full distributions)")]),
+    "entropy of the policy (update's tokens)": ("entropy (nats / token)", [("policy/entropy_avg", "entropy")]),
+    "clip fraction": ("fraction of tokens clipped", [("policy/clipfrac_avg", "policy ratio clipped"),
+                                                     ("val/clipfrac_avg", "value clipped")]),
+    "response length (rollout mean)": ("tokens per response", [("response/length", "length")]),
 }
 
 
@@ -32,39 +35,52 @@ def _series(records, key):
 def draw_curves(axes, records: list[dict], *, kl_ref_target: float | None = None, reference: dict | None = None) -> None:
     """Draw the :data:`PANELS` into six matplotlib axes (any iterable of 6).
 
-    ``kl_ref_target`` draws the adaptive controller's target on the KL panel (with beta on a twin axis);
-    ``reference`` maps a metric to a horizontal reference line (e.g. ``{"gold/score": sft_gold}``).
+    ``kl_ref_target`` draws the adaptive controller's target on the KL panel; beta, when the records log
+    it, goes on a right-hand axis of the same panel, and that panel's legend sits below the axes (beta
+    and the KL cross anywhere, so no corner is free). ``reference`` maps a metric to a horizontal
+    reference line (e.g. ``{"gold/score": sft_gold}``).
     """
     axes = list(axes)
     if len(axes) != len(PANELS):
         raise ValueError(f"`axes` must hold {len(PANELS)} axes, got {len(axes)}")
-    for ax, (title, curves) in zip(axes, PANELS.items()):
+    for ax, (title, (ylabel, curves)) in zip(axes, PANELS.items()):
         for key, label in curves:
             x, y = _series(records, key)
             if len(x):
                 ax.plot(x, y, label=label, lw=1.5)
             if reference and key in reference:
-                ax.axhline(reference[key], color="grey", ls="--", lw=1, label=f"{label} before PPO")
+                ax.axhline(reference[key], color="grey", ls="--", lw=1, label="before PPO (SFT policy)")
+        ax.set_title(title)
+        ax.set_xlabel("PPO iteration")
+        ax.set_ylabel(ylabel)
+        handles, labels = ax.get_legend_handles_labels()
+        below = False
         if title.startswith("KL"):
             if kl_ref_target is not None:
-                ax.axhline(kl_ref_target, color="crimson", ls=":", lw=1.2, label=f"target {kl_ref_target:g}")
+                handles.append(ax.axhline(kl_ref_target, color="crimson", ls=":", lw=1.2))
+                labels.append(f"controller's target ({kl_ref_target:g})")
             x, beta = _series(records, "kl_coef")
             if len(x):
                 twin = ax.twinx()
-                twin.plot(x, beta, color="tab:green", lw=1, alpha=0.7)
-                twin.set_ylabel("beta (kl_coef)", color="tab:green")
+                handles += twin.plot(x, beta, color="tab:green", lw=1, alpha=0.8)
+                labels.append("beta (right axis)")
+                twin.set_ylabel("beta, the KL penalty's coefficient", color="tab:green")
                 twin.tick_params(axis="y", colors="tab:green")
-        ax.set_title(title)
-        ax.set_xlabel("iteration")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="best")
+                twin.grid(False)
+                below = True
+        if len(handles) < 2:                    # one curve: the title and the y label say what it is
+            continue
+        if below:
+            ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.17), fontsize=8, ncol=2)
+        else:
+            ax.legend(handles, labels, loc="best", fontsize=8)
 
 
 def plot_run(records: list[dict], path: str | os.PathLike | None = None, *, kl_ref_target: float | None = None,
              reference: dict | None = None, title: str | None = None):
     """The six-panel dashboard of a run; saved to ``path`` when given. Returns the figure."""
     with course_style():
-        fig = new_figure((15, 8))
+        fig = new_figure((15, 8.5))
         axes = fig.subplots(2, 3)
         draw_curves(axes.ravel(), records, kl_ref_target=kl_ref_target, reference=reference)
         if title:

@@ -31,6 +31,8 @@ def test_quick_pipeline_end_to_end(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["seconds"]) == {"sft", "rm", "ppo", "eval", "total"} and summary["peak_rss_mb"] > 0
     assert not any("reusing" in line for line in logs)
+    from minippo.rlhf.run.pipeline import stages_cached
+    assert stages_cached(out)
 
     # pointing the command at the finished run reuses every stage and reproduces the evaluation
     from minippo.cli import main
@@ -56,6 +58,24 @@ def test_the_shared_stages_are_cached_in_the_repositorys_runs_folder():
     repo = Path(minippo.__file__).resolve().parents[1]
     assert default_cache_dir(quick=False).parent == repo / "runs" / "cache"
     assert repo not in default_cache_dir(quick=True).parents
+
+
+def test_a_build_of_the_shared_stages_is_announced_before_it_starts(tmp_path, monkeypatch):
+    """Issue 20: a lesson that builds the SFT and reward-model cache says what, where and how long first;
+    a cached folder is reused without a word."""
+    from minippo.rlhf.run import pipeline
+    events = []
+    monkeypatch.setattr(pipeline, "run_pipeline", lambda folder, **kw: events.append(("build", folder)))
+    say = lambda m: events.append(("say", m))            # noqa: E731
+    folder = tmp_path / "cache"
+    assert not pipeline.stages_cached(folder)
+    assert pipeline.prepare_stages(folder, quick=True, announce=say) == folder
+    assert [e[0] for e in events] == ["say", "build", "say"] and events[1] == ("build", folder)
+    assert str(folder) in events[0][1] and f"about {pipeline.BUILD_SECONDS[True]} s on 2 cores" in events[0][1]
+    events.clear()
+    monkeypatch.setattr(pipeline, "stages_cached", lambda f: True)
+    pipeline.prepare_stages(folder, quick=True, announce=say)
+    assert events == [("build", folder)]
 
 
 # ---- the reuse rule (issue 13 item 2): a stored stage made with another config is refused, nothing written ----
