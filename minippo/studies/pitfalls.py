@@ -45,9 +45,10 @@ Legend: B batch (responses), Tp prompt columns (left-padded), Tn response column
    ``value_norm`` rescales; this number compares critics with and without normalisation. Unlike the
    explained variance it sees a constant offset between values and returns.
 
-3. **An offset reward model** (:func:`offset_reward_model`): the Bradley-Terry loss only fixes
-   differences of scores, so a raw reward model's mean is arbitrary; adding a constant emulates one
-   whose scores sit far from the critic's initial values (Q48).
+3. **An offset or scaled reward model** (:func:`offset_reward_model`, :func:`scaled_reward_model`): the
+   Bradley-Terry loss only fixes differences of scores, so a raw reward model's mean is arbitrary; adding a
+   constant emulates one whose scores sit far from the critic's initial values (Q48); multiplying them, one
+   whose scores are large (Q22: what advantage whitening removes).
 
 4. **A clamped critic** (:class:`ClampedCritic`, Q47): the value head's output clamped to a fixed box
    [lo, hi], ``V = min(max(head, lo), hi)``, what some code calls "value clipping". Unlike PPO's value clipping
@@ -299,6 +300,15 @@ def offset_reward_model(reward_model, offset: float):
     if not isinstance(reward_model, RewardModel):
         raise ValueError(f"`reward_model` must be a RewardModel, got {type(reward_model).__name__}")
     return RewardModel(reward_model.model, gain=reward_model.gain, bias=reward_model.bias + float(offset))
+
+
+def scaled_reward_model(reward_model, scale: float):
+    """The same reward model (shared, frozen weights) with every score multiplied by ``scale`` > 0: a reward model
+    whose scores are large (Q22)."""
+    check_range("scale", scale, 0, None, lo_open=True)
+    if not isinstance(reward_model, RewardModel):
+        raise ValueError(f"`reward_model` must be a RewardModel, got {type(reward_model).__name__}")
+    return RewardModel(reward_model.model, gain=reward_model.gain * float(scale), bias=reward_model.bias * float(scale))
 
 
 def length_slope(scores, lengths) -> float:

@@ -9,7 +9,7 @@ from minippo.rl.losses import log_softmax
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.gradcheck import assert_gradients
 from minippo.studies.pitfalls import (ClampedCritic, clamp_critic, length_slope, offset_reward_model,
-                                   ratio_statistics, recompute_logp, value_error)
+                                   ratio_statistics, recompute_logp, scaled_reward_model, value_error)
 from minippo.rlhf.run.trainer import PPOTrainer
 
 TEMPERATURE = 0.7
@@ -124,6 +124,11 @@ def test_offset_reward_model_adds_a_constant(lr0):
     np.testing.assert_allclose(shifted.score(ro.sequences, ro.attn_mask), rm.score(ro.sequences, ro.attn_mask) + 10.0)
     with pytest.raises(ValueError, match="`reward_model`"):
         offset_reward_model(rm.model, 1.0)
+    scaled = scaled_reward_model(rm, 10.0)
+    assert scaled.model is rm.model
+    np.testing.assert_allclose(scaled.score(ro.sequences, ro.attn_mask), 10.0 * rm.score(ro.sequences, ro.attn_mask))
+    with pytest.raises(ValueError, match="`scale`"):
+        scaled_reward_model(rm, 0.0)
 
 
 def test_clamped_critic_values_and_gradients():
