@@ -20,14 +20,17 @@ What the lesson does:
    from the trainer's code), and checks which parameters moved.
 2. Measures the bytes of real TinyGPT arrays (weights, gradients, AdamW moments, the forward cache, logits,
    KV cache) and the tracemalloc peak of one update minibatch, against the formulas.
-3. Extrapolates to LLaMA-7B (L 32, C 4096, V 32000, F 11008, T 2048, B 4) in mixed precision and sweeps the
+3. Runs the same step with each KL controller (`kl_ref_controller` "fixed", "adaptive", "ppo_paper"), counts
+   and times every model call and the controller's update (Q34): does an adaptive coefficient cost a pass?
+4. Extrapolates to LLaMA-7B (L 32, C 4096, V 32000, F 11008, T 2048, B 4) in mixed precision and sweeps the
    model size from ours to 13B.
 
 The figure: (a) memory per model at our sizes (measured); (b) the same for 7B; (c) 7B totals: PPO with a
 separate critic, with a shared-trunk critic, and critic-free (GRPO / RLOO), with and without gradient
 checkpointing, against an 80 GB GPU; (d) what the (B, T, V) arrays and the buffer cost at B = 4, T = 2048,
 V = 32000 (log scale); (e) passes per iteration counted on the real trainer; (f) resident weights +
-optimizer state from tiny to 13B.
+optimizer state from tiny to 13B; (g) the passes of one step with each KL controller; (h) the controller's
+update against the reference model's forward pass and the whole step (log scale).
 
 Exercises:
 1. Set `critic_init="sft"` or `critic="shared", shared_stop_gradient=False`: which passes change?
@@ -299,7 +302,9 @@ def main(argv=None) -> dict:
 
 def plot(results: dict, path) -> None:
     plt = pyplot()
-    fig, axes = plt.subplots(2, 3, figsize=(18, 10.5), gridspec_kw={"hspace": 0.38, "wspace": 0.28})
+    fig = plt.figure(figsize=(18, 16))
+    gs = fig.add_gridspec(3, 6, hspace=0.42, wspace=0.9)
+    axes = np.array([[fig.add_subplot(gs[i, 2 * j:2 * j + 2]) for j in range(3)] for i in range(2)])
     B, T = results["tiny_BT"]
     g = results["gpt_config"]
 
@@ -385,7 +390,41 @@ def plot(results: dict, path) -> None:
     ax.set_ylabel("GB resident: weights + grads + optimizer")
     ax.set_title("(f) from tiny to 13B, all models of each setup\n(mixed precision: 16 B per trained parameter)")
     ax.legend(fontsize=8, loc="lower right")
+    _plot_controllers(results, fig.add_subplot(gs[2, 0:3]), fig.add_subplot(gs[2, 3:6]))
     save(fig, path)
+
+
+def _plot_controllers(results: dict, g, h) -> None:
+    """(g) the model calls of one step with each KL controller; (h) the controller's update against the passes."""
+    ctl, q = results["controllers"], controller_cost(results)
+    Bb = results["ppo"].batch_size
+    names = list(ctl["fixed"]["counted"])
+    x, width = np.arange(len(names)), 0.8 / (2 * len(KL_CONTROLLERS))
+    for k, (name, col) in enumerate(zip(KL_CONTROLLERS, ("tab:gray", "tab:blue", "tab:green"))):
+        c = ctl[name]["counted"]
+        for j, (kind, hatch) in enumerate((("forward", None), ("backward", "//"))):
+            pos = x - 0.4 + (2 * k + j + 0.5) * width
+            g.bar(pos, [c[n][kind + "_rows"] / Bb for n in names], width, color=col, hatch=hatch, edgecolor="k",
+                  lw=0.5, label=f"{name}: {kind}")
+    g.set_xticks(x, names)
+    g.set_ylabel("passes over the batch per iteration")
+    g.set_title("(g) Q34: one step with each KL controller (beta fixed / adaptive / ppo_paper)\n"
+                + ("the same passes for all three" if q["same_calls"] else "the passes DIFFER"))
+    g.legend(fontsize=8, ncol=3, loc="upper right")
+    g.set_ylim(0, max(c["counted"][n]["forward_rows"] / Bb for c in ctl.values() for n in names) * 1.35)
+    labels = [f"controller update\n({name})" for name in KL_CONTROLLERS] + [
+        "reference forward\n(the batch, once)", "whole step\n(wall)"]
+    secs = [q["update_s"][name] for name in KL_CONTROLLERS] + [q["ref_forward_s"], q["step_s"]]
+    h.barh(range(len(secs)), secs, color=["tab:gray", "tab:blue", "tab:green", "tab:orange", "tab:red"])
+    for i, v in enumerate(secs):
+        h.text(v * 1.3, i, f"{v * 1e6:.1f} us" if v < 1e-3 else f"{v * 1e3:.1f} ms" if v < 1 else f"{v:.2f} s",
+               va="center", fontsize=8)
+    h.set_yticks(range(len(secs)), labels, fontsize=8)
+    h.invert_yaxis()
+    h.set_xscale("log")
+    h.set_xlim(min(secs) / 3, max(secs) * 30)
+    h.set_xlabel("seconds (log scale; controller: median of many updates)")
+    h.set_title("(h) what the adaptive coefficient costs: one scalar update per iteration")
 
 
 if __name__ == "__main__":

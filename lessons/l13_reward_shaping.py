@@ -28,14 +28,19 @@ after each PPO update.
 What the lesson does, on the cached SFT policy and reward model (`minippo.studies.study.Study`): trains both
 shapings (main-job config, 20 iterations x 32 responses, several PPO seeds), then shows on one rollout where
 each shaping puts the reward and the credit (advantages), the per-position statistics of the advantages over
-the last iterations, and the ratios the updates produced.
+the last iterations, and the ratios the updates produced. Part 5 asks whether the clip range should depend on
+the task (Q53): epsilon 0.1, 0.2 and 0.5 on two tasks of different response length (room for 8 tokens, where
+the missing-EOS penalty teaches the policy to finish early, and the default 24; lr 1e-3, where the clip binds;
+10 iterations x 32 responses, 2 PPO seeds; --full 20 x 64, 3 seeds), judged against the seed noise.
 
 The figure (from --full: 4 seeds, 40 iterations x 64 responses): (a)-(b) per-token rewards of the same 10
 responses under each shaping, (c)-(d) their GAE advantages (each shaping with its own trained critic); (e)
 correlation between a token's advantage and its response's score, by position from the end, (f) mean
 |advantage| by position, (g) gold score and (h) critic explained variance during training; (i) token ratios
 vs sequence ratios after the updates, (j) log R against response length, (k) fractions of tokens vs
-responses outside the clip band per iteration, (l) $1.2^n$ vs the random walk of in-band ratios.
+responses outside the clip band per iteration, (l) $1.2^n$ vs the random walk of in-band ratios; part 5,
+against epsilon for each task: (m) gold score (dots: seeds), (n) clip fraction, (o) approx KL per update, (p)
+response length.
 
 Exercises:
 1. Train "uniform" with `critic_init="sft"` (a critic that does not start as the reward model): does
@@ -45,7 +50,7 @@ Exercises:
    epsilon both safe for tokens and usable for whole responses?
 4. Implement it: `minippo exercise start token_rewards`, then `minippo exercise check token_rewards`.
 
-Questions: Q35, Q36, Q37.
+Questions: Q35, Q36, Q37, Q53.
 """
 from __future__ import annotations
 
@@ -395,14 +400,44 @@ def narrative(r: dict) -> str:
     return "\n".join(L)
 
 
+TASK_COLORS = dict(zip(TASKS, ("tab:green", "tab:blue")))
+
+
+def _plot_eps(r: dict, m, n, o, p) -> None:
+    """Part 5 against epsilon for each task: (m) gold, (n) clip fraction, (o) approx KL, (p) response length."""
+    t, v = eps_table(r)["table"], eps_verdict(r)
+    x = np.arange(len(EPS))
+    for ax, key, ylabel in ((m, "gold_mean", "gold score, held-out prompts"),
+                            (n, "policy/clipfrac_avg", "policy clip fraction (run mean)"),
+                            (o, "policy/approxkl_avg", "approx KL per update (run mean, log)"),
+                            (p, "length_mean", "response length (tokens)")):
+        for k, task in enumerate(TASKS):
+            col, off = TASK_COLORS[task], (k - 0.5) * 0.12
+            for j, e in enumerate(EPS):
+                vals = t[task][e][key]
+                ax.plot(np.full(len(vals), j + off), vals, "o", color=col, alpha=0.5, ms=5)
+            ax.plot(x + off, [t[task][e][key].mean() for e in EPS], "-", color=col, lw=2,
+                    label=f"room for {TASKS[task]} tokens" + (f" (best eps {v['best'][task]:g})" if ax is m else ""))
+        ax.set_xticks(x, [f"{e:g}" for e in EPS])
+        ax.set(xlabel="clip_eps", ylabel=ylabel)
+        ax.legend(fontsize=8, loc="best")
+    o.set_yscale("log")
+    ez = r["sizes"]["eps"]
+    m.set_title(f"(m) Q53: gold against epsilon on two tasks\n{ez['iterations']} iterations x {ez['batch_size']}, lr "
+                f"{EPS_LR:g}, {len(ez['seeds'])} seeds (dots), mean (line)")
+    n.set_title("(n) the clip fraction against epsilon")
+    o.set_title("(o) how far each update moves (k3 of KL(pi_old || pi))")
+    p.set_title("(p) response length of the final policies")
+
+
 def main(argv=None) -> dict:
     return lesson_main(__doc__, __name__, run, narrative, plot, argv)
 
 
 def plot(r: dict, path) -> None:
     plt = pyplot()
-    fig, axes = plt.subplots(3, 4, figsize=(21, 14))
-    (a, b, c, d), (e, f, g, h), (i, j, k, l) = axes
+    fig, axes = plt.subplots(4, 4, figsize=(21, 18.5))
+    (a, b, c, d), (e, f, g, h), (i, j, k, l) = axes[:3]
     mask, scores, cr = r["rollout"]["mask"], r["rollout"]["scores"], r["credit"]
     vr = max(np.abs(cr[s]["rewards"][mask != 0]).max() for s in SHAPINGS)
     va = max(np.abs(cr[s]["adv"][mask != 0]).max() for s in SHAPINGS)
@@ -487,6 +522,7 @@ def plot(r: dict, path) -> None:
     l.set(title="(l) the claim 1.2^50 (Q37) vs independent ratios uniform in [0.8, 1.2]", xlabel="tokens n",
           ylabel="sequence ratio R (log)")
     l.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.13))     # below: the lines fill the corners
+    _plot_eps(r, *axes[3])
     fig.tight_layout()
     save(fig, path)
 

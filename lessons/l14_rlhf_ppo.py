@@ -30,10 +30,17 @@ judges the SFT and the PPO policy on the same held-out prompts with fresh sample
 (the proxy PPO maximised), the gold score (the simulated human that labelled the preference pairs, never seen
 by PPO), and the KL to the reference.
 
+Part 3 turns off two defaults of this run that the PPO paper does not have (lesson 17's base run, 10 iterations
+x 32 responses, 2 PPO seeds): advantage whitening (Q22) and the gradient-norm clip (Q23); then multiplies the
+reward model's scores by 10 and turns whitening off again, the case whitening is said to protect against (a
+large reward scale setting the step size). Each difference is judged against the seed noise.
+
 The figure: (a)-(f) the run's curves (RM score, gold score, KL against the controller's target with beta,
 per-token entropy, policy / value clip fractions, response length); (g) gold scores of the fresh samples
 before and after PPO; (h) RM score against gold score for both policies (the proxy moves much further than
-the gold: over-optimisation starts here, lesson 19); (i) samples before and after.
+the gold: over-optimisation starts here, lesson 19); (i) samples before and after; part 3: (j) gold of each
+variant (dots: seeds), (k) approx KL per update and the share of steps the gradient clip scaled down, (l) the
+GAE advantages before whitening (|mean| and std, log scale).
 
 Exercises:
 1. Set `kl_ref_controller="fixed"` and `kl_ref_coef=0.05`: how far does the KL run, and what happens to
@@ -43,7 +50,7 @@ Exercises:
 3. Read the samples: which word does the PPO policy overuse, and does the gold function reward it as
    much as the reward model does?
 
-Questions: Q39, Q31, Q28, Q19.
+Questions: Q39, Q31, Q28, Q19, Q22, Q23.
 """
 from __future__ import annotations
 
@@ -339,13 +346,53 @@ def narrative(r: dict) -> str:
     return "\n".join(L)
 
 
+ABLATION_COLORS = ("tab:blue", "tab:orange", "tab:red", "tab:purple", "tab:brown")
+
+
+def _plot_ablations(r: dict, j, k, l) -> None:
+    """Part 3: (j) gold, (k) approx KL per update and the share of steps clipped, (l) the raw advantages' scale."""
+    t = ablation_table(r)["table"]
+    names = list(t)
+    x = np.arange(len(names))
+    short = [n.replace(", ", ",\n").replace("no ", "no\n") for n in names]
+    for ax, key, ylabel in ((j, "gold_mean", "gold score, held-out prompts"),
+                            (k, "policy/approxkl_avg", "approx KL per update (run mean)")):
+        for i, (name, col) in enumerate(zip(names, ABLATION_COLORS)):
+            vals = t[name][key]
+            ax.plot(np.full(len(vals), i) + np.linspace(-0.08, 0.08, len(vals)), vals, "o", color=col, alpha=0.7)
+            ax.plot([i - 0.25, i + 0.25], [vals.mean()] * 2, color=col, lw=2.5)
+        ax.set_xticks(x, short, fontsize=8)
+        ax.set_ylabel(ylabel)
+    j.axhline(r["before"]["gold_mean"], color="grey", ls="--", lw=1, label="SFT policy")
+    j.legend(loc="lower left", fontsize=8)
+    az = r["ablation_sizes"]
+    j.set_title(f"(j) Q22 / Q23: whitening, gradient clipping off\n{az['iterations']} iterations x "
+                f"{az['batch_size']}, {len(az['seeds'])} seeds (dots), mean (bar)")
+    twin = k.twinx()
+    twin.plot(x, [t[n]["policy/grad_clip_frac"].mean() for n in names], "k^--", lw=1, label="steps clipped (right)")
+    twin.set_ylim(0, 1.05)
+    twin.set_ylabel("share of steps with grad norm > max_grad_norm")
+    twin.grid(False)
+    twin.legend(loc="upper left", fontsize=8)
+    k.set_title("(k) the update's size, and how often the clip bound")
+    for i, (name, col) in enumerate(zip(names, ABLATION_COLORS)):
+        l.bar(i - 0.2, abs(t[name]["probe/adv_raw_mean"].mean()), 0.4, color=col, alpha=0.5, hatch="//",
+              label="|mean|" if i == 0 else None)
+        l.bar(i + 0.2, t[name]["probe/adv_raw_std"].mean(), 0.4, color=col, label="std" if i == 0 else None)
+    l.set_yscale("log")
+    l.set_xticks(x, short, fontsize=8)
+    l.set_ylabel("GAE advantage before whitening (log)")
+    l.set_title(f"(l) the raw advantages: the RM x {RM_SCALE:g} reaches them")
+    l.legend(loc="upper left", fontsize=8)
+
+
 def main(argv=None) -> dict:
     return lesson_main(__doc__, __name__, run, narrative, plot, argv)
 
 
 def plot(r: dict, path) -> None:
     plt = pyplot()
-    fig, axes = plt.subplots(3, 3, figsize=(16, 13))
+    fig, axes = plt.subplots(4, 3, figsize=(16, 17.5))
     cfg, before, after = r["config"], r["before"], r["after"]
     draw_curves(axes.ravel()[:6], r["records"],
                 kl_ref_target=cfg.kl_ref_target if cfg.kl_ref_controller == "adaptive" else None,
@@ -376,6 +423,7 @@ def plot(r: dict, path) -> None:
                                           placeholder=" ...") + end)
         lines.append("")
     t.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=8.5, transform=t.transAxes)
+    _plot_ablations(r, *axes[3])
     fig.tight_layout()
     save(fig, path)
 

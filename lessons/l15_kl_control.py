@@ -36,13 +36,21 @@ B. k1, k2, k3 on fresh samples of two trained policies (a close one and a far on
 C. Top-k sampling (k = 10): the exact mean of the k1 estimate for policies that flatten the reference (moving
    mass into the tokens top-k never samples) -- negative, so the penalty pays them for moving -- and what a
    PPO run with top-k actually did to the estimate.
-D. `kl_old_target` early stopping on the no-penalty run: where it fires and the KL of each update.
+D. `kl_old_target` early stopping on the no-penalty run (the seeds of A): where it fires and the KL of each
+   update.
+E. What bounds one update (Q44, Q45): the KL of each update (KL($\pi_{old} \| \pi$), measured after it, and the
+   minibatches' approx KL before their steps) with the penalty at beta 0 and beta 1, with the early stop, and
+   with the same `kl_old_target` adapting the learning rate instead (`kl_old_action="adapt_lr"`, rsl_rl's rule:
+   lr / 1.5 when a minibatch's approx KL exceeds twice the target, x 1.5 when it is below half of it); their
+   gold and KL to the reference, against the seed noise.
 
 The figure (from --full: 3 seeds, 40 iterations): (a) exact KL to the reference per response, (b) gold score
 (mean of the seeds), (c) beta; (d) per-token k1 / k2 / k3 values on the far policy, (e) per-response bias and
 spread of the three estimators; (f) top-k: estimated vs exact KL of flattened policies, (g) the top-k PPO
 run's k1 vs its exact KL; (h) the KL of each update with and without early stopping, (i) the KL to the
-reference of the same two runs.
+reference of the same two runs; (j) the KL of each update for beta 0, beta 1, the early stop and the adapted
+lr, (k) the adapted lr (at the end of each update and its largest inside it) and the early stop's steps per
+update, (l) gold and KL to the reference of the four (dots: seeds).
 
 Exercises:
 1. Run the fixed-beta variants longer (`--full`): does the KL of beta = 0.02 keep growing or settle?
@@ -507,14 +515,59 @@ def narrative(r: dict) -> str:
     return "\n".join(L)
 
 
+ARM_COLORS = {"no penalty": "tab:red", "fixed beta 1": "tab:purple", "early stop": "tab:cyan", "adapt lr": "tab:olive"}
+
+
+def _plot_kl_old(r: dict, j, k, l) -> None:
+    """Part E: (j) the KL of each update per arm, (k) the adapted lr and the early stop's steps, (l) gold and KL."""
+    a = kl_old_arms(r)
+    arms = {"no penalty": r["runs"]["no penalty"], "fixed beta 1": r["runs"]["fixed beta 1"],
+            "early stop": r["early_runs"], "adapt lr": r["adapt_runs"]}
+    it = np.arange(r["sizes"]["iterations"])
+    for name, v in arms.items():
+        _band(j, it, _curve(v, "probe/update_kl"), name, ARM_COLORS[name])
+    j.axhline(TARGET_KL, color="k", ls=":", lw=1, label=f"kl_old_target {TARGET_KL:g}")
+    j.axhline(CAP * TARGET_KL, color="k", ls="--", lw=0.8, label=f"{CAP:g} x target ('bounded' below)")
+    j.set_yscale("log")
+    j.set(title="(j) Q44 / Q45: the KL of each update (band: seed range)", xlabel="iteration",
+          ylabel="KL(pi_old || pi) per token after the update (log)")
+    j.legend(fontsize=8, ncol=2, loc="upper right")
+    lr = _curve(r["adapt_runs"], "lr")
+    _band(k, it, lr, "adapted lr at the end of each update", "tab:olive")
+    _band(k, it, _curve(r["adapt_runs"], "lr_max"), "adapted lr, largest inside the update", "tab:olive", ls="--")
+    k.axhline(r["base"]["lr"], color="grey", ls=":", lw=1, label=f"configured lr {r['base']['lr']:g}")
+    k.set_yscale("log")
+    k.set(title="(k) the KL-adapted lr, and the early stop's steps", xlabel="iteration", ylabel="actor lr (log)")
+    twin = k.twinx()
+    twin.plot(it, _curve(r["early_runs"], "policy/steps").mean(0), color="tab:cyan", marker=".", lw=1,
+              label="early stop: steps per update (right)")
+    twin.set_ylim(0, r["steps_per_update"] * 1.1)
+    twin.set_ylabel("Adam steps taken per update")
+    twin.grid(False)
+    h1, l1 = k.get_legend_handles_labels()
+    h2, l2 = twin.get_legend_handles_labels()
+    k.legend(h1 + h2, l1 + l2, fontsize=8, loc="lower left")
+    names = list(a)
+    x = np.arange(len(names))
+    for i, name in enumerate(names):
+        g = a[name]["gold"]
+        l.plot(np.full(len(g), i) + np.linspace(-0.08, 0.08, len(g)), g, "o", color=ARM_COLORS[name], alpha=0.7)
+        l.plot([i - 0.25, i + 0.25], [g.mean()] * 2, color=ARM_COLORS[name], lw=2.5)
+    l.axhline(r["reference"]["gold_mean"], color="grey", ls="--", lw=1, label="SFT policy")
+    l.set_xticks(x, [f"{n}\nKL ref {a[n]['kl_ref'].mean():.1f}" for n in names], fontsize=8)
+    l.set(title="(l) gold on held-out prompts (dots: seeds); KL to the reference in the labels",
+          ylabel="gold score")
+    l.legend(fontsize=8, loc="lower left")
+
+
 def main(argv=None) -> dict:
     return lesson_main(__doc__, __name__, run, narrative, plot, argv)
 
 
 def plot(r: dict, path) -> None:
     plt = pyplot()
-    fig, axes = plt.subplots(3, 3, figsize=(17, 14))
-    (a, b, c), (d, e, f), (g, h, i) = axes
+    fig, axes = plt.subplots(4, 3, figsize=(17, 19))
+    (a, b, c), (d, e, f), (g, h, i) = axes[:3]
     it = np.arange(r["sizes"]["iterations"])
     n_seeds = len(r["sizes"]["seeds"])
     for name, v in r["runs"].items():
@@ -605,6 +658,7 @@ def plot(r: dict, path) -> None:
     i.set(title="(i) early stopping slows the drift, it does not bound it", xlabel="iteration",
           ylabel="exact KL to the reference (nats / response)")
     i.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)   # below: the dashed gold fills the top
+    _plot_kl_old(r, *axes[3])
     fig.tight_layout()
     save(fig, path)
 

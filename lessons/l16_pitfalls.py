@@ -9,7 +9,9 @@ A. **The critic.** Value networks are unstable early on, and the fixes usually p
    10 (the Bradley-Terry loss fixes only score differences, so a raw RM's mean is arbitrary): no fix, value
    clipping (`value_clip`, with `clip_eps_value` 0.2), value normalisation (`value_norm`, PopArt running mean
    / std of the returns), bias initialisation to the mean score (`critic_bias_init="mean_score"`), all three,
-   and the main job's critic initialised from the reward model (`critic_init="reward_model"`). Measured: the
+   and the main job's critic initialised from the reward model (`critic_init="reward_model"`); and (Q47) the
+   no-fix critic with its output clamped to [-10, 10] (`studies.pitfalls.ClampedCritic`), what some code calls
+   value clipping, beside PPO's value clipping, which bounds the change around V_old instead. Measured: the
    critic's error $\tfrac12\, \mathrm{mean}(V - R)^2$ in return units at each rollout (before its update),
    the explained variance $1 - \mathrm{Var}[R - V] / \mathrm{Var}[R]$, and the gold score. GAE turns a value
    offset into advantages that depend on the token's distance to the end. A small value error does not mean
@@ -41,7 +43,8 @@ $$
 and GAE (PPO eqs. (11)-(12)) for how a value offset reaches the advantages.
 
 The figure (from --full: 24 iterations x 64 responses, 3 PPO seeds; lengths 30 iterations): (a) critic error
-in return units, (b) explained variance, (c) gold per critic variant, one point per seed; (d) response length
+in return units, (b) explained variance, (c) gold per critic variant, one point per seed (the clamp dashed in (a),
+(b)); (d) response length
 and (e) gold of the rollouts under the length bonus, (f) the gold penalty terms of the final policies; (g) the
 lr = 0 check table, (h) the log-ratios each bug produces, (i) approx KL and the fraction of tokens outside
 the clip band against the recompute temperature.
@@ -243,7 +246,8 @@ def mean_terms(variant: dict) -> dict:
     return {k: float(np.mean([x[k] for x in variant["terms"]])) for k in variant["terms"][0]}
 
 
-COLORS = dict(zip(CRITICS, ("tab:red", "tab:orange", "tab:green", "tab:blue", "tab:purple", "tab:gray")))
+COLORS = {**dict(zip(CRITICS, ("tab:red", "tab:orange", "tab:green", "tab:blue", "tab:purple", "tab:gray"))),
+          CLAMP: "tab:brown"}
 LCOLORS = ("tab:gray", "tab:red", "tab:blue", "tab:orange")
 
 
@@ -464,10 +468,12 @@ def plot(r: dict, path) -> None:
     fig, axes = plt.subplots(3, 3, figsize=(17, 14))
     (a, b, c), (d, e, f), (g, h, i) = axes
     s, n_seeds = summary(r), len(r["sizes"]["seeds"])
-    for name, v in r["critic"].items():
+    critics = {**r["critic"], CLAMP: r["clamp"]}                      # the six of part A and the clamp (Q47)
+    for name, v in critics.items():
         err, ev = seed_curves(v, "val/value_error"), seed_curves(v, "val/explained_variance")
-        a.plot(err.mean(0), color=COLORS[name], lw=1.8, label=name)
-        b.plot(ev.mean(0), color=COLORS[name], lw=1.8, label=name)
+        ls = "--" if name == CLAMP else "-"
+        a.plot(err.mean(0), color=COLORS[name], lw=1.8, ls=ls, label=name)
+        b.plot(ev.mean(0), color=COLORS[name], lw=1.8, ls=ls, label=name)
     a.set_yscale("log")
     a.set(title=f"(a) critic error 0.5 mean (V - R)^2, RM score + {OFFSET:g}", xlabel="iteration",
           ylabel="return units^2, before the update (log)")
@@ -475,12 +481,12 @@ def plot(r: dict, path) -> None:
                   title_fontsize=8)
     b.set(title="(b) explained variance 1 - Var[R - V] / Var[R]", xlabel="iteration", ylabel="explained variance")
     b.legend(fontsize=8, loc="upper left")
-    for k, name in enumerate(CRITICS):
-        g_ = s[name]["gold"]
+    for k, name in enumerate(critics):
+        g_ = s[name]["gold"] if name in s else seed_values(r["clamp"], "gold_mean")
         c.plot(np.full(len(g_), k) + np.linspace(-0.1, 0.1, len(g_)), g_, "o", color=COLORS[name], alpha=0.7)
         c.plot([k - 0.25, k + 0.25], [g_.mean()] * 2, color=COLORS[name], lw=2.5)
     c.axhline(r["reference"]["gold_mean"], color="k", ls="--", lw=1, label="SFT policy")
-    c.set_xticks(range(len(CRITICS)), [n.replace(" ", "\n", 1) for n in CRITICS], fontsize=8)
+    c.set_xticks(range(len(critics)), [n.replace(" ", "\n", 1) for n in critics], fontsize=8)
     c.set(title="(c) gold score of the trained policies (dots: seeds, bar: mean)",
           ylabel="gold score, held-out prompts")
     c.legend(fontsize=8)
