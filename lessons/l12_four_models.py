@@ -291,7 +291,7 @@ def controller_lines(r: dict) -> list[str]:
          f"(needed by the KL penalty whatever beta does) and {q['step_s']:.2f} s for the whole step (wall, the "
          "fastest of the three): 'adaptive beta costs no extra computation' "
          + holds(q["same_calls"] and q["negligible"])
-         + (f": {max(q['update_s'].values()) / q['step_s']:.3%} of the step, one scalar update per iteration."
+         + (f": {100 * max(q['update_s'].values()) / q['step_s']:.2g}% of the step, one scalar update per iteration."
             if q["negligible"] else ": the update takes 0.1% of the step or more.")]
     return L
 

@@ -491,7 +491,7 @@ def _narrative_kl_old(r: dict) -> list[str]:
     L.append(f"  Q45. The KL-adapted lr (kl_old_action 'adapt_lr', rsl_rl's rule on the same target, per minibatch: "
              f"/ 1.5 above {2 * TARGET_KL:g}, x 1.5 below {TARGET_KL / 2:g}, within [1e-5, 1e-2]): no update stopped, "
              f"{ad['steps']:.1f} of {steps} steps per update taken ({ad['skipped']} minibatches skipped by "
-             "ratio_threshold in all); the lr went {lr0:g} -> {ad['lr'][:, -1].mean():.2g} at the end of the run, and "
+             f"ratio_threshold in all); the lr went {lr0:g} -> {ad['lr'][:, -1].mean():.2g} at the end of the run, and "
              f"inside the updates up to {ad['lr_max'].max():.2g} "
              + (f"({ad['lr_max'].max() / lr0:.1f}x the configured rate: the KL of pi_old restarts from 0 in every "
                 f"update, so its first minibatches raise the rate until the KL has passed {2 * TARGET_KL:g})"

@@ -9,9 +9,9 @@ A. **The critic.** Value networks are unstable early on, and the fixes usually p
    10 (the Bradley-Terry loss fixes only score differences, so a raw RM's mean is arbitrary): no fix, value
    clipping (`value_clip`, with `clip_eps_value` 0.2), value normalisation (`value_norm`, PopArt running mean
    / std of the returns), bias initialisation to the mean score (`critic_bias_init="mean_score"`), all three,
-   and the main job's critic initialised from the reward model (`critic_init="reward_model"`); and (Q47) the
-   no-fix critic with its output clamped to [-10, 10] (`studies.pitfalls.ClampedCritic`), what some code calls
-   value clipping, beside PPO's value clipping, which bounds the change around V_old instead. Measured: the
+   and the main job's critic initialised from the reward model (`critic_init="reward_model"`); and (Q47), from
+   the bias init's start, the critic's output clamped to [-10, 10] (`studies.pitfalls.ClampedCritic`), what some
+   code calls value clipping, beside PPO's value clipping, which bounds the change around V_old instead. Measured: the
    critic's error $\tfrac12\, \mathrm{mean}(V - R)^2$ in return units at each rollout (before its update),
    the explained variance $1 - \mathrm{Var}[R - V] / \mathrm{Var}[R]$, and the gold score. GAE turns a value
    offset into advantages that depend on the token's distance to the end. A small value error does not mean
@@ -43,8 +43,8 @@ $$
 and GAE (PPO eqs. (11)-(12)) for how a value offset reaches the advantages.
 
 The figure (from --full: 24 iterations x 64 responses, 3 PPO seeds; lengths 30 iterations): (a) critic error
-in return units, (b) explained variance, (c) gold per critic variant, one point per seed (the clamp dashed in (a),
-(b)); (d) response length
+in return units, (b) explained variance, (c) gold per critic variant, one point per seed (Q47's two dashed in
+(a), (b)); (d) response length
 and (e) gold of the rollouts under the length bonus, (f) the gold penalty terms of the final policies; (g) the
 lr = 0 check table, (h) the log-ratios each bug produces, (i) approx KL and the fraction of tokens outside
 the clip band against the recompute temperature.
@@ -86,8 +86,8 @@ CRITICS = {
     "all three": {**NO_FIX, "value_clip": True, "value_norm": True, "critic_bias_init": "mean_score"},
     "RM-init critic": dict(critic_init="reward_model"),      # the main job's: RM weights, value clip, bias init
 }
-CLAMP = "clamp [-10, 10]"       # A, Q47: the value clamped to a fixed box instead of clipped around V_old
-BOX = (-10.0, 10.0)
+BOX = (-10.0, 10.0)             # A, Q47: the value clamped to a fixed box instead of clipped around V_old ...
+CLIP_Q47, CLAMP = "bias init + value clip", "bias init + clamp [-10, 10]"   # ... both from the bias init's start
 BONUS, LONG_TOKENS = 0.3, 40    # B: score + BONUS per token, responses up to LONG_TOKENS tokens
 ALPHA = 0.5                     # B: the length normalisation score / n^ALPHA (Q50)
 TERMS = ("unknown", "run_on", "no_period", "word_order", "adj_chain", "long")   # the gold's penalty terms shown
@@ -157,8 +157,10 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     # the critic's error in return units and where a clamp to BOX binds (or would bind) on values and returns
     offset_rm = offset_reward_model(study.reward_model, OFFSET)
     critic = study.sweep(CRITICS, seeds=sz["seeds"], base=base, callback=_log_critic, reward_model=offset_rm)
-    clamp = study.sweep({CLAMP: NO_FIX}, seeds=sz["seeds"], base=base, callback=_log_critic, reward_model=offset_rm,
-                        setup=lambda tr: clamp_critic(tr, *BOX))[CLAMP]
+    q47 = study.sweep({CLIP_Q47: {**CRITICS["bias init"], "value_clip": True}}, seeds=sz["seeds"], base=base,
+                      callback=_log_critic, reward_model=offset_rm)
+    q47.update(study.sweep({CLAMP: CRITICS["bias init"]}, seeds=sz["seeds"], base=base, callback=_log_critic,
+                           reward_model=offset_rm, setup=lambda tr: clamp_critic(tr, *BOX)))
     # B. length: the SFT samples with room for LONG_TOKENS give the slope of the bonus-shaped score
     cfg_long = study.config(max_new_tokens=LONG_TOKENS)
     ref_long = study.evaluate(study.sft, max_new_tokens=LONG_TOKENS, sample_seed=1)
@@ -177,7 +179,7 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     # C. the lr = 0 check
     check = lr_zero_check(study, base)
     return {"sizes": sz, "base": base, "reference": study.reference, "quick": quick, "full": full,
-            "critic": critic, "clamp": clamp, "clip_eps_value": study.config(**base).clip_eps_value, "ref_long": {**ref_long, "terms": gold_profile(ref_long["texts"])},
+            "critic": critic, "q47": q47, "clip_eps_value": study.config(**base).clip_eps_value, "ref_long": {**ref_long, "terms": gold_profile(ref_long["texts"])},
             "slope": slope, "penalty": penalty, "length": length, "check": check,
             "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
 
@@ -196,23 +198,26 @@ def summary(r: dict) -> dict:
 
 
 def clamp_summary(r: dict) -> dict:
-    """Q47: per variant (no fix, value clip, the clamp), per seed: the error at the end (last 3 iterations, return
-    units), where a clamp to BOX binds (values on / outside it, first iteration and last 3), the returns outside it,
-    PPO's value-clip fraction during the update (last 3), and evaluation gold; the seed noise pooled over the six
-    critics of part A and the clamp (None with one seed)."""
-    variants = {"no fix": r["critic"]["no fix"], "value clip": r["critic"]["value clip"], CLAMP: r["clamp"]}
+    """Q47: from the same start (the bias init: V near the mean return), no fix beyond it, value clipping and the
+    clamp; per seed the error at the end (last 3 iterations, return units), where a clamp to BOX binds (values on
+    or outside it, first iteration and last 3), the returns outside it, PPO's value-clip fraction during the update
+    (last 3), and evaluation gold; the seed noise (None with one seed) of log10 of the error pooled over these
+    three (errors are positive and their spread grows with their size: compared as ratios, on one scale) and of
+    the gold pooled over the six critics of part A and the two of Q47."""
+    variants = {"bias init": r["critic"]["bias init"], **r["q47"]}
     out = {}
     for name, v in variants.items():
         box = seed_curves(v, "val/values_outside_box")
-        out[name] = {"err_end": seed_curves(v, "val/value_error")[:, -3:].mean(axis=1),
+        err = seed_curves(v, "val/value_error")[:, -3:].mean(axis=1)
+        out[name] = {"err_end": err, "log_err": np.log10(np.maximum(err, 1e-12)),
                      "box_first": float(box[:, 0].mean()), "box_end": float(box[:, -3:].mean()),
                      "returns_out": float(seed_curves(v, "val/returns_outside_box")[:, -3:].mean()),
                      "vclip_end": float(seed_curves(v, "val/clipfrac_avg")[:, -3:].mean()),
                      "gold": seed_values(v, "gold_mean")}
-    every = [*r["critic"].values(), r["clamp"]]
+    every = [*r["critic"].values(), *r["q47"].values()]
     noise = None
     if min(len(v["records"]) for v in every) > 1:
-        noise = {"err_end": pooled_seed_std([seed_curves(v, "val/value_error")[:, -3:].mean(axis=1) for v in every])[0],
+        noise = {"log_err": pooled_seed_std([x["log_err"] for x in out.values()])[0],
                  "gold": pooled_seed_std([seed_values(v, "gold_mean") for v in every])[0]}
     return {"variants": out, "noise": noise}
 
@@ -222,20 +227,22 @@ def clamp_lines(r: dict) -> list[str]:
     q = clamp_summary(r)
     x, noise = q["variants"], q["noise"]
     cmp_ = lambda a, b, k: seed_compare(x[a][k], x[b][k], None if noise is None else noise[k])   # noqa: E731
-    nf, vc, cl = x["no fix"], x["value clip"], x[CLAMP]
-    err, gold = cmp_("value clip", CLAMP, "err_end"), cmp_("value clip", CLAMP, "gold")
+    bi, vc, cl = x["bias init"], x[CLIP_Q47], x[CLAMP]
+    err, gold = cmp_(CLIP_Q47, CLAMP, "log_err"), cmp_(CLIP_Q47, CLAMP, "gold")
+    e_clip, e_clamp = cmp_("bias init", CLIP_Q47, "log_err"), cmp_("bias init", CLAMP, "log_err")
     lo, hi = BOX
-    L = [f"  Q47. Clamping V to [{lo:g}, {hi:g}] (the no-fix critic, its output clamped: zero gradient outside) is not "
-         f"PPO's value clipping (V_old +- {r['clip_eps_value']:g} around each rollout value). "
-         f"Against RM + {OFFSET:g}, {cl['returns_out']:.0%} of the returns lie outside the box at the end. "
-         f"The clamp binds on {cl['box_first']:.0%} of the tokens at iteration 0 and {cl['box_end']:.0%} at the end "
-         f"(values pinned at the edge); value clipping binds on {vc['vclip_end']:.0%} of the tokens during the update "
-         f"at the end (val/clipfrac_avg), the clamp's run {cl['vclip_end']:.0%} (it has no value clip).",
-         f"    error at the end: no fix {nf['err_end'].mean():.2f}, value clip {vc['err_end'].mean():.2f}, clamp "
-         f"{cl['err_end'].mean():.2f}; clamp minus value clip {diff_text(err, '+.2f')}, gold "
+    L = [f"  Q47. A clamp of V to [{lo:g}, {hi:g}] (the critic's output clamped: zero gradient outside) against PPO's "
+         f"value clipping (V_old +- {r['clip_eps_value']:g} around each rollout value), both added to the bias init "
+         f"(V starts at the mean score, near the returns). Against RM + {OFFSET:g}, {cl['returns_out']:.0%} of the "
+         f"returns lie outside the box at the end. The clamp binds on {cl['box_first']:.0%} of the tokens at "
+         f"iteration 0 and {cl['box_end']:.0%} at the end (values pinned at the edge); value clipping binds on "
+         f"{vc['vclip_end']:.0%} of the tokens during the update at the end (val/clipfrac_avg).",
+         f"    error at the end (log10 differences: +0.30 = twice): bias init {bi['err_end'].mean():.2f}, + value clip "
+         f"{vc['err_end'].mean():.2f} ({diff_text(e_clip, '+.2f')}), + clamp {cl['err_end'].mean():.2f} "
+         f"({diff_text(e_clamp, '+.2f')}); clamp minus value clip {diff_text(err, '+.2f')}, gold "
          f"{diff_text(gold, '+.2f')}: 'they are different operations' "
-         + (holds(clear_sign(err) != 0) + (": the clamp lets V move freely up to the box and pins it there, the clip "
-                                           "moves it at most eps_v per update wherever it is."
+         + (holds(clear_sign(err) != 0) + (": the clamp pins V at the box's edge whatever V_old was, so returns beyond "
+                                           "it are never reached; the clip only slows V's change around V_old."
                                            if clear_sign(err) != 0 else ": the same error within 2 s.e. at this size.")
             if noise is not None else "one seed: no verdict.")]
     return L
@@ -247,7 +254,7 @@ def mean_terms(variant: dict) -> dict:
 
 
 COLORS = {**dict(zip(CRITICS, ("tab:red", "tab:orange", "tab:green", "tab:blue", "tab:purple", "tab:gray"))),
-          CLAMP: "tab:brown"}
+          CLIP_Q47: "tab:cyan", CLAMP: "tab:brown"}
 LCOLORS = ("tab:gray", "tab:red", "tab:blue", "tab:orange")
 
 
@@ -468,10 +475,10 @@ def plot(r: dict, path) -> None:
     fig, axes = plt.subplots(3, 3, figsize=(17, 14))
     (a, b, c), (d, e, f), (g, h, i) = axes
     s, n_seeds = summary(r), len(r["sizes"]["seeds"])
-    critics = {**r["critic"], CLAMP: r["clamp"]}                      # the six of part A and the clamp (Q47)
+    critics = {**r["critic"], **r["q47"]}                      # the six of part A and Q47's two
     for name, v in critics.items():
         err, ev = seed_curves(v, "val/value_error"), seed_curves(v, "val/explained_variance")
-        ls = "--" if name == CLAMP else "-"
+        ls = "--" if name in r["q47"] else "-"
         a.plot(err.mean(0), color=COLORS[name], lw=1.8, ls=ls, label=name)
         b.plot(ev.mean(0), color=COLORS[name], lw=1.8, ls=ls, label=name)
     a.set_yscale("log")
@@ -482,11 +489,12 @@ def plot(r: dict, path) -> None:
     b.set(title="(b) explained variance 1 - Var[R - V] / Var[R]", xlabel="iteration", ylabel="explained variance")
     b.legend(fontsize=8, loc="upper left")
     for k, name in enumerate(critics):
-        g_ = s[name]["gold"] if name in s else seed_values(r["clamp"], "gold_mean")
+        g_ = s[name]["gold"] if name in s else seed_values(r["q47"][name], "gold_mean")
         c.plot(np.full(len(g_), k) + np.linspace(-0.1, 0.1, len(g_)), g_, "o", color=COLORS[name], alpha=0.7)
         c.plot([k - 0.25, k + 0.25], [g_.mean()] * 2, color=COLORS[name], lw=2.5)
     c.axhline(r["reference"]["gold_mean"], color="k", ls="--", lw=1, label="SFT policy")
-    c.set_xticks(range(len(critics)), [n.replace(" ", "\n", 1) for n in critics], fontsize=8)
+    c.set_xticks(range(len(critics)), [n.replace(" + ", "\n+ ").replace(" ", "\n", 1) if " + " not in n else
+                                       n.replace(" + ", "\n+ ") for n in critics], fontsize=7)
     c.set(title="(c) gold score of the trained policies (dots: seeds, bar: mean)",
           ylabel="gold score, held-out prompts")
     c.legend(fontsize=8)

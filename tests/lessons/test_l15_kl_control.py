@@ -115,6 +115,7 @@ def test_l15_verdicts_follow_the_numbers(runs, seed):
     if grows:
         assert_verdict(text, line, smaller, "it bounds each step", "nor (beyond 2 s.e. here) each step")
     # E: what bounds one update (Q44), and the KL-adapted lr (Q45)
+    assert "{" not in text                                        # every placeholder was formatted
     arms = {"no penalty": runs_["no penalty"], "fixed beta 1": runs_["fixed beta 1"], "early stop": early,
             "adapt lr": r["adapt_runs"]}
     upd = {k: lesson._curve(v, "probe/update_kl") for k, v in arms.items()}

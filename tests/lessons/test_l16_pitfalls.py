@@ -62,11 +62,8 @@ def test_l16_quick(runs):
     assert 0 < first[normed]["objective/scores"] < first[hack]["objective/scores"] / 2   # / n^0.5, n > 4
     assert out.startswith(lesson.narrative(r)) and "lr = 0" in out
     # Q47: the clamped critic's values never leave the box; the others' do not see a clamp
-    lo, hi = lesson.BOX
-    for recs in r["clamp"]["records"]:
-        assert all(0 <= rec["val/values_outside_box"] <= 1 for rec in recs)
-    box = float(np.float32(hi))                             # float32 values clamped at 10 rounded to float32
-    assert r["clamp"]["records"][0][0]["val/values_avg"] <= box
+    clamped = r["q47"][lesson.CLAMP]["records"]
+    assert all(0 <= rec["val/values_outside_box"] <= 1 for recs in clamped for rec in recs)
     assert (runs["out"] / "l16_pitfalls.png").stat().st_size > 50_000
 
 
@@ -124,11 +121,11 @@ def test_l16_verdicts_follow_the_numbers(runs, seed):
                    "NOT every bug")
     assert "seed 00" not in text.lower()
     # Q47: the clamp against value clipping, error at the end with the seed noise of all seven critics
-    every = [*r["critic"].values(), r["clamp"]]
-    err = lambda v: np.array([np.mean([rec["val/value_error"] for rec in recs[-3:]]) for recs in v["records"]])  # noqa
-    noise = pooled_seed_std([err(v) for v in every])[0]
-    c = compare(err(r["critic"]["value clip"]), err(r["clamp"]), noise)
-    assert_verdict(text, "error at the end: no fix", c["clear"], "different operations' holds",
+    three = [r["critic"]["bias init"], *r["q47"].values()]          # the same start: log10 errors, one scale
+    err = lambda v: np.log10([np.mean([rec["val/value_error"] for rec in recs[-3:]]) for recs in v["records"]])  # noqa
+    noise = pooled_seed_std([err(v) for v in three])[0]
+    c = compare(err(r["q47"][lesson.CLIP_Q47]), err(r["q47"][lesson.CLAMP]), noise)
+    assert_verdict(text, "error at the end (log10", c["clear"], "different operations' holds",
                    "different operations' does not hold here")
-    assert "Q47. Clamping V to [-10, 10]" in text
+    assert "Q47. A clamp of V to [-10, 10]" in text
 
