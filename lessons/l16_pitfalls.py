@@ -43,8 +43,8 @@ $$
 and GAE (PPO eqs. (11)-(12)) for how a value offset reaches the advantages.
 
 The figure (from --full: 24 iterations x 64 responses, 3 PPO seeds; lengths 30 iterations): (a) critic error
-in return units, (b) explained variance, (c) gold per critic variant, one point per seed (Q47's two dashed in
-(a), (b)); (d) response length
+in return units, (b) explained variance, (c) gold per critic variant, one point per seed (the clamp of Q47 dashed
+in (a), (b)); (d) response length
 and (e) gold of the rollouts under the length bonus, (f) the gold penalty terms of the final policies; (g) the
 lr = 0 check table, (h) the log-ratios each bug produces, (i) approx KL and the fraction of tokens outside
 the clip band against the recompute temperature.
@@ -86,8 +86,8 @@ CRITICS = {
     "all three": {**NO_FIX, "value_clip": True, "value_norm": True, "critic_bias_init": "mean_score"},
     "RM-init critic": dict(critic_init="reward_model"),      # the main job's: RM weights, value clip, bias init
 }
-BOX = (-10.0, 10.0)             # A, Q47: the value clamped to a fixed box instead of clipped around V_old ...
-CLIP_Q47, CLAMP = "bias init + value clip", "bias init + clamp [-10, 10]"   # ... both from the bias init's start
+BOX = (-10.0, 10.0)             # A, Q47: the value clamped to a fixed box instead of clipped around V_old,
+CLAMP = "bias init + clamp [-10, 10]"   # ... from the bias init's start (V near the returns: where a box binds)
 BONUS, LONG_TOKENS = 0.3, 40    # B: score + BONUS per token, responses up to LONG_TOKENS tokens
 ALPHA = 0.5                     # B: the length normalisation score / n^ALPHA (Q50)
 TERMS = ("unknown", "run_on", "no_period", "word_order", "adj_chain", "long")   # the gold's penalty terms shown
@@ -157,10 +157,8 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     # the critic's error in return units and where a clamp to BOX binds (or would bind) on values and returns
     offset_rm = offset_reward_model(study.reward_model, OFFSET)
     critic = study.sweep(CRITICS, seeds=sz["seeds"], base=base, callback=_log_critic, reward_model=offset_rm)
-    q47 = study.sweep({CLIP_Q47: {**CRITICS["bias init"], "value_clip": True}}, seeds=sz["seeds"], base=base,
-                      callback=_log_critic, reward_model=offset_rm)
-    q47.update(study.sweep({CLAMP: CRITICS["bias init"]}, seeds=sz["seeds"], base=base, callback=_log_critic,
-                           reward_model=offset_rm, setup=lambda tr: clamp_critic(tr, *BOX)))
+    q47 = study.sweep({CLAMP: CRITICS["bias init"]}, seeds=sz["seeds"], base=base, callback=_log_critic,
+                      reward_model=offset_rm, setup=lambda tr: clamp_critic(tr, *BOX))
     # B. length: the SFT samples with room for LONG_TOKENS give the slope of the bonus-shaped score
     cfg_long = study.config(max_new_tokens=LONG_TOKENS)
     ref_long = study.evaluate(study.sft, max_new_tokens=LONG_TOKENS, sample_seed=1)
@@ -198,13 +196,14 @@ def summary(r: dict) -> dict:
 
 
 def clamp_summary(r: dict) -> dict:
-    """Q47: from the same start (the bias init: V near the mean return), no fix beyond it, value clipping and the
-    clamp; per seed the error at the end (last 3 iterations, return units), where a clamp to BOX binds (values on
-    or outside it, first iteration and last 3), the returns outside it, PPO's value-clip fraction during the update
-    (last 3), and evaluation gold; the seed noise (None with one seed) of log10 of the error pooled over these
-    three (errors are positive and their spread grows with their size: compared as ratios, on one scale) and of
-    the gold pooled over the six critics of part A and the two of Q47."""
-    variants = {"bias init": r["critic"]["bias init"], **r["q47"]}
+    """Q47: PPO's value clipping (from no fix: V starts at 0, far from the returns) and the clamp (from the bias init:
+    V starts near the returns), each beside its run without it; per seed the error at the end (last 3 iterations,
+    return units), where a clamp to BOX binds (values on or outside it, first iteration and last 3), the returns
+    outside it, the value-clip fraction during the update (last 3), and evaluation gold. Seed noise (None with one
+    seed): of log10 of the error pooled over these four runs (errors are positive and their spread grows with
+    their size: compared as ratios), of the gold over the six critics of part A and the clamp."""
+    variants = {name: r["critic"][name] for name in ("no fix", "value clip", "bias init")}
+    variants[CLAMP] = r["q47"][CLAMP]
     out = {}
     for name, v in variants.items():
         box = seed_curves(v, "val/values_outside_box")
@@ -227,23 +226,26 @@ def clamp_lines(r: dict) -> list[str]:
     q = clamp_summary(r)
     x, noise = q["variants"], q["noise"]
     cmp_ = lambda a, b, k: seed_compare(x[a][k], x[b][k], None if noise is None else noise[k])   # noqa: E731
-    bi, vc, cl = x["bias init"], x[CLIP_Q47], x[CLAMP]
-    err, gold = cmp_(CLIP_Q47, CLAMP, "log_err"), cmp_(CLIP_Q47, CLAMP, "gold")
-    e_clip, e_clamp = cmp_("bias init", CLIP_Q47, "log_err"), cmp_("bias init", CLAMP, "log_err")
+    nf, vc, bi, cl = x["no fix"], x["value clip"], x["bias init"], x[CLAMP]
+    e_clip, e_clamp = cmp_("no fix", "value clip", "log_err"), cmp_("bias init", CLAMP, "log_err")
+    gold = cmp_("bias init", CLAMP, "gold")
     lo, hi = BOX
+    differ = clear_sign(e_clamp) > 0 and vc["box_end"] < 0.5 * cl["box_end"]
     L = [f"  Q47. A clamp of V to [{lo:g}, {hi:g}] (the critic's output clamped: zero gradient outside) against PPO's "
-         f"value clipping (V_old +- {r['clip_eps_value']:g} around each rollout value), both added to the bias init "
-         f"(V starts at the mean score, near the returns). Against RM + {OFFSET:g}, {cl['returns_out']:.0%} of the "
-         f"returns lie outside the box at the end. The clamp binds on {cl['box_first']:.0%} of the tokens at "
-         f"iteration 0 and {cl['box_end']:.0%} at the end (values pinned at the edge); value clipping binds on "
-         f"{vc['vclip_end']:.0%} of the tokens during the update at the end (val/clipfrac_avg).",
-         f"    error at the end (log10 differences: +0.30 = twice): bias init {bi['err_end'].mean():.2f}, + value clip "
-         f"{vc['err_end'].mean():.2f} ({diff_text(e_clip, '+.2f')}), + clamp {cl['err_end'].mean():.2f} "
-         f"({diff_text(e_clamp, '+.2f')}); clamp minus value clip {diff_text(err, '+.2f')}, gold "
-         f"{diff_text(gold, '+.2f')}: 'they are different operations' "
-         + (holds(clear_sign(err) != 0) + (": the clamp pins V at the box's edge whatever V_old was, so returns beyond "
-                                           "it are never reached; the clip only slows V's change around V_old."
-                                           if clear_sign(err) != 0 else ": the same error within 2 s.e. at this size.")
+         f"value clipping (V_old +- {r['clip_eps_value']:g} around each rollout value). Against RM + {OFFSET:g}, "
+         f"{cl['returns_out']:.0%} of the returns lie outside the box at the end. Value clipping binds where V moves: "
+         f"from V = 0 on {vc['vclip_end']:.0%} of the tokens during the update at the end (val/clipfrac_avg), while "
+         f"{vc['box_end']:.0%} of its values lie on or outside the box. The clamp binds where V is: from the bias "
+         f"init (V at the mean score) on {cl['box_first']:.0%} of the tokens at iteration 0 and {cl['box_end']:.0%} "
+         "at the end (values pinned at the edge).",
+         f"    error at the end (log10 differences: +0.30 = twice): value clip {vc['err_end'].mean():.2f} vs no fix "
+         f"{nf['err_end'].mean():.2f} ({diff_text(e_clip, '+.2f')}); clamp {cl['err_end'].mean():.2f} vs bias init "
+         f"{bi['err_end'].mean():.2f} ({diff_text(e_clamp, '+.2f')}), gold {diff_text(gold, '+.2f')}: 'they are "
+         "different operations' "
+         + ((holds(differ) + (": the clip slows V wherever it is, the clamp pins it at the box's edge whatever V_old "
+                              "was, so returns beyond it are never reached." if differ else
+                              ": the clamp does not raise the error beyond 2 s.e., or binds where the clip's values "
+                              "lie too."))
             if noise is not None else "one seed: no verdict.")]
     return L
 
@@ -254,7 +256,7 @@ def mean_terms(variant: dict) -> dict:
 
 
 COLORS = {**dict(zip(CRITICS, ("tab:red", "tab:orange", "tab:green", "tab:blue", "tab:purple", "tab:gray"))),
-          CLIP_Q47: "tab:cyan", CLAMP: "tab:brown"}
+          CLAMP: "tab:brown"}
 LCOLORS = ("tab:gray", "tab:red", "tab:blue", "tab:orange")
 
 

@@ -121,11 +121,14 @@ def test_l16_verdicts_follow_the_numbers(runs, seed):
                    "NOT every bug")
     assert "seed 00" not in text.lower()
     # Q47: the clamp against value clipping, error at the end with the seed noise of all seven critics
-    three = [r["critic"]["bias init"], *r["q47"].values()]          # the same start: log10 errors, one scale
+    four = {k: r["critic"][k] for k in ("no fix", "value clip", "bias init")}
+    four["clamp"] = r["q47"][lesson.CLAMP]
     err = lambda v: np.log10([np.mean([rec["val/value_error"] for rec in recs[-3:]]) for recs in v["records"]])  # noqa
-    noise = pooled_seed_std([err(v) for v in three])[0]
-    c = compare(err(r["q47"][lesson.CLIP_Q47]), err(r["q47"][lesson.CLAMP]), noise)
-    assert_verdict(text, "error at the end (log10", c["clear"], "different operations' holds",
+    noise = pooled_seed_std([err(v) for v in four.values()])[0]
+    c = compare(err(four["bias init"]), err(four["clamp"]), noise)
+    box = lambda v: np.mean([[rec["val/values_outside_box"] for rec in recs[-3:]] for recs in v["records"]])  # noqa
+    differ = c["clear"] and c["diff"] > 0 and box(four["value clip"]) < 0.5 * box(four["clamp"])
+    assert_verdict(text, "error at the end (log10", differ, "different operations' holds",
                    "different operations' does not hold here")
     assert "Q47. A clamp of V to [-10, 10]" in text
 
