@@ -386,9 +386,9 @@ def ppo_update(state: PPOState, ro: Rollout, cfg: PPOConfig) -> dict:
     once a step of this update was taken: before that pi is pi_old and the approx KL is float rounding (exactly 0
     or ~1e-9, depending on the BLAS kernel: lesson 16), which would raise the rate by 1.5 on some machines and not
     on others. (rsl_rl's KL carries a +1e-5 inside its log, so there the first minibatch of every update raises
-    the rate.) A minibatch whose mean ratio
-    exceeds ``cfg.ratio_threshold`` is skipped (TRL) and the update goes on. A non-finite loss or gradient norm
-    raises ``ValueError`` naming it (the NaN guard: nothing is applied after it)."""
+    the rate.) A minibatch whose mean ratio exceeds ``cfg.ratio_threshold`` is skipped (TRL) and the update goes
+    on. A non-finite loss or gradient norm raises ``ValueError`` naming it (the NaN guard: nothing is applied after
+    it)."""
     it = state.iteration
     schedule = dict(warmup_steps=cfg.warmup_iterations, schedule=cfg.lr_schedule)
     lr = lr_at(it, cfg.iterations, cfg.lr, **schedule)
@@ -406,8 +406,9 @@ def ppo_update(state: PPOState, ro: Rollout, cfg: PPOConfig) -> dict:
             terms, stats, g_actor, g_critic = minibatch_loss_and_grads(state, ro.take(idx), cfg, ptx_batch)
             check_finite_values(terms, f"at iteration {it}, epoch {epoch}")
             history.append({**terms, **stats, "grad_norm": None})
-            if adapt_lr and moved:                       # this minibatch's KL sets the rate of its own step
-                lr = kl_adaptive_lr(lr, stats["approx_kl"], cfg.kl_old_target)
+            if adapt_lr:
+                if moved:                                # this minibatch's KL sets the rate of its own step
+                    lr = kl_adaptive_lr(lr, stats["approx_kl"], cfg.kl_old_target)
             elif cfg.kl_old_target is not None and stats["approx_kl"] > cfg.kl_old_target:
                 early_stop = epoch                       # this minibatch is not applied, nor any after it
                 break
