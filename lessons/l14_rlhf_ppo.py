@@ -369,11 +369,12 @@ def _plot_ablations(r: dict, j, k, l) -> None:
     j.set_title(f"(j) Q22 / Q23: whitening, gradient clipping off\n{az['iterations']} iterations x "
                 f"{az['batch_size']}, {len(az['seeds'])} seeds (dots), mean (bar)")
     twin = k.twinx()
-    twin.plot(x, [t[n]["policy/grad_clip_frac"].mean() for n in names], "k^--", lw=1, label="steps clipped (right)")
-    twin.set_ylim(0, 1.05)
+    twin.plot(x + 0.32, [t[n]["policy/grad_clip_frac"].mean() for n in names], "k^", ms=7,
+              label="steps clipped (right axis, beside each variant)")
+    twin.set_ylim(-0.06, 1.08)                                       # markers at 0 and 1 whole
     twin.set_ylabel("share of steps with grad norm > max_grad_norm")
     twin.grid(False)
-    twin.legend(loc="upper left", fontsize=8)
+    twin.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=8)     # below: the points fill the corners
     k.set_title("(k) the update's size, and how often the clip bound")
     for i, (name, col) in enumerate(zip(names, ABLATION_COLORS)):
         l.bar(i - 0.2, abs(t[name]["probe/adv_raw_mean"].mean()), 0.4, color=col, alpha=0.5, hatch="//",
