@@ -202,3 +202,8 @@ def parameter_note(params: dict) -> str:
         return ""
     name, a = max(params.items(), key=lambda kv: float(np.abs(kv[1]).max()) if kv[1].size else 0.0)
     return f" (every parameter is finite; the largest is `{name}`, |x| = {float(np.abs(a).max()):.3g})"
+
+
+class UsageError(ValueError):
+    """A command line that cannot work as given: the ``minippo`` dispatcher prints its message (which names the
+    flag) in one line and exits with status 2."""

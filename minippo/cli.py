@@ -12,7 +12,7 @@ Errors are handled here, once for every command (the commands just raise):
 - a ``ValueError`` or ``OSError`` the user can cause prints one line on stderr, ``minippo CMD: error: ...``,
   naming the flag when the message names one the user gave (``--gamma 1.5: `gamma` must be in [0, 1]``);
   exit status 2 when the command line itself is wrong (a flag's value out of range, a path flag pointing at
-  nothing or at a file; also :class:`UsageError`), 1 when the run found a problem (a corrupt file, a locked
+  nothing or at a file; also :class:`minippo.checks.UsageError`), 1 when the run found a problem (a corrupt file, a locked
   folder, a read-only folder, a full disk, a NaN stop, a stored stage made with another config);
 - Ctrl-C prints one line: what was interrupted, which checkpoint is kept, how to resume (set by the running
   stage, :func:`minippo.runs.stage`); exit status 130;
@@ -29,6 +29,7 @@ import re
 import sys
 import warnings
 
+from minippo.checks import UsageError
 from minippo.io import RunWarning
 
 # name -> (module, one-line help). The order is the order of the pipeline.
@@ -44,10 +45,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("minippo.bench", "measure kernels and models side by side and print ratios"),
     "exercise": ("minippo.exercises.cli", "the classroom exercises: list, start NAME, check NAME, solution NAME"),
 }
-
-
-class UsageError(ValueError):
-    """A command line that cannot work as given (exit status 2); the message names the flag."""
 
 
 def build_parser() -> argparse.ArgumentParser:

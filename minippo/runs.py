@@ -13,7 +13,8 @@ calls where it needs them, so that every trainer keeps the same rules without co
   stored config equals the requested one on every field that changes its result; otherwise
   :class:`ConfigMismatch` names the differing fields and how to start fresh. Nothing is deleted for the user.
 - :func:`check_no_run`: a fresh run refuses a folder that already holds another run's checkpoint (it would
-  overwrite its records).
+  overwrite its records); :func:`open_run` is the start of a trainer's run (lock, resume or fresh, the
+  metrics file) that the PPO and DPO trainers share.
 - :func:`assign_arrays`: copy validated arrays into live parameters in place, refusing any broadcast or cast.
 - :func:`stage` / :class:`Stage`: what this process is running and which checkpoint it has on disk; on
   Ctrl-C the innermost stage attaches one line to the ``KeyboardInterrupt`` (``interrupted_message``), which
@@ -45,14 +46,16 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
-from minippo.io import has_checkpoint
+from minippo.io import MetricsWriter, RunWarning, atomic_write_text, has_checkpoint
 
 LOCK_FILE = ".minippo.lock"
 
@@ -185,6 +188,37 @@ def check_no_run(folder, checkpoint, what: str) -> None:
     if has_checkpoint(checkpoint):
         raise FileExistsError(f"{folder} already holds {what} (checkpoint {checkpoint}): resume it, or use another "
                               "folder; nothing was overwritten")
+
+
+def open_run(folder, config: Mapping, restore: Callable[[Path], int], *, what: str, resume: bool, key: str):
+    """The start every trainer with a run folder shares: lock ``folder``, then resume or start fresh.
+
+    With a checkpoint in ``folder / "checkpoint"``: a fresh run (``resume=False``) refuses (:func:`check_no_run`);
+    otherwise ``restore(checkpoint)`` validates and restores everything (before any file is touched) and returns
+    how many ``key``s (iterations, steps) are done, and ``metrics.jsonl`` keeps the records of those only (a
+    missing file is a :class:`~minippo.io.RunWarning`: its records are lost). Without a checkpoint:
+    ``config.json`` and an empty ``metrics.jsonl``. Returns ``(lock, metrics)``; the lock is released again if
+    anything fails before that.
+    """
+    folder = Path(folder)
+    lock = RunLock(folder).acquire()
+    try:
+        ckpt, metrics_path = folder / "checkpoint", folder / "metrics.jsonl"
+        if not has_checkpoint(ckpt):
+            atomic_write_text(folder / "config.json", json.dumps(dict(config), indent=1))
+            return lock, MetricsWriter(metrics_path)
+        if not resume:
+            check_no_run(folder, ckpt, what)                 # never overwrite another run's records
+        done = restore(ckpt)                                 # everything checked before anything is assigned
+        if not metrics_path.exists():
+            warnings.warn(f"{metrics_path} is missing: the records of {key}s 0-{done - 1} are lost; it will hold "
+                          f"the {key}s after them only", RunWarning, stacklevel=3)
+        metrics = MetricsWriter(metrics_path, append=True)
+        metrics.truncate_after(key, done - 1)
+        return lock, metrics
+    except BaseException:
+        lock.release()
+        raise
 
 
 # ----------------------------------------------------------------------------------------------

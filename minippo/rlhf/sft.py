@@ -46,8 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from minippo.blas import single_blas_thread
-from minippo.checks import check_choice, check_fields, check_range, first_nonfinite, parameter_note
-from minippo.cli import UsageError
+from minippo.checks import UsageError, check_choice, check_fields, check_range, first_nonfinite, parameter_note
 from minippo.io import (STATE, MetricsWriter, RunWarning, array_specs, atomic_write_text, checkpoint_folder,
                         has_checkpoint, in_file, read_json, read_metrics)
 from minippo.nn.gpt import MAX_BLOCK_SIZE, GPTConfig, TinyGPT

@@ -35,9 +35,7 @@ optimizer, the config, the step, the model config, the optimizer's scalars) befo
 """
 from __future__ import annotations
 
-import json
 import time
-import warnings
 import weakref
 from pathlib import Path
 
@@ -45,8 +43,7 @@ import numpy as np
 
 from minippo.blas import single_blas_thread
 from minippo.checks import check_range, parameter_note
-from minippo.io import (STATE, MetricsWriter, RunWarning, array_specs, atomic_write_text, checkpoint_folder,
-                        has_checkpoint, in_file, load_checkpoint, save_checkpoint)
+from minippo.io import STATE, array_specs, checkpoint_folder, in_file, load_checkpoint, save_checkpoint
 from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW
 from minippo.progress import progress_bar
@@ -58,7 +55,7 @@ from minippo.rlhf.dpo_config import DPOConfig
 from minippo.rlhf.generate import check_response_fits
 from minippo.rlhf.rm_train import load_pairs, load_sft
 from minippo.rlhf.run.evaluate import evaluate_policy
-from minippo.runs import RunLock, Stage, assign_arrays, check_no_run, check_same_config
+from minippo.runs import Stage, assign_arrays, check_same_config, open_run
 
 CHECKPOINT_FORMAT = "minippo.dpo/1"
 #: DPOConfig fields a resume may change: they do not change what the steps compute
@@ -105,21 +102,14 @@ class DPOTrainer:
         self.metrics, self.last_saved, self._lock = None, None, None
         self.stage = Stage("DPO", self.out_dir, None if out_dir is None else self.out_dir / "checkpoint")
         if self.out_dir is not None:
-            self._lock = RunLock(self.out_dir).acquire()
+            self._lock, self.metrics = open_run(self.out_dir, cfg.to_dict(), self._restore, what="a DPO run",
+                                                resume=resume, key="step")
             weakref.finalize(self, self._lock.release)
-            ckpt, metrics_path = self.out_dir / "checkpoint", self.out_dir / "metrics.jsonl"
-            if has_checkpoint(ckpt):
-                if not resume:
-                    check_no_run(self.out_dir, ckpt, "a DPO run")
-                self.load(ckpt)                             # everything checked before anything is assigned
-                if not metrics_path.exists():
-                    warnings.warn(f"{metrics_path} is missing: the records of steps 0-{self.step_count - 1} are "
-                                  f"lost; it will hold the steps after them only", RunWarning, stacklevel=2)
-                self.metrics = MetricsWriter(metrics_path, append=True)
-                self.metrics.truncate_after("step", self.step_count - 1)
-            else:
-                atomic_write_text(self.out_dir / "config.json", json.dumps(cfg.to_dict(), indent=1))
-                self.metrics = MetricsWriter(metrics_path)
+
+    def _restore(self, checkpoint) -> int:
+        """Load ``checkpoint`` (validated before anything is assigned); the steps it has done."""
+        self.load(checkpoint)
+        return self.step_count
 
     def close(self) -> None:
         """Release the run folder's lock (also done when the trainer is garbage-collected)."""

@@ -241,13 +241,7 @@ def _run_stages(out: Path, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg,
                         kl_ref_target=ppo_cfg.kl_ref_target if ppo_cfg.kl_ref_controller == "adaptive" else None,
                         title=f"RLHF-PPO run {out.name}")
         summary["figure"] = str(out / "figures" / "ppo_curves.png") if path is None else str(path)
-    summary["seconds"]["total"] = time.perf_counter() - t_all
-    summary["peak_rss_mb"] = peak_rss_mb()
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))
-    log(f"done in {summary['seconds']['total']:.1f} s "
-        f"({', '.join(f'{k} {v:.1f} s' for k, v in summary['seconds'].items() if k != 'total')}); "
-        f"peak RSS {summary['peak_rss_mb']:.0f} MB; results in {out}")
-    return summary
+    return _finish(out, summary, t_all, log)
 
 
 def _dpo_stage(out: Path, summary: dict, t_all: float, dpo_cfg: DPOConfig, n_eval: int, seed: int, progress: bool,
@@ -268,6 +262,11 @@ def _dpo_stage(out: Path, summary: dict, t_all: float, dpo_cfg: DPOConfig, n_eva
     with stage("the evaluation", out, restart="the same command reuses the trained stages and evaluates again"):
         summary["eval"] = evaluate_stages(out, dpo_cfg, n_eval, seed, log, stage="dpo")
     summary["seconds"]["eval"] = time.perf_counter() - t
+    return _finish(out, summary, t_all, log)
+
+
+def _finish(out: Path, summary: dict, t_all: float, log) -> dict:
+    """The end of every method's run: total time, peak memory, ``summary.json`` and the closing line."""
     summary["seconds"]["total"] = time.perf_counter() - t_all
     summary["peak_rss_mb"] = peak_rss_mb()
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))

@@ -9,7 +9,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from minippo.cli import UsageError
+from minippo.checks import UsageError
 from minippo.io import read_metrics
 from minippo.rlhf.ppo_config import RENAMED, PPOConfig, field_docs
 from minippo.rlhf.run.trainer import run_ppo

@@ -33,9 +33,7 @@ optimizers) before anything is assigned or ``metrics.jsonl`` is rewritten.
 """
 from __future__ import annotations
 
-import json
 import time
-import warnings
 import weakref
 from pathlib import Path
 
@@ -43,8 +41,8 @@ import numpy as np
 
 from minippo.blas import single_blas_thread
 from minippo.checks import check_choice, check_range, parameter_note
-from minippo.io import (STATE, MetricsWriter, RunWarning, array_specs, atomic_write_text, checkpoint_folder,
-                        has_checkpoint, in_file, load_checkpoint, rng_from_state, rng_state, save_checkpoint)
+from minippo.io import (STATE, array_specs, checkpoint_folder, has_checkpoint, in_file, load_checkpoint, rng_from_state,
+                        rng_state, save_checkpoint)
 from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW
 from minippo.rl.kl_control import KL_LR_MAX, KL_LR_MIN, AdaptiveKLController, FixedKLController, PPOPaperKLController
@@ -58,7 +56,7 @@ from minippo.rlhf.generate import check_response_fits
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.reward_model import RewardModel
 from minippo.rlhf.rm_train import load_sft
-from minippo.runs import RunLock, Stage, assign_arrays, check_no_run, check_same_config
+from minippo.runs import Stage, assign_arrays, check_same_config, open_run
 
 CHECKPOINT_FORMAT = "minippo.ppo/2"
 #: PPOConfig fields a resume may change: they do not change what the iterations compute
@@ -120,21 +118,14 @@ class PPOTrainer:
         self.metrics, self.last_saved, self._lock = None, None, None
         self.stage = Stage("PPO", self.out_dir, None if out_dir is None else self.out_dir / "checkpoint")
         if self.out_dir is not None:
-            self._lock = RunLock(self.out_dir).acquire()
+            self._lock, self.metrics = open_run(self.out_dir, cfg.to_dict(), self._restore, what="a PPO run",
+                                                resume=resume, key="iteration")
             weakref.finalize(self, self._lock.release)
-            ckpt, metrics_path = self.out_dir / "checkpoint", self.out_dir / "metrics.jsonl"
-            if has_checkpoint(ckpt):
-                if not resume:
-                    check_no_run(self.out_dir, ckpt, "a PPO run")
-                self.load(ckpt)                             # everything checked before anything is assigned
-                if not metrics_path.exists():
-                    warnings.warn(f"{metrics_path} is missing: the records of iterations 0-{self.iteration - 1} are "
-                                  f"lost; it will hold the iterations after them only", RunWarning, stacklevel=2)
-                self.metrics = MetricsWriter(metrics_path, append=True)
-                self.metrics.truncate_after("iteration", self.iteration - 1)
-            else:
-                atomic_write_text(self.out_dir / "config.json", json.dumps(cfg.to_dict(), indent=1))
-                self.metrics = MetricsWriter(metrics_path)
+
+    def _restore(self, checkpoint) -> int:
+        """Load ``checkpoint`` (validated before anything is assigned); the iterations it has done."""
+        self.load(checkpoint)
+        return self.iteration
 
     def close(self) -> None:
         """Release the run folder's lock (also done when the trainer is garbage-collected)."""
