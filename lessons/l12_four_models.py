@@ -296,6 +296,39 @@ def controller_lines(r: dict) -> list[str]:
     return L
 
 
+def _plot_controllers(results: dict, g, h) -> None:
+    """(g) the model calls of one step with each KL controller; (h) the controller's update against the passes."""
+    ctl, q = results["controllers"], controller_cost(results)
+    Bb = results["ppo"].batch_size
+    names = list(ctl["fixed"]["counted"])
+    x, width = np.arange(len(names)), 0.8 / (2 * len(KL_CONTROLLERS))
+    for k, (name, col) in enumerate(zip(KL_CONTROLLERS, ("tab:gray", "tab:blue", "tab:green"))):
+        c = ctl[name]["counted"]
+        for j, (kind, hatch) in enumerate((("forward", None), ("backward", "//"))):
+            pos = x - 0.4 + (2 * k + j + 0.5) * width
+            g.bar(pos, [c[n][kind + "_rows"] / Bb for n in names], width, color=col, hatch=hatch, edgecolor="k",
+                  lw=0.5, label=f"{name}: {kind}")
+    g.set_xticks(x, names)
+    g.set_ylabel("passes over the batch per iteration")
+    g.set_title("(g) Q34: one step with each KL controller (beta fixed / adaptive / ppo_paper)\n"
+                + ("the same passes for all three" if q["same_calls"] else "the passes DIFFER"))
+    g.legend(fontsize=8, ncol=3, loc="upper right")
+    g.set_ylim(0, max(c["counted"][n]["forward_rows"] / Bb for c in ctl.values() for n in names) * 1.35)
+    labels = [f"controller update\n({name})" for name in KL_CONTROLLERS] + [
+        "reference forward\n(the batch, once)", "whole step\n(wall)"]
+    secs = [q["update_s"][name] for name in KL_CONTROLLERS] + [q["ref_forward_s"], q["step_s"]]
+    h.barh(range(len(secs)), secs, color=["tab:gray", "tab:blue", "tab:green", "tab:orange", "tab:red"])
+    for i, v in enumerate(secs):
+        h.text(v * 1.3, i, f"{v * 1e6:.1f} us" if v < 1e-3 else f"{v * 1e3:.1f} ms" if v < 1 else f"{v:.2f} s",
+               va="center", fontsize=8)
+    h.set_yticks(range(len(secs)), labels, fontsize=8)
+    h.invert_yaxis()
+    h.set_xscale("log")
+    h.set_xlim(min(secs) / 3, max(secs) * 30)
+    h.set_xlabel("seconds (log scale; controller: median of many updates)")
+    h.set_title("(h) what the adaptive coefficient costs: one scalar update per iteration")
+
+
 def main(argv=None) -> dict:
     return lesson_main(__doc__, __name__, run, narrative, plot, argv)
 
@@ -392,39 +425,6 @@ def plot(results: dict, path) -> None:
     ax.legend(fontsize=8, loc="lower right")
     _plot_controllers(results, fig.add_subplot(gs[2, 0:3]), fig.add_subplot(gs[2, 3:6]))
     save(fig, path)
-
-
-def _plot_controllers(results: dict, g, h) -> None:
-    """(g) the model calls of one step with each KL controller; (h) the controller's update against the passes."""
-    ctl, q = results["controllers"], controller_cost(results)
-    Bb = results["ppo"].batch_size
-    names = list(ctl["fixed"]["counted"])
-    x, width = np.arange(len(names)), 0.8 / (2 * len(KL_CONTROLLERS))
-    for k, (name, col) in enumerate(zip(KL_CONTROLLERS, ("tab:gray", "tab:blue", "tab:green"))):
-        c = ctl[name]["counted"]
-        for j, (kind, hatch) in enumerate((("forward", None), ("backward", "//"))):
-            pos = x - 0.4 + (2 * k + j + 0.5) * width
-            g.bar(pos, [c[n][kind + "_rows"] / Bb for n in names], width, color=col, hatch=hatch, edgecolor="k",
-                  lw=0.5, label=f"{name}: {kind}")
-    g.set_xticks(x, names)
-    g.set_ylabel("passes over the batch per iteration")
-    g.set_title("(g) Q34: one step with each KL controller (beta fixed / adaptive / ppo_paper)\n"
-                + ("the same passes for all three" if q["same_calls"] else "the passes DIFFER"))
-    g.legend(fontsize=8, ncol=3, loc="upper right")
-    g.set_ylim(0, max(c["counted"][n]["forward_rows"] / Bb for c in ctl.values() for n in names) * 1.35)
-    labels = [f"controller update\n({name})" for name in KL_CONTROLLERS] + [
-        "reference forward\n(the batch, once)", "whole step\n(wall)"]
-    secs = [q["update_s"][name] for name in KL_CONTROLLERS] + [q["ref_forward_s"], q["step_s"]]
-    h.barh(range(len(secs)), secs, color=["tab:gray", "tab:blue", "tab:green", "tab:orange", "tab:red"])
-    for i, v in enumerate(secs):
-        h.text(v * 1.3, i, f"{v * 1e6:.1f} us" if v < 1e-3 else f"{v * 1e3:.1f} ms" if v < 1 else f"{v:.2f} s",
-               va="center", fontsize=8)
-    h.set_yticks(range(len(secs)), labels, fontsize=8)
-    h.invert_yaxis()
-    h.set_xscale("log")
-    h.set_xlim(min(secs) / 3, max(secs) * 30)
-    h.set_xlabel("seconds (log scale; controller: median of many updates)")
-    h.set_title("(h) what the adaptive coefficient costs: one scalar update per iteration")
 
 
 if __name__ == "__main__":

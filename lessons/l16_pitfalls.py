@@ -489,14 +489,14 @@ def plot(r: dict, path) -> None:
     legend_in_margin(a, 0.33, fontsize=8, ncol=2, title=f"mean of {n_seeds} seeds; SFT-trunk critic, head 0",
                   title_fontsize=8)
     b.set(title="(b) explained variance 1 - Var[R - V] / Var[R]", xlabel="iteration", ylabel="explained variance")
-    b.legend(fontsize=8, loc="upper left")
+    b.legend(fontsize=8, ncol=2, loc="lower right")          # the curves rise from 0: the bottom right stays free
     for k, name in enumerate(critics):
         g_ = s[name]["gold"] if name in s else seed_values(r["q47"][name], "gold_mean")
         c.plot(np.full(len(g_), k) + np.linspace(-0.1, 0.1, len(g_)), g_, "o", color=COLORS[name], alpha=0.7)
         c.plot([k - 0.25, k + 0.25], [g_.mean()] * 2, color=COLORS[name], lw=2.5)
     c.axhline(r["reference"]["gold_mean"], color="k", ls="--", lw=1, label="SFT policy")
-    c.set_xticks(range(len(critics)), [n.replace(" + ", "\n+ ").replace(" ", "\n", 1) if " + " not in n else
-                                       n.replace(" + ", "\n+ ") for n in critics], fontsize=7)
+    short = {CLAMP: "bias init\n+ clamp\n[-10, 10]"}                # narrow labels: seven fit side by side
+    c.set_xticks(range(len(critics)), [short.get(n, n.replace(" ", "\n", 1)) for n in critics], fontsize=8)
     c.set(title="(c) gold score of the trained policies (dots: seeds, bar: mean)",
           ylabel="gold score, held-out prompts")
     c.legend(fontsize=8)
