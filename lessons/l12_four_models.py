@@ -20,14 +20,17 @@ What the lesson does:
    from the trainer's code), and checks which parameters moved.
 2. Measures the bytes of real TinyGPT arrays (weights, gradients, AdamW moments, the forward cache, logits,
    KV cache) and the tracemalloc peak of one update minibatch, against the formulas.
-3. Extrapolates to LLaMA-7B (L 32, C 4096, V 32000, F 11008, T 2048, B 4) in mixed precision and sweeps the
+3. Runs the same step with each KL controller (`kl_ref_controller` "fixed", "adaptive", "ppo_paper"), counts
+   and times every model call and the controller's update (Q34): does an adaptive coefficient cost a pass?
+4. Extrapolates to LLaMA-7B (L 32, C 4096, V 32000, F 11008, T 2048, B 4) in mixed precision and sweeps the
    model size from ours to 13B.
 
 The figure: (a) memory per model at our sizes (measured); (b) the same for 7B; (c) 7B totals: PPO with a
 separate critic, with a shared-trunk critic, and critic-free (GRPO / RLOO), with and without gradient
 checkpointing, against an 80 GB GPU; (d) what the (B, T, V) arrays and the buffer cost at B = 4, T = 2048,
 V = 32000 (log scale); (e) passes per iteration counted on the real trainer; (f) resident weights +
-optimizer state from tiny to 13B.
+optimizer state from tiny to 13B; (g) the passes of one step with each KL controller; (h) the controller's
+update against the reference model's forward pass and the whole step (log scale).
 
 Exercises:
 1. Set `critic_init="sft"` or `critic="shared", shared_stop_gradient=False`: which passes change?
@@ -40,22 +43,23 @@ Questions: Q31, Q33, Q34, Q32.
 """
 from __future__ import annotations
 
+import time
 import tracemalloc
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save
+from lessons._common import holds, lesson_main, pyplot, save
 from minippo.nn.gpt import TinyGPT
 from minippo.rlhf.data.corpus import generate_corpus
 from minippo.studies.memory import (FP32, GB, MIXED, VOCAB_ARRAYS_TRAIN, ModelShape, PassCounter, activation_bytes,
                                  buffer_bytes, four_models, kv_cache_bytes, logits_bytes, measure_tinygpt,
                                  param_count, passes_per_iteration, static_bytes, total_bytes)
-from minippo.rlhf.ppo_config import PPOConfig
+from minippo.rlhf.ppo_config import KL_CONTROLLERS, PPOConfig
 from minippo.rlhf.ppo import minibatch_loss_and_grads
 from minippo.rlhf.reward_model import RewardModel
 from minippo.rlhf.sft import SFTConfig
 from minippo.rlhf.data.tokenizer import Tokenizer
-from minippo.rlhf.run.trainer import PPOTrainer
+from minippo.rlhf.run.trainer import PPOTrainer, make_kl_controller
 
 CRITICS = ("separate", "shared", "none")
 SETUP_NAMES = {"separate": "PPO, separate critic (4 models)", "shared": "PPO, shared-trunk critic",
@@ -65,6 +69,7 @@ PART_LABELS = {"weights": "weights", "grads": "gradients", "optimizer": "Adam m,
                "activations": "activations (fwd+bwd caches)", "logits": "(B, T, V) arrays"}
 PART_COLORS = {"weights": "tab:blue", "grads": "tab:orange", "optimizer": "tab:red", "activations": "tab:green",
                "logits": "tab:purple"}
+CONTROLLER_REPEATS = 1000                 # Q34: timed updates of each KL controller
 BIG_B, BIG_T = 4, 2048                     # Q33: a batch of 4 x 2048 tokens, vocabulary 32k
 SIZES = {  # name -> shape, for the sweep from tiny to 13B (gpt2 shapes: Radford et al. 2019)
     "GPT-2 124M": ModelShape(12, 768, 12, 50257, 1024),
@@ -82,26 +87,38 @@ def tiny_models(quick: bool, seed: int):
     return tok, gcfg, sft, RewardModel.fresh(gcfg, np.random.default_rng([seed, 2]))
 
 
-def count_passes(cfg: PPOConfig, tok, sft, rm) -> dict:
-    """One real trainer step with ``cfg``: the counted calls, the formula's, which parameters moved,
-    and (separate critic) the tracemalloc peak of one update minibatch."""
+def count_passes(cfg: PPOConfig, tok, sft, rm, *, peak: bool = True) -> dict:
+    """One real trainer step with ``cfg``: the counted (and timed) calls, the formula's, which parameters moved,
+    the KL controller's update (calls, seconds), the step's wall and CPU time, and (separate critic, ``peak``) the
+    tracemalloc peak of one update minibatch."""
     trainer = PPOTrainer(cfg, sft, rm, tok)
     s = trainer.state
     models = {"actor": s.actor, "critic": s.critic, "reference": s.ref, "reward": rm.model}
     before = {n: {k: v.copy() for k, v in m.params.items()} for n, m in models.items() if m is not None}
-    with PassCounter(models) as pc:
+    with PassCounter(models, methods={"kl controller": (s.kl_ctl, "update")}) as pc:
+        t0, c0 = time.perf_counter(), time.process_time()
         trainer.step()
+        step_time = {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}
     head = ("scalar_head.w", "scalar_head.b") if cfg.critic == "shared" else ()   # the shared critic's own
     moved = {n: max(float(np.max(np.abs(models[n].params[k] - v))) for k, v in p.items() if k not in head)
              for n, p in before.items()}
     if head:
         moved["critic"] = max(float(np.max(np.abs(trainer.actor.params[k] - before["actor"][k]))) for k in head)
     ro = trainer.last_rollout
+    # one controller update is ~10 us: a single call timed inside the step is at the mercy of the scheduler, so
+    # the median of many updates of a fresh controller with this step's KL is reported beside it
+    kl, ctl, times = float(ro.kl.sum(axis=1).mean()), make_kl_controller(cfg), []      # objective/kl
+    for _ in range(CONTROLLER_REPEATS):
+        t0 = time.perf_counter()
+        ctl.update(kl, n_steps=cfg.batch_size)
+        times.append(time.perf_counter() - t0)
     out = {"counted": pc.counts, "formula": passes_per_iteration(cfg, ro.response.shape[1] - 1), "moved": moved,
+           "seconds": pc.seconds, "controller": {**pc.method_calls["kl controller"], "median_s": float(np.median(times))},
+           "step_time": step_time, "beta": s.kl_ctl.value,
            "optimizers": {"actor": s.opt_actor is not None, "critic": s.opt_critic is not None},
            "T_rollout": ro.sequences.shape[1], "buffer_nbytes": sum(a.nbytes for a in vars(ro).values()
                                                                     if isinstance(a, np.ndarray))}
-    if cfg.critic == "separate":
+    if cfg.critic == "separate" and peak:
         mb = ro.take(np.arange(cfg.minibatch_size))
         tracemalloc.start()                     # counts NumPy's allocations made from here on
         try:
@@ -122,6 +139,9 @@ def run(quick: bool = False, seed: int = 0) -> dict:
     base = (PPOConfig.quick(batch_size=16, minibatch_size=8, update_epochs=2, max_new_tokens=8, seed=seed) if quick
             else PPOConfig(seed=seed))
     passes = {c: count_passes(base.replace(critic=c), tok, sft, rm) for c in CRITICS}
+    # Q34: the same step with each KL controller (separate critic; the base config's controller is reused)
+    controllers = {k: passes["separate"] if k == base.kl_ref_controller else
+                   count_passes(base.replace(kl_ref_controller=k), tok, sft, rm, peak=False) for k in KL_CONTROLLERS}
     # our sizes: a minibatch of full-length sequences, every array measured
     shape = ModelShape.from_gpt_config(gcfg)
     B, T = base.minibatch_size, gcfg.block_size
@@ -145,7 +165,8 @@ def run(quick: bool = False, seed: int = 0) -> dict:
     scaling = {name: {"params": param_count(s, ("lm",) if s.family == "llama" else ("lm", "scalar")),
                       **{c: static_bytes(four_models(s, MIXED, 1, 1, critic=c)) for c in CRITICS}}
                for name, s in sweep.items()}
-    return {"quick": quick, "seed": seed, "gpt_config": gcfg, "ppo": base, "passes": passes, "tiny": tiny,
+    return {"quick": quick, "seed": seed, "gpt_config": gcfg, "ppo": base, "passes": passes,
+            "controllers": controllers, "tiny": tiny,
             "tiny_BT": (B, T), "measured": measured, "tiny_kv": kv_cache_bytes(shape, base.batch_size,
                                                                              gcfg.block_size, 4),
             "seven": seven, "pitfall": pitfall, "scaling": scaling}
@@ -199,6 +220,7 @@ def narrative(r: dict) -> str:
              "reference and the reward model have none, and in every arrangement they "
              + ("stayed bitwise unchanged: only the actor and the critic are updated." if frozen else
                 "CHANGED (a bug: they must stay frozen)."))
+    L += controller_lines(r)
     m, (B, T) = r["measured"], r["tiny_BT"]
     actor = {x.name: x for x in r["tiny"]["separate"]}["actor"]
     same = (actor.params, actor.weights, actor.grads, actor.optimizer, actor.activations) == (
@@ -238,13 +260,84 @@ def narrative(r: dict) -> str:
     return "\n".join(L)
 
 
+def controller_cost(r: dict) -> dict:
+    """Q34 from the steps with each KL controller: are the model calls identical, and the controller's update time
+    against the step (negligible: under 0.1% of the fastest step) and the reference model's forward pass (the pass
+    the KL penalty needs whatever beta does)."""
+    ctl = r["controllers"]
+    same = all(c["counted"] == ctl["fixed"]["counted"] for c in ctl.values())
+    update_s = {k: c["controller"]["median_s"] for k, c in ctl.items()}
+    ref_s = min(c["seconds"]["reference"]["forward"] for c in ctl.values())
+    step_s = min(c["step_time"]["wall"] for c in ctl.values())
+    return {"same_calls": same, "update_s": update_s, "calls": {k: c["controller"]["calls"] for k, c in ctl.items()},
+            "ref_forward_s": ref_s, "step_s": step_s, "negligible": max(update_s.values()) < 1e-3 * step_s}
+
+
+def controller_lines(r: dict) -> list[str]:
+    """The narrative of Q34: what an adaptive KL coefficient costs, counted and timed."""
+    ctl, q = r["controllers"], controller_cost(r)
+    a = ctl["adaptive"]["counted"]
+    L = ["\nQ34, the same step with each KL controller (separate critic): "
+         + "; ".join(f"{k} {ctl[k]['controller']['calls']} update, beta {r['ppo'].kl_ref_coef:g} -> {ctl[k]['beta']:.4g}"
+                     for k in KL_CONTROLLERS) + ".",
+         "  forward passes per model, fixed / adaptive / ppo_paper: "
+         + "; ".join(f"{n} " + " / ".join(str(ctl[k]["counted"][n]["forward"]) for k in KL_CONTROLLERS) for n in a)
+         + ": " + ("identical in every kind of call (forward, backward, prefill, decode, rows): the adaptive "
+                   "controllers add no forward pass. They read objective/kl, which the rewards needed anyway."
+                   if q["same_calls"] else "NOT identical: a controller changed the model calls (a bug)."),
+         f"  time of one controller update (median of {CONTROLLER_REPEATS}): "
+         + " / ".join(f"{q['update_s'][k] * 1e6:.1f} us" for k in KL_CONTROLLERS)
+         + f", against {q['ref_forward_s'] * 1e3:.1f} ms for the reference model's one forward pass of the batch "
+         f"(needed by the KL penalty whatever beta does) and {q['step_s']:.2f} s for the whole step (wall, the "
+         "fastest of the three): 'adaptive beta costs no extra computation' "
+         + holds(q["same_calls"] and q["negligible"])
+         + (f": {100 * max(q['update_s'].values()) / q['step_s']:.2g}% of the step, one scalar update per iteration."
+            if q["negligible"] else ": the update takes 0.1% of the step or more.")]
+    return L
+
+
+def _plot_controllers(results: dict, g, h) -> None:
+    """(g) the model calls of one step with each KL controller; (h) the controller's update against the passes."""
+    ctl, q = results["controllers"], controller_cost(results)
+    Bb = results["ppo"].batch_size
+    names = list(ctl["fixed"]["counted"])
+    x, width = np.arange(len(names)), 0.8 / (2 * len(KL_CONTROLLERS))
+    for k, (name, col) in enumerate(zip(KL_CONTROLLERS, ("tab:gray", "tab:blue", "tab:green"))):
+        c = ctl[name]["counted"]
+        for j, (kind, hatch) in enumerate((("forward", None), ("backward", "//"))):
+            pos = x - 0.4 + (2 * k + j + 0.5) * width
+            g.bar(pos, [c[n][kind + "_rows"] / Bb for n in names], width, color=col, hatch=hatch, edgecolor="k",
+                  lw=0.5, label=f"{name}: {kind}")
+    g.set_xticks(x, names)
+    g.set_ylabel("passes over the batch per iteration")
+    g.set_title("(g) Q34: one step with each KL controller (beta fixed / adaptive / ppo_paper)\n"
+                + ("the same passes for all three" if q["same_calls"] else "the passes DIFFER"))
+    g.legend(fontsize=8, ncol=3, loc="upper right")
+    g.set_ylim(0, max(c["counted"][n]["forward_rows"] / Bb for c in ctl.values() for n in names) * 1.35)
+    labels = [f"controller update\n({name})" for name in KL_CONTROLLERS] + [
+        "reference forward\n(the batch, once)", "whole step\n(wall)"]
+    secs = [q["update_s"][name] for name in KL_CONTROLLERS] + [q["ref_forward_s"], q["step_s"]]
+    h.barh(range(len(secs)), secs, color=["tab:gray", "tab:blue", "tab:green", "tab:orange", "tab:red"])
+    for i, v in enumerate(secs):
+        h.text(v * 1.3, i, f"{v * 1e6:.1f} us" if v < 1e-3 else f"{v * 1e3:.1f} ms" if v < 1 else f"{v:.2f} s",
+               va="center", fontsize=8)
+    h.set_yticks(range(len(secs)), labels, fontsize=8)
+    h.invert_yaxis()
+    h.set_xscale("log")
+    h.set_xlim(min(secs) / 3, max(secs) * 30)
+    h.set_xlabel("seconds (log scale; controller: median of many updates)")
+    h.set_title("(h) what the adaptive coefficient costs: one scalar update per iteration")
+
+
 def main(argv=None) -> dict:
     return lesson_main(__doc__, __name__, run, narrative, plot, argv)
 
 
 def plot(results: dict, path) -> None:
     plt = pyplot()
-    fig, axes = plt.subplots(2, 3, figsize=(18, 10.5), gridspec_kw={"hspace": 0.38, "wspace": 0.28})
+    fig = plt.figure(figsize=(18, 16))
+    gs = fig.add_gridspec(3, 6, hspace=0.42, wspace=0.9)
+    axes = np.array([[fig.add_subplot(gs[i, 2 * j:2 * j + 2]) for j in range(3)] for i in range(2)])
     B, T = results["tiny_BT"]
     g = results["gpt_config"]
 
@@ -330,6 +423,7 @@ def plot(results: dict, path) -> None:
     ax.set_ylabel("GB resident: weights + grads + optimizer")
     ax.set_title("(f) from tiny to 13B, all models of each setup\n(mixed precision: 16 B per trained parameter)")
     ax.legend(fontsize=8, loc="lower right")
+    _plot_controllers(results, fig.add_subplot(gs[2, 0:3]), fig.add_subplot(gs[2, 3:6]))
     save(fig, path)
 
 

@@ -28,14 +28,19 @@ after each PPO update.
 What the lesson does, on the cached SFT policy and reward model (`minippo.studies.study.Study`): trains both
 shapings (main-job config, 20 iterations x 32 responses, several PPO seeds), then shows on one rollout where
 each shaping puts the reward and the credit (advantages), the per-position statistics of the advantages over
-the last iterations, and the ratios the updates produced.
+the last iterations, and the ratios the updates produced. Part 5 asks whether the clip range should depend on
+the task (Q53): epsilon 0.1, 0.2 and 0.5 on two tasks of different response length (room for 8 tokens, where
+the missing-EOS penalty teaches the policy to finish early, and the default 24; lr 1e-3, where the clip binds;
+10 iterations x 32 responses, 2 PPO seeds; --full 20 x 64, 3 seeds), judged against the seed noise.
 
 The figure (from --full: 4 seeds, 40 iterations x 64 responses): (a)-(b) per-token rewards of the same 10
 responses under each shaping, (c)-(d) their GAE advantages (each shaping with its own trained critic); (e)
 correlation between a token's advantage and its response's score, by position from the end, (f) mean
 |advantage| by position, (g) gold score and (h) critic explained variance during training; (i) token ratios
 vs sequence ratios after the updates, (j) log R against response length, (k) fractions of tokens vs
-responses outside the clip band per iteration, (l) $1.2^n$ vs the random walk of in-band ratios.
+responses outside the clip band per iteration, (l) $1.2^n$ vs the random walk of in-band ratios; part 5,
+against epsilon for each task: (m) gold score (dots: seeds), (n) clip fraction, (o) approx KL per update, (p)
+response length.
 
 Exercises:
 1. Train "uniform" with `critic_init="sft"` (a critic that does not start as the reward model): does
@@ -45,7 +50,7 @@ Exercises:
    epsilon both safe for tokens and usable for whole responses?
 4. Implement it: `minippo exercise start token_rewards`, then `minippo exercise check token_rewards`.
 
-Questions: Q35, Q36, Q37.
+Questions: Q35, Q36, Q37, Q53.
 """
 from __future__ import annotations
 
@@ -53,12 +58,13 @@ import time
 
 import numpy as np
 
-from lessons._common import clear_sign, diff_text, legend_in_margin, lesson_main, pyplot, save, seed_compare, time_line
+from lessons._common import (clear_sign, diff_text, holds, legend_in_margin, lesson_main, pyplot, save, seed_compare,
+                             time_line)
 from minippo.studies.sequence_ratio import iid_sequence_ratios, ratio_band_stats, sequence_log_ratio
 from minippo.rlhf.ppo import forward_response
 from minippo.studies.probes import advantage_profile, token_credit, update_kl
 from minippo.studies.study import Study, final
-from minippo.studies.sweep_stats import pooled_seed_std
+from minippo.studies.sweep_stats import compare_interaction, pooled_seed_std, seed_values
 
 SHAPINGS = ("kl_final", "uniform")
 COLORS = {"kl_final": "tab:blue", "uniform": "tab:orange"}
@@ -67,13 +73,26 @@ N_POS = 6              # positions reported from each end of a response
 LAST_ITERS = 10        # the advantage statistics pool the last iterations
 
 
+EPS = (0.1, 0.2, 0.5)                     # part 5 (Q53): the clip range swept on two tasks
+TASKS = {"8 tokens": 8, "24 tokens": 24}  # ... of different response length: room for max_new_tokens tokens
+EPS_LR = 1e-3                             # ... at a step size where the clip binds (lesson 17's exercise 1)
+
+
+def eps_key(task: str, eps: float) -> str:
+    """The name of one run of part 5's sweep."""
+    return f"{task}, eps {eps:g}"
+
+
 def sizes(quick: bool, full: bool) -> dict:
-    """Run lengths: quick (smoke test), default (< 60 s) or full (the committed figure)."""
+    """Run lengths: quick (smoke test), default (< 60 s) or full (the committed figure); ``eps``: part 5's sweep."""
     if quick:
-        return dict(iterations=4, batch_size=16, minibatch_size=8, seeds=(0, 1))
+        return dict(iterations=4, batch_size=16, minibatch_size=8, seeds=(0, 1),
+                    eps=dict(iterations=2, batch_size=16, minibatch_size=8, seeds=(0, 1)))
     if full:
-        return dict(iterations=40, batch_size=64, minibatch_size=16, seeds=(0, 1, 2, 3))
-    return dict(iterations=20, batch_size=32, minibatch_size=8, seeds=(0, 1, 2))
+        return dict(iterations=40, batch_size=64, minibatch_size=16, seeds=(0, 1, 2, 3),
+                    eps=dict(iterations=20, batch_size=64, minibatch_size=16, seeds=(0, 1, 2)))
+    return dict(iterations=20, batch_size=32, minibatch_size=8, seeds=(0, 1, 2),
+                eps=dict(iterations=10, batch_size=32, minibatch_size=8, seeds=(0, 1)))
 
 
 class _Probe:
@@ -117,6 +136,12 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
                 for s in SHAPINGS}
     for s in SHAPINGS:
         del runs[s]["extra"]                                             # the trainers: not part of the results
+    # 5. epsilon on two tasks of different response length (Q53)
+    ez = sz["eps"]
+    eps_base = dict(iterations=ez["iterations"], batch_size=ez["batch_size"], minibatch_size=ez["minibatch_size"],
+                    lr=EPS_LR)
+    eps_runs = study.sweep({eps_key(task, e): {"max_new_tokens": T, "clip_eps": e} for task, T in TASKS.items()
+                            for e in EPS}, ez["seeds"], base=eps_base)
     rng = np.random.default_rng([seed, 13])
     n_mean = float(np.mean(np.concatenate(probe.lengths)))
     iid = {n: iid_sequence_ratios(rng, n, 20_000) for n in (int(round(n_mean)), 50)}
@@ -124,7 +149,7 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
             "rollout": {"mask": ro.response_mask, "scores": ro.scores, "kl": credit["kl_final"]["kl"]},
             "credit": credit, "profiles": profiles, "lengths": np.concatenate(probe.lengths),
             "log_R": np.concatenate(probe.log_R), "log_r": np.concatenate(probe.log_r), "iid": iid, "n_mean": n_mean,
-            "worst": {"1.2^50": 1.2 ** 50, "0.8^50": 0.8 ** 50},
+            "worst": {"1.2^50": 1.2 ** 50, "0.8^50": 0.8 ** 50}, "eps_runs": eps_runs,
             "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
 
 
@@ -192,6 +217,85 @@ def seed_noise(r: dict, key: str) -> float | None:
     one seed."""
     s = summary(r)
     return pooled_seed_std([s[sh][key] for sh in SHAPINGS])[0] if len(r["sizes"]["seeds"]) > 1 else None
+
+
+def eps_table(r: dict) -> dict:
+    """Part 5 per task and epsilon, per seed: evaluation gold, length and KL; the run means of the clip fraction and
+    approx KL; and the seed noise of the gold pooled over the six runs (None with one seed)."""
+    out = {}
+    for task in TASKS:
+        out[task] = {}
+        for e in EPS:
+            v = r["eps_runs"][eps_key(task, e)]
+            n = len(v["records"][0])
+            out[task][e] = {**{k: seed_values(v, k) for k in ("gold_mean", "length_mean", "kl_exact_mean", "ended_frac")},
+                            **{k: seed_values(v, k, last=n) for k in ("policy/clipfrac_avg", "policy/approxkl_avg")}}
+    groups = [x["gold_mean"] for t in out.values() for x in t.values()]
+    noise = pooled_seed_std(groups)[0] if min(len(g) for g in groups) > 1 else None
+    return {"table": out, "noise": noise}
+
+
+def eps_verdict(r: dict) -> dict:
+    """Part 5's comparisons: per task the best epsilon by gold and its lead over the runner-up; per epsilon other
+    than 0.2 the interaction (its gain over 0.2 on the long task minus on the short); whether the best epsilon
+    depends on the task (the best ones differ AND an interaction is beyond 2 s.e.)."""
+    q = eps_table(r)
+    t, noise = q["table"], q["noise"]
+    short, long_ = TASKS
+    best, lead = {}, {}
+    for task in TASKS:
+        ranked = sorted(EPS, key=lambda e: t[task][e]["gold_mean"].mean(), reverse=True)
+        best[task] = ranked[0]
+        lead[task] = seed_compare(t[task][ranked[1]]["gold_mean"], t[task][ranked[0]]["gold_mean"], noise)
+    inter = {}
+    for e in EPS:
+        if e != 0.2 and noise is not None:
+            inter[e] = compare_interaction(t[short][0.2]["gold_mean"], t[short][e]["gold_mean"],
+                                           t[long_][0.2]["gold_mean"], t[long_][e]["gold_mean"], noise)
+    depends = (noise is not None and best[short] != best[long_] and any(c["clear"] for c in inter.values()))
+    return {"best": best, "lead": lead, "interaction": inter, "depends": depends, "noise": noise}
+
+
+def _narrative_eps(r: dict) -> list[str]:
+    """Part 5: does the best clip range depend on the task (Q53)?"""
+    q, v = eps_table(r), eps_verdict(r)
+    ez, short, long_ = r["sizes"]["eps"], *TASKS
+    L = [f"\n5. Does epsilon depend on the task? eps {' / '.join(f'{e:g}' for e in EPS)} on two tasks of different "
+         f"response length: room for {TASKS[short]} tokens (the missing-EOS penalty teaches the policy to finish within "
+         f"it) and for {TASKS[long_]} (the default); {ez['iterations']} iterations x {ez['batch_size']} responses, lr "
+         f"{EPS_LR:g} (linear decay), PPO seeds {list(ez['seeds'])}"
+         + (f"; seed noise of the gold pooled over the six runs {v['noise']:.3f}." if v["noise"] is not None else "."),
+         f"  {'task':<11}{'eps':>5}{'gold':>8}{'+-':>6}{'length':>7}{'EOS':>5}{'KL':>6}{'clipfrac':>9}{'approx KL':>10}"]
+    for task in TASKS:
+        for e in EPS:
+            x = q["table"][task][e]
+            L.append(f"  {task:<11}{e:>5g}{x['gold_mean'].mean():>+8.3f}{x['gold_mean'].std():>6.3f}"
+                     f"{x['length_mean'].mean():>7.1f}{x['ended_frac'].mean():>5.0%}{x['kl_exact_mean'].mean():>6.2f}"
+                     f"{x['policy/clipfrac_avg'].mean():>9.3f}{x['policy/approxkl_avg'].mean():>10.4f}")
+    L.append("  Best epsilon by gold: " + "; ".join(
+        f"{task}: {v['best'][task]:g}, ahead of the next by {diff_text(v['lead'][task], '+.2f')}" for task in TASKS)
+        + ".")
+    if v["interaction"]:
+        L.append(f"  Gain over eps 0.2 on the {long_} task minus on the {short} task: " + "; ".join(
+            f"eps {e:g}: {diff_text(c, '+.2f')}" for e, c in v["interaction"].items()) + ".")
+    L.append("  A common claim: epsilon should depend on the task (wider for longer, sparser-reward tasks). 'The best "
+             "epsilon differs between these two tasks' "
+             + ("one seed: no verdict." if v["noise"] is None else holds(v["depends"]) + (
+                 ": a different best epsilon, and an interaction beyond 2 s.e." if v["depends"] else
+                 ": the same best epsilon on both tasks (by the mean)." if v["best"][short] == v["best"][long_] else
+                 ": the best epsilons differ by the mean only, no interaction beyond 2 s.e.")))
+    clear = {e: c for e, c in v["interaction"].items() if c["clear"]}
+    if clear:
+        # an interaction for a wider eps (e > 0.2) that favours the long task, or a narrower one that favours the
+        # short task, points the way of "wider for longer"; the other signs point the other way
+        agree = [np.sign(c["diff"]) == np.sign(e - 0.2) for e, c in clear.items()]
+        L.append("  Yet the task changes what epsilon does: " + "; ".join(
+            f"eps {e:g} against 0.2 does {abs(c['diff']):.2f} {'better' if c['diff'] > 0 else 'worse'} in gold on the "
+            f"{long_} task than on the {short} task" for e, c in clear.items()) + " (beyond 2 s.e.): "
+            + ("the direction of 'wider for longer'." if all(agree) else
+               "the opposite of 'wider for longer': the short task needs the wider band more." if not any(agree) else
+               "mixed directions."))
+    return L
 
 
 def narrative(r: dict) -> str:
@@ -291,8 +395,39 @@ def narrative(r: dict) -> str:
              f"the KL penalty in the reward (beta {r['beta']:.3f} here) pulls towards the reference over iterations, "
              "it is not measured against pi_old; the per-update drift above was measured with it on. An early stop "
              "on approx KL (lesson 15) is what bounds one update.")
+    L += _narrative_eps(r)
     L.append(time_line(r))
     return "\n".join(L)
+
+
+TASK_COLORS = dict(zip(TASKS, ("tab:green", "tab:blue")))
+
+
+def _plot_eps(r: dict, m, n, o, p) -> None:
+    """Part 5 against epsilon for each task: (m) gold, (n) clip fraction, (o) approx KL, (p) response length."""
+    t, v = eps_table(r)["table"], eps_verdict(r)
+    x = np.arange(len(EPS))
+    for ax, key, ylabel in ((m, "gold_mean", "gold score, held-out prompts"),
+                            (n, "policy/clipfrac_avg", "policy clip fraction (run mean)"),
+                            (o, "policy/approxkl_avg", "approx KL per update (run mean, log)"),
+                            (p, "length_mean", "response length (tokens)")):
+        for k, task in enumerate(TASKS):
+            col, off = TASK_COLORS[task], (k - 0.5) * 0.12
+            for j, e in enumerate(EPS):
+                vals = t[task][e][key]
+                ax.plot(np.full(len(vals), j + off), vals, "o", color=col, alpha=0.5, ms=5)
+            ax.plot(x + off, [t[task][e][key].mean() for e in EPS], "-", color=col, lw=2,
+                    label=f"room for {TASKS[task]} tokens" + (f" (best eps {v['best'][task]:g})" if ax is m else ""))
+        ax.set_xticks(x, [f"{e:g}" for e in EPS])
+        ax.set(xlabel="clip_eps", ylabel=ylabel)
+        ax.legend(fontsize=8, loc="best")
+    o.set_yscale("log")
+    ez = r["sizes"]["eps"]
+    m.set_title(f"(m) Q53: gold against epsilon on two tasks\n{ez['iterations']} iterations x {ez['batch_size']}, lr "
+                f"{EPS_LR:g}, {len(ez['seeds'])} seeds (dots), mean (line)")
+    n.set_title("(n) the clip fraction against epsilon")
+    o.set_title("(o) how far each update moves (k3 of KL(pi_old || pi))")
+    p.set_title("(p) response length of the final policies")
 
 
 def main(argv=None) -> dict:
@@ -301,8 +436,8 @@ def main(argv=None) -> dict:
 
 def plot(r: dict, path) -> None:
     plt = pyplot()
-    fig, axes = plt.subplots(3, 4, figsize=(21, 14))
-    (a, b, c, d), (e, f, g, h), (i, j, k, l) = axes
+    fig, axes = plt.subplots(4, 4, figsize=(21, 18.5))
+    (a, b, c, d), (e, f, g, h), (i, j, k, l) = axes[:3]
     mask, scores, cr = r["rollout"]["mask"], r["rollout"]["scores"], r["credit"]
     vr = max(np.abs(cr[s]["rewards"][mask != 0]).max() for s in SHAPINGS)
     va = max(np.abs(cr[s]["adv"][mask != 0]).max() for s in SHAPINGS)
@@ -387,6 +522,7 @@ def plot(r: dict, path) -> None:
     l.set(title="(l) the claim 1.2^50 (Q37) vs independent ratios uniform in [0.8, 1.2]", xlabel="tokens n",
           ylabel="sequence ratio R (log)")
     l.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.13))     # below: the lines fill the corners
+    _plot_eps(r, *axes[3])
     fig.tight_layout()
     save(fig, path)
 

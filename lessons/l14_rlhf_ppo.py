@@ -30,10 +30,17 @@ judges the SFT and the PPO policy on the same held-out prompts with fresh sample
 (the proxy PPO maximised), the gold score (the simulated human that labelled the preference pairs, never seen
 by PPO), and the KL to the reference.
 
+Part 3 turns off two defaults of this run that the PPO paper does not have (lesson 17's base run, 10 iterations
+x 32 responses, 2 PPO seeds): advantage whitening (Q22) and the gradient-norm clip (Q23); then multiplies the
+reward model's scores by 10 and turns whitening off again, the case whitening is said to protect against (a
+large reward scale setting the step size). Each difference is judged against the seed noise.
+
 The figure: (a)-(f) the run's curves (RM score, gold score, KL against the controller's target with beta,
 per-token entropy, policy / value clip fractions, response length); (g) gold scores of the fresh samples
 before and after PPO; (h) RM score against gold score for both policies (the proxy moves much further than
-the gold: over-optimisation starts here, lesson 19); (i) samples before and after.
+the gold: over-optimisation starts here, lesson 19); (i) samples before and after; part 3: (j) gold of each
+variant (dots: seeds), (k) approx KL per update and the share of steps the gradient clip scaled down, (l) the
+GAE advantages before whitening (|mean| and std, log scale).
 
 Exercises:
 1. Set `kl_ref_controller="fixed"` and `kl_ref_coef=0.05`: how far does the KL run, and what happens to
@@ -43,24 +50,27 @@ Exercises:
 3. Read the samples: which word does the PPO policy overuse, and does the gold function reward it as
    much as the reward model does?
 
-Questions: Q39, Q31, Q28, Q19.
+Questions: Q39, Q31, Q28, Q19, Q22, Q23.
 """
 from __future__ import annotations
 
 import textwrap
+import time
 
 import numpy as np
 
-from lessons._common import clear_sign, diff_text, lesson_main, pyplot, save
+from lessons._common import clear_sign, diff_text, holds, lesson_main, pyplot, save, seed_compare, time_line
 from minippo.blas import single_blas_thread
 from minippo.rlhf import ppo
 from minippo.rlhf.generate import TRUNCATED_MARK, show_sample
+from minippo.rl.masked import masked_mean
 from minippo.rlhf.metrics import without_timing
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.run.plots import draw_curves
 from minippo.studies.memory import PassCounter
 from minippo.studies.study import Study
-from minippo.studies.sweep_stats import compare_paired
+from minippo.studies.pitfalls import scaled_reward_model
+from minippo.studies.sweep_stats import compare_interaction, compare_paired, pooled_seed_std, seed_values
 
 SUMMARY = ("gold_mean", "gold_std", "rm_mean", "kl_mean", "kl_exact_mean", "length_mean", "ended_frac")
 FIELDS = ("action", "log_prob", "value", "reward", "advantage", "return")     # + the observation, 7 in all
@@ -99,7 +109,41 @@ def walk_one_iteration(trainer) -> dict:
             "steps": cfg.update_epochs * cfg.num_minibatches, "B": ro.batch_size, "Tn": ro.response.shape[1]}
 
 
+# part 3 (Q22, Q23): two defaults of the run that the PPO paper does not have, each turned off; with the reward
+# model's scores multiplied by RM_SCALE, whitening on and off again (what whitening is said to protect against)
+RM_SCALE = 10.0
+ABLATIONS = {"defaults": {}, "no whitening": {"whiten_advantages": False}, "no grad clip": {"max_grad_norm": None}}
+SCALED = {f"RM x {RM_SCALE:g}": {}, f"RM x {RM_SCALE:g}, no whitening": {"whiten_advantages": False}}
+
+
+def ablation_sizes(quick: bool) -> dict:
+    """Part 3's runs: lesson 17's base run (lr 5e-4, linear decay), two PPO seeds (the seed noise)."""
+    if quick:
+        return dict(iterations=2, batch_size=16, minibatch_size=4, lr=5e-4, seeds=(0, 1))
+    return dict(iterations=10, batch_size=32, minibatch_size=8, lr=5e-4, seeds=(0, 1))
+
+
+def _raw_advantages(trainer, rollout, record) -> None:
+    """Callback of part 3: the GAE advantages before whitening (returns - values), mean and std over valid tokens."""
+    m = rollout.response_mask
+    raw = (rollout.returns - rollout.values) * m                                  # (B, Tn) A_t as GAE gave it
+    mean = masked_mean(raw, m)
+    record.update({"probe/adv_raw_mean": mean, "probe/adv_raw_std": masked_mean((raw - mean) ** 2 * m, m) ** 0.5})
+
+
+def ablate(study, quick: bool) -> dict:
+    """Part 3: the variants of :data:`ABLATIONS` with the cached reward model and of :data:`SCALED` with its scores
+    multiplied by :data:`RM_SCALE`, several PPO seeds each."""
+    az = ablation_sizes(quick)
+    base = {k: az[k] for k in ("iterations", "batch_size", "minibatch_size", "lr")}
+    out = study.sweep(ABLATIONS, az["seeds"], base=base, callback=_raw_advantages)
+    out.update(study.sweep(SCALED, az["seeds"], base=base, callback=_raw_advantages,
+                           reward_model=scaled_reward_model(study.reward_model, RM_SCALE)))
+    return out
+
+
 def run(quick: bool = False, seed: int = 0) -> dict:
+    t0, c0 = time.perf_counter(), time.process_time()
     study = Study(quick=quick, seed=seed)          # the cached SFT policy and reward model, held-out prompts
     cfg = lesson_config(quick, seed)
     trainer = study.trainer(cfg)
@@ -108,7 +152,10 @@ def run(quick: bool = False, seed: int = 0) -> dict:
     before, after = study.reference, study.evaluate(trainer.actor)
     # the walk is iteration 0 of this very run: the same record as a run the trainer does alone
     alone = without_timing(study.trainer(cfg).step())
-    return {"records": records, "config": cfg, "prompts": study.prompts, "walk": walk,
+    ablations = ablate(study, quick)               # part 3
+    return {"records": records, "config": cfg, "prompts": study.prompts, "walk": walk, "quick": quick,
+            "ablations": ablations, "ablation_sizes": ablation_sizes(quick),
+            "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0},
             "walk_equals_trainer": without_timing(records[0]) == alone,
             "before": before, "after": after, "summary": {"SFT": {k: before[k] for k in SUMMARY},
                                                           "PPO": {k: after[k] for k in SUMMARY}},
@@ -139,6 +186,98 @@ def proxy_vs_gold(r: dict) -> dict:
     gold = (a["gold"] - b["gold"]) / max(float(np.std(b["gold"])), 1e-12)
     rm = (a["rm"] - b["rm"]) / max(float(np.std(b["rm"])), 1e-12)
     return compare_paired(gold, rm)
+
+
+RUN_KEYS = ("policy/approxkl_avg", "policy/clipfrac_avg", "policy/grad_norm_avg", "policy/grad_clip_frac",
+            "probe/adv_raw_mean", "probe/adv_raw_std")
+
+
+def ablation_table(r: dict) -> dict:
+    """Part 3 per variant, per seed: evaluation gold and KL, run means of :data:`RUN_KEYS`; the seed noise pooled
+    over the five variants (None with one seed)."""
+    t = {}
+    for name, v in r["ablations"].items():
+        n = len(v["records"][0])
+        t[name] = {**{k: seed_values(v, k) for k in ("gold_mean", "kl_exact_mean")},
+                   **{k: seed_values(v, k, last=n) for k in RUN_KEYS}}
+    noise = None
+    if min(len(x["gold_mean"]) for x in t.values()) > 1:
+        noise = {k: pooled_seed_std([x[k] for x in t.values()])[0]
+                 for k in ("gold_mean", "kl_exact_mean", "policy/approxkl_avg", "policy/clipfrac_avg")}
+    return {"table": t, "noise": noise}
+
+
+def ablation_verdicts(r: dict) -> dict:
+    """Part 3's comparisons, each b - a with the pooled seed noise (se None with one seed)."""
+    q = ablation_table(r)
+    t, noise = q["table"], q["noise"]
+    cmp_ = lambda a, b, k: seed_compare(t[a][k], t[b][k], None if noise is None else noise[k])   # noqa: E731
+    big, big_raw = SCALED
+    out = {k: {"gold": cmp_("defaults", v, "gold_mean"), "approxkl": cmp_("defaults", v, "policy/approxkl_avg"),
+               "clipfrac": cmp_("defaults", v, "policy/clipfrac_avg")} for k, v in
+           (("whiten", "no whitening"), ("clip", "no grad clip"))}
+    out["scaled_gold"] = cmp_(big, big_raw, "gold_mean")
+    out["scaled_approxkl"] = cmp_(big, big_raw, "policy/approxkl_avg")
+    out["interaction"] = (None if noise is None else compare_interaction(
+        t["defaults"]["policy/approxkl_avg"], t["no whitening"]["policy/approxkl_avg"], t[big]["policy/approxkl_avg"],
+        t[big_raw]["policy/approxkl_avg"], noise["policy/approxkl_avg"]))
+    return out
+
+
+def _matters(c: dict, what: str) -> str:
+    """'<what> higher / lower beyond 2 s.e' or 'no <what> difference beyond 2 s.e' (or one seed; the caller ends the
+    sentence)."""
+    if c["se"] is None:
+        return "one seed: no verdict"
+    return {1: f"{what} higher beyond 2 s.e", -1: f"{what} lower beyond 2 s.e",
+            0: f"no {what} difference beyond 2 s.e"}[clear_sign(c)]
+
+
+def _narrative_ablations(r: dict) -> list[str]:
+    """Part 3: advantage whitening (Q22) and gradient clipping (Q23), each off, against the seed noise."""
+    q, v, az = ablation_table(r), ablation_verdicts(r), r["ablation_sizes"]
+    t, noise = q["table"], q["noise"]
+    big, big_raw = SCALED
+    L = [f"\nPart 3: two defaults of this run that the PPO paper does not have, each turned off: {az['iterations']} "
+         f"iterations x {az['batch_size']} responses, lr {az['lr']:g} (lesson 17's base run), PPO seeds "
+         f"{list(az['seeds'])}; then the reward model's scores x {RM_SCALE:g}, whitening on and off"
+         + (f"; seed noise of the gold pooled over the five variants {noise['gold_mean']:.3f}." if noise else "."),
+         f"  {'variant':<24}{'gold':>8}{'KL':>6}{'approx KL':>10}{'clipfrac':>9}{'grad norm':>10}{'clipped':>8}"
+         f"{'raw A mean':>11}{'raw A std':>10}"]
+    for name, x in t.items():
+        L.append(f"  {name:<24}{x['gold_mean'].mean():>+8.3f}{x['kl_exact_mean'].mean():>6.2f}"
+                 f"{x['policy/approxkl_avg'].mean():>10.4f}{x['policy/clipfrac_avg'].mean():>9.3f}"
+                 f"{x['policy/grad_norm_avg'].mean():>10.2f}{x['policy/grad_clip_frac'].mean():>8.0%}"
+                 f"{x['probe/adv_raw_mean'].mean():>+11.3f}{x['probe/adv_raw_std'].mean():>10.3f}")
+    L.append("  (KL: exact, to the reference, nats per response, held-out prompts; approx KL and clipfrac: per update, "
+             "run mean; grad norm before clipping and the share of steps it clipped (max_grad_norm 1); raw A: the GAE "
+             "advantages before whitening, over the valid tokens.)")
+    w, c = v["whiten"], v["clip"]
+    L.append(f"  Q22. Whitening off: gold {diff_text(w['gold'], '+.2f')}, approx KL {diff_text(w['approxkl'], '+.4f')}: "
+             + _matters(w["gold"], "gold") + "; " + _matters(w["approxkl"], "approx KL")
+             + ". 'Advantage whitening matters at this scale' "
+             + ("one seed: no verdict." if noise is None else holds(w["gold"]["clear"]) + " (judged on the gold).")
+             + f" Its raw advantages have mean {t['defaults']['probe/adv_raw_mean'].mean():+.3f} and std "
+             f"{t['defaults']['probe/adv_raw_std'].mean():.3f}: whitening rescales them by about "
+             f"{1 / max(t['defaults']['probe/adv_raw_std'].mean(), 1e-12):.1f}x.")
+    ia = v["interaction"]
+    L.append(f"  With the scores x {RM_SCALE:g} the raw advantages' std is {t[big]['probe/adv_raw_std'].mean():.2f}; "
+             f"whitening off there: gold {diff_text(v['scaled_gold'], '+.2f')}, approx KL "
+             f"{diff_text(v['scaled_approxkl'], '+.4f')}. How much more turning whitening off moves the approx KL at x "
+             f"{RM_SCALE:g} than at x 1: "
+             + ("one seed: no verdict." if ia is None else diff_text(ia, '+.4f') + ": 'without whitening, the reward "
+                "model's scale sets the step size' " + holds(clear_sign(ia) > 0)
+                + ("." if clear_sign(ia) > 0 else
+                   ", consistent with Adam, which divides each parameter's step by the running RMS of its gradient: a "
+                   "uniform scale of the advantages cancels in the step.")))
+    L.append(f"  Q23. Gradient clipping off: the default run clipped {t['defaults']['policy/grad_clip_frac'].mean():.0%} "
+             f"of its steps (mean grad norm {t['defaults']['policy/grad_norm_avg'].mean():.2f} vs max_grad_norm 1); "
+             f"without it gold {diff_text(c['gold'], '+.2f')}, approx KL {diff_text(c['approxkl'], '+.4f')}: "
+             + _matters(c["gold"], "gold") + "; " + _matters(c["approxkl"], "approx KL")
+             + ". 'Gradient clipping matters at this scale' "
+             + ("one seed: no verdict." if noise is None else holds(c["gold"]["clear"] or c["approxkl"]["clear"])
+                + " (judged on the gold and the update size)."))
+    return L
 
 
 def narrative(r: dict) -> str:
@@ -202,7 +341,50 @@ def narrative(r: dict) -> str:
         for name, ev in (("SFT", r["before"]), ("PPO", r["after"])):
             L.append(f"  {name} gold {ev['gold'][i]:+.2f} RM {ev['rm'][i]:+.2f} | "
                      f"{show_sample(ev['texts'][i], ev['ended'][i])}")
+    L += _narrative_ablations(r)
+    L.append(time_line(r))
     return "\n".join(L)
+
+
+ABLATION_COLORS = ("tab:blue", "tab:orange", "tab:red", "tab:purple", "tab:brown")
+
+
+def _plot_ablations(r: dict, j, k, l) -> None:
+    """Part 3: (j) gold, (k) approx KL per update and the share of steps clipped, (l) the raw advantages' scale."""
+    t = ablation_table(r)["table"]
+    names = list(t)
+    x = np.arange(len(names))
+    short = [n.replace(", ", ",\n").replace("no ", "no\n") for n in names]
+    for ax, key, ylabel in ((j, "gold_mean", "gold score, held-out prompts"),
+                            (k, "policy/approxkl_avg", "approx KL per update (run mean)")):
+        for i, (name, col) in enumerate(zip(names, ABLATION_COLORS)):
+            vals = t[name][key]
+            ax.plot(np.full(len(vals), i) + np.linspace(-0.08, 0.08, len(vals)), vals, "o", color=col, alpha=0.7)
+            ax.plot([i - 0.25, i + 0.25], [vals.mean()] * 2, color=col, lw=2.5)
+        ax.set_xticks(x, short, fontsize=8)
+        ax.set_ylabel(ylabel)
+    j.axhline(r["before"]["gold_mean"], color="grey", ls="--", lw=1, label="SFT policy")
+    j.legend(loc="lower left", fontsize=8)
+    az = r["ablation_sizes"]
+    j.set_title(f"(j) Q22 / Q23: whitening, gradient clipping off\n{az['iterations']} iterations x "
+                f"{az['batch_size']}, {len(az['seeds'])} seeds (dots), mean (bar)")
+    twin = k.twinx()
+    twin.plot(x + 0.32, [t[n]["policy/grad_clip_frac"].mean() for n in names], "k^", ms=7,
+              label="steps clipped (right axis, beside each variant)")
+    twin.set_ylim(-0.06, 1.08)                                       # markers at 0 and 1 whole
+    twin.set_ylabel("share of steps with grad norm > max_grad_norm")
+    twin.grid(False)
+    twin.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=8)     # below: the points fill the corners
+    k.set_title("(k) the update's size, and how often the clip bound")
+    for i, (name, col) in enumerate(zip(names, ABLATION_COLORS)):
+        l.bar(i - 0.2, abs(t[name]["probe/adv_raw_mean"].mean()), 0.4, color=col, alpha=0.5, hatch="//",
+              label="|mean|" if i == 0 else None)
+        l.bar(i + 0.2, t[name]["probe/adv_raw_std"].mean(), 0.4, color=col, label="std" if i == 0 else None)
+    l.set_yscale("log")
+    l.set_xticks(x, short, fontsize=8)
+    l.set_ylabel("GAE advantage before whitening (log)")
+    l.set_title(f"(l) the raw advantages: the RM x {RM_SCALE:g} reaches them")
+    l.legend(loc="upper left", fontsize=8)
 
 
 def main(argv=None) -> dict:
@@ -211,7 +393,7 @@ def main(argv=None) -> dict:
 
 def plot(r: dict, path) -> None:
     plt = pyplot()
-    fig, axes = plt.subplots(3, 3, figsize=(16, 13))
+    fig, axes = plt.subplots(4, 3, figsize=(16, 17.5))
     cfg, before, after = r["config"], r["before"], r["after"]
     draw_curves(axes.ravel()[:6], r["records"],
                 kl_ref_target=cfg.kl_ref_target if cfg.kl_ref_controller == "adaptive" else None,
@@ -242,6 +424,7 @@ def plot(r: dict, path) -> None:
                                           placeholder=" ...") + end)
         lines.append("")
     t.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=8.5, transform=t.transAxes)
+    _plot_ablations(r, *axes[3])
     fig.tight_layout()
     save(fig, path)
 

@@ -36,13 +36,21 @@ B. k1, k2, k3 on fresh samples of two trained policies (a close one and a far on
 C. Top-k sampling (k = 10): the exact mean of the k1 estimate for policies that flatten the reference (moving
    mass into the tokens top-k never samples) -- negative, so the penalty pays them for moving -- and what a
    PPO run with top-k actually did to the estimate.
-D. `kl_old_target` early stopping on the no-penalty run: where it fires and the KL of each update.
+D. `kl_old_target` early stopping on the no-penalty run (the seeds of A): where it fires and the KL of each
+   update.
+E. What bounds one update (Q44, Q45): the KL of each update (KL($\pi_{old} \| \pi$), measured after it, and the
+   minibatches' approx KL before their steps) with the penalty at beta 0 and beta 1, with the early stop, and
+   with the same `kl_old_target` adapting the learning rate instead (`kl_old_action="adapt_lr"`, rsl_rl's rule:
+   lr / 1.5 when a minibatch's approx KL exceeds twice the target, x 1.5 when it is below half of it); their
+   gold and KL to the reference, against the seed noise.
 
 The figure (from --full: 3 seeds, 40 iterations): (a) exact KL to the reference per response, (b) gold score
 (mean of the seeds), (c) beta; (d) per-token k1 / k2 / k3 values on the far policy, (e) per-response bias and
 spread of the three estimators; (f) top-k: estimated vs exact KL of flattened policies, (g) the top-k PPO
 run's k1 vs its exact KL; (h) the KL of each update with and without early stopping, (i) the KL to the
-reference of the same two runs.
+reference of the same two runs; (j) the KL of each update for beta 0, beta 1, the early stop and the adapted
+lr, (k) the adapted lr (at the end of each update and its largest inside it) and the early stop's steps per
+update, (l) gold and KL to the reference of the four (dots: seeds).
 
 Exercises:
 1. Run the fixed-beta variants longer (`--full`): does the KL of beta = 0.02 keep growing or settle?
@@ -79,7 +87,12 @@ CONTROLS = {
 KL_TARGET = 4.0
 TOP_K = 10
 TAUS = (1.0, 1.15, 1.3, 1.5)              # C: flattened copies of the reference, logits / tau
-TARGET_KL = 0.05                          # D: early stop when a minibatch's approx KL exceeds it
+TARGET_KL = 0.05                          # D, E: the KL(pi_old || pi) a minibatch may reach (kl_old_target)
+CAP = 2.0                                 # E: an update is "bounded" when its KL stays below CAP x TARGET_KL
+KL_OLD_ARMS = {                           # D, E: what happens when it does, on the no-penalty run
+    "early stop": dict(kl_old_target=TARGET_KL),
+    "adapt lr": dict(kl_old_target=TARGET_KL, kl_old_action="adapt_lr"),
+}
 
 
 def sizes(quick: bool, full: bool) -> dict:
@@ -110,8 +123,10 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     # A. the five controls, several PPO seeds; C and D: a top-k run beside "fixed beta 1", an
     # early-stopping run beside "no penalty"
     runs = _sweep(study, CONTROLS, sz["seeds"], base)
-    side = _sweep(study, {"top-k": {**CONTROLS["fixed beta 1"], "top_k": TOP_K},
-                          "early stop": {**CONTROLS["no penalty"], "kl_old_target": TARGET_KL}}, sz["side_seeds"], base)
+    side = _sweep(study, {"top-k": {**CONTROLS["fixed beta 1"], "top_k": TOP_K}}, sz["side_seeds"], base)
+    # D, E: what kl_old_target does with the KL to pi_old, on the no-penalty run, with the seeds of A (seed noise)
+    kl_old = _sweep(study, {name: {**CONTROLS["no penalty"], **ov} for name, ov in KL_OLD_ARMS.items()}, sz["seeds"],
+                    base)
     cfg = study.config(**base)
 
     def sample(policy, prompts, key, top_k=0):
@@ -148,11 +163,12 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
                        "kl_within": per_response(dec["kl_within"]),
                        "log_mass_ratio": per_response(dec["log_mass_ratio"]),
                        "mass": float(dec["mass"][m].mean()), "mass_ref": float(dec["mass_ref"][m].mean())}
-    for v in (*runs.values(), *side.values()):
+    for v in (*runs.values(), *side.values(), *kl_old.values()):
         del v["extra"]                                                    # the actors: not part of the results
     return {"sizes": sz, "base": base, "reference": study.reference, "quick": quick, "full": full,
-            "update_epochs": cfg.update_epochs,
-            "runs": runs, "topk_runs": side["top-k"], "early_runs": side["early stop"],
+            "update_epochs": cfg.update_epochs, "steps_per_update": cfg.update_epochs * cfg.num_minibatches,
+            "runs": runs, "topk_runs": side["top-k"], "early_runs": kl_old["early stop"],
+            "adapt_runs": kl_old["adapt lr"],
             "estimators": estimators, "tempered": tempered, "topk_policy": topk_policy, "beta_topk": 1.0,
             "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
 
@@ -403,12 +419,145 @@ def _narrative_early_stop(r: dict) -> list[str]:
     return L
 
 
+def kl_old_arms(r: dict) -> dict:
+    """Part E, per arm (beta 0, beta 1, early stop, adapt lr), per seed: log10 of the KL of each update after it
+    (probe), averaged over the iterations (a geometric mean: one update's KL spans orders of magnitude, iteration 0
+    with a cold Adam the largest, part D), the minibatches' approx KL before their steps (max and mean over an
+    update), the largest update, the updates above kl_old_target, the steps per update, the actor's lr at the end
+    of each update, evaluation gold and the final exact KL to the reference."""
+    arms = {"no penalty": r["runs"]["no penalty"], "fixed beta 1": r["runs"]["fixed beta 1"],
+            "early stop": r["early_runs"], "adapt lr": r["adapt_runs"]}
+    out = {}
+    for name, v in arms.items():
+        after = _curve(v, "probe/update_kl")                               # (seeds, iterations)
+        out[name] = {"after": np.log10(np.maximum(after, 1e-12)).mean(axis=1), "largest": float(after.max()),
+                     "above": int((after > TARGET_KL).sum()), "n_updates": int(after.size),
+                     "mb_max": float(_curve(v, "policy/approxkl_max").mean()),
+                     "mb_avg": float(_curve(v, "policy/approxkl_avg").mean()),
+                     "steps": float(_curve(v, "policy/steps").mean()), "lr": _curve(v, "lr"),
+                     "lr_max": _curve(v, "lr_max"), "skipped": int(_curve(v, "policy/skipped_minibatches").sum()),
+                     "gold": np.array([e["gold_mean"] for e in v["eval"]]),
+                     "kl_ref": np.array([final(recs, "objective/kl_exact") for recs in v["records"]])}
+    return out
+
+
+def kl_old_noise(arms: dict) -> dict | None:
+    """Seed noise pooled over the four arms of part E (None with one seed)."""
+    if min(len(a["gold"]) for a in arms.values()) < 2:
+        return None
+    return {k: pooled_seed_std([a[k] for a in arms.values()])[0] for k in ("after", "gold", "kl_ref")}
+
+
+def _narrative_kl_old(r: dict) -> list[str]:
+    """Part E: what bounds one update, the KL penalty or kl_old_target (early stop, adapted lr) (Q44, Q45). An arm
+    bounds the update when no update's KL exceeds CAP x kl_old_target (the stop checks before each step, so the
+    last step taken may carry an update past the target)."""
+    a, steps, cap = kl_old_arms(r), r["steps_per_update"], CAP * TARGET_KL
+    noise = kl_old_noise(a)
+    cmp_ = lambda x, y, k: seed_compare(a[x][k], a[y][k], None if noise is None else noise[k])   # noqa: E731  y - x
+    capped = {name: x["largest"] <= cap for name, x in a.items()}
+    L = [f"\nE. What bounds one update? KL(pi_old || pi) per token (k3) of each update: 'after' measured on the "
+         "rollout after the K epochs (geometric mean over the iterations and the seeds; compared below in log10 units, "
+         "-0.30 = half), 'largest' over all updates, 'mb max' / 'mb avg' over the minibatches, each before its step "
+         f"(policy/approxkl_max / _avg, mean over the updates); kl_old_target {TARGET_KL:g}; 'bounded' = no update "
+         f"above {CAP:g} x the target = {cap:g}; PPO seeds {list(r['sizes']['seeds'])}.",
+         f"  {'arm':<14}{'after':>7}{'largest':>8}{'>target':>9}{'mb max':>8}{'mb avg':>8}{'steps':>7}{'lr end':>9}"
+         f"{'lr max':>8}{'eval gold':>10}{'KL ref':>7}"]
+    for name, x in a.items():
+        L.append(f"  {name:<14}{10 ** x['after'].mean():>7.3f}{x['largest']:>8.3f}{x['above']:>4d}/{x['n_updates']:<4d}"
+                 f"{x['mb_max']:>8.3f}{x['mb_avg']:>8.3f}{x['steps']:>7.1f}{x['lr'][:, -1].mean():>9.2g}"
+                 f"{x['lr_max'].max():>8.2g}{x['gold'].mean():>+10.3f}{x['kl_ref'].mean():>7.1f}")
+    pen, stop = cmp_("no penalty", "fixed beta 1", "after"), cmp_("no penalty", "early stop", "after")
+    ref = cmp_("no penalty", "fixed beta 1", "kl_ref")
+    pb, es = a["fixed beta 1"], a["early stop"]
+    L.append(f"  Q44. The KL penalty (beta 1 vs 0): KL to the reference {diff_text(ref, '+.1f')} nats; log10 KL of each "
+             f"update {diff_text(pen, '+.2f')}: "
+             + ("it makes each update smaller too" if clear_sign(pen) < 0 else "each update is larger"
+                if clear_sign(pen) > 0 else "no smaller updates beyond 2 s.e." if pen["se"] is not None else "one seed")
+             + f"; its largest update {pb['largest']:.3f} ({pb['largest'] / TARGET_KL:.1f}x the target, "
+             f"{pb['above']} of {pb['n_updates']} updates above it): " + ("bounded" if capped["fixed beta 1"] else
+                                                                          "not bounded")
+             + f". The early stop (beta 0): log10 KL of each update {diff_text(stop, '+.2f')}; largest "
+             f"{es['largest']:.3f} ({es['largest'] / TARGET_KL:.1f}x the target, {es['above']} of {es['n_updates']} "
+             f"above it), {es['steps']:.1f} of {steps} steps per update taken: "
+             + ("bounded" if capped["early stop"] else "not bounded")
+             + ". 'The penalty does not bound one update's drift; the early stop does' "
+             + holds(not capped["fixed beta 1"] and capped["early stop"])
+             + (": the penalty sets where the policy settles over many iterations, the stop caps each update."
+                if not capped["fixed beta 1"] and capped["early stop"] else "."))
+    ad, lr0 = a["adapt lr"], r["base"]["lr"]
+    up, ae = cmp_("no penalty", "adapt lr", "after"), cmp_("early stop", "adapt lr", "after")
+    gold, kl = cmp_("early stop", "adapt lr", "gold"), cmp_("early stop", "adapt lr", "kl_ref")
+    L.append(f"  Q45. The KL-adapted lr (kl_old_action 'adapt_lr', rsl_rl's rule on the same target, per minibatch: "
+             f"/ 1.5 above {2 * TARGET_KL:g}, x 1.5 below {TARGET_KL / 2:g}, within [1e-5, 1e-2]): no update stopped, "
+             f"{ad['steps']:.1f} of {steps} steps per update taken ({ad['skipped']} minibatches skipped by "
+             f"ratio_threshold in all); the lr went {lr0:g} -> {ad['lr'][:, -1].mean():.2g} at the end of the run, and "
+             f"inside the updates up to {ad['lr_max'].max():.2g} "
+             + (f"({ad['lr_max'].max() / lr0:.1f}x the configured rate: the KL of pi_old restarts from 0 in every "
+                f"update, so its first minibatches raise the rate until the KL has passed {2 * TARGET_KL:g})"
+                if ad["lr_max"].max() > lr0 else "(never above the configured rate)")
+             + f". log10 KL of each update vs neither {diff_text(up, '+.2f')}, vs the early "
+             f"stop {diff_text(ae, '+.2f')}; largest update {ad['largest']:.3f}: "
+             + ("bounded" if capped["adapt lr"] else "not bounded")
+             + f". Gold vs the early stop {diff_text(gold, '+.2f')}, KL to the reference {diff_text(kl, '+.1f')} nats. "
+             "'An lr adapted from the KL bounds each update, an alternative to the early stop' "
+             + holds(capped["adapt lr"])
+             + (": it reacts after the KL has moved, the stop before each step." if not capped["adapt lr"] else ".")
+             + " Neither touches the KL to the reference: that is the penalty's job (Q44).")
+    return L
+
+
 def narrative(r: dict) -> str:
     """The measured numbers, and which common claims hold at this scale."""
     L = (_narrative_controls(r, summary(r)) + _narrative_estimators(r) + _narrative_topk(r)
-         + _narrative_early_stop(r))
+         + _narrative_early_stop(r) + _narrative_kl_old(r))
     L.append(time_line(r))
     return "\n".join(L)
+
+
+ARM_COLORS = {"no penalty": "tab:red", "fixed beta 1": "tab:purple", "early stop": "tab:cyan", "adapt lr": "tab:olive"}
+
+
+def _plot_kl_old(r: dict, j, k, l) -> None:
+    """Part E: (j) the KL of each update per arm, (k) the adapted lr and the early stop's steps, (l) gold and KL."""
+    a = kl_old_arms(r)
+    arms = {"no penalty": r["runs"]["no penalty"], "fixed beta 1": r["runs"]["fixed beta 1"],
+            "early stop": r["early_runs"], "adapt lr": r["adapt_runs"]}
+    it = np.arange(r["sizes"]["iterations"])
+    for name, v in arms.items():
+        _band(j, it, _curve(v, "probe/update_kl"), name, ARM_COLORS[name])
+    j.axhline(TARGET_KL, color="k", ls=":", lw=1, label=f"kl_old_target {TARGET_KL:g}")
+    j.axhline(CAP * TARGET_KL, color="k", ls="--", lw=0.8, label=f"{CAP:g} x target ('bounded' below)")
+    j.set_yscale("log")
+    j.set(title="(j) Q44 / Q45: the KL of each update (band: seed range)", xlabel="iteration",
+          ylabel="KL(pi_old || pi) per token after the update (log)")
+    j.legend(fontsize=8, ncol=2, loc="upper right")
+    lr = _curve(r["adapt_runs"], "lr")
+    _band(k, it, lr, "adapted lr at the end of each update", "tab:olive")
+    _band(k, it, _curve(r["adapt_runs"], "lr_max"), "adapted lr, largest inside the update", "tab:olive", ls="--")
+    k.axhline(r["base"]["lr"], color="grey", ls=":", lw=1, label=f"configured lr {r['base']['lr']:g}")
+    k.set_yscale("log")
+    k.set(title="(k) the KL-adapted lr, and the early stop's steps", xlabel="iteration", ylabel="actor lr (log)")
+    twin = k.twinx()
+    twin.plot(it, _curve(r["early_runs"], "policy/steps").mean(0), color="tab:cyan", marker=".", lw=1,
+              label="early stop: steps per update (right)")
+    twin.set_ylim(0, r["steps_per_update"] * 1.1)
+    twin.set_ylabel("Adam steps taken per update")
+    twin.grid(False)
+    h1, l1 = k.get_legend_handles_labels()
+    h2, l2 = twin.get_legend_handles_labels()
+    k.legend(h1 + h2, l1 + l2, fontsize=8, loc="lower left")
+    names = list(a)
+    x = np.arange(len(names))
+    for i, name in enumerate(names):
+        g = a[name]["gold"]
+        l.plot(np.full(len(g), i) + np.linspace(-0.08, 0.08, len(g)), g, "o", color=ARM_COLORS[name], alpha=0.7)
+        l.plot([i - 0.25, i + 0.25], [g.mean()] * 2, color=ARM_COLORS[name], lw=2.5)
+    l.axhline(r["reference"]["gold_mean"], color="grey", ls="--", lw=1, label="SFT policy")
+    l.set_xticks(x, [f"{n}\nKL ref {a[n]['kl_ref'].mean():.1f}" for n in names], fontsize=8)
+    l.set(title="(l) gold on held-out prompts (dots: seeds); KL to the reference in the labels",
+          ylabel="gold score")
+    l.legend(fontsize=8, loc="lower left")
 
 
 def main(argv=None) -> dict:
@@ -417,8 +566,8 @@ def main(argv=None) -> dict:
 
 def plot(r: dict, path) -> None:
     plt = pyplot()
-    fig, axes = plt.subplots(3, 3, figsize=(17, 14))
-    (a, b, c), (d, e, f), (g, h, i) = axes
+    fig, axes = plt.subplots(4, 3, figsize=(17, 19))
+    (a, b, c), (d, e, f), (g, h, i) = axes[:3]
     it = np.arange(r["sizes"]["iterations"])
     n_seeds = len(r["sizes"]["seeds"])
     for name, v in r["runs"].items():
@@ -509,6 +658,7 @@ def plot(r: dict, path) -> None:
     i.set(title="(i) early stopping slows the drift, it does not bound it", xlabel="iteration",
           ylabel="exact KL to the reference (nats / response)")
     i.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)   # below: the dashed gold fills the top
+    _plot_kl_old(r, *axes[3])
     fig.tight_layout()
     save(fig, path)
 

@@ -9,7 +9,9 @@ A. **The critic.** Value networks are unstable early on, and the fixes usually p
    10 (the Bradley-Terry loss fixes only score differences, so a raw RM's mean is arbitrary): no fix, value
    clipping (`value_clip`, with `clip_eps_value` 0.2), value normalisation (`value_norm`, PopArt running mean
    / std of the returns), bias initialisation to the mean score (`critic_bias_init="mean_score"`), all three,
-   and the main job's critic initialised from the reward model (`critic_init="reward_model"`). Measured: the
+   and the main job's critic initialised from the reward model (`critic_init="reward_model"`); and (Q47), from
+   the bias init's start, the critic's output clamped to [-10, 10] (`studies.pitfalls.ClampedCritic`), what some
+   code calls value clipping, beside PPO's value clipping, which bounds the change around V_old instead. Measured: the
    critic's error $\tfrac12\, \mathrm{mean}(V - R)^2$ in return units at each rollout (before its update),
    the explained variance $1 - \mathrm{Var}[R - V] / \mathrm{Var}[R]$, and the gold score. GAE turns a value
    offset into advantages that depend on the token's distance to the end. A small value error does not mean
@@ -41,7 +43,8 @@ $$
 and GAE (PPO eqs. (11)-(12)) for how a value offset reaches the advantages.
 
 The figure (from --full: 24 iterations x 64 responses, 3 PPO seeds; lengths 30 iterations): (a) critic error
-in return units, (b) explained variance, (c) gold per critic variant, one point per seed; (d) response length
+in return units, (b) explained variance, (c) gold per critic variant, one point per seed (the clamp of Q47 dashed
+in (a), (b)); (d) response length
 and (e) gold of the rollouts under the length bonus, (f) the gold penalty terms of the final policies; (g) the
 lr = 0 check table, (h) the log-ratios each bug produces, (i) approx KL and the fraction of tokens outside
 the clip band against the recompute temperature.
@@ -67,8 +70,9 @@ from minippo.blas import blas_core_name
 from minippo.rlhf.data.gold import gold_breakdown, gold_profile
 from minippo.rlhf.generate import show_sample
 from minippo.rlhf.reward_model import sequence_scores
-from minippo.studies.pitfalls import (length_slope, logp_rounding_tolerance, lr_zero_verdict, offset_reward_model,
-                                      ratio_statistics, recompute_logp, value_error)
+from minippo.rl.masked import masked_mean
+from minippo.studies.pitfalls import (clamp_critic, length_slope, logp_rounding_tolerance, lr_zero_verdict,
+                                      offset_reward_model, ratio_statistics, recompute_logp, value_error)
 from minippo.studies.study import Study
 from minippo.studies.sweep_stats import compare, compare_paired, pooled_seed_std, seed_curves, seed_values
 
@@ -82,6 +86,8 @@ CRITICS = {
     "all three": {**NO_FIX, "value_clip": True, "value_norm": True, "critic_bias_init": "mean_score"},
     "RM-init critic": dict(critic_init="reward_model"),      # the main job's: RM weights, value clip, bias init
 }
+BOX = (-10.0, 10.0)             # A, Q47: the value clamped to a fixed box instead of clipped around V_old,
+CLAMP = "bias init + clamp [-10, 10]"   # ... from the bias init's start (V near the returns: where a box binds)
 BONUS, LONG_TOKENS = 0.3, 40    # B: score + BONUS per token, responses up to LONG_TOKENS tokens
 ALPHA = 0.5                     # B: the length normalisation score / n^ALPHA (Q50)
 TERMS = ("unknown", "run_on", "no_period", "word_order", "adj_chain", "long")   # the gold's penalty terms shown
@@ -133,15 +139,26 @@ def lr_zero_check(study, base: dict) -> dict:
             "params_unchanged": all(np.array_equal(tr.actor.params[k], study.sft.params[k]) for k in study.sft.params)}
 
 
+def _log_critic(trainer, rollout, record) -> None:
+    """Callback of part A: the critic's error in return units, and the fractions of valid tokens whose value /
+    return lies on or outside :data:`BOX` (for the clamped critic: where the clamp binds)."""
+    m, (lo, hi) = rollout.response_mask, BOX
+    outside = lambda x: masked_mean(((x <= lo) | (x >= hi)).astype(np.float64), m)     # noqa: E731
+    record.update({"val/value_error": value_error(rollout), "val/values_outside_box": outside(rollout.values),
+                   "val/returns_outside_box": outside(rollout.returns)})
+
+
 def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     t0, c0 = time.perf_counter(), time.process_time()
     sz = sizes(quick, full)
     study = Study(quick=quick, seed=seed)
     base = dict(iterations=sz["iterations"], batch_size=sz["batch_size"], minibatch_size=sz["minibatch_size"], lr=5e-4)
-    # A. six critics against the offset reward model; the callback logs the critic's error in return units
-    add_error = lambda tr, ro, rec: rec.update({"val/value_error": value_error(ro)})   # noqa: E731
-    critic = study.sweep(CRITICS, seeds=sz["seeds"], base=base, callback=add_error,
-                         reward_model=offset_reward_model(study.reward_model, OFFSET))
+    # A. six critics against the offset reward model, and (Q47) the no-fix critic clamped to BOX; the callback logs
+    # the critic's error in return units and where a clamp to BOX binds (or would bind) on values and returns
+    offset_rm = offset_reward_model(study.reward_model, OFFSET)
+    critic = study.sweep(CRITICS, seeds=sz["seeds"], base=base, callback=_log_critic, reward_model=offset_rm)
+    q47 = study.sweep({CLAMP: CRITICS["bias init"]}, seeds=sz["seeds"], base=base, callback=_log_critic,
+                      reward_model=offset_rm, setup=lambda tr: clamp_critic(tr, *BOX))
     # B. length: the SFT samples with room for LONG_TOKENS give the slope of the bonus-shaped score
     cfg_long = study.config(max_new_tokens=LONG_TOKENS)
     ref_long = study.evaluate(study.sft, max_new_tokens=LONG_TOKENS, sample_seed=1)
@@ -160,7 +177,7 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     # C. the lr = 0 check
     check = lr_zero_check(study, base)
     return {"sizes": sz, "base": base, "reference": study.reference, "quick": quick, "full": full,
-            "critic": critic, "ref_long": {**ref_long, "terms": gold_profile(ref_long["texts"])},
+            "critic": critic, "q47": q47, "clip_eps_value": study.config(**base).clip_eps_value, "ref_long": {**ref_long, "terms": gold_profile(ref_long["texts"])},
             "slope": slope, "penalty": penalty, "length": length, "check": check,
             "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
 
@@ -178,12 +195,68 @@ def summary(r: dict) -> dict:
     return out
 
 
+def clamp_summary(r: dict) -> dict:
+    """Q47: PPO's value clipping (from no fix: V starts at 0, far from the returns) and the clamp (from the bias init:
+    V starts near the returns), each beside its run without it; per seed the error at the end (last 3 iterations,
+    return units), where a clamp to BOX binds (values on or outside it, first iteration and last 3), the returns
+    outside it, the value-clip fraction during the update (last 3), and evaluation gold. Seed noise (None with one
+    seed): of log10 of the error pooled over these four runs (errors are positive and their spread grows with
+    their size: compared as ratios), of the gold over the six critics of part A and the clamp."""
+    variants = {name: r["critic"][name] for name in ("no fix", "value clip", "bias init")}
+    variants[CLAMP] = r["q47"][CLAMP]
+    out = {}
+    for name, v in variants.items():
+        box = seed_curves(v, "val/values_outside_box")
+        err = seed_curves(v, "val/value_error")[:, -3:].mean(axis=1)
+        out[name] = {"err_end": err, "log_err": np.log10(np.maximum(err, 1e-12)),
+                     "box_first": float(box[:, 0].mean()), "box_end": float(box[:, -3:].mean()),
+                     "returns_out": float(seed_curves(v, "val/returns_outside_box")[:, -3:].mean()),
+                     "vclip_end": float(seed_curves(v, "val/clipfrac_avg")[:, -3:].mean()),
+                     "gold": seed_values(v, "gold_mean")}
+    every = [*r["critic"].values(), *r["q47"].values()]
+    noise = None
+    if min(len(v["records"]) for v in every) > 1:
+        noise = {"log_err": pooled_seed_std([x["log_err"] for x in out.values()])[0],
+                 "gold": pooled_seed_std([seed_values(v, "gold_mean") for v in every])[0]}
+    return {"variants": out, "noise": noise}
+
+
+def clamp_lines(r: dict) -> list[str]:
+    """The narrative of Q47: a clamp of V to a fixed box against PPO's value clipping around V_old."""
+    q = clamp_summary(r)
+    x, noise = q["variants"], q["noise"]
+    cmp_ = lambda a, b, k: seed_compare(x[a][k], x[b][k], None if noise is None else noise[k])   # noqa: E731
+    nf, vc, bi, cl = x["no fix"], x["value clip"], x["bias init"], x[CLAMP]
+    e_clip, e_clamp = cmp_("no fix", "value clip", "log_err"), cmp_("bias init", CLAMP, "log_err")
+    gold = cmp_("bias init", CLAMP, "gold")
+    lo, hi = BOX
+    differ = clear_sign(e_clamp) > 0 and vc["box_end"] < 0.5 * cl["box_end"]
+    L = [f"  Q47. A clamp of V to [{lo:g}, {hi:g}] (the critic's output clamped: zero gradient outside) against PPO's "
+         f"value clipping (V_old +- {r['clip_eps_value']:g} around each rollout value). Against RM + {OFFSET:g}, "
+         f"{cl['returns_out']:.0%} of the returns lie outside the box at the end. Value clipping binds where V moves: "
+         f"from V = 0 on {vc['vclip_end']:.0%} of the tokens during the update at the end (val/clipfrac_avg), while "
+         f"{vc['box_end']:.0%} of its values lie on or outside the box. The clamp binds where V is: from the bias "
+         f"init (V at the mean score) on {cl['box_first']:.0%} of the tokens at iteration 0 and {cl['box_end']:.0%} "
+         "at the end (values pinned at the edge).",
+         f"    error at the end (log10 differences: +0.30 = twice): value clip {vc['err_end'].mean():.2f} vs no fix "
+         f"{nf['err_end'].mean():.2f} ({diff_text(e_clip, '+.2f')}); clamp {cl['err_end'].mean():.2f} vs bias init "
+         f"{bi['err_end'].mean():.2f} ({diff_text(e_clamp, '+.2f')}), gold {diff_text(gold, '+.2f')}: 'they are "
+         "different operations' "
+         + ((holds(differ) + (": the clip slows V wherever it is, the clamp pins it at the box's edge whatever V_old "
+                              "was, so returns beyond it are never reached." if differ else
+                              ": the clamp does not raise the error beyond 2 s.e., or binds where the clip's values "
+                              "lie too."))
+            if noise is not None else "one seed: no verdict.")]
+    return L
+
+
 def mean_terms(variant: dict) -> dict:
     """The gold breakdown (penalty terms, sentiment, words, ...) of a length variant, mean over its seeds."""
     return {k: float(np.mean([x[k] for x in variant["terms"]])) for k in variant["terms"][0]}
 
 
-COLORS = dict(zip(CRITICS, ("tab:red", "tab:orange", "tab:green", "tab:blue", "tab:purple", "tab:gray")))
+COLORS = {**dict(zip(CRITICS, ("tab:red", "tab:orange", "tab:green", "tab:blue", "tab:purple", "tab:gray"))),
+          CLAMP: "tab:brown"}
 LCOLORS = ("tab:gray", "tab:red", "tab:blue", "tab:orange")
 
 
@@ -261,6 +334,7 @@ def narrative(r: dict) -> str:
              + (f" The logged loss/value is no common scale either: 'value norm' logs {vn['loss_end']:.3f} for an "
                 f"error of {vn['err_end']:.2f} in return units." if vn["loss_end"] < vn["err_end"] / 2 else "")
              + " Judge the policy by gold / return, KL and entropy.")
+    L += clamp_lines(r)
     # B
     names = list(r["length"])
     lens = {k: float(seed_values(r["length"][k], "length_mean").mean()) for k in names}
@@ -403,23 +477,26 @@ def plot(r: dict, path) -> None:
     fig, axes = plt.subplots(3, 3, figsize=(17, 14))
     (a, b, c), (d, e, f), (g, h, i) = axes
     s, n_seeds = summary(r), len(r["sizes"]["seeds"])
-    for name, v in r["critic"].items():
+    critics = {**r["critic"], **r["q47"]}                      # the six of part A and Q47's two
+    for name, v in critics.items():
         err, ev = seed_curves(v, "val/value_error"), seed_curves(v, "val/explained_variance")
-        a.plot(err.mean(0), color=COLORS[name], lw=1.8, label=name)
-        b.plot(ev.mean(0), color=COLORS[name], lw=1.8, label=name)
+        ls = "--" if name in r["q47"] else "-"
+        a.plot(err.mean(0), color=COLORS[name], lw=1.8, ls=ls, label=name)
+        b.plot(ev.mean(0), color=COLORS[name], lw=1.8, ls=ls, label=name)
     a.set_yscale("log")
     a.set(title=f"(a) critic error 0.5 mean (V - R)^2, RM score + {OFFSET:g}", xlabel="iteration",
           ylabel="return units^2, before the update (log)")
     legend_in_margin(a, 0.33, fontsize=8, ncol=2, title=f"mean of {n_seeds} seeds; SFT-trunk critic, head 0",
                   title_fontsize=8)
     b.set(title="(b) explained variance 1 - Var[R - V] / Var[R]", xlabel="iteration", ylabel="explained variance")
-    b.legend(fontsize=8, loc="upper left")
-    for k, name in enumerate(CRITICS):
-        g_ = s[name]["gold"]
+    b.legend(fontsize=8, ncol=2, loc="lower right")          # the curves rise from 0: the bottom right stays free
+    for k, name in enumerate(critics):
+        g_ = s[name]["gold"] if name in s else seed_values(r["q47"][name], "gold_mean")
         c.plot(np.full(len(g_), k) + np.linspace(-0.1, 0.1, len(g_)), g_, "o", color=COLORS[name], alpha=0.7)
         c.plot([k - 0.25, k + 0.25], [g_.mean()] * 2, color=COLORS[name], lw=2.5)
     c.axhline(r["reference"]["gold_mean"], color="k", ls="--", lw=1, label="SFT policy")
-    c.set_xticks(range(len(CRITICS)), [n.replace(" ", "\n", 1) for n in CRITICS], fontsize=8)
+    short = {CLAMP: "bias init\n+ clamp\n[-10, 10]"}                # narrow labels: seven fit side by side
+    c.set_xticks(range(len(critics)), [short.get(n, n.replace(" ", "\n", 1)) for n in critics], fontsize=8)
     c.set(title="(c) gold score of the trained policies (dots: seeds, bar: mean)",
           ylabel="gold score, held-out prompts")
     c.legend(fontsize=8)

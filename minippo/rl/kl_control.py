@@ -1,4 +1,5 @@
-"""Controllers of a KL coefficient beta: fixed, adaptive (Ziegler et al. 2019) and the PPO paper's rule.
+"""Controllers of a KL coefficient beta: fixed, adaptive (Ziegler et al. 2019) and the PPO paper's rule; and the
+learning rate adapted from the KL to pi_old (rsl_rl / rl_games).
 
 Each has ``.value`` and ``.update(current_kl, n_steps=1) -> new value``:
 
@@ -16,12 +17,25 @@ same KL in the penalty objective L^KLPEN (eq. (8)); ``minippo.toy.bandit`` does 
 controller the KL to the frozen reference per response, whose beta weighs the KL penalty in the reward
 (Ziegler et al. 2019): with ``kl_ref_controller="ppo_paper"`` that is the paper's halve / double rule and
 constants applied to another KL, not the paper's adaptive KL penalty.
+
+:func:`kl_adaptive_lr` controls another number with the per-update KL(pi_old || pi): the learning rate, instead of
+stopping the epochs early (rsl_rl's ``schedule="adaptive"``, rl_games' ``AdaptiveScheduler``; Q45)::
+
+    KL > KL_LR_MARGIN * target          ->  lr <- max(lr / KL_LR_FACTOR, lr_min)
+    0 < KL < target / KL_LR_MARGIN      ->  lr <- min(lr * KL_LR_FACTOR, lr_max)
+    otherwise                           ->  lr unchanged
+
+with rsl_rl's constants: margin 2, factor 1.5, lr in [1e-5, 1e-2].
 """
 from __future__ import annotations
 
 import math
 
 from minippo.checks import check_range
+
+KL_LR_MARGIN = 2.0          # kl_adaptive_lr: act when the KL leaves [target / 2, 2 target]
+KL_LR_FACTOR = 1.5          # ... dividing or multiplying the lr by 1.5
+KL_LR_MIN, KL_LR_MAX = 1e-5, 1e-2   # ... within these bounds (rsl_rl's)
 
 
 def _check_kl_value(current_kl, n_steps) -> float:
@@ -94,3 +108,32 @@ class PPOPaperKLController:
         elif d > self.d_targ * 1.5:
             self.value *= 2.0
         return self.value
+
+
+def kl_adaptive_lr(lr: float, kl: float, target: float, lr_min: float = KL_LR_MIN, lr_max: float = KL_LR_MAX) -> float:
+    """The next learning rate from a measured KL(pi_old || pi): rsl_rl's adaptive schedule (module docstring).
+
+    ``lr / 1.5`` (not below ``lr_min``) when ``kl > 2 * target``; ``lr * 1.5`` (not above ``lr_max``) when
+    ``0 < kl < target / 2``; else ``lr``. rsl_rl (``rsl_rl/algorithms/ppo.py``, ``schedule="adaptive"``,
+    ``desired_kl`` 0.01) measures the KL of each minibatch in its forward pass and sets the rate of that
+    minibatch's own step; rl_games' ``AdaptiveScheduler`` (``kl_threshold``, bounds [1e-6, 1e-2]) applies the same
+    rule after each minibatch ("legacy") or each epoch ("standard"). A KL of exactly 0 (or a rounding-negative
+    one) leaves the rate as it is, as in rsl_rl: a policy that has not moved says nothing about the step size.
+
+    Parameters
+    ----------
+    lr : the current rate, in [lr_min, lr_max]
+    kl : the measured KL (e.g. approx KL, k3 per token), finite
+    target : the desired KL, > 0
+    lr_min, lr_max : the bounds, 0 < lr_min <= lr_max
+    """
+    check_range("lr_min", lr_min, 0, None, lo_open=True)
+    check_range("lr_max", lr_max, lr_min, None)
+    check_range("lr", lr, lr_min, lr_max)
+    check_range("kl", kl)
+    check_range("target", target, 0, None, lo_open=True)
+    if kl > KL_LR_MARGIN * target:
+        return max(lr / KL_LR_FACTOR, lr_min)          # the step moved pi too far from pi_old: smaller steps
+    if 0.0 < kl < target / KL_LR_MARGIN:
+        return min(lr * KL_LR_FACTOR, lr_max)          # it hardly moved: larger steps
+    return float(lr)

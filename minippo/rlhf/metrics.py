@@ -28,6 +28,7 @@ GLOSSARY: dict[str, str] = {
     "policy/clipfrac_avg": "mean over minibatches of the fraction of valid tokens whose clipped branch is active (zero gradient)",
     "policy/entropy_avg": "mean over minibatches of the per-token entropy H[pi(.|s_t)] of the current policy (full distribution)",
     "policy/grad_norm_avg": "mean global gradient norm (actor + critic) before clipping, over the applied steps",
+    "policy/grad_clip_frac": "fraction of the applied steps whose gradient norm exceeded max_grad_norm and was scaled down to it (0 when max_grad_norm is None)",
     "policy/skipped_minibatches": "minibatches skipped because their mean ratio exceeded ratio_threshold",
     "policy/steps": "AdamW steps taken in this iteration's update",
     "loss/policy_avg": "mean over minibatches of the clipped surrogate loss -L^CLIP (PPO eq. (7)), aggregated by loss_agg",
@@ -42,7 +43,8 @@ GLOSSARY: dict[str, str] = {
     "val/values_avg": "mean critic value V(s_t) over the rollout's valid tokens",
     "response/length": "mean number of response tokens (EOS included)",
     "kl_coef": "beta (kl_ref_coef) used for this iteration's rewards (the controller updates it after the iteration)",
-    "lr": "actor learning rate used in this iteration",
+    "lr": "actor learning rate used in this iteration (with kl_old_action adapt_lr: the rate after the update's last KL adjustment, where the next iteration starts)",
+    "lr_max": "largest actor learning rate of this iteration's applied steps (above lr only with kl_old_action adapt_lr, whose rule raises the rate while the KL is below target / 2; 0 when no step was applied)",
     "episode": "responses generated so far, this iteration's included",
     "iteration": "0-based index of the iteration",
     "early_stop_epoch": "0-based epoch in which target-KL early stopping ended the update, or null",
@@ -120,14 +122,18 @@ def rollout_metrics(ro, gold) -> dict:
     }
 
 
-def update_metrics(history: list[dict], *, early_stop: int | None, skipped: int) -> dict:
+def update_metrics(history: list[dict], *, early_stop: int | None, skipped: int,
+                   max_grad_norm: float | None = None) -> dict:
     """The ``policy/*``, ``loss/*``, ``val/clipfrac_avg``, ``val/ratio`` metrics of one update from the
     per-minibatch ``history`` (every minibatch whose loss was computed; ``grad_norm`` is None for those not
-    applied), plus ``first_minibatch``: the ratio statistics of the update's first minibatch (the lr = 0 check)."""
+    applied; ``max_grad_norm`` the clip they were subject to, None = none), plus ``first_minibatch``: the ratio
+    statistics of the update's first minibatch (the lr = 0 check)."""
     def mean(key):
         vals = [h[key] for h in history if h[key] is not None]
         return float(np.mean(vals)) if vals else 0.0
     first = history[0] if history else {}
+    norms = [h["grad_norm"] for h in history if h["grad_norm"] is not None]
+    clipped = 0.0 if max_grad_norm is None or not norms else float(np.mean([n > max_grad_norm for n in norms]))
     return {
         "policy/approxkl_avg": mean("approx_kl"),
         "policy/approxkl_max": float(np.max([h["approx_kl"] for h in history])) if history else 0.0,
@@ -140,6 +146,7 @@ def update_metrics(history: list[dict], *, early_stop: int | None, skipped: int)
         "val/clipfrac_avg": mean("vf_clipfrac"),
         "val/ratio": mean("ratio_mean"),
         "policy/grad_norm_avg": mean("grad_norm"),
+        "policy/grad_clip_frac": clipped,
         "policy/skipped_minibatches": skipped,
         "policy/steps": sum(h["grad_norm"] is not None for h in history),
         "early_stop_epoch": early_stop,

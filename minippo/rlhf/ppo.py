@@ -44,10 +44,11 @@ import numpy as np
 
 from minippo.checks import check_choice, check_finite_values, check_float_array, check_mask, check_range
 from minippo.nn.gpt import TinyGPT
-from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
+from minippo.nn.optim import AdamW, clip_grad_norm, global_norm, lr_at
 from minippo.rl.gae import gae
 from minippo.rl.group_advantages import batch_mean_advantages, grpo_advantages, rloo_advantages
 from minippo.rl.kl import kl_estimate, kl_ref_loss
+from minippo.rl.kl_control import kl_adaptive_lr
 from minippo.rl.losses import (clipped_policy_loss, clipped_value_loss, entropy_backward, entropy_from_logits,
                                kl_exact_from_logits, logprobs_backward, logprobs_from_logits, value_loss)
 from minippo.rl.masked import aggregation_denominator, explained_variance, masked_aggregate, masked_mean, masked_whiten
@@ -80,6 +81,7 @@ class PPOState:
     rng: np.random.Generator        # prompts, sampling, minibatch shuffles, PPO-ptx batches
     iteration: int = 0
     ptx_sequences: list | None = None   # corpus sentences <bos> ids <eos> for PPO-ptx
+    kl_old_lr: float | None = None      # the actor's lr as the KL set it (cfg.kl_old_action "adapt_lr"), None before
 
     def value_head(self, cfg: PPOConfig) -> dict | None:
         """The parameters holding ``scalar_head.w|b`` of the critic (None without a critic)."""
@@ -378,14 +380,23 @@ def ppo_update(state: PPOState, ro: Rollout, cfg: PPOConfig) -> dict:
     steps and stops before the step whose KL (the k1 mean of logp_old - logp) exceeds 1.5 x ``target_kl``, then
     trains its value function regardless; CleanRL's ``ppo.py`` applies every minibatch of an epoch and checks
     after the epoch, on the approx KL (k3) of that epoch's last minibatch (measured before its step), so it
-    skips only the remaining epochs. A minibatch whose mean ratio exceeds ``cfg.ratio_threshold`` is skipped
-    (TRL) and the update goes on. A non-finite loss or gradient norm raises ``ValueError`` naming it (the NaN
-    guard: nothing is applied after it)."""
+    skips only the remaining epochs. With ``cfg.kl_old_action == "adapt_lr"`` nothing is stopped: the same KL sets
+    the actor's learning rate before that minibatch's step (:func:`minippo.rl.kl_control.kl_adaptive_lr`, rsl_rl's
+    rule), and the rate is carried to the next iteration in ``state.kl_old_lr`` (Q45). The rule reads the KL only
+    once a step of this update was taken: before that pi is pi_old and the approx KL is float rounding (exactly 0
+    or ~1e-9, depending on the BLAS kernel: lesson 16), which would raise the rate by 1.5 on some machines and not
+    on others. (rsl_rl's KL carries a +1e-5 inside its log, so there the first minibatch of every update raises
+    the rate.) A minibatch whose mean ratio exceeds ``cfg.ratio_threshold`` is skipped (TRL) and the update goes
+    on. A non-finite loss or gradient norm raises ``ValueError`` naming it (the NaN guard: nothing is applied after
+    it)."""
     it = state.iteration
     schedule = dict(warmup_steps=cfg.warmup_iterations, schedule=cfg.lr_schedule)
     lr = lr_at(it, cfg.iterations, cfg.lr, **schedule)
+    adapt_lr = cfg.kl_old_target is not None and cfg.kl_old_action == "adapt_lr"
+    if adapt_lr and state.kl_old_lr is not None:
+        lr = state.kl_old_lr                         # where the KL left it (the schedule is constant: PPOConfig)
     critic_lr = lr_at(it, cfg.iterations, cfg.lr if cfg.critic_lr is None else cfg.critic_lr, **schedule)
-    history, early_stop, skipped = [], None, 0
+    history, early_stop, skipped, moved, lr_max = [], None, 0, False, 0.0
     for epoch in range(cfg.update_epochs):
         for idx in minibatches(ro.batch_size, cfg.minibatch_size, state.rng):
             ptx_batch = None
@@ -395,24 +406,30 @@ def ppo_update(state: PPOState, ro: Rollout, cfg: PPOConfig) -> dict:
             terms, stats, g_actor, g_critic = minibatch_loss_and_grads(state, ro.take(idx), cfg, ptx_batch)
             check_finite_values(terms, f"at iteration {it}, epoch {epoch}")
             history.append({**terms, **stats, "grad_norm": None})
-            if cfg.kl_old_target is not None and stats["approx_kl"] > cfg.kl_old_target:
+            if adapt_lr:
+                if moved:                                # this minibatch's KL sets the rate of its own step
+                    lr = kl_adaptive_lr(lr, stats["approx_kl"], cfg.kl_old_target)
+            elif cfg.kl_old_target is not None and stats["approx_kl"] > cfg.kl_old_target:
                 early_stop = epoch                       # this minibatch is not applied, nor any after it
                 break
             if cfg.ratio_threshold is not None and stats["ratio_mean"] > cfg.ratio_threshold:
                 skipped += 1                             # a minibatch whose policy has drifted too far
                 continue
-            # one global norm over actor and critic, then an AdamW step for each
-            norm = clip_grad_norm({**{"actor." + k: g for k, g in g_actor.items()},
-                                   **{"critic." + k: g for k, g in g_critic.items()}}, cfg.max_grad_norm)
+            # one global norm over actor and critic (clipped unless max_grad_norm is None), then an AdamW step for each
+            grads = {**{"actor." + k: g for k, g in g_actor.items()}, **{"critic." + k: g for k, g in g_critic.items()}}
+            norm = global_norm(grads) if cfg.max_grad_norm is None else clip_grad_norm(grads, cfg.max_grad_norm)
             check_finite_values({"policy/grad_norm": norm}, f"at iteration {it}, epoch {epoch}")
             history[-1]["grad_norm"] = norm
             state.opt_actor.step(g_actor, lr=lr)
+            moved, lr_max = True, max(lr_max, lr)
             if state.opt_critic is not None:
                 state.opt_critic.step(g_critic, lr=critic_lr)
         if early_stop is not None:
             break
-    record = update_metrics(history, early_stop=early_stop, skipped=skipped)
-    record["lr"] = lr
+    record = update_metrics(history, early_stop=early_stop, skipped=skipped, max_grad_norm=cfg.max_grad_norm)
+    record["lr"], record["lr_max"] = lr, lr_max
+    if adapt_lr:
+        state.kl_old_lr = lr                         # the next iteration starts from here
     # 6. beta for the next iteration, from this rollout's KL per response (objective/kl)
     state.kl_ctl.update(float(ro.kl.sum(axis=1).mean()), n_steps=cfg.batch_size)
     state.iteration = it + 1

@@ -8,7 +8,8 @@ InstructGPT's PPO-ptx objective (eq. (2)). Two KLs appear in RLHF-PPO and every 
 * ``kl_ref_*``: KL(pi || pi_ref) to the frozen reference, the penalty in the reward
   (``r_t = -kl_ref_coef * kl_t``, Ziegler et al. 2019, arXiv:1909.08593; InstructGPT eq. (2)), its
   controller, target, horizon and estimator; ``kl_ref_loss_coef`` puts it in the loss instead (GRPO).
-* ``kl_old_target``: KL(pi_old || pi) of one update (approx KL, k3), the early stop of the epochs.
+* ``kl_old_*``: KL(pi_old || pi) of one update (approx KL, k3): ``kl_old_target`` the KL one update may reach,
+  ``kl_old_action`` what happens when a minibatch's KL passes it (stop the epochs, or adapt the learning rate).
 
 Sizes: one iteration samples ``batch_size`` responses (``batch_size // samples_per_prompt`` prompts,
 each repeated ``samples_per_prompt`` times), then runs ``update_epochs`` passes over them in
@@ -33,6 +34,7 @@ import warnings
 from dataclasses import asdict, dataclass, fields
 
 from minippo.checks import check_choice, check_range
+from minippo.rl.kl_control import KL_LR_MAX, KL_LR_MIN
 from minippo.rl.losses import RATIO_LEVELS
 from minippo.rl.masked import LOSS_AGGS
 
@@ -44,6 +46,7 @@ CRITIC_INITS = ("reward_model", "sft", "random")
 CRITIC_BIAS_INITS = ("mean_score", "keep")
 LR_SCHEDULES = ("constant", "linear")
 ADVANTAGE_ESTIMATORS = ("gae", "grpo", "dr_grpo", "rloo", "reinforce")
+KL_OLD_ACTIONS = ("early_stop", "adapt_lr")
 
 #: old field name -> new name (issue 14's one vocabulary); accepted for one release with a deprecation message
 RENAMED = {"ppo_epochs": "update_epochs", "kl_coef": "kl_ref_coef", "kl_controller": "kl_ref_controller",
@@ -93,8 +96,9 @@ class PPOConfig:
     """Adam's epsilon, > 0 (1e-8 as in PyTorch; 1e-5 in CleanRL)."""
     weight_decay: float = 0.0
     """AdamW decoupled weight decay, >= 0 (0 in TRL's PPO)."""
-    max_grad_norm: float = 1.0
-    """Global gradient-norm clip over actor and critic together (Q23), > 0."""
+    max_grad_norm: float | None = 1.0
+    """Global gradient-norm clip over actor and critic together (Q23), > 0; None = no clipping (the norm is still
+    logged). Lesson 17 measures on vs off."""
     update_epochs: int = 4
     """K, passes over each rollout batch (TRL ``num_ppo_epochs``); >= 1, 1 .. 8 typical."""
     minibatch_size: int = 16
@@ -195,8 +199,18 @@ class PPOConfig:
     kl_ref_horizon: float = 1000.0
     """Adaptive controller horizon in responses (beta moves by err * batch_size / horizon); > 0."""
     kl_old_target: float | None = None
-    """Early stop: the update stops (that minibatch and the rest skipped) when a minibatch's approx KL
-    (k3 per token, pi_old vs pi) exceeds it; None disables; 0.02 .. 0.1 typical."""
+    """The KL(pi_old || pi) one update may reach: a minibatch's approx KL (k3 per token, pi_old vs the current pi,
+    measured in its forward pass, before its step) is compared with it, and ``kl_old_action`` says what follows;
+    None disables; 0.02 .. 0.1 typical."""
+    kl_old_action: str = "early_stop"
+    """What ``kl_old_target`` does (Q43, Q45). ``"early_stop"``: the update stops when a minibatch's approx KL exceeds
+    the target (that minibatch and the rest skipped). ``"adapt_lr"``: every minibatch is kept and the actor's learning
+    rate follows the KL instead, rsl_rl's adaptive schedule (``minippo.rl.kl_control.kl_adaptive_lr``): lr / 1.5 when
+    the approx KL exceeds 2 x target, lr x 1.5 when it is below target / 2, within [1e-5, 1e-2], set before that
+    minibatch's step (from the update's second step on: :func:`minippo.rlhf.ppo.ppo_update` says why) and carried
+    to the next iteration. It replaces the schedule: needs ``lr_schedule="constant"``,
+    no warm-up and ``lr`` in [1e-5, 1e-2]; the critic keeps its own constant rate (rsl_rl's one Adam adapts both).
+    Lesson 15 compares the two."""
     ratio_threshold: float | None = 10.0
     """Skip a minibatch whose mean ratio exceeds this (TRL ``ratio_threshold``); None disables; > 1."""
 
@@ -228,7 +242,7 @@ class PPOConfig:
                 "top_k": 0, "update_epochs": 1, "minibatch_size": 1, "ptx_batch_size": 1, "checkpoint_every": 1}
         for name, lo in ints.items():
             check_range(name, getattr(self, name), lo, None, integer=True)
-        for name in ("temperature", "adam_eps", "max_grad_norm", "clip_eps", "clip_eps_value", "kl_ref_target",
+        for name in ("temperature", "adam_eps", "clip_eps", "clip_eps_value", "kl_ref_target",
                      "kl_ref_horizon"):
             check_range(name, getattr(self, name), 0, None, lo_open=True)
         for name in ("lr", "weight_decay", "vf_coef", "ent_coef", "ptx_coef", "kl_ref_loss_coef", "missing_eos_penalty",
@@ -240,7 +254,7 @@ class PPOConfig:
         check_range("warmup_iterations", self.warmup_iterations, 0, self.iterations, integer=True, hi_open=True)
         if self.critic_lr is not None:
             check_range("critic_lr", self.critic_lr, 0, None)
-        for name in ("kl_old_target", "score_clip", "clip_eps_high"):
+        for name in ("kl_old_target", "score_clip", "clip_eps_high", "max_grad_norm"):
             if getattr(self, name) is not None:
                 check_range(name, getattr(self, name), 0, None, lo_open=True)
         if self.ratio_threshold is not None:
@@ -258,6 +272,17 @@ class PPOConfig:
                               ("critic_bias_init", CRITIC_BIAS_INITS)):
             check_choice(name, getattr(self, name), choices)
         check_choice("advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS)
+        check_choice("kl_old_action", self.kl_old_action, KL_OLD_ACTIONS)
+        if self.kl_old_action == "adapt_lr":
+            # the KL-adapted rate replaces the schedule: it starts at lr and moves within the rule's bounds
+            if self.kl_old_target is None:
+                raise ValueError("`kl_old_target` must be set when `kl_old_action` is 'adapt_lr' (the KL the rate "
+                                 "aims at)")
+            if self.lr_schedule != "constant" or self.warmup_iterations:
+                raise ValueError(f"`lr_schedule` must be 'constant' and `warmup_iterations` 0 when `kl_old_action` "
+                                 f"is 'adapt_lr' (the KL sets the rate), got {self.lr_schedule!r} and "
+                                 f"{self.warmup_iterations}")
+            check_range("lr", self.lr, KL_LR_MIN, KL_LR_MAX)
         for name in ("value_clip", "whiten_rewards", "whiten_advantages", "shared_stop_gradient", "value_norm",
                      "log_exact_kl", "dump_rollouts"):
             if not isinstance(getattr(self, name), bool):

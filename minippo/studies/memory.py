@@ -39,6 +39,7 @@ block's caches are rebuilt at a time during backward.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -336,45 +337,66 @@ def passes_per_iteration(cfg, decode_steps: int | None = None) -> dict[str, dict
 
 
 class PassCounter:
-    """Count the passes real TinyGPT instances make, to check :func:`passes_per_iteration`.
+    """Count (and time) the passes real TinyGPT instances make, to check :func:`passes_per_iteration`.
 
     ``with PassCounter({"actor": trainer.actor, ...}) as pc: trainer.step()`` wraps each model's
     ``_forward`` (every full pass: ``forward``, ``lm_loss``, ``lm_loss_and_grads``), ``backward``,
     ``prefill`` and ``decode_step`` on the instance, and restores them on exit. ``pc.counts`` has the
-    layout of :func:`passes_per_iteration`. A model given under two names (a shared critic IS the
-    actor) is counted under the first.
+    layout of :func:`passes_per_iteration`; ``pc.seconds[name]`` the wall-clock seconds spent in each kind of
+    call (``prefill``, ``decode``, ``forward``, ``backward``). A model given under two names (a shared critic IS
+    the actor) is counted under the first.
+
+    ``methods`` counts and times any other method the same way: ``methods={"kl controller": (state.kl_ctl,
+    "update")}`` gives ``pc.method_calls["kl controller"] = {"calls": n, "seconds": s}`` (lesson 12: what the
+    adaptive KL controller costs, Q34).
     """
 
-    def __init__(self, models: dict):
-        self.models, self.counts = {}, {}
+    def __init__(self, models: dict, methods: dict | None = None):
+        self.models, self.counts, self.seconds = {}, {}, {}
         for name, model in models.items():
             if model is not None and all(model is not m for m in self.models.values()):
                 self.models[name] = model
                 self.counts[name] = dict(prefill=0, decode=0, forward=0, backward=0, forward_rows=0,
                                          backward_rows=0)
+                self.seconds[name] = dict(prefill=0.0, decode=0.0, forward=0.0, backward=0.0)
+        self.methods = dict(methods or {})
+        self.method_calls = {name: {"calls": 0, "seconds": 0.0} for name in self.methods}
 
-    def _wrap(self, name, model, method, key, rows):
-        inner = getattr(model, method)                              # the bound class method
+    @staticmethod
+    def _wrap(obj, method, count: dict, seconds: dict, key: str, seconds_key: str, rows=None):
+        """Replace ``obj.method`` by a wrapper adding 1 to ``count[key]`` (and the rows to ``count[key + "_rows"]``)
+        and its duration to ``seconds[seconds_key]``."""
+        inner = getattr(obj, method)                                # the bound class method
 
         def counted(*args, **kwargs):
-            self.counts[name][key] += 1
+            count[key] += 1
             if rows is not None:
-                self.counts[name][key + "_rows"] += rows(args, kwargs)
-            return inner(*args, **kwargs)
-        setattr(model, method, counted)                             # an instance attribute shadows it
+                count[key + "_rows"] += rows(args, kwargs)
+            t0 = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                seconds[seconds_key] += time.perf_counter() - t0
+        setattr(obj, method, counted)                               # an instance attribute shadows it
 
     def __enter__(self) -> "PassCounter":
         for name, model in self.models.items():
-            self._wrap(name, model, "_forward", "forward", lambda a, k: np.shape(a[0])[0])      # idx (B, T)
-            self._wrap(name, model, "backward", "backward", lambda a, k: a[0][-1][0])          # cache[-1] = (B, T)
-            self._wrap(name, model, "prefill", "prefill", None)
-            self._wrap(name, model, "decode_step", "decode", None)
+            c, t = self.counts[name], self.seconds[name]
+            self._wrap(model, "_forward", c, t, "forward", "forward", lambda a, k: np.shape(a[0])[0])   # idx (B, T)
+            self._wrap(model, "backward", c, t, "backward", "backward", lambda a, k: a[0][-1][0])   # cache[-1] = (B, T)
+            self._wrap(model, "prefill", c, t, "prefill", "prefill")
+            self._wrap(model, "decode_step", c, t, "decode", "decode")
+        for name, (obj, method) in self.methods.items():
+            calls = self.method_calls[name]
+            self._wrap(obj, method, calls, calls, "calls", "seconds")
         return self
 
     def __exit__(self, *exc) -> None:
         for model in self.models.values():
             for method in ("_forward", "backward", "prefill", "decode_step"):
                 vars(model).pop(method, None)
+        for obj, method in self.methods.values():
+            vars(obj).pop(method, None)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -45,11 +45,18 @@ Legend: B batch (responses), Tp prompt columns (left-padded), Tn response column
    ``value_norm`` rescales; this number compares critics with and without normalisation. Unlike the
    explained variance it sees a constant offset between values and returns.
 
-3. **An offset reward model** (:func:`offset_reward_model`): the Bradley-Terry loss only fixes
-   differences of scores, so a raw reward model's mean is arbitrary; adding a constant emulates one
-   whose scores sit far from the critic's initial values (Q48).
+3. **An offset or scaled reward model** (:func:`offset_reward_model`, :func:`scaled_reward_model`): the
+   Bradley-Terry loss only fixes differences of scores, so a raw reward model's mean is arbitrary; adding a
+   constant emulates one whose scores sit far from the critic's initial values (Q48); multiplying them, one
+   whose scores are large (Q22: what advantage whitening removes).
 
-4. **Length** (Q50): :func:`length_slope` is the least-squares slope of
+4. **A clamped critic** (:class:`ClampedCritic`, Q47): the value head's output clamped to a fixed box
+   [lo, hi], ``V = min(max(head, lo), hi)``, what some code calls "value clipping". Unlike PPO's value clipping
+   (``minippo.rl.losses.clipped_value_loss``: V_old + clip(V - V_old, -eps_v, eps_v), around each state's
+   rollout value) it has no V_old in it: where it binds the value has zero gradient, and a return outside the box
+   can never be reached.
+
+5. **Length** (Q50): :func:`length_slope` is the least-squares slope of
    a score against response length, i.e. the ``length_penalty`` that makes the score uncorrelated with
    length on the samples it was fitted on; :func:`minippo.rlhf.data.gold.gold_profile` averages the gold
    score's terms over texts, to see which penalty a policy runs into.
@@ -242,12 +249,66 @@ def value_error(rollout) -> float:
     return 0.5 * masked_mean(err * err, rollout.response_mask)
 
 
+class ClampedCritic:
+    """A critic whose values are clamped to ``[lo, hi]``: ``V = min(max(head, lo), hi)`` (module docstring, item 4).
+
+    Wraps a TinyGPT critic for :class:`minippo.rlhf.ppo.PPOState` (``state.critic``): the same parameters (the
+    critic's AdamW keeps updating them), :meth:`forward` returns the clamped scalar head, and :meth:`backward`
+    passes d loss / d V only where the clamp does not bind (the derivative of the clamp is 1 inside, 0 outside).
+    """
+
+    def __init__(self, model, lo: float, hi: float):
+        check_range("lo", lo)
+        check_range("hi", hi, lo, None, lo_open=True)
+        self.model, self.lo, self.hi = model, float(lo), float(hi)
+
+    @property
+    def params(self) -> dict:
+        return self.model.params
+
+    @property
+    def cfg(self):
+        return self.model.cfg
+
+    def forward(self, idx, attn_mask=None, scalar: bool = False, logits: bool = True):
+        """``model.forward`` with the scalar head clamped: ``(logits, V (B, T) or None, cache)``."""
+        out, head, cache = self.model.forward(idx, attn_mask, scalar=scalar, logits=logits)
+        if head is None:
+            return out, None, (cache, None)
+        inside = (head >= self.lo) & (head <= self.hi)                             # (B, T) where dV/dhead = 1
+        return out, np.clip(head, self.lo, self.hi), (cache, inside)
+
+    def backward(self, cache, dlogits=None, dscalar=None, scalar_into_trunk: bool = True) -> dict:
+        """``model.backward`` with d loss / d V zeroed where the clamp bound."""
+        inner, inside = cache
+        if dscalar is not None:
+            dscalar = dscalar * inside                                             # (B, T) the clamp's derivative
+        return self.model.backward(inner, dlogits=dlogits, dscalar=dscalar, scalar_into_trunk=scalar_into_trunk)
+
+
+def clamp_critic(trainer, lo: float = -10.0, hi: float = 10.0):
+    """Replace ``trainer``'s separate critic by a :class:`ClampedCritic` of itself (before training); returns it."""
+    if trainer.cfg.critic != "separate":
+        raise ValueError(f"`trainer` must have a separate critic to clamp, got critic={trainer.cfg.critic!r}")
+    trainer.state.critic = ClampedCritic(trainer.state.critic, lo, hi)
+    return trainer.state.critic
+
+
 def offset_reward_model(reward_model, offset: float):
     """The same reward model (shared, frozen weights) with ``offset`` added to every score."""
     check_range("offset", offset)
     if not isinstance(reward_model, RewardModel):
         raise ValueError(f"`reward_model` must be a RewardModel, got {type(reward_model).__name__}")
     return RewardModel(reward_model.model, gain=reward_model.gain, bias=reward_model.bias + float(offset))
+
+
+def scaled_reward_model(reward_model, scale: float):
+    """The same reward model (shared, frozen weights) with every score multiplied by ``scale`` > 0: a reward model
+    whose scores are large (Q22)."""
+    check_range("scale", scale, 0, None, lo_open=True)
+    if not isinstance(reward_model, RewardModel):
+        raise ValueError(f"`reward_model` must be a RewardModel, got {type(reward_model).__name__}")
+    return RewardModel(reward_model.model, gain=reward_model.gain * float(scale), bias=reward_model.bias * float(scale))
 
 
 def length_slope(scores, lengths) -> float:

@@ -87,9 +87,12 @@ class Study:
         ptx = self.ptx_sequences if cfg.ptx_coef > 0 else None
         return PPOTrainer(cfg, self.sft, reward_model or self.reward_model, self.tokenizer, ptx_sequences=ptx)
 
-    def run(self, cfg: PPOConfig, *, reward_model=None, callback=None) -> dict:
-        """Train one variant: ``{"config", "records" (one dict per iteration), "trainer"}``."""
+    def run(self, cfg: PPOConfig, *, reward_model=None, callback=None, setup=None) -> dict:
+        """Train one variant: ``{"config", "records" (one dict per iteration), "trainer"}``; ``setup(trainer)`` is
+        called before the first iteration (e.g. :func:`minippo.studies.pitfalls.clamp_critic`)."""
         trainer = self.trainer(cfg, reward_model)
+        if setup is not None:
+            setup(trainer)
         records = trainer.train(callback=callback)
         return {"config": cfg, "records": records, "trainer": trainer}
 
@@ -111,7 +114,7 @@ class Study:
         return self.evaluate(self.sft, sample_seed=1)
 
     def sweep(self, variants: dict[str, dict], seeds=(0,), *, base: dict | None = None, evaluate: bool = True,
-              extra=None, reward_model=None, callback=None, log=lambda *a: None) -> dict:
+              extra=None, reward_model=None, callback=None, setup=None, log=lambda *a: None) -> dict:
         """Run every variant (name -> config overrides on top of ``base``) for every PPO seed.
 
         Each trained policy is evaluated at its variant's ``max_new_tokens`` and ``temperature``.
@@ -119,7 +122,8 @@ class Study:
         "time": [per-seed {"wall", "cpu"} seconds of the training run]}``, and ``"extra"``: per seed
         ``extra(run)`` of the :meth:`run` result (e.g. ``lambda r: study.lm_loss(r["trainer"].actor)``) when
         ``extra`` is given. ``reward_model`` replaces the cached RM for training and evaluation;
-        ``callback(trainer, rollout, record)`` is passed to :meth:`run` (it may add entries to ``record``).
+        ``callback(trainer, rollout, record)`` is passed to :meth:`run` (it may add entries to ``record``), and so is
+        ``setup(trainer)`` (called before training).
         """
         out = {}
         for name, overrides in variants.items():
@@ -127,7 +131,7 @@ class Study:
             for s in seeds:
                 cfg = self.config(**{**(base or {}), **overrides, "seed": s})
                 wall, cpu = time.perf_counter(), time.process_time()
-                r = self.run(cfg, reward_model=reward_model, callback=callback)
+                r = self.run(cfg, reward_model=reward_model, callback=callback, setup=setup)
                 out[name]["time"].append({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu})
                 out[name]["records"].append(r["records"])
                 if evaluate:   # at the variant's own response length and temperature

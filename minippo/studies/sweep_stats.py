@@ -17,6 +17,11 @@ difference within what another seed would give?" The answer used here:
 * :func:`compare` - the difference of two variants' means, its standard error
   ``s_pooled * sqrt(1/S_a + 1/S_b)`` and ``z = diff / se``; |z| >= 2 is read as "clearly different"
   (about 95 % for a normal difference; with few degrees of freedom take it as a rule of thumb).
+* :func:`compare_interaction` - whether a change helps one condition more than another (a difference of
+  differences: does epsilon 0.5's gain over 0.2 differ between two tasks?), with the same pooled noise::
+
+      d = (mean(b1) - mean(b0)) - (mean(a1) - mean(a0)),   se = s_pooled sqrt(1/S_a0 + 1/S_a1 + 1/S_b0 + 1/S_b1)
+
 * :func:`compare_paired` - the same question when the two variants were measured on the same units (the
   same tasks, batches, prompts or seeds, one pair per unit): the mean of the paired differences and its
   standard error ``std(b - a) / sqrt(n)`` (``ddof=1``), which removes what the units share.
@@ -90,6 +95,23 @@ def compare(a, b, noise: float) -> dict:
     check_range("noise", noise, 0, None)
     diff = float(b.mean() - a.mean())
     se = noise * math.sqrt(1.0 / a.size + 1.0 / b.size)
+    z = diff / se if se > 0 else (math.copysign(math.inf, diff) if diff else 0.0)
+    return {"diff": diff, "se": se, "z": z, "clear": abs(z) >= 2.0}
+
+
+def compare_interaction(a0, a1, b0, b1, noise: float) -> dict:
+    """The difference of differences ``(mean(b1) - mean(b0)) - (mean(a1) - mean(a0))`` (module docstring): how much
+    more the change 0 -> 1 moves condition b than condition a, with its standard error from the pooled seed noise.
+
+    Returns ``{"diff", "se", "z", "clear"}`` like :func:`compare` (``clear``: |z| >= 2).
+    """
+    groups = [np.asarray(x, dtype=np.float64).ravel() for x in (a0, a1, b0, b1)]
+    if any(g.size == 0 for g in groups):
+        raise ValueError("`a0`, `a1`, `b0` and `b1` must each hold at least one value")
+    check_range("noise", noise, 0, None)
+    m_a0, m_a1, m_b0, m_b1 = (float(g.mean()) for g in groups)
+    diff = (m_b1 - m_b0) - (m_a1 - m_a0)
+    se = noise * math.sqrt(sum(1.0 / g.size for g in groups))
     z = diff / se if se > 0 else (math.copysign(math.inf, diff) if diff else 0.0)
     return {"diff": diff, "se": se, "z": z, "clear": abs(z) >= 2.0}
 

@@ -55,3 +55,12 @@ def test_l12_verdicts_follow_the_numbers(runs, seed):
     sep, shared, none = (lesson.static_bytes(r["seven"][(c, False)]) for c in ("separate", "shared", "none"))
     assert_verdict(text, "Dropping the critic", np.isclose(shared, none, rtol=1e-3), "or sharing the actor's trunk saves",
                    "), sharing the actor's trunk")
+    # Q34: the same step with each KL controller
+    ctl = r["controllers"]
+    assert set(ctl) == set(lesson.KL_CONTROLLERS) and all(c["controller"]["calls"] == 1 for c in ctl.values())
+    same = all(c["counted"] == ctl["fixed"]["counted"] for c in ctl.values())
+    assert_verdict(text, "forward passes per model, fixed", same, "identical in every kind", "NOT identical")
+    step = min(c["step_time"]["wall"] for c in ctl.values())
+    cheap = max(c["controller"]["median_s"] for c in ctl.values()) < 1e-3 * step
+    assert_verdict(text, "time of one controller update", same and cheap, "computation' holds", "does not hold here")
+

@@ -1,11 +1,12 @@
 """Smoke test of lesson 13: both shapings train; the score lands where each shaping puts it; the uniform
 shaping's last token gets anti-credit from the reward-model critic; whole responses leave the clip band
-far more often than tokens."""
+far more often than tokens; the epsilon sweep on two tasks of different length (Q53) judged against the seed
+noise."""
 import numpy as np
 import pytest
 
 from lessons import l13_reward_shaping as lesson
-from minippo.studies.sweep_stats import compare, pooled_seed_std
+from minippo.studies.sweep_stats import compare, compare_interaction, pooled_seed_std
 from tests.helpers import assert_one_of, assert_verdict, quick_runs
 
 
@@ -91,3 +92,23 @@ def test_l13_verdicts_follow_the_numbers(runs, seed):
     assert_one_of(text, line, {1: "wider than independent", -1: "narrower than independent",
                                0: "as wide as independent"}, key)
     assert "leaves the drift of the whole response" not in text and "seed 0" not in text.lower()
+    # 5 (Q53): the best epsilon per task and the interactions, recomputed from the runs
+    gold = {(t, e): np.array([ev["gold_mean"] for ev in r["eps_runs"][lesson.eps_key(t, e)]["eval"]])
+            for t in lesson.TASKS for e in lesson.EPS}
+    assert all(len(g) == 2 for g in gold.values())                    # two PPO seeds: the noise branch runs
+    noise = pooled_seed_std(list(gold.values()))[0]
+    short, long_ = lesson.TASKS
+    best = {t: max(lesson.EPS, key=lambda e: gold[(t, e)].mean()) for t in lesson.TASKS}
+    inter = {e: compare_interaction(gold[(short, 0.2)], gold[(short, e)], gold[(long_, 0.2)], gold[(long_, e)], noise)
+             for e in lesson.EPS if e != 0.2}
+    depends = best[short] != best[long_] and any(c["clear"] for c in inter.values())
+    assert_verdict(text, "'The best epsilon differs", depends, "tasks' holds", "tasks' does not hold here")
+    clear = {e: c for e, c in inter.items() if c["clear"]}
+    assert ("Yet the task changes what epsilon does" in text) == bool(clear)
+    if clear:
+        agree = [np.sign(c["diff"]) == np.sign(e - 0.2) for e, c in clear.items()]
+        key = "with" if all(agree) else "against" if not any(agree) else "mixed"
+        assert_one_of(text, "Yet the task changes", {"with": "the direction of 'wider for longer'",
+                                                      "against": "the opposite of 'wider for longer'",
+                                                      "mixed": "mixed directions"}, key)
+

@@ -1,8 +1,10 @@
-"""Smoke test of lesson 14: a short RLHF run moves the policy towards the reward model, within the KL budget."""
+"""Smoke test of lesson 14: a short RLHF run moves the policy towards the reward model, within the KL budget; part 3
+turns advantage whitening and gradient clipping off (Q22, Q23), its verdicts judged against the seed noise."""
 import numpy as np
 import pytest
 
 from lessons import l14_rlhf_ppo as lesson
+from minippo.studies.sweep_stats import compare, compare_interaction, pooled_seed_std
 from tests.helpers import assert_one_of, assert_verdict, quick_runs
 
 
@@ -31,6 +33,12 @@ def test_l14_quick(runs):
     out = runs["printed"]
     assert "Fresh samples" in out and "PPO" in out and "The walk's record equals" in out
     assert (runs["out"] / "l14_rlhf_ppo.png").stat().st_size > 50_000
+    # part 3: the switches did what they say
+    ab = r["ablations"]
+    assert set(ab) == set(lesson.ABLATIONS) | set(lesson.SCALED)
+    assert all(rec["policy/grad_clip_frac"] == 0.0 for recs in ab["no grad clip"]["records"] for rec in recs)
+    big = ab[f"RM x {lesson.RM_SCALE:g}"]["records"][0][0]["probe/adv_raw_std"]
+    assert big > 5 * ab["defaults"]["records"][0][0]["probe/adv_raw_std"]        # the scores x 10 reach the advantages
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -50,3 +58,20 @@ def test_l14_verdicts_follow_the_numbers(runs, seed):
     key = int(np.sign(d.mean())) if abs(d.mean()) >= 2 * se else 0
     assert_one_of(text, "The gold score moved by", {1: "the proxy moves further", -1: "the gold moved further",
                                                     0: "the gold moved as far as the proxy"}, key)
+    # part 3 (Q22, Q23), recomputed from the runs with the seed noise pooled over the five variants
+    ab = r["ablations"]
+    per_seed = lambda v, k: np.array([np.mean([rec[k] for rec in recs]) for recs in ab[v]["records"]])   # noqa: E731
+    gold = {v: np.array([e["gold_mean"] for e in ab[v]["eval"]]) for v in ab}
+    akl = {v: per_seed(v, "policy/approxkl_avg") for v in ab}
+    assert all(len(g) == 2 for g in gold.values())
+    ng, nk = pooled_seed_std(list(gold.values()))[0], pooled_seed_std(list(akl.values()))[0]
+    w = compare(gold["defaults"], gold["no whitening"], ng)
+    assert_verdict(text, "Q22. Whitening off", w["clear"], "this scale' holds", "this scale' does not hold here")
+    big, big_raw = lesson.SCALED
+    ia = compare_interaction(akl["defaults"], akl["no whitening"], akl[big], akl[big_raw], nk)
+    assert_verdict(text, "With the scores x", ia["clear"] and ia["diff"] > 0, "step size' holds",
+                   "step size' does not hold here")
+    c, k = compare(gold["defaults"], gold["no grad clip"], ng), compare(akl["defaults"], akl["no grad clip"], nk)
+    assert_verdict(text, "Q23. Gradient clipping off", c["clear"] or k["clear"], "this scale' holds",
+                   "this scale' does not hold here")
+

@@ -1,5 +1,6 @@
 """Smoke test of lesson 15: the five KL controls run; k2 and k3 never go negative while k1 does; top-k
-sampling makes the k1 estimate of a flattened policy negative; early stopping fires and shrinks the updates."""
+sampling makes the k1 estimate of a flattened policy negative; early stopping fires and shrinks the updates; the
+KL-adapted lr keeps every step; the verdicts of parts A-E follow the numbers on two seeds."""
 import numpy as np
 import pytest
 
@@ -33,6 +34,12 @@ def test_l15_quick(runs):
     early = lesson._curve(r["early_runs"], "probe/update_kl")
     none = lesson._curve(r["runs"]["no penalty"], "probe/update_kl", len(early))
     assert early.mean() < none.mean()
+    adapt = r["adapt_runs"]["records"]
+    steps = r["steps_per_update"]
+    assert all(rec["policy/steps"] + rec["policy/skipped_minibatches"] == steps and rec["early_stop_epoch"] is None
+               for recs in adapt for rec in recs)                            # no early stop: every minibatch computed
+    assert len({rec["lr"] for recs in adapt for rec in recs}) > 1                     # the KL moved the rate
+    assert len(r["early_runs"]["records"]) == len(r["adapt_runs"]["records"]) == len(r["sizes"]["seeds"]) == 2
     out = runs["printed"]
     assert out.startswith(lesson.narrative(r)) and "Top-k" in out and "kl_old_target" in out
     assert (runs["out"] / "l15_kl_control.png").stat().st_size > 50_000
@@ -107,3 +114,26 @@ def test_l15_verdicts_follow_the_numbers(runs, seed):
     assert_verdict(text, line, grows, "does not bound the distance", "no growth beyond" if se is not None else "too few")
     if grows:
         assert_verdict(text, line, smaller, "it bounds each step", "nor (beyond 2 s.e. here) each step")
+    # E: what bounds one update (Q44), and the KL-adapted lr (Q45)
+    assert "{" not in text                                        # every placeholder was formatted
+    arms = {"no penalty": runs_["no penalty"], "fixed beta 1": runs_["fixed beta 1"], "early stop": early,
+            "adapt lr": r["adapt_runs"]}
+    upd = {k: lesson._curve(v, "probe/update_kl") for k, v in arms.items()}
+    cap = lesson.CAP * lesson.TARGET_KL
+    bounded = {k: u.max() <= cap for k, u in upd.items()}
+    assert_verdict(text, "Q44. The KL penalty", not bounded["fixed beta 1"] and bounded["early stop"],
+                   "the early stop does' holds", "the early stop does' does not hold here")
+    assert line_with(text, "Q44. The KL penalty").count(": not bounded") == (not bounded["fixed beta 1"]) + (
+        not bounded["early stop"])
+    logkl = {k: np.log10(np.maximum(u, 1e-12)).mean(axis=1) for k, u in upd.items()}
+    noise = pooled_seed_std(list(logkl.values()))[0]
+    c = compare(logkl["no penalty"], logkl["fixed beta 1"], noise)
+    key = "smaller" if c["clear"] and c["diff"] < 0 else "larger" if c["clear"] else "same"
+    assert_one_of(text, "Q44. The KL penalty", {"smaller": "it makes each update smaller too",
+                                                "larger": "each update is larger", "same": "no smaller updates"}, key)
+    assert_verdict(text, "Q45. The KL-adapted lr", bounded["adapt lr"], "alternative to the early stop' holds",
+                   "alternative to the early stop' does not hold here")
+    lr_max = lesson._curve(r["adapt_runs"], "lr_max").max()
+    assert_verdict(text, "Q45. The KL-adapted lr", lr_max > r["base"]["lr"], "x the configured rate",
+                   "never above the configured rate")
+

@@ -61,6 +61,9 @@ def test_l16_quick(runs):
     assert first[hack]["objective/rm_scores"] == first[normed]["objective/rm_scores"]
     assert 0 < first[normed]["objective/scores"] < first[hack]["objective/scores"] / 2   # / n^0.5, n > 4
     assert out.startswith(lesson.narrative(r)) and "lr = 0" in out
+    # Q47: the clamped critic's values never leave the box; the others' do not see a clamp
+    clamped = r["q47"][lesson.CLAMP]["records"]
+    assert all(0 <= rec["val/values_outside_box"] <= 1 for recs in clamped for rec in recs)
     assert (runs["out"] / "l16_pitfalls.png").stat().st_size > 50_000
 
 
@@ -117,3 +120,15 @@ def test_l16_verdicts_follow_the_numbers(runs, seed):
     assert_verdict(text, "clipfrac at lr = 0" if caught else "NOT every bug", caught, "a non-zero clipfrac at lr = 0",
                    "NOT every bug")
     assert "seed 00" not in text.lower()
+    # Q47: the clamp against value clipping, error at the end with the seed noise of all seven critics
+    four = {k: r["critic"][k] for k in ("no fix", "value clip", "bias init")}
+    four["clamp"] = r["q47"][lesson.CLAMP]
+    err = lambda v: np.log10([np.mean([rec["val/value_error"] for rec in recs[-3:]]) for recs in v["records"]])  # noqa
+    noise = pooled_seed_std([err(v) for v in four.values()])[0]
+    c = compare(err(four["bias init"]), err(four["clamp"]), noise)
+    box = lambda v: np.mean([[rec["val/values_outside_box"] for rec in recs[-3:]] for recs in v["records"]])  # noqa
+    differ = c["clear"] and c["diff"] > 0 and box(four["value clip"]) < 0.5 * box(four["clamp"])
+    assert_verdict(text, "error at the end (log10", differ, "different operations' holds",
+                   "different operations' does not hold here")
+    assert "Q47. A clamp of V to [-10, 10]" in text
+

@@ -1,6 +1,6 @@
 """KL estimators k1/k2/k3 against the exact KL (exact expectations and Monte Carlo), the exact
-KL from logits, the three beta controllers' update rules, and the KL as a loss term (what each
-estimator's gradient estimates)."""
+KL from logits, the three beta controllers' update rules, the KL-adapted learning rate, and the KL as a loss
+term (what each estimator's gradient estimates)."""
 import math
 
 import numpy as np
@@ -8,7 +8,7 @@ import pytest
 
 from minippo.nn.gradcheck import assert_gradients, numerical_gradient
 from minippo.rl.kl import kl_estimate, kl_ref_loss
-from minippo.rl.kl_control import AdaptiveKLController, FixedKLController, PPOPaperKLController
+from minippo.rl.kl_control import AdaptiveKLController, FixedKLController, PPOPaperKLController, kl_adaptive_lr
 from minippo.rl.losses import kl_exact_from_logits, log_softmax
 from tests.rl.helpers import right_padded_mask
 
@@ -124,6 +124,27 @@ def test_ppo_paper_controller_follows_section_4():
     assert c.update(0.1, n_steps=7) == 2.0          # n_steps does not matter
     with pytest.raises(ValueError, match="`d_targ`"):
         PPOPaperKLController(1.0, d_targ=0.0)
+
+
+def test_kl_adaptive_lr_follows_rsl_rl_by_hand():
+    """rsl_rl's adaptive schedule with desired KL 0.01: / 1.5 above 0.02, x 1.5 below 0.005 (and above 0),
+    unchanged in between and at the thresholds, clamped to [1e-5, 1e-2]."""
+    assert kl_adaptive_lr(1e-3, 0.05, 0.01) == pytest.approx(1e-3 / 1.5, rel=1e-15)     # KL 5x the target
+    assert kl_adaptive_lr(1e-3, 0.001, 0.01) == pytest.approx(1.5e-3, rel=1e-15)       # KL a tenth of it
+    for kl in (0.01, 0.02, 0.005, 0.0, -1e-9):     # in the band, on its edges, no move (or rounding below 0)
+        assert kl_adaptive_lr(1e-3, kl, 0.01) == 1e-3
+    assert kl_adaptive_lr(1.2e-5, 0.05, 0.01) == 1e-5          # 8e-6 would be below the floor
+    assert kl_adaptive_lr(8e-3, 0.001, 0.01) == 1e-2           # 1.2e-2 would be above the ceiling
+    assert kl_adaptive_lr(1e-2, 0.001, 0.01) == 1e-2 and kl_adaptive_lr(1e-5, 1.0, 0.01) == 1e-5
+    # three minibatches in a row, by hand: 1e-3 -> 6.667e-4 -> 4.444e-4 -> 6.667e-4
+    lr = 1e-3
+    for kl in (0.03, 0.021, 0.004):
+        lr = kl_adaptive_lr(lr, kl, 0.01)
+    assert lr == pytest.approx(1e-3 / 1.5 / 1.5 * 1.5, rel=1e-15)
+    for kwargs, name in ((dict(lr=0.1), "lr"), (dict(lr=1e-6), "lr"), (dict(kl=float("nan")), "kl"),
+                         (dict(target=0.0), "target"), (dict(lr_min=0.0), "lr_min")):
+        with pytest.raises(ValueError, match=f"`{name}`"):
+            kl_adaptive_lr(**{**dict(lr=1e-3, kl=0.01, target=0.01), **kwargs})
 
 
 # ------------------------------------------------------------------ the KL as a loss term

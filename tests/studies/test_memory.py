@@ -167,13 +167,17 @@ def test_passes_per_iteration_match_the_trainer(critic, ptx_coef):
     trainer = PPOTrainer(cfg, sft, rm, tok, ptx_sequences=ptx)
     s = trainer.state
     models = {"actor": s.actor, "critic": s.critic, "reference": s.ref, "reward": rm.model}
-    with PassCounter(models) as pc:
+    with PassCounter(models, methods={"kl controller": (s.kl_ctl, "update")}) as pc:
         trainer.step()
     for m in models.values():
         if m is not None:
             assert not {"_forward", "backward", "prefill", "decode_step"} & set(vars(m))    # restored
+    assert "update" not in vars(s.kl_ctl)
     decode_steps = trainer.last_rollout.response.shape[1] - 1
     assert pc.counts == passes_per_iteration(cfg, decode_steps)
+    assert pc.method_calls["kl controller"]["calls"] == 1 and pc.method_calls["kl controller"]["seconds"] > 0
+    for name, c in pc.counts.items():            # time is spent exactly in the kinds of call that were made
+        assert all((pc.seconds[name][k] > 0) == (c[k] > 0) for k in ("prefill", "decode", "forward", "backward"))
     assert ("critic" in pc.counts) == (critic == "separate")
     with pytest.raises(ValueError, match="`decode_steps`"):
         passes_per_iteration(cfg, cfg.max_new_tokens)

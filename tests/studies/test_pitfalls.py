@@ -1,12 +1,15 @@
 """minippo.studies.pitfalls: the lr = 0 recomputes (right and deliberately wrong) against token-by-token
-forward passes, the ratio statistics against NumPy, the value error, the offset RM, the length slope."""
+forward passes, the ratio statistics against NumPy, the value error, the offset RM, the clamped critic (values
+and gradients by finite differences), the length slope."""
 import numpy as np
 import pytest
 
 from tests.rlhf.ppo_helpers import tiny_config, world
 from minippo.rl.losses import log_softmax
-from minippo.studies.pitfalls import (length_slope, offset_reward_model, ratio_statistics,
-                                   recompute_logp, value_error)
+from minippo.nn.gpt import GPTConfig, TinyGPT
+from minippo.nn.gradcheck import assert_gradients
+from minippo.studies.pitfalls import (ClampedCritic, clamp_critic, length_slope, offset_reward_model,
+                                   ratio_statistics, recompute_logp, scaled_reward_model, value_error)
 from minippo.rlhf.run.trainer import PPOTrainer
 
 TEMPERATURE = 0.7
@@ -121,6 +124,53 @@ def test_offset_reward_model_adds_a_constant(lr0):
     np.testing.assert_allclose(shifted.score(ro.sequences, ro.attn_mask), rm.score(ro.sequences, ro.attn_mask) + 10.0)
     with pytest.raises(ValueError, match="`reward_model`"):
         offset_reward_model(rm.model, 1.0)
+    scaled = scaled_reward_model(rm, 10.0)
+    assert scaled.model is rm.model
+    np.testing.assert_allclose(scaled.score(ro.sequences, ro.attn_mask), 10.0 * rm.score(ro.sequences, ro.attn_mask))
+    with pytest.raises(ValueError, match="`scale`"):
+        scaled_reward_model(rm, 0.0)
+
+
+def test_clamped_critic_values_and_gradients():
+    """V = min(max(head, lo), hi): equal to the head inside the box, lo / hi outside; its gradient by central
+    differences (float64, whole model) is the head's where the clamp does not bind and 0 where it does. The box is
+    put between the head's values with a margin, so no value sits on a kink."""
+    model = TinyGPT(GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=8, dtype="float64"), seed=1)
+    rng = np.random.default_rng(2)
+    model.params["scalar_head.w"][:] = rng.normal(0, 1.0, model.params["scalar_head.w"].shape)
+    idx = rng.integers(0, 16, (3, 6))
+    head = model.forward(idx, scalar=True)[1]                                       # (3, 6)
+    v = np.sort(head.ravel())
+    lo, hi = (v[3] + v[4]) / 2, (v[-4] + v[-5]) / 2                                 # 4 values below, 4 above
+    clamped = ClampedCritic(model, lo, hi)
+    _, values, cache = clamped.forward(idx, scalar=True)
+    np.testing.assert_array_equal(values, np.clip(head, lo, hi))
+    assert (values == lo).sum() == 4 and (values == hi).sum() == 4
+    w = rng.normal(0, 1, head.shape)                                                # loss = sum(w * V)
+    grads = clamped.backward(cache, dscalar=w)
+    assert_gradients(lambda: float((w * clamped.forward(idx, scalar=True)[1]).sum()), model.params, grads, tol=1e-5)
+    inside = model.backward(model.forward(idx, scalar=True)[2], dscalar=w * ((head > lo) & (head < hi)))
+    for k in grads:
+        np.testing.assert_array_equal(grads[k], inside[k])
+    with pytest.raises(ValueError, match="`hi`"):
+        ClampedCritic(model, 1.0, 1.0)
+
+
+def test_clamp_critic_wraps_the_trainers_critic_and_trains_it():
+    sft, rm, tok = world()
+    tr = PPOTrainer(tiny_config(iterations=2), sft, rm, tok)
+    critic = tr.state.critic
+    wrapped = clamp_critic(tr, -0.05, 0.05)
+    assert wrapped.params is critic.params is tr.state.opt_critic.params     # the same arrays, still optimised
+    before = {k: v.copy() for k, v in critic.params.items()}
+    tr.train()
+    ro = tr.last_rollout
+    m = ro.response_mask != 0
+    box = float(np.float32(0.05))              # the float32 critic's values are clamped to 0.05 rounded to float32
+    assert (np.abs(ro.values[m]) <= box).all() and (np.abs(ro.values[m]) == box).any()   # the rollout saw the clamp
+    assert any(not np.array_equal(before[k], v) for k, v in critic.params.items())  # and the critic still trained
+    with pytest.raises(ValueError, match="separate critic"):
+        clamp_critic(PPOTrainer(tiny_config(critic="shared"), sft, rm, tok))
 
 
 def test_length_slope_is_least_squares_and_decorrelates():

@@ -4,7 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from minippo.studies.sweep_stats import compare, compare_paired, pooled_seed_std, seed_curves, seed_values
+from minippo.studies.sweep_stats import (compare, compare_interaction, compare_paired, pooled_seed_std, seed_curves,
+                                         seed_values)
 
 
 def fake_variant(golds, kls):
@@ -44,6 +45,20 @@ def test_compare_in_standard_errors():
     assert compare([1.0], [1.0], noise=0.0)["z"] == 0.0 and compare([1.0], [2.0], noise=0.0)["z"] == math.inf
     with pytest.raises(ValueError, match="`noise`"):
         compare([1.0], [2.0], noise=-1.0)
+
+
+def test_compare_interaction_by_hand():
+    # condition a: 1.0 -> 1.5 (+0.5); condition b: 2.0 -> 1.0 (-1.0); two seeds each, noise 0.2
+    c = compare_interaction([0.9, 1.1], [1.4, 1.6], [2.0, 2.0], [0.8, 1.2], 0.2)
+    assert c["diff"] == pytest.approx(-1.5) and c["se"] == pytest.approx(0.2 * math.sqrt(4 * 0.5))
+    assert c["z"] == pytest.approx(-1.5 / (0.2 * math.sqrt(2))) and c["clear"]
+    same = compare_interaction([0.0], [1.0], [5.0], [6.0], 0.1)                   # the same gain in both conditions
+    assert same["diff"] == 0.0 and same["z"] == 0.0 and not same["clear"]
+    assert compare_interaction([0.0], [1.0], [0.0], [0.0], 0.0)["z"] == -math.inf
+    with pytest.raises(ValueError, match="`noise`"):
+        compare_interaction([0.0], [1.0], [0.0], [0.0], -1.0)
+    with pytest.raises(ValueError, match="at least one value"):
+        compare_interaction([], [1.0], [0.0], [0.0], 1.0)
 
 
 def test_compare_paired_by_hand():

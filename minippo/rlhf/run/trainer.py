@@ -13,7 +13,8 @@ Run folder (``out_dir``)::
     config.json      the PPOConfig
     metrics.jsonl    one record per iteration (names: minippo.rlhf.metrics.GLOSSARY)
     checkpoint/      every ``checkpoint_every`` iterations and at the end, atomically: actor and critic
-                     weights and AdamW moments (safetensors), config, iteration, KL-controller state,
+                     weights and AdamW moments (safetensors), config, iteration, KL-controller state, the
+                     KL-adapted learning rate (``kl_old_action="adapt_lr"``),
                      value-normalisation statistics and the RNG state (JSON); ``resume=True`` continues from
                      it and the metrics then equal an uninterrupted run's (tested, timing entries aside)
     policy/          the final actor + tokenizer (``load_model``), for evaluation and later stages
@@ -44,7 +45,7 @@ from minippo.io import (STATE, array_specs, checkpoint_folder, has_checkpoint, i
                         rng_state, save_checkpoint)
 from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW
-from minippo.rl.kl_control import AdaptiveKLController, FixedKLController, PPOPaperKLController
+from minippo.rl.kl_control import KL_LR_MAX, KL_LR_MIN, AdaptiveKLController, FixedKLController, PPOPaperKLController
 from minippo.rlhf import ppo
 from minippo.rlhf.checkpoint import save_model
 from minippo.progress import progress_bar
@@ -215,7 +216,8 @@ class PPOTrainer:
         arrays.update({"opt_actor/" + k: v for k, v in a_moments.items()})
         state = {"format": CHECKPOINT_FORMAT, "ppo_config": self.cfg.to_dict(), "iteration": s.iteration,
                  "opt_actor": a_scalars, "kl_coef": s.kl_ctl.value, "rng": rng_state(s.rng),
-                 "value_norm": s.value_norm.state_dict(), "gpt_config": s.actor.cfg.to_dict()}
+                 "value_norm": s.value_norm.state_dict(), "gpt_config": s.actor.cfg.to_dict(),
+                 "kl_old_lr": s.kl_old_lr}
         if s.critic is not None:
             arrays.update({"critic/" + k: v for k, v in s.critic.params.items()})
             c_moments, state["opt_critic"] = s.opt_critic.state_dict()
@@ -256,6 +258,11 @@ class PPOTrainer:
             check_range("kl_coef", state["kl_coef"], 0, None)
             rng = rng_from_state(state["rng"])
             value_norm = ValueNorm.from_state(state["value_norm"])
+            kl_old_lr = state.get("kl_old_lr")              # absent from checkpoints written before kl_old_action
+            if self.cfg.kl_old_target is not None and self.cfg.kl_old_action == "adapt_lr":
+                check_range("kl_old_lr", kl_old_lr, KL_LR_MIN, KL_LR_MAX)
+            elif kl_old_lr is not None:
+                raise ValueError(f"`kl_old_lr` must be null (no KL-adapted learning rate in this run), got {kl_old_lr!r}")
             if state["gpt_config"] != s.actor.cfg.to_dict():
                 raise ValueError(f"`gpt_config` {state['gpt_config']} is not the SFT model's {s.actor.cfg.to_dict()}")
             s.opt_actor.check_state_dict(moments["opt_actor"], state["opt_actor"])
@@ -268,6 +275,7 @@ class PPOTrainer:
             assign_arrays(s.critic.params, arrays, "critic/", source=directory)
             s.opt_critic.load_state_dict(moments["opt_critic"], state["opt_critic"])
         s.value_norm, s.kl_ctl.value, s.rng, s.iteration = value_norm, float(state["kl_coef"]), rng, iteration
+        s.kl_old_lr = None if kl_old_lr is None else float(kl_old_lr)
         self.last_saved = iteration
         self.stage.saved = f"iteration {iteration}"
 

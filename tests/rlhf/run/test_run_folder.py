@@ -70,6 +70,7 @@ def test_a_crafted_checkpoint_is_refused_before_anything_is_assigned(stopped, ch
     ("value_norm", {"enabled": False, "mean": 0.0, "var": -1.0, "count": 0.0}, "`value_norm.var` must be in"),
     ("opt_actor", {"t": 2, "lr": float("inf")}, r"`scalars\['lr'\]` must be a finite number"),
     ("ppo_config", {"learning_rate": 1.0}, "unknown"),
+    ("kl_old_lr", 1e-3, r"`kl_old_lr` must be null \(no KL-adapted learning rate in this run\), got 0.001"),
 ])
 def test_a_bad_state_entry_stops_the_resume_before_any_file_is_rewritten(stopped, entry, value, match):
     """Issue 13 item 6: before, a bad `iteration` wiped metrics.jsonl and then failed."""

@@ -1,11 +1,12 @@
 """The PPO trainer: configuration, gradients of the minibatch loss, lr = 0, resume, NaN guard, variants."""
 import json
+import shutil
 
 import numpy as np
 import pytest
 
 from tests.rlhf.ppo_helpers import tiny_config, world
-from minippo.io import load_checkpoint, read_metrics
+from minippo.io import STATE, CorruptFileError, load_checkpoint, read_metrics
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.gradcheck import assert_gradients
 from minippo.nn.optim import AdamW
@@ -16,6 +17,7 @@ from minippo.studies.pitfalls import logp_rounding_tolerance, lr_zero_verdict, r
 from minippo.rlhf.ppo_config import PPOConfig, field_docs
 from minippo.rlhf.ppo import PPOState, forward_response, minibatch_loss_and_grads, ppo_update
 from minippo.rlhf.rollout import Rollout
+from minippo.rlhf import ppo
 from minippo.rlhf.run.trainer import PPOTrainer
 
 
@@ -45,6 +47,11 @@ from minippo.rlhf.run.trainer import PPOTrainer
     (dict(loss_agg="seq-sum"), "loss_agg"),
     (dict(ratio_level="response"), "ratio_level"),
     (dict(kl_ref_loss_estimator="k4"), "kl_ref_loss_estimator"),
+    (dict(kl_old_action="adapt"), "kl_old_action"),
+    (dict(kl_old_action="adapt_lr"), "kl_old_target"),
+    (dict(kl_old_action="adapt_lr", kl_old_target=0.05), "lr_schedule"),
+    (dict(kl_old_action="adapt_lr", kl_old_target=0.05, lr_schedule="constant", lr=0.1), "lr"),
+    (dict(max_grad_norm=0.0), "max_grad_norm"),
 ])
 def test_bad_configuration_names_the_field(kw, field):
     with pytest.raises(ValueError, match=f"`{field}"):
@@ -290,6 +297,58 @@ def test_target_kl_stops_the_update_and_ratio_threshold_skips():
     assert all((before[k] == v).all() for k, v in tr.actor.params.items())
 
 
+def test_kl_adapted_lr_follows_the_rule_minibatch_by_minibatch(monkeypatch):
+    """kl_old_action="adapt_lr": every minibatch is applied (no early stop), and the rate of each actor step is the
+    rule applied, by hand, to the approx KL of that minibatch and of all the ones before it (the rate carried
+    across iterations), except each update's first (no step taken yet: its KL is rounding); the critic keeps its
+    constant rate."""
+    sft, rm, tok = world()
+    cfg = tiny_config(iterations=3, lr=3e-3, lr_schedule="constant", kl_old_target=2e-4, kl_old_action="adapt_lr",
+                      update_epochs=3)
+    tr = PPOTrainer(cfg, sft, rm, tok)
+    kls, lrs, critic_lrs = [], [], []
+    loss_and_grads = ppo.minibatch_loss_and_grads
+
+    def spy(*args, **kwargs):
+        out = loss_and_grads(*args, **kwargs)
+        kls.append(out[1]["approx_kl"])
+        return out
+    monkeypatch.setattr(ppo, "minibatch_loss_and_grads", spy)
+    for opt, seen in ((tr.state.opt_actor, lrs), (tr.state.opt_critic, critic_lrs)):
+        monkeypatch.setattr(opt, "step", lambda grads, lr=None, _step=opt.step, _seen=seen: (_seen.append(lr),
+                                                                                            _step(grads, lr=lr)))
+    records = tr.train()
+    steps = cfg.update_epochs * cfg.num_minibatches
+    assert len(kls) == len(lrs) == cfg.iterations * steps                  # nothing stopped, nothing skipped
+    assert all(r["early_stop_epoch"] is None and r["policy/steps"] == steps for r in records)
+    lr, expect = cfg.lr, []
+    for i, kl in enumerate(kls):           # rsl_rl's rule, written out: / 1.5 above 2 x target, x 1.5 below half
+        if i % steps == 0:                 # an update's first minibatch: pi is still pi_old, the rate is kept
+            pass
+        elif kl > 2 * cfg.kl_old_target:
+            lr = max(lr / 1.5, 1e-5)
+        elif 0 < kl < cfg.kl_old_target / 2:
+            lr = min(lr * 1.5, 1e-2)
+        expect.append(lr)
+    assert lrs == expect and len(set(lrs)) > 2                              # the rate moved, both ways or more
+    assert [r["lr"] for r in records] == expect[steps - 1::steps]          # logged: the rate the update ended at
+    assert tr.state.kl_old_lr == expect[-1] and critic_lrs == [cfg.lr] * len(lrs)
+
+
+def test_no_gradient_clipping_with_max_grad_norm_none():
+    """max_grad_norm None: the steps take the raw gradient, whose norm is still logged; with a clip below every
+    norm each step is scaled (policy/grad_clip_frac 1)."""
+    sft, rm, tok = world()
+    recs = {}
+    for name, clip in (("off", None), ("tight", 1e-6)):
+        tr = PPOTrainer(tiny_config(iterations=1, max_grad_norm=clip), sft, rm, tok)
+        recs[name] = (tr.step(), {k: v.copy() for k, v in tr.actor.params.items()})
+    (off, p_off), (tight, p_tight) = recs["off"], recs["tight"]
+    assert off["policy/grad_clip_frac"] == 0.0 and tight["policy/grad_clip_frac"] == 1.0
+    assert off["policy/grad_norm_avg"] > 1e-6
+    assert any(not np.array_equal(p_off[k], p_tight[k]) for k in p_off)     # the clip changed the steps
+
+
 def test_critic_free_estimators_give_one_advantage_per_response():
     sft, rm, tok = world()
     seen = {}
@@ -355,6 +414,33 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
         np.testing.assert_array_equal(v, resumed.actor.params[k])
     with pytest.raises(ValueError, match=r"another configuration: lr \(stored 0.0001, requested 0.001\)"):
         PPOTrainer(cfg.replace(lr=1e-3), sft, rm, tok, out_dir=tmp_path / "part", resume=True)
+
+
+def test_resume_with_a_kl_adapted_lr_equals_an_uninterrupted_run(tmp_path):
+    """The KL-adapted rate is part of the checkpoint: a resumed run continues from the rate the KL had set, not
+    from cfg.lr, and its metrics and weights equal an uninterrupted run's."""
+    sft, rm, tok = world()
+    cfg = tiny_config(iterations=4, checkpoint_every=2, lr=3e-3, lr_schedule="constant", kl_old_target=2e-4,
+                      kl_old_action="adapt_lr")
+    full = PPOTrainer(cfg, sft, rm, tok, out_dir=tmp_path / "full")
+    full.train()
+    part = PPOTrainer(cfg, sft, rm, tok, out_dir=tmp_path / "part")
+    part.train(until=3)
+    part.close()
+    bad = tmp_path / "bad"                                   # the same folder with a rate outside the rule's bounds
+    shutil.copytree(tmp_path / "part", bad)
+    state = json.loads((bad / "checkpoint" / STATE).read_text())
+    (bad / "checkpoint" / STATE).write_text(json.dumps({**state, "kl_old_lr": 0.5}))
+    with pytest.raises(CorruptFileError, match=r"`kl_old_lr` must be in \[1e-05, 0.01\], got 0.5"):
+        PPOTrainer(cfg, sft, rm, tok, out_dir=bad, resume=True)
+    resumed = PPOTrainer(cfg, sft, rm, tok, out_dir=tmp_path / "part", resume=True)
+    a = [without_timing(r) for r in read_metrics(tmp_path / "full" / "metrics.jsonl")]
+    assert resumed.iteration == 2 and resumed.state.kl_old_lr == a[1]["lr"] != cfg.lr
+    resumed.train()
+    b = [without_timing(r) for r in read_metrics(tmp_path / "part" / "metrics.jsonl")]
+    assert len(a) == len(b) == 4 and a == b and len({r["lr"] for r in a}) > 1
+    for k, v in full.actor.params.items():
+        np.testing.assert_array_equal(v, resumed.actor.params[k])
 
 
 @pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning")
