@@ -236,7 +236,7 @@ def narrative(r: dict) -> str:
     L.append("Monte-Carlo means vs exact expectations (worst state, in standard errors): "
              + ", ".join(f"sigma={s_:g}: {w:.1f}" for s_, w in worst.items())
              + (f": the sampled GAE agrees with the exact formula (all within {MC_SE:g} s.e.)."
-                if max(worst.values()) < MC_SE else f": the sampled GAE DISAGREES with the exact formula."))
+                if max(worst.values()) < MC_SE else ": the sampled GAE DISAGREES with the exact formula."))
     t = r["timing"]
     L.append(f"GAE on a {t['shape']} float32 batch: kernel {t['kernel'] * 1e3:.3f} ms, NumPy reference "
              f"{t['numpy'] * 1e3:.2f} ms ({t['numpy'] / t['kernel']:.0f}x), pure Python {t['python'] * 1e3:.1f} ms "

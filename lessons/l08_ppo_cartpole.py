@@ -114,8 +114,8 @@ def narrative(r: dict) -> str:
         L.append(f"  {name:<16s}: mean of the last 20 returns {s['last20']:.1f}; "
                  f"{_fmt_steps(s['steps_to_475'])}; {s['episodes']} episodes; {s['wall_time']:.1f} s")
     L.append("How to read the panels (numbers from the 'defaults' run; 'first/last quarter' = of the updates):")
-    L.append(f"- return: dots are single episodes, the line the mean of the last 20. 500 is the time limit "
-             f"(truncation), 475 the goal; CleanRL reports 490 +/- 6 after 500k steps.")
+    L.append("- return: dots are single episodes, the line the mean of the last 20. 500 is the time limit "
+             "(truncation), 475 the goal; CleanRL reports 490 +/- 6 after 500k steps.")
     L.append(f"- policy loss: the clipped surrogate of the last minibatch, |median| {d['policy_loss_abs_median']:.4f}. "
              f"Whitened advantages have mean 0 and the ratio starts at 1, so it hovers around 0: it is not a "
              f"learning curve, read progress from the return.")

@@ -198,7 +198,7 @@ def narrative(r: dict) -> str:
     factor = (GROUP / (GROUP - 1)) ** 2
     between_ok = np.isclose(bl["batch mean"] - bl["group mean"], bl["between_prompts"], atol=0.005)
     loo_ok = np.isclose(bl["leave-one-out"], factor * bl["group mean"], rtol=0.01)
-    L.append(f"\nBaselines on the group methods' last rollouts, mean (s - b)^2 / Var(s): "
+    L.append("\nBaselines on the group methods' last rollouts, mean (s - b)^2 / Var(s): "
              + ", ".join(f"{k} {bl[k]:.2f}" for k in BASELINES)
              + f". The prompt explains {bl['between_prompts']:.0%} of the score's variance: "
              + ("exactly the share the group mean removes beyond the batch mean" if between_ok else

@@ -14,7 +14,8 @@ calls where it needs them, so that every trainer keeps the same rules without co
   :class:`ConfigMismatch` names the differing fields and how to start fresh. Nothing is deleted for the user.
 - :func:`check_no_run`: a fresh run refuses a folder that already holds another run's checkpoint (it would
   overwrite its records); :func:`open_run` is the start of a trainer's run (lock, resume or fresh, the
-  metrics file) that the PPO and DPO trainers share.
+  metrics file), and :class:`RunFolderTrainer` the part of a trainer built on it that the PPO and DPO
+  trainers share (open, close, what a stop leaves on disk, the saved-checkpoint bookkeeping).
 - :func:`assign_arrays`: copy validated arrays into live parameters in place, refusing any broadcast or cast.
 - :func:`stage` / :class:`Stage`: what this process is running and which checkpoint it has on disk; on
   Ctrl-C the innermost stage attaches one line to the ``KeyboardInterrupt`` (``interrupted_message``), which
@@ -49,6 +50,7 @@ import fcntl
 import json
 import os
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
@@ -293,3 +295,51 @@ def stage(name: str, folder, *, checkpoint=None, saved: str | None = None, **hin
     :class:`Stage` and its :meth:`Stage.running` block."""
     return Stage(name, Path(folder), None if checkpoint is None else Path(checkpoint), saved, **hints).running()
 
+
+
+class RunFolderTrainer:
+    """What the PPO and DPO trainers share around their run folder (``out_dir``, None: nothing is written).
+
+    A subclass sets ``STAGE`` ("PPO") and ``UNIT`` ("iteration": what ``metrics.jsonl`` records are keyed by),
+    defines ``done`` (how many units are done), ``load(checkpoint)`` and ``save(checkpoint)``, and calls
+    :meth:`_open_run_folder` at the end of its ``__init__``. It gets ``out_dir``, ``metrics`` (a
+    :class:`~minippo.io.MetricsWriter`), ``stage`` (:class:`Stage`), ``last_saved``, :meth:`close` and
+    :meth:`_on_disk`."""
+
+    STAGE: str = ""
+    UNIT: str = ""
+
+    @property
+    def done(self) -> int:
+        raise NotImplementedError
+
+    def _open_run_folder(self, out_dir, config: Mapping, *, resume: bool) -> None:
+        """Lock ``out_dir`` and resume from its checkpoint or start it fresh (:func:`open_run`)."""
+        self.out_dir = None if out_dir is None else Path(out_dir)
+        self.metrics, self.last_saved, self._lock = None, None, None
+        self.stage = Stage(self.STAGE, self.out_dir, None if out_dir is None else self.out_dir / "checkpoint")
+        if self.out_dir is not None:
+            self._lock, self.metrics = open_run(self.out_dir, config, self._restore, what=f"a {self.STAGE} run",
+                                                resume=resume, key=self.UNIT)
+            weakref.finalize(self, self._lock.release)
+
+    def _restore(self, checkpoint) -> int:
+        """Load ``checkpoint`` (validated before anything is assigned); the units it has done."""
+        self.load(checkpoint)
+        return self.done
+
+    def _saved(self, done: int) -> None:
+        """Record that the checkpoint on disk now holds ``done`` units."""
+        self.last_saved = done
+        self.stage.saved = f"{self.UNIT} {done}"
+
+    def close(self) -> None:
+        """Release the run folder's lock (also done when the trainer is garbage-collected)."""
+        if self._lock is not None:
+            self._lock.release()
+
+    def _on_disk(self) -> str:
+        """What a stopped run leaves: the last good checkpoint, or that there is none."""
+        if self.out_dir is None:
+            return "nothing is written (no out_dir)"
+        return self.stage.kept()

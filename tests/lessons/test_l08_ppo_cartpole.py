@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from lessons import l08_ppo_cartpole as lesson
-from tests.helpers import assert_one_of, assert_verdict, quick_runs
+from tests.helpers import assert_verdict, quick_runs
 
 
 @pytest.fixture(scope="module")

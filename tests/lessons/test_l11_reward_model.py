@@ -4,7 +4,7 @@ gold score on fresh samples, and its normalised scores have mean 0 and std 1 on 
 import pytest
 
 from lessons import l11_reward_model as lesson
-from tests.helpers import assert_one_of, assert_verdict, quick_runs
+from tests.helpers import assert_verdict, quick_runs
 
 
 @pytest.fixture(scope="module")

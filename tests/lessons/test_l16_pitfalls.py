@@ -7,7 +7,7 @@ import pytest
 from lessons import l16_pitfalls as lesson
 from minippo.blas import blas_core_name
 from minippo.studies.sweep_stats import compare, compare_paired, pooled_seed_std
-from tests.helpers import assert_one_of, assert_verdict, line_with, quick_runs
+from tests.helpers import assert_one_of, assert_verdict, quick_runs
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import pytest
 
 from lessons import l18_ptx_and_critic as lesson
 from minippo.studies.sweep_stats import compare, pooled_seed_std
-from tests.helpers import assert_one_of, assert_verdict, quick_runs
+from tests.helpers import assert_verdict, quick_runs
 
 
 @pytest.fixture(scope="module")

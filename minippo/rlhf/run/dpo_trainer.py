@@ -36,7 +36,6 @@ optimizer, the config, the step, the model config, the optimizer's scalars) befo
 from __future__ import annotations
 
 import time
-import weakref
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +54,7 @@ from minippo.rlhf.dpo_config import DPOConfig
 from minippo.rlhf.generate import check_response_fits
 from minippo.rlhf.rm_train import load_pairs, load_sft
 from minippo.rlhf.run.evaluate import evaluate_policy
-from minippo.runs import Stage, assign_arrays, check_same_config, open_run
+from minippo.runs import RunFolderTrainer, assign_arrays, check_same_config
 
 CHECKPOINT_FORMAT = "minippo.dpo/1"
 #: DPOConfig fields a resume may change: they do not change what the steps compute
@@ -63,7 +62,7 @@ RESUME_NEUTRAL = ("steps", "checkpoint_every")
 SEED_EVAL = 2           # evaluation prompts: [seed, SEED_EVAL]; their samples: [seed, SEED_EVAL, 1]
 
 
-class DPOTrainer:
+class DPOTrainer(RunFolderTrainer):
     """DPO (or IPO, conservative DPO) with a policy and a frozen reference; see the module docstring.
 
     Parameters
@@ -78,6 +77,8 @@ class DPOTrainer:
         :data:`RESUME_NEUTRAL`); without it a folder holding a checkpoint is refused
     data_info : JSON-serialisable description of the pairs (stored with checkpoints and the policy)
     """
+
+    STAGE, UNIT = "DPO", "step"        # minippo.runs.RunFolderTrainer: the run folder, its lock and records
 
     def __init__(self, cfg: DPOConfig, sft_model: TinyGPT, tokenizer, train: PreferencePairs,
                  heldout: PreferencePairs, *, out_dir=None, resume: bool = False, data_info: dict | None = None):
@@ -98,23 +99,7 @@ class DPOTrainer:
                                   train=train, heldout=heldout)
         self.prompts = sample_prompts(cfg.n_eval, seed=np.random.default_rng([cfg.seed, SEED_EVAL]))
         self.last_eval = None                 # the last evaluation's samples and per-response numbers
-        self.out_dir = None if out_dir is None else Path(out_dir)
-        self.metrics, self.last_saved, self._lock = None, None, None
-        self.stage = Stage("DPO", self.out_dir, None if out_dir is None else self.out_dir / "checkpoint")
-        if self.out_dir is not None:
-            self._lock, self.metrics = open_run(self.out_dir, cfg.to_dict(), self._restore, what="a DPO run",
-                                                resume=resume, key="step")
-            weakref.finalize(self, self._lock.release)
-
-    def _restore(self, checkpoint) -> int:
-        """Load ``checkpoint`` (validated before anything is assigned); the steps it has done."""
-        self.load(checkpoint)
-        return self.step_count
-
-    def close(self) -> None:
-        """Release the run folder's lock (also done when the trainer is garbage-collected)."""
-        if self._lock is not None:
-            self._lock.release()
+        self._open_run_folder(out_dir, cfg.to_dict(), resume=resume)
 
     @property
     def policy(self) -> TinyGPT:
@@ -125,12 +110,9 @@ class DPOTrainer:
         """Optimizer steps done so far."""
         return self.state.step
 
+    done = step_count
+
     # ---- one step ------------------------------------------------------------------------------
-    def _on_disk(self) -> str:
-        """What a stopped run leaves: the last good checkpoint, or that there is none."""
-        if self.out_dir is None:
-            return "nothing is written (no out_dir)"
-        return self.stage.kept()
 
     def evaluate(self) -> dict:
         """The held-out pairs' ``eval_*`` metrics and the fresh samples' gold score, KL and length."""
@@ -202,8 +184,7 @@ class DPOTrainer:
         state = {"format": CHECKPOINT_FORMAT, "dpo_config": self.cfg.to_dict(), "step": s.step, "opt": scalars,
                  "gpt_config": s.policy.cfg.to_dict(), "data": self.data_info}
         path = save_checkpoint(directory, arrays, state)
-        self.last_saved = s.step
-        self.stage.saved = f"step {s.step}"
+        self._saved(s.step)
         return path
 
     def _expect(self) -> dict:
@@ -237,8 +218,7 @@ class DPOTrainer:
         assign_arrays(s.policy.params, arrays, "policy/", source=directory)
         s.opt.load_state_dict(moments, state["opt"])
         s.step = step
-        self.last_saved = step
-        self.stage.saved = f"step {step}"
+        self._saved(step)
 
 
 def run_dpo(cfg: DPOConfig, sft_dir, pairs_dir, out_dir, *, resume: bool = False, progress: bool = True,

@@ -175,7 +175,6 @@ def import_hf(hf_dir, out_dir, *, log=print) -> dict:
     state = dict(block.get("state", {}))
     restored = False
     if arch == SEQ_CLS:
-        gain, bias = 1.0, 0.0
         rm_state = state.get(STATE_KEY, {})
         if {"ln_f.b", "scalar_head.w", "scalar_head.b"} <= set(extra) and {"gain", "bias"} <= set(rm_state):
             w, beta = fold_score_head(extra["ln_f.b"], extra["scalar_head.w"], extra["scalar_head.b"],

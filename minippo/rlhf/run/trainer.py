@@ -34,7 +34,6 @@ optimizers) before anything is assigned or ``metrics.jsonl`` is rewritten.
 from __future__ import annotations
 
 import time
-import weakref
 from pathlib import Path
 
 import numpy as np
@@ -56,7 +55,7 @@ from minippo.rlhf.generate import check_response_fits
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.reward_model import RewardModel
 from minippo.rlhf.rm_train import load_sft
-from minippo.runs import Stage, assign_arrays, check_same_config, open_run
+from minippo.runs import RunFolderTrainer, assign_arrays, check_same_config
 
 CHECKPOINT_FORMAT = "minippo.ppo/2"
 #: PPOConfig fields a resume may change: they do not change what the iterations compute
@@ -72,7 +71,7 @@ def make_kl_controller(cfg: PPOConfig):
     return AdaptiveKLController(cfg.kl_ref_coef, target=cfg.kl_ref_target, horizon=cfg.kl_ref_horizon)
 
 
-class PPOTrainer:
+class PPOTrainer(RunFolderTrainer):
     """RLHF-PPO with actor, critic, reference and reward model; see the module docstring.
 
     Parameters
@@ -90,6 +89,8 @@ class PPOTrainer:
     ``state`` is the :class:`~minippo.rlhf.ppo.PPOState`; ``last_rollout`` the last iteration's experience
     and ``first_minibatch`` its update's first-minibatch ratio statistics (the lr = 0 check).
     """
+
+    STAGE, UNIT = "PPO", "iteration"        # minippo.runs.RunFolderTrainer: the run folder, its lock and records
 
     def __init__(self, cfg: PPOConfig, sft_model: TinyGPT, reward_model, tokenizer, *, out_dir=None,
                  resume: bool = False, ptx_sequences=None):
@@ -114,23 +115,7 @@ class PPOTrainer:
             kl_ctl=make_kl_controller(cfg), value_norm=ValueNorm(cfg.value_norm),
             rng=np.random.default_rng(cfg.seed), ptx_sequences=ptx_sequences)
         self.last_rollout, self.first_minibatch = None, None
-        self.out_dir = None if out_dir is None else Path(out_dir)
-        self.metrics, self.last_saved, self._lock = None, None, None
-        self.stage = Stage("PPO", self.out_dir, None if out_dir is None else self.out_dir / "checkpoint")
-        if self.out_dir is not None:
-            self._lock, self.metrics = open_run(self.out_dir, cfg.to_dict(), self._restore, what="a PPO run",
-                                                resume=resume, key="iteration")
-            weakref.finalize(self, self._lock.release)
-
-    def _restore(self, checkpoint) -> int:
-        """Load ``checkpoint`` (validated before anything is assigned); the iterations it has done."""
-        self.load(checkpoint)
-        return self.iteration
-
-    def close(self) -> None:
-        """Release the run folder's lock (also done when the trainer is garbage-collected)."""
-        if self._lock is not None:
-            self._lock.release()
+        self._open_run_folder(out_dir, cfg.to_dict(), resume=resume)
 
     @property
     def actor(self) -> TinyGPT:
@@ -140,12 +125,9 @@ class PPOTrainer:
     def iteration(self) -> int:
         return self.state.iteration
 
+    done = iteration
+
     # ---- one iteration ------------------------------------------------------------------------
-    def _on_disk(self) -> str:
-        """What a stopped run leaves: the last good checkpoint, or that there is none."""
-        if self.out_dir is None:
-            return "nothing is written (no out_dir)"
-        return self.stage.kept()
 
     def _parameter_note(self) -> str:
         """Which parameter went non-finite (or the largest one): what a NaN stop adds (minippo.checks.parameter_note)."""
@@ -223,8 +205,7 @@ class PPOTrainer:
             c_moments, state["opt_critic"] = s.opt_critic.state_dict()
             arrays.update({"opt_critic/" + k: v for k, v in c_moments.items()})
         path = save_checkpoint(directory, arrays, state)
-        self.last_saved = s.iteration
-        self.stage.saved = f"iteration {s.iteration}"
+        self._saved(s.iteration)
         return path
 
     def _expect(self) -> dict:
@@ -276,8 +257,7 @@ class PPOTrainer:
             s.opt_critic.load_state_dict(moments["opt_critic"], state["opt_critic"])
         s.value_norm, s.kl_ctl.value, s.rng, s.iteration = value_norm, float(state["kl_coef"]), rng, iteration
         s.kl_old_lr = None if kl_old_lr is None else float(kl_old_lr)
-        self.last_saved = iteration
-        self.stage.saved = f"iteration {iteration}"
+        self._saved(iteration)
 
 
 # ----------------------------------------------------------------------------------------------
