@@ -7,7 +7,7 @@ elsewhere): a student's run never modifies the repository.
 ``python -m lessons all`` is the maintainer's command: it regenerates every committed figure in
 ``figures/``, each lesson at the size that produced its committed figure (``--full`` for the RLHF
 studies 13 and 15-21, which say so in their docstrings; lessons without a larger version ignore the
-flag). It takes about half an hour on 2 cores. ``python -m lessons 13 --figures`` does the same for
+flag). It takes about an hour of CPU on 2 cores. ``python -m lessons 13 --figures`` does the same for
 one lesson. ``--quick`` runs the seconds-long versions instead (figures go to a temporary folder);
 ``--default`` the classroom sizes (each under a minute; figures to ``runs/figures/``).
 
@@ -37,7 +37,7 @@ Run one lesson (default size, figure in {RUN_FIGURES_DIR}, git-ignored):
 Every default run takes under a minute on 2 cores, except the first RLHF lesson (09, 11, 13-21) you run: it
 first builds the SFT policy and reward model they share into runs/cache/ (about {BUILD_SECONDS[False]} s more, once;
 it says so before it starts).
-Maintainers: python -m lessons all  (regenerates the committed figures/, about half an hour)."""
+Maintainers: python -m lessons all  (regenerates the committed figures/, about an hour)."""
 
 
 def discover() -> list[str]:
