@@ -241,9 +241,10 @@ def _clipped_policy_kernel(logp, logp_old, adv, mask, lo, hi, check_holes, dlogp
     The per-token work is branch-free (selects, not if/else: the six cases come in random
     order, so branches would be mispredicted); sums are float64. The objective is
     ``A min(r, hi)`` (A >= 0) or ``A max(r, lo)`` (A < 0), finite where the clip binds even when r
-    overflows; the first token whose ``r A`` is not finite is remembered (an input error found
-    later still wins, as in the formula, which validates the inputs first). A last light pass
-    scales ``dlogp`` by 1/n once n is known. Returns
+    overflows. Whether some token's ``r A`` is not finite is collected branch-free; only then a slow
+    pass (:func:`_first_overflow`) finds the first such token (an input error found in a later row
+    still wins, as in the formula, which validates the inputs first). A last light pass scales
+    ``dlogp`` by 1/n once n is known. Returns
     ``(status, which, b, t, n, n_clipped, obj_sum, kl_sum, ratio_sum, ratio_max, ratio_min)``.
     """
     B, T = logp.shape
@@ -254,7 +255,7 @@ def _clipped_policy_kernel(logp, logp_old, adv, mask, lo, hi, check_holes, dlogp
     ratio_sum = 0.0
     ratio_max = -np.inf
     ratio_min = np.inf
-    over_b, over_t = -1, -1                  # first token whose r A has no finite value
+    overflow = False                         # some token's r A has no finite value
     for b in range(B):
         # validation sweep over the row (vectorisable): NaN/inf and mask values
         bad = False
@@ -282,11 +283,10 @@ def _clipped_policy_kernel(logp, logp_old, adv, mask, lo, hi, check_holes, dlogp
             # min(r A, clip(r, lo, hi) A) = A min(r, hi) for A >= 0, A max(r, lo) for A < 0
             below, above = ratio < lo, ratio > hi
             clipped = ((a > 0) & above) | ((a < 0) & below)
-            a64 = np.float64(a)                                    # the objective's terms in float64
-            obj = a64 * min(ratio, hi) if a >= 0 else a64 * max(ratio, lo)
-            grad = 0.0 if (clipped or a == 0) else -a * ratio      # d(-r A)/dlogp = -A r; /n below
-            if over_b < 0 and not (math.isfinite(obj) and math.isfinite(grad)):
-                over_b, over_t = b, t
+            # the objective's terms in float64 (selects, not branches)
+            obj = np.float64(a) * (min(ratio, hi) if a >= 0 else max(ratio, lo))
+            grad = 0.0 if (clipped | (a == 0)) else -a * ratio     # d(-r A)/dlogp = -A r; /n below
+            overflow |= not (math.isfinite(obj) & math.isfinite(grad))
             dlogp[b, t] = grad
             # case code: 2 (A > 0) or 5 (A < 0), -1 below the band, +1 above it; 7 for A = 0
             base = POS_INSIDE if a > 0 else NEG_INSIDE
@@ -298,7 +298,8 @@ def _clipped_policy_kernel(logp, logp_old, adv, mask, lo, hi, check_holes, dlogp
             ratio_sum += ratio
             ratio_max = max(ratio_max, ratio)
             ratio_min = min(ratio_min, ratio)
-    if over_b >= 0:
+    if overflow:
+        over_b, over_t = _first_overflow(logp, logp_old, adv, mask, lo, hi)
         return OVERFLOW, 0, over_b, over_t, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0
     if not math.isfinite(obj_sum):
         return OVERFLOW, 0, -1, -1, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0
@@ -308,6 +309,25 @@ def _clipped_policy_kernel(logp, logp_old, adv, mask, lo, hi, check_holes, dlogp
             for t in range(T):
                 dlogp[b, t] *= inv_n
     return OK, 0, 0, 0, n, n_clipped, obj_sum, kl_sum, ratio_sum, ratio_max, ratio_min
+
+
+@njit(cache=True)
+def _first_overflow(logp, logp_old, adv, mask, lo, hi):
+    """``(b, t)`` of the first valid token whose objective ``r A`` or gradient ``-A r`` has no finite value
+    (the slow path of :func:`_clipped_policy_kernel`, the same arithmetic token by token)."""
+    B, T = logp.shape
+    for b in range(B):
+        for t in range(T):
+            if mask[b, t] == 0:
+                continue
+            a = adv[b, t]
+            ratio = np.exp(logp[b, t] - logp_old[b, t])
+            clipped = ((a > 0) & (ratio > hi)) | ((a < 0) & (ratio < lo))
+            obj = np.float64(a) * (min(ratio, hi) if a >= 0 else max(ratio, lo))
+            grad = 0.0 if (clipped | (a == 0)) else -a * ratio
+            if not (math.isfinite(obj) and math.isfinite(grad)):
+                return b, t
+    return -1, -1  # pragma: no cover - only called when the kernel saw such a token
 
 
 @njit(cache=True)
