@@ -101,6 +101,14 @@ def compare(a, b, noise: float) -> dict:
     return {"diff": diff, "se": se, "z": z, "clear": abs(z) >= 2.0}
 
 
+def seed_compare(a, b, noise: float | None) -> dict:
+    """:func:`compare` with the pooled seed noise ``noise``, or, when ``noise`` is None (a single seed: no noise
+    estimate), ``mean(b) - mean(a)`` alone with ``se``, ``z`` and ``clear`` None."""
+    if noise is None:
+        return {"diff": float(np.mean(b) - np.mean(a)), "se": None, "z": None, "clear": None}
+    return compare(a, b, noise)
+
+
 def compare_interaction(a0, a1, b0, b1, noise: float) -> dict:
     """The difference of differences ``(mean(b1) - mean(b0)) - (mean(a1) - mean(a0))`` (module docstring): how much
     more the change 0 -> 1 moves condition b than condition a, with its standard error from the pooled seed noise.
@@ -163,3 +171,10 @@ def curve_slope(Y) -> dict:
     d = float(slopes.mean())
     return {"diff": d, "se": se, "clear": None if se is None else abs(d) >= 2 * se,
             "noise": "seed" if S >= 2 else "fit residual"}
+
+
+def corr_sign(rho: float, n: int) -> int:
+    """+1 / -1 when a correlation ``rho`` over ``n`` pairs is positive / negative beyond 2 standard errors of
+    Fisher's z (``atanh(rho)`` has s.e. ``1 / sqrt(n - 3)``), else 0."""
+    z = np.arctanh(np.clip(rho, -0.999999, 0.999999)) * np.sqrt(max(n - 3, 1))
+    return int(np.sign(z)) if abs(z) >= 2 else 0

@@ -4,8 +4,9 @@ import math
 import numpy as np
 import pytest
 
-from minippo.studies.sweep_stats import (compare, compare_interaction, compare_paired, curve_slope, pooled_seed_std,
-                                         seed_curves, seed_values)
+from minippo.studies.sweep_stats import (compare, compare_interaction, compare_paired, corr_sign, curve_slope,
+                                         pooled_seed_std,
+                                         seed_compare, seed_curves, seed_values)
 
 
 def fake_variant(golds, kls):
@@ -105,3 +106,16 @@ def test_curve_slope_over_seeds_and_from_one_curve():
     assert curve_slope(Y[:1, :2])["se"] is None and curve_slope(Y[:1, :2])["clear"] is None   # two points: no se
     with pytest.raises(ValueError, match="`Y`"):
         curve_slope(np.arange(4.0))
+
+
+def test_seed_compare_with_and_without_noise():
+    assert seed_compare([1.0, 2.0], [4.0], 1.0) == compare([1.0, 2.0], [4.0], 1.0)
+    c = seed_compare([1.0, 2.0], [4.0], None)
+    assert c == {"diff": 2.5, "se": None, "z": None, "clear": None}
+
+
+def test_corr_sign_against_fishers_z():
+    # n = 28: s.e. of atanh(rho) is 1/5, so |rho| must exceed tanh(0.4) = 0.3799 to count
+    assert corr_sign(0.39, 28) == 1 and corr_sign(-0.39, 28) == -1
+    assert corr_sign(0.37, 28) == 0 and corr_sign(0.0, 28) == 0
+    assert corr_sign(1.0, 4) == 1                                           # clipped away from atanh(1) = inf
