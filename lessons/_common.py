@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minippo.studies.sweep_stats import compare
+from minippo.studies import sweep_stats
 
 # Figures are resolved from the package location, never from the working directory.
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -162,19 +162,13 @@ def holds(ok: bool) -> str:
     return "holds" if ok else "does not hold here"
 
 
-def seed_compare(a, b, noise: float | None) -> dict:
-    """``mean(b) - mean(a)`` with :func:`minippo.studies.sweep_stats.compare` (the pooled seed noise ``noise``),
-    or, when ``noise`` is None (a single seed: no noise estimate), the difference alone with ``se``, ``z`` and
-    ``clear`` None."""
-    if noise is None:
-        return {"diff": float(np.mean(b) - np.mean(a)), "se": None, "z": None, "clear": None}
-    return compare(a, b, noise)
+seed_compare = sweep_stats.seed_compare     # the lessons import it from here with the verdict helpers
 
 
 def diff_text(c: dict, fmt: str = "+.3f", noise: str = "seed") -> str:
     """A difference and how it compares with the noise: ``+0.120 +- 0.040 (beyond 2 s.e. of the seed noise)``,
-    ``... (within 2 s.e. ...)``, or ``+0.120 (one seed: no noise estimate)`` (``c`` from :func:`seed_compare`
-    or :func:`minippo.studies.sweep_stats.compare_paired`; ``noise`` names what the s.e. measures)."""
+    ``... (within 2 s.e. ...)``, or ``+0.120 (one seed: no noise estimate)`` (``c`` from
+    :func:`minippo.studies.sweep_stats.seed_compare` or :func:`minippo.studies.sweep_stats.compare_paired`; ``noise`` names what the s.e. measures)."""
     if c.get("se") is None:
         return f"{c['diff']:{fmt}} (one seed: no noise estimate)"
     where = "beyond" if c["clear"] else "within"

@@ -60,11 +60,13 @@ import numpy as np
 
 from lessons._common import (clear_sign, diff_text, holds, legend_in_margin, lesson_main, pyplot, save, seed_compare,
                              time_line)
-from minippo.studies.sequence_ratio import iid_sequence_ratios, ratio_band_stats, sequence_log_ratio
 from minippo.rlhf.ppo import forward_response
+from minippo.studies.eps_by_task import eps_table as _eps_table, eps_verdict as _eps_verdict
 from minippo.studies.probes import advantage_profile, token_credit, update_kl
+from minippo.studies.sequence_ratio import (iid_sequence_ratios, ratio_band_stats, sequence_log_ratio,
+                                           update_ratio_summary)
 from minippo.studies.study import Study, final
-from minippo.studies.sweep_stats import compare_interaction, pooled_seed_std, seed_values
+from minippo.studies.sweep_stats import corr_sign, pooled_seed_std
 
 SHAPINGS = ("kl_final", "uniform")
 COLORS = {"kl_final": "tab:blue", "uniform": "tab:orange"}
@@ -181,16 +183,7 @@ def summary(r: dict) -> dict:
     # the ratio statistics of the first half of the run (the lr decays linearly to 0 at the end)
     half = r["sizes"]["iterations"] // 2 or 1
     recs = [rec for v in r["runs"].values() for recs in v["records"] for rec in recs[:half]]
-    out["ratios"] = {k: float(np.mean([rec[f"probe/{k}"] for rec in recs]))
-                     for k in ("token_outside", "sequence_outside", "token_clipfrac", "sequence_clipfrac",
-                               "token_log_ratio_std", "sequence_log_ratio_std")}
-    out["ratios"]["train_clipfrac"] = float(np.mean([rec["policy/clipfrac_avg"] for rec in recs]))
-    out["ratios"]["R_max"] = float(np.exp(r["log_R"].max()))
-    out["ratios"]["R_min"] = float(np.exp(r["log_R"].min()))
-    # per update: std of log R over the std independent tokens would give, sqrt(n) std(log r_t)
-    out["ratios"]["width"] = np.array([rec["probe/sequence_log_ratio_std"]
-                                       / (np.sqrt(r["n_mean"]) * rec["probe/token_log_ratio_std"]) for rec in recs])
-    out["ratios"]["n_tokens"], out["ratios"]["n_responses"] = len(r["log_r"]), len(r["log_R"])
+    out["ratios"] = update_ratio_summary(recs, r["log_R"], r["log_r"], r["n_mean"])
     return out
 
 
@@ -205,13 +198,6 @@ def _heat(ax, fig, values, mask, title, vmax, label, linthresh=None):
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02, label=label)
 
 
-def corr_sign(rho: float, n: int) -> int:
-    """+1 / -1 when a correlation over n responses is positive / negative beyond 2 standard errors of Fisher's z
-    (atanh(rho) has s.e. 1 / sqrt(n - 3)), else 0."""
-    z = np.arctanh(np.clip(rho, -0.999999, 0.999999)) * np.sqrt(max(n - 3, 1))
-    return int(np.sign(z)) if abs(z) >= 2 else 0
-
-
 def seed_noise(r: dict, key: str) -> float | None:
     """The seed noise of a per-seed summary (``key`` of :func:`summary`), pooled over the two shapings; None with
     one seed."""
@@ -220,40 +206,13 @@ def seed_noise(r: dict, key: str) -> float | None:
 
 
 def eps_table(r: dict) -> dict:
-    """Part 5 per task and epsilon, per seed: evaluation gold, length and KL; the run means of the clip fraction and
-    approx KL; and the seed noise of the gold pooled over the six runs (None with one seed)."""
-    out = {}
-    for task in TASKS:
-        out[task] = {}
-        for e in EPS:
-            v = r["eps_runs"][eps_key(task, e)]
-            n = len(v["records"][0])
-            out[task][e] = {**{k: seed_values(v, k) for k in ("gold_mean", "length_mean", "kl_exact_mean", "ended_frac")},
-                            **{k: seed_values(v, k, last=n) for k in ("policy/clipfrac_avg", "policy/approxkl_avg")}}
-    groups = [x["gold_mean"] for t in out.values() for x in t.values()]
-    noise = pooled_seed_std(groups)[0] if min(len(g) for g in groups) > 1 else None
-    return {"table": out, "noise": noise}
+    """Part 5 per task and epsilon, per seed (:func:`minippo.studies.eps_by_task.eps_table`)."""
+    return _eps_table(r["eps_runs"], TASKS, EPS, eps_key)
 
 
 def eps_verdict(r: dict) -> dict:
-    """Part 5's comparisons: per task the best epsilon by gold and its lead over the runner-up; per epsilon other
-    than 0.2 the interaction (its gain over 0.2 on the long task minus on the short); whether the best epsilon
-    depends on the task (the best ones differ AND an interaction is beyond 2 s.e.)."""
-    q = eps_table(r)
-    t, noise = q["table"], q["noise"]
-    short, long_ = TASKS
-    best, lead = {}, {}
-    for task in TASKS:
-        ranked = sorted(EPS, key=lambda e: t[task][e]["gold_mean"].mean(), reverse=True)
-        best[task] = ranked[0]
-        lead[task] = seed_compare(t[task][ranked[1]]["gold_mean"], t[task][ranked[0]]["gold_mean"], noise)
-    inter = {}
-    for e in EPS:
-        if e != 0.2 and noise is not None:
-            inter[e] = compare_interaction(t[short][0.2]["gold_mean"], t[short][e]["gold_mean"],
-                                           t[long_][0.2]["gold_mean"], t[long_][e]["gold_mean"], noise)
-    depends = (noise is not None and best[short] != best[long_] and any(c["clear"] for c in inter.values()))
-    return {"best": best, "lead": lead, "interaction": inter, "depends": depends, "noise": noise}
+    """Part 5's comparisons (:func:`minippo.studies.eps_by_task.eps_verdict`)."""
+    return _eps_verdict(eps_table(r), TASKS, EPS)
 
 
 def _narrative_eps(r: dict) -> list[str]:

@@ -71,10 +71,11 @@ import numpy as np
 
 from lessons._common import clear_sign, diff_text, holds, lesson_main, pyplot, save, seed_compare, time_line
 from minippo.blas import single_blas_thread
-from minippo.studies.kl_moments import compare_kl_estimators, topk_mass_decomposition
+from minippo.studies.kl_control import arms_noise, control_noise, control_seeds, control_summary, update_kl_arms
+from minippo.studies.kl_moments import probe_estimators, response_mean, topk_probe
 from minippo.studies.probes import kl_probe, tempered_policy, update_kl
 from minippo.studies.study import Study, final
-from minippo.studies.sweep_stats import compare_paired, pooled_seed_std, seed_curves
+from minippo.studies.sweep_stats import compare_paired, curve_slope, seed_curves
 
 # A: the KL controls (name -> PPOConfig overrides), all on the same BASE
 CONTROLS = {
@@ -130,39 +131,25 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     cfg = study.config(**base)
 
     def sample(policy, prompts, key, top_k=0):
-        """Fresh responses of ``policy`` with the KL probe, and a per-response mean of any (B, Tn) array."""
-        p = kl_probe(policy, study.sft, study.tokenizer, prompts, rng=np.random.default_rng([seed, key]), top_k=top_k,
-                     max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
-        m = p["mask"] != 0
-        return p, m, lambda x: float(np.where(m, x, 0.0).sum(axis=1).mean())
+        """Fresh responses of ``policy`` with the KL probe (``minippo.studies.probes.kl_probe``)."""
+        return kl_probe(policy, study.sft, study.tokenizer, prompts, rng=np.random.default_rng([seed, key]),
+                        top_k=top_k, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
 
     prompts = study.prompts * max(sz["n_probe"] // len(study.prompts), 1)          # B: 256 samples (2 per prompt)
     with single_blas_thread():
         # B. the estimators on a close policy (fixed beta 1) and a far one (no penalty), seed 0 of each
-        estimators = {}
-        for name in ("fixed beta 1", "no penalty"):
-            p, m, _ = sample(runs[name]["extra"][0], prompts, 51)
-            estimators[name] = {"compare": compare_kl_estimators(p["logp"], p["logp_ref"], p["kl_exact"], p["mask"]),
-                                "n_responses": int(p["mask"].shape[0]),
-                                "exact_var": {k: float(p[f"{k}_var"][m].mean()) for k in ("k1", "k2", "k3")},
-                                "k1_neg_prob": float(p["k1_neg_prob"][m].mean()),
-                                "tokens": {k: p[k][m] for k in ("logp", "logp_ref", "kl_exact")}}
+        estimators = {name: probe_estimators(sample(runs[name]["extra"][0], prompts, 51))
+                      for name in ("fixed beta 1", "no penalty")}
         # C. flattened references under top-k sampling (plain sampling needs no probe: E_pi[k1] = KL exactly),
         # and the top-k PPO policy with the two terms of E_q[k1] = KL(q || q_ref) + log(M / M_ref)
         tempered = []
         for tau in TAUS:
-            p, m, per_response = sample(tempered_policy(study.sft, tau), study.prompts, 52, TOP_K)
-            tempered.append({"tau": tau, "kl_exact": per_response(p["kl_exact"]),
-                             "k1_sampled": per_response(p["logp"] - p["logp_ref"]),
-                             "k1_expected": per_response(p["k1_mean"]),
+            p = sample(tempered_policy(study.sft, tau), study.prompts, 52, TOP_K)
+            tempered.append({"tau": tau, "kl_exact": response_mean(p["kl_exact"], p["mask"]),
+                             "k1_sampled": response_mean(p["logp"] - p["logp_ref"], p["mask"]),
+                             "k1_expected": response_mean(p["k1_mean"], p["mask"]),
                              "rm": float(study.reward_model.score(p["sequences"], p["attn_mask"]).mean())})
-        p, m, per_response = sample(side["top-k"]["extra"][0], prompts, 53, TOP_K)
-        dec = topk_mass_decomposition(p["logits"], p["logits_ref"], TOP_K, cfg.temperature)
-        topk_policy = {"kl_exact": per_response(p["kl_exact"]), "k1_expected": per_response(p["k1_mean"]),
-                       "k1_sampled": per_response(p["logp"] - p["logp_ref"]),
-                       "kl_within": per_response(dec["kl_within"]),
-                       "log_mass_ratio": per_response(dec["log_mass_ratio"]),
-                       "mass": float(dec["mass"][m].mean()), "mass_ref": float(dec["mass_ref"][m].mean())}
+        topk_policy = topk_probe(sample(side["top-k"]["extra"][0], prompts, 53, TOP_K), TOP_K, cfg.temperature)
     for v in (*runs.values(), *side.values(), *kl_old.values()):
         del v["extra"]                                                    # the actors: not part of the results
     return {"sizes": sz, "base": base, "reference": study.reference, "quick": quick, "full": full,
@@ -183,23 +170,9 @@ def _final(variant: dict, key: str, n_seeds: int | None = None) -> float:
     return float(np.mean([final(recs, key) for recs in variant["records"][:n_seeds]]))
 
 
-def _slope(y: np.ndarray) -> float:
-    """Least-squares slope of the second half of a curve (per iteration): is it still rising?"""
-    half = y[len(y) // 2:]
-    return float(np.polyfit(np.arange(len(half)), half, 1)[0]) if len(half) > 1 else 0.0
-
-
 def summary(r: dict) -> dict:
-    """Per control: final exact KL, gold (last 5 iterations, mean of the seeds) and evaluation gold."""
-    out = {}
-    for name, v in r["runs"].items():
-        out[name] = {"kl": _final(v, "objective/kl_exact"), "gold": _final(v, "gold/score"),
-                     "eval_gold": float(np.mean([e["gold_mean"] for e in v["eval"]])),
-                     "eval_kl": float(np.mean([e["kl_exact_mean"] for e in v["eval"]])),
-                     "beta": float(np.mean([recs[-1]["kl_coef"] for recs in v["records"]])),
-                     "peak_gold": float(np.max(_curve(v, "gold/score").mean(0))),
-                     "kl_slope": _slope(_curve(v, "objective/kl_exact").mean(0))}
-    return out
+    """Per control: final exact KL, gold (last 5 iterations, mean of the seeds), evaluation gold and KL, beta."""
+    return control_summary(r["runs"])
 
 
 def _band(ax, x, Y, label, color, ls="-"):
@@ -212,45 +185,11 @@ def _band(ax, x, Y, label, color, ls="-"):
 COLORS = dict(zip(CONTROLS, ("tab:red", "tab:orange", "tab:purple", "tab:blue", "tab:green")))
 
 
-def slope(Y: np.ndarray) -> dict:
-    """Least-squares slope per iteration of (seeds, iterations) curves, with its standard error: over the seeds'
-    own slopes with two seeds or more, else from the one curve's residuals (three points or more), else None."""
-    S, n = Y.shape
-    x = np.arange(n, dtype=float)
-    slopes = np.array([np.polyfit(x, y, 1)[0] for y in Y]) if n > 1 else np.zeros(S)
-    if S >= 2:
-        se = float(slopes.std(ddof=1) / np.sqrt(S))
-    elif n >= 3:
-        resid = Y[0] - np.polyval(np.polyfit(x, Y[0], 1), x)
-        se = float(np.sqrt((resid ** 2).sum() / (n - 2) / ((x - x.mean()) ** 2).sum()))
-    else:
-        se = None
-    d = float(slopes.mean())
-    return {"diff": d, "se": se, "clear": None if se is None else abs(d) >= 2 * se,
-            "noise": "seed" if S >= 2 else "fit residual"}
-
-
-def control_noise(r: dict) -> dict | None:
-    """Seed noise pooled over the five controls: evaluation gold and final KL (None with one seed)."""
-    if len(r["sizes"]["seeds"]) < 2:
-        return None
-    runs = r["runs"].values()
-    return {"gold": pooled_seed_std([[e["gold_mean"] for e in v["eval"]] for v in runs])[0],
-            "kl": pooled_seed_std([[final(recs, "objective/kl_exact") for recs in v["records"]] for v in runs])[0]}
-
-
-def _seeds(variant: dict, key: str) -> list[float]:
-    """Per seed: evaluation gold (``key="gold"``) or the final exact KL (``key="kl"``)."""
-    if key == "gold":
-        return [e["gold_mean"] for e in variant["eval"]]
-    return [final(recs, "objective/kl_exact") for recs in variant["records"]]
-
-
 def _narrative_controls(r: dict, s: dict) -> list[str]:
     """Part A: the five controls, against the common claim about a fixed beta."""
     sz, ref, runs = r["sizes"], r["reference"], r["runs"]
-    noise = control_noise(r)
-    cmp_ = lambda a, b, key: seed_compare(_seeds(runs[a], key), _seeds(runs[b], key),  # noqa: E731
+    noise = control_noise(runs)
+    cmp_ = lambda a, b, key: seed_compare(control_seeds(runs[a], key), control_seeds(runs[b], key),  # noqa: E731
                                           None if noise is None else noise[key])
     L = [f"A. KL control: {sz['iterations']} iterations x {sz['batch_size']} responses, lr {r['base']['lr']:g} "
          f"constant, PPO seeds {list(sz['seeds'])}; SFT gold {ref['gold_mean']:+.3f}. KL = exact, nats per response.",
@@ -276,8 +215,8 @@ def _narrative_controls(r: dict, s: dict) -> list[str]:
              + (": the best beyond 2 s.e." if best_c["clear"] else ": not the best beyond 2 s.e." if best_c["se"]
                 else ".") )
     L.append("  A common claim: a fixed beta lets the KL run away or stalls the update.")
-    climb = slope(_curve(runs["fixed beta 0.02"], "objective/kl_exact")[:, sz["iterations"] // 2:])
-    zero = slope(_curve(runs["no penalty"], "objective/kl_exact")[:, sz["iterations"] // 2:])
+    climb = curve_slope(_curve(runs["fixed beta 0.02"], "objective/kl_exact")[:, sz["iterations"] // 2:])
+    zero = curve_slope(_curve(runs["no penalty"], "objective/kl_exact")[:, sz["iterations"] // 2:])
     word = ("too few iterations to tell" if climb["se"] is None else
             "still climbing beyond 2 s.e.: a small fixed beta leaves the KL where the reward pulls it"
             if clear_sign(climb) > 0 else "not climbing beyond 2 s.e.")
@@ -285,7 +224,7 @@ def _narrative_controls(r: dict, s: dict) -> list[str]:
              f"half); beta 0.02 at {low['kl']:.1f} nats, slope over the second half "
              f"{diff_text(climb, '+.2f', climb['noise'])}: {word}.")
     sft = [ref["gold_mean"]]
-    gain = seed_compare(sft, _seeds(runs["fixed beta 1"], "gold"), None if noise is None else noise["gold"])
+    gain = seed_compare(sft, control_seeds(runs["fixed beta 1"], "gold"), None if noise is None else noise["gold"])
     vs_low = cmp_("fixed beta 0.02", "fixed beta 1", "gold")
     if gain["se"] is None:
         stall = "one seed: no verdict."
@@ -389,7 +328,7 @@ def _narrative_early_stop(r: dict) -> list[str]:
     first = upd_none.mean(0)
     largest = first[0] > first[1:].max() if len(first) > 1 else False
     smaller = compare_paired(first, upd_early.mean(0)) if len(first) > 1 else None
-    drift = slope(_curve(early, "objective/kl_exact"))
+    drift = curve_slope(_curve(early, "objective/kl_exact"))
     L = [f"\nD. kl_old_target = {TARGET_KL} (approx KL of a minibatch, k3 per token, checked before its step), "
          "no KL penalty:",
          f"  it stopped {len(fired)} of {len(stops)} updates, in epoch {where} (epochs 0-{r['update_epochs'] - 1}).",
@@ -420,32 +359,9 @@ def _narrative_early_stop(r: dict) -> list[str]:
 
 
 def kl_old_arms(r: dict) -> dict:
-    """Part E, per arm (beta 0, beta 1, early stop, adapt lr), per seed: log10 of the KL of each update after it
-    (probe), averaged over the iterations (a geometric mean: one update's KL spans orders of magnitude, iteration 0
-    with a cold Adam the largest, part D), the minibatches' approx KL before their steps (max and mean over an
-    update), the largest update, the updates above kl_old_target, the steps per update, the actor's lr at the end
-    of each update, evaluation gold and the final exact KL to the reference."""
-    arms = {"no penalty": r["runs"]["no penalty"], "fixed beta 1": r["runs"]["fixed beta 1"],
-            "early stop": r["early_runs"], "adapt lr": r["adapt_runs"]}
-    out = {}
-    for name, v in arms.items():
-        after = _curve(v, "probe/update_kl")                               # (seeds, iterations)
-        out[name] = {"after": np.log10(np.maximum(after, 1e-12)).mean(axis=1), "largest": float(after.max()),
-                     "above": int((after > TARGET_KL).sum()), "n_updates": int(after.size),
-                     "mb_max": float(_curve(v, "policy/approxkl_max").mean()),
-                     "mb_avg": float(_curve(v, "policy/approxkl_avg").mean()),
-                     "steps": float(_curve(v, "policy/steps").mean()), "lr": _curve(v, "lr"),
-                     "lr_max": _curve(v, "lr_max"), "skipped": int(_curve(v, "policy/skipped_minibatches").sum()),
-                     "gold": np.array([e["gold_mean"] for e in v["eval"]]),
-                     "kl_ref": np.array([final(recs, "objective/kl_exact") for recs in v["records"]])}
-    return out
-
-
-def kl_old_noise(arms: dict) -> dict | None:
-    """Seed noise pooled over the four arms of part E (None with one seed)."""
-    if min(len(a["gold"]) for a in arms.values()) < 2:
-        return None
-    return {k: pooled_seed_std([a[k] for a in arms.values()])[0] for k in ("after", "gold", "kl_ref")}
+    """Part E, per arm (beta 0, beta 1, early stop, adapt lr): :func:`minippo.studies.kl_control.update_kl_arms`."""
+    return update_kl_arms({"no penalty": r["runs"]["no penalty"], "fixed beta 1": r["runs"]["fixed beta 1"],
+                           "early stop": r["early_runs"], "adapt lr": r["adapt_runs"]}, TARGET_KL)
 
 
 def _narrative_kl_old(r: dict) -> list[str]:
@@ -453,7 +369,7 @@ def _narrative_kl_old(r: dict) -> list[str]:
     bounds the update when no update's KL exceeds CAP x kl_old_target (the stop checks before each step, so the
     last step taken may carry an update past the target)."""
     a, steps, cap = kl_old_arms(r), r["steps_per_update"], CAP * TARGET_KL
-    noise = kl_old_noise(a)
+    noise = arms_noise(a)
     cmp_ = lambda x, y, k: seed_compare(a[x][k], a[y][k], None if noise is None else noise[k])   # noqa: E731  y - x
     capped = {name: x["largest"] <= cap for name, x in a.items()}
     L = [f"\nE. What bounds one update? KL(pi_old || pi) per token (k3) of each update: 'after' measured on the "

@@ -33,7 +33,8 @@ so a policy that moves probability mass OUT of its top-k (into tokens that are n
 
 :func:`compare_kl_estimators` measures the same things from samples: per-token and per-response
 (sums over each response's valid tokens) bias and spread of k1, k2, k3 against the exact KL at the
-sampled states.
+sampled states; :func:`probe_estimators` and :func:`topk_probe` read the samples of
+:func:`minippo.studies.probes.kl_probe` (lesson 15, parts B and C).
 """
 from __future__ import annotations
 
@@ -147,3 +148,41 @@ def compare_kl_estimators(logp, logp_ref, kl_exact, mask) -> dict[str, dict[str,
                      "response_err_std": float((k_sum - exact_sum).std()), "response_std": float(k_sum.std()),
                      "response_neg_frac": float((k_sum < 0).mean())}
     return out
+
+
+def response_mean(x, mask) -> float:
+    """Mean over the B responses of ``sum_t x[b, t]`` over each response's valid tokens (``x``, ``mask``: (B, Tn))."""
+    m = np.asarray(mask) != 0
+    return float(np.where(m, x, 0.0).sum(axis=1).mean())
+
+
+def probe_estimators(probe: dict) -> dict:
+    """k1, k2, k3 on the fresh samples of :func:`minippo.studies.probes.kl_probe` (``probe``: its dict of (B, Tn)
+    arrays), against the exact KL at the same states.
+
+    Returns ``compare`` (:func:`compare_kl_estimators`), ``n_responses`` (B), ``exact_var`` (kind -> the exact
+    variance of one token's estimate, mean over the valid tokens), ``k1_neg_prob`` (the exact probability that one
+    token's k1 is negative, mean over the valid tokens) and ``tokens`` (``logp``, ``logp_ref``, ``kl_exact`` of
+    the valid tokens, 1-D).
+    """
+    m = probe["mask"] != 0
+    return {"compare": compare_kl_estimators(probe["logp"], probe["logp_ref"], probe["kl_exact"], probe["mask"]),
+            "n_responses": int(probe["mask"].shape[0]),
+            "exact_var": {k: float(probe[f"{k}_var"][m].mean()) for k in KL_KINDS},
+            "k1_neg_prob": float(probe["k1_neg_prob"][m].mean()),
+            "tokens": {k: probe[k][m] for k in ("logp", "logp_ref", "kl_exact")}}
+
+
+def topk_probe(probe: dict, top_k: int, temperature: float = 1.0) -> dict:
+    """What top-k sampling does to the k1 estimate of a sampled policy (``probe``: a
+    :func:`minippo.studies.probes.kl_probe` result drawn with ``top_k``), per response (sums over the valid tokens,
+    mean over the B responses): ``kl_exact``, ``k1_expected`` (E_q[k1]), ``k1_sampled`` (k1 of the drawn tokens),
+    and the two terms of E_q[k1] = KL(q || q_ref) + log(M / M_ref) (:func:`topk_mass_decomposition`):
+    ``kl_within``, ``log_mass_ratio``; ``mass`` and ``mass_ref``: M and M_ref, mean over the valid tokens."""
+    m = probe["mask"] != 0
+    dec = topk_mass_decomposition(probe["logits"], probe["logits_ref"], top_k, temperature)
+    per_response = lambda x: response_mean(x, m)                              # noqa: E731
+    return {"kl_exact": per_response(probe["kl_exact"]), "k1_expected": per_response(probe["k1_mean"]),
+            "k1_sampled": per_response(probe["logp"] - probe["logp_ref"]),
+            "kl_within": per_response(dec["kl_within"]), "log_mass_ratio": per_response(dec["log_mass_ratio"]),
+            "mass": float(dec["mass"][m].mean()), "mass_ref": float(dec["mass_ref"][m].mean())}

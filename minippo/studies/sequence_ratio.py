@@ -104,3 +104,32 @@ def iid_sequence_ratios(rng: np.random.Generator, n_tokens: int, size: int, low:
     check_range("high", high, low, None)
     r = rng.uniform(low, high, size=(size, n_tokens))                          # (size, n) token ratios
     return np.exp(np.log(r).sum(axis=1))                                      # (size,) prod_t r_t
+
+
+RATIO_KEYS = ("token_outside", "sequence_outside", "token_clipfrac", "sequence_clipfrac", "token_log_ratio_std",
+              "sequence_log_ratio_std")
+
+
+def update_ratio_summary(records: list[dict], log_R, log_r, n_mean: float) -> dict:
+    """The ratios after each update, read from the training records that carry :func:`ratio_band_stats` as
+    ``probe/<key>`` and from the pooled ratios themselves.
+
+    Parameters
+    ----------
+    records : the records of the updates to average over (each with ``probe/<key>`` for the keys of
+        :data:`RATIO_KEYS` and ``policy/clipfrac_avg``).
+    log_R : (N,) log R of every response measured; log_r : (M,) log r_t of every valid token measured.
+    n_mean : the mean response length n.
+
+    Returns the mean over the records of each key, ``train_clipfrac`` (the trainer's clip fraction during the
+    update), ``R_max`` / ``R_min``, ``width`` (one per record: std(log R) / (sqrt(n) std(log r_t)), 1 for
+    independent tokens), ``n_tokens`` (M) and ``n_responses`` (N).
+    """
+    out = {k: float(np.mean([rec[f"probe/{k}"] for rec in records])) for k in RATIO_KEYS}
+    out["train_clipfrac"] = float(np.mean([rec["policy/clipfrac_avg"] for rec in records]))
+    out["R_max"] = float(np.exp(log_R.max()))
+    out["R_min"] = float(np.exp(log_R.min()))
+    out["width"] = np.array([rec["probe/sequence_log_ratio_std"]
+                             / (np.sqrt(n_mean) * rec["probe/token_log_ratio_std"]) for rec in records])
+    out["n_tokens"], out["n_responses"] = len(log_r), len(log_R)
+    return out

@@ -25,6 +25,8 @@ difference within what another seed would give?" The answer used here:
 * :func:`compare_paired` - the same question when the two variants were measured on the same units (the
   same tasks, batches, prompts or seeds, one pair per unit): the mean of the paired differences and its
   standard error ``std(b - a) / sqrt(n)`` (``ddof=1``), which removes what the units share.
+* :func:`curve_slope` - is a curve still rising? The least-squares slope of (S, I) curves per iteration, with
+  its standard error over the seeds' slopes (or, with one seed, from the fit's residuals).
 """
 from __future__ import annotations
 
@@ -99,6 +101,14 @@ def compare(a, b, noise: float) -> dict:
     return {"diff": diff, "se": se, "z": z, "clear": abs(z) >= 2.0}
 
 
+def seed_compare(a, b, noise: float | None) -> dict:
+    """:func:`compare` with the pooled seed noise ``noise``, or, when ``noise`` is None (a single seed: no noise
+    estimate), ``mean(b) - mean(a)`` alone with ``se``, ``z`` and ``clear`` None."""
+    if noise is None:
+        return {"diff": float(np.mean(b) - np.mean(a)), "se": None, "z": None, "clear": None}
+    return compare(a, b, noise)
+
+
 def compare_interaction(a0, a1, b0, b1, noise: float) -> dict:
     """The difference of differences ``(mean(b1) - mean(b0)) - (mean(a1) - mean(a0))`` (module docstring): how much
     more the change 0 -> 1 moves condition b than condition a, with its standard error from the pooled seed noise.
@@ -135,3 +145,36 @@ def compare_paired(a, b) -> dict:
     se = float(d.std(ddof=1) / math.sqrt(d.size))
     z = diff / se if se > 0 else (math.copysign(math.inf, diff) if diff else 0.0)
     return {"diff": diff, "se": se, "z": z, "clear": abs(z) >= 2.0, "n": int(d.size)}
+
+
+def curve_slope(Y) -> dict:
+    """Least-squares slope per iteration of (S, I) curves, with its standard error: is a curve still rising?
+
+    With two seeds or more the standard error is over the seeds' own slopes, ``std(slopes, ddof=1) / sqrt(S)``;
+    with one seed it comes from that curve's residuals (three points or more), ``sqrt(SSR / (I - 2) / Sxx)``
+    with ``Sxx = sum_i (i - mean(i))^2``; else it is None. Returns ``{"diff"`` (the mean slope), ``"se"``,
+    ``"clear"`` (|diff| >= 2 se, None without se), ``"noise"`` (``"seed"`` or ``"fit residual"``)``}``.
+    """
+    Y = np.asarray(Y, dtype=np.float64)
+    if Y.ndim != 2 or Y.shape[0] == 0:
+        raise ValueError(f"`Y` must be a (seeds, iterations) array with at least one seed, got shape {Y.shape}")
+    S, n = Y.shape
+    x = np.arange(n, dtype=float)
+    slopes = np.array([np.polyfit(x, y, 1)[0] for y in Y]) if n > 1 else np.zeros(S)
+    if S >= 2:
+        se = float(slopes.std(ddof=1) / np.sqrt(S))
+    elif n >= 3:
+        resid = Y[0] - np.polyval(np.polyfit(x, Y[0], 1), x)
+        se = float(np.sqrt((resid ** 2).sum() / (n - 2) / ((x - x.mean()) ** 2).sum()))
+    else:
+        se = None
+    d = float(slopes.mean())
+    return {"diff": d, "se": se, "clear": None if se is None else abs(d) >= 2 * se,
+            "noise": "seed" if S >= 2 else "fit residual"}
+
+
+def corr_sign(rho: float, n: int) -> int:
+    """+1 / -1 when a correlation ``rho`` over ``n`` pairs is positive / negative beyond 2 standard errors of
+    Fisher's z (``atanh(rho)`` has s.e. ``1 / sqrt(n - 3)``), else 0."""
+    z = np.arctanh(np.clip(rho, -0.999999, 0.999999)) * np.sqrt(max(n - 3, 1))
+    return int(np.sign(z)) if abs(z) >= 2 else 0

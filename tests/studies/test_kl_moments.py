@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from minippo.rl.losses import kl_exact_from_logits, log_softmax
-from minippo.studies.kl_moments import compare_kl_estimators, kl_estimator_moments, topk_mass_decomposition
+from minippo.studies.kl_moments import (compare_kl_estimators, kl_estimator_moments, probe_estimators, response_mean,
+                                        topk_mass_decomposition, topk_probe)
 
 
 def _pair(seed=0, shape=(3, 7), scale=1.5):
@@ -128,3 +129,47 @@ def test_bad_inputs_name_the_argument():
         topk_mass_decomposition(logits, logits_ref, 0)
     with pytest.raises(ValueError, match="`mask`"):
         compare_kl_estimators(logits, logits_ref, logits, np.zeros(logits.shape, dtype=int))
+
+
+def _fake_probe(seed=3, B=3, Tn=4, V=9, top_k=0):
+    """A kl_probe-shaped dict built from random logits (right-padded rows of 4, 2 and 3 tokens)."""
+    rng = np.random.default_rng(seed)
+    logits, logits_ref = 1.5 * rng.standard_normal((2, B, Tn, V))
+    mask = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]])
+    probs = None
+    if top_k:
+        keep = np.argsort(-logits, axis=-1)[..., :top_k]
+        probs = np.zeros_like(logits)
+        np.put_along_axis(probs, keep, np.take_along_axis(np.exp(log_softmax(logits)), keep, -1), -1)
+        probs /= probs.sum(-1, keepdims=True)
+    mom = kl_estimator_moments(logits, logits_ref, probs=probs)
+    tok = rng.integers(0, V, (B, Tn))
+    pick = lambda lg: np.take_along_axis(log_softmax(lg), tok[..., None], -1)[..., 0]   # noqa: E731
+    m = mask != 0
+    p = {k: np.where(m, v, 0.0) for k, v in mom.items() if k != "kl"}
+    p.update(mask=mask, logp=np.where(m, pick(logits), 0.0), logp_ref=np.where(m, pick(logits_ref), 0.0),
+             kl_exact=np.where(m, mom["kl"], 0.0), logits=logits, logits_ref=logits_ref)
+    return p
+
+
+def test_response_mean_and_probe_estimators_by_a_loop():
+    p = _fake_probe()
+    sums = [sum(p["kl_exact"][b, t] for t in range(4) if p["mask"][b, t]) for b in range(3)]
+    assert response_mean(p["kl_exact"], p["mask"]) == pytest.approx(np.mean(sums), rel=1e-12)
+    out = probe_estimators(p)
+    valid = [(b, t) for b in range(3) for t in range(4) if p["mask"][b, t]]
+    assert out["n_responses"] == 3 and len(out["tokens"]["logp"]) == len(valid) == 9
+    for k in ("k1", "k2", "k3"):
+        assert out["exact_var"][k] == pytest.approx(np.mean([p[f"{k}_var"][i] for i in valid]), rel=1e-12)
+    assert out["k1_neg_prob"] == pytest.approx(np.mean([p["k1_neg_prob"][i] for i in valid]), rel=1e-12)
+    assert out["compare"] == compare_kl_estimators(p["logp"], p["logp_ref"], p["kl_exact"], p["mask"])
+
+
+def test_topk_probe_terms_add_up_to_the_expected_k1():
+    p = _fake_probe(top_k=3)
+    out = topk_probe(p, 3)
+    # E_q[k1] = KL(q || q_ref) + log(M / M_ref), per token, so per response too (float64 sums: 1e-10)
+    assert out["kl_within"] + out["log_mass_ratio"] == pytest.approx(out["k1_expected"], abs=1e-10)
+    assert out["kl_exact"] == pytest.approx(response_mean(p["kl_exact"], p["mask"]), rel=1e-12)
+    assert 0 < out["mass"] < 1 and 0 < out["mass_ref"] < 1
+    assert topk_probe(p, 9)["log_mass_ratio"] == pytest.approx(0.0, abs=1e-12)      # k = V: nothing hidden

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from minippo.studies.sequence_ratio import iid_sequence_ratios, ratio_band_stats, sequence_log_ratio
+from minippo.studies.sequence_ratio import iid_sequence_ratios, ratio_band_stats, sequence_log_ratio, update_ratio_summary
 
 
 def test_sequence_ratio_is_the_product_of_token_ratios():
@@ -64,3 +64,15 @@ def test_bad_inputs_name_the_argument():
         iid_sequence_ratios(0, 5, 5)
     with pytest.raises(ValueError, match="`high`"):
         iid_sequence_ratios(np.random.default_rng(0), 5, 5, low=1.2, high=0.8)
+
+
+def test_update_ratio_summary_by_hand():
+    keys = ("token_outside", "sequence_outside", "token_clipfrac", "sequence_clipfrac")
+    recs = [{**{f"probe/{k}": 0.1 * (i + 1) for k in keys}, "probe/token_log_ratio_std": 0.1,
+             "probe/sequence_log_ratio_std": 0.2 * (i + 1), "policy/clipfrac_avg": 0.05} for i in range(2)]
+    log_R, log_r = np.log(np.array([0.5, 1.0, 3.0])), np.zeros(7)
+    out = update_ratio_summary(recs, log_R, log_r, n_mean=4.0)
+    assert out["token_outside"] == pytest.approx(0.15) and out["train_clipfrac"] == pytest.approx(0.05)
+    assert out["R_max"] == pytest.approx(3.0) and out["R_min"] == pytest.approx(0.5)
+    np.testing.assert_allclose(out["width"], [0.2 / (2 * 0.1), 0.4 / (2 * 0.1)])     # std(log R) / (sqrt(n) std(log r))
+    assert (out["n_tokens"], out["n_responses"]) == (7, 3)

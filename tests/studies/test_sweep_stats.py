@@ -4,8 +4,9 @@ import math
 import numpy as np
 import pytest
 
-from minippo.studies.sweep_stats import (compare, compare_interaction, compare_paired, pooled_seed_std, seed_curves,
-                                         seed_values)
+from minippo.studies.sweep_stats import (compare, compare_interaction, compare_paired, corr_sign, curve_slope,
+                                         pooled_seed_std,
+                                         seed_compare, seed_curves, seed_values)
 
 
 def fake_variant(golds, kls):
@@ -79,3 +80,42 @@ def test_compare_paired_by_hand():
 def test_compare_paired_rejects_unpaired_input(a, b):
     with pytest.raises(ValueError, match="`a` and `b`"):
         compare_paired(a, b)
+
+
+def _ls_slope(y):
+    """Least-squares slope by the closed form cov(x, y) / var(x) (an oracle independent of np.polyfit)."""
+    x = np.arange(len(y), dtype=float)
+    return ((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum()
+
+
+def test_curve_slope_over_seeds_and_from_one_curve():
+    Y = np.array([[0.0, 1.0, 2.5, 3.0], [1.0, 1.5, 3.0, 4.5]])
+    slopes = [_ls_slope(y) for y in Y]
+    c = curve_slope(Y)
+    assert c["noise"] == "seed"
+    assert c["diff"] == pytest.approx(np.mean(slopes), abs=1e-12)          # float64 fits of 4 points: ~1e-15
+    assert c["se"] == pytest.approx(np.std(slopes, ddof=1) / math.sqrt(2), abs=1e-12)
+    assert c["clear"] == (abs(c["diff"]) >= 2 * c["se"])
+    one = curve_slope(Y[:1])                                                # one seed: the fit's residual error
+    x = np.arange(4.0)
+    b = _ls_slope(Y[0])
+    resid = Y[0] - (Y[0].mean() + b * (x - x.mean()))
+    se = math.sqrt((resid ** 2).sum() / 2 / ((x - x.mean()) ** 2).sum())
+    assert one["noise"] == "fit residual" and one["diff"] == pytest.approx(b, abs=1e-12)
+    assert one["se"] == pytest.approx(se, abs=1e-12)
+    assert curve_slope(Y[:1, :2])["se"] is None and curve_slope(Y[:1, :2])["clear"] is None   # two points: no se
+    with pytest.raises(ValueError, match="`Y`"):
+        curve_slope(np.arange(4.0))
+
+
+def test_seed_compare_with_and_without_noise():
+    assert seed_compare([1.0, 2.0], [4.0], 1.0) == compare([1.0, 2.0], [4.0], 1.0)
+    c = seed_compare([1.0, 2.0], [4.0], None)
+    assert c == {"diff": 2.5, "se": None, "z": None, "clear": None}
+
+
+def test_corr_sign_against_fishers_z():
+    # n = 28: s.e. of atanh(rho) is 1/5, so |rho| must exceed tanh(0.4) = 0.3799 to count
+    assert corr_sign(0.39, 28) == 1 and corr_sign(-0.39, 28) == -1
+    assert corr_sign(0.37, 28) == 0 and corr_sign(0.0, 28) == 0
+    assert corr_sign(1.0, 4) == 1                                           # clipped away from atanh(1) = inf
