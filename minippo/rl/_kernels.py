@@ -80,28 +80,36 @@ def raise_for_status(status: int, which: int, b: int, t: int, names: list[str],
 def gae(rewards, values, mask, gamma, lam):
     """:func:`minippo.rl.gae.gae` by :func:`_gae_kernel` (same arguments, returns and errors)."""
     rewards, values, mask = _gae_inputs(rewards, values, mask, gamma, lam, validate_values=False)
-    adv = np.empty(rewards.shape, dtype=np.float64)            # float64 work arrays, as in the formula
-    returns = np.empty(rewards.shape, dtype=np.float64)
-    status, which, b, t = _gae_kernel(rewards, values, mask, float(gamma), float(lam), adv, returns)
+    work = np.empty(rewards.shape, dtype=np.float64)            # the recursion runs in float64, as in the formula
+    adv = np.empty(rewards.shape, dtype=rewards.dtype)          # the results, in the inputs' dtype
+    returns = np.empty(rewards.shape, dtype=rewards.dtype)
+    with np.errstate(over="ignore"):     # without the JIT, NumPy would warn on a cast beyond float32: reported below
+        status, which, b, t = _gae_kernel(rewards, values, mask, float(gamma), float(lam), work, adv, returns)
+    if status == OVERFLOW:           # rare: the float64 results again, for the formula's error message
+        adv64, returns64 = np.empty(rewards.shape), np.empty(rewards.shape)
+        _gae_kernel(rewards, values, mask, float(gamma), float(lam), work, adv64, returns64)
+        _narrowed(rewards.dtype, adv=adv64, returns=returns64)                 # raises, naming the entry
     raise_for_status(status, which, b, t, ["rewards", "values"], [rewards, values], mask, one_d=False)
-    return _narrowed(rewards.dtype, adv=adv, returns=returns)
+    return adv, returns
 
 
 @njit(cache=True)
-def _gae_kernel(rewards, values, mask, gamma, lam, adv, returns):
-    """The recursion of :func:`minippo.rl.gae.gae` in three light passes; writes ``adv`` and
-    ``returns``, returns ``(status, which, b, t)``.
+def _gae_kernel(rewards, values, mask, gamma, lam, work, adv, returns):
+    """The recursion of :func:`minippo.rl.gae.gae` in three light passes over a float64 ``work`` array;
+    writes ``adv`` and ``returns`` (of any float dtype), returns ``(status, which, b, t)``.
 
     1. per row, forward: validation flags (NaN/inf, mask 0/1, holes) and the masked TD errors
-       ``delta_t * mask_t`` written into ``adv`` (simple forward loops that LLVM vectorises);
-    2. the recursion ``A_t = delta_t + gamma lam A_{t+1}`` backwards in time, four rows at a
+       ``delta_t * mask_t`` written into ``work`` (simple forward loops that LLVM vectorises);
+    2. the recursion ``A_t = delta_t + gamma lam A_{t+1}`` backwards in time in ``work``, four rows at a
        time: one row alone is bound by the latency of its multiply-add chain, four independent
-       chains keep the CPU busy (float64 accumulators);
-    3. ``returns = (adv + values) * mask``, forward.
+       chains keep the CPU busy;
+    3. ``adv = work`` and ``returns = (work + values) * mask``, forward, rounded once to their dtype on
+       the store; whether a stored value is not finite (finite inputs beyond that dtype's range) is
+       collected branch-free and returned as ``OVERFLOW``.
 
     Padding has delta = 0, so the chain enters a row's last valid token with A = 0; V(s_{t+1})
     is ``values[t+1] * mask[t+1]``, 0 after the last valid token. The arithmetic is that of the
-    NumPy body (same operations in the same order, in float64: ``adv`` and ``returns`` are float64).
+    NumPy body (same operations in the same order, in float64).
     """
     B, T = rewards.shape
     gl = gamma * lam
@@ -118,31 +126,34 @@ def _gae_kernel(rewards, values, mask, gamma, lam, adv, returns):
             return _locate_gae_error(rewards, values, mask, b)
         for t in range(T - 1):       # in float64 whatever the inputs (np.float64: also without the JIT)
             next_value = np.float64(values[b, t + 1]) * mask[b, t + 1]
-            adv[b, t] = (np.float64(rewards[b, t]) + gamma * next_value - values[b, t]) * mask[b, t]
+            work[b, t] = (np.float64(rewards[b, t]) + gamma * next_value - values[b, t]) * mask[b, t]
         if T > 0:
-            adv[b, T - 1] = (np.float64(rewards[b, T - 1]) - values[b, T - 1]) * mask[b, T - 1]
+            work[b, T - 1] = (np.float64(rewards[b, T - 1]) - values[b, T - 1]) * mask[b, T - 1]
     # pass 2: A_t = delta_t + gamma lam A_{t+1}, rows b..b+3 interleaved, then the leftover rows
     for b in range(0, B - B % 4, 4):
         a0 = a1 = a2 = a3 = 0.0
         for t in range(T - 1, -1, -1):
-            a0 = adv[b, t] + gl * a0
-            a1 = adv[b + 1, t] + gl * a1
-            a2 = adv[b + 2, t] + gl * a2
-            a3 = adv[b + 3, t] + gl * a3
-            adv[b, t] = a0
-            adv[b + 1, t] = a1
-            adv[b + 2, t] = a2
-            adv[b + 3, t] = a3
+            a0 = work[b, t] + gl * a0
+            a1 = work[b + 1, t] + gl * a1
+            a2 = work[b + 2, t] + gl * a2
+            a3 = work[b + 3, t] + gl * a3
+            work[b, t] = a0
+            work[b + 1, t] = a1
+            work[b + 2, t] = a2
+            work[b + 3, t] = a3
     for b in range(B - B % 4, B):
         a0 = 0.0
         for t in range(T - 1, -1, -1):
-            a0 = adv[b, t] + gl * a0
-            adv[b, t] = a0
-    # pass 3: returns = A + V on valid tokens, 0 on padding
+            a0 = work[b, t] + gl * a0
+            work[b, t] = a0
+    # pass 3: the results in their dtype: A, and A + V on valid tokens (0 on padding)
+    finite = True
     for b in range(B):
         for t in range(T):
-            returns[b, t] = (adv[b, t] + values[b, t]) * mask[b, t]
-    return OK, 0, 0, 0
+            adv[b, t] = work[b, t]
+            returns[b, t] = (work[b, t] + values[b, t]) * mask[b, t]
+            finite &= math.isfinite(adv[b, t]) & math.isfinite(returns[b, t])
+    return (OK if finite else OVERFLOW), 0, 0, 0
 
 
 @njit(cache=True)
