@@ -8,7 +8,10 @@
     best_of_n.py              best-of-n sampling against a reward model and its KL (19)
     memory.py                 what the four models cost, from tiny to 7B (lesson 12)
     kl_moments.py             k1 / k2 / k3 bias and variance, negative KL under top-k (lesson 15)
+    kl_control.py             each KL control's outcome and the KL of one update, with their seed noise (lesson 15)
+    eps_by_task.py            epsilon on two tasks of different response length: the interaction (lesson 13)
     sequence_ratio.py         the sequence ratio prod r_t vs token clipping; 1.2^50 (lesson 13)
     baselines.py              which baseline removes most variance (lesson 20)
     dpo_frontier.py           DPO vs PPO vs PPO-GT on the gold-KL frontier; gold as a reward model (lesson 21)
+    exact.py, exact_updates.py  a sequence space small enough to enumerate: exact gradients of the estimators (22)
 """
