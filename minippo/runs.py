@@ -57,6 +57,7 @@ from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
+from minippo.checks import parameter_note
 from minippo.io import MetricsWriter, RunWarning, atomic_write_text, has_checkpoint
 
 LOCK_FILE = ".minippo.lock"
@@ -303,8 +304,9 @@ class RunFolderTrainer:
     A subclass sets ``STAGE`` ("PPO") and ``UNIT`` ("iteration": what ``metrics.jsonl`` records are keyed by),
     defines ``done`` (how many units are done), ``load(checkpoint)`` and ``save(checkpoint)``, and calls
     :meth:`_open_run_folder` at the end of its ``__init__``. It gets ``out_dir``, ``metrics`` (a
-    :class:`~minippo.io.MetricsWriter`), ``stage`` (:class:`Stage`), ``last_saved``, :meth:`close` and
-    :meth:`_on_disk`."""
+    :class:`~minippo.io.MetricsWriter`), ``stage`` (:class:`Stage`), ``last_saved``, :meth:`close`,
+    :meth:`_on_disk`, :meth:`_write` (a unit's record, then its checkpoint) and :meth:`_stopped` (the error
+    of a failed unit)."""
 
     STAGE: str = ""
     UNIT: str = ""
@@ -327,6 +329,20 @@ class RunFolderTrainer:
         """Load ``checkpoint`` (validated before anything is assigned); the units it has done."""
         self.load(checkpoint)
         return self.done
+
+    def _write(self, record: dict, checkpoint_every: int, total: int) -> None:
+        """Append ``record`` to ``metrics.jsonl``, then save a checkpoint every ``checkpoint_every`` units and at
+        ``total``: the record first, so a checkpoint never exists without its unit's record."""
+        if self.out_dir is None:
+            return
+        self.metrics.write(record)
+        if self.done % checkpoint_every == 0 or self.done == total:
+            self.save(self.out_dir / "checkpoint")
+
+    def _stopped(self, exc: Exception, params: Mapping[str, np.ndarray], at: int) -> ValueError:
+        """The error of a unit that failed (the NaN guard, or bad data): ``exc``, which of ``params`` went
+        non-finite (:func:`minippo.checks.parameter_note`), the unit ``at``, and what is kept on disk."""
+        return ValueError(f"{exc}{parameter_note(params)}: training stopped at {self.UNIT} {at}; {self._on_disk()}")
 
     def _saved(self, done: int) -> None:
         """Record that the checkpoint on disk now holds ``done`` units."""

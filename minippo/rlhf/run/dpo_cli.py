@@ -9,7 +9,7 @@ from pathlib import Path
 from minippo.io import read_metrics
 from minippo.rlhf.dpo_config import DPOConfig
 from minippo.rlhf.run.dpo_trainer import run_dpo
-from minippo.rlhf.run.ppo_cli import add_config_flags, config_from_args
+from minippo.rlhf.run.ppo_cli import add_config_flags, add_run_arguments, config_from_args
 
 SHOWN = ("loss", "rewards/accuracies", "rewards/chosen", "rewards/rejected", "logps/chosen", "logps/rejected")
 SHOWN_EVAL = ("eval_rewards/accuracies", "gold/score", "objective/kl_exact", "response/length")
@@ -19,12 +19,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--sft", required=True, help="SFT run folder (from `minippo sft`) or its model/ folder")
     parser.add_argument("--pairs", required=True, help="reward-model run folder (from `minippo rm`) whose "
                         "pairs.npz and train / held-out split DPO trains on")
-    parser.add_argument("--out", default=None, help="run folder (default: runs/dpo-<timestamp>)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint (the "
-                        "default: a folder holding a checkpoint made with the same flags is resumed, one made with "
-                        "other flags is refused)")
-    parser.add_argument("--quick", action="store_true", help="tiny config for CI (DPOConfig.quick())")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_run_arguments(parser, "dpo", DPOConfig)
     add_config_flags(parser, DPOConfig)
 
 

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from minippo.blas import single_blas_thread
-from minippo.checks import check_range, parameter_note
+from minippo.checks import check_range
 from minippo.io import STATE, array_specs, checkpoint_folder, in_file, load_checkpoint, save_checkpoint
 from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW
@@ -139,14 +139,9 @@ class DPOTrainer(RunFolderTrainer):
                 if cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.steps):
                     record.update(self.evaluate())
         except ValueError as exc:           # the NaN guard, or bad data: say what is kept on disk
-            raise ValueError(f"{exc}{parameter_note({'policy.' + k: v for k, v in self.policy.params.items()})}: "
-                             f"training stopped at step {it}; {self._on_disk()}") from exc
+            raise self._stopped(exc, {"policy." + k: v for k, v in self.policy.params.items()}, it) from exc
         record.update({"time/step": t1 - t0, "time/eval": time.perf_counter() - t1})
-        if self.out_dir is not None:
-            # the record first, then the checkpoint: a checkpoint never exists without its step's record
-            self.metrics.write(record)
-            if self.step_count % cfg.checkpoint_every == 0 or self.step_count == cfg.steps:
-                self.save(self.out_dir / "checkpoint")
+        self._write(record, cfg.checkpoint_every, cfg.steps)
         if callback is not None:
             with single_blas_thread():
                 callback(self, record)

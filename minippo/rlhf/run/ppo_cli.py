@@ -71,15 +71,21 @@ def config_from_args(args, base, renamed: dict | None = None):
     return base.replace(**overrides)     # a value out of range: a ValueError naming the field (the flag)
 
 
-def add_arguments(parser) -> None:
-    parser.add_argument("--sft", required=True, help="SFT run folder (from `minippo sft`) or its model/ folder")
-    parser.add_argument("--rm", required=True, help="reward-model run folder (from `minippo rm`) or its model/ folder")
-    parser.add_argument("--out", default=None, help="run folder (default: runs/ppo-<timestamp>)")
+def add_run_arguments(parser, stage: str, cls) -> None:
+    """The flags every trainer's command shares: ``--out``, ``--resume``, ``--quick`` (``cls.quick()``) and
+    ``--no-progress`` (the config flags follow: :func:`add_config_flags`)."""
+    parser.add_argument("--out", default=None, help=f"run folder (default: runs/{stage}-<timestamp>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint (the "
                         "default: a folder holding a checkpoint made with the same flags is resumed, one made with "
                         "other flags is refused)")
-    parser.add_argument("--quick", action="store_true", help="tiny config for CI (PPOConfig.quick())")
+    parser.add_argument("--quick", action="store_true", help=f"tiny config for CI ({cls.__name__}.quick())")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--sft", required=True, help="SFT run folder (from `minippo sft`) or its model/ folder")
+    parser.add_argument("--rm", required=True, help="reward-model run folder (from `minippo rm`) or its model/ folder")
+    add_run_arguments(parser, "ppo", PPOConfig)
     add_config_flags(parser, PPOConfig, RENAMED)
 
 

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from minippo.blas import single_blas_thread
-from minippo.checks import check_choice, check_range, parameter_note
+from minippo.checks import check_choice, check_range
 from minippo.io import (STATE, array_specs, checkpoint_folder, has_checkpoint, in_file, load_checkpoint, rng_from_state,
                         rng_state, save_checkpoint)
 from minippo.nn.gpt import TinyGPT
@@ -129,13 +129,13 @@ class PPOTrainer(RunFolderTrainer):
 
     # ---- one iteration ------------------------------------------------------------------------
 
-    def _parameter_note(self) -> str:
-        """Which parameter went non-finite (or the largest one): what a NaN stop adds (minippo.checks.parameter_note)."""
+    def _parameters(self) -> dict:
+        """Every trained parameter by name ("actor.wte", "critic.head.w"): what a NaN stop searches."""
         s = self.state
         params = {"actor." + k: v for k, v in s.actor.params.items()}
         if s.critic is not None:
             params.update({"critic." + k: v for k, v in s.critic.params.items()})
-        return parameter_note(params)
+        return params
 
     def step(self, callback=None) -> dict:
         """Run one iteration; returns its metrics record (also written to ``metrics.jsonl``)."""
@@ -148,20 +148,15 @@ class PPOTrainer(RunFolderTrainer):
                 record.update(ppo.ppo_update(self.state, rollout, cfg))
                 t2, c2 = time.perf_counter(), time.process_time()
         except ValueError as exc:           # the NaN guard, or bad data: say what is kept on disk
-            raise ValueError(f"{exc}{self._parameter_note()}: training stopped at iteration {it}; "
-                             f"{self._on_disk()}") from exc
+            raise self._stopped(exc, self._parameters(), it) from exc
         self.first_minibatch = record.pop("first_minibatch")
         record.update({"iteration": it, "episode": (it + 1) * cfg.batch_size,
                        "time/rollout": t1 - t0, "time/update": t2 - t1, "time/iteration": t2 - t0,
                        "time/cpu_rollout": c1 - c0, "time/cpu_update": c2 - c1})
         self.last_rollout = rollout
-        if self.out_dir is not None:
-            # the record first, then the checkpoint: a checkpoint never exists without its iteration's record
-            self.metrics.write(record)
-            if cfg.dump_rollouts:
-                rollout.save_npz(self.out_dir / "rollouts" / f"iter_{it:04d}.npz")
-            if self.iteration % cfg.checkpoint_every == 0 or self.iteration == cfg.iterations:
-                self.save(self.out_dir / "checkpoint")
+        if self.out_dir is not None and cfg.dump_rollouts:
+            rollout.save_npz(self.out_dir / "rollouts" / f"iter_{it:04d}.npz")
+        self._write(record, cfg.checkpoint_every, cfg.iterations)
         if callback is not None:
             with single_blas_thread():       # callbacks run forward passes of the same small models
                 callback(self, rollout, record)
