@@ -288,15 +288,8 @@ def _clipped_policy_kernel(logp, logp_old, adv, mask, lo, hi, check_holes, dlogp
             if check_holes and not row_open:
                 return MASK_HOLE, 0, b, t, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0
             a = adv[b, t]
-            # r_t = exp(logp - logp_old)  (+inf where the log-ratio exceeds the dtype's range)
             log_ratio = logp[b, t] - logp_old[b, t]
-            ratio = np.exp(log_ratio)
-            # min(r A, clip(r, lo, hi) A) = A min(r, hi) for A >= 0, A max(r, lo) for A < 0
-            below, above = ratio < lo, ratio > hi
-            clipped = ((a > 0) & above) | ((a < 0) & below)
-            # the objective's terms in float64 (selects, not branches)
-            obj = np.float64(a) * (min(ratio, hi) if a >= 0 else max(ratio, lo))
-            grad = 0.0 if (clipped | (a == 0)) else -a * ratio     # d(-r A)/dlogp = -A r; /n below
+            ratio, below, above, clipped, obj, grad = _clip_token(a, log_ratio, lo, hi)
             overflow |= not (math.isfinite(obj) & math.isfinite(grad))
             dlogp[b, t] = grad
             # case code: 2 (A > 0) or 5 (A < 0), -1 below the band, +1 above it; 7 for A = 0
@@ -323,19 +316,30 @@ def _clipped_policy_kernel(logp, logp_old, adv, mask, lo, hi, check_holes, dlogp
 
 
 @njit(cache=True)
+def _clip_token(a, log_ratio, lo, hi):
+    """One token of L^CLIP: ``(ratio, below, above, clipped, obj, grad)`` for advantage ``a`` and log-ratio
+    ``log_ratio`` (the per-token arithmetic :func:`_clipped_policy_kernel` and :func:`_first_overflow` share)."""
+    # r_t = exp(logp - logp_old)  (+inf where the log-ratio exceeds the dtype's range)
+    ratio = np.exp(log_ratio)
+    # min(r A, clip(r, lo, hi) A) = A min(r, hi) for A >= 0, A max(r, lo) for A < 0
+    below, above = ratio < lo, ratio > hi
+    clipped = ((a > 0) & above) | ((a < 0) & below)
+    # the objective's terms in float64 (selects, not branches)
+    obj = np.float64(a) * (min(ratio, hi) if a >= 0 else max(ratio, lo))
+    grad = 0.0 if (clipped | (a == 0)) else -a * ratio         # d(-r A)/dlogp = -A r; /n by the caller
+    return ratio, below, above, clipped, obj, grad
+
+
+@njit(cache=True)
 def _first_overflow(logp, logp_old, adv, mask, lo, hi):
     """``(b, t)`` of the first valid token whose objective ``r A`` or gradient ``-A r`` has no finite value
-    (the slow path of :func:`_clipped_policy_kernel`, the same arithmetic token by token)."""
+    (the slow path of :func:`_clipped_policy_kernel`, token by token through :func:`_clip_token`)."""
     B, T = logp.shape
     for b in range(B):
         for t in range(T):
             if mask[b, t] == 0:
                 continue
-            a = adv[b, t]
-            ratio = np.exp(logp[b, t] - logp_old[b, t])
-            clipped = ((a > 0) & (ratio > hi)) | ((a < 0) & (ratio < lo))
-            obj = np.float64(a) * (min(ratio, hi) if a >= 0 else max(ratio, lo))
-            grad = 0.0 if (clipped | (a == 0)) else -a * ratio
+            obj, grad = _clip_token(adv[b, t], logp[b, t] - logp_old[b, t], lo, hi)[4:]
             if not (math.isfinite(obj) and math.isfinite(grad)):
                 return b, t
     return -1, -1  # pragma: no cover - only called when the kernel saw such a token
