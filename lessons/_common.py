@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from minippo.studies import sweep_stats
+from minippo.studies.verdicts import (FAILS, HOLDS, NOT_SHOWN, Verdict, all_of, any_of, by_key, comparison,  # noqa: F401
+                                      decide, diff_text, identity, measurement)
 
 # Figures are resolved from the package location, never from the working directory.
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -163,16 +165,6 @@ def holds(ok: bool) -> str:
 
 
 seed_compare = sweep_stats.seed_compare     # the lessons import it from here with the verdict helpers
-
-
-def diff_text(c: dict, fmt: str = "+.3f", noise: str = "seed") -> str:
-    """A difference and how it compares with the noise: ``+0.120 +- 0.040 (beyond 2 s.e. of the seed noise)``,
-    ``... (within 2 s.e. ...)``, or ``+0.120 (one seed: no noise estimate)`` (``c`` from
-    :func:`minippo.studies.sweep_stats.seed_compare` or :func:`minippo.studies.sweep_stats.compare_paired`; ``noise`` names what the s.e. measures)."""
-    if c.get("se") is None:
-        return f"{c['diff']:{fmt}} (one seed: no noise estimate)"
-    where = "beyond" if c["clear"] else "within"
-    return f"{c['diff']:{fmt}} +- {c['se']:{fmt.lstrip('+')}} ({where} 2 s.e. of the {noise} noise)"
 
 
 def clear_sign(c: dict) -> int:
