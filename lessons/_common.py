@@ -24,7 +24,7 @@ import numpy as np
 
 from minippo.studies import sweep_stats
 from minippo.studies.verdicts import (FAILS, HOLDS, NOT_SHOWN, Verdict, all_of, any_of, by_key, comparison,  # noqa: F401
-                                      decide, diff_text, identity, measurement)
+                                      decide, diff_text, identity, measured, measurement)
 
 # Figures are resolved from the package location, never from the working directory.
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -149,6 +149,12 @@ def identity(key: str, claim: str, ok: bool, rule: str, numbers: dict | None = N
     return Verdict(key, claim, IDENTITY, rule, dict(numbers or {}), HOLDS if ok else FAILS, because)
 
 
+def measured(key: str, claim: str, ok: bool, rule: str, numbers: dict | None = None, because: str = "") -> Verdict:
+    """A measurement with several thresholds, decided by the caller from the numbers it names (``rule`` says
+    how): ``holds`` when ``ok``, else ``does not hold``. Prefer :func:`measurement` for one number."""
+    return Verdict(key, claim, MEASUREMENT, rule, dict(numbers or {}), HOLDS if ok else FAILS, because)
+
+
 _SENSES = {">": 1, ">=": 1, "<": -1, "<=": -1}
 
 
@@ -164,7 +170,7 @@ def measurement(key: str, claim: str, value: float, threshold: float, sense: str
         raise ValueError(f"`sense` must be one of {tuple(_SENSES)}, got {sense!r}")
     expect = _SENSES[sense]
     nums = {name: value, "threshold": threshold, **(numbers or {})}
-    t = format(threshold, fmt)
+    t = f"{threshold:g}"
     if se is None:
         ok = {">": value > threshold, ">=": value >= threshold, "<": value < threshold,
               "<=": value <= threshold}[sense]
@@ -176,7 +182,7 @@ def measurement(key: str, claim: str, value: float, threshold: float, sense: str
                 f"or more; does not hold when {Z:g} s.e. on the other side; else not shown")
         outcome = decide(value - threshold, se, expect)
     if not because:
-        because = f"{name} = {value:{fmt}}" + (f" +- {se:{fmt}}" if se is not None else "")
+        because = f"{name} = {value:{fmt}}" + (f" +- {se:{fmt.lstrip('+')}}" if se is not None else "")
     return Verdict(key, claim, MEASUREMENT, rule, nums, outcome, because)
 
 
