@@ -20,8 +20,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from minippo.studies import sweep_stats
 from minippo.studies.verdicts import (FAILS, HOLDS, NOT_SHOWN, Verdict, all_of, any_of, by_key, comparison,  # noqa: F401
                                       decide, diff_text, identity, measured, measurement)
@@ -158,19 +156,7 @@ def lesson_main(doc: str, module_name: str, run, narrative, plot, argv: list[str
     return r
 
 
-def holds(ok: bool) -> str:
-    """The verdict on a claim, decided by the caller from the measured numbers: ``holds`` or ``does not hold
-    here`` (the wording every lesson uses, so a test can find it)."""
-    return "holds" if ok else "does not hold here"
-
-
 seed_compare = sweep_stats.seed_compare     # the lessons import it from here with the verdict helpers
-
-
-def clear_sign(c: dict) -> int:
-    """+1 / -1 when the difference ``c`` is beyond 2 standard errors up / down, else 0 (also with no noise
-    estimate)."""
-    return int(np.sign(c["diff"])) if c.get("clear") else 0
 
 
 def time_line(r: dict, full_sizes: dict | None = None) -> str:

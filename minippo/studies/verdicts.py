@@ -273,5 +273,7 @@ def table(rows) -> str:
             vs = {s: by_key(per_seed.get(s, [])).get(k) for s in seeds}
             first = next(v for v in vs.values() if v is not None)
             cells = [vs[s].outcome if vs[s] is not None else "-" for s in seeds]
-            out.append(f"| {lesson} | {first.claim} | {first.kind} | {first.rule} | " + " | ".join(cells) + " |")
+            cell = lambda text: text.replace("|", "\\|")          # noqa: E731  a '|' inside a cell ends it
+            out.append(f"| {lesson} | {cell(first.claim)} | {first.kind} | {cell(first.rule)} | " + " | ".join(cells)
+                       + " |")
     return "\n".join(out)
