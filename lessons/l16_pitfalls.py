@@ -65,8 +65,8 @@ import time
 
 import numpy as np
 
-from lessons._common import (Verdict, all_of, by_key, comparison, diff_text, identity, legend_in_margin, lesson_main,
-                             measured, measurement, pyplot, save, seed_compare, time_line)
+from lessons._common import (FAILS, HOLDS, Verdict, all_of, by_key, comparison, decide, diff_text, identity,
+                             legend_in_margin, lesson_main, measured, measurement, pyplot, save, seed_compare, time_line)
 from minippo.blas import blas_core_name
 from minippo.rlhf.data.gold import gold_breakdown, gold_profile
 from minippo.rlhf.generate import show_sample
@@ -75,7 +75,7 @@ from minippo.rl.masked import masked_mean
 from minippo.studies.pitfalls import (clamp_critic, length_slope, logp_rounding_tolerance, lr_zero_verdict,
                                       offset_reward_model, ratio_statistics, recompute_logp, value_error)
 from minippo.studies.study import Study
-from minippo.studies.sweep_stats import compare, compare_paired, fisher_z, pooled_seed_std, seed_curves, seed_values
+from minippo.studies.sweep_stats import compare, compare_paired, pooled_seed_std, seed_curves, seed_values
 
 OFFSET = 10.0                   # A: added to every reward-model score
 NO_FIX = dict(critic_init="sft", value_clip=False, value_norm=False, critic_bias_init="keep")
@@ -315,8 +315,8 @@ def narrative(r: dict) -> str:
              f"with the bias fixed ({diff_text(ev, '+.2f')}; gold {diff_text(cmp_(bi, rm, 'gold'), '+.2f')}). EV is "
              "blind to a constant offset (compare (a) with (b)): it measures what the critic knows about the text.")
     L.append(V["rm_critic_explains_more"].render("  "))
-    L.append("  A common claim: a smaller value loss means a better policy. The six critics, error at the end against "
-             "gold: " + ", ".join(f"{k} {x['err_end']:.2f} / {x['gold'].mean():+.2f}" for k, x in s.items()) + "."
+    L.append("  A common claim: a smaller value loss means a better policy. The six critics, logged loss/value at the "
+             "end / gold: " + ", ".join(f"{k} {x['loss_end']:.3f} / {x['gold'].mean():+.2f}" for k, x in s.items()) + "."
              + (f" The logged loss/value is no common scale either: 'value norm' logs {vn['loss_end']:.3f} for an "
                 f"error of {vn['err_end']:.2f} in return units." if vn["loss_end"] < vn["err_end"] / 2 else "")
              + " Judge the policy by gold / return, KL and entropy.")
@@ -444,11 +444,24 @@ def verdicts(r: dict) -> list[Verdict]:
     q = clamp_summary(r)
     cx, cn = q["variants"], q["noise"]
     e_clamp = seed_compare(cx["bias init"]["log_err"], cx[CLAMP]["log_err"], None if cn is None else cn["log_err"])
-    # "smaller value loss, better policy": the correlation over the critics of log10 error and gold (Fisher's z)
-    log_err = np.log10([x["err_end"] for x in s.values()])
-    gold = np.array([x["gold"].mean() for x in s.values()])
-    rho = float(np.corrcoef(log_err, gold)[0, 1])
-    z = fisher_z(rho, len(gold))
+    # "a smaller value loss means a better policy", as a rule over every pair of critics: wherever the logged
+    # loss/value of one is clearly smaller (log10, seed noise pooled over the critics), is its gold clearly higher?
+    loss = {k: np.log10(np.maximum(seed_values(r["critic"][k], "loss/value_avg"), 1e-12)) for k in s}
+    loss_noise = pooled_seed_std(list(loss.values()))[0] if noise["gold"] is not None else None
+    names = list(s)
+    pairs = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            lo_, hi_ = (a, b) if loss[a].mean() < loss[b].mean() else (b, a)
+            if decide(float(loss[hi_].mean() - loss[lo_].mean()), None if loss_noise is None else
+                      float(loss_noise * np.sqrt(1 / len(loss[a]) + 1 / len(loss[b]))), +1) == HOLDS:
+                pairs.append(comparison(f"{lo_} < {hi_}", "", cmp_(hi_, lo_, "gold"), expect=+1,
+                                        labels=(hi_, lo_), quantity="gold", values=(float(s[hi_]["gold"].mean()),
+                                                                                   float(s[lo_]["gold"].mean()))))
+    against = [v.key for v in pairs if v.outcome == FAILS]
+    q15_because = (f"{len(pairs)} pairs of the {len(names)} critics differ in logged value loss beyond 2 s.e.; in "
+                   f"{sum(v.holds for v in pairs)} the smaller loss has the higher gold beyond 2 s.e., in {len(against)} "
+                   "the lower gold" + (f" ({'; '.join(against)})" if against else "") + ", the rest within the noise")
     out = [
         comparison("value_clip_calms", "A common claim: clipping the value loss calms the critic (lower error at the "
                    "end than no fix).", cmp_("no fix", "value clip", "err_end_seeds"), expect=-1,
@@ -467,11 +480,12 @@ def verdicts(r: dict) -> list[Verdict]:
                    "bias fixed.", cmp_("bias init", "RM-init critic", "ev_end_seeds"), expect=+1,
                    labels=("bias init", "RM-init critic"), quantity="explained variance",
                    values=(bi["ev_end"], s["RM-init critic"]["ev_end"]), fmt="+.2f"),
-        measurement("smaller_loss_better_policy", f"A common claim (Q15): a smaller value loss means a better policy: "
-                    f"over the {len(gold)} critics, the smaller the error, the higher the gold.", z["diff"], 0.0, "<",
-                    "atanh corr(log10 error, gold)", se=z["se"], noise=f"{len(gold)}-critic sampling", fmt="+.2f",
-                    numbers={"corr": rho}, because=f"corr(log10 error at the end, gold) over the {len(gold)} critics "
-                    f"{rho:+.2f} (atanh {z['diff']:+.2f} +- {z['se']:.2f})"),
+        (all_of("smaller_loss_better_policy", "A common claim (Q15): a smaller value loss means a better policy: "
+                "of any two critics, the one with the smaller logged loss/value has the higher gold.", pairs,
+                because=q15_because) if pairs else
+         comparison("smaller_loss_better_policy", "A common claim (Q15): a smaller value loss means a better policy: "
+                    "of any two critics, the one with the smaller logged loss/value has the higher gold.",
+                    {"diff": 0.0, "se": None}, expect=+1, labels=("larger loss", "smaller loss"), quantity="gold")),
         comparison("q47_clamp_differs", "Q47: a clamp of V to a box is another operation than value clipping: it pins "
                    "V at the box's edge and raises the critic's error where returns lie beyond it.", e_clamp,
                    expect=+1, labels=("bias init", "bias init + clamp"), quantity="log10 critic error", fmt="+.2f",

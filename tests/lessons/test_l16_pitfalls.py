@@ -89,11 +89,19 @@ def test_l16_verdicts_follow_the_numbers(runs, seed):
     assert_comparison(V["value_norm_fixes_scale"], _critic(s, "no fix", "value norm", "err_end_seeds"), -1)
     assert V["bias_init_removes_offset"].holds == (s["bias init"]["err0"] < s["no fix"]["err0"] / 4)
     assert_comparison(V["rm_critic_explains_more"], _critic(s, "bias init", "RM-init critic", "ev_end_seeds"), +1)
-    # Q15: the correlation over the six critics of log10 error and gold, judged on Fisher's scale
-    err = np.log10([s[k]["err_end"] for k in s])
-    gold = np.array([s[k]["gold"].mean() for k in s])
-    rho = np.corrcoef(err, gold)[0, 1]
-    assert_comparison(V["smaller_loss_better_policy"], {"diff": np.arctanh(rho), "se": 1 / np.sqrt(len(s) - 3)}, -1)
+    # Q15: every pair of critics whose logged loss differs beyond 2 s.e. (log10, seed noise pooled): gold order
+    loss = {k: np.log10(lesson.seed_values(r["critic"][k], "loss/value_avg")) for k in s}
+    ln = pooled_seed_std(list(loss.values()))[0]
+    outs = []
+    for i, a in enumerate(s):
+        for b in list(s)[i + 1:]:
+            lo, hi = (a, b) if loss[a].mean() < loss[b].mean() else (b, a)
+            if expected_outcome(loss[hi].mean() - loss[lo].mean(), ln * np.sqrt(1 / len(loss[a]) + 1 / len(loss[b])),
+                                +1) == HOLDS:
+                g = _critic(s, hi, lo, "gold")
+                outs.append(expected_outcome(g["diff"], g["se"], +1))
+    want = NOT_SHOWN if not outs else FAILS if FAILS in outs else HOLDS if set(outs) == {HOLDS} else NOT_SHOWN
+    assert V["smaller_loss_better_policy"].outcome == want
     plain, hack, fixed, normed = r["length"]
     longer, worse = _length(r, plain, hack, "length"), _length(r, plain, hack, "gold")
     parts = [expected_outcome(longer["diff"], longer["se"], +1), expected_outcome(worse["diff"], worse["se"], -1)]
