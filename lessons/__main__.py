@@ -11,6 +11,9 @@ flag). It takes about an hour of CPU on 2 cores. ``python -m lessons 13 --figure
 one lesson. ``--quick`` runs the seconds-long versions instead (figures go to a temporary folder);
 ``--default`` the classroom sizes (each under a minute; figures to ``runs/figures/``).
 
+``python -m lessons verdicts --seeds 0 1 [--quick]`` prints every lesson's verdicts as one table (claim, class,
+rule, outcome per seed; ``lessons/verdict_table.py``).
+
 ``python -m lessons notebooks`` regenerates every ``notebooks/lNN_<slug>.ipynb`` from its lesson module,
 executed at the default size (``notebooks 4``: one lesson; ``--no-execute``: without outputs; ``--verify
 --quick``: execute the committed notebooks in quick mode, writing nothing); see ``lessons/notebooks.py``.
@@ -25,7 +28,7 @@ import time
 from pathlib import Path
 
 import lessons
-from lessons import notebooks
+from lessons import notebooks, verdict_table
 from lessons._common import RUN_FIGURES_DIR
 from minippo.rlhf.run.pipeline import BUILD_SECONDS
 
@@ -37,6 +40,7 @@ Run one lesson (default size, figure in {RUN_FIGURES_DIR}, git-ignored):
 Every default run takes under a minute on 2 cores, except the first RLHF lesson (09, 11, 13-21) you run: it
 first builds the SFT policy and reward model they share into runs/cache/ (about {BUILD_SECONDS[False]} s more, once;
 it says so before it starts).
+Every verdict the lessons print, as one table: python -m lessons verdicts --seeds 0 1 --quick
 Maintainers: python -m lessons all  (regenerates the committed figures/, about an hour)."""
 
 
@@ -68,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["notebooks"]:
         return notebooks.main(argv[1:], discover(), resolve)
+    if argv[:1] == ["verdicts"]:
+        return verdict_table.main(argv[1:], discover(), resolve)
     parser = argparse.ArgumentParser(prog="python -m lessons", description=__doc__)
     parser.add_argument("which", nargs="*", help="'all', or lesson numbers / slugs; empty lists them; "
                         "'notebooks [N ...]' regenerates the notebooks (python -m lessons notebooks -h)")

@@ -20,9 +20,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from minippo.studies import sweep_stats
+from minippo.studies.verdicts import (FAILS, HOLDS, NOT_SHOWN, Verdict, all_of, any_of, by_key, comparison,  # noqa: F401
+                                      decide, diff_text, identity, measured, measurement)
 
 # Figures are resolved from the package location, never from the working directory.
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -156,29 +156,7 @@ def lesson_main(doc: str, module_name: str, run, narrative, plot, argv: list[str
     return r
 
 
-def holds(ok: bool) -> str:
-    """The verdict on a claim, decided by the caller from the measured numbers: ``holds`` or ``does not hold
-    here`` (the wording every lesson uses, so a test can find it)."""
-    return "holds" if ok else "does not hold here"
-
-
 seed_compare = sweep_stats.seed_compare     # the lessons import it from here with the verdict helpers
-
-
-def diff_text(c: dict, fmt: str = "+.3f", noise: str = "seed") -> str:
-    """A difference and how it compares with the noise: ``+0.120 +- 0.040 (beyond 2 s.e. of the seed noise)``,
-    ``... (within 2 s.e. ...)``, or ``+0.120 (one seed: no noise estimate)`` (``c`` from
-    :func:`minippo.studies.sweep_stats.seed_compare` or :func:`minippo.studies.sweep_stats.compare_paired`; ``noise`` names what the s.e. measures)."""
-    if c.get("se") is None:
-        return f"{c['diff']:{fmt}} (one seed: no noise estimate)"
-    where = "beyond" if c["clear"] else "within"
-    return f"{c['diff']:{fmt}} +- {c['se']:{fmt.lstrip('+')}} ({where} 2 s.e. of the {noise} noise)"
-
-
-def clear_sign(c: dict) -> int:
-    """+1 / -1 when the difference ``c`` is beyond 2 standard errors up / down, else 0 (also with no noise
-    estimate)."""
-    return int(np.sign(c["diff"])) if c.get("clear") else 0
 
 
 def time_line(r: dict, full_sizes: dict | None = None) -> str:

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import clear_sign, diff_text, lesson_main, pyplot, save
+from lessons._common import Verdict, all_of, by_key, comparison, identity, lesson_main, measurement, pyplot, save
 from minippo.studies.sweep_stats import compare_paired
 from minippo.toy.bandit import TokenBandit, reinforce_gradient
 
@@ -94,13 +94,23 @@ def run(quick: bool = False, seed: int = 0) -> dict:
 
     # (a) variance and bias of g_hat at the uniform policy, per baseline
     g_true = bandit.expected_reward_grad(W0).ravel()
-    variance, bias = {}, {}
+    variance, bias, sq_err = {}, {}, {}
     for name in BASELINES:
         G = np.array([estimate(bandit, W0, batch_size, np.random.default_rng([seed, i]), name).ravel()
                       for i in range(n_estimates)])                                 # (n_estimates, V)
-        variance[name] = float(np.mean(np.sum((G - g_true) ** 2, axis=1)))         # E||g_hat - g||^2
+        sq_err[name] = np.sum((G - g_true) ** 2, axis=1)                            # same batches for each
+        variance[name] = float(np.mean(sq_err[name]))                               # E||g_hat - g||^2
         # ||mean(g_hat) - g|| in units of its standard error sqrt(variance / n): ~1 when unbiased
         bias[name] = float(np.linalg.norm(G.mean(axis=0) - g_true) / np.sqrt(variance[name] / n_estimates))
+
+    # the identity behind "a baseline adds no bias": E_a[grad log pi(a)] = sum_a pi(a) grad log pi(a) = 0, so
+    # E[grad log pi(a) b] = 0 for any b that does not depend on a; exact sums at W0 and at a random policy
+    score_mean = 0.0
+    for W in (W0, rng.standard_normal(W0.shape)):
+        p = bandit.probs(W)[0]
+        scores = [reinforce_gradient(bandit, W, np.array([0]), np.array([a]), np.array([1.0])).ravel()
+                  for a in range(bandit.vocab)]                                     # grad log pi(a), each a
+        score_mean = max(score_mean, float(np.abs(np.einsum("a,av->v", p, np.array(scores))).max()))
 
     # (b) learning curves with and without a baseline (same seeds for both)
     curves = {name: np.array([train(bandit, W0, steps, lr, batch_size, np.random.default_rng(s), name)[1]
@@ -127,7 +137,7 @@ def run(quick: bool = False, seed: int = 0) -> dict:
         "rewards": bandit.rewards[0], "best_token": best, "optimal_reward": bandit.optimal_reward(),
         "initial_reward": bandit.expected_reward(W0), "max_entropy": float(np.log(bandit.vocab)),
         "batch_size": batch_size, "lr": lr, "n_estimates": n_estimates, "n_seeds": n_seeds,
-        "variance": variance, "bias": bias,
+        "variance": variance, "bias": bias, "sq_err": sq_err, "score_mean": score_mean,
         "variance_ratio": variance["none"] / variance[BASELINES[1]],
         "curves": curves,
         "final_reward": {k: float(v[:, -1].mean()) for k, v in curves.items()},
@@ -139,46 +149,78 @@ def run(quick: bool = False, seed: int = 0) -> dict:
 
 
 BIAS_SE = 3.0      # |mean(g_hat) - g| in standard errors above which a baseline counts as biased (see narrative)
+SCORE_TOL = 1e-12  # |sum_a pi(a) grad log pi(a)|: 0 up to float64 rounding of ten terms of size <= 1
+
+
+def verdicts(r: dict) -> list[Verdict]:
+    """The lesson's claims, each judged from the numbers of ``r``."""
+    steps, n = r["curves"][BASELINES[0]].shape[1], r["n_seeds"]
+    big, small = r["big_lrs"][-1], r["big_lrs"][0]
+    stuck = {float(x): r["recovery"][float(x)][:, -1] < r["optimal_reward"] - 0.1 for x in (small, big)}
+    ent, p_best = float(np.median(r["entropy_after"][-1])), float(r["p_best_after"][-1].mean())
+    worst = max(r["bias"].values())
+    return [
+        identity("baseline_unbiased", "A baseline that does not depend on the action adds no bias to the "
+                 "policy gradient: E[grad log pi(a)] = 0.", r["score_mean"] <= SCORE_TOL,
+                 f"holds when max |sum_a pi(a) grad log pi(a)| <= {SCORE_TOL:g} (exact sums over the 10 tokens at "
+                 "the uniform and at a random policy)", {"max |E grad log pi|": r["score_mean"]}),
+        measurement("bias_measured", f"Measured on {r['n_estimates']} batches, every baseline's mean gradient is "
+                    f"within {BIAS_SE:g} standard errors of the true gradient.", worst, BIAS_SE, "<=",
+                    "largest |mean - true| in s.e.", numbers={k: b for k, b in r["bias"].items()},
+                    because=", ".join(f"{k}: {b:.1f}" for k, b in r["bias"].items())
+                    + " s.e. (sampling noise alone gives ~1, a chi-like variable rarely above 3)"),
+        comparison("variance_cut", "A baseline lowers the variance of the REINFORCE gradient.",
+                   compare_paired(r["sq_err"][BASELINES[0]], r["sq_err"][BASELINES[1]]), expect=-1,
+                   labels=("no baseline", "batch-mean baseline"), quantity="||g_hat - g||^2", noise="batch",
+                   values=(r["variance"][BASELINES[0]], r["variance"][BASELINES[1]]), fmt="+.4f",
+                   numbers={"variance ratio": r["variance_ratio"]}),
+        comparison("baseline_learns_faster", f"With the batch-mean baseline REINFORCE ends higher after {steps} steps.",
+                   compare_paired(r["curves"][BASELINES[0]][:, -1], r["curves"][BASELINES[1]][:, -1]), expect=+1,
+                   labels=("no baseline", "batch-mean baseline"), quantity="J",
+                   values=tuple(r["final_reward"][k] for k in BASELINES[:2])),
+        measurement("big_step_collapses", f"One step with lr {big:g} collapses the policy onto one token.", ent, 0.1,
+                    "<", "median entropy after the step (nats)",
+                    because=f"median entropy {ent:.2f} nats (uniform {r['max_entropy']:.2f}); the token it lands on "
+                    + (f"merely looked good in one noisy batch (mean p(best) {p_best:.2f})" if p_best < 0.5 else
+                       f"is mostly the best (mean p(best) {p_best:.2f})")),
+        comparison("big_step_jump", f"Right after the step with lr {big:g}, J is higher than the uniform policy's "
+                   "(the batch's favourite is usually a decent token).",
+                   compare_paired(np.full(n, r["initial_reward"]), r["reward_after"][-1]), expect=+1,
+                   labels=("uniform policy", f"after lr {big:g}"), quantity="J",
+                   values=(r["initial_reward"], float(r["reward_after"][-1].mean()))),
+        all_of("no_recovery", f"After the step with lr {big:g}, plain REINFORCE does not recover: at least half of "
+               f"the seeds stay stuck below the optimum, more than after the step with lr {small:g}.", [
+                   measurement("stuck_half", "half stuck", float(stuck[big].mean()), 0.5, ">=",
+                               f"stuck fraction after lr {big:g}"),
+                   comparison("stuck_more", "more stuck", compare_paired(stuck[small].astype(float),
+                                                                          stuck[big].astype(float)),
+                              expect=+1, labels=(f"lr {small:g}", f"lr {big:g}"), quantity="stuck fraction",
+                              values=(float(stuck[small].mean()), float(stuck[big].mean())), fmt="+.2f")]),
+    ]
 
 
 def narrative(r: dict) -> str:
     v, steps = r["variance"], r["curves"][BASELINES[0]].shape[1]
+    V = by_key(verdicts(r))
     L = [f"A token bandit: 10 tokens, rewards {np.round(r['rewards'], 1).tolist()}, best token "
          f"{r['best_token']} (reward {r['optimal_reward']:.1f}); the uniform policy earns {r['initial_reward']:.2f}."]
-    # the bias is the norm of a 10-vector in units of sqrt(E||g_hat - g||^2 / n): about 1 when unbiased, and
-    # rarely above 3 (a chi-like variable with mean square 1)
-    biased = [k for k in v if r["bias"][k] > BIAS_SE]
     L.append(f"(a) variance of g_hat over {r['n_estimates']} batches of {r['batch_size']}: "
              + ", ".join(f"{k}: {v[k]:.4f}" for k in v)
              + f". The batch-mean baseline divides it by {r['variance_ratio']:.1f}. |mean - true gradient| = "
-             + ", ".join(f"{r['bias'][k]:.1f}" for k in v) + " standard errors (sampling noise alone gives ~1): "
-             + (f"all three consistent with no bias (each within {BIAS_SE:g} standard errors)." if not biased else
-                f"BIASED beyond {BIAS_SE:g} standard errors: {', '.join(biased)}."))
-    c = compare_paired(r["curves"][BASELINES[0]][:, -1], r["curves"][BASELINES[1]][:, -1])
+             + ", ".join(f"{r['bias'][k]:.1f}" for k in v) + " standard errors (sampling noise alone gives ~1).")
+    L += [V[k].render() for k in ("baseline_unbiased", "bias_measured", "variance_cut")]
     L.append(f"(b) after {steps} steps: " + ", ".join(f"{k}: J = {x:.3f}" for k, x in r["final_reward"].items())
-             + f" (optimum {r['optimal_reward']:.2f}); the baseline's gain over none, paired over the "
-             f"{r['n_seeds']} seeds: {diff_text(c, noise='seed')}.")
+             + f" (optimum {r['optimal_reward']:.2f}).")
+    L.append(V["baseline_learns_faster"].render())
     for i, big in enumerate(r["big_lrs"]):
         L.append(f"(c,d) one step with lr = {big:6.1f}: entropy {np.median(r['entropy_after'][i]):.2f} nats "
                  f"(uniform {r['max_entropy']:.2f}), p(best) {r['p_best_after'][i].mean():.3f}, "
                  f"J {r['reward_after'][i].mean():.3f}; after {steps} more steps "
                  f"{r['stuck_fraction'][i]:.0%} of seeds are stuck below the optimum.")
-    big = r["big_lrs"][-1]
-    jump = compare_paired(np.full(r["n_seeds"], r["initial_reward"]), r["reward_after"][-1])
-    ent, p_best = float(np.median(r["entropy_after"][-1])), float(r["p_best_after"][-1].mean())
-    stuck, stuck0 = r["stuck_fraction"][-1], r["stuck_fraction"][0]
-    moved = {1: "higher beyond 2 s.e. of the seed noise (the batch's favourite is usually a decent token)",
-             -1: "lower beyond 2 s.e. of the seed noise", 0: "no different within 2 s.e. of the seed noise"}
-    L.append(f"The largest step (lr {big:g}): right after it J is {moved[clear_sign(jump)]} ({jump['diff']:+.3f} +- "
-             f"{jump['se']:.3f} vs the uniform policy); the policy is "
-             + (f"almost deterministic (median entropy {ent:.2f} nats)" if ent < 0.1 else
-                f"not deterministic (median entropy {ent:.2f} nats)")
-             + (f", on a token that merely looked good in one noisy batch (p(best) {p_best:.2f})" if p_best < 0.5 else
-                f", mostly on the best token (p(best) {p_best:.2f})") + ".")
-    L.append(f"After it, plain REINFORCE {'does not recover' if stuck >= 0.5 and stuck > stuck0 else 'recovers'}: "
-             f"{stuck:.0%} of seeds stuck vs {stuck0:.0%} after the smallest step"
-             + (" (the collapsed policy samples only its own token, whose gradient 1 - p vanishes). Lessons 03-04 "
-                "bound the step." if stuck >= 0.5 and stuck > stuck0 else "."))
+    L += [V[k].render() for k in ("big_step_collapses", "big_step_jump", "no_recovery")]
+    if V["no_recovery"].holds:
+        L.append("(the collapsed policy samples only its own token, whose gradient 1 - p vanishes; lessons 03-04 "
+                 "bound the step.)")
     return "\n".join(L)
 
 
@@ -228,7 +270,9 @@ def plot(results: dict, path) -> None:
     a.set_xscale("log")
     a.set_xlabel("learning rate of ONE REINFORCE step (batch of 8, with baseline)")
     a.set_ylabel("nats / probability")
-    a.set_title("(c) one large step collapses the policy onto a token")
+    V = by_key(verdicts(results))
+    a.set_title("(c) one large step collapses the policy onto a token" if V["big_step_collapses"].holds else
+                f"(c) one large step: median entropy {np.median(ent[-1]):.2f} nats at lr {lrs[-1]:g}")
     a.legend(loc="center left", fontsize=8)
 
     a = ax[1, 1]
@@ -240,7 +284,8 @@ def plot(results: dict, path) -> None:
     a.axhline(results["optimal_reward"], color="k", ls="--", lw=1)
     a.set_xlabel(f"REINFORCE step after the first one (lr = {results['lr']})")
     a.set_ylabel("expected reward J (mean over seeds)")
-    a.set_title("(d) after the collapse: no recovery")
+    a.set_title("(d) after the collapse: no recovery" if V["no_recovery"].holds else
+                f"(d) after the large step: no recovery {V['no_recovery'].outcome}")
     a.legend(loc="lower right", fontsize=8)
     fig.suptitle("Lesson 01: REINFORCE on a 10-token bandit (PPO paper eqs. (1)-(2))", fontsize=12)
     save(fig, path)

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save
+from lessons._common import Verdict, by_key, identity, measured, measurement, lesson_main, pyplot, save
 from minippo.nn.optim import AdamW
 from minippo.toy.bandit import TokenBandit
 from minippo.rl.losses import clipped_policy_loss, log_softmax
@@ -101,11 +101,16 @@ def token_underflow(gaps=(10.0, 50.0, 100.0, 120.0)) -> list[dict]:
 def quadrants() -> dict:
     """Per-token gradient of the unclipped surrogate, d(r A)/dlogp = r A, for A = +1 and -1."""
     ratio = np.linspace(0.25, 3.0, 111)
-    out = {"ratio": ratio}
+    out = {"ratio": ratio, "fd_rel_err": 0.0}
+    h = 1e-6
     for A in (1.0, -1.0):
         adv = np.full_like(ratio, A)
         _, dlogp, _ = cpi_loss(np.log(ratio), np.zeros_like(ratio), adv)
         out[A] = -dlogp * len(ratio)            # objective gradient of each token, without the 1/n
+        # the same derivative by central differences of the loss, one token at a time: d(r A)/dlogp = r A
+        fd = np.array([(cpi_loss(np.log(x) + h, 0.0 * x, A + 0 * x)[0] - cpi_loss(np.log(x) - h, 0.0 * x, A + 0 * x)[0])
+                       / (2 * h) for x in ratio[:, None]])
+        out["fd_rel_err"] = max(out["fd_rel_err"], float(np.max(np.abs(-fd - out[A]) / np.abs(out[A]))))
     return out
 
 
@@ -152,7 +157,7 @@ def importance_sampling(rng: np.random.Generator, n_batches: int, batch_size: in
     W_old[0, best] = -2.0                                         # the best token is rare under pi_old
     direction = np.eye(10)[best][None, :]                         # raise its logit
     steps = np.linspace(0.0, 6.0, 13)
-    keys = ("kl", "J_new", "std_exact", "std_measured", "mean", "median", "q10", "q90")
+    keys = ("kl", "J_new", "std_exact", "std_measured", "mean", "median", "q10", "q90", "exact_mean")
     out = {k: np.empty(len(steps)) for k in keys}
     p_old = bandit.probs(W_old)[0]
     R = bandit.rewards[0]
@@ -161,6 +166,7 @@ def importance_sampling(rng: np.random.Generator, n_batches: int, batch_size: in
         p_new = bandit.probs(W_new)[0]
         out["kl"][i] = bandit.kl(W_old, W_new)
         out["J_new"][i] = bandit.expected_reward(W_new)
+        out["exact_mean"][i] = np.sum(p_old * (p_new / p_old) * R)   # E_old[r R], summed over the 10 tokens
         # exact: Var_old[r R_obs] = sum_a p_new^2 / p_old E[R_obs^2 | a] - J_new^2, per sample
         second = np.sum(p_new ** 2 / p_old * (R ** 2 + bandit.noise_std ** 2))
         out["std_exact"][i] = np.sqrt((second - out["J_new"][i] ** 2) / batch_size)
@@ -202,9 +208,45 @@ def spread_growth(is_: dict) -> dict:
     return {"diff": float(s1 - s0), "se": se, "clear": abs(s1 - s0) >= 2 * se}
 
 
+FD_RTOL = 1e-6      # central differences with h = 1e-6 in float64: truncation ~h^2, rounding ~1e-10 / h
+IS_TOL = 1e-12      # E_old[r R] against J(new): two float64 sums over 10 tokens
+
+
+def verdicts(r: dict) -> list[Verdict]:
+    """The lesson's claims, each judged from the numbers of ``r``."""
+    seq, q, rep, is_ = r["sequence"], r["quadrants"], r["repeated"], r["is"]
+    T32, n = seq["underflow_T_float32"], len(seq["T"])
+    cpi = rep["L^CPI"]
+    promise, true_gain = float(cpi["surrogate"][-1]), float(cpi["J"][-1] - rep["J_old"])
+    g = spread_growth(is_)
+    is_err = float(np.max(np.abs(is_["exact_mean"] - is_["J_new"])))
+    return [
+        measured("product_underflows", f"Over {n} tokens the product of float32 probabilities underflows to 0 while "
+                 "exp(sum(logp_new - logp_old)) stays finite.", T32 is not None and bool(np.isfinite(seq["ratio_log"]).all()),
+                 "holds when the float32 product reaches exactly 0 within the sequence and the log-space ratio is "
+                 "finite at every length", {"float32 product = 0 from T": T32, "log-space ratio at the end": seq["ratio_log"][-1]}),
+        identity("gradient_r_A", "The unclipped surrogate's per-token gradient is d(r A)/dlogp = r A: a token already "
+                 "moved the way A wants (r > 1 for A > 0) is pushed harder, one moved the other way more weakly.",
+                 q["fd_rel_err"] <= FD_RTOL, f"holds when the library's gradient equals central differences of the loss "
+                 f"to {FD_RTOL:g} relative, on {len(q['ratio'])} ratios from {q['ratio'][0]:g} to {q['ratio'][-1]:g}, A = +-1",
+                 {"max relative error": q["fd_rel_err"]}),
+        measurement("cpi_overpromises", "Maximised on one batch, L^CPI promises more gain than the policy really gets.",
+                    promise - true_gain, 0.0, ">", "promised - true gain",
+                    because=f"promised {promise:.2f}, true gain {true_gain:+.3f}"),
+        identity("is_unbiased", "The importance-sampling estimate mean(r R) of J(new) from old samples is unbiased.",
+                 is_err <= IS_TOL, f"holds when E_old[r R] = sum_a p_old(a) (p_new(a) / p_old(a)) R(a) equals J(new) to "
+                 f"{IS_TOL:g} at every KL of the sweep", {"max |E_old[r R] - J(new)|": is_err}),
+        measurement("spread_grows", "The estimate's spread grows as the new policy moves away from the old one (old "
+                    "samples only tell us about a nearby policy).", g["diff"], 0.0, ">",
+                    f"std at KL {is_['kl'][-1]:.2f} - std at KL 0", se=g["se"], noise=f"{is_['n_batches']}-batch sampling",
+                    fmt="+.3f"),
+    ]
+
+
 def narrative(r: dict) -> str:
     seq = r["sequence"]
     T64 = seq["underflow_T_float64"]
+    V = by_key(verdicts(r))
     L = [f"(a,b) One sampled sequence of {len(seq['T'])} tokens over a 50-token vocabulary: the product of "
          f"probabilities is exactly 0 {_underflow(seq, 'float32')} in float32 and {_underflow(seq, 'float64')} in "
          "float64" + (f" (true log10 probability there: {seq['log10_prob'][T64 - 1]:.0f})" if T64 else "")
@@ -213,32 +255,29 @@ def narrative(r: dict) -> str:
     for row in r["tokens"]:
         L.append(f"      logit gap {row['gap']:5.0f}: p_old = {row['p_old']:.3g}, logp_old = {row['logp_old']:.1f}, "
                  f"p_new/p_old = {row['ratio_prob']}, exp(logp_new - logp_old) = {row['ratio_log']:.4f}")
+    L.append(V["product_underflows"].render())
     q = r["quadrants"]
     grad = {(A, x): float(np.interp(x, q["ratio"], q[A])) for A in (1.0, -1.0) for x in (2.0, 0.5)}
     L.append("(c) Unclipped surrogate, per-token gradient r A: " + ", ".join(
         f"A{'>' if A > 0 else '<'}0 & r={x:g} -> {g:+.2f} "
         f"({('pushed up harder' if A > 0 else 'pushed down harder') if abs(g) > 1 else 'weakened'})"
         for (A, x), g in grad.items()) + ".")
+    L.append(V["gradient_r_A"].render())
     rep = r["repeated"]
     cpi, clip = rep["L^CPI"], rep["L^CLIP"]
     promise, true_gain = cpi["surrogate"][-1], cpi["J"][-1] - rep["J_old"]
     L.append(f"(d) Maximising L^CPI on one batch of 64: after {len(cpi['ratio_max'])} steps the largest ratio is "
              f"{cpi['ratio_max'][-1]:.1f}, KL = {cpi['kl'][-1]:.2f}; L^CPI promises a gain of {promise:.2f}, the true "
-             f"gain is {true_gain:+.3f}: " + ("it over-promises" if promise > true_gain else
-                                               "it does not over-promise here")
-             + f"; with L^CLIP the largest ratio is {clip['ratio_max'][-1]:.2f} (KL = {clip['kl'][-1]:.3f}, true gain "
-             f"{clip['J'][-1] - rep['J_old']:+.3f}).")
+             f"gain is {true_gain:+.3f}; with L^CLIP the largest ratio is {clip['ratio_max'][-1]:.2f} (KL = "
+             f"{clip['kl'][-1]:.3f}, true gain {clip['J'][-1] - rep['J_old']:+.3f}).")
+    L.append(V["cpi_overpromises"].render())
     is_ = r["is"]
     for i in (0, len(is_["kl"]) // 3, 2 * len(is_["kl"]) // 3, len(is_["kl"]) - 1):
         L.append(f"(e,f) KL(old||new) = {is_['kl'][i]:.3f}: J(new) = {is_['J_new'][i]:.3f}, its estimate from "
                  f"{is_['batch_size']} old samples has std {is_['std_exact'][i]:.3f} (measured {is_['std_measured'][i]:.3f}), "
                  f"mean {is_['mean'][i]:.3f}, median {is_['median'][i]:.3f}.")
     L.append(f"    (the new policies raise the best token, which the old policy samples with p = {is_['p_old_best']:.3f})")
-    g = spread_growth(is_)
-    L.append(f"The estimate's measured spread from KL 0 to KL {is_['kl'][-1]:.2f}: {g['diff']:+.3f} +- {g['se']:.3f}: "
-             + ("it grows beyond 2 s.e.: old samples only tell us about a nearby new policy, the further it moves, "
-                "the fewer of them count." if g["clear"] and g["diff"] > 0 else
-                "it does not grow beyond 2 s.e. here."))
+    L += [V["is_unbiased"].render(), V["spread_grows"].render()]
     return "\n".join(L)
 
 
@@ -267,7 +306,9 @@ def plot(results: dict, path) -> None:
                        color=c, fontsize=8, ha="left", va="top", arrowprops={"arrowstyle": "->", "color": c})
     a.set_xlabel("sequence length T (tokens)")
     a.set_ylabel(r"$\log_{10}\ \pi_{old}$(sequence)")
-    a.set_title("(a) a sequence's probability underflows")
+    u32 = seq["underflow_T_float32"]
+    a.set_title("(a) a sequence's probability underflows" if u32 is not None else
+                f"(a) a sequence's probability (no float32 underflow within {T[-1]} tokens)")
     a.legend(loc="lower left", fontsize=8)
 
     a = ax[0, 1]
@@ -280,7 +321,8 @@ def plot(results: dict, path) -> None:
     a.set_yscale("log")
     a.set_xlabel("sequence length T (tokens)")
     a.set_ylabel("sequence ratio r (log scale)")
-    a.set_title("(b) the ratio of products becomes nan (0/0)")
+    a.set_title("(b) the ratio of products becomes nan (0/0)" if np.isnan(seq["ratio_prod_float32"]).any() else
+                "(b) the ratio of products against the log-space ratio")
     a.legend(loc="upper right", fontsize=8)
 
     a = ax[0, 2]
@@ -314,7 +356,7 @@ def plot(results: dict, path) -> None:
     a.minorticks_off()
     a.set_xlabel("Adam steps on the SAME batch of 64")
     a.set_ylabel("largest ratio in the batch (log scale)")
-    a.set_title("(d) unconstrained, the ratio runs to 5, 10, ...")
+    a.set_title(f"(d) unconstrained, the largest ratio reaches {rep['L^CPI']['ratio_max'].max():.1f}")
     b = a.twinx()
     b.plot(steps, rep["L^CPI"]["surrogate"], color="tab:red", ls="--", label="$L^{CPI}$ gain (what it promises)")
     b.plot(steps, rep["L^CPI"]["J"] - rep["J_old"], color="k", ls="--", label="true gain J - J_old")
@@ -345,7 +387,10 @@ def plot(results: dict, path) -> None:
     a.set_xscale("log")
     a.set_xlabel("exact KL(old || new)")
     a.set_ylabel("expected reward of the new policy")
-    a.set_title("(f) unbiased on average, wrong in a typical batch")
+    V = by_key(verdicts(results))
+    off = is_["median"][-1] - is_["J_new"][-1]
+    a.set_title(("(f) unbiased on average" if V["is_unbiased"].holds else "(f) NOT unbiased")
+                + f"; a typical batch (median) {off:+.2f} off at KL {is_['kl'][-1]:.1f}")
     a.legend(loc="upper left", fontsize=8)
     fig.suptitle("Lesson 02: the importance ratio r = exp(logp_new - logp_old) (PPO paper eq. (6), L^CPI)", fontsize=12)
     save(fig, path)

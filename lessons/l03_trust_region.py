@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import clear_sign, lesson_main, pyplot, save
+from lessons._common import Verdict, all_of, by_key, comparison, lesson_main, measurement, pyplot, save
 from minippo.nn.optim import AdamW
 from minippo.toy.bandit import BanditPPOConfig, TokenBandit, ppo_update, reinforce_gradient
 from minippo.rl.masked import masked_whiten
@@ -163,9 +163,43 @@ def shares(r: dict, i: int) -> tuple[np.ndarray, np.ndarray]:
     return frac[0], frac[-1]
 
 
+def verdicts(r: dict) -> list[Verdict]:
+    """The lesson's claims, each judged from the numbers of ``r`` (noise: the spread over the batches)."""
+    m, kl = r["mults"], r["kl"]
+    j = int(np.argmin(np.abs(m - 1.0)))
+    bound = float(np.max(kl[1] / (m[:, None] * BASE["TRPO"])))
+    f2 = r["fig2"]
+    peak = int(np.argmax(f2["L^CLIP"]))
+    out = [measurement("trpo_in_bound", "TRPO's line search keeps every update inside its trust region: KL <= delta.",
+                       bound, 1.0, "<=", "max KL / delta"),
+           measurement("fig2_cpi_rises_past_peak", "Along the PPO update's direction (PPO Fig. 2), L^CPI keeps rising "
+                       "past the point where L^CLIP peaks.", float(f2["L^CPI"][-1] - f2["L^CPI"][peak]), 0.0, ">",
+                       "L^CPI(a = 2) - L^CPI(peak of L^CLIP)", fmt="+.4f")]
+    below = []
+    for i, method in enumerate(METHODS):
+        small, _ = shares(r, i)
+        below.append(comparison(f"share_below_1[{method}]", "below 1", compare_paired(np.ones_like(small), small),
+                                expect=-1, labels=("1", f"{method} at the smallest step"), quantity="real share",
+                                values=(1.0, float(small.mean())), fmt="+.2f", noise="batch"))
+    out.append(all_of("promise_partly_noise", "Even at the smallest step only part of L^CPI's promised gain is real "
+                      "(the rest is fitted batch noise), for every method.", below))
+    for i, method in enumerate(METHODS):
+        small, large = shares(r, i)
+        out.append(comparison(f"overpromise_grows[{method}]", f"{method}: the batch's surrogate over-promises more as "
+                              "the step grows (the real share of the promise falls).", compare_paired(small, large),
+                              expect=-1, labels=("smallest step", "largest step"), quantity="real share",
+                              values=(float(small.mean()), float(large.mean())), fmt="+.2f", noise="batch"))
+    out.append(comparison("ppo_kl_grows", "PPO's clip alone does not bound how far one update moves: its KL grows "
+                          "with the learning rate.", compare_paired(kl[2, j], kl[2, -1]), expect=+1,
+                          labels=("lr x1", f"lr x{m[-1]:g}"), quantity="KL", values=(kl[2, j].mean(), kl[2, -1].mean()),
+                          fmt="+.4f", noise="batch"))
+    return out
+
+
 def narrative(r: dict) -> str:
     m, kl = r["mults"], r["kl"]
     j = int(np.argmin(np.abs(m - 1.0)))
+    V = by_key(verdicts(r))
     L = [f"Start: J(old) = {r['J0']:.3f} (optimum {r['J_opt']:.3f}); {r['n_batches']} batches of {r['batch_size']}."]
     for i, method in enumerate(METHODS):
         L.append(f"{method:>10}: {KNOB[method]} x1 -> KL {kl[i, j].mean():.4f} (batches: {kl[i, j].min():.4f} .. "
@@ -173,37 +207,24 @@ def narrative(r: dict) -> str:
                  f"{r['best_gain'][method]:+.3f} at KL {r['best_gain_kl'][method]:.3f}; at the largest step the "
                  f"gain is {r['gain'][i, -1].mean():+.3f} while L^CPI promised {r['promise'][i, -1].mean():+.3f}.")
     bound = float(np.max(kl[1] / (m[:, None] * BASE["TRPO"])))
-    L.append(f"TRPO's KL against its bound: max KL / delta = {bound:.3f}: "
-             + ("it stays within the bound." if bound <= 1.0 else "it EXCEEDS the bound."))
+    L.append(f"TRPO's KL against its bound: max KL / delta = {bound:.3f}.")
+    L.append(V["trpo_in_bound"].render())
     f2 = r["fig2"]
-    peak = int(np.argmax(f2["L^CLIP"]))
     L.append(f"Figure 2: the PPO update (lr {r['fig2_lr']:.3g}) has KL {r['fig2_kl_at_1']:.4f}; along the line "
-             f"L^CLIP peaks at a = {r['fig2_peak_alpha']:.2f} (KL {r['fig2_peak_kl']:.4f}), "
-             + ("while L^CPI keeps rising past it" if f2["L^CPI"][-1] > f2["L^CPI"][peak] else
-                "and L^CPI stops rising too")
-             + f": {f2['L^CPI'][-1]:.3f} at a = 2 against L^CLIP {f2['L^CLIP'][-1]:.3f}.")
+             f"L^CLIP peaks at a = {r['fig2_peak_alpha']:.2f} (KL {r['fig2_peak_kl']:.4f}); L^CPI is "
+             f"{f2['L^CPI'][-1]:.3f} at a = 2 against L^CLIP {f2['L^CLIP'][-1]:.3f}.")
+    L.append(V["fig2_cpi_rises_past_peak"].render())
     L.append("Share of the promised L^CPI gain that is real, smallest -> largest step (mean over the batches; "
              "s.e. from their spread):")
-    falls = []
     for i, method in enumerate(METHODS):
         small, large = shares(r, i)
-        below = compare_paired(np.ones_like(small), small)
-        fall = compare_paired(small, large)
-        if fall["clear"] and fall["diff"] < 0:
-            falls.append(method)
-        L.append(f"  {method:>10}: {small.mean():.2f} -> {large.mean():.2f}; at the smallest step "
-                 + ("below 1 beyond 2 s.e. (part of the promise is fitted batch noise)" if clear_sign(below) < 0 else
-                    "not below 1 beyond 2 s.e.")
-                 + "; as the step grows it " + ("falls (beyond 2 s.e.)." if method in falls else
-                                                  "does not fall beyond 2 s.e. of the batch noise."))
-    ppo = compare_paired(kl[2, j], kl[2, -1])
-    L.append("The batch's surrogate over-promises more and more as the step moves away from the old policy: "
-             + (f"holds for {', '.join(falls)}." if falls else "does not hold here for any method.")
-             + " TRPO enforces a trust region with second-order machinery (Fisher products, conjugate gradient, "
+        L.append(f"  {method:>10}: {small.mean():.2f} -> {large.mean():.2f}")
+    L.append(V["promise_partly_noise"].render())
+    L += [V[f"overpromise_grows[{method}]"].render() for method in METHODS]
+    L.append("TRPO enforces a trust region with second-order machinery (Fisher products, conjugate gradient, "
              f"line search); PPO approximates one with a clip and plain Adam, and its KL went from "
-             f"{kl[2, j].mean():.4f} at lr x1 to {kl[2, -1].mean():.3f} at x{m[-1]:g}: "
-             + ("the clip did not bound it." if clear_sign(ppo) > 0 else
-                "no growth beyond 2 s.e. of the batch noise here."))
+             f"{kl[2, j].mean():.4f} at lr x1 to {kl[2, -1].mean():.3f} at x{m[-1]:g}.")
+    L.append(V["ppo_kl_grows"].render())
     return "\n".join(L)
 
 
@@ -250,7 +271,13 @@ def plot(results: dict, path) -> None:
     a.set_xscale("log")
     a.set_xlabel("exact KL(old || new) of the step")
     a.set_ylabel("true gain / gain promised by $L^{CPI}$ on the batch")
-    a.set_title("(c) how much of the promise is real: a fraction even for tiny\nsteps (fitted to batch noise), less and less as KL grows")
+    V = by_key(verdicts(results))
+    falls = [x for x in METHODS if V[f"overpromise_grows[{x}]"].holds]
+    a.set_title("(c) how much of the promise is real: "
+                + ("a fraction even for tiny\nsteps (fitted to batch noise)" if V["promise_partly_noise"].holds else
+                   f"at tiny steps\n{V['promise_partly_noise'].outcome}")
+                + (f", falling as KL grows ({', '.join(falls)})" if falls else
+                   ";\nfalling with KL: not shown for any method"))
     a.legend(loc="center right", fontsize=8)                    # the empty middle (it covered the dotted line)
 
     a = ax[1, 0]

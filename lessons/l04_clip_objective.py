@@ -41,7 +41,7 @@ import math
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save
+from lessons._common import Verdict, by_key, identity, lesson_main, pyplot, save
 from minippo import kernels
 from minippo.rl.losses import CLIP_CASES, CLIPPED_CASES, clipped_policy_loss
 
@@ -109,9 +109,17 @@ def run(quick: bool = False, seed: int = 0, clip_eps: float = 0.2) -> dict:
     mask = (np.arange(T)[None, :] < rng.integers(T // 4, T + 1, size=B)[:, None]).astype(float)
     loss, dlogp, stats = clipped_policy_loss(logp, logp_old, adv, mask, clip_eps=clip_eps)
     with kernels.use_kernels(False):                            # the NumPy formula
-        loss_ref, dlogp_ref, _ = clipped_policy_loss(logp, logp_old, adv, mask, clip_eps=clip_eps)
+        loss_ref, dlogp_ref, stats_ref = clipped_policy_loss(logp, logp_old, adv, mask, clip_eps=clip_eps)
     valid = mask == 1
     ratio = np.exp(logp - logp_old)[valid]
+    # the identity of the lesson, on every token of the batch and on both paths: dL/dlogp is exactly 0.0 where
+    # the clipped branch is selected, and -A r / n (n valid tokens) everywhere else
+    grads = [(dlogp, stats["clip_case"]), (dlogp_ref, stats_ref["clip_case"])]
+    clipped = [valid & np.isin(case, CLIPPED_CASES) for _, case in grads]
+    plain = -adv * np.exp(logp - logp_old) / stats["n_tokens"]                           # (B, T) -A r / n
+    clipped_max = max(float(np.abs(g[c]).max(initial=0.0)) for (g, _), c in zip(grads, clipped))
+    unclipped_err = max(float((np.abs(g - plain)[valid & ~c]).max(initial=0.0) / np.abs(plain[valid]).max())
+                        for (g, _), c in zip(grads, clipped))
     case_counts = {c: int((stats["clip_case"][valid] == c).sum()) for c in range(1, 8)}
     return {
         "clip_eps": clip_eps, "cases": cases, "edges": edges,
@@ -120,7 +128,9 @@ def run(quick: bool = False, seed: int = 0, clip_eps: float = 0.2) -> dict:
                   "max_grad_diff": float(np.abs(dlogp - dlogp_ref).max()),
                   "clipfrac": stats["clipfrac"], "zero_grad_frac": float((dlogp[valid] == 0).mean()),
                   "cleanrl_clipfrac": float((np.abs(ratio - 1) > clip_eps).mean()),
-                  "approx_kl": stats["approx_kl"], "case_counts": case_counts},
+                  "approx_kl": stats["approx_kl"], "case_counts": case_counts,
+                  "n_clipped": int(clipped[0].sum()), "same_cases": bool((clipped[0] == clipped[1]).all()),
+                  "clipped_max_abs_grad": clipped_max, "unclipped_rel_err": unclipped_err},
     }
 
 
@@ -169,33 +179,72 @@ def narrative(r: dict) -> str:
         L.append(f"{c['code']} {c['description']:<43s} {c['A']:+5.1f} {c['r']:5.2f} {c['objective']:8.4f} "
                  f"{c['objective_ref']:8.4f} {c['dlogp']:9.4f} {c['dlogp_ref']:9.4f} {c['analytic']:9.4f}  "
                  f"{'YES (exactly 0.0)' if c['dlogp'] == 0.0 else 'no'}")
+    V = by_key(verdicts(r))
     for e in r["edges"]:
-        closed = e["code"] not in CLIPPED_CASES
         L.append(f"edge r = {e['r']:.2f}, A = {e['A']:+.0f}: both terms equal ({e['objective']:.3f}); the token is case "
-                 f"{e['code']} and gets the gradient {e['dlogp']:.3f}: "
-                 + ("the band is closed, the unclipped gradient -A r."
-                    if closed and np.isclose(e["dlogp"], -e["A"] * e["r"], rtol=1e-12) else
-                    "NOT the unclipped gradient -A r."))
+                 f"{e['code']} and gets the gradient {e['dlogp']:.3f}.")
+    L.append(V["band_closed"].render())
     b = r["batch"]
     cc = b["case_counts"]
     L.append(f"A {b['B']}x{b['T']} batch ({b['n_tokens']} valid tokens) after the policy moved (|log r| ~ 0.25): "
              f"loss {b['loss']:.5f} (reference {b['loss_ref']:.5f}, max |dlogp diff| {b['max_grad_diff']:.1e}); "
              f"approx_kl {b['approx_kl']:.4f}.")
     L.append("tokens per case (codes of the table above): " + ", ".join(f"{k}: {v}" for k, v in cc.items()))
-    outside = sum(cc[c] for c in (1, 3, 4, 6)) / b["n_tokens"]
     L.append(f"clipfrac (cases 3+4) = {b['clipfrac']:.3f}; the fraction of tokens whose gradient is exactly 0 is "
-             f"{b['zero_grad_frac']:.3f}: " + ("the same." if b["clipfrac"] == b["zero_grad_frac"] else "they DIFFER.")
-             + f" CleanRL's |r - 1| > eps would report {b['cleanrl_clipfrac']:.3f}"
-             + (", which also counts cases 1 and 6 (outside the band but still pushed back)."
-                if np.isclose(b["cleanrl_clipfrac"], outside) else
-                f", not the share of cases 1, 3, 4 and 6 ({outside:.3f})."))
-    frozen = sorted(c["code"] for c in r["cases"] if c["dlogp"] == 0.0)
-    L.append("A common claim: once the clipped term is selected it is a constant, so that token does not update the "
-             f"actor. Zero gradient here: cases {', '.join(map(str, frozen)) or 'none'}: "
-             + ("holds, and only there: a good action pushed too high (case 3) and a bad action pushed too low (case 4) "
-                "are frozen; every other token keeps its ordinary policy gradient -A r." if frozen == [3, 4] else
-                "does not hold here as stated: the frozen cases are not exactly 3 and 4."))
+             f"{b['zero_grad_frac']:.3f}; CleanRL's |r - 1| > eps would report {b['cleanrl_clipfrac']:.3f}.")
+    L += [V["clipfrac_is_zero_grad"].render(), V["cleanrl_counts_1_and_6"].render()]
+    L.append("A common claim, the lesson's identity:")
+    L.append(V["clip_constant"].render())
     return "\n".join(L)
+
+
+UNCLIPPED_RTOL = 1e-12      # -A r / n in float64, by the kernel and by the formula: a few ulps apart at most
+
+
+def verdicts(r: dict) -> list[Verdict]:
+    """The lesson's claims, each judged from the numbers of ``r`` (all identities: they hold on every seed)."""
+    b, eps = r["batch"], r["clip_eps"]
+    cases = {c["code"]: c for c in r["cases"]}
+    table_zero = max(abs(cases[k][g]) for k in CLIPPED_CASES for g in ("dlogp", "dlogp_ref"))
+    table_err = max(abs(c[g] - c["analytic"]) / max(abs(c["A"] * c["r"]), 1e-300)
+                    for k, c in cases.items() if k not in CLIPPED_CASES and c["A"] != 0 for g in ("dlogp", "dlogp_ref"))
+    zero_max = max(table_zero, b["clipped_max_abs_grad"])
+    err = max(table_err, b["unclipped_rel_err"])
+    frozen = sorted(k for k, c in cases.items() if c["dlogp"] == 0.0)
+    other = ", ".join(str(k) for k in sorted(cases) if k not in CLIPPED_CASES and k in range(1, 7))
+    out = [identity(
+        "clip_constant", "Once the clipped term is selected it is a constant, so that token does not update the actor.",
+        zero_max == 0.0 and err <= UNCLIPPED_RTOL and b["same_cases"],
+        f"holds when dL/dlogp is exactly 0.0 on every clipped token (cases 3 and 4: the table's and the batch's, "
+        f"kernel and NumPy) and -A r / n (to {UNCLIPPED_RTOL:g} relative) on every other token",
+        {"max |dL/dlogp| clipped": zero_max, "max rel. error vs -A r/n": err, "clipped tokens in the batch": b["n_clipped"]},
+        f"zero gradient in the table: cases {', '.join(map(str, frozen))}. Cases 3 and 4 (a good action pushed above "
+        f"1 + eps, a bad one below 1 - eps) by the clip, and the {b['n_clipped']} clipped tokens of the batch too; "
+        f"cases {other} keep the ordinary gradient -A r. Case 7 (A = 0) has gradient 0 for another reason: -A r = 0 "
+        f"whatever r, the token carries no signal. The claim is 'clipped => no update', not 'no update => clipped'.")]
+    edge_ok = [e["code"] not in CLIPPED_CASES and abs(e["dlogp"] + e["A"] * e["r"]) <= UNCLIPPED_RTOL * abs(e["r"])
+               for e in r["edges"]]
+    out.append(identity(
+        "band_closed", "At r = 1 +/- eps exactly the band is closed: the token counts as inside and gets the "
+        "unclipped gradient -A r.", all(edge_ok),
+        f"holds when the tokens at r = {1 + eps:g} (A = +1) and r = {1 - eps:g} (A = -1) are unclipped cases with "
+        f"dL/dlogp = -A r (to {UNCLIPPED_RTOL:g} relative)",
+        {f"dL/dlogp at r = {e['r']:g}": e["dlogp"] for e in r["edges"]},
+        ", ".join(f"r = {e['r']:g}: case {e['code']}, gradient {e['dlogp']:.3f}" for e in r["edges"])))
+    zero_adv = b["case_counts"][7]
+    out.append(identity(
+        "clipfrac_is_zero_grad", "clipfrac (cases 3 and 4) is the fraction of tokens that get no gradient.",
+        b["clipfrac"] == b["zero_grad_frac"],
+        "holds when clipfrac equals the fraction of valid tokens with dL/dlogp exactly 0.0 (true whenever no token "
+        "has A = 0: those get 0 too, outside clipfrac)",
+        {"clipfrac": b["clipfrac"], "zero-gradient fraction": b["zero_grad_frac"], "tokens with A = 0": zero_adv}))
+    outside = sum(b["case_counts"][c] for c in (1, 3, 4, 6)) / b["n_tokens"]
+    out.append(identity(
+        "cleanrl_counts_1_and_6", "CleanRL's clipfrac, mean(|r - 1| > eps), also counts cases 1 and 6: outside the "
+        "band but still pushed back, with a gradient.", bool(np.isclose(b["cleanrl_clipfrac"], outside, rtol=0, atol=1e-15)),
+        "holds when mean(|r - 1| > eps) equals the share of cases 1, 3, 4 and 6",
+        {"CleanRL clipfrac": b["cleanrl_clipfrac"], "share of cases 1, 3, 4, 6": outside, "clipfrac": b["clipfrac"]}))
+    return out
 
 
 def main(argv=None) -> dict:
@@ -235,8 +284,9 @@ def plot(results: dict, path) -> None:
         ax.set_title(f"({'cd'[col]}) slope of ({'ab'[col]}), A = {A:+g}:\nA where unclipped, 0 where clipped")
         ax.legend(loc="lower left" if A > 0 else "upper right", fontsize=8)
     b = results["batch"]
+    same = "=" if b["clipfrac"] == b["zero_grad_frac"] else "differs from the"
     fig.suptitle(f"PPO-Clip, eps = {eps:g}. In a {b['B']}x{b['T']} batch after a policy move: "
-                 f"clipfrac = {b['clipfrac']:.3f} = fraction of tokens with gradient exactly 0 "
+                 f"clipfrac = {b['clipfrac']:.3f} {same} fraction of tokens with gradient exactly 0 "
                  f"({b['zero_grad_frac']:.3f})", fontsize=11)
     save(fig, path)
 

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import diff_text, legend_in_margin, lesson_main, pyplot, save
+from lessons._common import Verdict, by_key, comparison, diff_text, measurement, legend_in_margin, lesson_main, pyplot, save
 from minippo.studies.sweep_stats import compare_paired
 from minippo.toy.bandit import BanditPPOConfig, TokenBandit, ppo_train
 
@@ -105,7 +105,38 @@ def run(quick: bool = False, seed: int = 0) -> dict:
             "band": (lo, hi)}
 
 
+def verdicts(r: dict) -> list[Verdict]:
+    """The lesson's claims, each judged from the numbers of ``r`` (noise: the spread over the tasks)."""
+    a1, clip = r["summary"]["adaptive beta0=1"], r["summary"]["clip"]
+    ends = [r["summary"][f"adaptive beta0={b:g}"]["beta_final"] for b in INIT_BETAS]
+    lo_b, hi_b = INIT_BETAS[0], INIT_BETAS[-1]
+    early = {b: r["runs"][f"adaptive beta0={b:g}"]["progress"][:, EARLY - 1] for b in (lo_b, hi_b)}
+    return [
+        measurement("beta_oscillates", "The paper's adaptive rule makes beta oscillate: it reverses direction "
+                    "(beta0 = 1).", a1["beta_reversals"], 0.0, ">", "reversals per run (mean over tasks)",
+                    because=f"beta moves {a1['beta_changes']:.1f} times in {r['n_iters']} updates and reverses "
+                    f"{a1['beta_reversals']:.1f} times"),
+        measurement("kl_in_band", "The adaptive rule keeps the update's KL inside its band [d_targ / 1.5, 1.5 d_targ] "
+                    "in most updates (beta0 = 1).", a1["in_band"], 0.5, ">", "fraction of updates in the band",
+                    fmt=".2f"),
+        comparison("clip_beats_penalty", "PPO-Clip, with no beta to tune, ends higher than PPO-Penalty with the "
+                   "adaptive beta (beta0 = 1) (PPO paper, Table 1).",
+                   compare_paired(r["runs"]["adaptive beta0=1"]["progress"][:, -1], r["runs"]["clip"]["progress"][:, -1]),
+                   expect=+1, labels=("penalty (beta0 = 1)", "clip"), quantity="final progress",
+                   values=(a1["final"], clip["final"]), fmt="+.2f", noise="task"),
+        measurement("forgets_beta0", f"The adaptive rule forgets its initial beta: initial values x{hi_b / lo_b:g} apart "
+                    f"end within x{FORGOTTEN:g} of each other after {r['n_iters']} iterations.",
+                    max(ends) / min(ends), FORGOTTEN, "<", "final beta spread (max / min)", fmt=".1f"),
+        comparison("beta0_matters_early", f"Early on the initial beta matters: after {EARLY} iterations beta0 = "
+                   f"{hi_b:g} has made less progress than beta0 = {lo_b:g} (the paper calls the initial beta 'not "
+                   "important in practice').", compare_paired(early[lo_b], early[hi_b]), expect=-1,
+                   labels=(f"beta0 = {lo_b:g}", f"beta0 = {hi_b:g}"), quantity=f"progress after {EARLY}",
+                   values=(float(early[lo_b].mean()), float(early[hi_b].mean())), fmt="+.2f", noise="task"),
+    ]
+
+
 def narrative(r: dict) -> str:
+    V = by_key(verdicts(r))
     L = []
     L.append(f"{r['n_seeds']} tasks x {r['n_iters']} iterations; progress = fraction of the achievable improvement; "
              f"d_targ = {r['d_targ']}.")
@@ -116,26 +147,24 @@ def narrative(r: dict) -> str:
     a1, clip = r["summary"]["adaptive beta0=1"], r["summary"]["clip"]
     lo, hi = r["band"]
     L.append(f"The adaptive rule (beta0 = 1) moves beta {a1['beta_changes']:.1f} times in {r['n_iters']} updates and "
-             + (f"reverses direction {a1['beta_reversals']:.1f} times (it oscillates)" if a1["beta_reversals"] > 0 else
-                "never reverses direction (no oscillation in this run)")
-             + f"; the KL is inside its band [{lo:.4f}, {hi:.4f}] in {a1['in_band']:.0%} of the updates"
-             + ("; most updates miss the band." if a1["in_band"] < 0.5 else "."))
+             f"reverses direction {a1['beta_reversals']:.1f} times; the KL is inside its band [{lo:.4f}, {hi:.4f}] in "
+             f"{a1['in_band']:.0%} of the updates.")
+    L += [V["beta_oscillates"].render(), V["kl_in_band"].render()]
     c = compare_paired(r["runs"]["adaptive beta0=1"]["progress"][:, -1], r["runs"]["clip"]["progress"][:, -1])
     L.append(f"PPO-Clip has no beta at all and ends at {clip['final']:.2f} (penalty, beta0 = 1: {a1['final']:.2f}); "
              f"clip minus penalty, paired over the {r['n_seeds']} tasks: {diff_text(c, '+.2f', 'task')}.")
+    L.append(V["clip_beats_penalty"].render())
     early = {b: r["runs"][f"adaptive beta0={b:g}"]["progress"][:, EARLY - 1] for b in INIT_BETAS}
     ends = [r["summary"][f"adaptive beta0={b:g}"]["beta_final"] for b in INIT_BETAS]
     spread = max(ends) / min(ends)
     L.append(f"Initial beta {INIT_BETAS[0]:g} ... {INIT_BETAS[-1]:g} (x{INIT_BETAS[-1] / INIT_BETAS[0]:g}) ends at beta "
-             f"{min(ends):.3g} ... {max(ends):.3g} (x{spread:.1f}): "
-             + ("the rule forgets the initial value" if spread < FORGOTTEN else
-                f"the rule has not forgotten the initial value after {r['n_iters']} iterations") + ".")
+             f"{min(ends):.3g} ... {max(ends):.3g} (x{spread:.1f}).")
+    L.append(V["forgets_beta0"].render())
     best, worst = max(early, key=lambda b: early[b].mean()), min(early, key=lambda b: early[b].mean())
     c = compare_paired(early[worst], early[best])
     L.append(f"Progress after {EARLY} iterations, best (beta0 = {best:g}) minus worst (beta0 = {worst:g}) initial "
-             f"beta, paired over the tasks: {diff_text(c, '+.2f', 'task')}: "
-             + ("the reward still depends on the initial beta, forgetting it takes iterations." if c["clear"] else
-                "no dependence on the initial beta beyond the task noise."))
+             f"beta, paired over the tasks: {diff_text(c, '+.2f', 'task')}.")
+    L.append(V["beta0_matters_early"].render())
     return "\n".join(L)
 
 
@@ -187,7 +216,9 @@ def plot(results: dict, path) -> None:
     a.set_yscale("log")
     a.set_xlabel("PPO iteration")
     a.set_ylabel("beta (kl_coef) used in the update")
-    a.set_title("(c) beta under the paper's rule (task 1): x2, /2, oscillating")
+    osc = by_key(verdicts(results))["beta_oscillates"]
+    a.set_title("(c) beta under the paper's rule (task 1): x2, /2"
+                + (", oscillating" if osc.holds else f"; oscillation (beta0 = 1) {osc.outcome}"))
     legend_in_margin(a, 0.3, side="bottom", fontsize=8)       # the steps fill the top and the left
 
     a = ax[1, 1]

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import clear_sign, diff_text, legend_in_margin, lesson_main, pyplot, save
+from lessons._common import Verdict, by_key, comparison, diff_text, identity, measured, measurement, legend_in_margin, lesson_main, pyplot, save
 from minippo.toy.bandit import BanditPPOConfig, TokenBandit, ppo_train
 from minippo.rl.losses import (clipped_policy_loss, entropy_backward, entropy_from_logits, logprobs_backward,
                                logprobs_from_logits, value_loss)
@@ -98,8 +98,15 @@ def gradient_terms(bandit, W0, rng, context: int = 0) -> dict:
     # value term: c1 * 0.5 mean (V - R)^2 -- its gradient reaches the critic only
     vl, dvalues, _ = value_loss(values, rewards)
     rows = states == context
+    # dH/dz on this context's logits by central differences, against the library's entropy_backward
+    z, h = W0[context][None, :], 1e-6
+    analytic = entropy_backward(np.ones(1), entropy_from_logits(z)[1])[0]              # (V,) dH/dz
+    numeric = np.array([(entropy_from_logits(z + h * e)[0][0] - entropy_from_logits(z - h * e)[0][0]) / (2 * h)
+                        for e in np.eye(z.shape[1])[:, None, :]])
+    fd_err = float(np.abs(analytic - numeric).max() / np.abs(analytic).max())
     return {"policy": -d_pol[rows].sum(axis=0), "entropy": -d_ent[rows].sum(axis=0),   # descent directions
             "value_on_critic": -VF_COEF * float(dvalues[rows].sum()), "n_context": int(rows.sum()),
+            "entropy_fd_rel_err": fd_err,
             "probs": bandit.probs(W0)[context], "loss_terms": {"policy": pol, "value": VF_COEF * vl,
                                                                "entropy": -SHOW_ENT_COEF * float(ent.mean())}}
 
@@ -143,26 +150,58 @@ def narrative(r: dict) -> str:
     g = r["grads"]
     lt = g["loss_terms"]
     ent, pol, d, best = g["entropy"], g["policy"], g["decoy"], g["best"]
+    V = by_key(verdicts(r))
     L.append(f"Gradients on context 0's logits at the start (descent directions): policy term "
              f"{np.round(pol, 4).tolist()}, entropy term {np.round(ent, 4).tolist()}; the decoy (token {d}) is "
              f"pushed {'down' if ent[d] < 0 else 'up'} by the entropy term ({ent[d]:+.4f}) and "
              f"{'up' if pol[d] > 0 else 'down'} by the policy term ({pol[d]:+.4f}); the rare best token (token {best}) "
-             f"gets {ent[best]:+.5f} from the entropy term, "
-             + ("less than the decoy (the push is proportional to p): the bonus works by holding the dominant token "
-                "back." if abs(ent[best]) < abs(ent[d]) else "no less than the decoy.")
+             f"gets {ent[best]:+.5f} from the entropy term."
              + f" The value term moves only the critic (descent direction on V(context 0): {g['value_on_critic']:+.4f}).")
+    L += [V["entropy_gradient"].render(), V["bonus_holds_back_decoy"].render()]
     L.append(f"Loss terms on that batch: policy {lt['policy']:+.4f}, c1 * value {lt['value']:+.4f}, "
              f"-c2 * entropy {lt['entropy']:+.4f}.")
     c0, c1 = r["ent_coefs"][0], r["ent_coefs"][-1]
     last = lambda c, k: r["hist"][c][k][:, -5:].mean(axis=1)          # noqa: E731  per task, last 5 iterations
     e, p = (compare_paired(last(c0, k), last(c1, k)) for k in ("entropy", "p_best"))
     L.append(f"With c2 = {c1:g} instead of {c0:g}, paired over the {r['n_seeds']} tasks: final entropy "
-             f"{diff_text(e, '+.3f', 'task')}, final p(best) {diff_text(p, '+.3f', 'task')}: "
-             + ("the bonus keeps the other tokens sampled and the best one is found more often."
-                if clear_sign(e) > 0 and clear_sign(p) > 0 else
-                "the bonus keeps more entropy, but p(best) is not higher beyond 2 s.e." if clear_sign(e) > 0 else
-                "no effect of the bonus beyond 2 s.e. of the task noise here."))
+             f"{diff_text(e, '+.3f', 'task')}, final p(best) {diff_text(p, '+.3f', 'task')}.")
+    L += [V[k].render() for k in ("collapse_without_bonus", "bonus_keeps_entropy", "bonus_finds_best")]
     return "\n".join(L)
+
+
+FD_RTOL = 1e-6            # central differences with h = 1e-6 in float64
+COLLAPSED = 0.1           # entropy below this fraction of ln V counts as collapsed
+
+
+def verdicts(r: dict) -> list[Verdict]:
+    """The lesson's claims, each judged from the numbers of ``r`` (noise: the spread over the tasks)."""
+    g = r["grads"]
+    ent, d, best = g["entropy"], g["decoy"], g["best"]
+    c0, c1 = r["ent_coefs"][0], r["ent_coefs"][-1]
+    last = lambda c, k: r["hist"][c][k][:, -5:].mean(axis=1)          # noqa: E731  per task, last 5 iterations
+    lab = (f"c2 = {c0:g}", f"c2 = {c1:g}")
+    return [
+        identity("entropy_gradient", "The entropy bonus's gradient on a logit is dH/dz_j = -p_j (log p_j + H).",
+                 g["entropy_fd_rel_err"] <= FD_RTOL, f"holds when the library's entropy_backward equals central "
+                 f"differences of the entropy to {FD_RTOL:g} relative (context 0's logits)",
+                 {"max relative error": g["entropy_fd_rel_err"]}),
+        measured("bonus_holds_back_decoy", "The entropy bonus works by holding the dominant token back: it pushes the "
+                 "decoy down, and the rare best token less than the decoy (the push is proportional to p).",
+                 bool(ent[d] < 0 and abs(ent[best]) < abs(ent[d])),
+                 "holds when the entropy term's descent direction on the decoy is < 0 and |on the best token| < "
+                 "|on the decoy|", {"on the decoy": float(ent[d]), "on the best token": float(ent[best])}),
+        measurement("collapse_without_bonus", f"Without the bonus (c2 = {c0:g}) the entropy collapses.",
+                    float(r["final"][c0]["entropy"]), COLLAPSED * r["max_entropy"], "<", "final entropy (nats)",
+                    fmt=".3f", because=f"final entropy {r['final'][c0]['entropy']:.3f} nats; collapsed below "
+                    f"{COLLAPSED:g} ln V = {COLLAPSED * r['max_entropy']:.3f}"),
+        comparison("bonus_keeps_entropy", f"The bonus (c2 = {c1:g}) keeps the policy's entropy higher.",
+                   compare_paired(last(c0, "entropy"), last(c1, "entropy")), expect=+1, labels=lab,
+                   quantity="final entropy", values=(r["final"][c0]["entropy"], r["final"][c1]["entropy"]),
+                   noise="task"),
+        comparison("bonus_finds_best", f"With the bonus (c2 = {c1:g}) the best token is found more often: higher "
+                   "final p(best).", compare_paired(last(c0, "p_best"), last(c1, "p_best")), expect=+1, labels=lab,
+                   quantity="final p(best)", values=(r["final"][c0]["p_best"], r["final"][c1]["p_best"]), noise="task"),
+    ]
 
 
 def main(argv=None) -> dict:
@@ -178,8 +217,9 @@ def plot(results: dict, path) -> None:
     it = np.arange(1, results["n_iters"] + 1)
     hist = results["hist"]
     for a, key, ylabel, title in (
-            (ax[0, 0], "entropy", "mean entropy H (nats)", "(a) entropy: collapse without the bonus"),
-            (ax[0, 1], "p_best", "p(best token), mean over contexts", "(b) the best token is found late - or never"),
+            (ax[0, 0], "entropy", "mean entropy H (nats)", "(a) entropy" + (
+                ": collapse without the bonus" if by_key(verdicts(results))["collapse_without_bonus"].holds else "")),
+            (ax[0, 1], "p_best", "p(best token), mean over contexts", "(b) p(best token)"),
             (ax[0, 2], "progress", "(J - J_start) / (J_opt - J_start)", "(c) expected reward")):
         for c in cs:
             a.plot(it, hist[c][key].mean(axis=0), color=color[c], lw=2, label=f"c2 = {c:g}")
@@ -200,7 +240,7 @@ def plot(results: dict, path) -> None:
     a.set_xscale("symlog", linthresh=0.01)
     a.set_xlabel("entropy coefficient c2 (symlog axis)")
     a.set_ylabel("value over the last 5 iterations")
-    a.set_title("(d) end of training vs c2: too little, too much")
+    a.set_title("(d) end of training vs c2")
     a.legend(loc="upper left", fontsize=8)
 
     a = ax[1, 1]

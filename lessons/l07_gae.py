@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import clear_sign, diff_text, holds, lesson_main, pyplot, save
+from lessons._common import Verdict, all_of, by_key, comparison, diff_text, identity, measured, measurement, lesson_main, pyplot, save
 from minippo.bench.rl import time_gae
 from minippo.rl.gae import gae
 from minippo.studies.sweep_stats import compare_paired
@@ -195,9 +195,50 @@ def sq_err(r: dict, sigma: float, lam: float) -> np.ndarray:
     return ((r["pg_samples"][sigma][lam] - r["pg_true"]) ** 2).sum(axis=1)
 
 
+def verdicts(r: dict) -> list[Verdict]:
+    """The lesson's claims, each judged from the numbers of ``r`` (noise: the spread over the batches)."""
+    b, v = r["bias"], r["var"]
+    clean, noisy = r["sigmas"]
+    best = r["best_lam"]
+    out = [
+        identity("mc_gap_unbiased", "With lambda = 1 (Monte Carlo) the critic's error e(s) shifts both actions alike "
+                 "and cancels in the gradient (GAE paper Prop. 1): the action gap is unbiased.", b[1.0]["gap"] < EXACT,
+                 f"holds when the exact bias of E[GAE gap] at lambda = 1 is below {EXACT:g} (float64 rounding of the "
+                 "linear solves)", {"gap bias at lambda = 1": b[1.0]["gap"], "bias of A_hat itself": b[1.0]["adv"]}),
+        identity("exact_critic_unbiased", "With an exact critic every lambda gives unbiased advantages.",
+                 r["bias_exact_critic"] < EXACT, f"holds when max |E[A_hat] - A| over every lambda is below {EXACT:g}",
+                 {"max |E[A_hat] - A|": r["bias_exact_critic"]}),
+        all_of("lam095_vs_099", "A common claim: lambda = 0.95 has lower variance and higher bias than 0.99.", [
+            comparison("variance", "lower variance", compare_paired(sq_dev(r, noisy, 0.99), sq_dev(r, noisy, 0.95)),
+                       expect=-1, labels=("lambda 0.99", "lambda 0.95"), quantity=f"squared deviation (sigma {noisy:g})",
+                       values=(v[noisy][0.99]["pg_std"] ** 2, v[noisy][0.95]["pg_std"] ** 2), noise="batch"),
+            measurement("bias", "higher bias", b[0.95]["pg"] - b[0.99]["pg"], 0.0, ">",
+                        "exact pg bias(0.95) - pg bias(0.99)", fmt="+.3f")]),
+    ]
+    # the lowest lambda below the clean optimum at the noisy level, against the clean optimum, at the noisy level
+    lower = [lam for lam in r["lams"] if lam < best[clean]]
+    claim = "The noisier the reward, the lower the best lambda: with noisy rewards a lower lambda than the clean " \
+            "rewards' best beats it."
+    if not lower:
+        out.append(measured("noisier_lower_lambda", claim, False, "no lambda is lower than the clean rewards' best",
+                            {"best lambda (clean)": best[clean]}))
+    else:
+        low = min(lower, key=lambda lam: v[noisy][lam]["pg_mse"])
+        out.append(comparison("noisier_lower_lambda", claim,
+                              compare_paired(sq_err(r, noisy, low), sq_err(r, noisy, best[clean])), expect=+1,
+                              labels=(f"lambda {low:g}", f"lambda {best[clean]:g} (best for sigma {clean:g})"),
+                              quantity=f"squared error (sigma {noisy:g})", noise="batch",
+                              values=(v[noisy][low]["pg_mse"], v[noisy][best[clean]]["pg_mse"])))
+    worst = max(max(r["mc_check"][s_].values()) for s_ in r["sigmas"])
+    out.append(measurement("mc_agrees", "The sampled GAE agrees with the exact expectation of the formula.", worst,
+                           MC_SE, "<", "worst state's |MC mean - exact| in s.e.", fmt=".1f"))
+    return out
+
+
 def narrative(r: dict) -> str:
     L = []
     b, v = r["bias"], r["var"]
+    V = by_key(verdicts(r))
     L.append(f"Chain MDP: {N_STATES} states, pi(right) = {P_RIGHT}, gamma = {r['gamma']:g}; true V = "
              f"{np.round(r['model']['V'], 2).tolist()}; critic error std {r['critic_err']:g}. "
              f"{r['n_batches']} batches of {r['batch']} episodes per reward-noise level.")
@@ -207,36 +248,23 @@ def narrative(r: dict) -> str:
         L.append(f"{lam:6g} | {b[lam]['adv']:10.4f} {b[lam]['gap']:9.4f} {b[lam]['pg']:8.4f} | "
                  + " | ".join(f"{'':>8s} {v[s][lam]['adv_std']:9.3f} {v[s][lam]['pg_std']:7.3f} {v[s][lam]['pg_mse']:7.3f}"
                               for s in r["sigmas"]))
-    L.append(f"lambda = 1 (Monte Carlo): the action-gap bias is {b[1.0]['gap']:.1e}: "
-             + ("the critic's error e(s) shifts both actions alike and cancels in the gradient (GAE paper Prop. 1)"
-                if b[1.0]["gap"] < EXACT else "it does NOT cancel")
-             + f" (bias of A_hat itself {b[1.0]['adv']:.3f}). lambda = 0 (TD) has gradient bias {b[0.0]['pg']:.2f}. "
-             f"With an exact critic, max |E[A_hat] - A| over every lambda = {r['bias_exact_critic']:.1e}: "
-             + ("every lambda is unbiased." if r["bias_exact_critic"] < EXACT else "NOT unbiased."))
+    L.append(f"lambda = 1 (Monte Carlo): the action-gap bias is {b[1.0]['gap']:.1e} (bias of A_hat itself "
+             f"{b[1.0]['adv']:.3f}). lambda = 0 (TD) has gradient bias {b[0.0]['pg']:.2f}. With an exact critic, "
+             f"max |E[A_hat] - A| over every lambda = {r['bias_exact_critic']:.1e}.")
+    L += [V["mc_gap_unbiased"].render(), V["exact_critic_unbiased"].render()]
     clean, noisy = r["sigmas"]
     best = r["best_lam"]
     var_c = compare_paired(sq_dev(r, noisy, 0.99), sq_dev(r, noisy, 0.95))
     L.append(f"Lowest gradient MSE: lambda = {best[clean]:g} with clean rewards (sigma = {clean:g}), lambda = "
              f"{best[noisy]:g} with noisy ones (sigma = {noisy:g}).")
-    L.append(f"A common claim: lambda = 0.95 has lower variance and higher bias than 0.99 (here std "
-             f"{v[noisy][0.95]['pg_std']:.2f} vs {v[noisy][0.99]['pg_std']:.2f}; squared deviation per batch, 0.95 "
-             f"minus 0.99, paired over the {r['n_batches']} batches: {diff_text(var_c, '+.3f', 'batch')}; bias "
-             f"{b[0.95]['pg']:.3f} vs {b[0.99]['pg']:.3f}): "
-             + holds(clear_sign(var_c) < 0 and b[0.95]["pg"] > b[0.99]["pg"]) + ".")
-    if best[noisy] == best[clean]:
-        L.append("The noisier the reward, the lower the best lambda: does not hold here (the same lambda is best at "
-                 "both noise levels).")
-    else:
-        mse_c = compare_paired(sq_err(r, noisy, best[noisy]), sq_err(r, noisy, best[clean]))
-        L.append(f"The noisier the reward, the lower the best lambda: with sigma = {noisy:g}, lambda = {best[clean]:g} "
-                 f"(best for clean rewards) minus lambda = {best[noisy]:g} in squared error, paired over the batches: "
-                 f"{diff_text(mse_c, '+.3f', 'batch')}: "
-                 + holds(best[noisy] < best[clean] and clear_sign(mse_c) > 0) + ".")
+    L.append(f"lambda = 0.95 vs 0.99: std {v[noisy][0.95]['pg_std']:.2f} vs {v[noisy][0.99]['pg_std']:.2f}; squared "
+             f"deviation per batch, 0.95 minus 0.99, paired over the {r['n_batches']} batches: "
+             f"{diff_text(var_c, '+.3f', 'batch')}; bias {b[0.95]['pg']:.3f} vs {b[0.99]['pg']:.3f}.")
+    L += [V["lam095_vs_099"].render(), V["noisier_lower_lambda"].render()]
     worst = {s_: max(r["mc_check"][s_].values()) for s_ in r["sigmas"]}
     L.append("Monte-Carlo means vs exact expectations (worst state, in standard errors): "
-             + ", ".join(f"sigma={s_:g}: {w:.1f}" for s_, w in worst.items())
-             + (f": the sampled GAE agrees with the exact formula (all within {MC_SE:g} s.e.)."
-                if max(worst.values()) < MC_SE else ": the sampled GAE DISAGREES with the exact formula."))
+             + ", ".join(f"sigma={s_:g}: {w:.1f}" for s_, w in worst.items()) + ".")
+    L.append(V["mc_agrees"].render())
     t = r["timing"]
     L.append(f"GAE on a {t['shape']} float32 batch: kernel {t['kernel'] * 1e3:.3f} ms, NumPy reference "
              f"{t['numpy'] * 1e3:.2f} ms ({t['numpy'] / t['kernel']:.0f}x), pure Python {t['python'] * 1e3:.1f} ms "
@@ -274,7 +302,10 @@ def plot(results: dict, path) -> None:
     ax.set_xlabel("GAE lambda  (0 = TD(0) ... 1 = Monte Carlo)")
     ax.set_ylabel("per-token error (log scale)")
     ax.set_ylim(floor / 2, 20)
-    ax.set_title("(a) per-token advantages: the gap's bias falls, the spread rises")
+    falls = b[lams[-1]]["gap"] < b[lams[0]]["gap"]
+    rises = all(v[s][lams[-1]]["adv_std"] > v[s][lams[0]]["adv_std"] for s in sigmas)
+    ax.set_title("(a) per-token advantages: the gap's bias " + ("falls" if falls else "does not fall")
+                 + ", the spread " + ("rises" if rises else "does not rise") + " with lambda")
     ax.legend(fontsize=8, loc="lower left")
 
     ax = axes[0, 1]
@@ -302,7 +333,8 @@ def plot(results: dict, path) -> None:
     ax.set_xticks(states)
     ax.set_xlabel("state of the chain (start = 5; leaving left: -1, right: +1)")
     ax.set_ylabel("advantage of 'right' over 'left'")
-    ax.set_title("(c) action gap per state: lambda = 0 inherits the critic's error")
+    worse = results["bias"][0.0]["gap"] > results["bias"][1.0]["gap"]
+    ax.set_title("(c) action gap per state" + (": lambda = 0 inherits the critic's error" if worse else ""))
     ax.legend(fontsize=8)
 
     ax = axes[1, 1]

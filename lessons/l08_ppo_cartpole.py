@@ -41,10 +41,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot
+from lessons._common import Verdict, by_key, lesson_main, measured, measurement, pyplot
 from minippo.classic.cartpole import CartPoleEnv
 from minippo.classic.dashboard import plot_dashboard
-from minippo.classic.ppo import last_mean, steps_to_reach, train_ppo
+from minippo.classic.ppo import actor_logits, init_agent, last_mean, steps_to_reach, train_ppo
+from minippo.rl.losses import entropy_from_logits
 
 KL_OLD_TARGET = 0.005
 
@@ -97,8 +98,14 @@ def run(quick: bool = False, seed: int = 0) -> dict:
         "defaults": train_ppo(CartPoleEnv, total, seed),
         f"kl_old_target = {KL_OLD_TARGET:g}": train_ppo(CartPoleEnv, total, seed, kl_old_target=KL_OLD_TARGET),
     }
+    # the first policy itself: the run's initial weights (init_agent is the first use of the run's generator) on
+    # 1024 observations drawn like CartPole's reset state, U(-0.05, 0.05)^4
+    params = init_agent(4, 2, np.random.default_rng(seed), runs["defaults"]["config"]["hidden_size"])
+    obs = np.random.default_rng([seed, 8]).uniform(-0.05, 0.05, size=(1024, 4))
+    ent, _ = entropy_from_logits(actor_logits(params, obs)[0])
     return {"total_timesteps": total, "seed": seed, "runs": runs,
-            "summary": {k: summarize(v) for k, v in runs.items()}}
+            "summary": {k: summarize(v) for k, v in runs.items()},
+            "initial_entropy_gap": float(np.abs(ent - np.log(2)).max())}
 
 
 def _fmt_steps(s) -> str:
@@ -108,6 +115,7 @@ def _fmt_steps(s) -> str:
 def narrative(r: dict) -> str:
     L = []
     d, k = r["summary"]["defaults"], r["summary"][f"kl_old_target = {KL_OLD_TARGET:g}"]
+    V = by_key(verdicts(r))
     L.append(f"Classic PPO (CleanRL's loop, lr 1e-3) on minippo's CartPole-v1, {r['total_timesteps']} env steps, "
              f"seed {r['seed']}:")
     for name, s in r["summary"].items():
@@ -125,13 +133,12 @@ def narrative(r: dict) -> str:
              + ("episodes reached the 500-step limit." if reached else "no episode reached the 500-step limit yet.")
              + " It jumps when the policy changes what returns look like and collapses once every episode is "
              "truncated at 500 and bootstrapped (the targets are then almost constant).")
-    uniform = abs(d["entropy_start"] - np.log(2)) < 0.01
-    L.append(f"- entropy: {d['entropy_start']:.3f} nats at the start (log 2 = {np.log(2):.3f}: "
-             + ("the 0.01-gain output layer makes the first policy uniform" if uniform else
-                "the first policy is NOT uniform") + f"), {d['entropy_end']:.3f} in the last quarter: it "
+    L.append(f"- entropy: {d['entropy_start']:.3f} nats in the first update (log 2 = {np.log(2):.3f}), "
+             f"{d['entropy_end']:.3f} in the last quarter: it "
              + ("declined" if d["entropy_end"] < d["entropy_start"] else "did not decline")
              + ". A slow decline is the policy becoming confident; a crash towards 0 early on would mean it became "
              "deterministic before it had found a good behaviour, and exploration stops.")
+    L.append(V["uniform_start"].render("  "))
     L.append(f"- approx KL (k3, last minibatch vs the rollout policy): median {d['kl_median_first']:.2g} in the first "
              f"quarter, {d['kl_median_last']:.2g} in the last ("
              + ("lower, as the learning rate anneals to 0" if d["kl_median_last"] < d["kl_median_first"] else
@@ -145,18 +152,41 @@ def narrative(r: dict) -> str:
     L.append(f"- explained variance: up to {d['ev_max']:.2f}, {d['ev_last']:.2f} on average in the last quarter. "
              "1 - Var[R - V] / Var[R] needs Var[R] > 0: when the returns barely vary it says little, so read it next "
              "to the value loss; during learning, near 0 or negative means V predicts no better than a constant.")
-    dominant = (": the critic's regression on returns of up to ~1 / (1 - gamma) = 100 dominates"
-                if d["grad_norm_critic_first"] > 3 * d["grad_norm_actor_first"] else "")
     L.append(f"- grad norm (before clipping to {r['runs']['defaults']['config']['max_grad_norm']}): median "
              f"{d['grad_norm_first']:.2f} in the first quarter, of which the actor's {d['grad_norm_actor_first']:.2f} and "
              f"the critic's {d['grad_norm_critic_first']:.2f}; {d['clipped_share_first']:.0%} of those updates were "
-             f"clipped{dominant}; {d['grad_norm_last']:.2f} in the last quarter. Spikes far above the usual level are "
+             f"clipped; {d['grad_norm_last']:.2f} in the last quarter. Spikes far above the usual level are "
              f"the ones the clipping is there to tame.")
+    L.append(V["critic_dominates"].render("  "))
     L.append(f"- epochs run per update: with kl_old_target = {KL_OLD_TARGET:g}, {k['early_stops']} of {k['updates']} "
              f"updates stopped early ({k['epochs_skipped']} epochs skipped); the x marks in the KL panel are those "
              f"updates, their KL above the dashed target. That run: {_fmt_steps(k['steps_to_475'])} "
              f"(defaults: {_fmt_steps(d['steps_to_475'])}).")
+    L.append(V["solves"].render())
     return "\n".join(L)
+
+
+UNIFORM_TOL = 0.01      # nats from log 2: the first policy counts as uniform
+
+
+def verdicts(r: dict) -> list[Verdict]:
+    """The lesson's claims on the 'defaults' run, each judged from the numbers of ``r`` (one seed: no comparison)."""
+    d = r["summary"]["defaults"]
+    steps = d["steps_to_475"]
+    return [
+        measurement("uniform_start", "The 0.01-gain output layer makes the first policy uniform (entropy log 2).",
+                    r["initial_entropy_gap"], UNIFORM_TOL, "<", "max |H - log 2| of the initial policy (nats)",
+                    because=f"max |H - log 2| = {r['initial_entropy_gap']:.2g} nats over 1024 reset states, before any "
+                    f"update ({d['entropy_start']:.3f} nats in the first update's last minibatch)"),
+        measurement("critic_dominates", "Early on the critic's regression on returns of up to ~1 / (1 - gamma) = 100 "
+                    "dominates the global gradient norm (more than 3x the actor's).",
+                    d["grad_norm_critic_first"] / d["grad_norm_actor_first"], 3.0, ">",
+                    "critic / actor gradient norm (first quarter, median)", fmt=".1f"),
+        measured("solves", f"PPO solves CartPole within {r['total_timesteps']} steps: the mean of the last 20 returns "
+                 "reaches 475.", steps is not None, "holds when the mean of the last 20 episode returns reaches 475",
+                 {"steps to 475": steps, "mean of the last 20 returns": d["last20"]},
+                 _fmt_steps(steps) + f"; mean of the last 20 returns {d['last20']:.1f}"),
+    ]
 
 
 def main(argv=None) -> dict:

@@ -58,7 +58,7 @@ import textwrap
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save
+from lessons._common import Verdict, by_key, identity, lesson_main, measurement, pyplot, save
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.studies.study import Study
 
@@ -120,7 +120,7 @@ def run(quick: bool = False, seed: int = 0) -> dict:
                                   if no_eos.size else None)
     return {"table": ro.to_table(tok, row), "row": row, "n_tokens": n, "Tn": ro.response.shape[1], "Tp": Tp,
             "text": texts[row], "pieces": tok.pieces([int(t) for t in ro.response[row]]),
-            "arrays": {k: getattr(ro, k)[row].copy() for k in ("logp", "values", "rewards", "adv", "returns")},
+            "arrays": {k: getattr(ro, k)[row].copy() for k in ("logp", "values", "rewards", "adv", "returns", "kl")},
             "mask": ro.response_mask[row].copy(), "batch_attn_mask": ro.attn_mask.copy(),
             "batch_lengths": ro.lengths.copy(), "ended": ro.ended.copy(), "score": float(ro.scores[row]),
             "rm_score": float(ro.rm_scores[row]), "kl_coef": beta, "transitions": transitions, "checks": checks,
@@ -138,32 +138,60 @@ def narrative(r: dict) -> str:
              f"7-tuple (observation, action, log_prob, value, reward, advantage, return; beta = {r['kl_coef']:g}):\n")
     L.append(r["table"])
     c = r["checks"]
-    L.append(f"\nThe score {r['score']:+.3f} (RM {r['rm_score']:+.3f}) "
-             + ("sits on the last token's reward" if c["score_on_eos"] else "does NOT sit on the last token's reward")
-             + f". Rewards of the row sum to {c['rewards_sum']:+.4f}; score - beta * sum(kl) = {c['score_minus_kl']:+.4f}"
-             + (": equal." if np.isclose(c["rewards_sum"], c["score_minus_kl"]) else ": they DIFFER.")
-             + f" The return at the last token {c['return_at_eos']:+.4f}, its reward {c['reward_at_eos']:+.4f}: "
-             + ("equal, the value after the last token is 0." if np.isclose(c["return_at_eos"], c["reward_at_eos"])
-                else "they DIFFER.")
-             + (" Padding holds zeros in every column." if c["padding_zero"] else " Padding is NOT zero everywhere."))
+    V = by_key(verdicts(r))
+    L.append(f"\nThe score {r['score']:+.3f} (RM {r['rm_score']:+.3f}); the last token's reward "
+             f"{c['reward_at_eos']:+.4f}. Rewards of the row sum to {c['rewards_sum']:+.4f}; score - beta * sum(kl) = "
+             f"{c['score_minus_kl']:+.4f}. The return at the last token {c['return_at_eos']:+.4f}.")
+    L += [V[k].render() for k in ("score_on_last", "rewards_sum", "return_at_last", "padding_zero")]
     if c["no_eos_penalised"] is None:
         L.append(f"All {r['batch_size']} responses have an EOS.")
     else:
-        L.append(f"{r['n_no_eos']} of {r['batch_size']} responses have no EOS; their score "
-                 + (f"is the RM's minus the missing-EOS penalty ({r['missing_eos_penalty']:g}) and lands on their last "
-                    "sampled token." if c["no_eos_penalised"] else "does NOT carry the missing-EOS penalty as expected."))
+        L.append(f"{r['n_no_eos']} of {r['batch_size']} responses have no EOS.")
+        L.append(V["no_eos_penalised"].render())
     L.append("The advantage column is whitened over the batch's valid tokens; return - value is the raw GAE advantage.")
     o = r["old_vs_ref"]
     L.append(f"\nlog_prob is pi_old, the actor that sampled this batch, not the reference model (a common mix-up calls "
-             f"the old policy 'the frozen reference model'). After {r['iterations']} iterations the two "
-             + (f"differ on {o['frac_differ']:.0%} of the batch's tokens, by {o['mean_abs_diff']:.3f} nats on average."
-                if o["frac_differ"] > 0 else "are still identical on every token.")
-             + " The KL penalty is their difference, kl_t = log pi_old - log pi_ref (k1): "
-             + {True: "checked on every valid token.", False: "NOT what the rollout holds.",
-                None: "(not k1 in this config)."}[o["kl_is_logp_minus_ref"]]
+             f"the old policy 'the frozen reference model'). After {r['iterations']} iterations the two differ on "
+             f"{o['frac_differ']:.0%} of the batch's tokens, by {o['mean_abs_diff']:.3f} nats on average. The KL "
+             "penalty is their difference, kl_t = log pi_old - log pi_ref (k1)"
+             + (" (not k1 in this config)." if o["kl_is_logp_minus_ref"] is None else ".")
              + f" This row's log pi_ref: [{', '.join(f'{v:.3f}' for v in o['row_logp_ref'][:r['n_tokens']])}] "
              "(its log_prob column above).")
+    L += [V[k].render() for k in ("old_is_not_ref", "kl_is_k1") if k in V]
     return "\n".join(L)
+
+
+def verdicts(r: dict) -> list[Verdict]:
+    """The bookkeeping of the 7-tuple: identities of the code (each checked on this rollout, to float32 rounding:
+    ``np.isclose``, rtol 1e-5), and one measurement (pi_old has left pi_ref)."""
+    c, o = r["checks"], r["old_vs_ref"]
+    tol = "(np.isclose: float32 rounding)"
+    out = [
+        identity("score_on_last", "The sequence score sits on the last valid token's reward (the EOS, or the last "
+                 "sampled token).", c["score_on_eos"], f"holds when reward[last] = score - beta kl[last] {tol}",
+                 {"reward at the last token": c["reward_at_eos"], "score": r["score"]}),
+        identity("rewards_sum", "A row's rewards sum to its score minus beta times its summed KL.",
+                 bool(np.isclose(c["rewards_sum"], c["score_minus_kl"])), f"holds when sum_t reward_t = score - beta "
+                 f"sum_t kl_t {tol}", {"sum of rewards": c["rewards_sum"], "score - beta sum kl": c["score_minus_kl"]}),
+        identity("return_at_last", "The value after the last token is 0: the return at the last token equals its reward.",
+                 bool(np.isclose(c["return_at_eos"], c["reward_at_eos"])), f"holds when return[last] = reward[last] {tol}",
+                 {"return at the last token": c["return_at_eos"], "reward at the last token": c["reward_at_eos"]}),
+        identity("padding_zero", "Padding holds zeros in every column (log_prob, value, reward, advantage, return).",
+                 c["padding_zero"], "holds when every padded position of the row is exactly 0.0 in the five columns"),
+    ]
+    if c["no_eos_penalised"] is not None:
+        out.append(identity("no_eos_penalised", "A response without EOS gets the RM score minus the missing-EOS penalty, "
+                            "on its last sampled token.", c["no_eos_penalised"],
+                            f"holds when every such response's score = RM score - {r['missing_eos_penalty']:g} and its "
+                            f"last token's reward = score - beta kl {tol}", {"responses without EOS": r["n_no_eos"]}))
+    out.append(measurement("old_is_not_ref", f"After {r['iterations']} PPO iterations pi_old (the actor that sampled) is "
+                           "no longer the reference model: their log-probs differ.", o["frac_differ"], 0.0, ">",
+                           "fraction of tokens where log pi_old != log pi_ref", fmt=".0%",
+                           numbers={"mean |difference| (nats)": o["mean_abs_diff"]}))
+    if o["kl_is_logp_minus_ref"] is not None:
+        out.append(identity("kl_is_k1", "The KL penalty is kl_t = log pi_old - log pi_ref (k1), token by token.",
+                            o["kl_is_logp_minus_ref"], f"holds when kl_t = logp_t - logp_ref_t on every valid token {tol}"))
+    return out
 
 
 def main(argv=None) -> dict:
@@ -182,7 +210,8 @@ def plot(r: dict, path) -> None:
     ax.plot(j, a["adv"], "^-", color="tab:purple", label="advantage (whitened)")
     ax.stem(j, a["rewards"], linefmt="g-", markerfmt="gD", basefmt=" ", label="reward")
     ax.axvspan(n - 0.5, Tn - 0.5, color="grey", alpha=0.2, label="padding (mask 0)")
-    ax.annotate(f"score {r['score']:+.2f}\nlands on the EOS", (n - 1, a["rewards"][n - 1]), xytext=(40, -75),
+    where = "EOS" if r["ended"][r["row"]] else "last token"
+    ax.annotate(f"score {r['score']:+.2f}\nlands on the {where}", (n - 1, a["rewards"][n - 1]), xytext=(40, -75),
                 textcoords="offset points", arrowprops=dict(arrowstyle="->"))
     ax.set_xticks(j)
     ax.set_xticklabels([p if k < n else "pad" for k, p in enumerate(r["pieces"])], rotation=60, fontsize=8)

@@ -45,7 +45,7 @@ import time
 
 import numpy as np
 
-from lessons._common import clear_sign, diff_text, lesson_main, pyplot, save
+from lessons._common import Verdict, by_key, comparison, diff_text, identity, lesson_main, measurement, pyplot, save
 from minippo.blas import single_blas_thread
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.nn.gradcheck import check_gradients
@@ -144,23 +144,51 @@ def two_sample(a, b) -> dict:
     return {"diff": diff, "se": se, "clear": abs(diff) >= 2 * se}
 
 
+GRAD_TOL = 1e-5            # the whole model's relative error in float64 (check_gradients' tolerance)
+
+
+def verdicts(r: dict) -> list[Verdict]:
+    """The lesson's claims, each judged from the numbers of ``r`` (noise: the spread of the samples)."""
+    sa, sc = r["after_sentiment"], r["corpus_sentiment"]
+    worded = (float(np.mean(sa != 0)), float(np.mean(sc != 0)))
+    return [
+        identity("gradcheck", "The hand-written backward pass is the gradient: every tensor of TinyGPT agrees with "
+                 "central differences.", r["gradcheck_ok"], f"holds when every one of the {len(r['gradcheck'])} "
+                 f"tensors has relative error <= {GRAD_TOL:g} (float64)",
+                 {"largest relative error": r["gradcheck_max_rel_err"]}),
+        measurement("uniform_start", "A fresh model guesses uniformly: its held-out loss is ln V.",
+                    abs(r["initial_loss"] - r["ln_V"]) / r["ln_V"], 0.01, "<", "|initial loss - ln V| / ln V"),
+        measurement("context_helps", "After SFT the context is worth something: the held-out loss beats the unigram "
+                    "baseline.", r["unigram_loss"] - r["final_loss"], 0.0, ">", "unigram - final loss (nats/token)",
+                    fmt=".2f"),
+        comparison("sft_gold_gain", "After SFT the model writes better sentences than the untrained one (gold of "
+                   "samples from <bos>).", two_sample([g for _, g in r["before"]], [g for _, g in r["after"]]),
+                   expect=+1, labels=("before SFT", "after SFT"), quantity="gold",
+                   values=(r["before_stats"]["sample_gold_mean"], r["after_stats"]["sample_gold_mean"]), fmt="+.2f",
+                   noise="sampling"),
+        measurement("uses_sentiment_words", "The SFT samples carry sentiment words at least half as often as the "
+                    "corpus (SFT has picked up the corpus's sentiment vocabulary).", worded[0] / max(worded[1], 1e-12),
+                    0.5, ">=", "share with a sentiment word, samples / corpus", fmt=".2f",
+                    numbers={"samples": worded[0], "corpus": worded[1]}),
+    ]
+
+
 def narrative(r: dict) -> str:
+    V = by_key(verdicts(r))
     L = []
     L.append(f"(a) Gradient check of every tensor of a float64 TinyGPT (LM loss + scalar-head value loss, "
              f"padded rows), {r['gradcheck_seconds']:.1f} s:")
     L.append(r["gradcheck"].table())
-    L.append(f"    all {len(r['gradcheck'])} tensors {'pass' if r['gradcheck_ok'] else 'DO NOT pass'}: "
-             f"largest relative error {r['gradcheck_max_rel_err']:.1e} (tolerance 1e-5).")
+    L.append(f"    largest relative error {r['gradcheck_max_rel_err']:.1e} (tolerance 1e-5).")
+    L.append(V["gradcheck"].render("    "))
     c = r["config"]
     L.append(f"(b) SFT: {r['n_params']:,} parameters (L={c.n_layer}, H={c.n_head}, C={c.n_embd}, V={r['vocab_size']}), "
              f"{c.steps} steps of {c.batch_size} sentences in {r['sft_seconds']:.1f} s.")
-    uniform = abs(r["initial_loss"] - r["ln_V"]) < 0.01 * r["ln_V"]
-    L.append(f"    initial held-out loss {r['initial_loss']:.3f} nats/token vs ln V = {r['ln_V']:.3f}: "
-             + ("a fresh model guesses uniformly." if uniform else "the fresh model does NOT start uniform."))
-    gain = r["unigram_loss"] - r["final_loss"]
+    L.append(f"    initial held-out loss {r['initial_loss']:.3f} nats/token vs ln V = {r['ln_V']:.3f}.")
+    L.append(V["uniform_start"].render("    "))
     L.append(f"    final held-out loss {r['final_loss']:.3f} vs unigram baseline {r['unigram_loss']:.3f}: "
-             + (f"the context is worth {gain:.2f} nats per token." if gain > 0 else
-                "the model has not beaten the unigram baseline."))
+             f"{r['unigram_loss'] - r['final_loss']:+.2f} nats per token.")
+    L.append(V["context_helps"].render("    "))
     bs, af = r["before_stats"], r["after_stats"]
     L.append(f"(c) gold of {len(r['after'])} samples from <bos>: before SFT mean {bs['sample_gold_mean']:+.2f} "
              f"({bs['sample_penalty_free']:.0%} penalty-free), after {af['sample_gold_mean']:+.2f} "
@@ -175,20 +203,16 @@ def narrative(r: dict) -> str:
     for t, g, e in zip(r["prompted"], r["prompted_gold"], r["prompted_ended"]):
         L.append(f"    gold {g:+.2f} | {show_sample(t, e)}   (prompted)")
     gold_gain = two_sample([g for _, g in r["before"]], [g for _, g in r["after"]])
-    L.append(f"SFT's effect on the gold of samples from <bos>: {diff_text(gold_gain, '+.2f', 'sampling')}: "
-             + ("it writes better sentences than the untrained model." if clear_sign(gold_gain) > 0 else
-                "no gain beyond 2 s.e."))
+    L.append(f"SFT's effect on the gold of samples from <bos>: {diff_text(gold_gain, '+.2f', 'sampling')}.")
+    L.append(V["sft_gold_gain"].render())
     sa, sc = r["after_sentiment"], r["corpus_sentiment"]
     senti = two_sample(sc, sa)
     worded = (np.mean(sa != 0), np.mean(sc != 0))                # share with at least one sentiment word
     L.append(f"Sentiment of the SFT samples {sa.mean():+.2f} ({np.mean(sa > 0):.0%} positive, {worded[0]:.0%} with a "
              f"sentiment word) vs the corpus {sc.mean():+.2f} ({np.mean(sc > 0):.0%} positive, {worded[1]:.0%}), "
-             f"difference {diff_text(senti, '+.2f', 'sampling')}: "
-             + ("most samples carry no sentiment word yet: SFT has not learned the corpus's sentiment."
-                if worded[0] < 0.5 * worded[1] else
-                "SFT imitates the corpus's mix; the reward model and PPO (lessons 11-14) are what push it towards "
-                "the sentences humans prefer." if not senti["clear"] else
-                "the samples' sentiment differs from the corpus's."))
+             f"difference {diff_text(senti, '+.2f', 'sampling')}. SFT imitates the corpus at best; the reward model "
+             "and PPO (lessons 11-14) are what push it towards the sentences humans prefer.")
+    L.append(V["uses_sentiment_words"].render())
     return "\n".join(L)
 
 

@@ -52,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save
+from lessons._common import Verdict, by_key, identity, measurement, lesson_main, pyplot, save
 from minippo.rlhf.run.pipeline import prepare_stages, stage_configs
 from minippo.rlhf.data.preferences import PreferencePairs, sigmoid
 from minippo.rlhf.rm_train import train_reward_model
@@ -119,6 +119,30 @@ def _smooth(x, k: int) -> np.ndarray:
     return np.convolve(x, np.ones(k) / k, mode="valid")
 
 
+NORM_TOL = 1e-9      # the normalisation makes the fresh samples' mean 0 and std 1 up to float64 rounding
+
+
+def verdicts(r: dict) -> list[Verdict]:
+    """The lesson's claims, each judged from the numbers of ``r``."""
+    g = r["by_gap"]
+    acc, n = np.asarray(g["rm_vs_gold"], dtype=float), np.asarray(g["n"])
+    ok = np.flatnonzero(n > 0)
+    lo, hi = ok[0], ok[-1]                                   # the smallest and the largest gap bin with pairs
+    se = float(np.hypot(*(np.sqrt(acc[i] * (1 - acc[i]) / n[i]) for i in (lo, hi))))
+    fs = r["fresh_score"]
+    return [
+        identity("normalised", "After normalisation the reference samples' scores have mean 0 and std 1.",
+                 abs(fs.mean()) <= NORM_TOL and abs(fs.std() - 1) <= NORM_TOL,
+                 f"holds when |mean| and |std - 1| of the fresh samples' scores are <= {NORM_TOL:g}",
+                 {"mean": float(fs.mean()), "std": float(fs.std())}),
+        measurement("small_gaps_hardest", "The reward model's errors are on pairs with a small gold gap: it orders "
+                    "pairs with a large gap more often right.", float(acc[hi] - acc[lo]), 0.0, ">",
+                    f"accuracy (gap >= {GAP_BINS[hi]:g}) - accuracy (gap < {GAP_BINS[lo + 1]:g})", se=se,
+                    noise="binomial pair-sampling", fmt="+.2f",
+                    numbers={"pairs (small gap)": int(n[lo]), "pairs (large gap)": int(n[hi])}),
+    ]
+
+
 def narrative(r: dict) -> str:
     L = []
     c = r["config"]
@@ -141,6 +165,8 @@ def narrative(r: dict) -> str:
     L.append(f"Normalisation: score = {r['gain']:.3f} * r {r['bias']:+.3f}; the fresh reference samples now have "
              f"mean {r['fresh_score'].mean():+.3f}, std {r['fresh_score'].std():.3f} (raw: mean "
              f"{r['fresh_raw'].mean():+.3f}, std {r['fresh_raw'].std():.3f}).")
+    V = by_key(verdicts(r))
+    L += [V["normalised"].render(), V["small_gaps_hardest"].render()]
     L.append("\nExample held-out pairs (chosen = the label; scores normalised):")
     for ex in r["examples"]:
         kind = ex["kind"]
@@ -207,7 +233,8 @@ def plot(r: dict, path) -> None:
     names = [f"{lo:g}-{hi:g}" if np.isfinite(hi) else f">{lo:g}" for lo, hi in zip(GAP_BINS[:-1], GAP_BINS[1:])]
     e.set_xticks(x, [f"{nm}\n(n={n})" for nm, n in zip(names, g["n"])])
     e.set(xlabel="|gold_w - gold_l| of the held-out pair", ylabel="fraction", ylim=(0.3, 1.22),
-          yticks=np.arange(0.3, 1.01, 0.1), title="(e) where the errors are: small gold gaps")
+          yticks=np.arange(0.3, 1.01, 0.1), title="(e) where the errors are" + (
+              ": small gold gaps" if by_key(verdicts(r))["small_gaps_hardest"].holds else ""))
     e.axhline(0.5, color="gray", ls=":")
     e.legend(loc="upper left", ncol=2, fontsize=8.5)
     cal = r["calibration"]

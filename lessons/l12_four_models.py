@@ -48,7 +48,7 @@ import tracemalloc
 
 import numpy as np
 
-from lessons._common import holds, lesson_main, pyplot, save
+from lessons._common import Verdict, all_of, by_key, identity, lesson_main, measurement, pyplot, save
 from minippo.nn.gpt import TinyGPT
 from minippo.rlhf.data.corpus import generate_corpus
 from minippo.studies.memory import (FP32, GB, MIXED, VOCAB_ARRAYS_TRAIN, ModelShape, PassCounter, activation_bytes,
@@ -215,20 +215,17 @@ def narrative(r: dict) -> str:
         L.append(f"  {SETUP_NAMES[c]:<36s} {calls}; actor generation 1 prefill + {p['counted']['actor']['decode']} "
                  f"decode steps [{ok}]\n  {'':<36s} max |change| after the step: {moved}")
     ps = r["passes"]["separate"]
-    frozen = all(p["moved"][n] == 0.0 for p in r["passes"].values() for n in ("reference", "reward"))
+    V = by_key(verdicts(r))
     L.append(f"Optimizers: actor {ps['optimizers']['actor']}, separate critic {ps['optimizers']['critic']}; the "
-             "reference and the reward model have none, and in every arrangement they "
-             + ("stayed bitwise unchanged: only the actor and the critic are updated." if frozen else
-                "CHANGED (a bug: they must stay frozen)."))
+             "reference and the reward model have none.")
+    L += [V["passes_formula"].render(), V["frozen"].render()]
     L += controller_lines(r)
+    L.append(V["adaptive_beta_free"].render())
     m, (B, T) = r["measured"], r["tiny_BT"]
-    actor = {x.name: x for x in r["tiny"]["separate"]}["actor"]
-    same = (actor.params, actor.weights, actor.grads, actor.optimizer, actor.activations) == (
-        m["params"], m["weights"], m["grads"], m["adam"], m["activations"])
     L.append(f"\nOur sizes, fp32, minibatch B={B}, T={T} (real TinyGPT arrays: params {m['params']:,}, weights "
-             f"{m['weights']:,} B, grads {m['grads']:,} B, Adam {m['adam']:,} B, cache {m['activations']:,} B: "
-             + ("the formulas' actor row exactly):" if same else "NOT the formulas' actor row):"))
+             f"{m['weights']:,} B, grads {m['grads']:,} B, Adam {m['adam']:,} B, cache {m['activations']:,} B):")
     L.append("\n".join(_table(r["tiny"]["separate"])))
+    L.append(V["memory_formula"].render())
     rows = {x.name: x for x in r["tiny"]["separate"]}
     L.append(f"Frozen models are counted with a no-grad forward (one block's working set); TinyGPT has no such mode, "
              f"so in our code each frozen forward of the batch builds the training caches and drops them "
@@ -282,18 +279,41 @@ def controller_lines(r: dict) -> list[str]:
                      for k in KL_CONTROLLERS) + ".",
          "  forward passes per model, fixed / adaptive / ppo_paper: "
          + "; ".join(f"{n} " + " / ".join(str(ctl[k]["counted"][n]["forward"]) for k in KL_CONTROLLERS) for n in a)
-         + ": " + ("identical in every kind of call (forward, backward, prefill, decode, rows): the adaptive "
-                   "controllers add no forward pass. They read objective/kl, which the rewards needed anyway."
-                   if q["same_calls"] else "NOT identical: a controller changed the model calls (a bug)."),
+         + ". The adaptive controllers read objective/kl, which the rewards needed anyway.",
          f"  time of one controller update (median of {CONTROLLER_REPEATS}): "
          + " / ".join(f"{q['update_s'][k] * 1e6:.1f} us" for k in KL_CONTROLLERS)
          + f", against {q['ref_forward_s'] * 1e3:.1f} ms for the reference model's one forward pass of the batch "
          f"(needed by the KL penalty whatever beta does) and {q['step_s']:.2f} s for the whole step (wall, the "
-         "fastest of the three): 'adaptive beta costs no extra computation' "
-         + holds(q["same_calls"] and q["negligible"])
-         + (f": {100 * max(q['update_s'].values()) / q['step_s']:.2g}% of the step, one scalar update per iteration."
-            if q["negligible"] else ": the update takes 0.1% of the step or more.")]
+         f"fastest of the three): {100 * max(q['update_s'].values()) / q['step_s']:.2g}% of the step, one scalar "
+         "update per iteration."]
     return L
+
+
+def verdicts(r: dict) -> list[Verdict]:
+    """The lesson's claims, each judged from the numbers of ``r`` (counts and bytes: identities of the code)."""
+    q, m = controller_cost(r), r["measured"]
+    actor = {x.name: x for x in r["tiny"]["separate"]}["actor"]
+    formula = (actor.params, actor.weights, actor.grads, actor.optimizer, actor.activations)
+    real = (m["params"], m["weights"], m["grads"], m["adam"], m["activations"])
+    moved = max(p["moved"][n] for p in r["passes"].values() for n in ("reference", "reward"))
+    share = max(q["update_s"].values()) / q["step_s"]
+    return [
+        identity("passes_formula", "Each critic arrangement runs exactly the passes its formula counts "
+                 "(passes_per_iteration).", all(p["counted"] == p["formula"] for p in r["passes"].values()),
+                 "holds when the counted forward / backward / prefill / decode calls of every model equal the formula's, "
+                 f"in each of the {len(r['passes'])} arrangements"),
+        identity("frozen", "The reference and the reward model stay frozen: only the actor and the critic are updated.",
+                 moved == 0.0, "holds when the largest |change| of any reference or reward-model weight after the step is "
+                 "exactly 0.0, in every arrangement", {"largest |change|": moved}),
+        identity("memory_formula", "The memory formulas' actor row is exactly the bytes of the real TinyGPT arrays.",
+                 formula == real, "holds when params, weights, grads, Adam moments and the cache equal the measured "
+                 "arrays' sizes", {"formula params": actor.params, "real params": m["params"]}),
+        all_of("adaptive_beta_free", "Q34: an adaptive beta costs no extra computation.", [
+            identity("same_calls", "the same model calls", q["same_calls"], "holds when the model calls of the step "
+                     "are identical in every kind (forward, backward, prefill, decode, rows) for fixed, adaptive and "
+                     "ppo_paper"),
+            measurement("negligible", "negligible time", share, 1e-3, "<", "controller update / step time", fmt=".2g")]),
+    ]
 
 
 def _plot_controllers(results: dict, g, h) -> None:
@@ -366,7 +386,9 @@ def plot(results: dict, path) -> None:
     ax.axhline(80, color="k", ls="--", lw=1, label="one 80 GB GPU")
     ax.set_xticks(x, [SETUP_NAMES[c].replace(", ", ",\n") for c in CRITICS], fontsize=8)
     ax.set_ylabel("GB, all models resident")
-    ax.set_title("(c) LLaMA-7B totals per setup\nthe critic costs as much as the actor")
+    rows = {x.name: x for x in results["seven"][("separate", False)]}
+    share = rows["critic"].total / rows["actor"].total
+    ax.set_title(f"(c) LLaMA-7B totals per setup\nthe critic costs {share:.0%} of the actor")
     ax.legend(fontsize=8, loc="upper right")
 
     ax = axes[1, 0]

@@ -58,15 +58,15 @@ import time
 
 import numpy as np
 
-from lessons._common import (clear_sign, diff_text, holds, legend_in_margin, lesson_main, pyplot, save, seed_compare,
-                             time_line)
+from lessons._common import (Verdict, all_of, by_key, comparison, diff_text, legend_in_margin, lesson_main,
+                             measurement, pyplot, save, seed_compare, time_line)
 from minippo.rlhf.ppo import forward_response
 from minippo.studies.eps_by_task import eps_table as _eps_table, eps_verdict as _eps_verdict
 from minippo.studies.probes import advantage_profile, token_credit, update_kl
 from minippo.studies.sequence_ratio import (iid_sequence_ratios, ratio_band_stats, sequence_log_ratio,
                                            update_ratio_summary)
 from minippo.studies.study import Study, final
-from minippo.studies.sweep_stats import corr_sign, pooled_seed_std
+from minippo.studies.sweep_stats import fisher_z, pooled_seed_std
 
 SHAPINGS = ("kl_final", "uniform")
 COLORS = {"kl_final": "tab:blue", "uniform": "tab:orange"}
@@ -237,12 +237,7 @@ def _narrative_eps(r: dict) -> list[str]:
     if v["interaction"]:
         L.append(f"  Gain over eps 0.2 on the {long_} task minus on the {short} task: " + "; ".join(
             f"eps {e:g}: {diff_text(c, '+.2f')}" for e, c in v["interaction"].items()) + ".")
-    L.append("  A common claim: epsilon should depend on the task (wider for longer, sparser-reward tasks). 'The best "
-             "epsilon differs between these two tasks' "
-             + ("one seed: no verdict." if v["noise"] is None else holds(v["depends"]) + (
-                 ": a different best epsilon, and an interaction beyond 2 s.e." if v["depends"] else
-                 ": the same best epsilon on both tasks (by the mean)." if v["best"][short] == v["best"][long_] else
-                 ": the best epsilons differ by the mean only, no interaction beyond 2 s.e.")))
+    L.append(by_key(verdicts(r))["eps_wider_for_longer"].render("  "))
     clear = {e: c for e, c in v["interaction"].items() if c["clear"]}
     if clear:
         # an interaction for a wider eps (e > 0.2) that favours the long task, or a narrower one that favours the
@@ -280,43 +275,35 @@ def narrative(r: dict) -> str:
         L.append(f"  {sh:<9}{x['corr_end'][0]:>+19.2f}{x['corr_end'][1]:>+9.2f}{x['corr_start'][0]:>+7.2f}"
                  f"{x['abs_end'][0]:>9.2f}{x['abs_start'][0]:>10.2f}{x['ev_first']:>+9.2f}{x['ev']:>+7.2f}")
     k, u = s["kl_final"], s["uniform"]
-    positive = all(corr_sign(c, k["n_responses"]) > 0 for c in (*k["corr_end"], *k["corr_start"]) if np.isfinite(c))
-    anti = corr_sign(u["corr_end"][0], u["n_responses"])
+    V = by_key(verdicts(r))
     L += [f"  (corr(A,score): over the {k['n_responses']} responses, between a token's advantage and its response's "
-          "score, called positive / negative beyond 2 s.e. of Fisher's z; EV: the critic's explained variance, first "
+          "score, judged against 0 with 2 s.e. of Fisher's z; EV: the critic's explained variance, first "
           "iteration and last 5.)",
           "  kl_final: every token's return-to-go is about the score, the quantity the critic (initialised from the "
-          f"reward model) was built to predict; its explained variance at the first iteration is {k['ev_first']:+.2f}: "
-          + ("positive, its targets make sense from the first iteration" if k["ev_first"] > 0 else
-             "not positive, so even these targets are not predicted at first")
-          + "; each advantage carries the critic's error score - V(s_t)"
-          + (", positively correlated with the score at every position shown." if positive else "."),
+          f"reward model) was built to predict; its explained variance at the first iteration is {k['ev_first']:+.2f}; "
+          "each advantage carries the critic's error score - V(s_t).",
+          V["kl_final_ev_first_positive"].render("  "), V["kl_final_credit_positive"].render("  "),
           "  uniform: the return-to-go of token t is score (n - t) / n, a target the critic must learn per position; "
-          f"its explained variance starts at {u['ev_first']:+.2f}, and the last token's advantage is score / n - V: "
-          + {-1: f"ANTI-correlated with the score ({u['corr_end'][0]:+.2f}): a good response is punished for ending.",
-             1: f"positively correlated with the score ({u['corr_end'][0]:+.2f}).",
-             0: f"correlation {u['corr_end'][0]:+.2f}, not different from 0 beyond 2 s.e."}[anti]]
+          f"its explained variance starts at {u['ev_first']:+.2f}, and the last token's advantage is score / n - V "
+          f"(correlation with the score {u['corr_end'][0]:+.2f}).",
+          V["uniform_punishes_ending"].render("  ")]
     ev = seed_compare(k["ev_seeds"], u["ev_seeds"], seed_noise(r, "ev_seeds"))
-    shift = corr_sign(u["corr_start"][0], u["n_responses"]) - anti
     L.append("  A common claim: spreading the score uniformly ignores what the middle tokens contributed. Here the "
-             f"critic's explained variance at the end, uniform minus kl_final: {diff_text(ev, '+.2f')}: "
-             + ("uniform's critic explains less, so the larger issue is the critic: uniform changes what V(s_t) must "
-                "predict" if clear_sign(ev) < 0 else "no verdict on the critics" if ev["se"] is None else
-                "no evidence that uniform's critic does worse")
-             + (f"; and the score's credit moves to the early tokens (corr first {u['corr_start'][0]:+.2f} vs last "
-                f"{u['corr_end'][0]:+.2f})." if shift > 0 else "."))
+             f"critic's explained variance at the end, uniform minus kl_final: {diff_text(ev, '+.2f')}; the score's "
+             f"credit on the first vs the last token under uniform: corr {u['corr_start'][0]:+.2f} vs "
+             f"{u['corr_end'][0]:+.2f}.")
+    L += [V["uniform_worse_critic"].render("  "), V["uniform_credit_moves_early"].render("  ")]
     L.append(f"\n3. Outcome on {len(ref['gold'])} held-out prompts (mean of the seeds; per seed in brackets):")
     for sh in SHAPINGS:
         x = s[sh]
         L.append(f"  {sh:<9} gold {x['eval_gold']:+.3f} [{', '.join(f'{g:+.2f}' for g in x['eval_gold_seeds'])}]  "
                  f"KL {x['eval_kl']:.2f} nats/response  length {x['eval_length']:.1f} tokens")
     gold = seed_compare(u["eval_gold_seeds"], k["eval_gold_seeds"], seed_noise(r, "eval_gold_seeds"))
-    L.append(f"  kl_final - uniform gold: {diff_text(gold)}"
-             + {1: ": kl_final is better.", -1: ": uniform is better.", 0: "."}[clear_sign(gold)])
+    L.append(f"  kl_final - uniform gold: {diff_text(gold)}.")
+    L.append(V["kl_final_better_gold"].render("  "))
     longer = seed_compare(k["eval_length_seeds"], u["eval_length_seeds"], seed_noise(r, "eval_length_seeds"))
-    L.append(f"  uniform - kl_final length (tokens): {diff_text(longer, '+.1f')}"
-             + (": uniform's responses are longer, what the anti-credit on the last tokens (ending a good response) "
-                "predicts." if clear_sign(longer) > 0 and anti < 0 else "."))
+    L.append(f"  uniform - kl_final length (tokens): {diff_text(longer, '+.1f')}.")
+    L.append(V["uniform_longer"].render("  "))
     q = s["ratios"]
     n_mean = r["n_mean"]
     L += [f"\n4. A common claim: the sequence ratio explodes, 1.2^50 = {r['worst']['1.2^50']:.0f}, 0.8^50 = "
@@ -336,20 +323,12 @@ def narrative(r: dict) -> str:
           f"responses. PPO's token clip zeroed {q['token_clipfrac']:.1%} of the tokens at the end of the update "
           f"({q['train_clipfrac']:.1%} on average during it); a sequence-level clip would have zeroed "
           f"{q['sequence_clipfrac']:.0%} of the responses."]
-    pt, ps = q["token_outside"], q["sequence_outside"]
-    direction = ps - pt >= 2 * np.sqrt(pt * (1 - pt) / q["n_tokens"] + ps * (1 - ps) / q["n_responses"])
-    size = q["R_max"] < r["worst"]["1.2^50"]
     w = q["width"]
     w_se = w.std(ddof=1) / np.sqrt(len(w)) if len(w) > 1 else np.inf
-    width = ("wider than independent tokens: the tokens of a response move together" if w.mean() - 1 >= 2 * w_se else
-             "narrower than independent tokens" if 1 - w.mean() >= 2 * w_se else
-             "as wide as independent tokens within 2 s.e.")
-    L.append("  The explosion claim " + ("holds in direction" if direction else "does not hold here in direction")
-             + (", not in size" if size else ", and in size") + f": log R per update is {w.mean():.2f} +- {w_se:.2f} "
-             f"times the width independent tokens would give over {len(w)} updates ({width}); R stays "
-             + (f"far below 1.2^50 (at most {q['R_max']:.1f})" if size else f"up to {q['R_max']:.0f}")
-             + ", and it leaves the band for "
-             + ("most responses" if ps > 0.5 else f"{ps:.0%} of the responses") + f" while {pt:.1%} of the tokens do.")
+    L.append(f"  log R per update is {w.mean():.2f} +- {w_se:.2f} times the width independent tokens would give over "
+             f"{len(w)} updates; R reaches at most {q['R_max']:.1f}; it leaves the band for "
+             f"{q['sequence_outside']:.0%} of the responses while {q['token_outside']:.1%} of the tokens do.")
+    L += [V[k].render("  ") for k in ("explodes_in_direction", "explodes_in_size", "tokens_move_together")]
     L.append("  PPO for LMs clips per token, and nothing in its loss bounds a whole response's drift within one update: "
              f"the KL penalty in the reward (beta {r['beta']:.3f} here) pulls towards the reference over iterations, "
              "it is not measured against pi_old; the per-update drift above was measured with it on. An early stop "
@@ -357,6 +336,79 @@ def narrative(r: dict) -> str:
     L += _narrative_eps(r)
     L.append(time_line(r))
     return "\n".join(L)
+
+
+def verdicts(r: dict) -> list[Verdict]:
+    """The lesson's claims, each judged from the numbers of ``r`` (seed noise pooled over the variants)."""
+    s = summary(r)
+    k, u = s["kl_final"], s["uniform"]
+    n = k["n_responses"]
+    S = len(r["sizes"]["seeds"])
+    evf = np.asarray(k["ev_first_seeds"], dtype=float)
+    pos = [measurement(where, "positive", fisher_z(c, n)["diff"], 0.0, ">", f"atanh corr at {where}",
+                       se=fisher_z(c, n)["se"], noise="response-sampling", fmt="+.2f")
+           for where, c in (("last", k["corr_end"][0]), ("2nd last", k["corr_end"][1]), ("first", k["corr_start"][0]))
+           if np.isfinite(c)]
+    out = [
+        measurement("kl_final_ev_first_positive", "With kl_final shaping the critic (the reward model's weights) "
+                    "predicts its targets from the first iteration: explained variance above 0.", float(evf.mean()),
+                    0.0, ">", "explained variance at iteration 0 (mean of the seeds)",
+                    se=float(evf.std(ddof=1) / np.sqrt(S)) if S > 1 else None, fmt="+.2f"),
+        all_of("kl_final_credit_positive", "With kl_final shaping each token's advantage is positively correlated "
+               "with its response's score (last, 2nd last and first token).", pos),
+        measurement("uniform_punishes_ending", "With uniform shaping the last token's advantage is anti-correlated "
+                    "with the score: a good response is punished for ending.", fisher_z(u["corr_end"][0], n)["diff"],
+                    0.0, "<", "atanh corr(A_last, score)", se=fisher_z(u["corr_end"][0], n)["se"],
+                    noise="response-sampling", fmt="+.2f", numbers={"corr": float(u["corr_end"][0])}),
+        comparison("uniform_worse_critic", "Uniform shaping makes the critic's job harder: its explained variance at "
+                   "the end is lower than with kl_final.",
+                   seed_compare(k["ev_seeds"], u["ev_seeds"], seed_noise(r, "ev_seeds")), expect=-1,
+                   labels=("kl_final", "uniform"), quantity="explained variance", values=(k["ev"], u["ev"]),
+                   fmt="+.2f"),
+        measurement("uniform_credit_moves_early", "Under uniform shaping the score's credit moves to the early tokens: "
+                    "the first token's advantage is more correlated with the score than the last one's.",
+                    fisher_z(u["corr_start"][0], n)["diff"] - fisher_z(u["corr_end"][0], n)["diff"], 0.0, ">",
+                    "atanh corr(first) - atanh corr(last)", se=float(np.sqrt(2.0 / (n - 3))),
+                    noise="response-sampling (as if independent)", fmt="+.2f"),
+        comparison("kl_final_better_gold", "kl_final shaping ends with a better gold score than uniform.",
+                   seed_compare(u["eval_gold_seeds"], k["eval_gold_seeds"], seed_noise(r, "eval_gold_seeds")),
+                   expect=+1, labels=("uniform", "kl_final"), quantity="gold", values=(u["eval_gold"], k["eval_gold"])),
+        comparison("uniform_longer", "Uniform shaping's responses are longer (what the anti-credit on ending predicts).",
+                   seed_compare(k["eval_length_seeds"], u["eval_length_seeds"], seed_noise(r, "eval_length_seeds")),
+                   expect=+1, labels=("kl_final", "uniform"), quantity="length (tokens)",
+                   values=(k["eval_length"], u["eval_length"]), fmt="+.1f", words=("longer", "shorter")),
+    ]
+    q = s["ratios"]
+    pt, ps = q["token_outside"], q["sequence_outside"]
+    w = q["width"]
+    out += [
+        measurement("explodes_in_direction", "The sequence ratio explodes, in direction: whole responses leave "
+                    "[1 - eps, 1 + eps] far more often than tokens.", ps - pt, 0.0, ">",
+                    "share of responses outside - share of tokens outside",
+                    se=float(np.sqrt(pt * (1 - pt) / q["n_tokens"] + ps * (1 - ps) / q["n_responses"])),
+                    noise="binomial", fmt="+.3f"),
+        measurement("explodes_in_size", "The sequence ratio explodes, in size: R reaches the worst case 1.2^50.",
+                    q["R_max"], r["worst"]["1.2^50"], ">=", "largest R measured", fmt=".1f"),
+        measurement("tokens_move_together", "The tokens of a response move together: log R spreads wider than "
+                    "independent tokens would give.", float(w.mean()), 1.0, ">",
+                    "width of log R / width with independent tokens",
+                    se=float(w.std(ddof=1) / np.sqrt(len(w))) if len(w) > 1 else None, noise="update", fmt=".2f"),
+    ]
+    v = eps_verdict(r)
+    short, long_ = TASKS
+    parts = [comparison(f"eps {e:g}", f"eps {e:g}", {"diff": c["diff"], "se": c["se"]}, expect=1 if e > 0.2 else -1,
+                        labels=(f"{short} task", f"{long_} task"), quantity=f"gold gain of eps {e:g} over 0.2",
+                        fmt="+.2f") for e, c in v["interaction"].items()]
+    if not parts:                                   # one seed: no noise, so no interaction was computed
+        gain = {t: float(eps_table(r)["table"][t][max(EPS)]["gold_mean"].mean()
+                         - eps_table(r)["table"][t][0.2]["gold_mean"].mean()) for t in TASKS}
+        parts = [comparison(f"eps {max(EPS):g}", "", {"diff": gain[long_] - gain[short], "se": None}, expect=1,
+                            labels=(f"{short} task", f"{long_} task"), quantity=f"gold gain of eps {max(EPS):g} over 0.2",
+                            fmt="+.2f")]
+    out.append(all_of("eps_wider_for_longer", "A common claim: epsilon should depend on the task, wider for the "
+                      "longer, sparser-reward task (a wider eps gains more over 0.2 on it, a narrower one loses more).",
+                      parts))
+    return out
 
 
 TASK_COLORS = dict(zip(TASKS, ("tab:green", "tab:blue")))

@@ -59,7 +59,8 @@ import time
 
 import numpy as np
 
-from lessons._common import clear_sign, diff_text, holds, lesson_main, pyplot, save, seed_compare, time_line
+from lessons._common import (Verdict, any_of, by_key, comparison, diff_text, identity, lesson_main, pyplot, save,
+                             seed_compare, time_line)
 from minippo.blas import single_blas_thread
 from minippo.rlhf import ppo
 from minippo.rlhf.generate import TRUNCATED_MARK, show_sample
@@ -224,15 +225,6 @@ def ablation_verdicts(r: dict) -> dict:
     return out
 
 
-def _matters(c: dict, what: str) -> str:
-    """'<what> higher / lower beyond 2 s.e' or 'no <what> difference beyond 2 s.e' (or one seed; the caller ends the
-    sentence)."""
-    if c["se"] is None:
-        return "one seed: no verdict"
-    return {1: f"{what} higher beyond 2 s.e", -1: f"{what} lower beyond 2 s.e",
-            0: f"no {what} difference beyond 2 s.e"}[clear_sign(c)]
-
-
 def _narrative_ablations(r: dict) -> list[str]:
     """Part 3: advantage whitening (Q22) and gradient clipping (Q23), each off, against the seed noise."""
     q, v, az = ablation_table(r), ablation_verdicts(r), r["ablation_sizes"]
@@ -253,30 +245,25 @@ def _narrative_ablations(r: dict) -> list[str]:
              "run mean; grad norm before clipping and the share of steps it clipped (max_grad_norm 1); raw A: the GAE "
              "advantages before whitening, over the valid tokens.)")
     w, c = v["whiten"], v["clip"]
-    L.append(f"  Q22. Whitening off: gold {diff_text(w['gold'], '+.2f')}, approx KL {diff_text(w['approxkl'], '+.4f')}: "
-             + _matters(w["gold"], "gold") + "; " + _matters(w["approxkl"], "approx KL")
-             + ". 'Advantage whitening matters at this scale' "
-             + ("one seed: no verdict." if noise is None else holds(w["gold"]["clear"]) + " (judged on the gold).")
-             + f" Its raw advantages have mean {t['defaults']['probe/adv_raw_mean'].mean():+.3f} and std "
+    V = by_key(verdicts(r))
+    L.append(f"  Q22. Whitening off: gold {diff_text(w['gold'], '+.2f')}, approx KL {diff_text(w['approxkl'], '+.4f')}. "
+             f"Its raw advantages have mean {t['defaults']['probe/adv_raw_mean'].mean():+.3f} and std "
              f"{t['defaults']['probe/adv_raw_std'].mean():.3f}: whitening rescales them by about "
              f"{1 / max(t['defaults']['probe/adv_raw_std'].mean(), 1e-12):.1f}x.")
+    L.append(V["whitening_raises_gold"].render("  "))
     ia = v["interaction"]
     L.append(f"  With the scores x {RM_SCALE:g} the raw advantages' std is {t[big]['probe/adv_raw_std'].mean():.2f}; "
              f"whitening off there: gold {diff_text(v['scaled_gold'], '+.2f')}, approx KL "
              f"{diff_text(v['scaled_approxkl'], '+.4f')}. How much more turning whitening off moves the approx KL at x "
-             f"{RM_SCALE:g} than at x 1: "
-             + ("one seed: no verdict." if ia is None else diff_text(ia, '+.4f') + ": 'without whitening, the reward "
-                "model's scale sets the step size' " + holds(clear_sign(ia) > 0)
-                + ("." if clear_sign(ia) > 0 else
-                   ", consistent with Adam, which divides each parameter's step by the running RMS of its gradient: a "
-                   "uniform scale of the advantages cancels in the step.")))
+             f"{RM_SCALE:g} than at x 1: " + ("one seed: no noise estimate." if ia is None else diff_text(ia, '+.4f') + "."))
+    L.append(V["scale_sets_step"].render("  "))
+    if not V["scale_sets_step"].holds:
+        L.append("  (Adam divides each parameter's step by the running RMS of its gradient: a uniform scale of the "
+                 "advantages cancels in the step.)")
     L.append(f"  Q23. Gradient clipping off: the default run clipped {t['defaults']['policy/grad_clip_frac'].mean():.0%} "
              f"of its steps (mean grad norm {t['defaults']['policy/grad_norm_avg'].mean():.2f} vs max_grad_norm 1); "
-             f"without it gold {diff_text(c['gold'], '+.2f')}, approx KL {diff_text(c['approxkl'], '+.4f')}: "
-             + _matters(c["gold"], "gold") + "; " + _matters(c["approxkl"], "approx KL")
-             + ". 'Gradient clipping matters at this scale' "
-             + ("one seed: no verdict." if noise is None else holds(c["gold"]["clear"] or c["approxkl"]["clear"])
-                + " (judged on the gold and the update size)."))
+             f"without it gold {diff_text(c['gold'], '+.2f')}, approx KL {diff_text(c['approxkl'], '+.4f')}.")
+    L.append(V["grad_clip_matters"].render("  "))
     return L
 
 
@@ -289,9 +276,8 @@ def narrative(r: dict) -> str:
          f"  -> the actor samples (prefill + decode), then runs forward {rc['actor']['forward']}x for logp_old and "
          f"forward + backward {uc['actor']['backward']}x in the update ({cfg.update_epochs} epochs x "
          f"{cfg.num_minibatches} minibatches = {w['steps']} steps); the reference and the reward model "
-         + ("run forward once each, in the rollout only, and never backward." if frozen_once(rc, uc) else
-            f"do NOT run forward exactly once each in the rollout only (rollout: reference "
-            f"{rc['reference']['forward']}, reward model {rc['reward model']['forward']} forward passes).")]
+         + f"run forward {rc['reference']['forward']} and {rc['reward model']['forward']} times in the rollout.",
+         by_key(verdicts(r))["frozen_once"].render("  ")]
     if "critic" in rc:
         L.append(f"  -> the critic (a separate TinyGPT) runs forward {rc['critic']['forward']}x in the rollout (the "
                  f"values V(s_t)) and forward + backward {uc['critic']['backward']}x in the update.")
@@ -311,8 +297,7 @@ def narrative(r: dict) -> str:
     b0, b1 = w["beta"]
     L.append(f"  step 6: beta {b0:g} -> {b1:.4f} (objective/kl {w['record']['objective/kl']:.3f} nats/response, "
              f"target {cfg.kl_ref_target:g}).")
-    L.append("  The walk's record " + ("equals" if r["walk_equals_trainer"] else "DIFFERS FROM")
-             + " the first record of a run the trainer does alone (same seed, same calls).")
+    L.append(by_key(verdicts(r))["walk_equals_trainer"].render("  "))
     L.append(f"\nPart 2: PPO, {cfg.iterations} iterations x {cfg.batch_size} responses, {cfg.update_epochs} epochs of "
              f"{cfg.num_minibatches} minibatches, lr {cfg.lr:g} ({cfg.lr_schedule}), clip_eps {cfg.clip_eps}, adaptive "
              f"KL target {cfg.kl_ref_target:g} nats/response (beta {cfg.kl_ref_coef:g} -> {recs[-1]['kl_coef']:.3f}).")
@@ -330,9 +315,8 @@ def narrative(r: dict) -> str:
     c = proxy_vs_gold(r)
     L.append(f"The gold score moved by {gold_gain:+.2f} standard deviations of the SFT samples, the RM score by "
              f"{rm_gain_std:+.2f} of its own; RM minus gold, paired over the {len(r['prompts'])} prompts: "
-             f"{diff_text(c, '+.2f', 'prompt')}: " + {1: "the proxy moves further than what it stands for.",
-                                                      -1: "the gold moved further than the proxy.",
-                                                      0: "the gold moved as far as the proxy."}[clear_sign(c)])
+             f"{diff_text(c, '+.2f', 'prompt')}.")
+    L.append(by_key(verdicts(r))["proxy_moves_further"].render())
     T = r["config"].max_new_tokens
     L.append(f"\nSamples, same prompt before -> after ({int((~r['before']['ended']).sum())} SFT and "
              f"{int((~r['after']['ended']).sum())} PPO responses of {len(r['prompts'])} have no EOS within {T} tokens; "
@@ -344,6 +328,52 @@ def narrative(r: dict) -> str:
     L += _narrative_ablations(r)
     L.append(time_line(r))
     return "\n".join(L)
+
+
+def verdicts(r: dict) -> list[Verdict]:
+    """The lesson's claims, each judged from the numbers of ``r`` (part 3: seed noise pooled over five variants)."""
+    w = r["walk"]
+    s = r["summary"]
+    q, v = ablation_table(r), ablation_verdicts(r)
+    t = q["table"]
+    mean = lambda name, k: float(t[name][k].mean())          # noqa: E731
+    big, big_raw = SCALED
+    wh, cl = v["whiten"], v["clip"]
+    return [
+        identity("frozen_once", "The reference and the reward model run forward once each, in the rollout only, and "
+                 "never backward.", frozen_once(w["rollout_calls"], w["update_calls"]),
+                 "holds when their counted calls are exactly one forward pass each in the rollout and nothing else",
+                 {"reference forward": w["rollout_calls"]["reference"]["forward"],
+                  "reward model forward": w["rollout_calls"]["reward model"]["forward"]}),
+        identity("walk_equals_trainer", "The walk by hand is rlhf/ppo.py's iteration: its record equals the first "
+                 "record of a run the trainer does alone (same seed, same calls).", bool(r["walk_equals_trainer"]),
+                 "holds when the two records are equal, key by key"),
+        comparison("proxy_moves_further", "The proxy (RM score) moves further than the gold it stands for (each in "
+                   "SFT standard deviations).", proxy_vs_gold(r), expect=+1, labels=("gold", "RM"),
+                   quantity="move in SFT std", noise="prompt", fmt="+.2f",
+                   values=(r["gold_gain_in_sft_std"],
+                           (s["PPO"]["rm_mean"] - s["SFT"]["rm_mean"]) / max(1e-12, float(np.std(r["before"]["rm"]))))),
+        comparison("whitening_raises_gold", "Q22: advantage whitening helps at this scale: the gold is higher with "
+                   "whitening ON than OFF.", wh["gold"], expect=-1, labels=("whitening ON", "whitening OFF"),
+                   quantity="gold", values=(mean("defaults", "gold_mean"), mean("no whitening", "gold_mean")),
+                   fmt="+.2f"),
+        comparison("scale_sets_step", f"Without whitening the reward model's scale sets the step size: turning "
+                   f"whitening off raises the approx KL more with the scores x {RM_SCALE:g} than at x 1.",
+                   v["interaction"] if v["interaction"] is not None else
+                   {"diff": (mean(big_raw, "policy/approxkl_avg") - mean(big, "policy/approxkl_avg"))
+                    - (mean("no whitening", "policy/approxkl_avg") - mean("defaults", "policy/approxkl_avg")),
+                    "se": None},
+                   expect=+1, labels=("x 1", f"x {RM_SCALE:g}"), quantity="approx KL change (whitening off - on)",
+                   fmt="+.4f"),
+        any_of("grad_clip_matters", "Q23: gradient clipping matters at this scale: without it the updates are larger "
+               "or the gold lower.", [
+                   comparison("update", "larger updates", cl["approxkl"], expect=+1,
+                              labels=("clipping ON", "clipping OFF"), quantity="approx KL", fmt="+.4f",
+                              values=(mean("defaults", "policy/approxkl_avg"), mean("no grad clip", "policy/approxkl_avg"))),
+                   comparison("gold", "lower gold", cl["gold"], expect=-1, labels=("clipping ON", "clipping OFF"),
+                              quantity="gold", fmt="+.2f",
+                              values=(mean("defaults", "gold_mean"), mean("no grad clip", "gold_mean")))]),
+    ]
 
 
 ABLATION_COLORS = ("tab:blue", "tab:orange", "tab:red", "tab:purple", "tab:brown")
@@ -383,7 +413,8 @@ def _plot_ablations(r: dict, j, k, l) -> None:
     l.set_yscale("log")
     l.set_xticks(x, short, fontsize=8)
     l.set_ylabel("GAE advantage before whitening (log)")
-    l.set_title(f"(l) the raw advantages: the RM x {RM_SCALE:g} reaches them")
+    widen = t[next(iter(SCALED))]["probe/adv_raw_std"].mean() / t["defaults"]["probe/adv_raw_std"].mean()
+    l.set_title(f"(l) the raw advantages: the RM x {RM_SCALE:g} makes their std {widen:.1f}x")
     l.legend(loc="upper left", fontsize=8)
 
 

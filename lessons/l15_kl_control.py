@@ -69,7 +69,8 @@ import time
 
 import numpy as np
 
-from lessons._common import clear_sign, diff_text, holds, lesson_main, pyplot, save, seed_compare, time_line
+from lessons._common import (Verdict, all_of, by_key, comparison, diff_text, identity, lesson_main, measurement,
+                             pyplot, save, seed_compare, time_line)
 from minippo.blas import single_blas_thread
 from minippo.studies.kl_control import arms_noise, control_noise, control_seeds, control_summary, update_kl_arms
 from minippo.studies.kl_moments import probe_estimators, response_mean, topk_probe
@@ -202,39 +203,29 @@ def _narrative_controls(r: dict, s: dict) -> list[str]:
     zie, ppo = s["adaptive (Ziegler)"], s["adaptive (PPO paper)"]
     rival = max((k for k in s if k != "no penalty"), key=lambda k: s[k]["kl"])
     kl_c = cmp_(rival, "no penalty", "kl")
-    L.append(f"  No penalty: KL {none['kl']:.1f} nats, minus the next largest ({rival}) {diff_text(kl_c, '+.2f')}: "
-             + ("the largest beyond 2 s.e." if clear_sign(kl_c) > 0 else "not the largest." if kl_c["diff"] < 0 else
-                "the largest by its mean only.")
-             + f" Its gold peaked at {none['peak_gold']:+.2f} (the best of {sz['iterations']} noisy iterations) and "
+    V = by_key(verdicts(r))
+    L.append(f"  No penalty: KL {none['kl']:.1f} nats, minus the next largest ({rival}) {diff_text(kl_c, '+.2f')}."
+             f" Its gold peaked at {none['peak_gold']:+.2f} (the best of {sz['iterations']} noisy iterations) and "
              f"ended at {none['gold']:+.2f}.")
+    L.append(V["no_penalty_largest_kl"].render("  "))
     ranked = sorted(s, key=lambda k: s[k]["eval_gold"], reverse=True)
     best_c = cmp_(ranked[1], ranked[0], "gold")
     L.append(f"  Fixed beta 0.02 ends at {low['kl']:.1f} nats ({low['kl'] / KL_TARGET:.1f}x the target), fixed beta 1 "
              f"at {high['kl']:.1f}. Best evaluation gold: {ranked[0]} ({s[ranked[0]]['eval_gold']:+.2f}); ahead of "
-             f"{ranked[1]} by {diff_text(best_c, '+.2f')}"
-             + (": the best beyond 2 s.e." if best_c["clear"] else ": not the best beyond 2 s.e." if best_c["se"]
-                else ".") )
+             f"{ranked[1]} by {diff_text(best_c, '+.2f')}.")
     L.append("  A common claim: a fixed beta lets the KL run away or stalls the update.")
     climb = curve_slope(_curve(runs["fixed beta 0.02"], "objective/kl_exact")[:, sz["iterations"] // 2:])
     zero = curve_slope(_curve(runs["no penalty"], "objective/kl_exact")[:, sz["iterations"] // 2:])
-    word = ("too few iterations to tell" if climb["se"] is None else
-            "still climbing beyond 2 s.e.: a small fixed beta leaves the KL where the reward pulls it"
-            if clear_sign(climb) > 0 else "not climbing beyond 2 s.e.")
     L.append(f"    runaway: beta = 0 ends at {none['kl']:.1f} nats ({zero['diff']:+.2f} nats/iteration over the second "
              f"half); beta 0.02 at {low['kl']:.1f} nats, slope over the second half "
-             f"{diff_text(climb, '+.2f', climb['noise'])}: {word}.")
+             f"{diff_text(climb, '+.2f', climb['noise'])}.")
+    L.append(V["fixed_beta_runaway"].render("    "))
     sft = [ref["gold_mean"]]
     gain = seed_compare(sft, control_seeds(runs["fixed beta 1"], "gold"), None if noise is None else noise["gold"])
     vs_low = cmp_("fixed beta 0.02", "fixed beta 1", "gold")
-    if gain["se"] is None:
-        stall = "one seed: no verdict."
-    elif not gain["clear"] or gain["diff"] < 0:
-        stall = "stalled: no gain over the SFT policy beyond 2 s.e."
-    else:
-        stall = "not stalled" + (", but slower than beta 0.02 beyond 2 s.e." if clear_sign(vs_low) < 0 else
-                                 " (no less gain than beta 0.02 beyond 2 s.e.).")
     L.append(f"    stall: beta 1 holds {high['kl']:.1f} nats; its gold gain over the SFT policy "
-             f"{diff_text(gain, '+.2f')}, vs beta 0.02 {diff_text(vs_low, '+.2f')}: {stall}")
+             f"{diff_text(gain, '+.2f')}, vs beta 0.02 {diff_text(vs_low, '+.2f')}.")
+    L.append(V["fixed_beta_stalls"].render("    "))
     horizon = CONTROLS["adaptive (Ziegler)"]["kl_ref_horizon"]
     L.append(f"  Ziegler's controller moves beta by at most {0.2 * sz['batch_size'] / horizon:.0%} per iteration (error "
              f"clipped to 0.2, batch/horizon = {sz['batch_size']}/{horizon}): beta 0.02 -> {zie['beta']:.3f}, KL "
@@ -243,6 +234,9 @@ def _narrative_controls(r: dict, s: dict) -> list[str]:
              "reference per response; the paper applies its rule to the per-update KL(pi_old, pi) of its penalty "
              "objective (eq. (8)), as lesson 05 does: here it is the same rule on another KL.")
     return L
+
+
+EXACT_TOL = 1e-9     # |E[k] - KL| from exact float64 sums over the vocabulary: rounding only
 
 
 def _estimator_bias(c: dict, n: int) -> dict:
@@ -272,20 +266,19 @@ def _narrative_estimators(r: dict) -> list[str]:
     L += ["  (close = the fixed-beta-1 policy, far = the no-penalty policy; noise/resp = std over responses of "
           "sum_t k - sum_t KL_exact; biases below on the far policy, with their s.e. over the "
           f"{n} responses.)",
-          f"  k1: unbiased in expectation (an exact identity); measured bias {diff_text(bias['k1'], '+.2f', 'response')}"
-          f"; one token's k1 is negative {cl['compare']['k1']['token_neg_frac']:.0%} of the time (exact probability "
-          f"{cl['k1_neg_prob']:.0%}): 'k1 can be negative' {holds(neg['k1'] > 0)}.",
+          f"  k1: measured bias {diff_text(bias['k1'], '+.2f', 'response')}; one token's k1 is negative "
+          f"{cl['compare']['k1']['token_neg_frac']:.0%} of the time (exact probability {cl['k1_neg_prob']:.0%}).",
           f"  k2: negative on {neg['k2']:.0%} of the tokens, bias {diff_text(bias['k2'], '+.2f', 'response')} "
-          f"({k2_rel:+.0%} of the exact KL): 'k2 is biased' {holds(clear_sign(bias['k2']) != 0)}.",
-          f"  k3: negative on {neg['k3']:.0%} of the tokens, bias {diff_text(bias['k3'], '+.2f', 'response')}: "
-          f"'k3 is unbiased and never negative' {holds(neg['k3'] == 0 and not bias['k3']['clear'])}.",
-          f"  'k3 has low variance': exact variance of one token's estimate, k1 {var['close'][0]:.2f} vs k3 "
-          f"{var['close'][1]:.2f} (close), {var['far'][0]:.1f} vs {var['far'][1]:.1f} (far): "
-          f"{holds(var['close'][1] < var['close'][0])} near the reference, {holds(var['far'][1] < var['far'][0])} "
-          "far from it"
-          + (": k3 = (rho - 1) - log rho grows like rho on tokens the reference likes much more than the policy "
-             "(rho = pi_ref / pi >> 1)." if var["close"][1] >= var["close"][0] or var["far"][1] >= var["far"][0]
-             else ".")]
+          f"({k2_rel:+.0%} of the exact KL).",
+          f"  k3: negative on {neg['k3']:.0%} of the tokens, bias {diff_text(bias['k3'], '+.2f', 'response')}.",
+          f"  exact variance of one token's estimate, k1 {var['close'][0]:.2f} vs k3 {var['close'][1]:.2f} (close), "
+          f"{var['far'][0]:.1f} vs {var['far'][1]:.1f} (far)."]
+    V = by_key(verdicts(r))
+    L += [V[k].render("  ") for k in ("k1_unbiased", "k1_negative", "k2_biased", "k3_unbiased_nonnegative",
+                                      "k3_lower_variance_close", "k3_lower_variance_far")]
+    if not (V["k3_lower_variance_close"].holds and V["k3_lower_variance_far"].holds):
+        L.append("  (k3 = (rho - 1) - log rho grows like rho on tokens the reference likes much more than the policy, "
+                 "rho = pi_ref / pi >> 1.)")
     return L
 
 
@@ -302,18 +295,19 @@ def _narrative_topk(r: dict) -> list[str]:
     t0, tl = r["tempered"][0], r["tempered"][-1]
     j0, jl = t0["rm"] - beta * t0["k1_expected"], tl["rm"] - beta * tl["k1_expected"]
     tp = r["topk_policy"]
-    found = ("yes: its top-k mass fell (log M/M_ref < 0), so the k1 penalty UNDER-estimates the KL."
+    found = ("its top-k mass fell (log M/M_ref < 0), so the k1 penalty UNDER-estimates the KL."
              if tp["log_mass_ratio"] < 0 else
-             "no: it SHARPENED its top-k (log M/M_ref > 0), so the k1 penalty OVER-estimates the KL.")
+             "it SHARPENED its top-k (log M/M_ref > 0), so the k1 penalty OVER-estimates the KL.")
     L += [f"  tau {tl['tau']}: {tl['kl_exact']:.2f} nats away from the reference, top-k k1 estimate "
-          f"{tl['k1_expected']:+.2f} ({'negative' if tl['k1_expected'] < 0 else 'positive'}); the penalised "
-          f"objective goes {j0:+.2f} -> {jl:+.2f}: the policy is {'paid' if jl > j0 else 'not paid'} for moving. "
+          f"{tl['k1_expected']:+.2f}; the penalised objective goes {j0:+.2f} -> {jl:+.2f}. "
           "Why: E_q[k1] = KL(q || q_ref) + log(M / M_ref), and flattening lowers M, the policy's top-k mass.",
+          by_key(verdicts(r))["topk_k1_negative"].render("  "),
           f"  Did PPO with top-k find that exploit? The top-k run's final policy: E[k1] {tp['k1_expected']:+.2f} vs "
           f"exact {tp['kl_exact']:.2f} nats/response, top-{TOP_K} mass {tp['mass']:.2f} vs {tp['mass_ref']:.2f} for "
           f"the reference (log M/M_ref summed over a response {tp['log_mass_ratio']:+.2f}): {found} The tail is never "
           "sampled: PPO moves it only through the softmax normalisation, with (whitened) advantages of both signs. "
-          "Under top-k the penalty is biased either way; the sign follows the top-k mass."]
+          "Under top-k the penalty is biased either way; the sign follows the top-k mass.",
+          by_key(verdicts(r))["topk_exploit_found"].render("  ")]
     return L
 
 
@@ -326,7 +320,6 @@ def _narrative_early_stop(r: dict) -> list[str]:
     fired = [e for e in stops if e is not None]
     where = ", ".join(f"{ep}: {fired.count(ep)}x" for ep in sorted(set(fired))) or "none"
     first = upd_none.mean(0)
-    largest = first[0] > first[1:].max() if len(first) > 1 else False
     smaller = compare_paired(first, upd_early.mean(0)) if len(first) > 1 else None
     drift = curve_slope(_curve(early, "objective/kl_exact"))
     L = [f"\nD. kl_old_target = {TARGET_KL} (approx KL of a minibatch, k3 per token, checked before its step), "
@@ -334,27 +327,19 @@ def _narrative_early_stop(r: dict) -> list[str]:
          f"  it stopped {len(fired)} of {len(stops)} updates, in epoch {where} (epochs 0-{r['update_epochs'] - 1}).",
          f"  KL of each update (per token, measured after it), without -> with the early stop: "
          f"{upd_none[:, 0].mean():.3f} -> {upd_early[:, 0].mean():.3f} at iteration 0, "
-         f"{upd_none[:, 1:].mean():.3f} -> {upd_early[:, 1:].mean():.3f} afterwards. Without it, iteration 0's update "
-         + ("is the largest of the run (Adam starts without second-moment history: its first steps have size ~lr "
-            "per parameter)." if largest else "is not the largest of the run.")]
-    if smaller is None:
-        L.append("  Too few iterations to compare the updates' KL with and without the stop.")
-    else:
-        L.append(f"  With minus without the stop, paired by iteration: "
-                 f"{diff_text(smaller, '+.3f', 'iteration')}: "
-                 + ("it makes each update smaller." if clear_sign(smaller) < 0 else
-                    "no smaller updates beyond 2 s.e."))
+         f"{upd_none[:, 1:].mean():.3f} -> {upd_early[:, 1:].mean():.3f} afterwards."]
+    V = by_key(verdicts(r))
+    L.append(V["iteration0_largest"].render("  "))
+    if smaller is not None:
+        L.append(f"  With minus without the stop, paired by iteration: {diff_text(smaller, '+.3f', 'iteration')}.")
+    L.append(V["stop_smaller_updates"].render("  "))
     L.append(f"  KL to the reference at the end: {_final(none, 'objective/kl_exact', n_side):.1f} -> "
              f"{_final(early, 'objective/kl_exact'):.1f} nats; gold (last 5) {_final(none, 'gold/score', n_side):+.2f}"
              f" -> {_final(early, 'gold/score'):+.2f}. With the stop the KL to the reference grows by "
-             f"{diff_text(drift, '+.2f', drift['noise'])} nats per iteration: "
-             + ("the stop does not bound the distance to the reference"
-                + ("; it bounds each step: a trust region per update, not a replacement for the KL penalty."
-                   if smaller is not None and clear_sign(smaller) < 0 else
-                   ", nor (beyond 2 s.e. here) each step: not a replacement for the KL penalty.")
-                if clear_sign(drift) > 0 else
-                "no growth beyond 2 s.e. here, so this run cannot tell whether the stop also bounds the distance."
-                if drift["se"] is not None else "too few iterations to tell."))
+             f"{diff_text(drift, '+.2f', drift['noise'])} nats per iteration.")
+    L.append(V["stop_does_not_bound_ref"].render("  "))
+    if V["stop_does_not_bound_ref"].holds:
+        L.append("  A trust region per update, not a replacement for the KL penalty.")
     return L
 
 
@@ -386,21 +371,16 @@ def _narrative_kl_old(r: dict) -> list[str]:
     pen, stop = cmp_("no penalty", "fixed beta 1", "after"), cmp_("no penalty", "early stop", "after")
     ref = cmp_("no penalty", "fixed beta 1", "kl_ref")
     pb, es = a["fixed beta 1"], a["early stop"]
+    V = by_key(verdicts(r))
     L.append(f"  Q44. The KL penalty (beta 1 vs 0): KL to the reference {diff_text(ref, '+.1f')} nats; log10 KL of each "
-             f"update {diff_text(pen, '+.2f')}: "
-             + ("it makes each update smaller too" if clear_sign(pen) < 0 else "each update is larger"
-                if clear_sign(pen) > 0 else "no smaller updates beyond 2 s.e." if pen["se"] is not None else "one seed")
-             + f"; its largest update {pb['largest']:.3f} ({pb['largest'] / TARGET_KL:.1f}x the target, "
-             f"{pb['above']} of {pb['n_updates']} updates above it): " + ("bounded" if capped["fixed beta 1"] else
-                                                                          "not bounded")
-             + f". The early stop (beta 0): log10 KL of each update {diff_text(stop, '+.2f')}; largest "
-             f"{es['largest']:.3f} ({es['largest'] / TARGET_KL:.1f}x the target, {es['above']} of {es['n_updates']} "
-             f"above it), {es['steps']:.1f} of {steps} steps per update taken: "
-             + ("bounded" if capped["early stop"] else "not bounded")
-             + ". 'The penalty does not bound one update's drift; the early stop does' "
-             + holds(not capped["fixed beta 1"] and capped["early stop"])
-             + (": the penalty sets where the policy settles over many iterations, the stop caps each update."
-                if not capped["fixed beta 1"] and capped["early stop"] else "."))
+             f"update {diff_text(pen, '+.2f')}; its largest update {pb['largest']:.3f} ({pb['largest'] / TARGET_KL:.1f}x "
+             f"the target, {pb['above']} of {pb['n_updates']} updates above it). The early stop (beta 0): log10 KL of "
+             f"each update {diff_text(stop, '+.2f')}; largest {es['largest']:.3f} ({es['largest'] / TARGET_KL:.1f}x the "
+             f"target, {es['above']} of {es['n_updates']} above it), {es['steps']:.1f} of {steps} steps per update "
+             "taken.")
+    L += [V[k].render("  ") for k in ("penalty_lowers_ref_kl", "penalty_smaller_updates", "q44_stop_bounds_update")]
+    if V["q44_stop_bounds_update"].holds:
+        L.append("  The penalty sets where the policy settles over many iterations, the stop caps each update.")
     ad, lr0 = a["adapt lr"], r["base"]["lr"]
     up, ae = cmp_("no penalty", "adapt lr", "after"), cmp_("early stop", "adapt lr", "after")
     gold, kl = cmp_("early stop", "adapt lr", "gold"), cmp_("early stop", "adapt lr", "kl_ref")
@@ -413,14 +393,117 @@ def _narrative_kl_old(r: dict) -> list[str]:
                 f"update, so its first minibatches raise the rate until the KL has passed {2 * TARGET_KL:g})"
                 if ad["lr_max"].max() > lr0 else "(never above the configured rate)")
              + f". log10 KL of each update vs neither {diff_text(up, '+.2f')}, vs the early "
-             f"stop {diff_text(ae, '+.2f')}; largest update {ad['largest']:.3f}: "
-             + ("bounded" if capped["adapt lr"] else "not bounded")
-             + f". Gold vs the early stop {diff_text(gold, '+.2f')}, KL to the reference {diff_text(kl, '+.1f')} nats. "
-             "'An lr adapted from the KL bounds each update, an alternative to the early stop' "
-             + holds(capped["adapt lr"])
-             + (": it reacts after the KL has moved, the stop before each step." if not capped["adapt lr"] else ".")
-             + " Neither touches the KL to the reference: that is the penalty's job (Q44).")
+             f"stop {diff_text(ae, '+.2f')}; largest update {ad['largest']:.3f}. Gold vs the early stop "
+             f"{diff_text(gold, '+.2f')}, KL to the reference {diff_text(kl, '+.1f')} nats.")
+    L.append(V["q45_adapt_lr_bounds_update"].render("  "))
+    if not V["q45_adapt_lr_bounds_update"].holds:
+        L.append("  (it reacts after the KL has moved, the stop before each step.)")
     return L
+
+
+def verdicts(r: dict) -> list[Verdict]:
+    """The lesson's claims, each judged from the numbers of ``r`` (seed noise pooled over the variants)."""
+    s, sz, ref, runs = summary(r), r["sizes"], r["reference"], r["runs"]
+    noise = control_noise(runs)
+    cmp_ = lambda a, b, key: seed_compare(control_seeds(runs[a], key), control_seeds(runs[b], key),  # noqa: E731
+                                          None if noise is None else noise[key])
+    rival = max((k for k in s if k != "no penalty"), key=lambda k: s[k]["kl"])
+    climb = curve_slope(_curve(runs["fixed beta 0.02"], "objective/kl_exact")[:, sz["iterations"] // 2:])
+    out = [
+        comparison("no_penalty_largest_kl", "Without a KL penalty the KL to the reference grows the most (more than "
+                   f"the next largest, {rival}).", cmp_(rival, "no penalty", "kl"), expect=+1,
+                   labels=(rival, "no penalty"), quantity="KL (last 5)", values=(s[rival]["kl"], s["no penalty"]["kl"]),
+                   fmt="+.2f"),
+        measurement("fixed_beta_runaway", "A small fixed beta (0.02) lets the KL run away: it still climbs over the "
+                    "second half of the run.", climb["diff"], 0.0, ">", "slope of the KL (nats/iteration)",
+                    se=climb["se"], noise=climb["noise"], fmt="+.2f"),
+        comparison("fixed_beta_stalls", "A large fixed beta (1) stalls the update: it gains less gold than beta 0.02.",
+                   cmp_("fixed beta 0.02", "fixed beta 1", "gold"), expect=-1, labels=("beta 0.02", "beta 1"),
+                   quantity="evaluation gold", values=(s["fixed beta 0.02"]["eval_gold"], s["fixed beta 1"]["eval_gold"]),
+                   fmt="+.2f"),
+    ]
+    # B: the estimators; the identities from the exact moments at the sampled states
+    cl, fa = r["estimators"]["fixed beta 1"], r["estimators"]["no penalty"]
+    n = fa["n_responses"]
+    exact_bias = {k: max(e["exact_bias"][k] for e in (cl, fa)) for k in ("k1", "k2", "k3")}
+    neg = {k: max(e["compare"][k]["token_neg_frac"] for e in (cl, fa)) for k in ("k1", "k2", "k3")}
+    kl_mean = fa["compare"]["exact"]["response_mean"]
+    out += [
+        identity("k1_unbiased", "k1 is unbiased: E[k1] = KL exactly at every state.", exact_bias["k1"] <= EXACT_TOL,
+                 f"holds when max over the sampled states of |E[k1] - KL| (exact sums over the vocabulary) <= "
+                 f"{EXACT_TOL:g}", {"max |E[k1] - KL|": exact_bias["k1"],
+                                    "measured bias per response (far)": fa["compare"]["k1"]["response_bias"]}),
+        measurement("k1_negative", "One token's k1 can be negative.", neg["k1"], 0.0, ">",
+                    "share of sampled tokens with k1 < 0", fmt=".0%",
+                    numbers={"exact probability (close)": cl["k1_neg_prob"]}),
+        measurement("k2_biased", "k2 is biased: its expectation is not the KL (here above it, on the far policy).",
+                    _estimator_bias(fa["compare"]["k2"], n)["diff"], 0.0, ">", "k2 bias per response (far)",
+                    se=_estimator_bias(fa["compare"]["k2"], n)["se"], noise="response", fmt="+.2f",
+                    numbers={"exact KL per response": kl_mean, "max |E[k2] - KL| per token, exact": exact_bias["k2"]}),
+        identity("k3_unbiased_nonnegative", "k3 is unbiased and never negative: E[k3] = KL exactly, and k3 = (rho - "
+                 "1) - log rho >= 0 for every token.", exact_bias["k3"] <= EXACT_TOL and neg["k3"] == 0,
+                 f"holds when max |E[k3] - KL| <= {EXACT_TOL:g} (exact) and no sampled token has k3 < 0",
+                 {"max |E[k3] - KL|": exact_bias["k3"], "share of tokens with k3 < 0": neg["k3"]}),
+    ]
+    for label, e in (("close", cl), ("far", fa)):
+        out.append(measurement(f"k3_lower_variance_{label}", f"k3 has lower variance than k1 ({label} to the "
+                               "reference): the exact variance of one token's estimate.",
+                               e["exact_var"]["k3"] - e["exact_var"]["k1"], 0.0, "<", "Var[k3] - Var[k1]", fmt="+.2f",
+                               numbers={"Var[k1]": e["exact_var"]["k1"], "Var[k3]": e["exact_var"]["k3"]}))
+    # C: top-k
+    tl, tp = r["tempered"][-1], r["topk_policy"]
+    out += [
+        measurement("topk_k1_negative", f"Under top-{TOP_K} sampling a policy that flattens its distribution "
+                    f"(tau {tl['tau']}) shows a negative expected k1 although its true KL is positive.",
+                    tl["k1_expected"], 0.0, "<", f"E[k1] under top-{TOP_K} (nats/response)", fmt="+.2f",
+                    numbers={"exact KL": tl["kl_exact"]}),
+        measurement("topk_exploit_found", f"PPO with top-{TOP_K} sampling finds that exploit: its top-k mass falls "
+                    "below the reference's.", tp["log_mass_ratio"], 0.0, "<", "log M / M_ref per response", fmt="+.2f"),
+    ]
+    # D: the early stop
+    early, none = r["early_runs"], r["runs"]["no penalty"]
+    n_side = len(early["records"])
+    upd_none, upd_early = _curve(none, "probe/update_kl", n_side), _curve(early, "probe/update_kl")
+    first = upd_none.mean(0)
+    drift = curve_slope(_curve(early, "objective/kl_exact"))
+    out.append(measurement("iteration0_largest", "Without the stop, iteration 0's update is the largest of the run "
+                           "(Adam starts without second-moment history: its first steps have size ~lr per parameter).",
+                           float(first[0] - first[1:].max()) if len(first) > 1 else 0.0, 0.0, ">",
+                           "KL of update 0 - largest later update KL", fmt="+.3f"))
+    smaller = (compare_paired(first, upd_early.mean(0)) if len(first) > 1 else
+               {"diff": float(upd_early.mean() - first.mean()), "se": None})
+    out += [
+        comparison("stop_smaller_updates", "The early stop makes each update smaller.", smaller, expect=-1,
+                   labels=("without the stop", "with the stop"), quantity="KL of the update", fmt="+.3f",
+                   noise="iteration", values=(float(first.mean()), float(upd_early.mean()))),
+        measurement("stop_does_not_bound_ref", "The early stop does not bound the distance to the reference: with it "
+                    "the KL to the reference still grows.", drift["diff"], 0.0, ">",
+                    "slope of the KL to the reference (nats/iteration)", se=drift["se"], noise=drift["noise"],
+                    fmt="+.2f"),
+    ]
+    # E: what bounds one update
+    a, cap = kl_old_arms(r), CAP * TARGET_KL
+    an = arms_noise(a)
+    acmp = lambda x, y, k: seed_compare(a[x][k], a[y][k], None if an is None else an[k])   # noqa: E731  y - x
+    out += [
+        comparison("penalty_lowers_ref_kl", "The KL penalty (beta 1 vs 0) keeps the policy nearer the reference.",
+                   acmp("no penalty", "fixed beta 1", "kl_ref"), expect=-1, labels=("beta 0", "beta 1"),
+                   quantity="KL to the reference", fmt="+.1f",
+                   values=(float(a["no penalty"]["kl_ref"].mean()), float(a["fixed beta 1"]["kl_ref"].mean()))),
+        comparison("penalty_smaller_updates", "The KL penalty (beta 1 vs 0) also makes each update smaller.",
+                   acmp("no penalty", "fixed beta 1", "after"), expect=-1, labels=("beta 0", "beta 1"),
+                   quantity="log10 KL of each update", fmt="+.2f",
+                   values=(float(a["no penalty"]["after"].mean()), float(a["fixed beta 1"]["after"].mean()))),
+        all_of("q44_stop_bounds_update", "Q44: the penalty does not bound one update's drift; the early stop does.", [
+            measurement("penalty unbounded", "", a["fixed beta 1"]["largest"], cap, ">",
+                        "largest update KL with beta 1", fmt=".3f"),
+            measurement("stop bounded", "", a["early stop"]["largest"], cap, "<=",
+                        "largest update KL with the early stop", fmt=".3f")]),
+        measurement("q45_adapt_lr_bounds_update", "Q45: an lr adapted from the KL bounds each update, an alternative "
+                    "to the early stop.", a["adapt lr"]["largest"], cap, "<=", "largest update KL with the adapted lr",
+                    fmt=".3f"),
+    ]
+    return out
 
 
 def narrative(r: dict) -> str:
@@ -571,7 +654,11 @@ def plot(r: dict, path) -> None:
         twin.plot(it, _curve(v, "gold/score", n_side).mean(0), color=col, ls="--", lw=1)
     twin.set_ylabel("gold score (dashed)")
     twin.grid(False)
-    i.set(title="(i) early stopping slows the drift, it does not bound it", xlabel="iteration",
+    Vd = by_key(verdicts(r))
+    i.set(title="(i) early stopping: " + ("each update smaller" if Vd["stop_smaller_updates"].holds else
+                                          f"smaller updates {Vd['stop_smaller_updates'].outcome}") + "; "
+          + ("the KL to the reference still grows" if Vd["stop_does_not_bound_ref"].holds else
+             f"growth of the KL to the reference {Vd['stop_does_not_bound_ref'].outcome}"), xlabel="iteration",
           ylabel="exact KL to the reference (nats / response)")
     i.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)   # below: the dashed gold fills the top
     _plot_kl_old(r, *axes[3])

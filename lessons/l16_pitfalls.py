@@ -65,7 +65,8 @@ import time
 
 import numpy as np
 
-from lessons._common import clear_sign, diff_text, holds, legend_in_margin, lesson_main, pyplot, save, seed_compare, time_line
+from lessons._common import (FAILS, HOLDS, Verdict, all_of, by_key, comparison, decide, diff_text, identity,
+                             legend_in_margin, lesson_main, measured, measurement, pyplot, save, seed_compare, time_line)
 from minippo.blas import blas_core_name
 from minippo.rlhf.data.gold import gold_breakdown, gold_profile
 from minippo.rlhf.generate import show_sample
@@ -230,7 +231,6 @@ def clamp_lines(r: dict) -> list[str]:
     e_clip, e_clamp = cmp_("no fix", "value clip", "log_err"), cmp_("bias init", CLAMP, "log_err")
     gold = cmp_("bias init", CLAMP, "gold")
     lo, hi = BOX
-    differ = clear_sign(e_clamp) > 0 and vc["box_end"] < 0.5 * cl["box_end"]
     L = [f"  Q47. A clamp of V to [{lo:g}, {hi:g}] (the critic's output clamped: zero gradient outside) against PPO's "
          f"value clipping (V_old +- {r['clip_eps_value']:g} around each rollout value). Against RM + {OFFSET:g}, "
          f"{cl['returns_out']:.0%} of the returns lie outside the box at the end. Value clipping binds where V moves: "
@@ -240,13 +240,8 @@ def clamp_lines(r: dict) -> list[str]:
          "at the end (values pinned at the edge).",
          f"    error at the end (log10 differences: +0.30 = twice): value clip {vc['err_end'].mean():.2f} vs no fix "
          f"{nf['err_end'].mean():.2f} ({diff_text(e_clip, '+.2f')}); clamp {cl['err_end'].mean():.2f} vs bias init "
-         f"{bi['err_end'].mean():.2f} ({diff_text(e_clamp, '+.2f')}), gold {diff_text(gold, '+.2f')}: 'they are "
-         "different operations' "
-         + ((holds(differ) + (": the clip slows V wherever it is, the clamp pins it at the box's edge whatever V_old "
-                              "was, so returns beyond it are never reached." if differ else
-                              ": the clamp does not raise the error beyond 2 s.e., or binds where the clip's values "
-                              "lie too."))
-            if noise is not None else "one seed: no verdict.")]
+         f"{bi['err_end'].mean():.2f} ({diff_text(e_clamp, '+.2f')}), gold {diff_text(gold, '+.2f')}.",
+         by_key(verdicts(r))["q47_clamp_differs"].render("    ")]
     return L
 
 
@@ -304,36 +299,28 @@ def narrative(r: dict) -> str:
 
     vc, vn, bi, rm = s["value clip"], s["value norm"], s["bias init"], s["RM-init critic"]
     clip_err, norm_err = cmp_(nf, vc, "err_end_seeds"), cmp_(nf, vn, "err_end_seeds")
-    L += [f"  A common claim: clipping the value loss calms the critic. Its error at the end minus no fix's: "
-          f"{diff_text(clip_err, '+.2f')}: {holds(clear_sign(clip_err) < 0)}; gold "
+    V = by_key(verdicts(r))
+    L += [f"  Value clipping: its error at the end minus no fix's {diff_text(clip_err, '+.2f')}; gold "
           f"{diff_text(cmp_(nf, vc, 'gold'), '+.2f')}. The clipped loss has no gradient once V is 0.2 from its rollout "
           f"value, so a critic {OFFSET:g} off needs ~{OFFSET / 0.2:.0f} iterations to arrive: clipping is a brake, "
-          "useful only near the target.",
-          f"  A common claim: value normalisation fixes the critic's scale. Error minus no fix's: "
-          f"{diff_text(norm_err, '+.2f')}: {holds(clear_sign(norm_err) < 0)} (its loss is in units of the returns' "
-          f"std, whatever their scale); gold {diff_text(cmp_(nf, vn, 'gold'), '+.2f')}.",
-          f"  A common claim: initialise the value head's bias to the mean RM score. Error at iteration 0 "
-          f"{nf['err0']:.1f} -> {bi['err0']:.2f}: "
-          + ("the offset is gone from every delta_t" if bi["err0"] < nf["err0"] / 4 else "the offset is NOT gone")
-          + f"; gold {diff_text(cmp_(nf, bi, 'gold'), '+.2f')}."]
+          "useful only near the target.", V["value_clip_calms"].render("  "),
+          f"  Value normalisation: error minus no fix's {diff_text(norm_err, '+.2f')} (its loss is in units of the "
+          f"returns' std, whatever their scale); gold {diff_text(cmp_(nf, vn, 'gold'), '+.2f')}.",
+          V["value_norm_fixes_scale"].render("  "),
+          f"  The value head's bias at the mean RM score: error at iteration 0 {nf['err0']:.1f} -> {bi['err0']:.2f}; gold "
+          f"{diff_text(cmp_(nf, bi, 'gold'), '+.2f')}.", V["bias_init_removes_offset"].render("  ")]
     ev = cmp_(bi, rm, "ev_end_seeds")
     L.append(f"  The main job's critic (RM weights, value clip, bias init) starts at error {rm['err0']:.2f} and explains "
              f"{rm['ev_end']:.2f} of the returns' variance at the end, vs {bi['ev_end']:.2f} for the SFT-trunk critic "
              f"with the bias fixed ({diff_text(ev, '+.2f')}; gold {diff_text(cmp_(bi, rm, 'gold'), '+.2f')}). EV is "
-             "blind to a constant offset (compare (a) with (b)): it measures what the critic knows about the text; "
-             + ("here the RM's weights know more than the tricks give." if clear_sign(ev) > 0 else
-                "here the RM's weights do not explain more beyond 2 s.e."))
-    lo, hi = min(s, key=lambda k: s[k]["err_end"]), max(s, key=lambda k: s[k]["err_end"])
-    g = cmp_(s[hi], s[lo], "gold")
-    L.append(f"  A common claim: a smaller value loss means a better policy. The smallest error at the end ({lo}, "
-             f"{s[lo]['err_end']:.2f}) against the largest ({hi}, {s[hi]['err_end']:.2f}), gold "
-             f"{diff_text(g, '+.2f')}: "
-             + {1: "holds between these two.", -1: "does not hold here: the smaller error has the lower gold.",
-                0: "does not hold here: no gold difference beyond 2 s.e." if g["se"] is not None else
-                "one seed: no verdict."}[clear_sign(g)]
+             "blind to a constant offset (compare (a) with (b)): it measures what the critic knows about the text.")
+    L.append(V["rm_critic_explains_more"].render("  "))
+    L.append("  A common claim: a smaller value loss means a better policy. The six critics, logged loss/value at the "
+             "end / gold: " + ", ".join(f"{k} {x['loss_end']:.3f} / {x['gold'].mean():+.2f}" for k, x in s.items()) + "."
              + (f" The logged loss/value is no common scale either: 'value norm' logs {vn['loss_end']:.3f} for an "
                 f"error of {vn['err_end']:.2f} in return units." if vn["loss_end"] < vn["err_end"] / 2 else "")
              + " Judge the policy by gold / return, KL and entropy.")
+    L.append(V["smaller_loss_better_policy"].render("  "))
     L += clamp_lines(r)
     # B
     names = list(r["length"])
@@ -357,38 +344,32 @@ def narrative(r: dict) -> str:
     ph, hk, fx, nm_ = names
     longer, worse = eval_compare(plain, hack, "length"), eval_compare(plain, hack, "gold")
     grown = sorted(TERMS, key=lambda t: tm[ph][t] - tm[hk][t])[:3]
-    verdict = (holds(True) if clear_sign(longer) > 0 and clear_sign(worse) < 0 else
-               "half holds: longer, but the gold is not lower beyond 2 s.e" if clear_sign(longer) > 0 else
-               holds(False))
+    V = by_key(verdicts(r))
     L += [f"  A common claim: a reward model's preference for length is exploited. With the bonus: length "
-          f"{diff_text(longer, '+.1f', longer['noise'])} tokens, gold {diff_text(worse, '+.2f', worse['noise'])}: "
-          f"{verdict}. Sentiment {tm[ph]['sentiment']:+.2f} -> {tm[hk]['sentiment']:+.2f}. The penalty terms that "
+          f"{diff_text(longer, '+.1f', longer['noise'])} tokens, gold {diff_text(worse, '+.2f', worse['noise'])}. "
+          f"Sentiment {tm[ph]['sentiment']:+.2f} -> {tm[hk]['sentiment']:+.2f}. The penalty terms that "
           "grew most: " + ", ".join(f"{t} {tm[ph][t]:.2f} -> {tm[hk][t]:.2f}" for t in grown)
           + f". More than 30 words: {tm[hk]['frac_too_long']:.0%} of the responses, so the gold's 'long' term "
           + ("hardly fires" if tm[hk]["long"] < 0.05 else "fires")
           + (": each extra token is another chance to misspell a word (BPE pieces glued wrongly: 'unknown') or to "
-             "chain one more clause." if tm[hk]["unknown"] > tm[ph]["unknown"] else ".")]
+             "chain one more clause." if tm[hk]["unknown"] > tm[ph]["unknown"] else "."),
+          V["length_exploited"].render("  ")]
     fix = eval_compare(plain, fixed, "length")
     L.append(f"  The fitted length penalty: {lens[fx]:.1f} tokens, gold {tm[fx]['gold']:+.2f}; length minus no "
-             f"bonus's {diff_text(fix, '+.1f', fix['noise'])}: "
-             + {0: "it brings the length back (within 2 s.e.).", 1: "it does not fully fix it.",
-                -1: "it overshoots: shorter than without the bonus."}[clear_sign(fix)]
-             + " Fitted on SFT samples it removes the linear length term (here exactly the bonus plus the RM's own "
-             "slope); a real RM's length bias is neither linear nor known, and has to be measured like this.")
+             f"bonus's {diff_text(fix, '+.1f', fix['noise'])}. Fitted on SFT samples it removes the linear length term "
+             "(here exactly the bonus plus the RM's own slope); a real RM's length bias is neither linear nor known, "
+             "and has to be measured like this.")
+    L.append(V["penalty_undoes_bonus"].render("  "))
     nl, ns = eval_compare(plain, normed, "length"), eval_compare(plain, normed, "sentiment")
     L.append(f"  The division by length^{ALPHA} (another common fix): {lens[nm_]:.1f} tokens, length minus no bonus's "
-             f"{diff_text(nl, '+.1f', nl['noise'])}: "
-             + ("still longer beyond 2 s.e." if clear_sign(nl) > 0 else "not longer beyond 2 s.e.")
-             + f"; gold {tm[nm_]['gold']:+.2f}. The bonus is flattened, not removed: (s + {BONUS} n) / n^{ALPHA} = "
-             f"s / n^{ALPHA} + {BONUS} n^{1 - ALPHA:g}. Doubling a {n0:.0f}-token response now gains "
-             f"{BONUS * (n0 * 2) ** (1 - ALPHA) - BONUS * n0 ** (1 - ALPHA):.2f} instead of {BONUS * n0:.1f}. The price: "
-             f"the reward model's own signal s is divided by n^{ALPHA} ~ {n0 ** ALPHA:.1f} too; sentiment minus no "
-             f"bonus's {diff_text(ns, '+.2f', ns['noise'])}: "
-             + ("the policy learns less against the same KL penalty." if clear_sign(ns) < 0 else
-                "the policy does not learn less beyond 2 s.e. here.")
-             + f" Also, a negative s / n^{ALPHA} rises towards 0 as n grows, and "
-             f"{np.mean(r['ref_long']['rm'] < 0):.0%} of the SFT samples score below 0 on the normalised RM. Dividing "
-             "by n^alpha cancels exactly only a bias that grows like n^alpha.")
+             f"{diff_text(nl, '+.1f', nl['noise'])}; gold {tm[nm_]['gold']:+.2f}. The bonus is flattened, not removed: "
+             f"(s + {BONUS} n) / n^{ALPHA} = s / n^{ALPHA} + {BONUS} n^{1 - ALPHA:g}. Doubling a {n0:.0f}-token response "
+             f"now gains {BONUS * (n0 * 2) ** (1 - ALPHA) - BONUS * n0 ** (1 - ALPHA):.2f} instead of {BONUS * n0:.1f}. "
+             f"The price: the reward model's own signal s is divided by n^{ALPHA} ~ {n0 ** ALPHA:.1f} too; sentiment "
+             f"minus no bonus's {diff_text(ns, '+.2f', ns['noise'])}. Also, a negative s / n^{ALPHA} rises towards 0 as "
+             f"n grows, and {np.mean(r['ref_long']['rm'] < 0):.0%} of the SFT samples score below 0 on the normalised "
+             "RM. Dividing by n^alpha cancels exactly only a bias that grows like n^alpha.")
+    L += [V["norm_still_longer"].render("  "), V["norm_learns_less"].render("  ")]
     L.append("  Samples with the bonus: " + " | ".join(
         show_sample(t, e) for t, e in zip(hack["eval"][0]["texts"][:2], hack["eval"][0]["ended"][:2])))
     # C
@@ -403,24 +384,13 @@ def narrative(r: dict) -> str:
     nm, rp = st["no attention mask"], st["3 more pads, mask kept"]
     bugs = [k for k in RECOMPUTES if k not in CONTROLS_C]
     hidden = [k for k in bugs if abs(st[k]["ratio_mean"] - 1) < 0.05]
-    pads_ok = rp["max_abs_log_ratio"] <= ck["tolerance"]
-    pads = (f"Padding itself is harmless: 3 more pads with the mask extended move no row beyond float32 rounding "
-            f"(max |log r| {rp['max_abs_log_ratio']:.2g} <= tolerance {ck['tolerance']:.2g}; other shapes, so not "
-            "bitwise)." if pads_ok else
-            f"3 more pads with the mask extended move log-probs by {rp['max_abs_log_ratio']:.2g}, ABOVE the float32 "
-            f"tolerance {ck['tolerance']:.2g}: padding is not harmless here, a bug in the mask or the positions.")
     L.append("  " + (f"The mean ratio hides {', '.join(hidden)} (within 0.05 of 1); approx KL, clipfrac and the extreme "
                      "ratios do not." if hidden else "Every bug also moves the mean ratio by 0.05 or more.")
-             + " Without the mask "
-             + ("exactly the rows with prompt padding change" if np.isclose(nm["rows_changed"], ck["padded_rows"]) else
-                "NOT exactly the rows with prompt padding change")
-             + f" ({nm['rows_changed']:.0%} of rows hit, i.e. with a token beyond the rounding tolerance; "
-             f"{ck['padded_rows']:.0%} are padded). " + pads)
-    caught = all(st[k]["clipfrac"] > 0 for k in bugs) and all(st[k]["clipfrac"] == 0 for k in CONTROLS_C)
-    L.append("  " + ("Each bug makes PPO clip and 'correct' tokens before the policy learned anything, the two "
-                     "controls clip nothing: a non-zero clipfrac at lr = 0 is a bug." if caught else
-                     "NOT every bug shows in the clip fraction here (or a control clips): read approx KL and the "
-                     "extreme ratios too."))
+             + f" Without the mask {nm['rows_changed']:.0%} of rows are hit (a token beyond the rounding tolerance); "
+             f"{ck['padded_rows']:.0%} have prompt padding. With 3 more pads and the mask extended, max |log r| "
+             f"{rp['max_abs_log_ratio']:.2g} (tolerance {ck['tolerance']:.2g}; other shapes, so not bitwise).")
+    V = by_key(verdicts(r))
+    L += [V[k].render("  ") for k in ("no_mask_hits_padded_rows", "padding_harmless", "bugs_clip")]
     L.append(time_line(r, sizes(quick=False, full=True)))
     return "\n".join(L)
 
@@ -441,31 +411,153 @@ def lr_zero_paragraph(ck: dict) -> list[str]:
          f"{ck['logp_scale']:.1f}): eps * (4L + 2) * sqrt(4C) * max|logp| = {tol:.2g} on |log r|, "
          f"{v['approx_kl_tol']:.2g} on approx KL."]
     if v["verdict"] == "bitwise":
-        L.append("  Verdict: bitwise 1 on this machine: every ratio of the first minibatch is exactly 1.0, approx KL "
+        L.append("  Bitwise 1 on this machine: every ratio of the first minibatch is exactly 1.0, approx KL "
                  f"and clipfrac exactly 0. That b-row minibatches reproduce the B-row rollout bitwise is a property "
                  f"of this BLAS kernel ({kernel}), not a guarantee: other kernels (OpenBLAS Haswell, Zen) sum a product "
                  "in an order that depends on its row count, and there the check holds to float32 rounding only.")
     elif v["verdict"] == "rounding":
-        L.append(f"  Verdict: 1 to within {v['max_abs_log_ratio']:.2g} (tolerance {tol:.2g}): float32 rounding of "
+        L.append(f"  1 to within {v['max_abs_log_ratio']:.2g} (tolerance {tol:.2g}): float32 rounding of "
                  f"differently shaped matrix products on this BLAS kernel ({kernel}). The rollout multiplied "
                  f"B*T-row matrices, the update b*T-row ones, and this kernel sums them in another order. clipfrac is "
                  f"still exactly 0: {v['max_abs_log_ratio']:.2g} is far below log(1 + clip_eps) = "
                  f"{np.log1p(ck['clip_eps']):.3f}.")
     else:
-        L.append(f"  Verdict: FAILED: max |log r| {v['max_abs_log_ratio']:.2g}, approx KL {fm['approx_kl']:.2g}, "
+        L.append(f"  max |log r| {v['max_abs_log_ratio']:.2g}, approx KL {fm['approx_kl']:.2g}, "
                  f"clipfrac {fm['clipfrac']:.2g} are more than float32 rounding explains (tolerance {tol:.2g} / "
                  f"{v['approx_kl_tol']:.2g}, clipfrac 0): the update does not compute the rollout's log-probs. "
                  "Look for one of the bugs below.")
-    unchanged = "bitwise unchanged" if ck["params_unchanged"] else "CHANGED (a bug: lr = 0 must not move them)"
     same_max = ck["stats"]["same forward (the trainer)"]["max_abs_log_ratio"]
-    if same_max == 0.0:
-        recompute = ("recomputing the whole batch with the rollout's own shapes ('same forward' below) gives bitwise "
-                     "its logp (max |log r| 0)")
-    else:
-        recompute = (f"recomputing the whole batch with the rollout's own shapes ('same forward' below) is NOT "
-                     f"bitwise its logp (max |log r| {same_max:.2g}): not deterministic, a bug")
-    L.append(f"  On every machine: with lr = 0 the parameters stay {unchanged}, and {recompute}.")
+    L.append(f"  With lr = 0 the parameters stay {'bitwise unchanged' if ck['params_unchanged'] else 'CHANGED'}, and "
+             f"recomputing the whole batch with the rollout's own shapes ('same forward' below) gives max |log r| "
+             f"{same_max:.2g}.")
+    L += [lr_zero_verdicts(ck)[0].render("  "), lr_zero_verdicts(ck)[1].render("  ")]
     return L
+
+
+def verdicts(r: dict) -> list[Verdict]:
+    """The lesson's claims, each judged from the numbers of ``r`` (seed noise pooled over the variants; part B with
+    one training seed: the prompt-sampling noise, which leaves out the seed's)."""
+    s = summary(r)
+    noise = {k: critic_noise(s, k) for k in ("gold", "err_end_seeds", "ev_end_seeds")}
+    cmp_ = lambda a, b, k: seed_compare(s[a][k], s[b][k], noise[k])          # noqa: E731  b - a
+    nf, bi = s["no fix"], s["bias init"]
+    q = clamp_summary(r)
+    cx, cn = q["variants"], q["noise"]
+    e_clamp = seed_compare(cx["bias init"]["log_err"], cx[CLAMP]["log_err"], None if cn is None else cn["log_err"])
+    # "a smaller value loss means a better policy", as a rule over every pair of critics: wherever the logged
+    # loss/value of one is clearly smaller (log10, seed noise pooled over the critics), is its gold clearly higher?
+    loss = {k: np.log10(np.maximum(seed_values(r["critic"][k], "loss/value_avg"), 1e-12)) for k in s}
+    loss_noise = pooled_seed_std(list(loss.values()))[0] if noise["gold"] is not None else None
+    names = list(s)
+    pairs = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            lo_, hi_ = (a, b) if loss[a].mean() < loss[b].mean() else (b, a)
+            if decide(float(loss[hi_].mean() - loss[lo_].mean()), None if loss_noise is None else
+                      float(loss_noise * np.sqrt(1 / len(loss[a]) + 1 / len(loss[b]))), +1) == HOLDS:
+                pairs.append(comparison(f"{lo_} < {hi_}", "", cmp_(hi_, lo_, "gold"), expect=+1,
+                                        labels=(hi_, lo_), quantity="gold", values=(float(s[hi_]["gold"].mean()),
+                                                                                   float(s[lo_]["gold"].mean()))))
+    against = [v.key for v in pairs if v.outcome == FAILS]
+    q15_because = (f"{len(pairs)} pairs of the {len(names)} critics differ in logged value loss beyond 2 s.e.; in "
+                   f"{sum(v.holds for v in pairs)} the smaller loss has the higher gold beyond 2 s.e., in {len(against)} "
+                   "the lower gold" + (f" ({'; '.join(against)})" if against else "") + ", the rest within the noise")
+    out = [
+        comparison("value_clip_calms", "A common claim: clipping the value loss calms the critic (lower error at the "
+                   "end than no fix).", cmp_("no fix", "value clip", "err_end_seeds"), expect=-1,
+                   labels=("no fix", "value clip"), quantity="critic error", values=(nf["err_end"],
+                                                                                     s["value clip"]["err_end"]),
+                   fmt="+.2f"),
+        comparison("value_norm_fixes_scale", "A common claim: value normalisation fixes the critic's scale (lower "
+                   "error at the end than no fix).", cmp_("no fix", "value norm", "err_end_seeds"), expect=-1,
+                   labels=("no fix", "value norm"), quantity="critic error",
+                   values=(nf["err_end"], s["value norm"]["err_end"]), fmt="+.2f"),
+        measurement("bias_init_removes_offset", "A common claim: initialise the value head's bias to the mean RM "
+                    "score: the offset is gone from every delta_t at iteration 0.", bi["err0"] / nf["err0"], 0.25, "<",
+                    "error at iteration 0, bias init / no fix", fmt=".3f"),
+        comparison("rm_critic_explains_more", "The main job's critic (RM weights, value clip, bias init) knows more "
+                   "about the text than the tricks give: higher explained variance than the SFT-trunk critic with the "
+                   "bias fixed.", cmp_("bias init", "RM-init critic", "ev_end_seeds"), expect=+1,
+                   labels=("bias init", "RM-init critic"), quantity="explained variance",
+                   values=(bi["ev_end"], s["RM-init critic"]["ev_end"]), fmt="+.2f"),
+        (all_of("smaller_loss_better_policy", "A common claim (Q15): a smaller value loss means a better policy: "
+                "of any two critics, the one with the smaller logged loss/value has the higher gold.", pairs,
+                because=q15_because) if pairs else
+         comparison("smaller_loss_better_policy", "A common claim (Q15): a smaller value loss means a better policy: "
+                    "of any two critics, the one with the smaller logged loss/value has the higher gold.",
+                    {"diff": 0.0, "se": None}, expect=+1, labels=("larger loss", "smaller loss"), quantity="gold")),
+        comparison("q47_clamp_differs", "Q47: a clamp of V to a box is another operation than value clipping: it pins "
+                   "V at the box's edge and raises the critic's error where returns lie beyond it.", e_clamp,
+                   expect=+1, labels=("bias init", "bias init + clamp"), quantity="log10 critic error", fmt="+.2f",
+                   values=(float(cx["bias init"]["log_err"].mean()), float(cx[CLAMP]["log_err"].mean())),
+                   numbers={"clamp: values on the box's edge at the end": cx[CLAMP]["box_end"]}),
+    ]
+    names = list(r["length"])
+    plain, hack, fixed, normed = (r["length"][k] for k in names)
+    ln = lambda k: float(seed_values(r["length"][k], "length_mean").mean())      # noqa: E731
+    longer, worse = eval_compare(plain, hack, "length"), eval_compare(plain, hack, "gold")
+    bonus = eval_compare(hack, fixed, "length")
+    nl, ns = eval_compare(plain, normed, "length"), eval_compare(plain, normed, "sentiment")
+    tm = {k: mean_terms(r["length"][k]) for k in names}
+    lab = ("no bonus", "bonus")
+    out += [
+        all_of("length_exploited", "A common claim: a reward model's preference for length is exploited: with a "
+               "length bonus the responses get longer and the gold lower.", [
+                   comparison("longer", "longer", longer, expect=+1, labels=lab, quantity="length", fmt="+.1f",
+                              noise=longer["noise"], words=("longer", "shorter"), values=(ln(names[0]), ln(names[1]))),
+                   comparison("gold", "lower gold", worse, expect=-1, labels=lab, quantity="gold", fmt="+.2f",
+                              noise=worse["noise"], values=(tm[names[0]]["gold"], tm[names[1]]["gold"]))]),
+        comparison("penalty_undoes_bonus", "The fitted length penalty undoes the bonus's length gain: shorter than "
+                   "with the bonus alone.", bonus, expect=-1, labels=("bonus", "bonus - fitted penalty"),
+                   quantity="length", fmt="+.1f", noise=bonus["noise"], words=("longer", "shorter"),
+                   values=(ln(names[1]), ln(names[2]))),
+        comparison("norm_still_longer", f"Dividing by length^{ALPHA} flattens the bonus but does not remove it: still "
+                   "longer than without the bonus.", nl, expect=+1, labels=(lab[0], f"bonus / length^{ALPHA}"),
+                   quantity="length", fmt="+.1f", noise=nl["noise"], words=("longer", "shorter"),
+                   values=(ln(names[0]), ln(names[3]))),
+        comparison("norm_learns_less", f"Dividing by length^{ALPHA} also divides the reward model's own signal: the "
+                   "policy learns less sentiment against the same KL penalty.", ns, expect=-1,
+                   labels=(lab[0], f"bonus / length^{ALPHA}"), quantity="sentiment", fmt="+.2f", noise=ns["noise"],
+                   values=(tm[names[0]]["sentiment"], tm[names[3]]["sentiment"])),
+    ]
+    ck = r["check"]
+    st = ck["stats"]
+    nm, rp = st["no attention mask"], st["3 more pads, mask kept"]
+    bugs = [k for k in RECOMPUTES if k not in CONTROLS_C]
+    out += lr_zero_verdicts(ck) + [
+        identity("no_mask_hits_padded_rows", "Without the attention mask exactly the rows with prompt padding change.",
+                 bool(np.isclose(nm["rows_changed"], ck["padded_rows"])),
+                 "holds when the share of rows with a token beyond the rounding tolerance equals the share of rows "
+                 "with prompt padding", {"rows hit": nm["rows_changed"], "rows padded": ck["padded_rows"]}),
+        identity("padding_harmless", "Padding itself is harmless: 3 more pads with the mask extended move no row "
+                 "beyond float32 rounding.", rp["max_abs_log_ratio"] <= ck["tolerance"],
+                 "holds when max |log r| <= the float32 tolerance", {"max |log r|": rp["max_abs_log_ratio"],
+                                                                     "tolerance": ck["tolerance"]}),
+        measured("bugs_clip", "At lr = 0 each recompute bug makes PPO clip tokens before the policy learned anything; "
+                 "the two controls clip nothing: a non-zero clipfrac at lr = 0 is a bug.",
+                 all(st[k]["clipfrac"] > 0 for k in bugs) and all(st[k]["clipfrac"] == 0 for k in CONTROLS_C),
+                 "holds when every bug's clipfrac is > 0 and every control's is exactly 0",
+                 {k: st[k]["clipfrac"] for k in RECOMPUTES}),
+    ]
+    return out
+
+
+def lr_zero_verdicts(ck: dict) -> list[Verdict]:
+    """Part C's two identities, decided by the numbers this machine measured."""
+    v = ck["verdict"]
+    same_max = ck["stats"]["same forward (the trainer)"]["max_abs_log_ratio"]
+    return [
+        identity("lr0_ratio_is_one", "With lr = 0 the first minibatch's ratio is 1 (bitwise on some BLAS kernels, to "
+                 "float32 rounding on others), approx KL 0 to rounding, clipfrac exactly 0.",
+                 v["verdict"] in ("bitwise", "rounding"), "holds when pitfalls.lr_zero_verdict says 'bitwise' or "
+                 "'rounding': max |log r| <= the float32 tolerance, |approx KL| within its bound, clipfrac 0.0",
+                 {"max |log r|": v["max_abs_log_ratio"], "tolerance": v["log_ratio_tol"],
+                  "clipfrac": ck["first_minibatch"]["clipfrac"]}, f"{v['verdict']} on this machine"),
+        identity("lr0_bitwise_on_every_machine", "On every machine, with lr = 0 the parameters stay bitwise unchanged "
+                 "and recomputing the batch with the rollout's own shapes gives bitwise its log-probs.",
+                 bool(ck["params_unchanged"]) and same_max == 0.0, "holds when every parameter is bitwise unchanged "
+                 "and the same-shape recompute has max |log r| exactly 0", {"same-forward max |log r|": same_max}),
+    ]
 
 
 def main(argv=None) -> dict:

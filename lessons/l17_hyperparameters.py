@@ -46,7 +46,8 @@ import time
 
 import numpy as np
 
-from lessons._common import clear_sign, diff_text, holds, lesson_main, pyplot, save, seed_compare, time_line
+from lessons._common import (Verdict, all_of, comparison, diff_text, lesson_main, measurement, pyplot, save,
+                             seed_compare, time_line)
 from minippo.studies.study import Study
 from minippo.studies.sweep_stats import pooled_seed_std, seed_values
 
@@ -124,120 +125,98 @@ def _vs(r: dict, a: dict, b: dict, key: str = "gold_mean") -> str:
     return diff_text(_cmp(r, a, b, key), "+.2f" if key in ("gold_mean", "kl_mean") else "+.3f")
 
 
-def _clear(r: dict, a: dict, b: dict, key: str = "gold_mean") -> int:
-    """+1 / -1 when b is clearly above / below a (beyond 2 s.e.), else 0 (always 0 with one seed)."""
-    return clear_sign(_cmp(r, a, b, key))
+def _above(r: dict, p: dict, key: str, value: float) -> dict:
+    """``mean(p[key]) - value`` over the seeds with its standard error (seed noise / sqrt(S); None with one seed)."""
+    se = None if r["noise"] is None else float(r["noise"][key] / np.sqrt(len(p[key])))
+    return {"diff": float(p[key].mean() - value), "se": se}
 
 
-def _above(r: dict, p: dict, key: str, value: float) -> int:
-    """+1 / -1 when the mean of ``p[key]`` over the seeds is above / below ``value`` beyond 2 s.e., else 0."""
-    if r["noise"] is None:
-        return 0
-    se = r["noise"][key] / np.sqrt(len(p[key]))
-    d = float(p[key].mean() - value)
-    return int(np.sign(d)) if abs(d) >= 2 * se else 0
+GOLD, CF, AK, KL = "gold_mean", "policy/clipfrac_avg", "policy/approxkl_avg", "kl_mean"
+NAMES = {GOLD: "gold", CF: "clipfrac", AK: "approx KL", KL: "KL"}
+FMT = {GOLD: "+.2f", KL: "+.2f", CF: "+.3f", AK: "+.4f"}
 
 
-def _rises(r: dict, points: list, key: str) -> bool:
-    """``key`` rises beyond 2 s.e. from each point to the next."""
-    return all(_clear(r, a, b, key) > 0 for a, b in zip(points, points[1:]))
+def _cv(r: dict, key: str, claim: str, a: dict, b: dict, what: str, expect: int, axis: str) -> Verdict:
+    """A comparison verdict b vs a on ``what`` (a per-seed key), with the pooled seed noise."""
+    return comparison(key, claim, _cmp(r, a, b, what), expect=expect, quantity=NAMES[what], fmt=FMT[what],
+                      labels=(f"{axis} {a['label']}", f"{axis} {b['label']}"),
+                      values=(float(a[what].mean()), float(b[what].mean())))
 
 
-def claims(r: dict) -> list[tuple[str, str, str]]:
-    """(claim, what was measured, verdict and why) for each common claim; every verdict from the seed noise."""
-    one_seed = r["noise"] is None
+def claims(r: dict) -> list[tuple[str, str, list[Verdict]]]:
+    """(common claim, what was measured, its verdicts) for each common claim; every verdict from the seed noise."""
     e1, e2, e5 = (_row(r, "clip_eps", x) for x in ("0.1", "0.2", "0.5"))
     l9, l95, l99 = (_row(r, "lam", x) for x in ("0.9", "0.95", "0.99"))
     b01, b1, bad = (_row(r, "beta", x) for x in ("fixed 0.01", "fixed 0.1", "adaptive"))
     p1, p4, p8 = (_row(r, "update_epochs", x) for x in ("1", "4", "8"))
     m1, m4, m16 = (_row(r, "minibatches", x) for x in ("1", "4", "16"))
-    k = lambda p: p["kl_mean"].mean()                # noqa: E731
-    cf = lambda p: p["policy/clipfrac_avg"].mean()   # noqa: E731
-    ak = lambda p: p["policy/approxkl_avg"].mean()   # noqa: E731
-    CF, AK = "policy/clipfrac_avg", "policy/approxkl_avg"
+    k = lambda p: p[KL].mean()                       # noqa: E731
+    cf = lambda p: p[CF].mean()                      # noqa: E731
+    ak = lambda p: p[AK].mean()                      # noqa: E731
     n_tok = float(l95["length_mean"].mean())         # the base run's response length, tokens
-    no = "one seed: no verdict" if one_seed else holds(False)
-    out = []
-    collapsed = _clear(r, e2, e5) < 0
-    out.append(("A common claim: eps = 0.5 collapses the policy (the clip stops working)",
-                f"gold 0.2 -> 0.5: {_vs(r, e2, e5)}; clipfrac {cf(e2):.3f} at eps 0.2, {cf(e5):.3f} at eps 0.5",
-                (holds(True) if collapsed else no)
-                + f": with eps 0.5 the clip still catches {cf(e5):.1%} of the tokens (eps 0.2: {cf(e2):.1%})"
-                + (", and the gold falls beyond 2 s.e." if collapsed else
-                   "; no gold cost beyond 2 s.e. at these step sizes. Collapse needs bigger steps (exercise 1).")))
-    slow = _clear(r, e2, e1) < 0                                     # clearly less gold with the narrow band
-    clips_more, moves_less = _clear(r, e2, e1, CF) > 0, _clear(r, e2, e1, "kl_mean") < 0
-    out.append(("A common claim: too small an eps converges slowly",
-                f"gold 0.2 -> 0.1: {_vs(r, e2, e1)}; KL 0.2 -> 0.1: {_vs(r, e2, e1, 'kl_mean')}; "
-                f"clipfrac 0.2 -> 0.1: {_vs(r, e2, e1, CF)}",
-                (holds(True) if slow else no) + ": the narrow band "
-                + ("clips more tokens beyond 2 s.e." if clips_more else "does not clip more beyond 2 s.e.")
-                + " and the policy " + ("moves less (lower KL) beyond 2 s.e." if moves_less else
-                                        "does not move less beyond 2 s.e.")
-                + ("; the gold follows." if slow else "; the gold is not lower beyond 2 s.e.")))
-    beats = [_clear(r, l95, x) for x in (l9, l99)]          # +1: that lambda is clearly better than 0.95
-    if one_seed:
-        verdict = "one seed: no verdict"
-    elif max(beats) > 0:
-        verdict = "does not hold here: another lambda is clearly better"
-    elif min(beats) < 0 and max(beats) < 0:
-        verdict = "holds: 0.95 is clearly better than both"
-    else:
-        verdict = "consistent, not confirmed: 0.95 is not beaten, but no lambda is clearly better at this size"
-    out.append(("A common claim: lambda = 0.95 is the right default (a noisy RM: low variance matters)",
-                f"gold 0.95 -> 0.9: {_vs(r, l95, l9)}; 0.95 -> 0.99: {_vs(r, l95, l99)}",
-                verdict + ". With gamma = 1 the weight of the final score's delta on the first token is lambda^(n-1), "
-                f"for the base run's n = {n_tok:.0f} tokens: "
-                + " / ".join(f"{lam ** (n_tok - 1):.2f}" for lam in (0.9, 0.95, 0.99))
-                + (f"; here lambda makes no gold difference beyond 2 s.e. in ~{n_tok:.0f}-token responses."
-                   if not one_seed and beats == [0, 0] else ".")))
-    runaway = _above(r, b01, "kl_mean", 1.5 * KL_TARGET) > 0
-    stalled = _clear(r, bad, b1) < 0
     beta0, horizon = r["kl_ref"]["coef"], r["kl_ref"]["horizon"]
     moved = bad["kl_coef"].mean() / beta0 - 1
-    out.append(("A common claim: a fixed beta lets the KL run away or stalls the update",
-                f"KL: fixed 0.01 {k(b01):.1f}, fixed 0.1 {k(b1):.1f}, adaptive {k(bad):.1f} (target {KL_TARGET:g}); "
-                f"gold vs adaptive: fixed 0.01 {_vs(r, bad, b01)}, fixed 0.1 {_vs(r, bad, b1)}; adaptive beta "
-                f"{bad['kl_coef'].mean():.3f} at the end",
-                ("the runaway half holds: beta 0.01 overshoots 1.5x the target beyond 2 s.e." if runaway else
-                 "runaway not seen: beta 0.01 does not overshoot 1.5x the target beyond 2 s.e.")
-                + ("; the stall half holds for beta 0.1 (less gold than adaptive beyond 2 s.e.)." if stalled else
-                   "; no stall with beta 0.1 beyond 2 s.e.")
-                + f" The adaptive controller moved beta from {beta0:g} to {bad['kl_coef'].mean():.3f} in "
-                f"{r['sizes']['iterations']} iterations (at most 0.2 x batch / {horizon:g} per iteration): "
-                + ("in a short run it is almost a fixed beta." if abs(moved) < 0.1 else
-                   f"{moved:+.0%}, not a fixed beta.")))
-    over = _above(r, b01, "kl_mean", KL_TARGET)
-    out.append(("A common claim: beta belongs in 0.01 .. 0.1",
-                f"gold fixed 0.01 -> 0.1: {_vs(r, b01, b1)}; KL {k(b01):.1f} -> {k(b1):.1f}",
-                f"a beta multiplies a KL summed over ~{n_tok:.0f} tokens; "
-                + (f"beta 0.01 lets the KL pass the target beyond 2 s.e. ({k(b01):.1f} nats), 0.1 holds it at "
-                   f"{k(b1):.1f}" if over > 0 else
-                   f"beta 0.01 does not pass the target beyond 2 s.e. in this run ({k(b01):.1f}; 0.1: {k(b1):.1f})")
-                + ". Which beta is 'right' depends on the KL budget; a KL target states that budget directly."))
-    reuse, clip_up = _rises(r, [p1, p4, p8], AK), _rises(r, [p1, p4, p8], CF)
-    worse8, slow1 = _clear(r, p4, p8) < 0, _clear(r, p4, p1) < 0
-    out.append(("A common misconception: PPO can reuse old data indefinitely (more epochs)",
-                f"approx KL per update 1/4/8 epochs: {ak(p1):.4f} / {ak(p4):.4f} / {ak(p8):.4f}; clipfrac "
-                f"{cf(p1):.3f} / {cf(p4):.3f} / {cf(p8):.3f}; gold 4 -> 1: {_vs(r, p4, p1)}, 4 -> 8: {_vs(r, p4, p8)}",
-                ("the mechanism holds: each extra epoch moves pi further from pi_old on the same data (approx KL "
-                 "rises beyond 2 s.e.)" if reuse else "mixed: approx KL does not rise beyond 2 s.e. at every step")
-                + ("; the clip fraction rises too, the clip discards more of the gradient" if clip_up else
-                   "; the clip fraction does not rise beyond 2 s.e. at every step")
-                + ("; 8 epochs cost gold here." if worse8 else "; 8 epochs did not cost gold beyond 2 s.e.")
-                + (" 1 epoch learns less per batch." if slow1 else " 1 epoch was not worse beyond 2 s.e.")))
-    more = _rises(r, [m1, m4, m16], AK)
-    least = _clear(r, m1, m4, AK) > 0 and _clear(r, m1, m16, AK) > 0
-    out.append(("A common claim: a too-large batch per step makes updates stale (minibatch count)",
-                f"1 / 4 / 16 minibatches: approx KL {ak(m1):.4f} / {ak(m4):.4f} / {ak(m16):.4f}, clipfrac "
-                f"{cf(m1):.3f} / {cf(m4):.3f} / {cf(m16):.3f}, gold {m1['gold_mean'].mean():+.2f} / "
-                f"{m4['gold_mean'].mean():+.2f} / {m16['gold_mean'].mean():+.2f}; 4 -> 16: {_vs(r, m4, m16)}",
-                ("holds in this sense: approx KL rises with the minibatch count beyond 2 s.e." if more else
-                 "mixed: approx KL does not rise beyond 2 s.e. with every step in the minibatch count")
-                + ": more minibatches = more Adam steps on one batch, so the later steps use data from an older "
-                "policy, like more epochs"
-                + ("; one minibatch per epoch takes 4 steps per batch and moves least." if least else ".")))
+    out = [
+        ("A common claim: eps = 0.5 collapses the policy (the clip stops working)",
+         f"gold 0.2 -> 0.5: {_vs(r, e2, e5)}; clipfrac {cf(e2):.3f} at eps 0.2, {cf(e5):.3f} at eps 0.5: the clip "
+         f"still catches {cf(e5):.1%} of the tokens at eps 0.5",
+         [_cv(r, "eps05_collapses", "eps = 0.5 collapses the policy: less gold than eps 0.2.", e2, e5, GOLD, -1,
+              "eps")]),
+        ("A common claim: too small an eps converges slowly",
+         f"gold 0.2 -> 0.1: {_vs(r, e2, e1)}; KL 0.2 -> 0.1: {_vs(r, e2, e1, KL)}; clipfrac 0.2 -> 0.1: "
+         f"{_vs(r, e2, e1, CF)}",
+         [_cv(r, "small_eps_slow", "Too small an eps (0.1) converges slowly: less gold than eps 0.2.", e2, e1, GOLD,
+              -1, "eps"),
+          _cv(r, "small_eps_clips_more", "The narrow band (eps 0.1) clips more tokens.", e2, e1, CF, +1, "eps"),
+          _cv(r, "small_eps_moves_less", "With the narrow band (eps 0.1) the policy moves less (lower KL).", e2, e1,
+              KL, -1, "eps")]),
+        ("A common claim: lambda = 0.95 is the right default (a noisy RM: low variance matters)",
+         f"gold 0.95 -> 0.9: {_vs(r, l95, l9)}; 0.95 -> 0.99: {_vs(r, l95, l99)}. With gamma = 1 the weight of the "
+         f"final score's delta on the first token is lambda^(n-1), for the base run's n = {n_tok:.0f} tokens: "
+         + " / ".join(f"{lam ** (n_tok - 1):.2f}" for lam in (0.9, 0.95, 0.99)),
+         [all_of("lam095_best", "lambda = 0.95 gives more gold than both 0.9 and 0.99.", [
+             _cv(r, "vs 0.9", "", l95, l9, GOLD, -1, "lambda"), _cv(r, "vs 0.99", "", l95, l99, GOLD, -1, "lambda")])]),
+        ("A common claim: a fixed beta lets the KL run away or stalls the update",
+         f"KL: fixed 0.01 {k(b01):.1f}, fixed 0.1 {k(b1):.1f}, adaptive {k(bad):.1f} (target {KL_TARGET:g}); gold vs "
+         f"adaptive: fixed 0.01 {_vs(r, bad, b01)}, fixed 0.1 {_vs(r, bad, b1)}. The adaptive controller moved beta "
+         f"from {beta0:g} to {bad['kl_coef'].mean():.3f} in {r['sizes']['iterations']} iterations (at most 0.2 x "
+         f"batch / {horizon:g} per iteration): "
+         + ("in a short run it is almost a fixed beta" if abs(moved) < 0.1 else f"{moved:+.0%}, not a fixed beta"),
+         [measurement("beta001_runaway", "Runaway: a fixed beta 0.01 lets the KL overshoot 1.5x the target.", k(b01),
+                      1.5 * KL_TARGET, ">", "KL with beta 0.01 (nats)", se=_above(r, b01, KL, 0)["se"], fmt=".2f"),
+          _cv(r, "beta01_stalls", "Stall: a fixed beta 0.1 gains less gold than the adaptive controller.", bad, b1,
+              GOLD, -1, "beta")]),
+        ("A common claim: beta belongs in 0.01 .. 0.1",
+         f"gold fixed 0.01 -> 0.1: {_vs(r, b01, b1)}; KL {k(b01):.1f} -> {k(b1):.1f}. A beta multiplies a KL summed "
+         f"over ~{n_tok:.0f} tokens: which beta is 'right' depends on the KL budget; a KL target states that budget "
+         "directly",
+         [measurement("beta001_passes_target", "At the low end of that range (beta 0.01) the KL passes the target.",
+                      k(b01), KL_TARGET, ">", "KL with beta 0.01 (nats)", se=_above(r, b01, KL, 0)["se"], fmt=".2f")]),
+        ("A common misconception: PPO can reuse old data indefinitely (more epochs)",
+         f"approx KL per update 1/4/8 epochs: {ak(p1):.4f} / {ak(p4):.4f} / {ak(p8):.4f}; clipfrac "
+         f"{cf(p1):.3f} / {cf(p4):.3f} / {cf(p8):.3f}; gold 4 -> 1: {_vs(r, p4, p1)}, 4 -> 8: {_vs(r, p4, p8)}",
+         [all_of("epochs_move_further", "Each extra epoch moves pi further from pi_old on the same data: approx KL "
+                 "rises from 1 to 4 to 8 epochs.", [_cv(r, "1 -> 4", "", p1, p4, AK, +1, "epochs"),
+                                                    _cv(r, "4 -> 8", "", p4, p8, AK, +1, "epochs")]),
+          all_of("epochs_clip_more", "The clip fraction rises with the epochs: the clip discards more of the gradient.",
+                 [_cv(r, "1 -> 4", "", p1, p4, CF, +1, "epochs"), _cv(r, "4 -> 8", "", p4, p8, CF, +1, "epochs")]),
+          _cv(r, "epochs8_cost_gold", "8 epochs cost gold against 4.", p4, p8, GOLD, -1, "epochs"),
+          _cv(r, "epoch1_learns_less", "1 epoch learns less per batch than 4.", p4, p1, GOLD, -1, "epochs")]),
+        ("A common claim: a too-large batch per step makes updates stale (minibatch count)",
+         f"1 / 4 / 16 minibatches: approx KL {ak(m1):.4f} / {ak(m4):.4f} / {ak(m16):.4f}, clipfrac {cf(m1):.3f} / "
+         f"{cf(m4):.3f} / {cf(m16):.3f}, gold {m1[GOLD].mean():+.2f} / {m4[GOLD].mean():+.2f} / "
+         f"{m16[GOLD].mean():+.2f}; 4 -> 16: {_vs(r, m4, m16)}. More minibatches = more Adam steps on one batch, so "
+         "the later steps use data from an older policy, like more epochs",
+         [all_of("minibatches_move_further", "More minibatches per batch move the policy further per update: approx "
+                 "KL rises from 1 to 4 to 16 minibatches.", [_cv(r, "1 -> 4", "", m1, m4, AK, +1, "minibatches"),
+                                                              _cv(r, "4 -> 16", "", m4, m16, AK, +1, "minibatches")])]),
+    ]
     return out
+
+
+def verdicts(r: dict) -> list[Verdict]:
+    """Every verdict of :func:`claims`, in order."""
+    return [v for _, _, vs in claims(r) for v in vs]
 
 
 def narrative(r: dict) -> str:
@@ -258,8 +237,8 @@ def narrative(r: dict) -> str:
                      f"{p['policy/clipfrac_avg'].mean():>9.3f}{p['policy/approxkl_avg'].mean():>10.4f}"
                      f"{p['kl_coef'].mean():>9.3f}{p['cpu']:>7.1f}")
     L.append("  (* the base run; +- is the std over seeds)\n\nCommon claims at this scale:")
-    for claim, measured, verdict in claims(r):
-        L += [f"- {claim}", f"    measured: {measured}", f"    verdict:  {verdict}"]
+    for claim, measured, vs in claims(r):
+        L += [f"- {claim}", f"    measured: {measured}."] + [v.render("    ") for v in vs]
     L.append(time_line(r, sizes(quick=False, full=True)))
     return "\n".join(L)
 

@@ -51,7 +51,7 @@ import time
 
 import numpy as np
 
-from lessons._common import holds, lesson_main, pyplot, save
+from lessons._common import Verdict, any_of, by_key, comparison, lesson_main, measurement, pyplot, save
 from minippo.studies.critic_probes import trunk_gradient_split
 from minippo.studies.memory import FP32, GB, MIXED, ModelShape, four_models, static_bytes, total_bytes
 from minippo.studies.study import Study, final
@@ -201,47 +201,77 @@ def narrative(r: dict) -> str:
     saved = 1 - mem["shared"]["7b_total"] / mem["separate"]["7b_total"]
     L.append("\nWhat holds at this scale:")
     coefs = sorted(k for k in ptx if k > 0)
-    by = {key: {k: _cmp(ptx[lo][key], ptx[k][key], noise[key], multi) for k in coefs} for key in ("tax", "gold")}
-    lower = {key: [f"{k:g}" for k in coefs if by[key][k]["clear"] and by[key][k]["diff"] < 0] for key in by}
     pull = _cmp(ptx[lo]["kl"], ptx[hi]["kl"], noise["kl"], multi)
-    L.append("  - A common claim: PPO-ptx (mixing pre-training text into the update) counters the alignment tax: "
-             + ("one seed only, no verdict" if not multi else
-                holds(bool(lower["tax"])) + ": "
-                f"the tax is lower beyond the seed noise at ptx_coef {', '.join(lower['tax']) or 'none'} "
-                f"({by['tax'][coefs[0]]['diff']:+.3f} to {by['tax'][coefs[-1]]['diff']:+.3f} nats/token); the gold score "
-                f"is lower beyond the noise at {', '.join(lower['gold']) or 'none'}")
-             + f". Per nat of KL the tax is {per_kl_no_ptx:.3f} without PPO-ptx and {_per_kl(ptx[hi])} at ptx {hi:g}. "
-             f"The corpus here IS the SFT data; KL to the SFT model {np.mean(ptx[lo]['kl']):.2f} -> "
-             f"{np.mean(ptx[hi]['kl']):.2f} nats ({pull['text']}): "
-             + ("PPO-ptx pulls the policy towards the SFT model." if pull["clear"] and pull["diff"] < 0 else
-                "no pull towards the SFT model beyond the seed noise." if multi else "one seed, no verdict."))
+    V = by_key(verdicts(r))
+    L.append("  PPO-ptx (mixing pre-training text into the update) against the alignment tax: tax with ptx "
+             + ", ".join(f"{k:g} {_cmp(ptx[lo]['tax'], ptx[k]['tax'], noise['tax'], multi)['text']}" for k in coefs)
+             + f" nats/token vs none. Per nat of KL the tax is {per_kl_no_ptx:.3f} without PPO-ptx and "
+             f"{_per_kl(ptx[hi])} at ptx {hi:g}. The corpus here IS the SFT data; KL to the SFT model "
+             f"{np.mean(ptx[lo]['kl']):.2f} -> {np.mean(ptx[hi]['kl']):.2f} nats ({pull['text']}).")
+    L += [V[k].render("  ") for k in ("ptx_counters_tax", "ptx_costs_gold", "ptx_pulls_to_sft")]
     if KL_CONTROL in runs:                          # the ptx run closest in KL to the control without ptx
         v = runs[KL_CONTROL]
         k = min(coefs, key=lambda c: abs(np.mean(ptx[c]["kl"]) - np.mean(v["kl"])))
         L.append(f"    At a similar KL, ptx {k:g} (KL {np.mean(ptx[k]['kl']):.2f}): tax {np.mean(ptx[k]['tax']):.3f}, gold "
                  f"{np.mean(ptx[k]['gold']):+.3f}; no ptx held to KL target 1 (KL {np.mean(v['kl']):.2f}): tax "
                  f"{np.mean(v['tax']):.3f}, gold {np.mean(v['gold']):+.3f}.")
-    L.append(f"  - A common claim: sharing the actor's trunk with the critic saves memory: {holds(saved > 0)} "
-             f"({saved:.0%} of the 7B setup's bytes).")
-    sg_tax = _cmp(sg["tax"], nosg["tax"], noise["tax"], multi)
-    clear = [name for name, c in (("explained variance", sg_ev), ("gold", sg_gold), ("tax", sg_tax)) if c["clear"]]
-    # disturbed: without the stop-gradient the actor is worse beyond the noise (less gold or more tax)
-    disturbed = multi and ((sg_gold["clear"] and sg_gold["diff"] < 0) or (sg_tax["clear"] and sg_tax["diff"] > 0))
-    L.append("  - A common claim: a stop-gradient keeps a shared critic from disturbing the actor: "
-             + ("one seed only, no verdict" if not multi else
-                holds(disturbed) + ": " + (f"the two shared critics differ beyond the seed noise only in "
-                                           f"{', '.join(clear)}" if clear else
-                                           "no difference beyond the seed noise between the two shared critics"))
-             + f"; the tax per nat of KL is {_per_kl(nosg)} without and {_per_kl(sg)} with stop-gradient, and the value "
-             f"loss is {np.mean(share):.0%} of the trunk's gradient without stop-gradient.")
+    L.append(V["shared_saves_memory"].render("  "))
+    L.append(f"  Stop-gradient: the tax per nat of KL is {_per_kl(nosg)} without and {_per_kl(sg)} with it, and the "
+             f"value loss is {np.mean(share):.0%} of the trunk's gradient without it.")
+    L.append(V["stop_gradient_protects"].render("  "))
     sft = critics["separate, SFT init"]
-    L.append(f"  - A value head on the language model (the usual design): explained variance {np.mean(sg['ev']):.2f} "
+    L.append(f"  A value head on the language model (the usual design): explained variance {np.mean(sg['ev']):.2f} "
              f"(shared), {np.mean(sft['ev']):.2f} (own trunk from the SFT model), {np.mean(sep['ev']):.2f} "
-             f"(own trunk from "
-             f"the reward model): an own trunk adds {_cmp(sg['ev'], sft['ev'], noise['ev'], multi)['text']}, the RM "
-             f"initialisation {_cmp(sft['ev'], sep['ev'], noise['ev'], multi)['text']}.")
+             f"(own trunk from the reward model): an own trunk adds {_cmp(sg['ev'], sft['ev'], noise['ev'], multi)['text']}"
+             f", the RM initialisation {_cmp(sft['ev'], sep['ev'], noise['ev'], multi)['text']}.")
+    L += [V[k].render("  ") for k in ("own_trunk_explains_more", "rm_init_explains_more")]
     L.append(f"\nLesson run time: wall {r['time']['wall']:.1f} s, CPU {r['time']['cpu']:.1f} s.")
     return "\n".join(L)
+
+
+def verdicts(r: dict) -> list[Verdict]:
+    """The lesson's claims, each judged from the numbers of ``r`` (seed noise pooled over every run)."""
+    sz, ptx, critics, runs = r["sizes"], r["ptx"], r["critics"], r["runs"]
+    multi = len(sz["seeds"]) > 1
+    noise = {k: pooled_seed_std([v[k] for v in runs.values()])[0] if multi else 0.0 for k in ("tax", "gold", "ev", "kl")}
+    c = lambda a, b, k: ({**compare(a[k], b[k], noise[k])} if multi else               # noqa: E731
+                         {"diff": float(np.mean(b[k]) - np.mean(a[k])), "se": None})
+    lo, hi = min(ptx), max(ptx)
+    sg, nosg, sft, sep = (critics[k] for k in ("shared + stop-gradient", "shared, no stop-gradient",
+                                                "separate, SFT init", "separate, RM init"))
+    mem = r["memory"]
+    saved = 1 - mem["shared"]["7b_total"] / mem["separate"]["7b_total"]
+    m = lambda v, k: float(np.mean(v[k]))           # noqa: E731
+    no, wi = ("no ptx", f"ptx {hi:g}")
+    return [
+        comparison("ptx_counters_tax", f"A common claim: PPO-ptx counters the alignment tax: a lower held-out LM loss "
+                   f"increase with ptx_coef {hi:g} than without.", c(ptx[lo], ptx[hi], "tax"), expect=-1,
+                   labels=(no, wi), quantity="tax (nats/token)", values=(m(ptx[lo], "tax"), m(ptx[hi], "tax")),
+                   fmt="+.4f"),
+        comparison("ptx_costs_gold", f"PPO-ptx costs reward: the gold is lower with ptx_coef {hi:g}.",
+                   c(ptx[lo], ptx[hi], "gold"), expect=-1, labels=(no, wi), quantity="gold",
+                   values=(m(ptx[lo], "gold"), m(ptx[hi], "gold"))),
+        comparison("ptx_pulls_to_sft", f"PPO-ptx on the SFT data pulls the policy towards the SFT model: lower KL with "
+                   f"ptx_coef {hi:g}.", c(ptx[lo], ptx[hi], "kl"), expect=-1, labels=(no, wi), quantity="KL",
+                   values=(m(ptx[lo], "kl"), m(ptx[hi], "kl")), fmt="+.2f"),
+        measurement("shared_saves_memory", "A common claim: sharing the actor's trunk with the critic saves memory "
+                    "(LLaMA-7B, mixed precision).", saved, 0.0, ">", "share of the 7B setup's bytes saved", fmt=".0%"),
+        any_of("stop_gradient_protects", "A common claim: a stop-gradient keeps a shared critic from disturbing the "
+               "actor: without it, less gold or more alignment tax.", [
+                   comparison("gold", "less gold", c(sg, nosg, "gold"), expect=-1,
+                              labels=("stop-gradient", "no stop-gradient"), quantity="gold",
+                              values=(m(sg, "gold"), m(nosg, "gold"))),
+                   comparison("tax", "more tax", c(sg, nosg, "tax"), expect=+1,
+                              labels=("stop-gradient", "no stop-gradient"), quantity="tax", fmt="+.4f",
+                              values=(m(sg, "tax"), m(nosg, "tax")))]),
+        comparison("own_trunk_explains_more", "A critic with its own trunk (from the SFT model) explains more of the "
+                   "returns than a value head on the shared trunk.", c(sg, sft, "ev"), expect=+1,
+                   labels=("shared", "own trunk (SFT init)"), quantity="explained variance",
+                   values=(m(sg, "ev"), m(sft, "ev"))),
+        comparison("rm_init_explains_more", "Initialising the critic's own trunk from the reward model explains more "
+                   "of the returns than from the SFT model.", c(sft, sep, "ev"), expect=+1,
+                   labels=("SFT init", "RM init"), quantity="explained variance", values=(m(sft, "ev"), m(sep, "ev"))),
+    ]
 
 
 def main(argv=None) -> dict:

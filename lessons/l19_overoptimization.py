@@ -50,7 +50,8 @@ import time
 
 import numpy as np
 
-from lessons._common import holds, lesson_main, pyplot, save, time_line
+from lessons._common import (Verdict, all_of, any_of, by_key, comparison, identity, lesson_main, measured,
+                             measurement, pyplot, save, time_line)
 from minippo.studies.best_of_n import sample_candidates, select_best
 from minippo.rlhf.data.gold import gold_profile
 from minippo.rlhf.generate import show_sample
@@ -181,37 +182,29 @@ def narrative(r: dict) -> str:
                          f"{m['gold'][-1]:+.2f} (d={m['d'][-1]:.2f});  proxy {m['rm'][k]:+.2f} -> {m['rm'][-1]:+.2f};  "
                          f"fit d* {m['fit']['d_peak']:.2f}")
     g = r["bon_gold"]
-    lines.append(f"  best-of-n against the gold itself: {g['gold'][0]:+.2f} -> {g['gold'][-1]:+.2f} at n = {N} "
-                 + ("(never falls: no proxy, no over-optimisation)" if np.all(np.diff(g["gold"]) >= 0) else
-                    "(it FALLS somewhere: a bug, the best of more candidates cannot be worse)"))
+    V = by_key(verdicts(r))
+    lines.append(f"  best-of-n against the gold itself: {g['gold'][0]:+.2f} -> {g['gold'][-1]:+.2f} at n = {N}.")
+    lines.append(V["bon_gold_monotone"].render("  "))
     lines += ["", "Which claims hold here:"] + claims(r)
     kl_end = max(x["rl"]["d"][-1] for x in s.values()) ** 2
-    names = list(s)
-    acc_order = list(np.argsort([s[n]["accuracy"] for n in names]))
-    bon_order = list(np.argsort([s[n]["bon"]["gold"][s[n]["bon"]["peak"]] for n in names]))
     strong, prof = r["strong"], r["profiles"]
-    drift = prof[f"PPO end ({strong})"]["penalty"] > prof["SFT"]["penalty"]
+    names = list(s)
     rl_peaks = [_point(s[n]["rl"], s[n]["rl"]["peak"]) for n in names]
-    resolved = any(abs(_diff(a, b)["diff"]) >= 2 * _diff(a, b)["se"] for a, b in zip(rl_peaks, rl_peaks[1:]))
     lines += ["", "Reading the numbers:",
               f"- Without a KL penalty nothing holds PPO near the reference (beta = 0): the KL reaches {kl_end:.0f} "
               "nats per response.",
-              "- Best-of-n only re-ranks SFT samples, the distribution every RM was trained on: "
-              + ("its gold peak follows the RM's held-out accuracy here." if acc_order == bon_order else
-                 "its gold peak does not follow the RM's held-out accuracy here."),
+              "- Best-of-n only re-ranks SFT samples, the distribution every RM was trained on.",
+              V["bon_follows_accuracy"].render("  "),
               f"- PPO against the RM on {strong}: the gold penalty per sample {prof['SFT']['penalty']:.2f} (SFT) -> "
-              f"{prof[f'PPO end ({strong})']['penalty']:.2f} (end): "
-              + ("it drifts to text no preference pair contained, where every RM extrapolates (panel (e))." if drift
-                 else "no drift into penalised text here."),
-              "- PPO's peak heights, RM by RM: " + ", ".join(f"{g:+.2f}+-{e:.2f}" for g, e in rl_peaks) + ": "
-              + ("their order is beyond 2 s.e. somewhere." if resolved else "their order is within 2 s.e. at this "
-                 "scale (prompts with one seed, seeds with --full).")]
+              f"{prof[f'PPO end ({strong})']['penalty']:.2f} (end).",
+              V["ppo_drifts_to_penalised"].render("  "),
+              "- PPO's peak heights, RM by RM: " + ", ".join(f"{g:+.2f}+-{e:.2f}" for g, e in rl_peaks)
+              + " (prompts with one seed, seeds with --full)."]
     lines.append("\nWhat the policy learned to exploit (mean gold penalty per sample):")
     for lab, p in r["profiles"].items():
         top = sorted(((p[k], k) for k in PENALTY_TERMS), reverse=True)[:3]
         lines.append(f"  {lab:<28s} gold {p['gold']:+.2f} sentiment {p['sentiment']:+.2f} penalty {p['penalty']:.2f}: "
                      + ", ".join(f"{k} {v:.2f} (fires on {100 * p['frac_' + k]:.0f} %)" for v, k in top if v > 0))
-    strong = r["strong"]
     pts, k = r["rl"][strong], r["summary"][strong]["rl"]["peak"]
     lines.append(f"\nSamples, RM on {strong}: SFT / PPO at the gold peak / PPO at the end  [gold, RM]")
     for i in range(3):
@@ -233,56 +226,92 @@ def _diff(a: tuple, b: tuple) -> dict:
     return {"diff": b[0] - a[0], "se": float(np.hypot(a[1], b[1]))}
 
 
-def _up(a: tuple, b: tuple) -> int:
-    """+1 / -1 when b is above / below a beyond 2 s.e. of the difference, else 0."""
-    d = _diff(a, b)
-    return int(np.sign(d["diff"])) if abs(d["diff"]) >= 2 * d["se"] else 0
+def _cmp(a: tuple, b: tuple, key: str, expect: int, labels: tuple, quantity: str) -> Verdict:
+    """b vs a, two (value, s.e.) points (:func:`_diff`), as a comparison part."""
+    return comparison(key, key, _diff(a, b), expect=expect, labels=labels, quantity=quantity, fmt="+.2f",
+                      noise="prompt-sampling", values=(a[0], b[0]))
 
 
-def _in_order(points: list) -> str:
-    """'holds' when each point is above the previous beyond 2 s.e., 'does not hold here' when one is below
-    beyond 2 s.e., else 'within 2 s.e.'."""
-    ups = [_up(a, b) for a, b in zip(points, points[1:])]
-    return holds(True) if all(u > 0 for u in ups) else holds(False) if min(ups) < 0 else "within 2 s.e."
+def _curve_label(n: str, m: str) -> str:
+    return f"{'best-of-n' if m == 'bon' else 'PPO'}, RM on {n}"
 
 
-def claims(r: dict) -> list[str]:
-    """Common claims and Gao et al.'s, each checked on the measured numbers with their standard errors."""
+def verdicts(r: dict) -> list[Verdict]:
+    """Common claims and Gao et al.'s, each checked on the measured numbers with their standard errors (sampling
+    noise over the evaluation prompts; the points share their prompts, so the s.e. of a difference taken as if
+    independent is conservative)."""
     s = r["summary"]
-    out = []
     curves = [(n, m, s[n][m]) for n in s for m in ("bon", "rl")]
-    # the proxy keeps rising: above its start and not below its value at the gold peak, beyond 2 s.e.
-    not_rising = [f"{m} {n}" for n, m, x in curves
-                  if _up((x["rm"][0], x["rm_sem"][0]), (x["rm"][-1], x["rm_sem"][-1])) <= 0
-                  or _up((x["rm"][x["peak"]], x["rm_sem"][x["peak"]]), (x["rm"][-1], x["rm_sem"][-1])) < 0]
-    out.append("- The proxy keeps rising past the gold peak for every RM and both methods (above its start, never "
-               "below its value at the gold peak, beyond 2 s.e.): "
-               + (holds(True) + "." if not not_rising else holds(False) + " for " + ", ".join(not_rising) + "."))
-    falls = [f"{m} {n}" for n, m, x in curves
-             if _up(_point(x, 0), _point(x, x["peak"])) > 0 and _up(_point(x, x["peak"]), _point(x, -1)) < 0]
-    out.append(f"- A common claim, over-optimising the reward model is reward hacking: the gold rises, peaks and falls "
-               f"(each beyond 2 s.e.) in {len(falls)} of {len(curves)} curves" + (": " + ", ".join(falls) if falls else "")
-               + ".")
+    rising = []
+    for n, m, x in curves:
+        pt = lambda k: (float(x["rm"][k]), float(x["rm_sem"][k]))          # noqa: E731
+        rising.append(_cmp(pt(0), pt(-1), f"{_curve_label(n, m)}: start -> end", +1, ("start", "end"), "proxy"))
+        if x["peak"] < len(x["rm"]) - 1:
+            rising.append(_cmp(pt(x["peak"]), pt(-1), f"{_curve_label(n, m)}: gold peak -> end", +1,
+                               ("at the gold peak", "end"), "proxy"))
+    out = [all_of("proxy_keeps_rising", "The proxy (the RM's own score) keeps rising past the gold peak, for every RM "
+                  "and both methods (end above start, and above its value at the gold peak).", rising)]
+    falls = [all_of(_curve_label(n, m), "", [
+        _cmp(_point(x, 0), _point(x, x["peak"]), "rises", +1, ("start", "gold peak"), "gold"),
+        _cmp(_point(x, x["peak"]), _point(x, -1), "falls", -1, ("gold peak", "end"), "gold")]) for n, m, x in curves]
+    out.append(any_of("gold_rises_and_falls", "A common claim: over-optimising the reward model is reward hacking: the "
+                      "gold rises, peaks and falls (in at least one curve; the peak is the best checkpoint, so this "
+                      "rule can hold or be not shown, never refute the claim).", falls))
     names = list(s)
     for method, title in (("bon", "best-of-n"), ("rl", "PPO")):
         peaks = [_point(s[n][method], s[n][method]["peak"]) for n in names]
         ends = [_point(s[n][method], -1) for n in names]
-        d_peaks = [s[n][method]["d"][s[n][method]["peak"]] for n in names]
-        out.append(f"- {title}, RMs in order of training pairs: a higher gold peak with more data (Gao et al.): "
-                   + ", ".join(f"{p:+.2f}+-{e:.2f}" for p, e in peaks) + f": {_in_order(peaks)}"
-                   + "; a shallower fall with more data, gold at the end: "
-                   + ", ".join(f"{p:+.2f}+-{e:.2f}" for p, e in ends) + f": {_in_order(ends)}"
-                   + "; the peak at d = " + ", ".join(f"{d:.2f}" for d in d_peaks) + ".")
+        out.append(all_of(f"more_data_higher_peak[{method}]", f"{title}: a higher gold peak with more RM data (Gao et "
+                          "al.), RM after RM in order of training pairs.",
+                          [_cmp(a, b, f"{na} -> {nb}", +1, (na, nb), "gold peak")
+                           for (a, na), (b, nb) in zip(zip(peaks, names), zip(peaks[1:], names[1:]))]))
+        out.append(all_of(f"more_data_shallower_fall[{method}]", f"{title}: a shallower fall with more RM data: a "
+                          "higher gold at the end, RM after RM.",
+                          [_cmp(a, b, f"{na} -> {nb}", +1, (na, nb), "gold at the end")
+                           for (a, na), (b, nb) in zip(zip(ends, names), zip(ends[1:], names[1:]))]))
     strong = r["strong"]
     b, p = s[strong]["bon"], s[strong]["rl"]
     d_b = b["d"][-1]
     at = (float(np.interp(d_b, p["d"], p["gold"])), float(np.interp(d_b, p["d"], p["gold_sem"])))
-    win = _up(at, _point(b, -1))
-    out.append("- At the same KL, best-of-n beats PPO (Gao et al.: RL spends much more KL for the same gold): "
-               f"with the RM on {strong}, at d = {d_b:.2f} best-of-{r['size']['bon_n']} reaches gold "
-               f"{b['gold'][-1]:+.2f}+-{b['gold_sem'][-1]:.2f}, PPO {at[0]:+.2f}+-{at[1]:.2f} (interpolated): "
-               + {1: holds(True), -1: holds(False) + " (PPO is higher beyond 2 s.e.)",
-                  0: holds(False) + " (within 2 s.e.)"}[win] + ".")
+    out.append(comparison("bon_beats_ppo_at_kl", f"At the same KL, best-of-n beats PPO (Gao et al.: RL spends much "
+                          f"more KL for the same gold): RM on {strong}, at d = {d_b:.2f}, best-of-{r['size']['bon_n']} "
+                          "against PPO interpolated.", _diff(at, _point(b, -1)), expect=+1,
+                          labels=("PPO", f"best-of-{r['size']['bon_n']}"), quantity="gold", fmt="+.2f",
+                          noise="prompt-sampling", values=(at[0], float(b["gold"][-1]))))
+    g = r["bon_gold"]
+    out.append(identity("bon_gold_monotone", "Best-of-n against the gold itself never falls as n grows (the best of "
+                        "more candidates cannot be worse: no proxy, no over-optimisation).",
+                        bool(np.all(np.diff(g["gold"]) >= 0)), "holds when the gold of best-of-n is non-decreasing "
+                        "in n", {"gold at n = 1": float(g["gold"][0]), f"gold at n = {r['size']['bon_n']}": float(g["gold"][-1])}))
+    acc_order = list(np.argsort([s[n]["accuracy"] for n in names]))
+    bon_order = list(np.argsort([s[n]["bon"]["gold"][s[n]["bon"]["peak"]] for n in names]))
+    out.append(measured("bon_follows_accuracy", "Best-of-n's gold peak follows the RM's held-out accuracy (the "
+                        "better-ranked RM has the higher peak).", acc_order == bon_order,
+                        "holds when the RMs ordered by held-out accuracy and by best-of-n gold peak are the same",
+                        {f"accuracy {n}": s[n]["accuracy"] for n in names}))
+    prof = r["profiles"]
+    out.append(measurement("ppo_drifts_to_penalised", f"PPO against the RM on {strong} drifts into text no preference "
+                           "pair contained: the gold's penalty per sample rises from the SFT policy's.",
+                           prof[f"PPO end ({strong})"]["penalty"] - prof["SFT"]["penalty"], 0.0, ">",
+                           "penalty at the end - SFT penalty", fmt="+.2f"))
+    return out
+
+
+def claims(r: dict) -> list[str]:
+    """The claims' verdicts with the numbers the lesson prints beside them."""
+    V = by_key(verdicts(r))
+    s = r["summary"]
+    out = [V["proxy_keeps_rising"].render("  "), V["gold_rises_and_falls"].render("  ")]
+    for method, title in (("bon", "best-of-n"), ("rl", "PPO")):
+        peaks = [_point(s[n][method], s[n][method]["peak"]) for n in s]
+        ends = [_point(s[n][method], -1) for n in s]
+        d_peaks = [s[n][method]["d"][s[n][method]["peak"]] for n in s]
+        out.append(f"- {title}, RMs in order of training pairs: gold peaks " + ", ".join(f"{p:+.2f}+-{e:.2f}"
+                                                                                       for p, e in peaks)
+                   + "; gold at the end " + ", ".join(f"{p:+.2f}+-{e:.2f}" for p, e in ends)
+                   + "; the peak at d = " + ", ".join(f"{d:.2f}" for d in d_peaks) + ".")
+        out += [V[f"more_data_higher_peak[{method}]"].render("  "), V[f"more_data_shallower_fall[{method}]"].render("  ")]
+    out.append(V["bon_beats_ppo_at_kl"].render("  "))
     return out
 
 

@@ -61,7 +61,8 @@ import time
 
 import numpy as np
 
-from lessons._common import clear_sign, diff_text, holds, lesson_main, pyplot, save, seed_compare
+from lessons._common import (Verdict, all_of, by_key, comparison, diff_text, identity, lesson_main, measurement,
+                             pyplot, save, seed_compare)
 from minippo.studies.baselines import BASELINES, compare_baselines
 from minippo.rl.masked import masked_mean
 from minippo.studies.memory import FP32, GB, MIXED, ModelShape, four_models, static_bytes, total_bytes
@@ -196,16 +197,13 @@ def narrative(r: dict) -> str:
              f"-> {mem['none']['7b_static'] / GB:.0f} GB).")
     bl = r["baselines"]
     factor = (GROUP / (GROUP - 1)) ** 2
-    between_ok = np.isclose(bl["batch mean"] - bl["group mean"], bl["between_prompts"], atol=0.005)
-    loo_ok = np.isclose(bl["leave-one-out"], factor * bl["group mean"], rtol=0.01)
+    V = by_key(verdicts(r))
     L.append("\nBaselines on the group methods' last rollouts, mean (s - b)^2 / Var(s): "
              + ", ".join(f"{k} {bl[k]:.2f}" for k in BASELINES)
-             + f". The prompt explains {bl['between_prompts']:.0%} of the score's variance: "
-             + ("exactly the share the group mean removes beyond the batch mean" if between_ok else
-                "NOT the share the group mean removes beyond the batch mean (a bug in the baselines)")
-             + f"; leave-one-out's residual is {bl['leave-one-out'] / max(bl['group mean'], 1e-12):.2f} times the group "
-             f"mean's: " + (f"(n/(n-1))^2 = {factor:.2f}, the price of being unbiased." if loo_ok else
-                            f"NOT (n/(n-1))^2 = {factor:.2f} (a bug in the baselines)."))
+             + f". The prompt explains {bl['between_prompts']:.0%} of the score's variance; leave-one-out's residual is "
+             f"{bl['leave-one-out'] / max(bl['group mean'], 1e-12):.2f} times the group mean's ((n/(n-1))^2 = "
+             f"{factor:.2f}, the price of being unbiased).")
+    L += [V["group_mean_removes_prompt_share"].render("  "), V["loo_residual_factor"].render("  ")]
     g = S["GRPO"]["adv_token_mean"]
     L.append(f"Whitening: GRPO's advantages average 0 per response but {np.mean(g):+.3f} per token (long responses "
              f"count more); re-whitening them over tokens (the old default) would have shifted every advantage by that "
@@ -218,32 +216,67 @@ def narrative(r: dict) -> str:
     upd = {n: np.mean(S[n]["cpu_update_per_it"]) for n in r["methods"]}
     saved_bytes = 1 - mem["none"]["7b_total"] / mem["separate"]["7b_total"]
     L.append("\nWhat holds at this scale:")
-    L.append(f"  - Critic-free = three models instead of four: {holds(saved_bytes > 0)} for memory, "
-             f"{saved_bytes:.0%} of the 7B setup's bytes saved; CPU seconds per iteration, critic-free minus PPO: "
-             f"{diff_text(cpu, '+.3f')} ({cpu['diff'] / np.mean(S[ppo]['cpu_per_it']):+.0%}; the update alone "
-             f"{upd[ppo]:.3f} -> {np.mean([upd[n] for n in free]):.3f} s): "
-             + ("less CPU time beyond 2 s.e." if clear_sign(cpu) < 0 else
-                "no CPU saving beyond 2 s.e." if cpu["se"] is not None else "one seed: no verdict on time."))
+    L.append(f"  - Critic-free = three models instead of four: {saved_bytes:.0%} of the 7B setup's bytes saved; CPU "
+             f"seconds per iteration, critic-free minus PPO: {diff_text(cpu, '+.3f')} "
+             f"({cpu['diff'] / np.mean(S[ppo]['cpu_per_it']):+.0%}; the update alone {upd[ppo]:.3f} -> "
+             f"{np.mean([upd[n] for n in free]):.3f} s).")
+    L += [V["critic_free_saves_memory"].render("  "), V["critic_free_saves_cpu"].render("  ")]
     L.append(f"  - A common claim: fewer samples per prompt mean more variance. The group baseline removes "
              f"{bl['between_prompts']:.0%} of Var(s) beyond the batch mean here, the part that depends on the prompt; "
-             f"with n = {GROUP} the unbiased leave-one-out residual is "
-             + ("larger" if bl["leave-one-out"] > bl["batch mean"] else "not larger")
-             + f" than the batch mean's ({bl['leave-one-out']:.2f} vs {bl['batch mean']:.2f})"
-             + (": prompts matter little in this task." if bl["between_prompts"] < 0.3 else "."))
+             f"with n = {GROUP} the unbiased leave-one-out residual is {bl['leave-one-out']:.2f} against the batch "
+             f"mean's {bl['batch mean']:.2f}.")
+    L.append(V["loo_worse_than_batch_mean"].render("  "))
     golds = {n: float(np.mean(S[n]["gold"])) for n in r["methods"]}
-    noise = pooled_seed_std([S[m]["gold"] for m in r["methods"]])[0] if multi else None
-    lifts = [clear_sign(seed_compare([ref["gold_mean"]], S[n]["gold"], noise)) > 0 for n in r["methods"]]
     L.append(f"  - A common misconception: RLHF is PPO. It is not: the same RLHF stages, SFT -> reward model -> "
-             f"maximise the RM score under a KL leash, run here with {len(golds)} optimisers. "
-             + ("Every one lifts the gold beyond 2 s.e." if all(lifts) else
-                f"{sum(lifts)} of {len(lifts)} lift the gold beyond 2 s.e." if multi else
-                "One seed: no noise estimate for the gold.")
-             + f" From {ref['gold_mean']:+.2f} they reach between {min(golds.values()):+.2f} "
-             f"({min(golds, key=golds.get)}) and {max(golds.values()):+.2f} ({max(golds, key=golds.get)}). PPO is one "
-             "optimiser of the RLHF objective, not the paradigm (lesson 19's best-of-n optimises it with no gradient "
-             "at all).")
+             f"maximise the RM score under a KL leash, run here with {len(golds)} optimisers. From "
+             f"{ref['gold_mean']:+.2f} they reach between {min(golds.values()):+.2f} ({min(golds, key=golds.get)}) and "
+             f"{max(golds.values()):+.2f} ({max(golds, key=golds.get)}). PPO is one optimiser of the RLHF objective, "
+             "not the paradigm (lesson 19's best-of-n optimises it with no gradient at all).")
+    L.append(V["every_optimiser_lifts_gold"].render("  "))
     L.append(f"\nLesson run time: wall {r['time']['wall']:.1f} s, CPU {r['time']['cpu']:.1f} s.")
     return "\n".join(L)
+
+
+def verdicts(r: dict) -> list[Verdict]:
+    """The lesson's claims, each judged from the numbers of ``r`` (seed noise pooled over the methods)."""
+    sz, S, ref, bl, mem = r["sizes"], r["summary"], r["reference"], r["baselines"], r["memory"]
+    ppo = "PPO (GAE + critic)"
+    multi = len(sz["seeds"]) > 1
+    free = [n for n in CRITIC_FREE if n in S]
+    factor = (GROUP / (GROUP - 1)) ** 2
+    cpu_noise = pooled_seed_std([S[m]["cpu_per_it"] for m in r["methods"]])[0] if multi else None
+    cpu_free = [np.mean([S[n]["cpu_per_it"][i] for n in free]) for i in range(len(sz["seeds"]))]
+    noise = pooled_seed_std([S[m]["gold"] for m in r["methods"]])[0] if multi else None
+    return [
+        identity("group_mean_removes_prompt_share", "The group mean removes, beyond the batch mean, exactly the share "
+                 "of the score's variance that the prompt explains.",
+                 bool(np.isclose(bl["batch mean"] - bl["group mean"], bl["between_prompts"], atol=0.005)),
+                 "holds when residual(batch mean) - residual(group mean) equals the between-prompt share to 0.005 "
+                 "(the groups' sample variances against the population split)",
+                 {"batch - group": bl["batch mean"] - bl["group mean"], "between prompts": bl["between_prompts"]}),
+        identity("loo_residual_factor", f"Leave-one-out's residual is (n/(n-1))^2 = {factor:.2f} times the group "
+                 "mean's: the price of being unbiased.", bool(np.isclose(bl["leave-one-out"], factor * bl["group mean"],
+                                                                           rtol=0.01)),
+                 "holds when residual(leave-one-out) = (n/(n-1))^2 residual(group mean) to 1% (exact per group; the "
+                 "residuals are averaged over groups)", {"ratio": bl["leave-one-out"] / max(bl["group mean"], 1e-12),
+                                                         "(n/(n-1))^2": factor}),
+        measurement("critic_free_saves_memory", "Critic-free = three models instead of four: it saves memory "
+                    "(LLaMA-7B, mixed precision).", 1 - mem["none"]["7b_total"] / mem["separate"]["7b_total"], 0.0, ">",
+                    "share of the 7B setup's bytes saved", fmt=".0%"),
+        comparison("critic_free_saves_cpu", "Critic-free methods take less CPU time per iteration than PPO.",
+                   seed_compare(S[ppo]["cpu_per_it"], cpu_free, cpu_noise), expect=-1,
+                   labels=("PPO", "critic-free (mean)"), quantity="CPU s per iteration",
+                   values=(float(np.mean(S[ppo]["cpu_per_it"])), float(np.mean(cpu_free)))),
+        measurement("loo_worse_than_batch_mean", f"With n = {GROUP} samples per prompt the unbiased leave-one-out "
+                    "baseline leaves more of Var(s) than the plain batch mean (few samples: noisy baselines).",
+                    bl["leave-one-out"] - bl["batch mean"], 0.0, ">", "residual(LOO) - residual(batch mean)",
+                    fmt="+.2f"),
+        all_of("every_optimiser_lifts_gold", f"Every one of the {len(r['methods'])} optimisers of the RLHF objective "
+               "lifts the gold above the SFT policy.",
+               [comparison(n, n, seed_compare([ref["gold_mean"]], S[n]["gold"], noise), expect=+1,
+                           labels=("SFT", n), quantity="gold", values=(ref["gold_mean"], float(np.mean(S[n]["gold"]))))
+                for n in r["methods"]]),
+    ]
 
 
 def main(argv=None) -> dict:

@@ -64,7 +64,8 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save
+from lessons._common import (FAILS, HOLDS, NOT_SHOWN, Verdict, all_of, by_key, comparison, lesson_main, measured,
+                             pyplot, save)
 from minippo.blas import single_blas_thread
 from minippo.rlhf.data.batches import batch_indices
 from minippo.rlhf.data.corpus import sample_prompts
@@ -136,8 +137,9 @@ def run_ppo(study, reward_model, target: float, seed: int, size: dict, base: dic
     cfg = study.config(seed=seed, kl_ref_target=target, iterations=size["iterations"], batch_size=size["batch_size"],
                        minibatch_size=size["minibatch_size"], **base)
     cb = KLCheckpoints(study, study.reward_model, every=size["ppo_every"])
-    study.run(cfg, reward_model=reward_model, callback=cb)
-    return {"points": cb.points, "config": cfg}
+    res = study.run(cfg, reward_model=reward_model, callback=cb)
+    # what the adaptive controller read (objective/kl of each rollout): below 0.8 x target its error is clipped
+    return {"points": cb.points, "config": cfg, "kl_read_max": max(rec["objective/kl"] for rec in res["records"])}
 
 
 PAIRS = ((METHODS[0], METHODS[1]), (METHODS[0], METHODS[2]), (METHODS[2], METHODS[1]))
@@ -149,47 +151,79 @@ def strip(runs: dict) -> dict:
                 for name, per_seed in settings.items()} for m, settings in runs.items()}
 
 
-def kl_ranges(kl, idx) -> str:
-    """The KL values at indices ``idx`` as runs of neighbours: ``KL 0.70-1.39, 4.18 nats`` (``no matched KL`` when
-    empty)."""
-    runs, out = [], []
-    for i in idx:
-        if runs and i == runs[-1][-1] + 1:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    for run_ in runs:
-        out.append(f"{kl[run_[0]]:.2f}" if len(run_) == 1 else f"{kl[run_[0]]:.2f}-{kl[run_[-1]]:.2f}")
-    return "KL " + ", ".join(out) + " nats" if out else "no matched KL"
+def kl_decimals(kl) -> int:
+    """Decimals that print every value of the matched KL grid differently (at least 2)."""
+    step = float(np.min(np.diff(kl))) if len(kl) > 1 else 1.0
+    return max(2, int(np.ceil(-np.log10(step))) + 1) if step > 0 else 2
 
 
-def order_words(cmp: dict, a: str, b: str) -> str:
-    """What the comparisons of a against b at the matched KL values say, in words."""
-    v, kl = [c["verdict"] for c in cmp["cmp"]], cmp["kl"]
-    where = {w: [i for i, x in enumerate(v) if x == w] for w in ("above", "below", "overlap", "n/a")}
-    span = f"{kl[0]:.2f}-{kl[-1]:.2f} nats"
-    if len(where["above"]) == len(v):
-        return f"{a}'s frontier dominates {b}'s: above at all {len(v)} matched KL values ({span}), beyond the seed range"
-    if len(where["below"]) == len(v):
-        return f"{b}'s frontier dominates {a}'s: above at all {len(v)} matched KL values ({span}), beyond the seed range"
-    text = (f"no domination: {a} above {b} at {kl_ranges(kl, where['above'])}, below at "
-            f"{kl_ranges(kl, where['below'])}, within the seed range at {kl_ranges(kl, where['overlap'])}")
-    return text + (f", not reached at {kl_ranges(kl, where['n/a'])}" if where["n/a"] else "")
+def point_word(v: Verdict) -> str:
+    """One matched KL point's comparison (a above b?) in a word: the course's rule on the seed noise."""
+    return {HOLDS: "above", FAILS: "below", NOT_SHOWN: "within 2 s.e."}[v.outcome]
 
 
-def paper_finding(r: dict) -> str:
-    """Does DPO's frontier dominate PPO's and PPO-GT's here (Rafailov et al., Figure 2 left)?"""
-    dpo_ppo = [c["verdict"] for c in r["compare"][(METHODS[0], METHODS[1])]["cmp"]]
-    dpo_gt = [c["verdict"] for c in r["compare"][(METHODS[0], METHODS[2])]["cmp"]]
-    if all(v == "above" for v in dpo_ppo + dpo_gt):
-        return "holds here: DPO's frontier is above both PPO frontiers at every matched KL."
-    if all(v == "above" for v in dpo_ppo):
-        return "holds only in part here: DPO's frontier is above PPO (reward model)'s, but not above PPO-GT's everywhere."
-    if all(v == "below" for v in dpo_ppo):
-        return ("does NOT hold here: PPO with the reward model reaches more gold than DPO at every matched KL, "
-                "beyond the seed range.")
-    words = order_words(r["compare"][(METHODS[0], METHODS[1])], "DPO", "PPO (RM)")
-    return f"does NOT hold here: DPO's frontier is not above PPO (reward model)'s at every matched KL; {words}."
+def frontier_parts(r: dict, a: str, b: str) -> list[Verdict]:
+    """'a above b' at each matched KL: the difference of the seeds' means with the seed noise pooled over the two
+    methods at that KL (:func:`minippo.studies.dpo_frontier.compare_at`)."""
+    c = r["compare"][(a, b)]
+    dec = kl_decimals(c["kl"])
+    return [comparison(f"KL {x:.{dec}f}", "", {"diff": p["diff"], "se": p["se"]}, expect=+1,
+                       labels=(SHORT[b], SHORT[a]), quantity="gold", values=(p["mean_b"], p["mean_a"]))
+            for x, p in zip(c["kl"], c["cmp"]) if p["reached"]]
+
+
+def frontier_verdict(r: dict, a: str, b: str) -> Verdict:
+    """'a's frontier is above b's at every matched KL': all_of :func:`frontier_parts`."""
+    c = r["compare"][(a, b)]
+    dec = kl_decimals(c["kl"])
+    parts = frontier_parts(r, a, b)
+    words = [point_word(v) for v in parts]
+    because = (f"{SHORT[a]} above {SHORT[b]} at {words.count('above')}, below at {words.count('below')}, within 2 s.e. "
+               f"of the seed noise at {words.count('within 2 s.e.')} of {len(parts)} matched KL values "
+               f"({c['kl'][0]:.{dec}f}-{c['kl'][-1]:.{dec}f} nats)")
+    return all_of(f"frontier[{SHORT[a]} > {SHORT[b]}]", f"{SHORT[a]}'s frontier is above {SHORT[b]}'s at every "
+                  "matched KL.", parts, because=because)
+
+
+def identical_settings(r: dict) -> list[tuple[str, str, str]]:
+    """(method, setting, setting) pairs of PPO runs whose checkpoints are identical in every seed."""
+    out = []
+    for m in METHODS[1:]:
+        names = list(r["runs"][m])
+        for i, x in enumerate(names):
+            for y in names[i + 1:]:
+                if all([(p["kl"], p["gold"]) for p in rx["points"]] == [(p["kl"], p["gold"]) for p in ry["points"]]
+                       for rx, ry in zip(r["runs"][m][x], r["runs"][m][y])):
+                    out.append((m, x, y))
+    return out
+
+
+def verdicts(r: dict) -> list[Verdict]:
+    """The DPO paper's finding, each pair of frontiers, DPO's implicit reward and its known failure."""
+    fr = {pair: frontier_verdict(r, *pair) for pair in PAIRS}
+    out = [all_of("paper_finding", "The DPO paper's finding (Rafailov et al., Figure 2 left): DPO's frontier "
+                  "dominates PPO's, even PPO on the true reward.", [fr[PAIRS[0]], fr[PAIRS[1]]])]
+    out += list(fr.values())
+    imp, d = r["implicit"], r["data"]
+    rm = next(iter(imp.values()))["rm"]
+    best = max(imp, key=lambda n: imp[n]["dpo"]["accuracy"])
+    p, q, n = imp[best]["dpo"]["accuracy"], rm["accuracy"], d["heldout_pairs"]
+    out.append(comparison("dpo_orders_better", f"DPO's implicit reward (the best beta, {best}) orders the held-out "
+                          "pairs better than the reward model trained on the same pairs ('your language model is "
+                          "secretly a reward model').",
+                          {"diff": p - q, "se": float(np.sqrt(p * (1 - p) / n + q * (1 - q) / n))}, expect=+1,
+                          labels=("reward model", f"DPO {best}"), quantity="held-out accuracy",
+                          noise=f"binomial ({n} pairs)", values=(q, p)))
+    parts = []
+    for name, per_seed in r["runs"]["DPO"].items():
+        sh = per_seed[0]["shifts"][-1]
+        parts.append(measured(name, "", sh["chosen"] < 0 and sh["rejected"] < 0,
+                              "holds when the mean change of log pi(y_w) and of log pi(y_l) are both < 0",
+                              {"chosen": sh["chosen"], "rejected": sh["rejected"]},
+                              f"chosen {sh['chosen']:+.2f}, rejected {sh['rejected']:+.2f}"))
+    out.append(all_of("both_fall", "DPO's known failure: the log-probs of the chosen and of the rejected responses "
+                      f"of trained-on pairs both fall (seed {r['seeds'][0]}, every beta).", parts))
+    return out
 
 
 def _fmt(vals) -> str:
@@ -262,14 +296,24 @@ def narrative(r: dict) -> str:
             L.append(f"  {SHORT[m]:<8s} {name:<14s} " + " | ".join(parts))
     L.append("\nFrontiers at matched KL, two methods at a time (gold: mean over seeds [seed range]; KL values up to the "
              "largest KL both methods reached in every seed):")
+    V = by_key(verdicts(r))
     for (p, q), c in r["compare"].items():
-        L.append(f"  {SHORT[p]} vs {SHORT[q]} (KL up to {c['kl'][-1]:.2f} nats):")
-        L.append(f"    {'KL (nats)':>9s}  {SHORT[p]:>21s}  {SHORT[q]:>21s}")
+        dec = kl_decimals(c["kl"])
+        fv = V[f"frontier[{SHORT[p]} > {SHORT[q]}]"]
+        L.append(f"  {SHORT[p]} vs {SHORT[q]} (KL up to {c['kl'][-1]:.{dec}f} nats):")
+        L.append(f"    {'KL (nats)':>9s}  {SHORT[p]:>21s}  {SHORT[q]:>21s}   {SHORT[p]} vs {SHORT[q]}, 2 s.e. of the seeds")
+        words = [point_word(v) for v in frontier_parts(r, p, q)]
         for g, x in enumerate(c["kl"]):
-            L.append(f"    {x:9.2f}  {_fmt(c['a'][:, g]):>21s}  {_fmt(c['b'][:, g]):>21s}   {c['cmp'][g]['verdict']}")
-        L.append(f"    -> {order_words(c, SHORT[p], SHORT[q])}.")
-    L.append("The DPO paper's finding (DPO's frontier dominates PPO's, even PPO on the true reward; Figure 2 left) "
-             + paper_finding(r))
+            L.append(f"    {x:9.{dec}f}  {_fmt(c['a'][:, g]):>21s}  {_fmt(c['b'][:, g]):>21s}   {words[g]}")
+        L.append(fv.render("    "))
+    for m, x, y in identical_settings(r):
+        k_read = max(run_["kl_read_max"] for s_ in (x, y) for run_ in r["runs"][m][s_])
+        lo_t = min(r["runs"][m][s_][0]["config"].kl_ref_target for s_ in (x, y))
+        L.append(f"  ({SHORT[m]}: '{x}' and '{y}' give identical runs (run separately): the adaptive controller's error "
+                 f"clip(KL / target - 1, -0.2, 0.2) is -0.2 for both targets while the KL it reads stays below 0.8 x "
+                 f"{lo_t:g} nats (here at most {k_read:.2f}), so beta follows the same path"
+                 + (")" if k_read < 0.8 * lo_t else "; yet the KL it read passed that bound: look for a bug)"))
+    L.append(V["paper_finding"].render())
     reach = min(f[2] for m in METHODS for f in r["fronts"][m])       # the largest KL all three reached, every seed
     for x in (reach / 2, reach):
         L.append(f"  at KL {x:.2f} nats (all three methods): " + ", ".join(
@@ -283,11 +327,7 @@ def narrative(r: dict) -> str:
     for name, x in rows:
         L.append(f"  {name:<14s} accuracy vs labels {x['accuracy']:.3f}, vs the gold order {x['gold_accuracy']:.3f}; "
                  f"Pearson with gold {x['pearson']:+.3f} within prompts ({x['pearson_raw']:+.3f} raw)")
-    best_dpo = max(imp, key=lambda n: imp[n]["dpo"]["accuracy"])
-    diff = imp[best_dpo]["dpo"]["accuracy"] - first["rm"]["accuracy"]
-    L.append(f"  -> the best DPO ({best_dpo}) orders the held-out pairs "
-             + ("better than" if diff > 0.01 else "worse than" if diff < -0.01 else "as well as (within 0.01)")
-             + f" the reward model trained on the same pairs ({diff:+.3f}).")
+    L.append(V["dpo_orders_better"].render("  "))
     L.append("\nDPO's known failure, chosen and rejected log-probs both falling: change of log pi(y) from pi_ref "
              "(nats per response) at the end of training")
     for name, per_seed in r["runs"]["DPO"].items():
@@ -299,6 +339,7 @@ def narrative(r: dict) -> str:
                  f"{s['rejected']:+.2f} ({word}; chosen less likely than under pi_ref in {100 * s['chosen_fell']:.0f} %, "
                  f"both in {100 * s['both_fell']:.0f} % of pairs); held-out pairs: chosen {h['chosen']:+.2f}, "
                  f"rejected {h['rejected']:+.2f}")
+    L.append(V["both_fall"].render("  "))
     fell = [n for n, per_seed in r["runs"]["DPO"].items()
             if per_seed[0]["shifts"][-1]["chosen"] < 0 and per_seed[0]["shifts"][-1]["rejected"] < 0]
     if fell:
@@ -379,8 +420,13 @@ def plot(r: dict, path) -> None:
     c.axhline(0, color="black", lw=0.8)
     c.set_xlabel("DPO step")
     c.set_ylabel("log pi(y|x) - log pi_ref(y|x)  (nats per response)")
-    c.set_title(f"(c) DPO's known failure: chosen and rejected both fall\n({r['data']['shift_pairs']} pairs of the "
-                f"first batches, seed {r['seeds'][0]})")
+    V = by_key(verdicts(r))
+    last = {name: per_seed[0]["shifts"][-1] for name, per_seed in r["runs"]["DPO"].items()}
+    what = ("chosen and rejected both fall" if V["both_fall"].holds else
+            "; ".join(f"{n}: chosen {'rose' if s['chosen'] > 0 else 'fell'} ({s['chosen']:+.2f}), rejected "
+                      f"{'rose' if s['rejected'] > 0 else 'fell'} ({s['rejected']:+.2f})" for n, s in last.items()))
+    c.set_title(f"(c) DPO's known failure (both fall)? Here: {what}\n({r['data']['shift_pairs']} pairs of the "
+                f"first batches, seed {r['seeds'][0]})", fontsize=10)
     c.legend(fontsize=8, loc="lower left", ncol=2)
 
     t.axis("off")
@@ -389,14 +435,18 @@ def plot(r: dict, path) -> None:
     for (p, q), cmp in r["compare"].items():
         if p != METHODS[0]:
             continue
-        lines += ["", f"{'KL':>5s} {SHORT[p]:>19s} {SHORT[q]:>19s}"]
+        dec = kl_decimals(cmp["kl"])
+        words = [point_word(v) for v in frontier_parts(r, p, q)]
+        lines += ["", f"{'KL':>6s} {SHORT[p]:>19s} {SHORT[q]:>19s}"]
         for g, kl in enumerate(cmp["kl"]):
-            lines.append(f"{kl:5.2f} {_fmt(cmp['a'][:, g]):>19s} {_fmt(cmp['b'][:, g]):>19s}  {cmp['cmp'][g]['verdict']}")
+            lines.append(f"{kl:6.{dec}f} {_fmt(cmp['a'][:, g]):>19s} {_fmt(cmp['b'][:, g]):>19s}  {words[g]}")
     lines.append("")
-    for (p, q), cmp in r["compare"].items():
-        lines += textwrap.wrap(f"{SHORT[p]} vs {SHORT[q]}: {order_words(cmp, SHORT[p], SHORT[q])}.", 74)
+    for pair in PAIRS:
+        v = V[f"frontier[{SHORT[pair[0]]} > {SHORT[pair[1]]}]"]
+        lines += textwrap.wrap(f"{v.claim} {v.outcome.upper()}: {v.because}.", 74)
     lines.append("")
-    lines += textwrap.wrap("DPO paper, Figure 2 (left): " + paper_finding(r), 74)
+    lines += textwrap.wrap(f"DPO paper, Figure 2 (left): {V['paper_finding'].outcome.upper()} (rule: 2 s.e. of the "
+                           "seed noise at every matched KL).", 74)
     t.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=8.8, transform=t.transAxes)
     fig.tight_layout()
     save(fig, path)

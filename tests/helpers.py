@@ -68,3 +68,37 @@ def assert_one_of(text: str, anchor: str, phrases: dict, key) -> None:
     assert phrases[key] in line, f"expected {phrases[key]!r} in: {line}"
     for k, p in phrases.items():
         assert k == key or p not in line, f"unexpected {p!r} in: {line}"
+
+
+def expected_outcome(diff: float, se, expect: int) -> str:
+    """The course's verdict rule restated independently of ``minippo.studies.verdicts`` (whose tests prove it can
+    give each outcome): the difference in the claimed direction, in standard errors, against 2."""
+    import math
+
+    from minippo.studies.verdicts import FAILS, HOLDS, NOT_SHOWN
+    if se is None:
+        return NOT_SHOWN
+    z = expect * diff / se if se > 0 else math.copysign(math.inf, expect * diff) if diff else 0.0
+    return HOLDS if z >= 2 else FAILS if z <= -2 else NOT_SHOWN
+
+
+def assert_comparison(v, c: dict, expect: int) -> None:
+    """Verdict ``v`` used the difference and standard error of ``c`` (recomputed by the test from the lesson's
+    returned numbers) and decided by the rule."""
+    import numpy as np
+    if "diff" in v.numbers:
+        diff = v.numbers["diff"]
+    else:                                               # a measurement: its value against its threshold
+        diff = next(iter(v.numbers.values())) - v.numbers["threshold"]
+    assert np.isclose(diff, c["diff"], rtol=1e-12, atol=1e-15), (v.key, v.numbers, c)
+    assert (v.numbers["se"] is None) == (c["se"] is None), (v.key, v.numbers, c)
+    if c["se"] is not None:
+        assert np.isclose(v.numbers["se"], c["se"], rtol=1e-12, atol=1e-15), (v.key, v.numbers, c)
+    assert v.outcome == expected_outcome(c["diff"], c["se"], expect), (v.key, v.outcome, c)
+
+
+def assert_printed(lesson, runs) -> None:
+    """Every verdict of seed 0's run is printed by main() with its rule and numbers."""
+    for v in lesson.verdicts(runs[0]):
+        for line in v.render().splitlines():                  # a lesson may indent the block
+            assert line.strip() in runs["printed"], v.key

@@ -20,8 +20,8 @@ positions, each position's KL enumerated over the vocabulary: ``kl_exact_from_lo
 - :func:`pareto_front` and :func:`front_at`: a method's frontier, the best gold it reached at a KL of at most
   x (through the checkpoints no other checkpoint beats with less KL, linearly interpolated between them, flat
   after the last one up to the largest KL any checkpoint reached);
-- :func:`compare_at`: two methods' frontiers at one KL value, seed by seed, and whether their seed ranges
-  overlap;
+- :func:`compare_at`: two methods' frontiers at one KL value, seed by seed: the difference of their means
+  with its seed noise, and whether their seed ranges overlap;
 - :func:`implicit_reward_report`: DPO's implicit reward beta log(pi / pi_ref) as a reward model (held-out
   accuracy, correlation with gold) beside the trained reward model;
 - :func:`logp_shift`: how the log-probabilities of chosen and rejected responses moved (DPO's known failure:
@@ -37,6 +37,7 @@ from minippo.rlhf.data.gold import gold_scores
 from minippo.rlhf.data.preferences import PreferencePairs, gold_order_accuracy, pairwise_accuracy, pearson
 from minippo.rlhf.dpo import evaluate_pairs
 from minippo.studies.overoptimization import KLCheckpoints
+from minippo.studies.sweep_stats import pooled_seed_std, seed_compare
 
 
 # ----------------------------------------------------------------------------------------------
@@ -138,18 +139,19 @@ def front_at(front: tuple, kl_values) -> np.ndarray:
 
 def compare_at(a, b) -> dict:
     """Two methods' frontier values at one KL, one value per seed each (S_a,), (S_b,): the means, the seed
-    ranges and the verdict ``"above"`` (every seed of a above every seed of b), ``"below"``, or ``"overlap"``
-    (the seed ranges overlap: no order beyond the seed spread). NaN seeds (KL not reached) are left out; with
-    none left the verdict is ``"n/a"``."""
+    ranges, whether the ranges overlap, and ``diff`` = mean(a) - mean(b) with its standard error from the seed
+    noise pooled over the two (:func:`minippo.studies.sweep_stats.compare`; ``se`` None when neither has two
+    seeds), for a verdict by :mod:`minippo.studies.verdicts`. NaN seeds (KL not reached) are left out; with none
+    left ``reached`` is False and the numbers are NaN."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     a, b = a[np.isfinite(a)], b[np.isfinite(b)]
     if a.size == 0 or b.size == 0:
-        return {"verdict": "n/a", "mean_a": float("nan"), "mean_b": float("nan"), "diff": float("nan")}
-    verdict = "above" if a.min() > b.max() else "below" if a.max() < b.min() else "overlap"
-    return {"verdict": verdict, "mean_a": float(a.mean()), "mean_b": float(b.mean()),
-            "diff": float(a.mean() - b.mean()), "range_a": (float(a.min()), float(a.max())),
-            "range_b": (float(b.min()), float(b.max()))}
+        return {"reached": False, "mean_a": float("nan"), "mean_b": float("nan"), "diff": float("nan"), "se": None}
+    c = seed_compare(b, a, pooled_seed_std([a, b])[0] if max(a.size, b.size) > 1 else None)
+    return {"reached": True, "mean_a": float(a.mean()), "mean_b": float(b.mean()), "diff": c["diff"], "se": c["se"],
+            "overlap": bool(a.min() <= b.max() and b.min() <= a.max()),
+            "range_a": (float(a.min()), float(a.max())), "range_b": (float(b.min()), float(b.max()))}
 
 
 def method_fronts(runs: dict, n_seeds: int) -> dict:

@@ -41,8 +41,8 @@ def eps_verdict(q: dict, tasks, eps, base: float = 0.2) -> dict:
     """From :func:`eps_table`'s ``q`` (two tasks: short, long): per task the best eps by mean gold and its lead
     over the runner-up
     (:func:`minippo.studies.sweep_stats.seed_compare`); per eps other than ``base`` the interaction
-    d(eps) (module docstring); ``depends``: the best eps differ between the tasks AND an interaction is beyond
-    2 s.e. Returns ``{"best", "lead", "interaction", "depends", "noise"}``."""
+    d(eps) (module docstring), for a verdict by :mod:`minippo.studies.verdicts`. Returns ``{"best", "lead",
+    "interaction", "noise"}``."""
     t, noise = q["table"], q["noise"]
     short, long_ = tasks
     best, lead = {}, {}
@@ -55,5 +55,4 @@ def eps_verdict(q: dict, tasks, eps, base: float = 0.2) -> dict:
         if e != base and noise is not None:
             inter[e] = compare_interaction(t[short][base]["gold_mean"], t[short][e]["gold_mean"],
                                            t[long_][base]["gold_mean"], t[long_][e]["gold_mean"], noise)
-    depends = (noise is not None and best[short] != best[long_] and any(c["clear"] for c in inter.values()))
-    return {"best": best, "lead": lead, "interaction": inter, "depends": depends, "noise": noise}
+    return {"best": best, "lead": lead, "interaction": inter, "noise": noise}

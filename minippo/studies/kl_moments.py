@@ -161,7 +161,8 @@ def probe_estimators(probe: dict) -> dict:
     arrays), against the exact KL at the same states.
 
     Returns ``compare`` (:func:`compare_kl_estimators`), ``n_responses`` (B), ``exact_var`` (kind -> the exact
-    variance of one token's estimate, mean over the valid tokens), ``k1_neg_prob`` (the exact probability that one
+    variance of one token's estimate, mean over the valid tokens), ``exact_bias`` (kind -> max over the valid tokens
+    of |E[k] - KL|, exact), ``k1_neg_prob`` (the exact probability that one
     token's k1 is negative, mean over the valid tokens) and ``tokens`` (``logp``, ``logp_ref``, ``kl_exact`` of
     the valid tokens, 1-D).
     """
@@ -170,6 +171,7 @@ def probe_estimators(probe: dict) -> dict:
             "n_responses": int(probe["mask"].shape[0]),
             "exact_var": {k: float(probe[f"{k}_var"][m].mean()) for k in KL_KINDS},
             "k1_neg_prob": float(probe["k1_neg_prob"][m].mean()),
+            "exact_bias": {k: float(np.abs(probe[f"{k}_mean"] - probe["kl_exact"])[m].max()) for k in KL_KINDS},
             "tokens": {k: probe[k][m] for k in ("logp", "logp_ref", "kl_exact")}}
 
 

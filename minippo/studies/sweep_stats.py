@@ -25,6 +25,7 @@ difference within what another seed would give?" The answer used here:
 * :func:`compare_paired` - the same question when the two variants were measured on the same units (the
   same tasks, batches, prompts or seeds, one pair per unit): the mean of the paired differences and its
   standard error ``std(b - a) / sqrt(n)`` (``ddof=1``), which removes what the units share.
+* :func:`fisher_z` - a correlation and its standard error on Fisher's scale.
 * :func:`curve_slope` - is a curve still rising? The least-squares slope of (S, I) curves per iteration, with
   its standard error over the seeds' slopes (or, with one seed, from the fit's residuals).
 """
@@ -173,8 +174,9 @@ def curve_slope(Y) -> dict:
             "noise": "seed" if S >= 2 else "fit residual"}
 
 
-def corr_sign(rho: float, n: int) -> int:
-    """+1 / -1 when a correlation ``rho`` over ``n`` pairs is positive / negative beyond 2 standard errors of
-    Fisher's z (``atanh(rho)`` has s.e. ``1 / sqrt(n - 3)``), else 0."""
-    z = np.arctanh(np.clip(rho, -0.999999, 0.999999)) * np.sqrt(max(n - 3, 1))
-    return int(np.sign(z)) if abs(z) >= 2 else 0
+def fisher_z(rho: float, n: int) -> dict:
+    """A correlation ``rho`` over ``n`` pairs on Fisher's scale: ``{"diff": atanh(rho), "se": 1 / sqrt(n - 3)}``
+    (rho clipped to +-0.999999 so that atanh stays finite; ``ValueError`` for n < 4), for a verdict against 0."""
+    if n < 4:
+        raise ValueError(f"`n` must be >= 4 pairs for Fisher's z, got {n}")
+    return {"diff": float(np.arctanh(np.clip(rho, -0.999999, 0.999999))), "se": 1.0 / math.sqrt(n - 3)}

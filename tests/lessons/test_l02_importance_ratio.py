@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from lessons import l02_importance_ratio as lesson
-from tests.helpers import assert_verdict, quick_runs
+from minippo.studies.verdicts import HOLDS, by_key
+from tests.helpers import assert_comparison, assert_printed, quick_runs
 
 
 @pytest.fixture(scope="module")
@@ -43,17 +44,24 @@ def test_l02_quick(runs):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_l02_verdicts_follow_the_numbers(runs, seed):
     r = runs[seed]
-    text = lesson.narrative(r)
+    assert_printed(lesson, runs)
+    V = by_key(lesson.verdicts(r))
     q = r["quadrants"]
     for A, x, label in ((1.0, 2.0, "A>0 & r=2 "), (1.0, 0.5, "A>0 & r=0.5"), (-1.0, 2.0, "A<0 & r=2 "),
                         (-1.0, 0.5, "A<0 & r=0.5")):
         g = np.interp(x, q["ratio"], q[A])
         part = lesson.narrative(r).split(label)[1].split(")")[0]
         assert ("harder" in part) == (abs(g) > 1) and ("weakened" in part) == (abs(g) <= 1)
+    # identities: d(rA)/dlogp = r A (by central differences, inside run) and E_old[r R] = J(new)
+    assert V["gradient_r_A"].outcome == HOLDS and q["fd_rel_err"] <= lesson.FD_RTOL
+    np.testing.assert_allclose(q[1.0], q["ratio"], rtol=1e-12)
+    assert V["is_unbiased"].outcome == HOLDS
+    np.testing.assert_allclose(r["is"]["exact_mean"], r["is"]["J_new"], rtol=0, atol=lesson.IS_TOL)
     rep = r["repeated"]
     over = rep["L^CPI"]["surrogate"][-1] > rep["L^CPI"]["J"][-1] - rep["J_old"]
-    assert_verdict(text, "(d) Maximising", over, "it over-promises", "it does not over-promise here")
+    assert V["cpi_overpromises"].holds == over
     is_ = r["is"]
     s0, s1, n = is_["std_measured"][0], is_["std_measured"][-1], is_["n_batches"]
-    grows = s1 - s0 >= 2 * np.hypot(s0, s1) / np.sqrt(2 * (n - 1))
-    assert_verdict(text, "measured spread", grows, "it grows beyond 2 s.e.", "does not grow beyond 2 s.e.")
+    assert_comparison(V["spread_grows"], {"diff": s1 - s0, "se": np.hypot(s0, s1) / np.sqrt(2 * (n - 1))}, +1)
+    seq = r["sequence"]
+    assert V["product_underflows"].holds == (seq["underflow_T_float32"] is not None)

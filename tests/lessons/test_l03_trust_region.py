@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from lessons import l03_trust_region as lesson
-from tests.helpers import assert_verdict, line_with, quick_runs
+from minippo.studies.verdicts import FAILS, HOLDS, NOT_SHOWN, by_key
+from tests.helpers import assert_comparison, assert_printed, expected_outcome, quick_runs
 
 
 @pytest.fixture(scope="module")
@@ -40,26 +41,23 @@ def test_l03_quick(runs):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_l03_verdicts_follow_the_numbers(runs, seed):
     r = runs[seed]
-    text = lesson.narrative(r)
+    assert_printed(lesson, runs)
+    V = by_key(lesson.verdicts(r))
     m, kl = r["mults"], r["kl"]
     bound = np.max(kl[1] / (m[:, None] * lesson.BASE["TRPO"]))
-    assert_verdict(text, "TRPO's KL against its bound", bound <= 1.0, "stays within the bound", "EXCEEDS")
+    assert V["trpo_in_bound"].holds == (bound <= 1.0)
     f2 = r["fig2"]
     rising = f2["L^CPI"][-1] > f2["L^CPI"][np.argmax(f2["L^CLIP"])]
-    assert_verdict(text, "Figure 2:", rising, "L^CPI keeps rising", "L^CPI stops rising")
-    falls = []
+    assert V["fig2_cpi_rises_past_peak"].holds == rising
+    below = []
     for i, method in enumerate(lesson.METHODS):
         frac = r["gain"][i] / r["promise"][i]
         small, large = frac[0], frac[-1]
         d = large - small
-        fall = d.mean() < 0 and abs(d.mean()) >= 2 * d.std(ddof=1) / np.sqrt(len(d))
-        below = 1 - small.mean() >= 2 * small.std(ddof=1) / np.sqrt(len(small))
-        falls += [method] if fall else []
-        line = line_with(text, f"  {method:>10}: ")
-        assert ("falls (beyond 2 s.e.)" in line) == fall and ("does not fall" in line) == (not fall)
-        assert ("below 1 beyond 2 s.e." in line) == below and ("not below 1" in line) == (not below)
-    assert_verdict(text, "over-promises more and more", bool(falls), "holds for", "does not hold here")
+        assert_comparison(V[f"overpromise_grows[{method}]"], {"diff": d.mean(), "se": d.std(ddof=1) / np.sqrt(len(d))}, -1)
+        below.append(expected_outcome(small.mean() - 1, small.std(ddof=1) / np.sqrt(len(small)), -1))
+    want = FAILS if FAILS in below else HOLDS if set(below) == {HOLDS} else NOT_SHOWN
+    assert V["promise_partly_noise"].outcome == want
     j = int(np.argmin(np.abs(m - 1.0)))
     d = kl[2, -1] - kl[2, j]
-    grew = d.mean() > 0 and d.mean() >= 2 * d.std(ddof=1) / np.sqrt(len(d))
-    assert_verdict(text, "over-promises more and more", grew, "the clip did not bound it", "no growth beyond")
+    assert_comparison(V["ppo_kl_grows"], {"diff": d.mean(), "se": d.std(ddof=1) / np.sqrt(len(d))}, +1)

@@ -3,7 +3,9 @@ import numpy as np
 import pytest
 
 from lessons import l10_tiny_transformer as lesson
-from tests.helpers import assert_one_of, assert_verdict, quick_runs
+from minippo import kernels
+from minippo.studies.verdicts import HOLDS, by_key
+from tests.helpers import assert_comparison, assert_printed, quick_runs
 
 
 @pytest.fixture(scope="module")
@@ -30,23 +32,25 @@ def test_l10_quick(runs):
     assert path.exists() and path.stat().st_size > 20_000
 
 
+@pytest.mark.parametrize("use_kernels", [True, False], ids=["kernel", "numpy"])
+@pytest.mark.parametrize("seed", [2, 3])
+def test_l10_gradcheck_identity(seed, use_kernels):
+    """The lesson's gradient check (every tensor against central differences) on more seeds and both paths."""
+    with kernels.use_kernels(use_kernels):
+        check = lesson.gradient_check(seed, quick=True)
+    assert check.ok and max(x.rel_err for x in check) <= lesson.GRAD_TOL
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_l10_verdicts_follow_the_numbers(runs, seed):
     r = runs[seed]
-    text = lesson.narrative(r)
-    assert_verdict(text, "tensors", r["gradcheck_ok"], "tensors pass", "DO NOT pass")
-    assert_verdict(text, "initial held-out loss", abs(r["initial_loss"] - r["ln_V"]) < 0.01 * r["ln_V"],
-                   "guesses uniformly", "does NOT start uniform")
-    assert_verdict(text, "final held-out loss", r["final_loss"] < r["unigram_loss"], "the context is worth",
-                   "has not beaten")
+    assert_printed(lesson, runs)
+    V = by_key(lesson.verdicts(r))
+    assert V["gradcheck"].outcome == HOLDS and all(x.rel_err <= lesson.GRAD_TOL for x in r["gradcheck"])
+    assert V["uniform_start"].holds == (abs(r["initial_loss"] - r["ln_V"]) < 0.01 * r["ln_V"])
+    assert V["context_helps"].holds == (r["final_loss"] < r["unigram_loss"])
     before, after = (np.array([g for _, g in r[k]]) for k in ("before", "after"))
     se = np.sqrt(before.var(ddof=1) / before.size + after.var(ddof=1) / after.size)
-    assert_verdict(text, "SFT's effect on the gold", after.mean() - before.mean() >= 2 * se,
-                   "writes better sentences", "no gain beyond 2 s.e.")
+    assert_comparison(V["sft_gold_gain"], {"diff": after.mean() - before.mean(), "se": se}, +1)
     sa, sc = r["after_sentiment"], r["corpus_sentiment"]
-    se = np.sqrt(sa.var(ddof=1) / sa.size + sc.var(ddof=1) / sc.size)
-    key = ("no words" if np.mean(sa != 0) < 0.5 * np.mean(sc != 0) else
-           "imitates" if abs(sa.mean() - sc.mean()) < 2 * se else "differs")
-    assert_one_of(text, "Sentiment of the SFT samples", {"no words": "has not learned the corpus's sentiment",
-                                                         "imitates": "SFT imitates the corpus's mix",
-                                                         "differs": "differs from the corpus's"}, key)
+    assert V["uses_sentiment_words"].holds == (np.mean(sa != 0) >= 0.5 * np.mean(sc != 0))

@@ -1,10 +1,11 @@
 """Smoke test of lesson 11: the Bradley-Terry reward model beats chance on held-out prompts, tracks the
 gold score on fresh samples, and its normalised scores have mean 0 and std 1 on the reference samples."""
-
+import numpy as np
 import pytest
 
 from lessons import l11_reward_model as lesson
-from tests.helpers import assert_verdict, quick_runs
+from minippo.studies.verdicts import HOLDS, by_key
+from tests.helpers import assert_comparison, assert_printed, assert_verdict, quick_runs
 
 
 @pytest.fixture(scope="module")
@@ -37,3 +38,17 @@ def test_l11_verdicts_follow_the_numbers(runs, seed):
     e = ex["the RM's worst ordering"]
     wrong = (e["rm_chosen"] - e["rm_rejected"]) * (e["gold_chosen"] - e["gold_rejected"]) < 0
     assert_verdict(text, "the RM's worst ordering", wrong, "ordering: the human", "none, the RM orders")
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_l11_verdicts(runs, seed):
+    r = runs[seed]
+    assert_printed(lesson, runs)
+    V = by_key(lesson.verdicts(r))
+    fs = r["fresh_score"]
+    assert V["normalised"].outcome == HOLDS and abs(fs.mean()) < 1e-9 and abs(fs.std() - 1) < 1e-9
+    g = r["by_gap"]
+    acc, n = np.array(g["rm_vs_gold"]), np.array(g["n"])
+    lo, hi = np.flatnonzero(n > 0)[[0, -1]]
+    se = np.hypot(np.sqrt(acc[lo] * (1 - acc[lo]) / n[lo]), np.sqrt(acc[hi] * (1 - acc[hi]) / n[hi]))
+    assert_comparison(V["small_gaps_hardest"], {"diff": acc[hi] - acc[lo], "se": se}, +1)

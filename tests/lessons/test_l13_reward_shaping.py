@@ -7,7 +7,8 @@ import pytest
 
 from lessons import l13_reward_shaping as lesson
 from minippo.studies.sweep_stats import compare, compare_interaction, pooled_seed_std
-from tests.helpers import assert_one_of, assert_verdict, quick_runs
+from minippo.studies.verdicts import FAILS, HOLDS, NOT_SHOWN, by_key
+from tests.helpers import assert_comparison, assert_one_of, assert_printed, expected_outcome, quick_runs
 
 
 @pytest.fixture(scope="module")
@@ -38,71 +39,54 @@ def test_l13_quick(runs):
     assert (runs["out"] / "l13_reward_shaping.png").stat().st_size > 50_000
 
 
-def _sign(rho, n):                                  # Fisher z beyond 2 standard errors
-    z = np.arctanh(rho) * np.sqrt(n - 3)
-    return int(np.sign(z)) if abs(z) >= 2 else 0
+def _z(rho, n):                                     # Fisher's z and its standard error
+    return {"diff": np.arctanh(rho), "se": 1 / np.sqrt(n - 3)}
 
 
-def _cmp(r, a, b, key):                             # b - a over the seeds, with the pooled seed noise (None: one seed)
+def _cmp(r, a, b, key):                             # b - a over the seeds, with the pooled seed noise
     if len(r["sizes"]["seeds"]) < 2:
-        return None
+        return {"diff": np.mean(b[key]) - np.mean(a[key]), "se": None}
     return compare(a[key], b[key], pooled_seed_std([a[key], b[key]])[0])
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_l13_verdicts_follow_the_numbers(runs, seed):
     r = runs[seed]
-    text = lesson.narrative(r)
+    assert_printed(lesson, runs)
+    V = by_key(lesson.verdicts(r))
     s = lesson.summary(r)
     k, u = s["kl_final"], s["uniform"]
-    line = "  kl_final: every token"
-    assert_verdict(text, line, np.mean(k["ev_first_seeds"]) > 0, "positive, its targets make sense", "not positive")
-    positive = all(_sign(c, k["n_responses"]) > 0 for c in (*k["corr_end"], *k["corr_start"]) if np.isfinite(c))
-    assert_verdict(text, line, positive, "positively correlated with the score at every position", "V(s_t).")
-    anti = _sign(u["corr_end"][0], u["n_responses"])
-    assert_one_of(text, "  uniform: the return-to-go", {-1: "ANTI-correlated", 1: "positively correlated",
-                                                        0: "not different from 0"}, anti)
-    ev = _cmp(r, k, u, "ev_seeds")
-    key = "none" if ev is None else "worse" if ev["clear"] and ev["diff"] < 0 else "no evidence"
-    assert_one_of(text, "A common claim: spreading", {"none": "no verdict on the critics",
-                                                      "worse": "uniform's critic explains less",
-                                                      "no evidence": "no evidence that"}, key)
-    shift = _sign(u["corr_start"][0], u["n_responses"]) - anti > 0
-    assert_verdict(text, "A common claim: spreading", shift, "credit moves to the early tokens", "tokens).")
-    gold = _cmp(r, u, k, "eval_gold_seeds")
-    if gold is None:
-        assert_verdict(text, "kl_final - uniform gold", True, "one seed: no noise estimate", "is better")
-    else:
-        key = int(np.sign(gold["diff"])) if gold["clear"] else 0
-        assert_one_of(text, "kl_final - uniform gold", {1: "kl_final is better", -1: "uniform is better",
-                                                        0: "within 2 s.e."}, key)
-    longer = _cmp(r, k, u, "eval_length_seeds")
-    ok = longer is not None and longer["clear"] and longer["diff"] > 0 and anti < 0
-    assert_verdict(text, "uniform - kl_final length", ok, "uniform's responses are longer", "noise")
+    n = k["n_responses"]
+    assert_comparison(V["uniform_punishes_ending"], _z(u["corr_end"][0], n), -1)
+    parts = [expected_outcome(*(lambda c: (c["diff"], c["se"]))(_z(c, n)), +1)
+             for c in (*k["corr_end"], *k["corr_start"]) if np.isfinite(c)]
+    assert V["kl_final_credit_positive"].outcome == (FAILS if FAILS in parts else HOLDS if set(parts) == {HOLDS}
+                                                      else NOT_SHOWN)
+    assert_comparison(V["uniform_worse_critic"], _cmp(r, k, u, "ev_seeds"), -1)
+    zs, ze = _z(u["corr_start"][0], n), _z(u["corr_end"][0], n)
+    assert_comparison(V["uniform_credit_moves_early"], {"diff": zs["diff"] - ze["diff"], "se": np.sqrt(2 / (n - 3))}, +1)
+    assert_comparison(V["kl_final_better_gold"], _cmp(r, u, k, "eval_gold_seeds"), +1)
+    assert_comparison(V["uniform_longer"], _cmp(r, k, u, "eval_length_seeds"), +1)
     q = s["ratios"]
     pt, ps = q["token_outside"], q["sequence_outside"]
-    direction = ps - pt >= 2 * np.sqrt(pt * (1 - pt) / len(r["log_r"]) + ps * (1 - ps) / len(r["log_R"]))
-    line = "The explosion claim"
-    assert_verdict(text, line, direction, "holds in direction", "does not hold here in direction")
-    assert_verdict(text, line, q["R_max"] < 1.2 ** 50, ", not in size", ", and in size")
+    assert_comparison(V["explodes_in_direction"], {"diff": ps - pt, "se": np.sqrt(pt * (1 - pt) / len(r["log_r"])
+                                                                                  + ps * (1 - ps) / len(r["log_R"]))}, +1)
+    assert V["explodes_in_size"].holds == (q["R_max"] >= 1.2 ** 50)
     w = np.array([rec["probe/sequence_log_ratio_std"] / (np.sqrt(r["n_mean"]) * rec["probe/token_log_ratio_std"])
                   for v in r["runs"].values() for recs in v["records"] for rec in recs[:r["sizes"]["iterations"] // 2]])
-    se = w.std(ddof=1) / np.sqrt(len(w))
-    key = 1 if w.mean() - 1 >= 2 * se else -1 if 1 - w.mean() >= 2 * se else 0
-    assert_one_of(text, line, {1: "wider than independent", -1: "narrower than independent",
-                               0: "as wide as independent"}, key)
-    assert "leaves the drift of the whole response" not in text and "seed 0" not in text.lower()
-    # 5 (Q53): the best epsilon per task and the interactions, recomputed from the runs
+    assert_comparison(V["tokens_move_together"], {"diff": w.mean() - 1, "se": w.std(ddof=1) / np.sqrt(len(w))}, +1)
+    # 5 (Q53): the interactions, recomputed from the runs
     gold = {(t, e): np.array([ev["gold_mean"] for ev in r["eps_runs"][lesson.eps_key(t, e)]["eval"]])
             for t in lesson.TASKS for e in lesson.EPS}
     assert all(len(g) == 2 for g in gold.values())                    # two PPO seeds: the noise branch runs
     noise = pooled_seed_std(list(gold.values()))[0]
     short, long_ = lesson.TASKS
-    best = {t: max(lesson.EPS, key=lambda e: gold[(t, e)].mean()) for t in lesson.TASKS}
     inter = {e: compare_interaction(gold[(short, 0.2)], gold[(short, e)], gold[(long_, 0.2)], gold[(long_, e)], noise)
              for e in lesson.EPS if e != 0.2}
-    depends = best[short] != best[long_] and any(c["clear"] for c in inter.values())
-    assert_verdict(text, "'The best epsilon differs", depends, "tasks' holds", "tasks' does not hold here")
+    parts = [expected_outcome(c["diff"], c["se"], 1 if e > 0.2 else -1) for e, c in inter.items()]
+    want = FAILS if FAILS in parts else HOLDS if set(parts) == {HOLDS} else NOT_SHOWN
+    assert V["eps_wider_for_longer"].outcome == want
+    text = lesson.narrative(r)
     clear = {e: c for e, c in inter.items() if c["clear"]}
     assert ("Yet the task changes what epsilon does" in text) == bool(clear)
     if clear:
@@ -111,4 +95,3 @@ def test_l13_verdicts_follow_the_numbers(runs, seed):
         assert_one_of(text, "Yet the task changes", {"with": "the direction of 'wider for longer'",
                                                       "against": "the opposite of 'wider for longer'",
                                                       "mixed": "mixed directions"}, key)
-

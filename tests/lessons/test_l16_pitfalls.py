@@ -7,7 +7,8 @@ import pytest
 from lessons import l16_pitfalls as lesson
 from minippo.blas import blas_core_name
 from minippo.studies.sweep_stats import compare, compare_paired, pooled_seed_std
-from tests.helpers import assert_one_of, assert_verdict, quick_runs
+from minippo.studies.verdicts import FAILS, HOLDS, NOT_SHOWN, by_key
+from tests.helpers import assert_comparison, assert_printed, expected_outcome, quick_runs
 
 
 @pytest.fixture(scope="module")
@@ -35,18 +36,19 @@ def test_l16_quick(runs):
     kernel = blas_core_name()
     assert f"BLAS kernel {kernel}" in out if kernel else "BLAS kernel unknown" in out
     if bitwise:
-        assert "Verdict: bitwise 1 on this machine" in out and "Verdict: 1 to within" not in out
+        assert "Bitwise 1 on this machine" in out and "  1 to within" not in out
     else:
-        assert f"Verdict: 1 to within {max_log_r:.2g} (tolerance {tol:.2g}): float32 rounding" in out
-        assert f"on this BLAS kernel ({kernel})" in out and "bitwise 1 on this machine" not in out
-    assert "FAILED" not in out and "parameters stay bitwise unchanged" in out
-    assert "gives bitwise its logp (max |log r| 0)" in out
+        assert f"  1 to within {max_log_r:.2g} (tolerance {tol:.2g}): float32 rounding" in out
+        assert f"on this BLAS kernel ({kernel})" in out and "Bitwise 1 on this machine" not in out
+    assert "parameters stay bitwise unchanged" in out
+    V = by_key(lesson.verdicts(r))                         # the identities of part C, on this machine
+    assert V["lr0_ratio_is_one"].outcome == V["lr0_bitwise_on_every_machine"].outcome == HOLDS
     for label in ("temperature 0.7, not 1", "no attention mask", "logits one column off"):
         assert ck["stats"][label]["approx_kl"] > 1e-3 and ck["stats"][label]["clipfrac"] > 0, label
         assert ck["stats"][label]["max_abs_log_ratio"] > 1000 * tol, label    # a bug is far above rounding
     # padding + mask: harmless, to rounding (other shapes than the rollout's)
     assert ck["stats"]["3 more pads, mask kept"]["max_abs_log_ratio"] <= tol
-    assert "move no row beyond float32 rounding" in out
+    assert V["padding_harmless"].outcome == V["no_mask_hits_padded_rows"].outcome == HOLDS
     assert ck["stats"]["no attention mask"]["rows_changed"] == ck["padded_rows"]      # only the padded rows move
     # A. the critic against RM + 10: bias init removes the offset; value clipping is active
     s = lesson.summary(r)
@@ -76,59 +78,60 @@ def _length(r, a, b, key):                              # b - a: one training se
     return compare_paired(get(r["length"][a]), get(r["length"][b]))
 
 
-def _sign(c):
-    return int(np.sign(c["diff"])) if c["clear"] else 0
-
-
 @pytest.mark.parametrize("seed", [0, 1])
 def test_l16_verdicts_follow_the_numbers(runs, seed):
     r = runs[seed]
-    text = lesson.narrative(r)
+    assert_printed(lesson, runs)
+    V = by_key(lesson.verdicts(r))
     s = lesson.summary(r)
     assert len(r["sizes"]["seeds"]) == 2 and len(r["sizes"]["long_seeds"]) == 1     # the branches tested below
-    c = _critic(s, "no fix", "value clip", "err_end_seeds")
-    assert_verdict(text, "clipping the value loss calms", _sign(c) < 0, "): holds;", "does not hold here")
-    c = _critic(s, "no fix", "value norm", "err_end_seeds")
-    assert_verdict(text, "value normalisation fixes", _sign(c) < 0, "): holds", "does not hold here")
-    assert_verdict(text, "initialise the value head's bias", s["bias init"]["err0"] < s["no fix"]["err0"] / 4,
-                   "the offset is gone", "the offset is NOT gone")
-    c = _critic(s, "bias init", "RM-init critic", "ev_end_seeds")
-    assert_verdict(text, "The main job's critic", _sign(c) > 0, "the RM's weights know more", "do not explain more")
-    lo = min(s, key=lambda k: s[k]["err_end"])
-    hi = max(s, key=lambda k: s[k]["err_end"])
-    g = _critic(s, hi, lo, "gold")
-    assert_one_of(text, "a smaller value loss means", {1: "holds between these two", -1: "the smaller error has the "
-                                                       "lower gold", 0: "no gold difference beyond"}, _sign(g))
+    assert_comparison(V["value_clip_calms"], _critic(s, "no fix", "value clip", "err_end_seeds"), -1)
+    assert_comparison(V["value_norm_fixes_scale"], _critic(s, "no fix", "value norm", "err_end_seeds"), -1)
+    assert V["bias_init_removes_offset"].holds == (s["bias init"]["err0"] < s["no fix"]["err0"] / 4)
+    assert_comparison(V["rm_critic_explains_more"], _critic(s, "bias init", "RM-init critic", "ev_end_seeds"), +1)
+    # Q15: every pair of critics whose logged loss differs beyond 2 s.e. (log10, seed noise pooled): gold order
+    loss = {k: np.log10(lesson.seed_values(r["critic"][k], "loss/value_avg")) for k in s}
+    ln = pooled_seed_std(list(loss.values()))[0]
+    outs = []
+    for i, a in enumerate(s):
+        for b in list(s)[i + 1:]:
+            lo, hi = (a, b) if loss[a].mean() < loss[b].mean() else (b, a)
+            if expected_outcome(loss[hi].mean() - loss[lo].mean(), ln * np.sqrt(1 / len(loss[a]) + 1 / len(loss[b])),
+                                +1) == HOLDS:
+                g = _critic(s, hi, lo, "gold")
+                outs.append(expected_outcome(g["diff"], g["se"], +1))
+    want = NOT_SHOWN if not outs else FAILS if FAILS in outs else HOLDS if set(outs) == {HOLDS} else NOT_SHOWN
+    assert V["smaller_loss_better_policy"].outcome == want
     plain, hack, fixed, normed = r["length"]
     longer, worse = _length(r, plain, hack, "length"), _length(r, plain, hack, "gold")
-    key = "holds" if _sign(longer) > 0 and _sign(worse) < 0 else "half" if _sign(longer) > 0 else "no"
-    assert_one_of(text, "preference for length is exploited", {"holds": "): holds.", "half": "half holds",
-                                                               "no": "does not hold here"}, key)
-    assert_one_of(text, "The fitted length penalty", {0: "brings the length back", 1: "does not fully fix it",
-                                                      -1: "it overshoots"}, _sign(_length(r, plain, fixed, "length")))
-    line = "The division by length^"
-    assert_verdict(text, line, _sign(_length(r, plain, normed, "length")) > 0, "still longer", "not longer beyond")
-    assert_verdict(text, line, _sign(_length(r, plain, normed, "sentiment")) < 0, "the policy learns less",
-                   "does not learn less")
+    parts = [expected_outcome(longer["diff"], longer["se"], +1), expected_outcome(worse["diff"], worse["se"], -1)]
+    assert V["length_exploited"].outcome == (FAILS if FAILS in parts else HOLDS if set(parts) == {HOLDS} else NOT_SHOWN)
+    assert_comparison(V["penalty_undoes_bonus"], _length(r, hack, fixed, "length"), -1)
+    assert_comparison(V["norm_still_longer"], _length(r, plain, normed, "length"), +1)
+    assert_comparison(V["norm_learns_less"], _length(r, plain, normed, "sentiment"), -1)
     st = r["check"]["stats"]
     bugs = [k for k in lesson.RECOMPUTES if k not in lesson.CONTROLS_C]
-    hidden = [k for k in bugs if abs(st[k]["ratio_mean"] - 1) < 0.05]
-    assert_verdict(text, "Without the mask", bool(hidden), "The mean ratio hides", "Every bug also moves")
-    assert_verdict(text, "Without the mask", np.isclose(st["no attention mask"]["rows_changed"],
-                                                         r["check"]["padded_rows"]), "exactly the rows", "NOT exactly")
     caught = all(st[k]["clipfrac"] > 0 for k in bugs) and all(st[k]["clipfrac"] == 0 for k in lesson.CONTROLS_C)
-    assert_verdict(text, "clipfrac at lr = 0" if caught else "NOT every bug", caught, "a non-zero clipfrac at lr = 0",
-                   "NOT every bug")
-    assert "seed 00" not in text.lower()
-    # Q47: the clamp against value clipping, error at the end with the seed noise of all seven critics
+    assert V["bugs_clip"].holds == caught
+    assert "seed 00" not in lesson.narrative(r).lower()
+    # Q47: the clamp against the bias init, error at the end with the seed noise of the four critics
     four = {k: r["critic"][k] for k in ("no fix", "value clip", "bias init")}
     four["clamp"] = r["q47"][lesson.CLAMP]
     err = lambda v: np.log10([np.mean([rec["val/value_error"] for rec in recs[-3:]]) for recs in v["records"]])  # noqa
     noise = pooled_seed_std([err(v) for v in four.values()])[0]
-    c = compare(err(four["bias init"]), err(four["clamp"]), noise)
-    box = lambda v: np.mean([[rec["val/values_outside_box"] for rec in recs[-3:]] for recs in v["records"]])  # noqa
-    differ = c["clear"] and c["diff"] > 0 and box(four["value clip"]) < 0.5 * box(four["clamp"])
-    assert_verdict(text, "error at the end (log10", differ, "different operations' holds",
-                   "different operations' does not hold here")
-    assert "Q47. A clamp of V to [-10, 10]" in text
+    assert_comparison(V["q47_clamp_differs"], compare(err(four["bias init"]), err(four["clamp"]), noise), +1)
+    assert "Q47. A clamp of V to [-10, 10]" in lesson.narrative(r)
 
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_l16_lr_zero_identities_on_the_numpy_path(seed):
+    """Part C's identities with the NumPy formulas instead of the kernels (the quick runs use the kernels)."""
+    from minippo import kernels
+    from minippo.studies.study import Study
+    sz = lesson.sizes(quick=True, full=False)
+    base = dict(iterations=1, batch_size=sz["batch_size"], minibatch_size=sz["minibatch_size"], lr=0.0)
+    with kernels.use_kernels(False):
+        ck = lesson.lr_zero_check(Study(quick=True, seed=seed), base)
+    assert ck["params_unchanged"] and ck["stats"]["same forward (the trainer)"]["max_abs_log_ratio"] == 0.0
+    assert ck["verdict"]["verdict"] in ("bitwise", "rounding") and ck["first_minibatch"]["clipfrac"] == 0.0
+    assert all(v.outcome == HOLDS for v in lesson.lr_zero_verdicts(ck))

@@ -5,7 +5,8 @@ import pytest
 
 from lessons import l17_hyperparameters as lesson
 from minippo.studies.sweep_stats import compare
-from tests.helpers import assert_one_of, assert_verdict, quick_runs
+from minippo.studies.verdicts import FAILS, HOLDS, NOT_SHOWN, by_key
+from tests.helpers import assert_comparison, assert_printed, assert_verdict, expected_outcome, quick_runs
 
 
 @pytest.fixture(scope="module")
@@ -39,43 +40,39 @@ def test_l17_quick(runs):
 def test_l17_verdicts_follow_the_numbers(runs, seed):
     r = runs[seed]
     assert r["noise"] is not None                           # two seeds at --quick: every verdict below is made
+    assert_printed(lesson, runs)
+    V = by_key(lesson.verdicts(r))
     row = lambda axis, label: next(p for p in r["table"][axis] if p["label"] == label)   # noqa: E731
 
-    def sign(axis, a, b, key="gold_mean"):                 # b - a beyond 2 s.e. of the pooled seed noise
-        c = compare(row(axis, a)[key], row(axis, b)[key], r["noise"][key])
-        return int(np.sign(c["diff"])) if c["clear"] else 0
+    def c(axis, a, b, key="gold_mean"):                     # b - a with the pooled seed noise
+        return compare(row(axis, a)[key], row(axis, b)[key], r["noise"][key])
 
-    verdicts = {claim: verdict for claim, _, verdict in lesson.claims(r)}
-    text = "\n".join(f"{c} || {v}" for c, v in verdicts.items())
-    assert_verdict(text, "eps = 0.5 collapses", sign("clip_eps", "0.2", "0.5") < 0, "|| holds", "does not hold here")
-    line = "too small an eps converges slowly"
-    assert_verdict(text, line, sign("clip_eps", "0.2", "0.1") < 0, "|| holds", "does not hold here")
-    assert_verdict(text, line, sign("clip_eps", "0.2", "0.1", "policy/clipfrac_avg") > 0, "clips more tokens beyond",
-                   "does not clip more")
-    assert_verdict(text, line, sign("clip_eps", "0.2", "0.1", "kl_mean") < 0, "moves less", "does not move less")
-    beats = [sign("lam", "0.95", x) for x in ("0.9", "0.99")]
-    key = "no" if max(beats) > 0 else "yes" if max(beats) < 0 else "maybe"
-    assert_one_of(text, "lambda = 0.95 is the right default", {"no": "does not hold here", "yes": "holds: 0.95",
-                                                               "maybe": "consistent, not confirmed"}, key)
+    def all_parts(*parts):                                  # (c, expect) pairs of an all_of verdict
+        outs = [expected_outcome(x["diff"], x["se"], e) for x, e in parts]
+        return FAILS if FAILS in outs else HOLDS if set(outs) == {HOLDS} else NOT_SHOWN
+
+    ak, cf = "policy/approxkl_avg", "policy/clipfrac_avg"
+    assert_comparison(V["eps05_collapses"], c("clip_eps", "0.2", "0.5"), -1)
+    assert_comparison(V["small_eps_slow"], c("clip_eps", "0.2", "0.1"), -1)
+    assert_comparison(V["small_eps_clips_more"], c("clip_eps", "0.2", "0.1", cf), +1)
+    assert_comparison(V["small_eps_moves_less"], c("clip_eps", "0.2", "0.1", "kl_mean"), -1)
+    assert V["lam095_best"].outcome == all_parts((c("lam", "0.95", "0.9"), -1), (c("lam", "0.95", "0.99"), -1))
+    text = lesson.narrative(r)
     assert "n = 13" not in text and "~13" not in text
     b01 = row("beta", "fixed 0.01")
-    over = lambda v: (b01["kl_mean"].mean() - v) >= 2 * r["noise"]["kl_mean"] / np.sqrt(len(b01["kl_mean"]))  # noqa
-    line = "a fixed beta lets the KL run away"
-    assert_verdict(text, line, over(1.5 * lesson.KL_TARGET), "the runaway half holds", "runaway not seen")
-    assert_verdict(text, line, sign("beta", "adaptive", "fixed 0.1") < 0, "the stall half holds", "no stall")
+    se = r["noise"]["kl_mean"] / np.sqrt(len(b01["kl_mean"]))
+    assert_comparison(V["beta001_runaway"], {"diff": b01["kl_mean"].mean() - 1.5 * lesson.KL_TARGET, "se": se}, +1)
+    assert_comparison(V["beta001_passes_target"], {"diff": b01["kl_mean"].mean() - lesson.KL_TARGET, "se": se}, +1)
+    assert_comparison(V["beta01_stalls"], c("beta", "adaptive", "fixed 0.1"), -1)
     moved = row("beta", "adaptive")["kl_coef"].mean() / r["kl_ref"]["coef"] - 1
-    assert_verdict(text, line, abs(moved) < 0.1, "almost a fixed beta", "not a fixed beta")
-    assert_verdict(text, "beta belongs in", over(lesson.KL_TARGET), "lets the KL pass the target", "does not pass")
-    line = "reuse old data indefinitely"
-    ak, cf = "policy/approxkl_avg", "policy/clipfrac_avg"
-    rises = lambda axis, pts, key: all(sign(axis, a, b, key) > 0 for a, b in zip(pts, pts[1:]))   # noqa: E731
-    assert_verdict(text, line, rises("update_epochs", ["1", "4", "8"], ak), "the mechanism holds", "mixed")
-    assert_verdict(text, line, rises("update_epochs", ["1", "4", "8"], cf), "the clip fraction rises too",
-                   "the clip fraction does not rise")
-    assert_verdict(text, line, sign("update_epochs", "4", "8") < 0, "8 epochs cost gold", "8 epochs did not cost")
-    assert_verdict(text, line, sign("update_epochs", "4", "1") < 0, "1 epoch learns less", "1 epoch was not worse")
-    line = "a too-large batch per step"
-    assert_verdict(text, line, rises("minibatches", ["1", "4", "16"], ak), "holds in this sense", "mixed")
-    least = sign("minibatches", "1", "4", ak) > 0 and sign("minibatches", "1", "16", ak) > 0
-    assert_verdict(text, line, least, "moves least", "like more epochs.")
-    assert "seed 00" not in lesson.narrative(r).lower()
+    assert_verdict(text, "The adaptive controller moved beta", abs(moved) < 0.1, "almost a fixed beta",
+                   "not a fixed beta")
+    assert V["epochs_move_further"].outcome == all_parts((c("update_epochs", "1", "4", ak), +1),
+                                                         (c("update_epochs", "4", "8", ak), +1))
+    assert V["epochs_clip_more"].outcome == all_parts((c("update_epochs", "1", "4", cf), +1),
+                                                      (c("update_epochs", "4", "8", cf), +1))
+    assert_comparison(V["epochs8_cost_gold"], c("update_epochs", "4", "8"), -1)
+    assert_comparison(V["epoch1_learns_less"], c("update_epochs", "4", "1"), -1)
+    assert V["minibatches_move_further"].outcome == all_parts((c("minibatches", "1", "4", ak), +1),
+                                                              (c("minibatches", "4", "16", ak), +1))
+    assert "seed 00" not in text.lower()

@@ -4,7 +4,8 @@ import pytest
 
 from lessons import l18_ptx_and_critic as lesson
 from minippo.studies.sweep_stats import compare, pooled_seed_std
-from tests.helpers import assert_verdict, quick_runs
+from minippo.studies.verdicts import FAILS, HOLDS, NOT_SHOWN, by_key
+from tests.helpers import assert_comparison, assert_printed, expected_outcome, quick_runs
 
 
 @pytest.fixture(scope="module")
@@ -40,24 +41,25 @@ def test_l18_quick(runs):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_l18_verdicts_follow_the_numbers(runs, seed):
     r = runs[seed]
-    text = lesson.narrative(r)
+    assert_printed(lesson, runs)
+    V = by_key(lesson.verdicts(r))
     assert len(r["sizes"]["seeds"]) == 2                     # the seed-noise branches run at --quick
-    noise = {k: pooled_seed_std([v[k] for v in r["runs"].values()])[0] for k in ("tax", "gold", "kl")}
+    noise = {k: pooled_seed_std([v[k] for v in r["runs"].values()])[0] for k in ("tax", "gold", "kl", "ev")}
     ptx, critics = r["ptx"], r["critics"]
     lo, hi = min(ptx), max(ptx)
-
-    def sign(a, b, key):                                     # b - a beyond 2 s.e. of the pooled seed noise
-        c = compare(a[key], b[key], noise[key])
-        return int(np.sign(c["diff"])) if c["clear"] else 0
-
-    lower_tax = any(sign(ptx[lo], ptx[k], "tax") < 0 for k in ptx if k > 0)
-    line = "counters the alignment tax"
-    assert_verdict(text, line, lower_tax, "tax: holds:", "tax: does not hold here")
-    assert_verdict(text, line, sign(ptx[lo], ptx[hi], "kl") < 0, "PPO-ptx pulls the policy", "no pull towards")
+    c = lambda a, b, key: compare(a[key], b[key], noise[key])        # noqa: E731  b - a
+    assert_comparison(V["ptx_counters_tax"], c(ptx[lo], ptx[hi], "tax"), -1)
+    assert_comparison(V["ptx_costs_gold"], c(ptx[lo], ptx[hi], "gold"), -1)
+    assert_comparison(V["ptx_pulls_to_sft"], c(ptx[lo], ptx[hi], "kl"), -1)
     mem = r["memory"]
-    assert_verdict(text, "sharing the actor's trunk with the critic saves memory",
-                   mem["shared"]["7b_total"] < mem["separate"]["7b_total"], "memory: holds", "does not hold here")
+    assert V["shared_saves_memory"].holds == (mem["shared"]["7b_total"] < mem["separate"]["7b_total"])
     sg, nosg = critics["shared + stop-gradient"], critics["shared, no stop-gradient"]
-    disturbed = sign(sg, nosg, "gold") < 0 or sign(sg, nosg, "tax") > 0
-    assert_verdict(text, "a stop-gradient keeps a shared critic", disturbed, "actor: holds", "does not hold here")
+    parts = [expected_outcome(c(sg, nosg, "gold")["diff"], c(sg, nosg, "gold")["se"], -1),
+             expected_outcome(c(sg, nosg, "tax")["diff"], c(sg, nosg, "tax")["se"], +1)]
+    assert V["stop_gradient_protects"].outcome == (HOLDS if HOLDS in parts else FAILS if set(parts) == {FAILS}
+                                                   else NOT_SHOWN)
+    sft, sep = critics["separate, SFT init"], critics["separate, RM init"]
+    assert_comparison(V["own_trunk_explains_more"], c(sg, sft, "ev"), +1)
+    assert_comparison(V["rm_init_explains_more"], c(sft, sep, "ev"), +1)
+    text = lesson.narrative(r)
     assert "seed 00" not in text.lower() and "追问" not in text

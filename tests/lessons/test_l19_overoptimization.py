@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from lessons import l19_overoptimization as lesson
-from tests.helpers import assert_one_of, assert_verdict, line_with, quick_runs
+from minippo.studies.verdicts import FAILS, HOLDS, NOT_SHOWN, by_key
+from tests.helpers import assert_comparison, assert_printed, expected_outcome, quick_runs
 
 
 @pytest.fixture(scope="module")
@@ -32,43 +33,39 @@ def test_l19_quick(runs):
     assert (runs["out"] / "l19_overoptimization.png").stat().st_size > 50_000
 
 
-def _up(a, b):                                       # (value, se) points: b above / below a beyond 2 s.e.
-    d, se = b[0] - a[0], np.hypot(a[1], b[1])
-    return int(np.sign(d)) if abs(d) >= 2 * se else 0
-
-
 @pytest.mark.parametrize("seed", [0, 1])
 def test_l19_verdicts_follow_the_numbers(runs, seed):
     r = runs[seed]
-    text = lesson.narrative(r)
+    assert_printed(lesson, runs)
+    V = by_key(lesson.verdicts(r))
     s = r["summary"]
     pt = lambda x, k, key="gold": (x[key][k], x[key + "_sem"][k])          # noqa: E731
+    d = lambda a, b: {"diff": b[0] - a[0], "se": np.hypot(a[1], b[1])}    # noqa: E731
+    out = lambda a, b, e: expected_outcome(d(a, b)["diff"], d(a, b)["se"], e)     # noqa: E731
+    every = lambda outs: FAILS if FAILS in outs else HOLDS if set(outs) == {HOLDS} else NOT_SHOWN   # noqa: E731
+    some = lambda outs: HOLDS if HOLDS in outs else FAILS if set(outs) == {FAILS} else NOT_SHOWN    # noqa: E731
     curves = [(n, m, s[n][m]) for n in s for m in ("bon", "rl")]
-    not_rising = [f"{m} {n}" for n, m, x in curves
-                  if _up(pt(x, 0, "rm"), pt(x, -1, "rm")) <= 0 or _up(pt(x, x["peak"], "rm"), pt(x, -1, "rm")) < 0]
-    assert_verdict(text, "The proxy keeps rising", not not_rising, "beyond 2 s.e.): holds.", "does not hold here for")
-    falls = [1 for n, m, x in curves if _up(pt(x, 0), pt(x, x["peak"])) > 0 and _up(pt(x, x["peak"]), pt(x, -1)) < 0]
-    assert f"in {len(falls)} of {len(curves)} curves" in line_with(text, "reward hacking")
-    for method, title in (("bon", "- best-of-n, RMs"), ("rl", "- PPO, RMs")):
-        for part, k in (("a higher gold peak", "peak"), ("a shallower fall", -1)):
+    parts = []
+    for n, m, x in curves:
+        parts.append(out(pt(x, 0, "rm"), pt(x, -1, "rm"), +1))
+        if x["peak"] < len(x["rm"]) - 1:
+            parts.append(out(pt(x, x["peak"], "rm"), pt(x, -1, "rm"), +1))
+    assert V["proxy_keeps_rising"].outcome == every(parts)
+    falls = [every([out(pt(x, 0), pt(x, x["peak"]), +1), out(pt(x, x["peak"]), pt(x, -1), -1)]) for n, m, x in curves]
+    assert V["gold_rises_and_falls"].outcome == some(falls)
+    for method in ("bon", "rl"):
+        for key, k in (("more_data_higher_peak", "peak"), ("more_data_shallower_fall", -1)):
             pts = [pt(s[n][method], s[n][method]["peak"] if k == "peak" else -1) for n in s]
-            ups = [_up(a, b) for a, b in zip(pts, pts[1:])]
-            want = "holds" if all(u > 0 for u in ups) else "does not hold here" if min(ups) < 0 else "within 2 s.e."
-            segment = line_with(text, title).split(part)[1].split(";")[0]
-            assert segment.endswith(want), (segment, want)
+            assert V[f"{key}[{method}]"].outcome == every([out(a, b, +1) for a, b in zip(pts, pts[1:])])
     b, p = s[r["strong"]]["bon"], s[r["strong"]]["rl"]
     at = (np.interp(b["d"][-1], p["d"], p["gold"]), np.interp(b["d"][-1], p["d"], p["gold_sem"]))
-    assert_one_of(text, "At the same KL", {1: "(interpolated): holds.", -1: "PPO is higher beyond",
-                                           0: "(within 2 s.e.)"}, _up(at, pt(b, -1)))
+    assert_comparison(V["bon_beats_ppo_at_kl"], d(at, pt(b, -1)), +1)
     g = r["bon_gold"]["gold"]
-    assert_verdict(text, "against the gold itself", bool(np.all(np.diff(g) >= 0)), "never falls", "FALLS")
+    assert np.all(np.diff(g) >= 0) and V["bon_gold_monotone"].outcome == HOLDS          # an identity
     acc = list(np.argsort([s[n]["accuracy"] for n in s]))
     bon = list(np.argsort([s[n]["bon"]["gold"][s[n]["bon"]["peak"]] for n in s]))
-    assert_verdict(text, "Best-of-n only re-ranks", acc == bon, "follows the RM's", "does not follow")
+    assert V["bon_follows_accuracy"].holds == (acc == bon)
     prof = r["profiles"]
-    drift = prof[f"PPO end ({r['strong']})"]["penalty"] > prof["SFT"]["penalty"]
-    assert_verdict(text, "the gold penalty per sample", drift, "it drifts to text", "no drift into")
-    peaks = [pt(s[n]["rl"], s[n]["rl"]["peak"]) for n in s]
-    resolved = any(_up(a, b) != 0 for a, b in zip(peaks, peaks[1:]))
-    assert_verdict(text, "PPO's peak heights", resolved, "beyond 2 s.e. somewhere", "within 2 s.e. at this scale")
+    assert V["ppo_drifts_to_penalised"].holds == (prof[f"PPO end ({r['strong']})"]["penalty"] > prof["SFT"]["penalty"])
+    text = lesson.narrative(r)
     assert "seed 00" not in text.lower() and "固定" not in text

@@ -4,7 +4,8 @@ import pytest
 
 from lessons import l20_grpo_rloo as lesson
 from minippo.studies.sweep_stats import compare, pooled_seed_std
-from tests.helpers import assert_one_of, assert_verdict, quick_runs
+from minippo.studies.verdicts import FAILS, HOLDS, NOT_SHOWN, by_key
+from tests.helpers import assert_comparison, assert_one_of, assert_printed, expected_outcome, quick_runs
 
 
 @pytest.fixture(scope="module")
@@ -53,27 +54,25 @@ def test_l20_quick(runs):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_l20_verdicts_follow_the_numbers(runs, seed):
     r = runs[seed]
+    assert_printed(lesson, runs)
+    V = by_key(lesson.verdicts(r))
     text = lesson.narrative(r)
     S, bl, ref = r["summary"], r["baselines"], r["reference"]
     assert len(r["sizes"]["seeds"]) == 2                      # the seed-noise branches run at --quick
-    factor = (lesson.GROUP / (lesson.GROUP - 1)) ** 2
-    line = "The prompt explains"
-    assert_verdict(text, line, np.isclose(bl["batch mean"] - bl["group mean"], bl["between_prompts"], atol=0.005),
-                   "exactly the share", "NOT the share")
-    assert_verdict(text, line, np.isclose(bl["leave-one-out"], factor * bl["group mean"], rtol=0.01),
-                   "the price of being unbiased", "NOT (n/(n-1))^2")
+    factor = (lesson.GROUP / (lesson.GROUP - 1)) ** 2          # identities: they hold on every seed
+    assert np.isclose(bl["batch mean"] - bl["group mean"], bl["between_prompts"], atol=0.005)
+    assert np.isclose(bl["leave-one-out"], factor * bl["group mean"], rtol=0.01)
+    assert V["group_mean_removes_prompt_share"].outcome == V["loo_residual_factor"].outcome == HOLDS
     free = [n for n in CRITIC_FREE if n in S]
     noise = pooled_seed_std([S[m]["cpu_per_it"] for m in r["methods"]])[0]
     cpu = compare(S[PPO]["cpu_per_it"], [np.mean([S[n]["cpu_per_it"][i] for n in free]) for i in range(2)], noise)
-    assert_verdict(text, "three models instead of four", cpu["clear"] and cpu["diff"] < 0, "less CPU time beyond",
-                   "no CPU saving")
-    assert_verdict(text, "fewer samples per prompt", bl["leave-one-out"] > bl["batch mean"], "residual is larger",
-                   "residual is not larger")
+    assert_comparison(V["critic_free_saves_cpu"], cpu, -1)
+    assert V["loo_worse_than_batch_mean"].holds == (bl["leave-one-out"] > bl["batch mean"])
     noise = pooled_seed_std([S[m]["gold"] for m in r["methods"]])[0]
-    lifts = [compare([ref["gold_mean"]], S[n]["gold"], noise) for n in r["methods"]]
-    n_lift = sum(c["clear"] and c["diff"] > 0 for c in lifts)
-    assert_verdict(text, "RLHF is PPO", n_lift == len(lifts), "Every one lifts the gold",
-                   f"{n_lift} of {len(lifts)} lift the gold")
+    lifts = [expected_outcome(c["diff"], c["se"], +1) for c in
+             (compare([ref["gold_mean"]], S[n]["gold"], noise) for n in r["methods"])]
+    assert V["every_optimiser_lifts_gold"].outcome == (FAILS if FAILS in lifts else HOLDS if set(lifts) == {HOLDS}
+                                                       else NOT_SHOWN)
     for n in r["methods"]:
         if n != PPO:
             c = compare(S[PPO]["gold"], S[n]["gold"], noise)

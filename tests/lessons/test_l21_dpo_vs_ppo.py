@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 
 from lessons import l21_dpo_vs_ppo as lesson
+from minippo.studies.verdicts import FAILS, HOLDS, NOT_SHOWN, by_key
+from tests.helpers import assert_comparison, expected_outcome
 
 
 def line_with(out: str, *parts) -> str:
@@ -35,15 +37,6 @@ def at_by_loop(front, kl_max, x):
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
-def ranges_text(kl, idx):
-    if not idx:
-        return "no matched KL"
-    groups = [[idx[0]]]
-    for i in idx[1:]:
-        (groups[-1].append(i) if i == groups[-1][-1] + 1 else groups.append([i]))
-    return "KL " + ", ".join(f"{kl[g[0]]:.2f}" + (f"-{kl[g[-1]]:.2f}" if len(g) > 1 else "") for g in groups) + " nats"
-
-
 @pytest.mark.parametrize("seed", [0, 1])
 def test_l21_quick_verdicts_follow_the_numbers(tmp_path, capsys, seed):
     r = lesson.main(["--quick", "--out", str(tmp_path), "--seed", str(seed)])
@@ -63,11 +56,12 @@ def test_l21_quick_verdicts_follow_the_numbers(tmp_path, capsys, seed):
             np.testing.assert_array_equal(f[:, 1], r["fronts"][m][k][1])
             assert r["fronts"][m][k][2] == kl_max
             fronts[m].append((f, kl_max))
-    # each pair at matched KL, and the words: "above" only when every seed of one is above every seed of the other
+    # each pair at matched KL: the course's rule on the seed noise pooled over the two methods at each KL
     short = lesson.SHORT
-    verdicts = {}
-    arrows = [ln for ln in out.splitlines() if ln.startswith("    -> ")]
-    assert len(arrows) == len(r["compare"]) == 3
+    V = by_key(lesson.verdicts(r))
+    for line in (ln for v in V.values() for ln in v.render().splitlines()):
+        assert line.strip() in out
+    outcome = {}
     for (a, b), c in r["compare"].items():
         reach = min(km for m in (a, b) for _, km in fronts[m])
         np.testing.assert_allclose(c["kl"], np.linspace(reach / len(c["kl"]), reach, len(c["kl"])), rtol=1e-12)
@@ -75,36 +69,34 @@ def test_l21_quick_verdicts_follow_the_numbers(tmp_path, capsys, seed):
         vb = np.array([[at_by_loop(f, km, x) for x in c["kl"]] for f, km in fronts[b]])
         np.testing.assert_allclose(c["a"], va, rtol=1e-12)
         np.testing.assert_allclose(c["b"], vb, rtol=1e-12)
-        v = ["above" if va[:, g].min() > vb[:, g].max() else "below" if va[:, g].max() < vb[:, g].min() else "overlap"
-             for g in range(len(c["kl"]))]
-        verdicts[(a, b)] = v
-        line = arrows[list(r["compare"]).index((a, b))]            # the "->" lines come in the order of the pairs
-        G = len(v)
-        if v.count("above") == G:
-            assert f"{short[a]}'s frontier dominates {short[b]}'s: above at all {G}" in line, line
-        elif v.count("below") == G:
-            assert f"{short[b]}'s frontier dominates {short[a]}'s: above at all {G}" in line, line
-        else:
-            idx = {w: [i for i, x in enumerate(v) if x == w] for w in ("above", "below", "overlap")}
-            assert (f"no domination: {short[a]} above {short[b]} at {ranges_text(c['kl'], idx['above'])}, below at "
-                    f"{ranges_text(c['kl'], idx['below'])}, within the seed range at "
-                    f"{ranges_text(c['kl'], idx['overlap'])}") in line, line
-    dpo_ppo, dpo_gt = verdicts[lesson.METHODS[:2]], verdicts[(lesson.METHODS[0], lesson.METHODS[2])]
-    finding = line_with(out, "The DPO paper's finding")
-    if all(v == "above" for v in dpo_ppo + dpo_gt):
-        assert finding.endswith("holds here: DPO's frontier is above both PPO frontiers at every matched KL.")
-    elif all(v == "above" for v in dpo_ppo):
-        assert "holds only in part here" in finding
-    else:
-        assert "does NOT hold here" in finding
-    # the implicit reward against the reward model: the word follows the accuracies
+        parts = []
+        for g in range(len(c["kl"])):
+            x, y = va[:, g], vb[:, g]
+            noise = np.sqrt((((x - x.mean()) ** 2).sum() + ((y - y.mean()) ** 2).sum()) / (len(x) + len(y) - 2))
+            parts.append(expected_outcome(x.mean() - y.mean(), noise * np.sqrt(1 / len(x) + 1 / len(y)), +1))
+            if x.min() <= y.max() and y.min() <= x.max():          # the seed ranges overlap: never a finding
+                assert parts[-1] == NOT_SHOWN, (a, b, g)
+        outcome[(a, b)] = FAILS if FAILS in parts else HOLDS if set(parts) == {HOLDS} else NOT_SHOWN
+        assert V[f"frontier[{short[a]} > {short[b]}]"].outcome == outcome[(a, b)]
+    two = [outcome[lesson.PAIRS[0]], outcome[lesson.PAIRS[1]]]
+    assert V["paper_finding"].outcome == (FAILS if FAILS in two else HOLDS if set(two) == {HOLDS} else NOT_SHOWN)
+    # identical PPO settings are explained, with the controller's clipped error
+    for m in lesson.METHODS[1:]:
+        names = list(r["runs"][m])
+        same = all([p["gold"] for p in r["runs"][m][names[0]][k]["points"]]
+                   == [p["gold"] for p in r["runs"][m][names[1]][k]["points"]] for k in range(S))
+        assert (f"{short[m]}: '{names[0]}' and '{names[1]}' give identical runs" in out) == same
+    # the implicit reward against the reward model: accuracy difference with its binomial s.e.
     imp = r["implicit"]
     rm_acc = next(iter(imp.values()))["rm"]["accuracy"]
     best = max(imp, key=lambda n: imp[n]["dpo"]["accuracy"])
-    diff = imp[best]["dpo"]["accuracy"] - rm_acc
-    word = "better than" if diff > 0.01 else "worse than" if diff < -0.01 else "as well as (within 0.01)"
-    assert f"the best DPO ({best}) orders the held-out pairs {word} the reward model" in out
+    p_, n_ = imp[best]["dpo"]["accuracy"], r["data"]["heldout_pairs"]
+    assert_comparison(V["dpo_orders_better"], {"diff": p_ - rm_acc, "se": np.sqrt(p_ * (1 - p_) / n_
+                                                                                 + rm_acc * (1 - rm_acc) / n_)}, +1)
     assert all(0 <= x["dpo"]["accuracy"] <= 1 and 0 <= x["rm"]["accuracy"] <= 1 for x in imp.values())
+    fell = all(runs[0]["shifts"][-1]["chosen"] < 0 and runs[0]["shifts"][-1]["rejected"] < 0
+               for runs in r["runs"]["DPO"].values())
+    assert V["both_fall"].holds == fell
     # DPO's failure: the word follows the signs of the measured shifts
     for name, runs in r["runs"]["DPO"].items():
         sh = runs[0]["shifts"]

@@ -54,13 +54,16 @@ def test_pareto_front_by_hand():
         pareto_front([0.0, 1.0], [0.0])
 
 
-def test_compare_at_reads_seed_ranges():
-    assert compare_at([0.5, 0.6], [0.3, 0.4])["verdict"] == "above"
-    assert compare_at([0.3, 0.4], [0.5, 0.6])["verdict"] == "below"
+def test_compare_at_gives_the_difference_and_its_seed_noise():
+    c = compare_at([0.5, 0.6], [0.3, 0.4])
+    # diff = mean(a) - mean(b); pooled seed std over the two: each group +-0.05 around its mean -> 0.0707
+    assert c["diff"] == pytest.approx(0.2) and c["se"] == pytest.approx(np.sqrt(0.005) * 1.0)
+    assert not c["overlap"] and c["range_a"] == (0.5, 0.6)
     c = compare_at([0.3, 0.6], [0.5, 0.55])
-    assert c["verdict"] == "overlap" and c["diff"] == pytest.approx(0.45 - 0.525)
-    assert compare_at([np.nan, 0.5], [0.4])["verdict"] == "above"
-    assert compare_at([np.nan], [0.4])["verdict"] == "n/a"
+    assert c["overlap"] and c["diff"] == pytest.approx(0.45 - 0.525)
+    c = compare_at([np.nan, 0.5], [0.4])                              # one seed each after the NaN: no noise
+    assert c["reached"] and c["diff"] == pytest.approx(0.1) and c["se"] is None
+    assert not compare_at([np.nan], [0.4])["reached"]
 
 
 def test_centered_by_prompt():
@@ -106,6 +109,6 @@ def test_method_fronts_and_matched_comparisons_by_hand():
     np.testing.assert_allclose(c["kl"], [1.0, 2.0])                         # up to the smallest reach, 2 nats
     np.testing.assert_allclose(c["a"], [[0.6, 0.6], [0.5, 0.5 + 0.4 / 3]], rtol=1e-12)
     np.testing.assert_allclose(c["b"], [[0.1, 0.2], [0.15, 0.3]], rtol=1e-12)
-    assert [x["verdict"] for x in c["cmp"]] == ["above", "above"]
+    assert all(x["reached"] and x["diff"] > 0 for x in c["cmp"])
     with pytest.raises(ValueError, match="`n_seeds`"):
         method_fronts(runs, 0)

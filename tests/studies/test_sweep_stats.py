@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from minippo.studies.sweep_stats import (compare, compare_interaction, compare_paired, corr_sign, curve_slope,
+from minippo.studies.sweep_stats import (compare, compare_interaction, compare_paired, curve_slope, fisher_z,
                                          pooled_seed_std,
                                          seed_compare, seed_curves, seed_values)
 
@@ -114,8 +114,12 @@ def test_seed_compare_with_and_without_noise():
     assert c == {"diff": 2.5, "se": None, "z": None, "clear": None}
 
 
-def test_corr_sign_against_fishers_z():
-    # n = 28: s.e. of atanh(rho) is 1/5, so |rho| must exceed tanh(0.4) = 0.3799 to count
-    assert corr_sign(0.39, 28) == 1 and corr_sign(-0.39, 28) == -1
-    assert corr_sign(0.37, 28) == 0 and corr_sign(0.0, 28) == 0
-    assert corr_sign(1.0, 4) == 1                                           # clipped away from atanh(1) = inf
+def test_fisher_z():
+    # |atanh(0.39)| * sqrt(25) = 2.06 >= 2; atanh(0.37) * 5 = 1.94 < 2
+    for rho, n, clear in ((0.39, 28, True), (-0.39, 28, True), (0.37, 28, False), (0.0, 28, False)):
+        c = fisher_z(rho, n)
+        assert c["se"] == pytest.approx(0.2) and (abs(c["diff"]) >= 2 * c["se"]) == clear
+    assert np.isfinite(fisher_z(1.0, 4)["diff"])                            # clipped away from atanh(1) = inf
+    with pytest.raises(ValueError, match="`n`"):
+        fisher_z(0.5, 3)
+
