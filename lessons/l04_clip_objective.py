@@ -43,7 +43,7 @@ import numpy as np
 
 from lessons._common import lesson_main, pyplot, save
 from minippo import kernels
-from minippo.rl.losses import CLIP_CASES, CLIPPED_CASES, clipped_policy_loss
+from minippo.rl.losses import CLIP_CASES, CLIPPED_CASES, clip_cases, clipped_policy_loss
 
 # one representative token per case: (A, r); the paper's six cases, then case 7 (A = 0, no signal)
 CASE_POINTS = [(1.0, 0.6), (1.0, 1.0), (1.0, 1.4), (-1.0, 0.6), (-1.0, 1.0), (-1.0, 1.4), (0.0, 1.4)]
@@ -67,7 +67,7 @@ def one_token(fn, A, r, clip_eps):
     logp_old = np.array([0.0])
     logp = logp_old + log_of(r)
     loss, dlogp, stats = fn(logp, logp_old, np.array([A]), None, clip_eps=clip_eps)
-    return -loss, float(dlogp[0]), int(stats["clip_case"][0])
+    return -loss, float(dlogp[0]), int(clip_cases(np.exp(logp - logp_old), np.array([A]), None, clip_eps)[0])
 
 
 def curves(A, r_grid, clip_eps):
@@ -112,7 +112,8 @@ def run(quick: bool = False, seed: int = 0, clip_eps: float = 0.2) -> dict:
         loss_ref, dlogp_ref, _ = clipped_policy_loss(logp, logp_old, adv, mask, clip_eps=clip_eps)
     valid = mask == 1
     ratio = np.exp(logp - logp_old)[valid]
-    case_counts = {c: int((stats["clip_case"][valid] == c).sum()) for c in range(1, 8)}
+    case = clip_cases(np.exp(logp - logp_old), adv, mask, clip_eps)
+    case_counts = {c: int((case[valid] == c).sum()) for c in range(1, 8)}
     return {
         "clip_eps": clip_eps, "cases": cases, "edges": edges,
         "r_grid": r_grid, "obj_pos": obj_pos, "grad_pos": grad_pos, "obj_neg": obj_neg, "grad_neg": grad_neg,

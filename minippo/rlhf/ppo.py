@@ -49,6 +49,7 @@ from minippo.rl.gae import gae
 from minippo.rl.group_advantages import batch_mean_advantages, grpo_advantages, rloo_advantages
 from minippo.rl.kl import kl_estimate, kl_ref_loss
 from minippo.rl.kl_control import kl_adaptive_lr
+from minippo.rl.loss_variants import aggregated_policy_loss, sequence_policy_loss
 from minippo.rl.losses import (clipped_policy_loss, clipped_value_loss, entropy_backward, entropy_from_logits,
                                kl_exact_from_logits, logprobs_backward, logprobs_from_logits, value_loss)
 from minippo.rl.masked import aggregation_denominator, explained_variance, masked_aggregate, masked_mean, masked_whiten
@@ -319,9 +320,13 @@ def minibatch_loss_and_grads(state: PPOState, mb: Rollout, cfg: PPOConfig, ptx_b
     logits, head, cache = forward_response(state.actor, seqs, attn, Tp, scalar=cfg.critic == "shared")
     # the policy: new log-probs, the clipped surrogate (token or sequence ratio), the entropy bonus
     logp, c_logp = logprobs_from_logits(logits, mb.response, cfg.temperature)                  # (B, Tn)
-    pg_loss, dlogp, pstats = clipped_policy_loss(logp, mb.logp.astype(logp.dtype), mb.adv.astype(logp.dtype),
-                                                 mask, cfg.clip_eps, cfg.clip_eps_high,
-                                                 ratio_level=cfg.ratio_level, **agg)
+    args = (logp, mb.logp.astype(logp.dtype), mb.adv.astype(logp.dtype), mask, cfg.clip_eps, cfg.clip_eps_high)
+    if cfg.ratio_level == "sequence":
+        pg_loss, dlogp, pstats = sequence_policy_loss(*args, **agg)
+    elif cfg.loss_agg != "token-mean":
+        pg_loss, dlogp, pstats = aggregated_policy_loss(*args, **agg)
+    else:
+        pg_loss, dlogp, pstats = clipped_policy_loss(*args)
     ent, c_ent = entropy_from_logits(logits, cfg.temperature)                                  # (B, Tn)
     ent_mean = masked_aggregate(ent, mask, **agg)
     terms = {"loss/policy": pg_loss, "loss/entropy": -ent_mean, "loss/kl": 0.0, "loss/ptx": 0.0, "loss/value": 0.0}

@@ -35,7 +35,6 @@ from dataclasses import asdict, dataclass, fields
 
 from minippo.checks import check_choice, check_range
 from minippo.rl.kl_control import KL_LR_MAX, KL_LR_MIN
-from minippo.rl.losses import RATIO_LEVELS
 from minippo.rl.masked import LOSS_AGGS
 
 REWARD_SHAPINGS = ("kl_final", "uniform")
@@ -45,6 +44,7 @@ CRITICS = ("separate", "shared", "none")
 CRITIC_INITS = ("reward_model", "sft", "random")
 CRITIC_BIAS_INITS = ("mean_score", "keep")
 LR_SCHEDULES = ("constant", "linear")
+RATIO_LEVELS = ("token", "sequence")
 ADVANTAGE_ESTIMATORS = ("gae", "grpo", "dr_grpo", "rloo", "reinforce")
 KL_OLD_ACTIONS = ("early_stop", "adapt_lr")
 
