@@ -1,22 +1,26 @@
 """The one switch between the NumPy formulas and their numba kernels.
 
 Every formula function a student reads (``minippo.rl.gae.gae``, ``minippo.rl.losses.clipped_policy_loss``,
-the elementwise layers of ``minippo.nn.layers``) has the readable NumPy formula as its body. Its
-first line hands the call to a compiled twin when this switch is on::
+the elementwise layers of ``minippo.nn.layers``, the sampler's ``minippo.rlhf.generate.sample_from``) has the
+readable NumPy formula as its body. Its first line hands the call to a compiled twin when this switch is on::
 
     if kernels.enabled():            # the same formula, compiled: rl/_kernels.py
         return _kernels.gae(rewards, values, mask, gamma, lam)
 
 What runs in each mode:
 
-* ``MINIPPO_KERNELS=1`` (the default): the numba kernels of ``minippo/rl/_kernels.py`` (GAE for
-  tokens and for classic control, the clipped surrogate) and ``minippo/nn/_kernels.py`` (LayerNorm,
-  GELU, masked softmax, softmax cross-entropy, embedding backward). They return the same outputs as
-  the formulas (same dtypes, stats keys and error messages; equal up to rounding, which the
-  ``pytest -m kernels`` parity tests bound) and are what the trainers and ``minippo bench`` time.
-* ``MINIPPO_KERNELS=0``: the NumPy bodies, the code a student reads, run instead; ``minippo.rl`` and
-  ``minippo.nn`` do not even import numba (their kernels' modules load at the first kernel call).
-  (The token sampler of ``minippo.rlhf.generate`` keeps its own kernel, outside this switch.)
+* ``MINIPPO_KERNELS=1`` (the default): the numba kernels of three modules, ``minippo/rl/_kernels.py`` (GAE
+  for tokens and for classic control, the clipped surrogate), ``minippo/nn/_kernels.py`` (LayerNorm, GELU,
+  masked softmax, softmax cross-entropy, embedding backward) and ``minippo/rlhf/_kernels.py`` (the token
+  sampler's inverse-CDF scan). They return the same outputs as the formulas (same dtypes, stats keys and
+  error messages; equal up to rounding, which the ``pytest -m kernels`` parity tests bound) and are what the
+  trainers and ``minippo bench`` time.
+* ``MINIPPO_KERNELS=0``: the NumPy bodies, the code a student reads, run instead, all of them (the sampler
+  included); ``minippo.rl``, ``minippo.nn`` and ``minippo.rlhf`` do not even import numba (their kernels'
+  modules load at the first kernel call).
+
+Which calls of one RLHF PPO iteration run compiled code is listed in the docstring of
+:mod:`minippo.rlhf.ppo`, the file a reader starts in.
 
 The environment variable is read once, when this module is first imported. Inside a process, switch
 with the context manager (tests, ``minippo bench``, lessons)::

@@ -24,8 +24,7 @@ Two entry points:
 The body of each function is the formula in NumPy: a loop over time, vectorised over the rows.
 With the switch of :mod:`minippo.kernels` on (the default) its first line hands the call to the
 same recursion compiled by numba in ``rl/_kernels.py`` (one pass over memory, inputs validated on
-the way; parity-tested). The pure-Python double loop that the benchmark times against both, and
-that the tests use as an oracle, is ``minippo.bench.rl.gae_loop``.
+the way; parity-tested).
 """
 from __future__ import annotations
 

@@ -2,24 +2,24 @@
 
 Legend: B batch (responses), Tn response tokens.
 
-Of the four models the critic is the one whose form varies most between implementations. ``cfg.critic``
-chooses (and :mod:`minippo.rlhf.ppo` branches on it, visibly, wherever a value is read or trained):
+Of the four models the critic is the one whose form varies most between implementations. Canonical PPO
+(:mod:`minippo.rlhf.ppo`) trains a separate TinyGPT beside the actor, which :func:`build_critic` initialises
+from the reward model (Ziegler et al. 2019 initialise the value function from the reward model: it already
+reads responses the way the score does), from the SFT trunk, or at random (``cfg.critic_init``). The other
+arrangements are knobs of :mod:`minippo.rlhf.ppo_knobs` (``cfg.critic``):
 
-* ``"separate"`` (default): its own TinyGPT, trained beside the actor. :func:`build_critic` initialises
-  it from the reward model (Ziegler et al. 2019 initialise the value function from the reward model: it
-  already reads responses the way the score does), from the SFT trunk, or at random (``cfg.critic_init``).
 * ``"shared"``: the scalar head of the actor's own TinyGPT (one forward pass gives logits and values).
   With ``shared_stop_gradient`` the value loss trains only the head and never pushes on the shared
   trunk (``TinyGPT.backward(scalar_into_trunk=False)``).
-* ``"none"``: no critic (values are 0), for the critic-free advantage estimators (GRPO, RLOO): three models.
+* ``"none"``: no critic (values are 0); the critic-free family is :mod:`minippo.rlhf.grpo`: three models.
 
-Value normalisation (``cfg.value_norm``, :class:`ValueNorm`): the head predicts ``h = (V - mu) / sigma``
+Value normalisation (a knob, ``cfg.value_norm``, :class:`ValueNorm`): the head predicts ``h = (V - mu) / sigma``
 where mu, sigma are running statistics of the returns; the value is ``V = sigma h + mu`` and the loss
 compares h with the normalised targets. When the statistics move, the head's weight and bias are
 rescaled so that every V stays exactly the same ("preserving outputs", PopArt, van Hasselt et al. 2016,
 arXiv:1602.07714). Switched off, :class:`ValueNorm` is the identity (mu = 0, sigma = 1).
 
-The bias init (``cfg.critic_bias_init = "mean_score"``, :func:`init_bias_to_mean_score`): at the first
+The bias init (canonical; the knob ``critic_bias_init = "keep"`` leaves it out; :func:`init_bias_to_mean_score`): at the first
 rollout the value head's bias is shifted so that the mean value equals the mean score, so the critic
 does not start an arbitrary distance away from the returns (lesson 16 measures what that costs).
 """
@@ -36,19 +36,18 @@ from minippo.rl.masked import masked_mean
 SEED_CRITIC = 7          # np.random.default_rng([cfg.seed, SEED_CRITIC]) initialises a random critic
 
 
-def build_critic(cfg, sft_model: TinyGPT, reward_model) -> TinyGPT | None:
-    """The separate critic's TinyGPT chosen by ``cfg.critic_init`` (None unless ``cfg.critic == "separate"``:
-    a shared critic is the actor's scalar head, and "none" has no network)."""
-    if cfg.critic != "separate":
-        return None
-    if cfg.critic_init == "reward_model":
+def build_critic(critic_init: str, sft_model: TinyGPT, reward_model, seed: int) -> TinyGPT:
+    """The separate critic's TinyGPT: ``critic_init`` "reward_model" (the RM's trunk and head, its
+    normalisation folded in: Ziegler et al. 2019), "sft" (the SFT trunk, head 0) or "random" (a fresh TinyGPT
+    of ``np.random.default_rng([seed, SEED_CRITIC])``)."""
+    if critic_init == "reward_model":
         return reward_model.normalized_model()           # trunk + head of the RM, normalisation folded in
-    if cfg.critic_init == "sft":
+    if critic_init == "sft":
         model = sft_model.copy()
         model.params["scalar_head.w"][...] = 0.0
         model.params["scalar_head.b"][...] = 0.0
         return model
-    return TinyGPT(sft_model.cfg, rng=np.random.default_rng([cfg.seed, SEED_CRITIC]))
+    return TinyGPT(sft_model.cfg, rng=np.random.default_rng([seed, SEED_CRITIC]))
 
 
 class ValueNorm:
@@ -115,11 +114,12 @@ class ValueNorm:
         return cls(**state)
 
 
-def init_bias_to_mean_score(head_params: dict, value_norm: ValueNorm, values, scores, mask) -> float:
+def init_bias_to_mean_score(head_params: dict, values, scores, mask, sigma: float = 1.0) -> float:
     """Shift a value head so that its mean value over the valid tokens equals the mean score; returns the
-    shift added to every value (the head's bias moves by shift / sigma)."""
+    shift added to every value (the head's bias moves by shift / sigma: sigma of :class:`ValueNorm`, 1 without
+    value normalisation)."""
     delta = float(np.mean(scores)) - masked_mean(np.asarray(values, dtype=np.float64), mask)
     check_float_array("delta", np.asarray([delta], dtype=np.float64))
     b = head_params["scalar_head.b"]
-    b += b.dtype.type(delta / value_norm.mu_sigma[1])
+    b += b.dtype.type(delta / sigma)
     return delta

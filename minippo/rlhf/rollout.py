@@ -21,8 +21,10 @@ plus ``response_mask`` (1 on response tokens including the EOS, 0 on padding), `
 per token: ``sequences[b, :Tp + j]`` is the context, with left padding in front (masked out).
 Every per-token array is 0 on padding, so nothing stored there can enter a sum.
 
-:meth:`Rollout.to_table` prints one row token by token (lesson 09); :func:`minibatches` yields the
-index arrays of a seeded shuffle over sequences (whole responses stay together).
+:meth:`Rollout.to_table` prints one row token by token (lesson 09); :func:`minibatches` gives the
+index arrays of a seeded shuffle over sequences (whole responses stay together), :func:`epoch_minibatches`
+those of every epoch of an update. Rows of one prompt are contiguous (the critic-free estimators of
+:mod:`minippo.rlhf.grpo` rely on it).
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from minippo.checks import check_range
 from minippo.io import atomic_write_bytes
 
 PER_TOKEN = ("logp", "logp_ref", "values", "rewards", "kl", "non_score_reward", "adv", "returns", "gen_logp")
-PER_ROW = ("prompt_index", "rm_scores", "scores", "ended")
+PER_ROW = ("rm_scores", "scores", "ended")
 
 
 @dataclass
@@ -51,7 +53,6 @@ class Rollout:
     prompt_mask: np.ndarray         # (B, Tp) 0/1
     response: np.ndarray            # (B, Tn) int64, right-padded (pad after EOS)
     response_mask: np.ndarray       # (B, Tn) 0/1, 1 on response tokens incl. EOS
-    prompt_index: np.ndarray        # (B,) int, which prompt of the batch (groups of samples_per_prompt)
     logp: np.ndarray                # (B, Tn) log pi_old(a_t|s_t)
     logp_ref: np.ndarray            # (B, Tn) log pi_ref(a_t|s_t)
     values: np.ndarray              # (B, Tn) V(s_t)
@@ -174,3 +175,12 @@ def minibatches(batch_size: int, minibatch_size: int, rng: np.random.Generator) 
         raise ValueError(f"`rng` must be a np.random.Generator, got {type(rng).__name__}")
     order = rng.permutation(batch_size)                                # (B,)
     return [order[s:s + minibatch_size] for s in range(0, batch_size, minibatch_size)]
+
+
+def epoch_minibatches(batch_size: int, minibatch_size: int, epochs: int, rng: np.random.Generator):
+    """Yield ``(epoch, idx)`` for ``epochs`` passes of :func:`minibatches`, each epoch's shuffle drawn when the
+    epoch starts (a consumer that breaks out early draws no further shuffle)."""
+    check_range("epochs", epochs, 1, None, integer=True)
+    for epoch in range(epochs):
+        for idx in minibatches(batch_size, minibatch_size, rng):
+            yield epoch, idx
