@@ -1,41 +1,44 @@
-"""One RLHF PPO iteration, read top to bottom: PPO paper Algorithm 1 with a language model as the policy.
+"""One RLHF PPO iteration, read top to bottom: PPO paper Algorithm 1, a language model the policy.
 
-The algorithm of Ziegler et al. 2019 (arXiv:1909.08593) and InstructGPT (arXiv:2203.02155), and only that:
+The algorithm of Ziegler et al. 2019 (arXiv:1909.08593) and InstructGPT (arXiv:2203.02155) and only
+that (other algorithms are files of their own: grpo.py, ppo_knobs.py, dpo.py):
 
-    1. sample   responses ~ pi_old(.|prompt) with the actor's KV cache                   sample
-    2. score    V(s_t) (critic), logp_old (actor), logp_ref (reference), score (RM)  rollout, score
-    3. rewards  r_t = -beta (logp_t - logp_ref_t), + the score on the last token    InstructGPT eq. (2)
-    4. A_t      GAE(gamma, lam) on those rewards, whitened                          PPO eqs. (11)-(12)
-    5. update   K epochs x minibatches of L^CLIP + c1 L^VF - c2 S, one AdamW step each    eq. (9)
-                (a minibatch whose approx KL to pi_old exceeds kl_old_target stops the update)
-    6. beta     the KL controller (fixed or adaptive) reads objective/kl       Ziegler et al. sec. 2.2
+    1. sample   responses ~ pi_old(.|prompt), the actor's KV cache                    sample
+    2. score    V(s_t) (critic), logp_old (actor), logp_ref (reference), score (RM)    score
+    3. rewards  r_t = -beta (logp_t - logp_ref_t), the score added on the last token
+                                                                        InstructGPT eq. (2)
+    4. A_t      GAE(gamma, lam) on those rewards, whitened                   PPO eqs. (11)-(12)
+    5. update   K epochs x minibatches of L^CLIP + c1 L^VF - c2 S, one AdamW step each; a
+                minibatch whose approx KL to pi_old exceeds kl_old_target stops the update  eq. (9)
+    6. beta     the KL controller (fixed or adaptive) reads objective/kl    Ziegler et al. sec. 2.2
 
 Legend: B batch (responses), Tp prompt columns (left-padded), Tn response columns (right-padded),
 T = Tp + Tn, V vocab.
 
 The four models: the actor pi_theta and the critic V_phi (a separate TinyGPT) train; the reference
-pi_ref (the frozen SFT copy) and the reward model only run forward. One temperature: sampling, logp_old,
-logp_ref, the update's logp and the entropy all use ``cfg.temperature``.
+pi_ref (the frozen SFT copy) and the reward model only run forward. One temperature: sampling,
+logp_old, logp_ref, the update's logp and the entropy all use ``cfg.temperature``.
 
-**Compiled code.** With ``MINIPPO_KERNELS=1`` (the default) four of the calls below run numba kernels: the
-token draw inside ``generate`` (``rlhf/_kernels.py``), ``gae`` and ``clipped_policy_loss``
-(``rl/_kernels.py``) and, inside every TinyGPT forward and backward, LayerNorm, GELU, the masked softmax,
-the cross-entropy and the embedding's backward (``nn/_kernels.py``). ``MINIPPO_KERNELS=0`` runs the NumPy
-formulas you read in their files instead, everywhere (:mod:`minippo.kernels`; the numbers agree to
-rounding). ``NUMBA_DISABLE_JIT=1`` keeps the kernels but runs them as Python, for pdb.
+**Compiled code.** With ``MINIPPO_KERNELS=1`` (the default) four things below run numba kernels:
+the token draw inside ``generate`` (``rlhf/_kernels.py``), ``gae`` and ``clipped_policy_loss``
+(``rl/_kernels.py``) and, inside every TinyGPT forward and backward, LayerNorm, GELU, the masked
+softmax, the cross-entropy and the embedding's backward (``nn/_kernels.py``).
+``MINIPPO_KERNELS=0`` runs the NumPy formulas you read in their files instead, all of them
+(:mod:`minippo.kernels`; the numbers agree to rounding); ``NUMBA_DISABLE_JIT=1`` keeps the kernels
+but runs them as Python, for pdb.
 
-Position alignment, written once (:func:`forward_response`): the logits and the value at column p belong
-to the token at column p + 1, so response token j (column Tp + j) is scored at column Tp + j - 1::
+Position alignment, written once (:func:`forward_response`): the logits and the value at column p
+belong to the token at column p + 1, so response token j (column Tp + j) is read at column
+Tp + j - 1::
 
     column       Tp-2   Tp-1 | Tp    Tp+1   Tp+2
     token        p      p    | r0    r1     EOS      (then padding)
     read at             ^      ^     ^               logits / value for r0, r1, EOS
 
 logp_old is recomputed with one full forward pass after sampling (as TRL does), not taken from the
-sampler: with lr = 0 the update's first ratio is then 1 (to float32 rounding across minibatch shapes;
-lesson 16). This file has no timers, files or metrics: :class:`minippo.rlhf.run.trainer.PPOTrainer` calls
-:func:`ppo_iteration` once per iteration and does those. Variants live beside it, one algorithm per file:
-:mod:`minippo.rlhf.grpo` (critic-free), :mod:`minippo.rlhf.ppo_knobs` (the knobs lessons turn), DPO.
+sampler: with lr = 0 the first ratio of the update is 1 (to float32 rounding across minibatch
+shapes; lesson 16). No timers, files or metrics here: ``minippo.rlhf.run.trainer.PPOTrainer``
+calls :func:`ppo_iteration` once per iteration and does those.
 """
 from __future__ import annotations
 
@@ -48,8 +51,8 @@ from minippo.checks import check_finite_values, check_float_array, check_mask, c
 from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW, clip_grad_norm, global_norm, lr_at
 from minippo.rl.gae import gae
-from minippo.rl.losses import (clipped_policy_loss, clipped_value_loss, entropy_backward, entropy_from_logits,
-                               logprobs_backward, logprobs_from_logits)
+from minippo.rl.losses import (clipped_policy_loss, clipped_value_loss, entropy_backward,
+                               entropy_from_logits, logprobs_backward, logprobs_from_logits)
 from minippo.rl.masked import masked_mean, masked_whiten
 from minippo.rlhf.critic import init_bias_to_mean_score
 from minippo.rlhf.data.corpus import sample_prompts
@@ -76,24 +79,25 @@ class PPOState:
 
 
 def ppo_iteration(state: PPOState, cfg: PPOConfig) -> tuple[Rollout, dict]:
-    """Steps 1-6 of the module docstring (PPO paper Algorithm 1); returns the rollout (rewards and advantages
-    filled) and the update (``history``: one dict of loss terms and statistics per minibatch, ``early_stop_epoch``,
-    ``lr``, ``kl_coef``: the beta of this iteration's rewards)."""
-    # 1-2. sample batch_size prompts, one response each, and score them with the four models
+    """Steps 1-6 of the module docstring (PPO paper Algorithm 1). Returns the rollout (rewards and
+    advantages filled) and the update: ``history`` (one dict of loss terms and statistics per
+    minibatch), ``early_stop_epoch``, ``lr``, ``kl_coef`` (the beta of this iteration's rewards)."""
+    # 1-2. batch_size prompts, one response each, scored by the four models
     ro = rollout(state, cfg, sample_prompts(cfg.batch_size, seed=state.rng))
+    mask = ro.response_mask
     if state.iteration == 0:
-        # start the critic at the mean score (Q48): shift its head's bias, and the stored values with it
-        delta = init_bias_to_mean_score(state.critic.params, ro.values, ro.scores, ro.response_mask)
-        ro.values = (ro.values + delta) * ro.response_mask
+        # start the critic at the mean score (Q48): its head's bias, and the stored values with it
+        delta = init_bias_to_mean_score(state.critic.params, ro.values, ro.scores, mask)
+        ro.values = (ro.values + delta) * mask
     # 3. per-token rewards: -beta kl_t on every token, the score added on the last one
     beta = state.kl_ctl.value
     ro.rewards, ro.kl, ro.non_score_reward = per_token_rewards(ro.scores, ro.logp, ro.logp_ref,
-                                                               ro.response_mask, beta)
+                                                               mask, beta)
     # 4. advantages: GAE-lambda (V = 0 after a response's last token), whitened over the batch
-    ro.adv, ro.returns = gae(ro.rewards, ro.values, ro.response_mask, gamma=cfg.gamma, lam=cfg.lam)
+    ro.adv, ro.returns = gae(ro.rewards, ro.values, mask, gamma=cfg.gamma, lam=cfg.lam)
     if cfg.whiten_advantages:
-        ro.adv = masked_whiten(ro.adv, ro.response_mask)
-    # 5. update (the clock reading is the run layer's split of time/rollout and time/update)
+        ro.adv = masked_whiten(ro.adv, mask)
+    # 5. update (the clock reading: where the run layer splits time/rollout from time/update)
     clock = (time.perf_counter(), time.process_time())
     update = ppo_update(state, ro, cfg)
     # 6. beta for the next iteration, from this rollout's KL per response (objective/kl)
@@ -102,61 +106,68 @@ def ppo_iteration(state: PPOState, cfg: PPOConfig) -> tuple[Rollout, dict]:
     return ro, {**update, "kl_coef": beta, "clock_update": clock}
 
 
-# ----------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # steps 1-3: sample, score with the four models, per-token rewards
-# ----------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 
 def rollout(state: PPOState, cfg: PPOConfig, prompts: list[str]) -> Rollout:
-    """Steps 1-2 on ``prompts``: one response each from the actor (KV cache), then the forward passes of
-    the critic (V), the actor (logp_old), the reference (logp_ref) and the reward model (the score)."""
+    """Steps 1-2 on ``prompts``: one response each from the actor (KV cache), then the forward
+    passes of the critic (V), the actor (logp_old), the reference (logp_ref) and the RM (score)."""
     gen = sample(state, cfg, prompts)
-    values = forward_response(state.critic, gen.sequences, gen.attn_mask, gen.prompt_len, scalar=True)[1]
-    return score(state, cfg, gen, values.astype(np.float64))                     # (B, Tn) V(s_t)
+    _, values, _ = forward_response(state.critic, gen.sequences, gen.attn_mask, gen.prompt_len,
+                                    scalar=True)                                   # (B, Tn) V(s_t)
+    return score(state, cfg, gen, values.astype(np.float64))
 
 
 def sample(state: PPOState, cfg: PPOConfig, prompts: list[str]):
-    """Step 1: ``<bos> prompt``, left-padded, then one response per prompt from the actor with its KV cache
-    (:class:`minippo.rlhf.generate.Generation`)."""
-    prompt_ids, prompt_mask = encode_prompts(state.tokenizer, prompts)                    # (B, Tp)
+    """Step 1: ``<bos> prompt``, left-padded, then one response per prompt from the actor with its
+    KV cache (a :class:`minippo.rlhf.generate.Generation`)."""
+    prompt_ids, prompt_mask = encode_prompts(state.tokenizer, prompts)              # (B, Tp)
     return generate(state.actor, prompt_ids, prompt_mask, max_new_tokens=cfg.max_new_tokens,
                     rng=state.rng, temperature=cfg.temperature, eos_id=state.tokenizer.eos_id,
                     pad_id=state.tokenizer.pad_id)
 
 
 def score(state: PPOState, cfg: PPOConfig, gen, values) -> Rollout:
-    """Step 2 on the responses of ``gen`` with the critic's ``values`` (B, Tn): logp_old and logp_ref (one
-    full forward pass each), the reward model's score minus the missing-EOS penalty; the :class:`Rollout`."""
+    """Step 2 on the responses of ``gen``, the critic's ``values`` (B, Tn) given: logp_old and
+    logp_ref (one full forward pass each), the reward model's score less the missing-EOS penalty."""
     seqs, attn, Tp, mask = gen.sequences, gen.attn_mask, gen.prompt_len, gen.response_mask
-    logp = response_logprobs(state.actor, seqs, attn, gen.response, Tp, cfg.temperature)  # (B, Tn)
+    logp = response_logprobs(state.actor, seqs, attn, gen.response, Tp, cfg.temperature)
     logp_ref = response_logprobs(state.ref, seqs, attn, gen.response, Tp, cfg.temperature)
-    rm_scores = state.reward_model.score(seqs, attn)                                      # (B,)
-    ended = has_eos(gen.response, mask, state.tokenizer.eos_id)                           # (B,)
-    scores = sequence_scores(rm_scores, ended, gen.lengths, missing_eos_penalty=cfg.missing_eos_penalty)
+    rm_scores = state.reward_model.score(seqs, attn)                                # (B,)
+    ended = has_eos(gen.response, mask, state.tokenizer.eos_id)                     # (B,)
+    scores = sequence_scores(rm_scores, ended, gen.lengths,
+                             missing_eos_penalty=cfg.missing_eos_penalty)           # (B,)
     check_finite_values({"objective/scores": float(np.sum(scores)),
-                         "val/values_avg": float(np.sum(values))}, f"at iteration {state.iteration} (rollout)")
-    return Rollout(prompt_ids=seqs[:, :Tp].copy(), prompt_mask=attn[:, :Tp].copy(), response=gen.response,
-                   response_mask=mask, logp=logp, logp_ref=logp_ref, values=values,
-                   rm_scores=rm_scores, scores=scores, ended=ended, gen_logp=gen.logp)
+                         "val/values_avg": float(np.sum(values))},
+                        f"at iteration {state.iteration} (rollout)")
+    return Rollout(prompt_ids=seqs[:, :Tp].copy(), prompt_mask=attn[:, :Tp].copy(),
+                   response=gen.response, response_mask=mask, logp=logp, logp_ref=logp_ref,
+                   values=values, rm_scores=rm_scores, scores=scores, ended=ended,
+                   gen_logp=gen.logp)
 
 
 def forward_response(model, sequences, attn_mask, prompt_len: int, *, scalar: bool = False):
-    """``(logits (B, Tn, V), values (B, Tn) or None, cache)`` of ``model`` at the columns that predict the
-    response tokens (Tp - 1 .. T - 2, see the module docstring); the last token is never an input."""
+    """``(logits (B, Tn, V), values (B, Tn) or None, cache)`` of ``model`` at the columns that
+    predict the response tokens (Tp - 1 .. T - 2: the module docstring); the last token is never
+    an input."""
     logits, values, cache = model.forward(sequences[:, :-1], attn_mask[:, :-1], scalar=scalar)
     cols = slice(prompt_len - 1, None)
     return logits[:, cols], (values[:, cols] if scalar else None), (cache, prompt_len, logits.shape)
 
 
-def response_logprobs(model, sequences, attn_mask, response, prompt_len: int, temperature: float = 1.0):
-    """(B, Tn) ``log_softmax(logits / temperature)`` of ``model`` at the response tokens (padding columns
-    hold meaningless finite numbers: multiply by the response mask)."""
+def response_logprobs(model, sequences, attn_mask, response, prompt_len: int,
+                      temperature: float = 1.0):
+    """(B, Tn) ``log_softmax(logits / temperature)`` of ``model`` at the response tokens (padding
+    columns hold meaningless finite numbers: multiply by the response mask)."""
     logits, _, _ = forward_response(model, sequences, attn_mask, prompt_len)
     return logprobs_from_logits(logits, response, temperature)[0]
 
 
-def backward_response(model, cache, dlogits=None, dvalues=None, *, scalar_into_trunk: bool = True) -> dict:
-    """Parameter gradients from d loss / d logits (B, Tn, V) and / or d loss / d values (B, Tn) at the
-    response columns: zeros go to the prompt columns, then ``TinyGPT.backward``."""
+def backward_response(model, cache, dlogits=None, dvalues=None, *,
+                      scalar_into_trunk: bool = True) -> dict:
+    """Parameter gradients from d loss / d logits (B, Tn, V) and / or d loss / d values (B, Tn) at
+    the response columns: zeros go to the prompt columns, then ``TinyGPT.backward``."""
     model_cache, prompt_len, (B, Tm1, V) = cache
     cols = slice(prompt_len - 1, None)
     full_dlogits = full_dvalues = None
@@ -171,21 +182,23 @@ def backward_response(model, cache, dlogits=None, dvalues=None, *, scalar_into_t
 
 
 def per_token_rewards(scores, logp, logp_ref, mask, kl_coef: float):
-    """Per-token rewards: Ziegler et al. 2019 eq. (2) and InstructGPT eq. (2), R = score - beta
-    log(pi / pi_ref), written token by token (a response's log-ratio is the sum of its per-token kl_t)::
+    """Per-token rewards: Ziegler et al. 2019 eq. (2) and InstructGPT eq. (2),
+    R = score - beta log(pi / pi_ref), written token by token (a response's log-ratio is the sum of
+    its per-token kl_t)::
 
-        kl_t = logp_t - logp_ref_t                  (k1)
-        r_t  = -kl_coef * kl_t                      on every valid token
-        r_T += score                                on the LAST valid token T (the EOS if there is one)
+        kl_t = logp_t - logp_ref_t               (k1)
+        r_t  = -kl_coef * kl_t                   on every valid token
+        r_T += score                             on the LAST valid token T (the EOS if there is one)
 
     For the response ``[t0, t1, EOS, PAD, PAD]`` (mask ``[1, 1, 1, 0, 0]``)::
 
         position   0           1           2                 3    4
         reward     -b kl_0     -b kl_1     -b kl_2 + score   0    0
 
-    Parameters: ``scores`` (B,) sequence scores; ``logp``, ``logp_ref`` (B, Tn) log pi_old and log pi_ref
-    of the sampled tokens (same temperature); ``mask`` (B, Tn) 0/1, right-padded; ``kl_coef`` beta >= 0.
-    Returns ``rewards``, ``kl`` and ``non_score_reward`` (= -beta kl), each (B, Tn) float64, 0 on padding.
+    Parameters: ``scores`` (B,) sequence scores; ``logp``, ``logp_ref`` (B, Tn) log pi_old and log
+    pi_ref of the sampled tokens (one temperature); ``mask`` (B, Tn) 0/1, right-padded; ``kl_coef``
+    beta >= 0. Returns ``rewards``, ``kl``, ``non_score_reward`` (-beta kl): (B, Tn) float64, 0 on
+    padding.
     """
     mask = check_mask("mask", mask, shape=np.shape(logp), layout="right")
     logp = check_float_array("logp", logp, ndim=2).astype(np.float64)
@@ -200,72 +213,78 @@ def per_token_rewards(scores, logp, logp_ref, mask, kl_coef: float):
     return rewards, kl, non_score_reward
 
 
-# ----------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 # step 5: K epochs x minibatches of eq. (9)
-# ----------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
 
 def ppo_update(state: PPOState, ro: Rollout, cfg: PPOConfig) -> dict:
-    """Step 5: ``cfg.update_epochs`` passes over ``ro`` in shuffled minibatches of whole responses. Each
-    minibatch's approx KL (k3 of pi_old vs the current pi) is measured in its own forward pass, before its
-    step: above ``cfg.kl_old_target`` that minibatch is not applied, nor any after it (``early_stop_epoch``).
-    A non-finite loss or gradient norm raises ``ValueError`` naming it (nothing is applied after it)."""
+    """Step 5: ``cfg.update_epochs`` passes over ``ro`` in shuffled minibatches of whole responses.
+    Each minibatch's approx KL (k3 of pi_old vs the current pi) is measured in its own forward pass,
+    before its step: above ``cfg.kl_old_target`` that minibatch is not applied, nor any after it
+    (``early_stop_epoch``). A non-finite loss or gradient norm raises ``ValueError`` naming it
+    (nothing is applied after it)."""
     where = f"at iteration {state.iteration}"
     lr = lr_at(state.iteration, cfg.iterations, cfg.lr, schedule=cfg.lr_schedule)
     history, early_stop = [], None
-    for epoch, idx in epoch_minibatches(ro.batch_size, cfg.minibatch_size, cfg.update_epochs, state.rng):
+    for epoch, idx in epoch_minibatches(ro.batch_size, cfg.minibatch_size, cfg.update_epochs,
+                                        state.rng):
         terms, stats, g_actor, g_critic = minibatch_loss_and_grads(state, ro.take(idx), cfg)
         check_finite_values(terms, f"{where}, epoch {epoch}")
         history.append({**terms, **stats, "grad_norm": None})
         if cfg.kl_old_target is not None and stats["approx_kl"] > cfg.kl_old_target:
-            early_stop = epoch                       # this minibatch is not applied, nor any after it
+            early_stop = epoch                   # this minibatch is not applied, nor any after it
             break
-        history[-1]["grad_norm"] = optimizer_step(state, g_actor, g_critic, lr, lr, cfg.max_grad_norm,
-                                                  f"{where}, epoch {epoch}")
+        history[-1]["grad_norm"] = optimizer_step(state, g_actor, g_critic, lr, lr,
+                                                  cfg.max_grad_norm, f"{where}, epoch {epoch}")
     return {"history": history, "early_stop_epoch": early_stop, "lr": lr}
 
 
 def minibatch_loss_and_grads(state: PPOState, mb: Rollout, cfg: PPOConfig):
     """Loss terms, statistics and gradients of one minibatch (nothing is updated)::
 
-        logp   = log_softmax(logits / T)[response]            the same temperature as the rollout
-        L_pi   = -mean_t min(r A, clip(r, 1-eps, 1+eps) A)    L^CLIP, eq. (7), as a loss; r = exp(logp - logp_old)
-        L_V    = 0.5 mean_t max((V - R)^2, (V_clip - R)^2)    value loss, clipped around the rollout's V
-        S      = mean_t H[pi(.|s_t)]                          entropy bonus
-        loss   = L_pi + c1 L_V - c2 S                         eq. (9), signs for minimisation
+        logp  = log_softmax(logits / T)[response]             the rollout's temperature
+        L_pi  = -mean_t min(r A, clip(r, 1-eps, 1+eps) A)     L^CLIP, eq. (7), as a loss
+        L_V   = 0.5 mean_t max((V - R)^2, (V_clip - R)^2)     clipped around the rollout's V
+        S     = mean_t H[pi(.|s_t)]                           the entropy bonus
+        loss  = L_pi + c1 L_V - c2 S                          eq. (9), signs for minimisation
 
-    Returns ``(terms, stats, grads_actor, grads_critic)``: the loss terms (floats), ``approx_kl`` /
-    ``clipfrac`` / ratio statistics / ``vf_clipfrac`` / ``entropy``, and gradient dicts like the parameters."""
+    with r = exp(logp - logp_old). Returns ``(terms, stats, grads_actor, grads_critic)``: the loss
+    terms (floats), ``approx_kl`` / ``clipfrac`` / the ratio's mean, min and max / ``vf_clipfrac``
+    / ``entropy``, and gradient dicts like the parameters."""
     seqs, attn, Tp, mask = mb.sequences, mb.attn_mask, mb.prompt_len, mb.response_mask
     # the actor: L^CLIP and the entropy bonus, their gradient d loss / d logits
-    logits, _, cache = forward_response(state.actor, seqs, attn, Tp)                       # (B, Tn, V)
-    logp, c_logp = logprobs_from_logits(logits, mb.response, cfg.temperature)               # (B, Tn)
+    logits, _, cache = forward_response(state.actor, seqs, attn, Tp)               # (B, Tn, V)
+    logp, c_logp = logprobs_from_logits(logits, mb.response, cfg.temperature)       # (B, Tn)
     pg_loss, dlogp, pstats = clipped_policy_loss(logp, mb.logp.astype(logp.dtype),
                                                  mb.adv.astype(logp.dtype), mask, cfg.clip_eps)
-    ent, c_ent = entropy_from_logits(logits, cfg.temperature)                               # (B, Tn)
+    ent, c_ent = entropy_from_logits(logits, cfg.temperature)                       # (B, Tn)
     ent_mean = masked_mean(ent, mask)
-    dlogits = logprobs_backward(dlogp.astype(logits.dtype), c_logp)                         # (B, Tn, V)
+    dlogits = logprobs_backward(dlogp.astype(logits.dtype), c_logp)                 # (B, Tn, V)
     if cfg.ent_coef > 0:
-        dent = -cfg.ent_coef * (mask != 0) / max(int((mask != 0).sum()), 1)    # d(-c2 mean H)/dH_t
+        dent = -cfg.ent_coef * (mask != 0) / max(int((mask != 0).sum()), 1)   # d(-c2 mean H)/dH_t
         dlogits += entropy_backward(dent.astype(logits.dtype), c_ent)
     grads_actor = backward_response(state.actor, cache, dlogits=dlogits)
     # the critic: the clipped squared error of its values against the returns
-    _, values, c_cache = forward_response(state.critic, seqs, attn, Tp, scalar=True)       # (B, Tn)
-    vf_loss, dvalues, vstats = clipped_value_loss(values.astype(np.float64), mb.values, mb.returns, mask,
-                                                  cfg.clip_eps_value)
+    _, values, c_cache = forward_response(state.critic, seqs, attn, Tp, scalar=True)  # (B, Tn)
+    vf_loss, dvalues, vstats = clipped_value_loss(values.astype(np.float64), mb.values,
+                                                  mb.returns, mask, cfg.clip_eps_value)
     grads_critic = backward_response(state.critic, c_cache,
                                      dvalues=(cfg.vf_coef * dvalues).astype(values.dtype))
     terms = {"loss/policy": pg_loss, "loss/value": vf_loss, "loss/entropy": -ent_mean,
              "loss/total": pg_loss + cfg.vf_coef * vf_loss - cfg.ent_coef * ent_mean}
-    stats = {k: pstats[k] for k in ("approx_kl", "clipfrac", "ratio_mean", "ratio_min", "ratio_max")}
+    stats = {k: pstats[k] for k in ("approx_kl", "clipfrac", "ratio_mean", "ratio_min",
+                                    "ratio_max")}
     stats.update(vf_clipfrac=vstats["vf_clipfrac"], entropy=ent_mean)
     return {k: float(v) for k, v in terms.items()}, stats, grads_actor, grads_critic
 
 
 def optimizer_step(state: PPOState, g_actor: dict, g_critic: dict, lr: float, critic_lr: float,
                    max_grad_norm: float | None, where: str) -> float:
-    """One global gradient norm over actor and critic, clipped to ``max_grad_norm`` (None: not clipped),
-    then one AdamW step of each; returns the norm before clipping (NaN guard: a ``ValueError``)."""
-    grads = {**{"actor." + k: g for k, g in g_actor.items()}, **{"critic." + k: g for k, g in g_critic.items()}}
+    """One global gradient norm over actor and critic, clipped to ``max_grad_norm`` (None: not
+    clipped), then one AdamW step of each; returns the norm before clipping (the NaN guard: a
+    ``ValueError`` naming ``policy/grad_norm`` when it is not finite)."""
+    grads = {**{"actor." + k: g for k, g in g_actor.items()},
+             **{"critic." + k: g for k, g in g_critic.items()}}
     norm = global_norm(grads) if max_grad_norm is None else clip_grad_norm(grads, max_grad_norm)
     check_finite_values({"policy/grad_norm": norm}, where)
     state.opt_actor.step(g_actor, lr=lr)

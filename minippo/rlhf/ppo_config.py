@@ -1,26 +1,27 @@
-"""Hyperparameters of canonical RLHF-PPO (:mod:`minippo.rlhf.ppo`): one validated dataclass of 25 fields.
+"""Hyperparameters of canonical RLHF-PPO (:mod:`minippo.rlhf.ppo`): one validated dataclass of 25
+fields.
 
-Names follow the PPO paper (Schulman et al. 2017, arXiv:1707.06347): ``clip_eps`` is epsilon of L^CLIP
-(eq. (7)), ``vf_coef`` c1 and ``ent_coef`` c2 of eq. (9), ``update_epochs`` the K epochs of Algorithm 1,
-``gamma`` and ``lam`` the GAE coefficients (eqs. (11)-(12)). Two KLs appear in RLHF-PPO and every KL knob
-says which:
+Names follow the PPO paper (Schulman et al. 2017, arXiv:1707.06347): ``clip_eps`` is epsilon of
+L^CLIP (eq. (7)), ``vf_coef`` c1 and ``ent_coef`` c2 of eq. (9), ``update_epochs`` the K epochs of
+Algorithm 1, ``gamma`` and ``lam`` the GAE coefficients (eqs. (11)-(12)). Two KLs appear in RLHF-PPO
+and every KL knob says which:
 
 * ``kl_ref_*``: KL(pi || pi_ref) to the frozen reference, the penalty in the reward
   (``r_t = -kl_ref_coef * kl_t``, Ziegler et al. 2019, arXiv:1909.08593; InstructGPT eq. (2)), its
   controller, target and horizon;
-* ``kl_old_target``: KL(pi_old || pi) of one update (approx KL, k3): the update stops when a minibatch's
-  approx KL passes it.
+* ``kl_old_target``: KL(pi_old || pi) of one update (approx KL, k3): the update stops when a
+  minibatch's approx KL passes it.
 
-Sizes: one iteration samples ``batch_size`` responses (one per prompt), then runs ``update_epochs`` passes
-over them in minibatches of ``minibatch_size`` responses: ``update_epochs * batch_size // minibatch_size``
-Adam steps.
+Sizes: one iteration samples ``batch_size`` responses (one per prompt), then runs ``update_epochs``
+passes over them in minibatches of ``minibatch_size`` responses: ``update_epochs * batch_size //
+minibatch_size`` Adam steps.
 
 What is not a field here is fixed by the algorithm (AdamW with betas (0.9, 0.95), a separate critic
-initialised from the reward model, value clipping, its bias set to the mean score at the first rollout,
-k1 in the reward, the score on the last token, sampling from the full softmax). The knobs the lessons
-and ``minippo ppo`` turn besides these are :class:`minippo.rlhf.ppo_knobs.KnobsConfig`, a subclass; the
-critic-free family has its own :class:`minippo.rlhf.grpo.GRPOConfig`. Renamed fields (the old names are
-accepted for one release, with a deprecation message): :data:`RENAMED`.
+initialised from the reward model, value clipping, its bias set to the mean score at the first
+rollout, k1 in the reward, the score on the last token, sampling from the full softmax). The knobs
+the lessons and ``minippo ppo`` turn besides these are :class:`minippo.rlhf.ppo_knobs.KnobsConfig`,
+a subclass; the critic-free family has its own :class:`minippo.rlhf.grpo.GRPOConfig`. Renamed fields
+(the old names are accepted for one release, with a deprecation message): :data:`RENAMED`.
 """
 from __future__ import annotations
 
@@ -35,17 +36,22 @@ from minippo.checks import check_choice, check_range
 KL_CONTROLLERS = ("fixed", "adaptive", "ppo_paper")
 CRITIC_INITS = ("reward_model", "sft", "random")
 LR_SCHEDULES = ("constant", "linear")
-#: the AdamW of canonical PPO, actor and critic alike (not fields: the knobs of ppo_knobs.KnobsConfig change them)
+# : the AdamW of canonical PPO, actor and critic alike (not fields: the knobs of
+# ppo_knobs.KnobsConfig change them)
 ADAM = {"betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0}
 
-#: old field name -> new name (issue 14's one vocabulary); accepted for one release with a deprecation message
-RENAMED = {"ppo_epochs": "update_epochs", "kl_coef": "kl_ref_coef", "kl_controller": "kl_ref_controller",
-           "kl_target": "kl_ref_target", "kl_horizon": "kl_ref_horizon", "kl_estimator": "kl_ref_estimator",
+# : old field name -> new name (issue 14's one vocabulary); accepted for one release with a
+# deprecation message
+RENAMED = {"ppo_epochs": "update_epochs", "kl_coef": "kl_ref_coef",
+           "kl_controller": "kl_ref_controller",
+           "kl_target": "kl_ref_target", "kl_horizon": "kl_ref_horizon",
+           "kl_estimator": "kl_ref_estimator",
            "kl_loss_coef": "kl_ref_loss_coef", "target_kl": "kl_old_target"}
 
 
 class ConfigMethods:
-    """What every RLHF config of this package shares: sizes, the quick CI config, JSON round trips."""
+    """What every RLHF config of this package shares: sizes, the quick CI config, JSON round trips.
+    """
 
     @property
     def num_minibatches(self) -> int:
@@ -54,7 +60,8 @@ class ConfigMethods:
 
     @classmethod
     def quick(cls, **overrides):
-        """A seconds-long run for CI and smoke tests: 30 iterations of 32 responses (minibatches of 8)."""
+        """A seconds-long run for CI and smoke tests: 30 iterations of 32 responses (minibatches of
+        8)."""
         base = dict(iterations=30, batch_size=32, minibatch_size=8, checkpoint_every=10)
         return cls.from_dict({**base, **overrides})
 
@@ -63,13 +70,14 @@ class ConfigMethods:
 
     @classmethod
     def from_dict(cls, d: dict):
-        """Build from a dict (e.g. a checkpoint's JSON); an unknown key is a ``ValueError``; an old name of
-        :data:`RENAMED` is translated with a ``DeprecationWarning``."""
+        """Build from a dict (e.g. a checkpoint's JSON); an unknown key is a ``ValueError``; an old
+        name of :data:`RENAMED` is translated with a ``DeprecationWarning``."""
         d = renamed_fields(d, cls.__name__)
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:
-            raise ValueError(f"unknown {cls.__name__} field(s) {unknown}; valid names: {sorted(names)}")
+            raise ValueError(f"unknown {cls.__name__} field(s) {unknown}; valid names: "
+                             f"{sorted(names)}")
         return cls(**d)
 
     def replace(self, **changes):
@@ -79,7 +87,8 @@ class ConfigMethods:
 
 @dataclass
 class PPOConfig(ConfigMethods):
-    """Canonical RLHF-PPO hyperparameters; see the module docstring. Defaults: the ``minippo rlhf`` run."""
+    """Canonical RLHF-PPO hyperparameters; see the module docstring. Defaults: the ``minippo rlhf``
+    run."""
 
     # ---- length of the run ------------------------------------------------------------------
     iterations: int = 60
@@ -91,22 +100,25 @@ class PPOConfig(ConfigMethods):
 
     # ---- sampling (rollout) -----------------------------------------------------------------
     batch_size: int = 64
-    """Responses sampled per iteration, one per prompt (TRL ``batch_size``); >= 1, 16 .. 512 typical."""
+    """Responses sampled per iteration, one per prompt (TRL ``batch_size``); >= 1, 16 .. 512
+    typical."""
     max_new_tokens: int = 24
-    """Longest response in tokens (the EOS included); responses reaching it without EOS are penalised."""
+    """Longest response in tokens (the EOS included); responses reaching it without EOS are
+    penalised."""
     temperature: float = 1.0
-    """Sampling temperature, > 0; also applied to the logits of the old, new and reference policy and
-    of the entropy (one temperature everywhere, CONTRIBUTING.md)."""
+    """Sampling temperature, > 0; also applied to the logits of the old, new and reference policy
+    and of the entropy (one temperature everywhere, CONTRIBUTING.md)."""
 
     # ---- optimisation -----------------------------------------------------------------------
     lr: float = 1e-4
-    """Adam learning rate of actor and critic; >= 0 (0 keeps the policy fixed: the ratio-is-1 check)."""
+    """Adam learning rate of actor and critic; >= 0 (0 keeps the policy fixed: the ratio-is-1
+    check)."""
     lr_schedule: str = "linear"
-    """``"constant"`` or ``"linear"`` (decay to 0 at the last iteration: the policy settles while the KL
-    controller catches up, so the final KL stays below the target)."""
+    """``"constant"`` or ``"linear"`` (decay to 0 at the last iteration: the policy settles while
+    the KL controller catches up, so the final KL stays below the target)."""
     max_grad_norm: float | None = 1.0
-    """Global gradient-norm clip over actor and critic together (Q23), > 0; None = no clipping (the norm is
-    still logged). Lesson 17 measures on vs off."""
+    """Global gradient-norm clip over actor and critic together (Q23), > 0; None = no clipping (the
+    norm is still logged). Lesson 17 measures on vs off."""
     update_epochs: int = 4
     """K, passes over each rollout batch (TRL ``num_ppo_epochs``); >= 1, 1 .. 8 typical."""
     minibatch_size: int = 16
@@ -117,52 +129,58 @@ class PPOConfig(ConfigMethods):
     """epsilon of L^CLIP, eq. (7): the band [1 - eps, 1 + eps]; > 0, 0.1 .. 0.3 typical (PPO paper
     Table 1: 0.2 the best of 0.1, 0.2, 0.3; Q52)."""
     ent_coef: float = 0.0
-    """c2, weight of the entropy bonus in eq. (9); >= 0 (0 in RLHF: the KL penalty keeps entropy)."""
+    """c2, weight of the entropy bonus in eq. (9); >= 0 (0 in RLHF: the KL penalty keeps entropy).
+    """
     vf_coef: float = 0.1
     """c1, weight of the value loss in eq. (9); >= 0 (TRL 0.1)."""
     clip_eps_value: float = 0.2
-    """Value clip range: the new values are clipped to the rollout's +- this (0.5 * max(unclipped, clipped)
-    squared error), in return units; > 0 (TRL ``cliprange_value`` 0.2)."""
+    """Value clip range: the new values are clipped to the rollout's +- this (0.5 * max(unclipped,
+    clipped) squared error), in return units; > 0 (TRL ``cliprange_value`` 0.2)."""
     critic_init: str = "reward_model"
-    """Weights of the critic: ``"reward_model"`` (trunk and head of the RM, its normalisation folded into
-    the head; Ziegler et al. 2019), ``"sft"`` (the SFT trunk, head 0) or ``"random"`` (a fresh TinyGPT)."""
+    """Weights of the critic: ``"reward_model"`` (trunk and head of the RM, its normalisation folded
+    into the head; Ziegler et al. 2019), ``"sft"`` (the SFT trunk, head 0) or ``"random"`` (a fresh
+    TinyGPT)."""
 
     # ---- advantages -------------------------------------------------------------------------
     gamma: float = 1.0
-    """Discount gamma in [0, 1]; 1 in RLHF: a response is a finished episode, scored at its end (Q18)."""
+    """Discount gamma in [0, 1]; 1 in RLHF: a response is a finished episode, scored at its end
+    (Q18)."""
     lam: float = 0.95
     """GAE lambda in [0, 1]; 0.95 default (Q16, Q54)."""
     whiten_advantages: bool = True
-    """Whiten the advantages over the batch's valid tokens before the update (not in the PPO paper; Q22)."""
+    """Whiten the advantages over the batch's valid tokens before the update (not in the PPO paper;
+    Q22)."""
 
     # ---- rewards and their KL penalty -------------------------------------------------------
     missing_eos_penalty: float = 1.0
     """Subtracted from the score of a response that produced no EOS within ``max_new_tokens``
     (TRL ``missing_eos_penalty``); >= 0, in RM-score units (the RM has std 1 on SFT samples)."""
     kl_ref_controller: str = "adaptive"
-    """``"fixed"`` (beta = ``kl_ref_coef`` forever; 0 = no KL penalty), ``"adaptive"`` (Ziegler et al. 2019
-    sec. 2.2, proportional) or ``"ppo_paper"`` (the halve / double rule of PPO paper sec. 4), each fed the KL
-    to the reference per response and targeting ``kl_ref_target``
+    """``"fixed"`` (beta = ``kl_ref_coef`` forever; 0 = no KL penalty), ``"adaptive"`` (Ziegler
+    et al. 2019 sec. 2.2, proportional) or ``"ppo_paper"`` (the halve / double rule of PPO paper
+    sec. 4), each fed the KL to the reference per response and targeting ``kl_ref_target``
     (:mod:`minippo.rl.kl_control`; lesson 05 runs the paper's own version, on KL(pi_old, pi))."""
     kl_ref_coef: float = 0.2
-    """beta, the initial KL-penalty coefficient; >= 0, 0.01 .. 0.5. The default starts high enough that the
-    KL approaches the target from below while the adaptive controller lowers beta."""
+    """beta, the initial KL-penalty coefficient; >= 0, 0.01 .. 0.5. The default starts high enough
+    that the KL approaches the target from below while the adaptive controller lowers beta."""
     kl_ref_target: float = 4.0
-    """Target of the adaptive controller: the mean per-response KL (sum over tokens of k1, nats); > 0.
-    4 nats for responses of ~13 tokens (~0.3 nats per token)."""
+    """Target of the adaptive controller: the mean per-response KL (sum over tokens of k1, nats); >
+    0. 4 nats for responses of ~13 tokens (~0.3 nats per token)."""
     kl_ref_horizon: float = 1000.0
     """Adaptive controller horizon in responses (beta moves by err * batch_size / horizon); > 0."""
     kl_old_target: float | None = None
-    """The KL(pi_old || pi) one update may reach: a minibatch's approx KL (k3 per token, measured in its
-    forward pass, before its step) above it stops the update, that minibatch included (Q43); None disables;
-    0.02 .. 0.1 typical."""
+    """The KL(pi_old || pi) one update may reach: a minibatch's approx KL (k3 per token, measured in
+    its forward pass, before its step) above it stops the update, that minibatch included (Q43);
+    None disables; 0.02 .. 0.1 typical."""
 
     def __post_init__(self):
         check_config(self, ints={"iterations": 1, "seed": 0, "checkpoint_every": 1, "batch_size": 1,
                                  "max_new_tokens": 1, "update_epochs": 1, "minibatch_size": 1},
-                     positive=("temperature", "clip_eps", "clip_eps_value", "kl_ref_target", "kl_ref_horizon"),
+                     positive=("temperature", "clip_eps", "clip_eps_value", "kl_ref_target",
+                               "kl_ref_horizon"),
                      nonneg=("lr", "ent_coef", "vf_coef", "missing_eos_penalty", "kl_ref_coef"),
-                     optional_positive=("max_grad_norm", "kl_old_target"), bools=("whiten_advantages",),
+                     optional_positive=("max_grad_norm", "kl_old_target"),
+                     bools=("whiten_advantages",),
                      choices={"lr_schedule": LR_SCHEDULES, "critic_init": CRITIC_INITS,
                               "kl_ref_controller": KL_CONTROLLERS})
         check_range("gamma", self.gamma, 0, 1)
@@ -175,8 +193,8 @@ class PPOConfig(ConfigMethods):
 
 
 def renamed_fields(d: dict, owner: str = "PPOConfig") -> dict:
-    """``d`` with the old names of :data:`RENAMED` translated (a ``DeprecationWarning`` each); both names of one
-    field is a ``ValueError``."""
+    """``d`` with the old names of :data:`RENAMED` translated (a ``DeprecationWarning`` each); both
+    names of one field is a ``ValueError``."""
     d = dict(d)
     for old in [k for k in d if k in RENAMED]:
         new = RENAMED[old]
@@ -187,10 +205,12 @@ def renamed_fields(d: dict, owner: str = "PPOConfig") -> dict:
     return d
 
 
-def check_config(cfg, *, ints=None, positive=(), nonneg=(), optional_positive=(), bools=(), choices=None) -> None:
-    """The range checks every RLHF config runs in ``__post_init__`` (a ``ValueError`` naming the field): ``ints``
-    name -> lowest value, ``positive`` > 0, ``nonneg`` >= 0, ``optional_positive`` None or > 0, ``bools`` True or
-    False, ``choices`` name -> allowed values; then the batch must split into whole minibatches."""
+def check_config(cfg, *, ints=None, positive=(), nonneg=(), optional_positive=(), bools=(),
+                 choices=None) -> None:
+    """The range checks every RLHF config runs in ``__post_init__`` (a ``ValueError`` naming the
+    field): ``ints`` name -> lowest value, ``positive`` > 0, ``nonneg`` >= 0, ``optional_positive``
+    None or > 0, ``bools`` True or False, ``choices`` name -> allowed values; then the batch must
+    split into whole minibatches."""
     for name, lo in (ints or {}).items():
         check_range(name, getattr(cfg, name), lo, None, integer=True)
     for name in positive:
@@ -206,20 +226,23 @@ def check_config(cfg, *, ints=None, positive=(), nonneg=(), optional_positive=()
     for name, allowed in (choices or {}).items():
         check_choice(name, getattr(cfg, name), allowed)
     if cfg.minibatch_size > cfg.batch_size:
-        raise ValueError(f"`minibatch_size` ({cfg.minibatch_size}) must be <= `batch_size` ({cfg.batch_size}): "
+        raise ValueError(f"`minibatch_size` ({cfg.minibatch_size}) must be <= `batch_size` "
+                         f"({cfg.batch_size}): "
                          "a minibatch cannot be larger than the batch")
     if cfg.batch_size % cfg.minibatch_size:
-        raise ValueError(f"`minibatch_size` ({cfg.minibatch_size}) must divide `batch_size` ({cfg.batch_size}) "
+        raise ValueError(f"`minibatch_size` ({cfg.minibatch_size}) must divide `batch_size` "
+                         f"({cfg.batch_size}) "
                          "evenly")
 
 
 def field_docs(cls=PPOConfig) -> dict[str, str]:
-    """Field name -> its docstring (the string literal under the field), read from the source of ``cls`` and
-    of the dataclasses it extends."""
+    """Field name -> its docstring (the string literal under the field), read from the source of
+    ``cls`` and of the dataclasses it extends."""
     docs = {}
     for klass in reversed([k for k in cls.__mro__ if "__dataclass_fields__" in vars(k)]):
         body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body
         for node, nxt in zip(body, body[1:]):
-            if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            documented = isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+            if isinstance(node, ast.AnnAssign) and documented:
                 docs[node.target.id] = " ".join(str(nxt.value.value).split())
     return docs

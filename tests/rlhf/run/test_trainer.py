@@ -18,7 +18,7 @@ from minippo.studies.pitfalls import logp_rounding_tolerance, lr_zero_verdict, r
 from minippo.rlhf.ppo_config import PPOConfig, field_docs
 from minippo.rlhf.grpo import GRPOConfig
 from minippo.rlhf.metrics import update_metrics
-from minippo.rlhf.ppo import PPOState, forward_response
+from minippo.rlhf.ppo import forward_response
 from minippo.rlhf.ppo_knobs import KnobsConfig, KnobsState, knobs_update, minibatch_loss_and_grads
 from minippo.rlhf.rollout import Rollout
 from minippo.rlhf import ppo, ppo_knobs
