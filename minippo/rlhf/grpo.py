@@ -42,7 +42,6 @@ from minippo.rl.loss_variants import aggregated_policy_loss, sequence_policy_los
 from minippo.rl.losses import (entropy_backward, entropy_from_logits, logprobs_backward,
                                logprobs_from_logits)
 from minippo.rl.masked import LOSS_AGGS, aggregation_denominator, masked_aggregate, masked_mean
-from minippo.rlhf.data.corpus import sample_prompts
 from minippo.rlhf.ppo import (PPOState, backward_response, forward_response, optimizer_step,
                               per_token_rewards,
                               sample, score)
@@ -158,9 +157,8 @@ def grpo_iteration(state: PPOState, cfg: GRPOConfig) -> tuple[Rollout, dict]:
     critic); returns the rollout and the update as :func:`minippo.rlhf.ppo.ppo_iteration` does."""
     # 1-2. num_prompts prompts, samples_per_prompt responses each (contiguous rows), scored; no
     # critic: V = 0
-    n = cfg.samples_per_prompt
-    prompts = sample_prompts(cfg.num_prompts, seed=state.rng)
-    gen = sample(state, cfg, [p for p in prompts for _ in range(n)])
+    gen = sample(state, cfg, *state.prompts.draw(cfg.num_prompts, state.rng,
+                                                 repeat=cfg.samples_per_prompt))
     ro = score(state, cfg, gen, np.zeros(gen.response_mask.shape, dtype=np.float64))
     # 3. per-token rewards as PPO's; each response's return s is their sum
     beta = state.kl_ctl.value

@@ -55,11 +55,10 @@ from minippo.rl.losses import (clipped_policy_loss, clipped_value_loss, entropy_
                                entropy_from_logits, logprobs_backward, logprobs_from_logits)
 from minippo.rl.masked import masked_mean, masked_whiten
 from minippo.rlhf.critic import init_bias_to_mean_score
-from minippo.rlhf.data.corpus import sample_prompts
-from minippo.rlhf.generate import encode_prompts, generate
+from minippo.rlhf.generate import generate
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.reward_model import has_eos, last_token_index, sequence_scores
-from minippo.rlhf.rollout import Rollout, epoch_minibatches
+from minippo.rlhf.rollout import PromptTable, Rollout, epoch_minibatches
 
 
 @dataclass
@@ -76,6 +75,7 @@ class PPOState:
     kl_ctl: object                  # beta's controller: .value, .update(kl, n_steps)
     rng: np.random.Generator        # prompts, sampling, minibatch shuffles
     iteration: int = 0
+    prompts: PromptTable | None = None   # the run's prompts, tokenized once
 
 
 def ppo_iteration(state: PPOState, cfg: PPOConfig) -> tuple[Rollout, dict]:
@@ -83,7 +83,7 @@ def ppo_iteration(state: PPOState, cfg: PPOConfig) -> tuple[Rollout, dict]:
     advantages filled) and the update: ``history`` (one dict of loss terms and statistics per
     minibatch), ``early_stop_epoch``, ``lr``, ``kl_coef`` (the beta of this iteration's rewards)."""
     # 1-2. batch_size prompts, one response each, scored by the four models
-    ro = rollout(state, cfg, sample_prompts(cfg.batch_size, seed=state.rng))
+    ro = rollout(state, cfg, *state.prompts.draw(cfg.batch_size, state.rng))
     mask = ro.response_mask
     if state.iteration == 0:
         # start the critic at the mean score (Q48): its head's bias, and the stored values with it
@@ -110,19 +110,19 @@ def ppo_iteration(state: PPOState, cfg: PPOConfig) -> tuple[Rollout, dict]:
 # steps 1-3: sample, score with the four models, per-token rewards
 # --------------------------------------------------------------------------------------------
 
-def rollout(state: PPOState, cfg: PPOConfig, prompts: list[str]) -> Rollout:
-    """Steps 1-2 on ``prompts``: one response each from the actor (KV cache), then the forward
-    passes of the critic (V), the actor (logp_old), the reference (logp_ref) and the RM (score)."""
-    gen = sample(state, cfg, prompts)
+def rollout(state: PPOState, cfg: PPOConfig, prompt_ids, prompt_mask) -> Rollout:
+    """Steps 1-2 on the prompts (B, Tp), left-padded: one response each from the actor (KV cache),
+    then the forward passes of the critic (V), the actor (logp_old), the reference (logp_ref) and
+    the reward model (the score)."""
+    gen = sample(state, cfg, prompt_ids, prompt_mask)
     _, values, _ = forward_response(state.critic, gen.sequences, gen.attn_mask, gen.prompt_len,
                                     scalar=True)                                   # (B, Tn) V(s_t)
     return score(state, cfg, gen, values.astype(np.float64))
 
 
-def sample(state: PPOState, cfg: PPOConfig, prompts: list[str]):
-    """Step 1: ``<bos> prompt``, left-padded, then one response per prompt from the actor with its
-    KV cache (a :class:`minippo.rlhf.generate.Generation`)."""
-    prompt_ids, prompt_mask = encode_prompts(state.tokenizer, prompts)              # (B, Tp)
+def sample(state: PPOState, cfg: PPOConfig, prompt_ids, prompt_mask):
+    """Step 1: one response per prompt (B, Tp) from the actor with its KV cache (a
+    :class:`minippo.rlhf.generate.Generation`)."""
     return generate(state.actor, prompt_ids, prompt_mask, max_new_tokens=cfg.max_new_tokens,
                     rng=state.rng, temperature=cfg.temperature, eos_id=state.tokenizer.eos_id,
                     pad_id=state.tokenizer.pad_id)

@@ -42,8 +42,7 @@ from minippo.rl.losses import clipped_value_loss, logprobs_from_logits, value_lo
 from minippo.rl.masked import LOSS_AGGS, masked_whiten
 from minippo.rlhf.critic import ValueNorm, init_bias_to_mean_score
 from minippo.rlhf.data.batches import lm_batch
-from minippo.rlhf.data.corpus import sample_prompts
-from minippo.rlhf.generate import encode_prompts, generate
+from minippo.rlhf.generate import generate
 from minippo.rlhf.grpo import RATIO_LEVELS, actor_loss
 from minippo.rlhf.ppo import (PPOState, backward_response, forward_response, optimizer_step,
                               per_token_rewards,
@@ -223,9 +222,10 @@ def value_head(state: KnobsState, cfg: KnobsConfig) -> dict | None:
 def knobs_iteration(state: KnobsState, cfg: KnobsConfig) -> tuple[Rollout, dict]:
     """:func:`minippo.rlhf.ppo.ppo_iteration` with the knobs of ``cfg``; returns what it returns
     (and the update's ``skipped`` minibatches and ``lr_max``)."""
-    # 1-2. num_prompts prompts, samples_per_prompt responses each, scored with the knobs' critic and
-    # score
-    ro = knobs_rollout(state, cfg, sample_prompts(cfg.num_prompts, seed=state.rng))
+    # 1-2. num_prompts prompts, samples_per_prompt responses each, scored with the knobs' critic
+    prompt_ids, prompt_mask = state.prompts.draw(cfg.num_prompts, state.rng,
+                                                 repeat=cfg.samples_per_prompt)
+    ro = knobs_rollout(state, cfg, prompt_ids, prompt_mask)
     mask = ro.response_mask
     if state.iteration == 0 and cfg.critic_bias_init == "mean_score" and cfg.critic != "none":
         delta = init_bias_to_mean_score(value_head(state, cfg), ro.values, ro.scores, mask,
@@ -252,13 +252,10 @@ def knobs_iteration(state: KnobsState, cfg: KnobsConfig) -> tuple[Rollout, dict]
     return ro, {**update, "kl_coef": beta, "clock_update": clock}
 
 
-def knobs_rollout(state: KnobsState, cfg: KnobsConfig, prompts: list[str]) -> Rollout:
-    """Steps 1-2 with ``samples_per_prompt``, ``top_k`` / ``top_p``, the critic of ``cfg.critic``
+def knobs_rollout(state: KnobsState, cfg: KnobsConfig, prompt_ids, prompt_mask) -> Rollout:
+    """Steps 1-2 on the prompts (B, Tp) with ``top_k`` / ``top_p``, the critic of ``cfg.critic``
     (values in return units) and the length terms of
     :func:`minippo.rlhf.reward_model.sequence_scores`."""
-    n = cfg.samples_per_prompt
-    prompt_ids, prompt_mask = encode_prompts(state.tokenizer,
-                                             [p for p in prompts for _ in range(n)])  # (B, Tp)
     gen = generate(state.actor, prompt_ids, prompt_mask, max_new_tokens=cfg.max_new_tokens,
                    rng=state.rng,
                    temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,

@@ -29,6 +29,7 @@ critic-free estimators of :mod:`minippo.rlhf.grpo` rely on it).
 from __future__ import annotations
 
 import io
+import random
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -171,6 +172,32 @@ class Rollout:
                          f"{num('logp', j, 9)} {num('values', j, 8)} {num('rewards', j, 8)} "
                          f"{num('adv', j, 9)} {num('returns', j, 8)}")
         return "\n".join(lines)
+
+
+@dataclass
+class PromptTable:
+    """The prompts of the run, tokenized once (a dataset, as TRL's loaders hand it over): ``<bos> prompt``
+    of every prompt, left-padded to the longest, ``ids`` and ``mask`` (P, Tp) int64."""
+
+    ids: np.ndarray
+    mask: np.ndarray
+
+    @classmethod
+    def encode(cls, tokenizer, prompts) -> "PromptTable":
+        """The table of ``prompts`` (strings) by ``tokenizer`` (``<bos>`` first, ``<pad>`` on the left)."""
+        return cls(*tokenizer.pad_left(tokenizer.encode_batch(list(prompts), add_bos=True)))
+
+    def draw(self, n: int, rng: np.random.Generator, repeat: int = 1):
+        """``(prompt_ids, prompt_mask)`` (n * repeat, Tp): ``n`` prompts drawn uniformly with replacement,
+        each repeated ``repeat`` times (rows of one prompt contiguous), left-padded to the longest drawn.
+        One integer of ``rng`` seeds the draw, as :func:`minippo.rlhf.data.corpus.sample_prompts` draws
+        (the same prompts for the same generator)."""
+        check_range("n", n, 1, None, integer=True)
+        r = random.Random(int(rng.integers(0, 2**63 - 1)))
+        rows = np.repeat([r.randrange(len(self.ids)) for _ in range(n)], repeat)      # (n * repeat,)
+        ids, mask = self.ids[rows], self.mask[rows]
+        start = int(np.argmax(mask.any(axis=0)))               # the columns no drawn prompt uses go
+        return ids[:, start:], mask[:, start:]
 
 
 def minibatches(batch_size: int, minibatch_size: int, rng: np.random.Generator) -> list[np.ndarray]:

@@ -4,6 +4,7 @@ import pytest
 
 from tests.rlhf.ppo_helpers import state_of, tiny_config, world
 from minippo.rl.losses import log_softmax
+from minippo.rlhf.generate import encode_prompts
 from minippo.rlhf.data.gold import gold_scores
 from minippo.rlhf.metrics import rollout_metrics
 from minippo.rlhf.ppo import per_token_rewards, rollout
@@ -111,7 +112,7 @@ def test_rollout_logprobs_equal_the_training_recompute_at_temperature_0_7(critic
     cfg = tiny_config(temperature=0.7, batch_size=6, minibatch_size=3, max_new_tokens=10,
                       **({} if critic_kind == "separate" else {"critic": critic_kind}))
     steps_1_2 = rollout if critic_kind == "separate" else knobs_rollout     # canonical PPO; the knobs' shared critic
-    ro = steps_1_2(state_of(cfg, sft, rm, tok), cfg, ["the film", "i", "the acting was"] * 2)
+    ro = steps_1_2(state_of(cfg, sft, rm, tok), cfg, *encode_prompts(tok, ["the film", "i", "the acting was"] * 2))
     m = ro.response_mask == 1
     np.testing.assert_allclose(ro.gen_logp[m], ro.logp[m], atol=1e-9, rtol=0)
     # an independent recompute: one forward pass over prompt ++ response, column Tp + j - 1 predicts token j
@@ -130,3 +131,20 @@ def test_rollout_logprobs_equal_the_training_recompute_at_temperature_0_7(critic
     np.testing.assert_allclose(ro.scores, ro.rm_scores - cfg.missing_eos_penalty * (~ended))
     np.testing.assert_allclose(ro.rm_scores, rm.score(ro.sequences, ro.attn_mask))
     assert len(tok.decode_batch(ro.sequences)) == 6
+
+
+@pytest.mark.parametrize("seed, n, repeat", [(0, 6, 1), (1, 4, 3), (2, 16, 1)])
+def test_the_prompt_table_draws_what_sample_prompts_and_encode_prompts_give(seed, n, repeat):
+    """The prompts of an iteration come from the table the trainer tokenized once: the same rows, the same
+    left padding, and the same draws from the generator as sampling the strings and encoding them."""
+    from minippo.rlhf.data.corpus import PROMPTS, sample_prompts
+    from minippo.rlhf.generate import encode_prompts
+    from minippo.rlhf.rollout import PromptTable
+    _, _, tok = world()
+    table = PromptTable.encode(tok, PROMPTS)
+    rng_a, rng_b = np.random.default_rng(seed), np.random.default_rng(seed)
+    ids, mask = table.draw(n, rng_a, repeat=repeat)
+    want_ids, want_mask = encode_prompts(tok, [p for p in sample_prompts(n, seed=rng_b) for _ in range(repeat)])
+    np.testing.assert_array_equal(ids, want_ids)
+    np.testing.assert_array_equal(mask, want_mask)
+    assert rng_a.integers(0, 2**32) == rng_b.integers(0, 2**32)            # the generators moved alike

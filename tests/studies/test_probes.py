@@ -6,7 +6,7 @@ from minippo.blas import single_blas_thread
 from minippo.rl.kl import kl_estimate
 from minippo.rl.losses import kl_exact_from_logits
 from minippo.rlhf.data.corpus import sample_prompts
-from minippo.rlhf.generate import sampling_distribution
+from minippo.rlhf.generate import encode_prompts, sampling_distribution
 from minippo.rl.gae import gae
 from minippo.rlhf.ppo import rollout
 from minippo.rlhf.ppo_knobs import shaped_rewards
@@ -20,7 +20,7 @@ def _rollout(cfg=None, seed=0):
     sft, rm, tok = world("float64")
     cfg = cfg or tiny_config(batch_size=6, minibatch_size=3)
     with single_blas_thread():        # as in the trainer: the probes recompute on one BLAS thread too
-        ro = rollout(state_of(cfg, sft, rm, tok, seed), cfg, sample_prompts(6, seed=seed))
+        ro = rollout(state_of(cfg, sft, rm, tok, seed), cfg, *encode_prompts(tok, sample_prompts(6, seed=seed)))
     return ro, sft, rm, tok, cfg
 
 

@@ -63,6 +63,7 @@ from minippo.rlhf.ppo_config import ADAM, PPOConfig
 from minippo.rlhf.ppo_knobs import KnobsConfig, KnobsState, knobs_iteration
 from minippo.rlhf.reward_model import RewardModel
 from minippo.rlhf.rm_train import load_sft
+from minippo.rlhf.rollout import PromptTable
 from minippo.rlhf.run.configs import comparable, config_from_dict
 from minippo.runs import RunFolderTrainer, assign_arrays, check_same_config
 
@@ -121,7 +122,8 @@ def make_state(cfg, sft_model: TinyGPT, reward_model, tokenizer, ptx_sequences=N
     models = dict(actor=actor, ref=sft_model.copy(), critic=critic, reward_model=reward_model, tokenizer=tokenizer,
                   opt_actor=AdamW(actor.params, lr=cfg.lr, **adam),
                   opt_critic=None if critic is None else AdamW(critic.params, lr=critic_lr, **adam),
-                  kl_ctl=make_kl_controller(cfg), rng=np.random.default_rng(cfg.seed))
+                  kl_ctl=make_kl_controller(cfg), rng=np.random.default_rng(cfg.seed),
+                  prompts=None if tokenizer is None else PromptTable.encode(tokenizer, PROMPTS))
     if knobs:
         return KnobsState(**models, value_norm=ValueNorm(cfg.value_norm), ptx_sequences=ptx_sequences)
     return PPOState(**models)
