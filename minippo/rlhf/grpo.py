@@ -141,15 +141,6 @@ class GRPOConfig(ConfigMethods):
             raise ValueError(f"`samples_per_prompt` must be >= 2 for the group estimator "
                              f"{self.advantage_estimator!r} (it compares responses to the same "
                              "prompt)")
-        if self.batch_size % self.samples_per_prompt:
-            raise ValueError(f"`samples_per_prompt` ({self.samples_per_prompt}) must divide "
-                             "`batch_size` "
-                             f"({self.batch_size}) evenly")
-
-    @property
-    def num_prompts(self) -> int:
-        """Distinct prompts per iteration: ``batch_size // samples_per_prompt``."""
-        return self.batch_size // self.samples_per_prompt
 
 
 def grpo_iteration(state: PPOState, cfg: GRPOConfig) -> tuple[Rollout, dict]:

@@ -36,22 +36,26 @@ from minippo.checks import check_choice, check_range
 KL_CONTROLLERS = ("fixed", "adaptive", "ppo_paper")
 CRITIC_INITS = ("reward_model", "sft", "random")
 LR_SCHEDULES = ("constant", "linear")
-# : the AdamW of canonical PPO, actor and critic alike (not fields: the knobs of
-# ppo_knobs.KnobsConfig change them)
+#: the AdamW of canonical PPO, actor and critic alike (not fields: ppo_knobs.KnobsConfig's knobs)
 ADAM = {"betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.0}
 
-# : old field name -> new name (issue 14's one vocabulary); accepted for one release with a
-# deprecation message
+#: old field name -> new name (issue 14's one vocabulary); accepted for one release, with a
+#: deprecation message
 RENAMED = {"ppo_epochs": "update_epochs", "kl_coef": "kl_ref_coef",
-           "kl_controller": "kl_ref_controller",
-           "kl_target": "kl_ref_target", "kl_horizon": "kl_ref_horizon",
-           "kl_estimator": "kl_ref_estimator",
+           "kl_controller": "kl_ref_controller", "kl_target": "kl_ref_target",
+           "kl_horizon": "kl_ref_horizon", "kl_estimator": "kl_ref_estimator",
            "kl_loss_coef": "kl_ref_loss_coef", "target_kl": "kl_old_target"}
 
 
 class ConfigMethods:
-    """What every RLHF config of this package shares: sizes, the quick CI config, JSON round trips.
-    """
+    """What every RLHF config of this package shares: sizes, the quick CI config, JSON round
+    trips."""
+
+    @property
+    def num_prompts(self) -> int:
+        """Distinct prompts per iteration: ``batch_size // samples_per_prompt`` (a config without
+        that field samples one response per prompt)."""
+        return self.batch_size // getattr(self, "samples_per_prompt", 1)
 
     @property
     def num_minibatches(self) -> int:
@@ -186,11 +190,6 @@ class PPOConfig(ConfigMethods):
         check_range("gamma", self.gamma, 0, 1)
         check_range("lam", self.lam, 0, 1)
 
-    @property
-    def num_prompts(self) -> int:
-        """Distinct prompts per iteration: ``batch_size`` (one response each)."""
-        return self.batch_size
-
 
 def renamed_fields(d: dict, owner: str = "PPOConfig") -> dict:
     """``d`` with the old names of :data:`RENAMED` translated (a ``DeprecationWarning`` each); both
@@ -227,11 +226,13 @@ def check_config(cfg, *, ints=None, positive=(), nonneg=(), optional_positive=()
         check_choice(name, getattr(cfg, name), allowed)
     if cfg.minibatch_size > cfg.batch_size:
         raise ValueError(f"`minibatch_size` ({cfg.minibatch_size}) must be <= `batch_size` "
-                         f"({cfg.batch_size}): "
-                         "a minibatch cannot be larger than the batch")
+                         f"({cfg.batch_size}): a minibatch cannot be larger than the batch")
     if cfg.batch_size % cfg.minibatch_size:
         raise ValueError(f"`minibatch_size` ({cfg.minibatch_size}) must divide `batch_size` "
-                         f"({cfg.batch_size}) "
+                         f"({cfg.batch_size}) evenly")
+    n = getattr(cfg, "samples_per_prompt", 1)          # configs that sample groups of responses
+    if isinstance(n, int) and n >= 1 and cfg.batch_size % n:
+        raise ValueError(f"`samples_per_prompt` ({n}) must divide `batch_size` ({cfg.batch_size}) "
                          "evenly")
 
 

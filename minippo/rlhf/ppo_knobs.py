@@ -188,15 +188,6 @@ class KnobsConfig(PPOConfig):
                                  f"`kl_old_action` is 'adapt_lr' (the KL sets the rate), got "
                                  f"{self.lr_schedule!r} and {self.warmup_iterations}")
             check_range("lr", self.lr, KL_LR_MIN, KL_LR_MAX)
-        if self.batch_size % self.samples_per_prompt:
-            raise ValueError(f"`samples_per_prompt` ({self.samples_per_prompt}) must divide "
-                             "`batch_size` "
-                             f"({self.batch_size}) evenly")
-
-    @property
-    def num_prompts(self) -> int:
-        """Distinct prompts per iteration: ``batch_size // samples_per_prompt``."""
-        return self.batch_size // self.samples_per_prompt
 
 
 @dataclass

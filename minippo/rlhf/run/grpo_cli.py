@@ -8,8 +8,8 @@ from pathlib import Path
 
 from minippo.rlhf.grpo import GRPOConfig
 from minippo.rlhf.ppo_config import RENAMED
-from minippo.rlhf.run.ppo_cli import (add_config_flags, add_run_arguments, add_run_options, config_from_args,
-                                      print_summary, run_options)
+from minippo.rlhf.run.ppo_cli import (add_config_flags, add_stage_arguments, config_from_args, print_summary,
+                                      run_options)
 from minippo.rlhf.run.trainer import run_ppo
 
 #: the old names of GRPOConfig's own fields
@@ -17,10 +17,7 @@ GRPO_RENAMED = {old: new for old, new in RENAMED.items() if new in GRPOConfig.__
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--sft", required=True, help="SFT run folder (from `minippo sft`) or its model/ folder")
-    parser.add_argument("--rm", required=True, help="reward-model run folder (from `minippo rm`) or its model/ folder")
-    add_run_arguments(parser, "grpo", GRPOConfig)
-    add_run_options(parser)
+    add_stage_arguments(parser, "grpo", GRPOConfig)
     add_config_flags(parser, GRPOConfig, GRPO_RENAMED)
 
 

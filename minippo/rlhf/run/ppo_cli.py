@@ -156,11 +156,16 @@ def print_summary(out: Path, trainer) -> None:
     print(f"{trainer.iteration} iterations; metrics in {out / 'metrics.jsonl'}, policy in {out / 'policy'}")
 
 
-def add_arguments(parser) -> None:
+def add_stage_arguments(parser, stage: str, cls) -> None:
+    """What ``minippo ppo`` and ``minippo grpo`` share: ``--sft``, ``--rm``, the run arguments and options."""
     parser.add_argument("--sft", required=True, help="SFT run folder (from `minippo sft`) or its model/ folder")
     parser.add_argument("--rm", required=True, help="reward-model run folder (from `minippo rm`) or its model/ folder")
-    add_run_arguments(parser, "ppo", PPOConfig)
+    add_run_arguments(parser, stage, cls)
     add_run_options(parser)
+
+
+def add_arguments(parser) -> None:
+    add_stage_arguments(parser, "ppo", PPOConfig)
     add_config_flags(parser, KnobsConfig, RENAMED)
     parser.add_argument("--advantage-estimator", default=None, metavar="X", help="deprecated: a critic-free "
                         "estimator (grpo, dr_grpo, rloo, reinforce) runs `minippo grpo`; gae is PPO's")
