@@ -43,7 +43,7 @@ import numpy as np
 
 from lessons._common import Verdict, by_key, identity, lesson_main, pyplot, save
 from minippo import kernels
-from minippo.rl.losses import CLIP_CASES, CLIPPED_CASES, clipped_policy_loss
+from minippo.rl.losses import CLIP_CASES, CLIPPED_CASES, clip_cases, clipped_policy_loss
 
 # one representative token per case: (A, r); the paper's six cases, then case 7 (A = 0, no signal)
 CASE_POINTS = [(1.0, 0.6), (1.0, 1.0), (1.0, 1.4), (-1.0, 0.6), (-1.0, 1.0), (-1.0, 1.4), (0.0, 1.4)]
@@ -67,7 +67,7 @@ def one_token(fn, A, r, clip_eps):
     logp_old = np.array([0.0])
     logp = logp_old + log_of(r)
     loss, dlogp, stats = fn(logp, logp_old, np.array([A]), None, clip_eps=clip_eps)
-    return -loss, float(dlogp[0]), int(stats["clip_case"][0])
+    return -loss, float(dlogp[0]), int(clip_cases(np.exp(logp - logp_old), np.array([A]), None, clip_eps)[0])
 
 
 def curves(A, r_grid, clip_eps):
@@ -109,18 +109,19 @@ def run(quick: bool = False, seed: int = 0, clip_eps: float = 0.2) -> dict:
     mask = (np.arange(T)[None, :] < rng.integers(T // 4, T + 1, size=B)[:, None]).astype(float)
     loss, dlogp, stats = clipped_policy_loss(logp, logp_old, adv, mask, clip_eps=clip_eps)
     with kernels.use_kernels(False):                            # the NumPy formula
-        loss_ref, dlogp_ref, stats_ref = clipped_policy_loss(logp, logp_old, adv, mask, clip_eps=clip_eps)
+        loss_ref, dlogp_ref, _ = clipped_policy_loss(logp, logp_old, adv, mask, clip_eps=clip_eps)
     valid = mask == 1
     ratio = np.exp(logp - logp_old)[valid]
     # the identity of the lesson, on every token of the batch and on both paths: dL/dlogp is exactly 0.0 where
     # the clipped branch is selected, and -A r / n (n valid tokens) everywhere else
-    grads = [(dlogp, stats["clip_case"]), (dlogp_ref, stats_ref["clip_case"])]
-    clipped = [valid & np.isin(case, CLIPPED_CASES) for _, case in grads]
+    case = clip_cases(np.exp(logp - logp_old), adv, mask, clip_eps)                      # (B, T) codes 1-7
+    grads = [dlogp, dlogp_ref]
+    clipped = valid & np.isin(case, CLIPPED_CASES)
     plain = -adv * np.exp(logp - logp_old) / stats["n_tokens"]                           # (B, T) -A r / n
-    clipped_max = max(float(np.abs(g[c]).max(initial=0.0)) for (g, _), c in zip(grads, clipped))
-    unclipped_err = max(float((np.abs(g - plain)[valid & ~c]).max(initial=0.0) / np.abs(plain[valid]).max())
-                        for (g, _), c in zip(grads, clipped))
-    case_counts = {c: int((stats["clip_case"][valid] == c).sum()) for c in range(1, 8)}
+    clipped_max = max(float(np.abs(g[clipped]).max(initial=0.0)) for g in grads)
+    unclipped_err = max(float((np.abs(g - plain)[valid & ~clipped]).max(initial=0.0) / np.abs(plain[valid]).max())
+                        for g in grads)
+    case_counts = {c: int((case[valid] == c).sum()) for c in range(1, 8)}
     return {
         "clip_eps": clip_eps, "cases": cases, "edges": edges,
         "r_grid": r_grid, "obj_pos": obj_pos, "grad_pos": grad_pos, "obj_neg": obj_neg, "grad_neg": grad_neg,

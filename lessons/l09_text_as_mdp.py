@@ -100,7 +100,7 @@ def run(quick: bool = False, seed: int = 0) -> dict:
     old_vs_ref = {"mean_abs_diff": float(np.abs(ro.logp - ro.logp_ref)[valid].mean()),
                   "frac_differ": float((ro.logp != ro.logp_ref)[valid].mean()),
                   "kl_is_logp_minus_ref": bool(np.allclose(ro.kl[valid], (ro.logp - ro.logp_ref)[valid]))
-                  if cfg.kl_ref_estimator == "k1" else None,
+                  if getattr(cfg, "kl_ref_estimator", "k1") == "k1" else None,     # PPOConfig: k1
                   "row_logp_ref": ro.logp_ref[row].copy()}
     checks = {
         "score_on_eos": bool(np.isclose(ro.rewards[row, n - 1], ro.scores[row] - beta * ro.kl[row, n - 1])),

@@ -55,7 +55,7 @@ from minippo.studies.memory import (FP32, GB, MIXED, VOCAB_ARRAYS_TRAIN, ModelSh
                                  buffer_bytes, four_models, kv_cache_bytes, logits_bytes, measure_tinygpt,
                                  param_count, passes_per_iteration, static_bytes, total_bytes)
 from minippo.rlhf.ppo_config import KL_CONTROLLERS, PPOConfig
-from minippo.rlhf.ppo import minibatch_loss_and_grads
+from minippo.rlhf.ppo_knobs import KnobsConfig, minibatch_loss_and_grads
 from minippo.rlhf.reward_model import RewardModel
 from minippo.rlhf.sft import SFTConfig
 from minippo.rlhf.data.tokenizer import Tokenizer
@@ -136,8 +136,8 @@ def count_passes(cfg: PPOConfig, tok, sft, rm, *, peak: bool = True) -> dict:
 
 def run(quick: bool = False, seed: int = 0) -> dict:
     tok, gcfg, sft, rm = tiny_models(quick, seed)
-    base = (PPOConfig.quick(batch_size=16, minibatch_size=8, update_epochs=2, max_new_tokens=8, seed=seed) if quick
-            else PPOConfig(seed=seed))
+    base = (KnobsConfig.quick(batch_size=16, minibatch_size=8, update_epochs=2, max_new_tokens=8, seed=seed) if quick
+            else KnobsConfig(seed=seed))
     passes = {c: count_passes(base.replace(critic=c), tok, sft, rm) for c in CRITICS}
     # Q34: the same step with each KL controller (separate critic; the base config's controller is reused)
     controllers = {k: passes["separate"] if k == base.kl_ref_controller else

@@ -61,6 +61,7 @@ import numpy as np
 from lessons._common import (Verdict, all_of, by_key, comparison, diff_text, legend_in_margin, lesson_main,
                              measurement, pyplot, save, seed_compare, time_line)
 from minippo.rlhf.ppo import forward_response
+from minippo.rlhf.ppo_knobs import KnobsConfig
 from minippo.studies.eps_by_task import eps_table as _eps_table, eps_verdict as _eps_verdict
 from minippo.studies.probes import advantage_profile, token_credit, update_kl
 from minippo.studies.sequence_ratio import (iid_sequence_ratios, ratio_band_stats, sequence_log_ratio,
@@ -121,7 +122,8 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     sz = sizes(quick, full)
     study = Study(quick=quick, seed=seed)
     probe = _Probe()
-    base = dict(iterations=sz["iterations"], batch_size=sz["batch_size"], minibatch_size=sz["minibatch_size"])
+    base = dict(config=KnobsConfig, iterations=sz["iterations"], batch_size=sz["batch_size"],
+                minibatch_size=sz["minibatch_size"])
     runs = study.sweep({s: {"reward_shaping": s} for s in SHAPINGS}, sz["seeds"], base=base, callback=probe,
                        extra=lambda r: r["trainer"])
     # one rollout (the kl_final run's last, seed 0) credited both ways, each shaping with its own critic

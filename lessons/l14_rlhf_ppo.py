@@ -15,7 +15,7 @@ Part 1 walks iteration 0 through `minippo/rlhf/ppo.py` (open it beside this less
 which of the four models runs in each step (prefill / decode = sampling with the KV cache, forward, backward)
 and printing the shape and one row of each of the seven per-token fields:
 
-    1. sample   responses ~ pi_old(.|prompt), KV cache                   ppo.sample_and_score (first half)
+    1. sample   responses ~ pi_old(.|prompt), KV cache                   ppo.sample (in ppo.rollout)
     2. score    logp_old (actor), logp_ref (reference), V (critic), score (RM) at the last token
     3. rewards  r_t = -beta (logp_t - logp_ref_t); + score on the last valid token   InstructGPT eq. (2)
     4. A_t      GAE with gamma = 1, lam = 0.95, whitened; returns = A + V               PPO eqs. (11)-(12)
@@ -68,6 +68,7 @@ from minippo.rl.masked import masked_mean
 from minippo.rlhf.metrics import without_timing
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.run.plots import draw_curves
+from minippo.rlhf.run.trainer import iteration_record
 from minippo.studies.memory import PassCounter
 from minippo.studies.study import Study
 from minippo.studies.pitfalls import scaled_reward_model
@@ -85,23 +86,22 @@ def lesson_config(quick: bool, seed: int) -> PPOConfig:
 
 
 def walk_one_iteration(trainer) -> dict:
-    """Iteration 0 through rlhf/ppo.py's two halves, as ``PPOTrainer.step`` calls them, with the passes each
-    model makes counted per half; returns the counts, the rollout's per-token fields and the record."""
+    """Iteration 0 through rlhf/ppo.py's ``ppo_iteration``, called once as ``PPOTrainer.step`` calls it, with
+    the passes each model makes counted before and after its update starts; returns the counts, the rollout's
+    per-token fields and the record."""
     s, cfg = trainer.state, trainer.cfg
     models = {"actor": s.actor, "critic": s.critic, "reference": s.ref, "reward model": s.reward_model.model}
     beta_before = s.kl_ctl.value
     with single_blas_thread():
-        with PassCounter(models) as pc_rollout:                       # steps 1-4
-            ro, record = ppo.collect_experience(s, cfg)
-        with PassCounter(models) as pc_update:                        # steps 5-6
-            record.update(ppo.ppo_update(s, ro, cfg))
-    record.pop("first_minibatch")
+        with PassCounter(models, split=(ppo, "ppo_update")) as pc:     # steps 1-4 | steps 5-6
+            ro, update = ppo.ppo_iteration(s, cfg)
+        record = iteration_record(s, cfg, ro, update)
     record.update({"iteration": 0, "episode": cfg.batch_size})          # what PPOTrainer.step adds, timing aside
     row = int(np.argmax(ro.lengths < ro.response.shape[1])) if (ro.lengths < ro.response.shape[1]).any() else 0
     n = int(ro.lengths[row])
     fields = {"action": ro.response, "log_prob": ro.logp, "value": ro.values, "reward": ro.rewards,
               "advantage": ro.adv, "return": ro.returns}
-    return {"rollout_calls": pc_rollout.counts, "update_calls": pc_update.counts, "record": record,
+    return {"rollout_calls": pc.before, "update_calls": pc.after, "record": record,
             "beta": (beta_before, s.kl_ctl.value), "row": row, "n": n, "Tp": ro.prompt_len,
             "shapes": {"observation": ro.sequences.shape, **{k: v.shape for k, v in fields.items()}},
             "rows": {k: v[row].copy() for k, v in fields.items()}, "mask": ro.response_mask[row].copy(),

@@ -72,6 +72,7 @@ import numpy as np
 from lessons._common import (Verdict, all_of, by_key, comparison, diff_text, identity, lesson_main, measurement,
                              pyplot, save, seed_compare, time_line)
 from minippo.blas import single_blas_thread
+from minippo.rlhf.ppo_knobs import KnobsConfig
 from minippo.studies.kl_control import arms_noise, control_noise, control_seeds, control_summary, update_kl_arms
 from minippo.studies.kl_moments import probe_estimators, response_mean, topk_probe
 from minippo.studies.probes import kl_probe, tempered_policy, update_kl
@@ -93,7 +94,7 @@ TARGET_KL = 0.05                          # D, E: the KL(pi_old || pi) a minibat
 CAP = 2.0                                 # E: an update is "bounded" when its KL stays below CAP x TARGET_KL
 KL_OLD_ARMS = {                           # D, E: what happens when it does, on the no-penalty run
     "early stop": dict(kl_old_target=TARGET_KL),
-    "adapt lr": dict(kl_old_target=TARGET_KL, kl_old_action="adapt_lr"),
+    "adapt lr": dict(config=KnobsConfig, kl_old_target=TARGET_KL, kl_old_action="adapt_lr"),
 }
 
 
@@ -113,7 +114,8 @@ def _probe_update(trainer, rollout, record) -> None:
 
 def _sweep(study, variants: dict, seeds, base: dict) -> dict:
     """``study.sweep`` with the update probe; keeps each seed's final actor (``extra``)."""
-    return study.sweep(variants, seeds, base=base, callback=_probe_update, extra=lambda run: run["trainer"].actor)
+    return study.sweep(variants, seeds, base=base, callback=_probe_update, extra=lambda run: run["trainer"].actor,
+                       log_exact_kl=True)
 
 
 def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
@@ -121,11 +123,12 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     sz = sizes(quick, full)
     study = Study(quick=quick, seed=seed)
     base = dict(iterations=sz["iterations"], batch_size=sz["batch_size"], minibatch_size=sz["minibatch_size"],
-                lr=5e-4, lr_schedule="constant", log_exact_kl=True)
+                lr=5e-4, lr_schedule="constant")
     # A. the five controls, several PPO seeds; C and D: a top-k run beside "fixed beta 1", an
     # early-stopping run beside "no penalty"
     runs = _sweep(study, CONTROLS, sz["seeds"], base)
-    side = _sweep(study, {"top-k": {**CONTROLS["fixed beta 1"], "top_k": TOP_K}}, sz["side_seeds"], base)
+    side = _sweep(study, {"top-k": {**CONTROLS["fixed beta 1"], "config": KnobsConfig, "top_k": TOP_K}},
+                  sz["side_seeds"], base)
     # D, E: what kl_old_target does with the KL to pi_old, on the no-penalty run, with the seeds of A (seed noise)
     kl_old = _sweep(study, {name: {**CONTROLS["no penalty"], **ov} for name, ov in KL_OLD_ARMS.items()}, sz["seeds"],
                     base)

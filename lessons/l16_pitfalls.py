@@ -70,6 +70,7 @@ from lessons._common import (FAILS, HOLDS, Verdict, all_of, by_key, comparison, 
 from minippo.blas import blas_core_name
 from minippo.rlhf.data.gold import gold_breakdown, gold_profile
 from minippo.rlhf.generate import show_sample
+from minippo.rlhf.ppo_knobs import KnobsConfig
 from minippo.rlhf.reward_model import sequence_scores
 from minippo.rl.masked import masked_mean
 from minippo.studies.pitfalls import (clamp_critic, length_slope, logp_rounding_tolerance, lr_zero_verdict,
@@ -78,7 +79,7 @@ from minippo.studies.study import Study
 from minippo.studies.sweep_stats import compare, compare_paired, pooled_seed_std, seed_curves, seed_values
 
 OFFSET = 10.0                   # A: added to every reward-model score
-NO_FIX = dict(critic_init="sft", value_clip=False, value_norm=False, critic_bias_init="keep")
+NO_FIX = dict(config=KnobsConfig, critic_init="sft", value_clip=False, value_norm=False, critic_bias_init="keep")
 CRITICS = {
     "no fix": NO_FIX,
     "value clip": {**NO_FIX, "value_clip": True},
@@ -167,9 +168,10 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
                              missing_eos_penalty=cfg_long.missing_eos_penalty, length_bonus=BONUS)
     slope = length_slope(shaped, ref_long["length"])
     penalty = round(max(slope, 0.0), 4)                  # a penalty, never a bonus
-    variants = {"RM score": {}, f"RM + {BONUS}/token": {"length_bonus": BONUS},
-                f"RM + {BONUS}/token - fitted {penalty}/token": {"length_bonus": BONUS, "length_penalty": penalty},
-                f"(RM + {BONUS}/token) / length^{ALPHA}": {"length_bonus": BONUS, "length_norm_alpha": ALPHA}}
+    knobs = {"config": KnobsConfig}
+    variants = {"RM score": {}, f"RM + {BONUS}/token": {**knobs, "length_bonus": BONUS},
+                f"RM + {BONUS}/token - fitted {penalty}/token": {**knobs, "length_bonus": BONUS, "length_penalty": penalty},
+                f"(RM + {BONUS}/token) / length^{ALPHA}": {**knobs, "length_bonus": BONUS, "length_norm_alpha": ALPHA}}
     length = study.sweep(variants, seeds=sz["long_seeds"],   # evaluated with room for LONG_TOKENS too
                          base={**base, "iterations": sz["long_iterations"], "max_new_tokens": LONG_TOKENS})
     for v in length.values():

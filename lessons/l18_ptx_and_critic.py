@@ -52,6 +52,7 @@ import time
 import numpy as np
 
 from lessons._common import Verdict, any_of, by_key, comparison, lesson_main, measurement, pyplot, save
+from minippo.rlhf.ppo_knobs import KnobsConfig
 from minippo.studies.critic_probes import trunk_gradient_split
 from minippo.studies.memory import FP32, GB, MIXED, ModelShape, four_models, static_bytes, total_bytes
 from minippo.studies.study import Study, final
@@ -107,7 +108,8 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     t0, c0 = time.perf_counter(), time.process_time()
     sz = sizes(quick, full)
     study = Study(quick=quick, seed=seed)
-    base = dict(iterations=sz["iterations"], batch_size=sz["batch_size"], minibatch_size=sz["minibatch_size"])
+    base = dict(config=KnobsConfig, iterations=sz["iterations"], batch_size=sz["batch_size"],
+                minibatch_size=sz["minibatch_size"])
     variants = {ptx_name(c): ({"ptx_coef": c} if c else {}) for c in sz["ptx"]}
     variants.update({k: v for k, v in CRITICS.items() if v})
     if full:

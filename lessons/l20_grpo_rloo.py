@@ -65,6 +65,7 @@ from lessons._common import (Verdict, all_of, by_key, comparison, diff_text, ide
                              pyplot, save, seed_compare)
 from minippo.studies.baselines import BASELINES, compare_baselines
 from minippo.rl.masked import masked_mean
+from minippo.rlhf.grpo import GRPOConfig
 from minippo.studies.memory import FP32, GB, MIXED, ModelShape, four_models, static_bytes, total_bytes
 from minippo.studies.study import Study, final
 from minippo.studies.sweep_stats import compare, pooled_seed_std
@@ -72,12 +73,12 @@ from minippo.studies.sweep_stats import compare, pooled_seed_std
 GROUP = 4                   # responses per prompt of the group methods (4-8 is common; DeepSeekMath samples 64)
 GRPO_BETA = 0.04            # DeepSeekMath's beta of the KL loss
 BIG_B, BIG_T = 4, 2048      # the 7B extrapolation's batch (lesson 12)
-METHODS = {                 # name -> PPOConfig overrides on top of the study's base config
-    "PPO (GAE + critic)": dict(advantage_estimator="gae", critic="separate", samples_per_prompt=1),
-    "GRPO": dict(advantage_estimator="grpo", critic="none", samples_per_prompt=GROUP, kl_ref_controller="fixed",
+METHODS = {                 # name -> config (PPOConfig by default; GRPOConfig) overrides on top of the study's base
+    "PPO (GAE + critic)": dict(),
+    "GRPO": dict(config=GRPOConfig, advantage_estimator="grpo", samples_per_prompt=GROUP, kl_ref_controller="fixed",
                  kl_ref_coef=0.0, kl_ref_loss_coef=GRPO_BETA),
-    "RLOO": dict(advantage_estimator="rloo", critic="none", samples_per_prompt=GROUP),
-    "REINFORCE (batch mean)": dict(advantage_estimator="reinforce", critic="none", samples_per_prompt=GROUP),
+    "RLOO": dict(config=GRPOConfig, advantage_estimator="rloo", samples_per_prompt=GROUP),
+    "REINFORCE (batch mean)": dict(config=GRPOConfig, advantage_estimator="reinforce", samples_per_prompt=GROUP),
 }
 FULL_EXTRA = {"GRPO (beta 0.2)": {**METHODS["GRPO"], "kl_ref_loss_coef": 0.2}}
 CRITIC_FREE = ("GRPO", "RLOO", "REINFORCE (batch mean)", "GRPO (beta 0.2)")
@@ -100,7 +101,7 @@ def _measure(run: dict) -> dict:
     cfg, ro = run["config"], run["trainer"].last_rollout
     out = {"tokens": int(sum(r["response/length"] * cfg.batch_size for r in run["records"])),
            "adv_token_mean": masked_mean(ro.adv, ro.response_mask)}
-    if cfg.samples_per_prompt > 1:
+    if getattr(cfg, "samples_per_prompt", 1) > 1:                       # PPOConfig: one response per prompt
         out["baselines"] = compare_baselines(ro.sequence_returns, cfg.samples_per_prompt)
     return out
 
@@ -131,7 +132,7 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
         # per-iteration times over iterations 1.. (iteration 0 also pays one-off costs: caches, kernels)
         per_it = lambda key: [float(np.mean([r[key] for r in recs[1:] or recs])) for recs in v["records"]]  # noqa: E731
         summary[name] = {
-            "prompts": cfg.num_prompts, "samples_per_prompt": cfg.samples_per_prompt,
+            "prompts": cfg.num_prompts, "samples_per_prompt": getattr(cfg, "samples_per_prompt", 1),
             "gold": [e["gold_mean"] for e in v["eval"]], "kl": [e["kl_mean"] for e in v["eval"]],
             "kl_exact": [e["kl_exact_mean"] for e in v["eval"]], "length": [e["length_mean"] for e in v["eval"]],
             "train_gold_final": [final(recs, "gold/score") for recs in v["records"]],

@@ -67,7 +67,7 @@ Exercises:
    Dr. GRPO's two fixes moves the wrong answers' length here, and why can the std not matter with one
    question?
 3. In (c), compare p(rare right answer) under the two bands. Print which first tokens clip in
-   ``exact_updates.population_ppo`` (``clip_case`` of ``clipped_policy_loss``): whose ratio reaches 1 + eps_high
+   ``exact_updates.population_ppo`` (``clip_cases`` of its ratios): whose ratio reaches 1 + eps_high
    first, and why is a tabular softmax's rare token slow to get there (its logit's own gradient is
    proportional to its probability)? Make the common right answer near-certain (``ROOT[0] = 4.0``) and
    measure again.

@@ -1,11 +1,13 @@
-"""Run tiny matrix products on one BLAS thread (classic-control MLPs, KV-cache decoding, small GPTs).
+"""Run tiny matrix products on one BLAS thread (classic-control MLPs, KV-cache decoding, small
+GPTs).
 
-Small products are common here: the CartPole networks multiply (128, 64) by (64, 64) matrices
-(half a million multiply-adds, a few microseconds of work), and KV-cache decoding one row per sequence. OpenBLAS (NumPy's BLAS on Linux wheels) still splits such a
-product over every core, and on a busy 2-core machine the threads wait for each other: we
-measured a 200k-step CartPole run at 54 s with the default threading and 14.5 s with one thread
-(a 64x64 backward pass: 2.7 ms vs 0.05 ms). One thread also makes the float results independent
-of the number of cores, so a seed gives the same run on every machine with the same BLAS.
+Small products are common here: the CartPole networks multiply (128, 64) by (64, 64) matrices (half
+a million multiply-adds, a few microseconds of work), and KV-cache decoding one row per sequence.
+OpenBLAS (NumPy's BLAS on Linux wheels) still splits such a product over every core, and on a busy
+2-core machine the threads wait for each other: we measured a 200k-step CartPole run at 54 s with
+the default threading and 14.5 s with one thread (a 64x64 backward pass: 2.7 ms vs 0.05 ms). One
+thread also makes the float results independent of the number of cores, so a seed gives the same run
+on every machine with the same BLAS.
 
 ``single_blas_thread()`` sets OpenBLAS to one thread for the duration of a ``with`` block and
 restores the previous count after. It finds OpenBLAS among the libraries already loaded by
@@ -14,11 +16,11 @@ nothing, and ``OPENBLAS_NUM_THREADS=1`` in the environment has the same effect.
 
 **Which kernel.** NumPy's OpenBLAS is built for many CPUs (``DYNAMIC_ARCH``) and picks its matrix
 kernels at start-up from the CPU it finds (``OPENBLAS_CORETYPE=Haswell`` etc. overrides the choice).
-Kernels sum the products of a matrix multiply in different orders, and some (Haswell, Zen) also change
-the order with the number of rows M or the thread count, so float32 results differ in the last bits
-between kernels, and on those kernels between a product over B rows and one over b < B rows.
-:func:`blas_core_name` says which kernel is active (``"SkylakeX"``, ``"Haswell"``, ...; None when
-OpenBLAS was not found). A seed gives bitwise the same run only with the same kernel.
+Kernels sum the products of a matrix multiply in different orders, and some (Haswell, Zen) also
+change the order with the number of rows M or the thread count, so float32 results differ in the
+last bits between kernels, and on those kernels between a product over B rows and one over b < B
+rows. :func:`blas_core_name` says which kernel is active (``"SkylakeX"``, ``"Haswell"``, ...; None
+when OpenBLAS was not found). A seed gives bitwise the same run only with the same kernel.
 """
 from __future__ import annotations
 
@@ -105,8 +107,8 @@ def blas_threads() -> int | None:
 
 def blas_core_name() -> str | None:
     """The name of the kernel the loaded OpenBLAS selected for this CPU, e.g. ``"SkylakeX"`` or
-    ``"Haswell"`` (``OPENBLAS_CORETYPE`` in the environment overrides the choice); None when OpenBLAS
-    or its ``*_get_corename*`` symbol was not found (another BLAS, no ``/proc``).
+    ``"Haswell"`` (``OPENBLAS_CORETYPE`` in the environment overrides the choice); None when
+    OpenBLAS or its ``*_get_corename*`` symbol was not found (another BLAS, no ``/proc``).
 
     ``python -c "from minippo.blas import blas_core_name; print(blas_core_name())"`` prints it.
     """

@@ -94,13 +94,14 @@ def check_same_shape(**arrays: np.ndarray) -> tuple[int, ...]:
     return np.shape(first)
 
 
-def check_mask(name: str, mask, *, shape: Sequence[int] | None = None, layout: str = "right") -> np.ndarray:
+def check_mask(name: str, mask, *, shape: Sequence[int] | None = None,
+               layout: str = "right") -> np.ndarray:
     """Validate a 0/1 mask of shape (B, T).
 
     ``layout="right"``: each row's ones are contiguous from position 0 (right padding: responses).
-    ``layout="left"``: each row's ones are contiguous up to the last position (left padding: prompts).
-    ``layout="any"``: only the 0/1 check. Rows may be all zero in every layout.
-    Returns the mask unchanged (any numeric or bool dtype is accepted).
+    ``layout="left"``: each row's ones are contiguous up to the last position (left padding:
+    prompts). ``layout="any"``: only the 0/1 check. Rows may be all zero in every layout. Returns
+    the mask unchanged (any numeric or bool dtype is accepted).
     """
     mask = as_array(name, mask)
     if mask.dtype != np.bool_ and not np.issubdtype(mask.dtype, np.number):
@@ -120,17 +121,21 @@ def check_mask(name: str, mask, *, shape: Sequence[int] | None = None, layout: s
         raise ValueError(f"`layout` must be 'right', 'left' or 'any', got {layout!r}")
     if holes.any():
         row = int(np.argwhere(holes)[0][0])
-        side = "start at position 0 (right padding)" if layout == "right" else "end at the last position (left padding)"
-        raise ValueError(f"`{name}` row {row} has a hole: valid tokens must be contiguous and {side}; "
+        side = ("start at position 0 (right padding)" if layout == "right"
+                else "end at the last position (left padding)")
+        raise ValueError(f"`{name}` row {row} has a hole: valid tokens must be contiguous and "
+                         f"{side}; "
                          f"row is {m[row].astype(int).tolist()}")
     return mask
 
 
 def check_range(name: str, value, lo: float | None = None, hi: float | None = None, *,
                 lo_open: bool = False, hi_open: bool = False, integer: bool = False) -> None:
-    """Check a scalar hyperparameter lies in a range, e.g. ``check_range("clip_eps", 0.2, 0, None, lo_open=True)``.
+    """Check a scalar hyperparameter lies in a range, e.g. ``check_range("clip_eps", 0.2, 0, None,
+    lo_open=True)``.
 
-    The value must be a finite number (``lr=inf`` passes no range: "[0, inf)" does not contain inf). The message shows the interval in math notation: "`clip_eps` must be in (0, inf), got -0.1".
+    The value must be a finite number (``lr=inf`` passes no range: "[0, inf)" does not contain inf).
+    The message shows the interval in math notation: "`clip_eps` must be in (0, inf), got -0.1".
     """
     if integer:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -159,32 +164,36 @@ def check_choice(name: str, value, choices: Iterable) -> None:
     """Check ``value`` is one of ``choices``."""
     choices = tuple(choices)
     if value not in choices:
-        raise ValueError(f"`{name}` must be one of {', '.join(repr(c) for c in choices)}; got {value!r}")
+        raise ValueError(f"`{name}` must be one of {', '.join(repr(c) for c in choices)}; got "
+                         f"{value!r}")
 
 
 def check_finite_values(values: dict, where: str = "") -> None:
-    """``ValueError`` naming the first entry of ``values`` (name -> number) that is NaN or infinite, and
-    ``where`` it happened (e.g. "at iteration 3, epoch 1"): the test of a training run's NaN guard."""
+    """``ValueError`` naming the first entry of ``values`` (name -> number) that is NaN or infinite,
+    and ``where`` it happened (e.g. "at iteration 3, epoch 1"): the test of a training run's NaN
+    guard."""
     for name, v in values.items():
         if not math.isfinite(v):
             raise ValueError(f"`{name}` is {v}" + (f" {where}" if where else ""))
 
 
 def check_fields(cls, d, name: str) -> dict:
-    """``d`` must be a dict whose keys are fields of the dataclass ``cls`` (a config read back from JSON):
-    a ``ValueError`` naming ``name`` and the unknown keys otherwise. Returns ``d``."""
+    """``d`` must be a dict whose keys are fields of the dataclass ``cls`` (a config read back from
+    JSON): a ``ValueError`` naming ``name`` and the unknown keys otherwise. Returns ``d``."""
     if not isinstance(d, dict):
-        raise ValueError(f"`{name}` must be a dict of {cls.__name__} fields, got {type(d).__name__}")
+        raise ValueError(f"`{name}` must be a dict of {cls.__name__} fields, got "
+                         f"{type(d).__name__}")
     unknown = sorted(set(d) - set(cls.__dataclass_fields__))
     if unknown:
-        raise ValueError(f"`{name}` has the unknown field(s) {unknown}; {cls.__name__}'s fields are "
+        raise ValueError(f"`{name}` has the unknown field(s) {unknown}; {cls.__name__}'s fields "
+                         "are "
                          f"{list(cls.__dataclass_fields__)}")
     return d
 
 
 def first_nonfinite(arrays: dict) -> str | None:
-    """The name of the first array of ``arrays`` (name -> array) holding a NaN or inf, or None: what a NaN stop
-    names ("the gradient of `h.0.attn.c_attn.w` is the first non-finite one")."""
+    """The name of the first array of ``arrays`` (name -> array) holding a NaN or inf, or None: what
+    a NaN stop names ("the gradient of `h.0.attn.c_attn.w` is the first non-finite one")."""
     for name, a in arrays.items():
         if not np.isfinite(a).all():
             return name
@@ -192,18 +201,20 @@ def first_nonfinite(arrays: dict) -> str | None:
 
 
 def parameter_note(params: dict) -> str:
-    """What a NaN stop adds about the parameters (name -> array): " (the parameter `actor.wte` is not finite)" for
-    the first non-finite one, else the largest in magnitude (" (every parameter is finite; the largest is `actor.wte`,
-    |x| = 1e+30)"): huge finite weights are how a too-large learning rate makes the next forward pass overflow."""
+    """What a NaN stop adds about the parameters (name -> array): " (the parameter `actor.wte` is
+    not finite)" for the first non-finite one, else the largest in magnitude (" (every parameter is
+    finite; the largest is `actor.wte`, |x| = 1e+30)"): huge finite weights are how a too-large
+    learning rate makes the next forward pass overflow."""
     bad = first_nonfinite(params)
     if bad is not None:
         return f" (the parameter `{bad}` is not finite)"
     if not params:
         return ""
     name, a = max(params.items(), key=lambda kv: float(np.abs(kv[1]).max()) if kv[1].size else 0.0)
-    return f" (every parameter is finite; the largest is `{name}`, |x| = {float(np.abs(a).max()):.3g})"
+    largest = float(np.abs(a).max())
+    return f" (every parameter is finite; the largest is `{name}`, |x| = {largest:.3g})"
 
 
 class UsageError(ValueError):
-    """A command line that cannot work as given: the ``minippo`` dispatcher prints its message (which names the
-    flag) in one line and exits with status 2."""
+    """A command line that cannot work as given: the ``minippo`` dispatcher prints its message
+    (which names the flag) in one line and exits with status 2."""

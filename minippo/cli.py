@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sft": ("minippo.rlhf.sft", "stage 1: train the tiny GPT on the synthetic corpus (supervised fine-tuning)"),
     "rm": ("minippo.rlhf.rm_train", "stage 2: label preference pairs and train the Bradley-Terry reward model"),
     "ppo": ("minippo.rlhf.run.ppo_cli", "stage 3: PPO with actor, critic, reference and reward model"),
+    "grpo": ("minippo.rlhf.run.grpo_cli", "stage 3 without a critic: GRPO / Dr. GRPO / RLOO / REINFORCE"),
     "dpo": ("minippo.rlhf.run.dpo_cli", "stage 3 without RL: DPO / IPO on the reward model's preference pairs"),
     "export": ("minippo.rlhf.run.hf", "write a model folder as a Hugging Face GPT-2 folder (transformers loads it)"),
     "import-hf": ("minippo.rlhf.run.hf_import", "read a Hugging Face GPT-2 folder into a model folder"),

@@ -1,7 +1,8 @@
 """The one switch between the NumPy formulas and their numba kernels.
 
-Every formula function a student reads (``minippo.rl.gae.gae``, ``minippo.rl.losses.clipped_policy_loss``,
-the elementwise layers of ``minippo.nn.layers``) has the readable NumPy formula as its body. Its
+Every formula function a student reads (``minippo.rl.gae.gae``,
+``minippo.rl.losses.clipped_policy_loss``, the elementwise layers of ``minippo.nn.layers``, the
+sampler's ``minippo.rlhf.generate.sample_from``) has the readable NumPy formula as its body. Its
 first line hands the call to a compiled twin when this switch is on::
 
     if kernels.enabled():            # the same formula, compiled: rl/_kernels.py
@@ -9,14 +10,19 @@ first line hands the call to a compiled twin when this switch is on::
 
 What runs in each mode:
 
-* ``MINIPPO_KERNELS=1`` (the default): the numba kernels of ``minippo/rl/_kernels.py`` (GAE for
-  tokens and for classic control, the clipped surrogate) and ``minippo/nn/_kernels.py`` (LayerNorm,
-  GELU, masked softmax, softmax cross-entropy, embedding backward). They return the same outputs as
-  the formulas (same dtypes, stats keys and error messages; equal up to rounding, which the
-  ``pytest -m kernels`` parity tests bound) and are what the trainers and ``minippo bench`` time.
-* ``MINIPPO_KERNELS=0``: the NumPy bodies, the code a student reads, run instead; ``minippo.rl`` and
-  ``minippo.nn`` do not even import numba (their kernels' modules load at the first kernel call).
-  (The token sampler of ``minippo.rlhf.generate`` keeps its own kernel, outside this switch.)
+* ``MINIPPO_KERNELS=1`` (the default): the numba kernels of three modules,
+  ``minippo/rl/_kernels.py`` (GAE for tokens and for classic control, the clipped surrogate),
+  ``minippo/nn/_kernels.py`` (LayerNorm, GELU, masked softmax, softmax cross-entropy, embedding
+  backward) and ``minippo/rlhf/_kernels.py`` (the token sampler's inverse-CDF scan). They return the
+  same outputs as the formulas (same dtypes, stats keys and error messages; equal up to rounding,
+  which the ``pytest -m kernels`` parity tests bound) and are what the trainers and
+  ``minippo bench`` time.
+* ``MINIPPO_KERNELS=0``: the NumPy bodies, the code a student reads, run instead, all of them (the
+  sampler included); ``minippo.rl``, ``minippo.nn`` and ``minippo.rlhf`` do not even import numba
+  (their kernels' modules load at the first kernel call).
+
+Which calls of one RLHF PPO iteration run compiled code is listed in the docstring of
+:mod:`minippo.rlhf.ppo`, the file a reader starts in.
 
 The environment variable is read once, when this module is first imported. Inside a process, switch
 with the context manager (tests, ``minippo bench``, lessons)::
@@ -41,10 +47,12 @@ ENV_VAR = "MINIPPO_KERNELS"
 
 
 def _flag_from_environment(environ) -> bool:
-    """``MINIPPO_KERNELS`` as a bool: "1" (or unset) -> True, "0" -> False, anything else a ValueError."""
+    """``MINIPPO_KERNELS`` as a bool: "1" (or unset) -> True, "0" -> False, anything else a
+    ValueError."""
     value = environ.get(ENV_VAR, "1").strip()
     if value not in ("0", "1"):
-        raise ValueError(f"`{ENV_VAR}` must be 0 (NumPy formulas) or 1 (numba kernels), got {value!r}")
+        raise ValueError(f"`{ENV_VAR}` must be 0 (NumPy formulas) or 1 (numba kernels), got "
+                         f"{value!r}")
     return value == "1"
 
 
@@ -52,7 +60,8 @@ _enabled = _flag_from_environment(os.environ)
 
 
 def enabled() -> bool:
-    """True when the formula functions hand their work to the numba kernels (see the module docstring)."""
+    """True when the formula functions hand their work to the numba kernels (see the module
+    docstring)."""
     return _enabled
 
 

@@ -304,7 +304,7 @@ class RunFolderTrainer:
     A subclass sets ``STAGE`` ("PPO") and ``UNIT`` ("iteration": what ``metrics.jsonl`` records are keyed by),
     defines ``done`` (how many units are done), ``load(checkpoint)`` and ``save(checkpoint)``, and calls
     :meth:`_open_run_folder` at the end of its ``__init__``. It gets ``out_dir``, ``metrics`` (a
-    :class:`~minippo.io.MetricsWriter`), ``stage`` (:class:`Stage`), ``last_saved``, :meth:`close`,
+    :class:`~minippo.io.MetricsWriter`), ``stage`` (:class:`Stage`), :meth:`close`,
     :meth:`_on_disk`, :meth:`_write` (a unit's record, then its checkpoint) and :meth:`_stopped` (the error
     of a failed unit)."""
 
@@ -318,7 +318,7 @@ class RunFolderTrainer:
     def _open_run_folder(self, out_dir, config: Mapping, *, resume: bool) -> None:
         """Lock ``out_dir`` and resume from its checkpoint or start it fresh (:func:`open_run`)."""
         self.out_dir = None if out_dir is None else Path(out_dir)
-        self.metrics, self.last_saved, self._lock = None, None, None
+        self.metrics, self._lock = None, None
         self.stage = Stage(self.STAGE, self.out_dir, None if out_dir is None else self.out_dir / "checkpoint")
         if self.out_dir is not None:
             self._lock, self.metrics = open_run(self.out_dir, config, self._restore, what=f"a {self.STAGE} run",
@@ -346,7 +346,6 @@ class RunFolderTrainer:
 
     def _saved(self, done: int) -> None:
         """Record that the checkpoint on disk now holds ``done`` units."""
-        self.last_saved = done
         self.stage.saved = f"{self.UNIT} {done}"
 
     def close(self) -> None:

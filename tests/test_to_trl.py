@@ -1,4 +1,5 @@
-"""docs/to_trl.md stays complete: every PPOConfig field and every logged metric has a row (its first cell, in
+"""docs/to_trl.md stays complete: every field of PPOConfig, of the knobs' KnobsConfig and of GRPOConfig, every run
+option of `minippo ppo`, and every logged metric has a row (its first cell, in
 backticks), so a new knob or metric cannot land without its TRL / OpenRLHF counterpart (or "no counterpart
 found")."""
 import re
@@ -6,7 +7,9 @@ from dataclasses import fields
 from pathlib import Path
 
 from minippo.rlhf.metrics import GLOSSARY
-from minippo.rlhf.ppo_config import PPOConfig
+from minippo.rlhf.grpo import GRPOConfig
+from minippo.rlhf.ppo_knobs import KnobsConfig
+from minippo.rlhf.run.configs import RUN_OPTIONS
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "to_trl.md"
 
@@ -18,7 +21,8 @@ def documented(text: str) -> set[str]:
 
 def missing_from_map(text: str) -> dict[str, list[str]]:
     names = documented(text)
-    return {"PPOConfig fields": [f.name for f in fields(PPOConfig) if f.name not in names],
+    knobs = [f.name for cls in (KnobsConfig, GRPOConfig) for f in fields(cls)] + list(RUN_OPTIONS)
+    return {"PPOConfig fields": sorted({k for k in knobs if k not in names}),
             "metrics": [m for m in GLOSSARY if m not in names]}
 
 

@@ -1,11 +1,10 @@
 """Bench section "gae": :func:`minippo.rl.gae.gae` with its numba kernel vs the same function's
-NumPy body (``kernels.use_kernels(False)``: a loop over T, vectorised over rows) vs a pure-Python
-double loop (:func:`gae_loop`), on a right-padded (B=512, T=256) float32 batch (lengths uniform in
-[T/4, T]).
+NumPy body (``kernels.use_kernels(False)``: a loop over T, vectorised over rows) vs the kernel's own
+source run by CPython (``py_func``: a double loop over rows and tokens, what one writes without NumPy),
+on a right-padded (B=512, T=256) float32 batch (lengths uniform in [T/4, T]).
 
-Every variant includes its own input validation. The Python loop is timed on a subset of rows
-and scaled to B (its cost is linear in the number of valid tokens, and the subset's valid-token
-count is used for the scaling). Compile time is measured in a fresh process with an empty numba
+The kernel and the NumPy body include their input validation; the Python loop is timed on a subset of
+rows and scaled to B (its cost is linear in the number of tokens of the subset's rows). Compile time is measured in a fresh process with an empty numba
 cache (see ``minippo.bench.startup``), separately from the steady-state run time.
 """
 from __future__ import annotations
@@ -17,31 +16,17 @@ import numpy as np
 from minippo import kernels
 from minippo.bench.report import Report, best_time
 from minippo.bench.startup import cold_compile_timings
+from minippo.rl import _kernels
 from minippo.rl.gae import _gae_inputs, gae
 
 
-def gae_loop(rewards, values, mask, gamma=1.0, lam=0.95):
-    """GAE as a pure-Python double loop (rows, then time backwards) on Python floats: what one
-    writes without NumPy. The benchmark's "pure Python" baseline, and an oracle of the tests (it
-    shares no array code with :func:`minippo.rl.gae.gae`). Same arguments, returns and checks.
-
-    It lives here, not in ``rl/gae.py``: it is the same equation a third time, and a student reading
-    ``gae.py`` should meet it once.
-    """
-    rewards, values, mask = _gae_inputs(rewards, values, mask, gamma, lam)    # the checks of gae
-    B, T = rewards.shape
-    adv = np.zeros_like(rewards)
-    returns = np.zeros_like(rewards)
-    for b in range(B):
-        n = int(mask[b].sum())                            # valid tokens of row b
-        r = rewards[b, :n].tolist()
-        v = values[b, :n].tolist() + [0.0]                # V after the last valid token is 0
-        last_adv = 0.0
-        for t in range(n - 1, -1, -1):
-            delta = r[t] + gamma * v[t + 1] - v[t]        # delta_t
-            last_adv = delta + gamma * lam * last_adv     # A_t = delta_t + gamma lam A_{t+1}
-            adv[b, t] = last_adv
-            returns[b, t] = last_adv + v[t]
+def python_gae(rewards, values, mask, gamma=1.0, lam=0.95):
+    """GAE by the GAE kernel's source run as plain Python (numba's ``py_func``), the inputs checked as
+    :func:`minippo.rl.gae.gae` checks them: the pure-Python baseline of the benchmark."""
+    rewards, values, mask = _gae_inputs(rewards, values, mask, gamma, lam)
+    kernel = getattr(_kernels._gae_kernel, "py_func", _kernels._gae_kernel)      # NUMBA_DISABLE_JIT: already Python
+    work, adv, returns = (np.empty(rewards.shape, dtype=d) for d in (np.float64, rewards.dtype, rewards.dtype))
+    kernel(rewards, values, mask, float(gamma), float(lam), work, adv, returns)
     return adv, returns
 
 
@@ -56,7 +41,7 @@ def gae_batch(B: int = 512, T: int = 256, seed: int = 0):
 
 
 def time_gae(B: int = 512, T: int = 256, loop_rows: int = 16, repeat: int = 7) -> dict:
-    """Seconds per call of gae with the kernel, gae's NumPy body and gae_loop (Python, scaled to B).
+    """Seconds per call of gae with the kernel, gae's NumPy body and :func:`python_gae` (scaled to B).
 
     Also returns ``first_call`` (compile or cache load, this process) and the max |difference|
     between the kernel and the NumPy body. Used by the bench and by lesson 07.
@@ -71,8 +56,8 @@ def time_gae(B: int = 512, T: int = 256, loop_rows: int = 16, repeat: int = 7) -
         numpy_ref = best_time(lambda: gae(rewards, values, mask), repeat=repeat)
         adv_r, _ = gae(rewards, values, mask)
     rows = slice(0, loop_rows)
-    loop_sub = best_time(lambda: gae_loop(rewards[rows], values[rows], mask[rows]), repeat=3, warmup=0)
-    scale = mask.sum() / mask[rows].sum()                     # valid tokens overall / in the subset
+    loop_sub = best_time(lambda: python_gae(rewards[rows], values[rows], mask[rows]), repeat=3, warmup=0)
+    scale = B / loop_rows                                     # the Python loop visits every token of its rows
     return {"kernel": kernel, "numpy": numpy_ref, "python": loop_sub * scale, "first_call": first_call,
             "loop_rows": loop_rows, "shape": (B, T), "max_abs_diff": float(np.abs(adv_k - adv_r).max())}
 

@@ -94,7 +94,8 @@ def train_ppo(make_env: Callable[[], object], total_timesteps: int, seed: int = 
     check_range("seed", seed, 0, None, integer=True)
     if callback is not None and not callable(callback):
         raise TypeError(f"`callback` must be callable, got {callback!r}")
-    num_updates = total_timesteps // cfg.batch_size
+    batch_size, minibatch_size = cfg.batch_size, cfg.minibatch_size      # N envs x T steps, and B
+    num_updates = total_timesteps // batch_size
     rng = np.random.default_rng(seed)       # weights, action sampling, minibatch shuffling
     # tiny matrices: one BLAS thread is 4x faster (blas.py); the envs close however the run ends
     with single_blas_thread(), closing(SyncVectorEnv(make_env, cfg.num_envs)) as envs:
@@ -120,7 +121,7 @@ def train_ppo(make_env: Callable[[], object], total_timesteps: int, seed: int = 
                 ep_returns.append(ret)
                 ep_steps.append(global_step + (t + 1) * cfg.num_envs)
                 ep_lengths.append(length)
-            global_step += cfg.batch_size
+            global_step += batch_size
             try:                                           # a bad number below names this update
                 # 3. bootstrap + GAE: truncated episodes bootstrap with V(s_T), terminated ones do not
                 values, _, adv, returns = rollout_advantages(ro, lambda o: critic_values(params, o)[0],
@@ -132,9 +133,9 @@ def train_ppo(make_env: Callable[[], object], total_timesteps: int, seed: int = 
                 # 5. K epochs x minibatches of eq. (9): loss and gradient, clip the global norm, AdamW
                 stats, early_stop, clipfracs, grad_norms, part_norms = {}, None, [], [], []
                 for epoch in range(cfg.update_epochs):
-                    order = rng.permutation(cfg.batch_size)                                  # (T*N,)
-                    for start in range(0, cfg.batch_size, cfg.minibatch_size):
-                        mb = order[start:start + cfg.minibatch_size]                         # (B,)
+                    order = rng.permutation(batch_size)                                      # (T*N,)
+                    for start in range(0, batch_size, minibatch_size):
+                        mb = order[start:start + minibatch_size]                             # (B,)
                         loss, grads, stats = ppo_loss_and_grads(params, b_obs[mb], b_actions[mb], b_logp_old[mb],
                                                                 b_adv[mb], b_returns[mb], b_values[mb], cfg)
                         # the norms before clipping: actor and critic apart, then the global one (clipped)

@@ -3,8 +3,8 @@
 Legend: B batch (responses), T tokens.
 
 The student writes ``gae(rewards, values, mask, gamma, lam) -> (advantages, returns)``, the contract of
-:func:`minippo.rl.gae.gae`. The oracle is the pure-Python double loop
-:func:`minippo.bench.rl.gae_loop` (it shares no array code with the library); lambda = 0 is checked
+:func:`minippo.rl.gae.gae`. The oracle is the library's own NumPy formula (:func:`library_gae`:
+``minippo.rl.gae.gae`` with the kernels switched off, the code the student reads); lambda = 0 is checked
 against the TD errors and lambda = 1 against the discounted reward-to-go, both computed here
 independently (GAE paper eqs. (17)-(18)).
 """
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from minippo.bench.rl import gae_loop
+from minippo import kernels
+from minippo.rl.gae import gae as _gae
 from minippo.exercises.grading import Case, as_arrays, call, close, fmt, max_err
 
 NAME = "gae"
@@ -27,7 +28,7 @@ Write the body of `gae` below, then run the project's checks on it:
 
     minippo exercise check gae          (add --dir D when this file is not in ./exercises)
 
-They compare your advantages with a pure-Python double loop on random batches, with the TD errors
+They compare your advantages with minippo's own NumPy formula on random batches, with the TD errors
 at lambda = 0 and the discounted reward-to-go at lambda = 1, and check padding, one-token and
 empty rows.
 """
@@ -150,11 +151,17 @@ def _slip(rewards, values, mask, gamma, lam, *, mask_next=True, gamma_in_recursi
     return adv
 
 
+def library_gae(rewards, values, mask, gamma, lam):
+    """The oracle: :func:`minippo.rl.gae.gae`'s NumPy body (the kernels switched off for the call)."""
+    with kernels.use_kernels(False):
+        return _gae(rewards, values, mask, gamma, lam)
+
+
 def loop_checks() -> list[Case]:
     cases = []
     for seed, (B, T), gamma, lam in ((0, (4, 6), 0.99, 0.95), (1, (8, 16), 1.0, 0.95), (2, (16, 32), 0.9, 0.8)):
         args = ragged_batch(seed, B, T)
-        adv, ret = gae_loop(*args, gamma, lam)
+        adv, ret = library_gae(*args, gamma, lam)
 
         def run(fn, args=args, adv=adv, ret=ret, gamma=gamma, lam=lam):
             a, r = _student(fn, *args, gamma, lam)
@@ -162,8 +169,8 @@ def loop_checks() -> list[Case]:
             return f"adv {max_err(a, adv)}, returns {max_err(r, ret)}", ok, _diagnose(
                 a, r, *args, adv, gamma, lam)
 
-        cases.append(Case(f"random batch {B}x{T}, gamma={gamma:g}, lam={lam:g} vs the double loop",
-                          "adv, returns as the loop", run))
+        cases.append(Case(f"random batch {B}x{T}, gamma={gamma:g}, lam={lam:g} vs the library",
+                          "adv, returns as minippo.rl.gae.gae", run))
     return cases
 
 
@@ -191,7 +198,7 @@ def special_checks() -> list[Case]:
 
     # the value after the last valid token: row [r0, r1 | pad] with a large value in the padding
     end_r, end_v, end_m = np.array([[1.0, 2.0, 0.0]]), np.array([[0.5, 0.25, 9.0]]), np.array([[1.0, 1.0, 0.0]])
-    end_adv, _ = gae_loop(end_r, end_v, end_m, 1.0, 0.95)
+    end_adv, _ = library_gae(end_r, end_v, end_m, 1.0, 0.95)
 
     def run_end(fn):
         a, _ = _student(fn, end_r, end_v, end_m, 1.0, 0.95)
@@ -212,12 +219,12 @@ def special_checks() -> list[Case]:
         r_, v_ = np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[0.5, 0.5], [0.5, 0.5]])
         m_ = np.array([[0.0, 0.0], [1.0, 1.0]])
         a, r = _student(fn, r_, v_, m_, 1.0, 0.95)
-        ok = bool(np.all(a[0] == 0) and np.all(r[0] == 0)) and close(a[1], gae_loop(r_, v_, m_, 1.0, 0.95)[0][1])
+        ok = bool(np.all(a[0] == 0) and np.all(r[0] == 0)) and close(a[1], library_gae(r_, v_, m_, 1.0, 0.95)[0][1])
         return f"empty row adv {fmt(a[0])}, returns {fmt(r[0])}", ok, (
             "an empty row (mask all 0) has advantages and returns exactly 0")
 
     pad_r, pad_v, pad_m = ragged_batch(4, 5, 6, garbage=False)
-    pad_adv, pad_ret = gae_loop(pad_r, pad_v, pad_m, 1.0, 0.95)
+    pad_adv, pad_ret = library_gae(pad_r, pad_v, pad_m, 1.0, 0.95)
     rng = np.random.default_rng(9)
     pad = pad_m == 0
     g_r, g_v = pad_r.copy(), pad_v.copy()

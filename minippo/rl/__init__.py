@@ -15,9 +15,10 @@ concept                                                    function
 =========================================================  ==========================================
 ratio r_t = exp(logp_new - logp_old), PPO eq. (6) (Q3)     computed inside the losses below
 log-probs of the taken tokens from the LM's logits         losses.logprobs_from_logits / _backward
-PPO-Clip L^CLIP, eq. (7); the six cases (Q9)               losses.clipped_policy_loss, losses.CLIP_CASES
-(beyond PPO: DAPO's clip-higher, GSPO's sequence           clipped_policy_loss(clip_eps_high=, ratio_level=)
-ratio; GRPO / Dr. GRPO loss aggregation)                   masked.aggregation_denominator, masked_aggregate
+PPO-Clip L^CLIP, eq. (7); the six cases (Q9)               losses.clipped_policy_loss, losses.clip_cases
+(beyond PPO: DAPO's clip-higher; GRPO / Dr. GRPO loss      clipped_policy_loss(clip_eps_high=);
+aggregation; GSPO's sequence ratio)                        loss_variants.aggregated_policy_loss,
+                                                           loss_variants.sequence_policy_loss
 clip fraction (Q10)                                        stats["clipfrac"] of clipped_policy_loss
 PPO-Penalty r A - beta KL, eq. (8) (Q11)                   penalty.ppo_penalty_loss
 adaptive beta (PPO paper sec. 4; Ziegler et al. 2019       kl_control.PPOPaperKLController,
@@ -62,8 +63,9 @@ _LAZY = {
     **{n: "minippo.rl.gae" for n in ("gae_classic",)},
     **{n: "minippo.rl.losses" for n in ("log_softmax", "logprobs_from_logits", "logprobs_backward",
                                         "entropy_from_logits", "entropy_backward",
-                                        "kl_exact_from_logits", "clipped_policy_loss",
+                                        "kl_exact_from_logits", "clipped_policy_loss", "clip_cases",
                                         "CLIP_CASES", "CLIPPED_CASES", "clipped_value_loss", "value_loss")},
+    **{n: "minippo.rl.loss_variants" for n in ("aggregated_policy_loss", "sequence_policy_loss")},
     "ppo_penalty_loss": "minippo.rl.penalty",
     **{n: "minippo.rl.kl_control" for n in ("FixedKLController", "AdaptiveKLController", "PPOPaperKLController")},
     **{n: "minippo.rl.dpo" for n in ("dpo_loss", "sequence_logprobs", "sequence_logprobs_backward", "LOSS_TYPES")},

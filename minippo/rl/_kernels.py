@@ -40,7 +40,7 @@ import numpy as np
 from numba import njit
 
 from minippo.rl.gae import _classic_inputs, _gae_inputs, _narrowed
-from minippo.rl.losses import NEG_INSIDE, PAD, POS_INSIDE, ZERO_ADV, clip_band, ratio_overflow_error
+from minippo.rl.losses import clip_band, ratio_overflow_error
 from minippo.rl.masked import token_inputs
 
 OK = 0
@@ -229,8 +229,7 @@ def clipped_policy_loss(logp, logp_old, adv, mask, clip_eps, clip_eps_high=None)
     shape, one_d = logp.shape, logp.ndim == 1
     as2 = [a.reshape(1, -1) if one_d else a for a in (logp, logp_old, adv, mask)]
     dlogp = np.empty(as2[0].shape, dtype=logp.dtype)
-    case = np.empty(as2[0].shape, dtype=np.int8)
-    out = _clipped_policy_kernel(*as2, lo, hi, not one_d, dlogp, case)
+    out = _clipped_policy_kernel(*as2, lo, hi, not one_d, dlogp)
     status, which, b, t, n, n_clipped, obj_sum, kl_sum, ratio_sum, ratio_max, ratio_min = out
     if status == OVERFLOW:
         if b < 0:
@@ -240,16 +239,16 @@ def clipped_policy_loss(logp, logp_old, adv, mask, clip_eps, clip_eps_high=None)
     raise_for_status(status, which, b, t, ["logp", "logp_old", "adv"], as2[:3], as2[3], one_d)
     stats = {"clipfrac": n_clipped / n if n else 0.0, "approx_kl": kl_sum / n if n else 0.0,
              "ratio_mean": ratio_sum / n if n else 1.0, "ratio_max": ratio_max if n else 1.0,
-             "ratio_min": ratio_min if n else 1.0, "n_tokens": int(n), "clip_case": case.reshape(shape)}
+             "ratio_min": ratio_min if n else 1.0, "n_tokens": int(n)}
     return (-obj_sum / n if n else 0.0), dlogp.reshape(shape), stats
 
 
 @njit(cache=True)
-def _clipped_policy_kernel(logp, logp_old, adv, mask, lo, hi, check_holes, dlogp, case):
+def _clipped_policy_kernel(logp, logp_old, adv, mask, lo, hi, check_holes, dlogp):
     """L^CLIP of :func:`minippo.rl.losses.clipped_policy_loss`, per row: a validation sweep, then one
-    pass for ratio, case, objective, gradient and sums.
+    pass for ratio, objective, gradient and sums.
 
-    The per-token work is branch-free (selects, not if/else: the six cases come in random
+    The per-token work is branch-free (selects, not if/else: the six clip cases come in random
     order, so branches would be mispredicted); sums are float64. The objective is
     ``A min(r, hi)`` (A >= 0) or ``A max(r, lo)`` (A < 0), finite where the clip binds even when r
     overflows. Whether some token's ``r A`` is not finite is collected branch-free; only then a slow
@@ -283,18 +282,14 @@ def _clipped_policy_kernel(logp, logp_old, adv, mask, lo, hi, check_holes, dlogp
             if mask[b, t] == 0:
                 row_open = False
                 dlogp[b, t] = 0
-                case[b, t] = PAD
                 continue
             if check_holes and not row_open:
                 return MASK_HOLE, 0, b, t, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0
             a = adv[b, t]
             log_ratio = logp[b, t] - logp_old[b, t]
-            ratio, below, above, clipped, obj, grad = _clip_token(a, log_ratio, lo, hi)
+            ratio, clipped, obj, grad = _clip_token(a, log_ratio, lo, hi)
             overflow |= not (math.isfinite(obj) & math.isfinite(grad))
             dlogp[b, t] = grad
-            # case code: 2 (A > 0) or 5 (A < 0), -1 below the band, +1 above it; 7 for A = 0
-            base = POS_INSIDE if a > 0 else NEG_INSIDE
-            case[b, t] = ZERO_ADV if a == 0 else base + above - below
             n += 1
             n_clipped += clipped
             obj_sum += obj
@@ -317,17 +312,16 @@ def _clipped_policy_kernel(logp, logp_old, adv, mask, lo, hi, check_holes, dlogp
 
 @njit(cache=True)
 def _clip_token(a, log_ratio, lo, hi):
-    """One token of L^CLIP: ``(ratio, below, above, clipped, obj, grad)`` for advantage ``a`` and log-ratio
+    """One token of L^CLIP: ``(ratio, clipped, obj, grad)`` for advantage ``a`` and log-ratio
     ``log_ratio`` (the per-token arithmetic :func:`_clipped_policy_kernel` and :func:`_first_overflow` share)."""
     # r_t = exp(logp - logp_old)  (+inf where the log-ratio exceeds the dtype's range)
     ratio = np.exp(log_ratio)
     # min(r A, clip(r, lo, hi) A) = A min(r, hi) for A >= 0, A max(r, lo) for A < 0
-    below, above = ratio < lo, ratio > hi
-    clipped = ((a > 0) & above) | ((a < 0) & below)
+    clipped = ((a > 0) & (ratio > hi)) | ((a < 0) & (ratio < lo))
     # the objective's terms in float64 (selects, not branches)
     obj = np.float64(a) * (min(ratio, hi) if a >= 0 else max(ratio, lo))
     grad = 0.0 if (clipped | (a == 0)) else -a * ratio         # d(-r A)/dlogp = -A r; /n by the caller
-    return ratio, below, above, clipped, obj, grad
+    return ratio, clipped, obj, grad
 
 
 @njit(cache=True)
@@ -339,7 +333,7 @@ def _first_overflow(logp, logp_old, adv, mask, lo, hi):
         for t in range(T):
             if mask[b, t] == 0:
                 continue
-            obj, grad = _clip_token(adv[b, t], logp[b, t] - logp_old[b, t], lo, hi)[4:]
+            obj, grad = _clip_token(adv[b, t], logp[b, t] - logp_old[b, t], lo, hi)[2:]
             if not (math.isfinite(obj) and math.isfinite(grad)):
                 return b, t
     return -1, -1  # pragma: no cover - only called when the kernel saw such a token

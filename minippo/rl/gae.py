@@ -24,8 +24,7 @@ Two entry points:
 The body of each function is the formula in NumPy: a loop over time, vectorised over the rows.
 With the switch of :mod:`minippo.kernels` on (the default) its first line hands the call to the
 same recursion compiled by numba in ``rl/_kernels.py`` (one pass over memory, inputs validated on
-the way; parity-tested). The pure-Python double loop that the benchmark times against both, and
-that the tests use as an oracle, is ``minippo.bench.rl.gae_loop``.
+the way; parity-tested).
 """
 from __future__ import annotations
 
@@ -45,15 +44,17 @@ _kernels = LazyModule("minippo.rl._kernels")
 # ----------------------------------------------------------------------------------------------
 
 def _gae_inputs(rewards, values, mask, gamma, lam, validate_values=True):
-    """Checked (B, T) ``rewards``, ``values`` and ``mask`` in one float dtype (:func:`token_inputs`).
+    """Checked (B, T) ``rewards``, ``values`` and ``mask`` in one float dtype
+    (:func:`token_inputs`).
 
     With ``validate_values=False`` (the kernel path) finiteness and the mask's 0/1 values and holes
     are left to the kernel, which checks them while it computes.
     """
     check_range("gamma", gamma, 0, 1)
     check_range("lam", lam, 0, 1)
-    (rewards, values), mask = token_inputs(mask, validate_values=validate_values, rewards=rewards, values=values)
-    if rewards.ndim != 2:                                    # values has the same shape (checked above)
+    (rewards, values), mask = token_inputs(mask, validate_values=validate_values, rewards=rewards,
+                                           values=values)
+    if rewards.ndim != 2:                                # values has the same shape (checked above)
         raise ValueError(f"`rewards` must be 2-D (B, T), got shape {rewards.shape}")
     return rewards, values, mask
 
@@ -61,9 +62,10 @@ def _gae_inputs(rewards, values, mask, gamma, lam, validate_values=True):
 def gae(rewards, values, mask, gamma=1.0, lam=0.95):
     """GAE-lambda advantages and returns of a right-padded batch of responses.
 
-    A_t = sum_l (gamma lam)^l delta_{t+l}, GAE paper eq. (16); lam = 0 is the TD error delta_t (eq. (17)),
-    lam = 1 the reward-to-go minus V (eq. (18)). In the PPO paper these are eqs. (11)-(12), and eq. (10)
-    at lam = 1 (here with V = 0 after the last token: a response is a finished episode).
+    A_t = sum_l (gamma lam)^l delta_{t+l}, GAE paper eq. (16); lam = 0 is the TD error delta_t
+    (eq. (17)), lam = 1 the reward-to-go minus V (eq. (18)). In the PPO paper these are
+    eqs. (11)-(12), and eq. (10) at lam = 1 (here with V = 0 after the last token: a response is a
+    finished episode).
 
     Parameters
     ----------
@@ -78,16 +80,17 @@ def gae(rewards, values, mask, gamma=1.0, lam=0.95):
     adv : (B, T) A_t (PPO paper eqs. (11)-(12)), 0 on padding.
     returns : (B, T) adv + values on valid tokens, 0 on padding.
 
-    The value after a row's last valid token is 0: a response is a finished episode.
-    Arrays are returned in the inputs' common dtype; the recursion runs in float64 on both paths (the
-    NumPy body and the kernel), so float32 inputs round once, at the end. An advantage or return
-    beyond that dtype's range (finite inputs can overflow float32) is a ``ValueError``, not an inf.
+    The value after a row's last valid token is 0: a response is a finished episode. Arrays are
+    returned in the inputs' common dtype; the recursion runs in float64 on both paths (the NumPy
+    body and the kernel), so float32 inputs round once, at the end. An advantage or return beyond
+    that dtype's range (finite inputs can overflow float32) is a ``ValueError``, not an inf.
     """
     if kernels.enabled():            # the same formula, compiled: rl/_kernels.py
         return _kernels.gae(rewards, values, mask, gamma, lam)
     rewards, values, mask = _gae_inputs(rewards, values, mask, gamma, lam)
     dtype = rewards.dtype
-    rewards, values = rewards.astype(np.float64), values.astype(np.float64)   # the recursion runs in float64
+    # the recursion runs in float64
+    rewards, values = rewards.astype(np.float64), values.astype(np.float64)
     B, T = rewards.shape
     adv = np.zeros_like(rewards)                                        # (B, T)
     last_adv = np.zeros(B, dtype=rewards.dtype)                         # A_{t+1}, (B,)
@@ -104,7 +107,8 @@ def gae(rewards, values, mask, gamma=1.0, lam=0.95):
 
 
 def _narrowed(dtype, **arrays):
-    """The float64 results of :func:`gae` in the inputs' ``dtype``; a ``ValueError`` where one is not finite.
+    """The float64 results of :func:`gae` in the inputs' ``dtype``; a ``ValueError`` where one is
+    not finite.
 
     Finite float32 inputs can have an advantage beyond float32's range (3.4e38); finite float64
     inputs one beyond float64's. There is no finite answer in that dtype, so instead of an inf the
@@ -115,9 +119,11 @@ def _narrowed(dtype, **arrays):
             x = a.astype(dtype)
         if not np.isfinite(x).all():
             i = tuple(int(j) for j in np.argwhere(~np.isfinite(x))[0])
-            raise ValueError(f"`rewards` and `values` are finite but the {name} at {i} is {a[i].item()!r} in float64, "
-                             f"beyond the range of {np.dtype(dtype)}: no finite GAE in that dtype"
-                             + (" (pass float64 arrays)" if np.isfinite(a[i]) else " (rewards or values too large)"))
+            why = (" (pass float64 arrays)" if np.isfinite(a[i])
+                   else " (rewards or values too large)")
+            raise ValueError(f"`rewards` and `values` are finite but the {name} at {i} is "
+                             f"{a[i].item()!r} in float64, beyond the range of {np.dtype(dtype)}: "
+                             f"no finite GAE in that dtype{why}")
         out.append(x)
     return tuple(out)
 
@@ -131,7 +137,8 @@ def _classic_inputs(rewards, values, next_values, terminated, truncated, gamma, 
     check_range("gamma", gamma, 0, 1)
     check_range("lam", lam, 0, 1)
     names = ("rewards", "values", "next_values")
-    arrays = [check_float_array(n, a, ndim=2) for n, a in zip(names, (rewards, values, next_values))]
+    given = (rewards, values, next_values)
+    arrays = [check_float_array(n, a, ndim=2) for n, a in zip(names, given)]
     check_same_shape(**dict(zip(names, arrays)))
     dtype = np.result_type(*arrays)
     arrays = [np.ascontiguousarray(a, dtype=dtype) for a in arrays]
@@ -147,8 +154,8 @@ def _classic_inputs(rewards, values, next_values, terminated, truncated, gamma, 
 def gae_classic(rewards, values, next_values, terminated, truncated, gamma=0.99, lam=0.95):
     """GAE for a (T, N) rollout of N vectorised environments, CleanRL style.
 
-    GAE paper eq. (16) truncated at the rollout's end as in PPO paper eqs. (11)-(12), bootstrapped with
-    V(s_T) (PPO eq. (10)'s last term) where an episode was truncated or the rollout stops.
+    GAE paper eq. (16) truncated at the rollout's end as in PPO paper eqs. (11)-(12), bootstrapped
+    with V(s_T) (PPO eq. (10)'s last term) where an episode was truncated or the rollout stops.
 
     Parameters
     ----------
@@ -178,11 +185,11 @@ def gae_classic(rewards, values, next_values, terminated, truncated, gamma=0.99,
 
     Worked example, gamma = lam = 1, one environment, values all 0.5, rewards all 1::
 
-        t   terminated truncated next_values   delta        A
-        0   0          0         0.5 (= V(s_1)) 1.0          1.0 + 1*1*A_1 = 1.5
-        1   1          0         (ignored)     1 - 0.5 = 0.5 0.5          (no bootstrap, chain cut)
-        2   0          1         0.8           1.3          1.3          (bootstraps V=0.8, chain cut)
-        3   0          0         0.5 (V(s_4))  1.0          1.0          (last row bootstraps)
+        t  terminated truncated next_values    delta          A
+        0  0          0         0.5 (= V(s_1)) 1.0            1.0 + 1*1*A_1 = 1.5
+        1  1          0         (ignored)      1 - 0.5 = 0.5  0.5   (no bootstrap, chain cut)
+        2  0          1         0.8            1.3            1.3   (bootstraps V=0.8, chain cut)
+        3  0          0         0.5 (V(s_4))   1.0            1.0   (last row bootstraps)
     """
     if kernels.enabled():            # the same formula, compiled: rl/_kernels.py
         return _kernels.gae_classic(rewards, values, next_values, terminated, truncated, gamma, lam)

@@ -24,7 +24,7 @@ gradient estimate stays unbiased; the group mean contains s_i, and s_i - mean_g(
 (n - 1)/n (s_i - b_i) shrinks the expected gradient by (n - 1)/n (the identity above undoes it).
 
 **Group layout (our choice, validated).** Rows are grouped by prompt CONTIGUOUSLY: group g is rows
-``g*n .. g*n + n - 1`` (the order ``collect_rollout`` produces with ``np.repeat(prompts, n)``), so
+``g*n .. g*n + n - 1`` (the order :mod:`minippo.rlhf.grpo` samples them in, each prompt repeated n times), so
 ``B`` must be a multiple of ``group_size`` and ``scores.reshape(G, n)`` has one group per row.
 
 **Which std.** The paper writes std(r) without saying which; we use the SAMPLE std of the group
@@ -39,8 +39,7 @@ see :func:`grpo_kl_loss`. As every loss of ``minippo.rl`` it is a token-level ma
 batch (CONTRIBUTING.md); GRPO's eq. (3) instead averages each response's tokens first (1/|o_i|), which
 Dr. GRPO shows biases the response length.
 
-These functions know no model: arrays in, arrays out. The RLHF trainer can use them as advantage
-estimators through ``minippo.rlhf.advantages.register_advantage_estimator``.
+These functions know no model: arrays in, arrays out; :mod:`minippo.rlhf.grpo` calls them.
 """
 from __future__ import annotations
 

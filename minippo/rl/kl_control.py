@@ -1,5 +1,5 @@
-"""Controllers of a KL coefficient beta: fixed, adaptive (Ziegler et al. 2019) and the PPO paper's rule; and the
-learning rate adapted from the KL to pi_old (rsl_rl / rl_games).
+"""Controllers of a KL coefficient beta: fixed, adaptive (Ziegler et al. 2019) and the PPO paper's
+rule; and the learning rate adapted from the KL to pi_old (rsl_rl / rl_games).
 
 Each has ``.value`` and ``.update(current_kl, n_steps=1) -> new value``:
 
@@ -10,16 +10,18 @@ Each has ``.value`` and ``.update(current_kl, n_steps=1) -> new value``:
 * :class:`PPOPaperKLController` - PPO paper sec. 4: after each policy update, with
   ``d = KL``: ``d < d_targ / 1.5 -> beta / 2``; ``d > 1.5 d_targ -> beta * 2``.
 
-A controller only sees the number it is given, and that number decides what it controls. The PPO paper
-feeds its rule d = E_t[KL[pi_old(.|s_t), pi(.|s_t)]], the KL of the update just made, whose beta weighs the
-same KL in the penalty objective L^KLPEN (eq. (8)); ``minippo.toy.bandit`` does exactly that (lesson 05,
-``kl_old_coef`` / ``kl_old_target``). RLHF-PPO (``minippo.rlhf``, ``kl_ref_controller``) feeds every
-controller the KL to the frozen reference per response, whose beta weighs the KL penalty in the reward
-(Ziegler et al. 2019): with ``kl_ref_controller="ppo_paper"`` that is the paper's halve / double rule and
-constants applied to another KL, not the paper's adaptive KL penalty.
+A controller only sees the number it is given, and that number decides what it controls. The PPO
+paper feeds its rule d = E_t[KL[pi_old(.|s_t), pi(.|s_t)]], the KL of the update just made, whose
+beta weighs the same KL in the penalty objective L^KLPEN (eq. (8)); ``minippo.toy.bandit`` does
+exactly that (lesson 05, ``kl_old_coef`` / ``kl_old_target``). RLHF-PPO (``minippo.rlhf``,
+``kl_ref_controller``) feeds every controller the KL to the frozen reference per response, whose
+beta weighs the KL penalty in the reward (Ziegler et al. 2019): with
+``kl_ref_controller="ppo_paper"`` that is the paper's halve / double rule and constants applied to
+another KL, not the paper's adaptive KL penalty.
 
-:func:`kl_adaptive_lr` controls another number with the per-update KL(pi_old || pi): the learning rate, instead of
-stopping the epochs early (rsl_rl's ``schedule="adaptive"``, rl_games' ``AdaptiveScheduler``; Q45)::
+:func:`kl_adaptive_lr` controls another number with the per-update KL(pi_old || pi): the learning
+rate, instead of stopping the epochs early (rsl_rl's ``schedule="adaptive"``, rl_games'
+``AdaptiveScheduler``; Q45)::
 
     KL > KL_LR_MARGIN * target          ->  lr <- max(lr / KL_LR_FACTOR, lr_min)
     0 < KL < target / KL_LR_MARGIN      ->  lr <- min(lr * KL_LR_FACTOR, lr_max)
@@ -61,9 +63,9 @@ class FixedKLController:
 class AdaptiveKLController:
     """Proportional controller of Ziegler et al. 2019, sec. 2.2 (the one TRL ships).
 
-    ``err = clip(current_kl / target - 1, -0.2, 0.2)``; ``beta <- beta * (1 + err * n_steps / horizon)``.
-    ``n_steps`` is the number of samples (e.g. responses) since the last update; ``horizon``
-    sets how many samples it takes to move beta by e^{0.2}-ish at the clipped error.
+    ``err = clip(current_kl / target - 1, -0.2, 0.2)``; ``beta <- beta * (1 + err * n_steps /
+    horizon)``. ``n_steps`` is the number of samples (e.g. responses) since the last update;
+    ``horizon`` sets how many samples it takes to move beta by e^{0.2}-ish at the clipped error.
     """
 
     def __init__(self, init_kl_coef: float, target: float, horizon: float):
@@ -89,10 +91,11 @@ class PPOPaperKLController:
     ``d < d_targ / 1.5 -> beta / 2``; ``d > d_targ * 1.5 -> beta * 2``; otherwise unchanged.
     ``n_steps`` is accepted for a common interface and ignored.
 
-    Which KL d is decides what is controlled (module docstring): the paper's d is the KL(pi_old, pi) of the
-    update just made, the KL its penalty objective (eq. (8)) weighs with beta; that is what
-    ``minippo.toy.bandit.ppo_train`` passes (lesson 05). RLHF-PPO's ``kl_ref_controller="ppo_paper"`` passes the
-    KL to the reference per response (the reward penalty's KL): the same rule, applied to another KL.
+    Which KL d is decides what is controlled (module docstring): the paper's d is the KL(pi_old, pi)
+    of the update just made, the KL its penalty objective (eq. (8)) weighs with beta; that is what
+    ``minippo.toy.bandit.ppo_train`` passes (lesson 05). RLHF-PPO's
+    ``kl_ref_controller="ppo_paper"`` passes the KL to the reference per response (the reward
+    penalty's KL): the same rule, applied to another KL.
     """
 
     def __init__(self, init_kl_coef: float, d_targ: float):
@@ -110,15 +113,18 @@ class PPOPaperKLController:
         return self.value
 
 
-def kl_adaptive_lr(lr: float, kl: float, target: float, lr_min: float = KL_LR_MIN, lr_max: float = KL_LR_MAX) -> float:
-    """The next learning rate from a measured KL(pi_old || pi): rsl_rl's adaptive schedule (module docstring).
+def kl_adaptive_lr(lr: float, kl: float, target: float, lr_min: float = KL_LR_MIN,
+                   lr_max: float = KL_LR_MAX) -> float:
+    """The next learning rate from a measured KL(pi_old || pi): rsl_rl's adaptive schedule (module
+    docstring).
 
-    ``lr / 1.5`` (not below ``lr_min``) when ``kl > 2 * target``; ``lr * 1.5`` (not above ``lr_max``) when
-    ``0 < kl < target / 2``; else ``lr``. rsl_rl (``rsl_rl/algorithms/ppo.py``, ``schedule="adaptive"``,
-    ``desired_kl`` 0.01) measures the KL of each minibatch in its forward pass and sets the rate of that
-    minibatch's own step; rl_games' ``AdaptiveScheduler`` (``kl_threshold``, bounds [1e-6, 1e-2]) applies the same
-    rule after each minibatch ("legacy") or each epoch ("standard"). A KL of exactly 0 (or a rounding-negative
-    one) leaves the rate as it is, as in rsl_rl: a policy that has not moved says nothing about the step size.
+    ``lr / 1.5`` (not below ``lr_min``) when ``kl > 2 * target``; ``lr * 1.5`` (not above
+    ``lr_max``) when ``0 < kl < target / 2``; else ``lr``. rsl_rl (``rsl_rl/algorithms/ppo.py``,
+    ``schedule="adaptive"``, ``desired_kl`` 0.01) measures the KL of each minibatch in its forward
+    pass and sets the rate of that minibatch's own step; rl_games' ``AdaptiveScheduler``
+    (``kl_threshold``, bounds [1e-6, 1e-2]) applies the same rule after each minibatch ("legacy") or
+    each epoch ("standard"). A KL of exactly 0 (or a rounding-negative one) leaves the rate as it
+    is, as in rsl_rl: a policy that has not moved says nothing about the step size.
 
     Parameters
     ----------
@@ -133,7 +139,8 @@ def kl_adaptive_lr(lr: float, kl: float, target: float, lr_min: float = KL_LR_MI
     check_range("kl", kl)
     check_range("target", target, 0, None, lo_open=True)
     if kl > KL_LR_MARGIN * target:
-        return max(lr / KL_LR_FACTOR, lr_min)          # the step moved pi too far from pi_old: smaller steps
+        # the step moved pi too far from pi_old: smaller steps
+        return max(lr / KL_LR_FACTOR, lr_min)
     if 0.0 < kl < target / KL_LR_MARGIN:
         return min(lr * KL_LR_FACTOR, lr_max)          # it hardly moved: larger steps
     return float(lr)

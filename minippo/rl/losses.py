@@ -1,29 +1,33 @@
-"""The losses of PPO paper eq. (9) and the distribution they are computed from, arrays in, arrays out.
+"""The losses of PPO paper eq. (9) and the distribution they are computed from, arrays in, arrays
+out.
 
 Legend: B batch, T tokens, V vocab; N flat tokens for 1-D inputs; "..." any leading shape.
 
 Schulman et al. 2017 (arXiv:1707.06347) train with
 
-    L^{CLIP+VF+S}(theta) = E_t[ L^CLIP_t(theta) - c1 L^VF_t(theta) + c2 S[pi_theta](s_t) ]     eq. (9)
+    L^{CLIP+VF+S}(theta) = E_t[ L^CLIP_t(theta) - c1 L^VF_t(theta) + c2 S[pi_theta](s_t) ]   eq. (9)
 
 and every term of one RLHF PPO iteration is here, in the order a reader needs them: (1) the policy's
-distribution (log-prob of the taken token, entropy S, the exact KL between two sets of logits), (2) the
-policy loss L^CLIP, eq. (7), with its clip cases, (3) the value loss L^VF. The KL estimators k1/k2/k3 and
-the KL as a loss term are in :mod:`minippo.rl.kl`; L^KLPEN, eq. (8), in :mod:`minippo.rl.penalty`.
+distribution (log-prob of the taken token, entropy S, the exact KL between two sets of logits), (2)
+the policy loss L^CLIP, eq. (7), with its clip cases, (3) the value loss L^VF. The KL estimators
+k1/k2/k3 and the KL as a loss term are in :mod:`minippo.rl.kl`; L^KLPEN, eq. (8), in
+:mod:`minippo.rl.penalty`.
 
-Every loss returns ``(loss, d<input>, stats)``: the loss to MINIMISE (``-objective`` for the policy) and
-its analytic gradient. ``mask`` is 1 on valid tokens (rows right-padded), ``mask=None`` means all valid;
-by default means are token-level masked means over the whole batch (n valid tokens: a factor 1/n per
-token); ``loss_agg`` picks GRPO's or Dr. GRPO's normalisation instead
-(:func:`minippo.rl.masked.aggregation_denominator`; 1/n then reads 1/d_bt). Each body is its formula in
-NumPy; :func:`clipped_policy_loss` also has a compiled twin in ``rl/_kernels.py`` (one pass over the
-tokens), called by its first line while the switch of :mod:`minippo.kernels` is on (the default).
+Every loss returns ``(loss, d<input>, stats)``: the loss to MINIMISE (``-objective`` for the policy)
+and its analytic gradient. ``mask`` is 1 on valid tokens (rows right-padded), ``mask=None`` means
+all valid; means are token-level masked means over the whole batch (n valid tokens: a factor 1/n per
+token; the value losses also take the ``loss_agg`` divisors of
+:func:`minippo.rl.masked.aggregation_denominator`, 1/n then reads 1/d_bt). Each body is its formula
+in NumPy; :func:`clipped_policy_loss` also has a compiled twin in ``rl/_kernels.py`` (one pass over
+the tokens), called by its first line while the switch of :mod:`minippo.kernels` is on (the
+default). The variants of L^CLIP (GRPO's and Dr. GRPO's aggregations, GSPO's sequence ratio) are
+:mod:`minippo.rl.loss_variants`.
 
 ## 1. The policy's distribution
 
-``pi = softmax(logits / temperature)`` with ONE temperature (CONTRIBUTING.md) for the policy, the old
-policy, the reference and the entropy alike: the sampled tokens came from the tempered distribution.
-With z = logits / T and p = softmax(z): ``d log p_a / d z_j = 1[j = a] - p_j``,
+``pi = softmax(logits / temperature)`` with ONE temperature (CONTRIBUTING.md) for the policy, the
+old policy, the reference and the entropy alike: the sampled tokens came from the tempered
+distribution. With z = logits / T and p = softmax(z): ``d log p_a / d z_j = 1[j = a] - p_j``,
 ``d H / d z_j = -p_j (log p_j + H)`` (H = -sum_j p_j log p_j), ``d z_j / d logits_j = 1 / T``.
 
 ## 2. The policy loss, eq. (7)
@@ -31,39 +35,30 @@ With z = logits / T and p = softmax(z): ``d log p_a / d z_j = 1[j = a] - p_j``,
     L^CLIP = E_t[ min(r_t A_t, clip(r_t, 1-eps_low, 1+eps_high) A_t) ],   r_t = exp(logp - logp_old)
 
 (never a quotient of probabilities, which underflow). PPO's band is symmetric, eps_high = eps_low =
-``clip_eps``; ``clip_eps_high`` makes it DAPO's "Clip-Higher" (arXiv:2503.14476: 0.2 / 0.28, so that a
-low-probability token with A > 0 can grow more before its gradient is cut, against entropy collapse).
-Since ``min(r A, clip(r) A) = A min(r, 1+eps_high)`` for A >= 0 and ``A max(r, 1-eps_low)`` for A < 0, the
-objective is computed in that form: finite wherever the clip binds, even when r overflows (A > 0:
-(1 + eps_high) A, zero gradient); where A < 0 and r overflows, r A has no finite value and a
-``ValueError`` names ``logp`` and ``logp_old``. min() selects the clipped term exactly where clipping
-would let the objective grow further (Q9):
+``clip_eps``; ``clip_eps_high`` makes it DAPO's "Clip-Higher" (arXiv:2503.14476: 0.2 / 0.28, so that
+a low-probability token with A > 0 can grow more before its gradient is cut, against entropy
+collapse). Since ``min(r A, clip(r) A) = A min(r, 1+eps_high)`` for A >= 0 and
+``A max(r, 1-eps_low)`` for A < 0, the objective is computed in that form: finite wherever the clip
+binds, even when r overflows (A > 0: (1 + eps_high) A, zero gradient); where A < 0 and r overflows,
+r A has no finite value and a ``ValueError`` names ``logp`` and ``logp_old``
+(:func:`check_finite_objective`, apart from the formula). min() selects the clipped term exactly
+where clipping would let the objective grow further (Q9); each token's case is :func:`clip_cases`:
 
-    code  advantage  ratio r                        selected term           dL/dlogp
-    1     A > 0      r < 1-eps_low                  r A  (unclipped)        -A r / n
-    2     A > 0      1-eps_low <= r <= 1+eps_high   r A  (both equal)       -A r / n
-    3     A > 0      r > 1+eps_high                 (1+eps_high) A CLIPPED  0   "good action boosted enough"
-    4     A < 0      r < 1-eps_low                  (1-eps_low) A  CLIPPED  0   "bad action cut enough"
-    5     A < 0      1-eps_low <= r <= 1+eps_high   r A  (both equal)       -A r / n
-    6     A < 0      r > 1+eps_high                 r A  (unclipped)        -A r / n
+    code  advantage  ratio r                       selected term           dL/dlogp
+    1     A > 0      r < 1-eps_low                 r A  (unclipped)        -A r / n
+    2     A > 0      1-eps_low <= r <= 1+eps_high  r A  (both equal)       -A r / n
+    3     A > 0      r > 1+eps_high                (1+eps_high) A CLIPPED  0  "good action boosted"
+    4     A < 0      r < 1-eps_low                 (1-eps_low) A  CLIPPED  0  "bad action cut"
+    5     A < 0      1-eps_low <= r <= 1+eps_high  r A  (both equal)       -A r / n
+    6     A < 0      r > 1+eps_high                r A  (unclipped)        -A r / n
     7     A = 0      any                            0                       0   (no signal)
     0     padding                                                           0
 
 The band is CLOSED: at r = 1 - eps_low or 1 + eps_high exactly the token is inside (case 2 or 5) and
-gets the one-sided derivative from inside, as PyTorch's ``clamp``. ``clipfrac`` is the fraction of valid
-tokens in cases 3 and 4, whose gradient is exactly zero (TRL's definition; CleanRL's ``|r - 1| > eps``
-also counts cases 1 and 6). ``approx_kl`` = mean((r - 1) - log r), the k3 of KL(pi_old || pi).
-
-**Sequence-level ratio** (``ratio_level="sequence"``, GSPO: Zheng et al. 2025, arXiv:2507.18071, eq. (5)).
-Every token of response b uses the length-normalised sequence ratio
-
-    s_b = (pi(y_b|x) / pi_old(y_b|x))^(1/|o_b|) = exp(1/|o_b| sum_t (logp_t - logp_old_t))
-
-in place of r_t, clipped per sequence: token t's objective is ``A_t min(s_b, 1+eps_high)`` (A >= 0) or
-``A_t max(s_b, 1-eps_low)`` (A < 0), aggregated by ``loss_agg`` (GSPO: one advantage per response,
-``"seq-mean-token-mean"``, a band of 3e-4 / 4e-4). Since ds_b/dlogp_t = s_b / |o_b|, the gradient of
-token t is ``-(s_b / |o_b|) sum_t' A_t' / d_bt'`` over the tokens t' of its row whose clip does not bind:
-the same for every token of a row, 0 for a clipped response.
+gets the one-sided derivative from inside, as PyTorch's ``clamp``. ``clipfrac`` is the fraction of
+valid tokens in cases 3 and 4, whose gradient is exactly zero (TRL's definition; CleanRL's
+``|r - 1| > eps`` also counts cases 1 and 6). ``approx_kl`` = mean((r - 1) - log r), the k3 of
+KL(pi_old || pi).
 
 ## 3. The value loss
 
@@ -73,10 +68,10 @@ CleanRL (``clip_vloss``) also clip the new values around the rollout's, and take
     v_clipped = values_old + clip(values - values_old, -eps, eps)
     L^VF      = 0.5 * masked_mean(max((values - R)^2, (v_clipped - R)^2))
 
-The 0.5 makes the unclipped gradient exactly ``(values - R) / n``. Where the clipped error is strictly
-larger (only possible when ``|v - v_old| > eps``) v_clipped is a constant: gradient exactly 0, counted in
-``vf_clipfrac``; ties go to the unclipped error. Squares are computed in float64; where even that
-overflows a ``ValueError`` names ``values`` and ``returns``.
+The 0.5 makes the unclipped gradient exactly ``(values - R) / n``. Where the clipped error is
+strictly larger (only possible when ``|v - v_old| > eps``) v_clipped is a constant: gradient exactly
+0, counted in ``vf_clipfrac``; ties go to the unclipped error. Squares are computed in float64;
+where even that overflows a ``ValueError`` names ``values`` and ``returns``.
 """
 from __future__ import annotations
 
@@ -84,10 +79,11 @@ import numpy as np
 
 from minippo import kernels
 from minippo._lazy import LazyModule
-from minippo.checks import check_choice, check_float_array, check_int_array, check_range, check_same_shape
+from minippo.checks import check_float_array, check_int_array, check_range, check_same_shape
 from minippo.rl.masked import aggregation_denominator, masked_aggregate, masked_mean, token_inputs
 
-# the compiled twin of clipped_policy_loss; imported (with numba) at its first call, so `import minippo` stays fast
+# the compiled twin of clipped_policy_loss; imported (with numba) at its first call, so `import
+# minippo` stays fast
 _kernels = LazyModule("minippo.rl._kernels")
 
 # ----------------------------------------------------------------------------------------------
@@ -97,13 +93,15 @@ _kernels = LazyModule("minippo.rl._kernels")
 def _tempered(logits, temperature) -> np.ndarray:
     logits = check_float_array("logits", logits)
     if logits.ndim < 1 or logits.shape[-1] == 0:
-        raise ValueError(f"`logits` must have a non-empty last (vocab) axis, got shape {logits.shape}")
+        raise ValueError("`logits` must have a non-empty last (vocab) axis, got shape "
+                         f"{logits.shape}")
     check_range("temperature", temperature, 0, None, lo_open=True)
     return logits / logits.dtype.type(temperature)                   # z, (..., V)
 
 
 def log_softmax(logits, temperature=1.0):
-    """Stable ``log softmax(logits / temperature)`` over the last axis: ``z - max - log sum exp(z - max)``."""
+    """Stable ``log softmax(logits / temperature)`` over the last axis:
+    ``z - max - log sum exp(z - max)``."""
     z = _tempered(logits, temperature)
     z = z - z.max(axis=-1, keepdims=True)                             # shift: the largest exp is 1
     return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))          # (..., V)
@@ -181,7 +179,7 @@ def kl_exact_from_logits(logits, logits_ref, temperature=1.0):
 # ----------------------------------------------------------------------------------------------
 
 PAD, POS_BELOW, POS_INSIDE, POS_CLIPPED, NEG_CLIPPED, NEG_INSIDE, NEG_ABOVE, ZERO_ADV = range(8)
-#: code -> description of the per-token clip cases in ``stats["clip_case"]`` (int8)
+#: code -> description of the per-token clip cases of :func:`clip_cases` (int8)
 CLIP_CASES = {
     PAD: "padding",
     POS_BELOW: "A>0, r<1-eps_low: unclipped, grad -A r/n",
@@ -194,8 +192,6 @@ CLIP_CASES = {
 }
 #: the codes whose clipped branch is active (zero gradient), counted by ``clipfrac``
 CLIPPED_CASES = (POS_CLIPPED, NEG_CLIPPED)
-#: the ratio in L^CLIP: PPO's per-token r_t, or GSPO's length-normalised sequence ratio s_b
-RATIO_LEVELS = ("token", "sequence")
 
 
 def clip_band(clip_eps, clip_eps_high, dtype):
@@ -208,22 +204,74 @@ def clip_band(clip_eps, clip_eps_high, dtype):
     return np.dtype(dtype).type(1 - clip_eps), np.dtype(dtype).type(1 + eps_high)
 
 
-def ratio_overflow_error(log_ratio, adv, pos, what="L^CLIP = r A", dtype=np.float64,
-                         why="the clip bounds r only on the side A pushes it") -> ValueError:
-    """The ``ValueError`` of both paths of :func:`clipped_policy_loss` (and :func:`ppo_penalty_loss`) where the
-    objective or its gradient has no finite value in ``dtype``: the ratio overflows (named: ``logp`` and
-    ``logp_old``), or the ratio is finite and the advantage makes ``-A r / n`` overflow (named: ``adv``)."""
-    with np.errstate(over="ignore"):
-        r = float(np.exp(np.float64(log_ratio)))
-    if r <= float(np.finfo(dtype).max):
-        return ValueError(f"`adv` = {adv!r} at {pos} with the ratio r = {r!r} gives {what} or its gradient beyond "
-                          f"the range of {np.dtype(dtype)}; check `adv`")
-    return ValueError(f"`logp` - `logp_old` = {log_ratio!r} at {pos} gives the ratio r = {r!r} with the advantage "
-                      f"A = {adv!r}: {what} is not finite there ({why}); check `logp` and `logp_old`")
+def clipped_policy_loss(logp, logp_old, adv, mask=None, clip_eps=0.2, clip_eps_high=None):
+    """L^CLIP of PPO paper eq. (7) as a token-mean loss, its gradient and its statistics.
+
+    Parameters
+    ----------
+    logp : (B, T) or (N,) log pi(a_t|s_t) under the current policy, float32 or float64.
+    logp_old : same shape, log pi_old(a_t|s_t) stored at rollout time.
+    adv : same shape, advantages A_t (usually whitened).
+    mask : 0/1 like ``logp`` or None (all valid). 2-D masks must be right-padded.
+    clip_eps : eps_low > 0 (the band's lower edge is 1 - eps_low); 0.2 typical.
+    clip_eps_high : eps_high > 0, or None for eps_low (symmetric); DAPO's clip-higher uses 0.28.
+
+    Returns
+    -------
+    loss : float, ``-mean_t min(r A, clip(r, 1-eps_low, 1+eps_high) A)`` over the n valid tokens (0
+        with none).
+    dlogp : like ``logp``: -A r / n where the unclipped branch is active, exactly 0 on clipped
+        tokens (cases 3, 4 of :func:`clip_cases`), A = 0 and padding.
+    stats : ``clipfrac``, ``approx_kl`` (k3 = mean((r - 1) - log r), an estimate of KL(pi_old ||
+        pi); +inf when a ratio overflows), ``ratio_mean``, ``ratio_max``, ``ratio_min`` (1.0 with no
+        valid token), ``n_tokens``.
+
+    Raises ``ValueError`` naming ``logp`` and ``logp_old`` where ``r A`` has no finite value (A < 0
+    and the ratio overflows). The other aggregations and GSPO's sequence ratio are
+    :mod:`minippo.rl.loss_variants`.
+    """
+    if kernels.enabled():                     # the same formula, compiled: rl/_kernels.py
+        return _kernels.clipped_policy_loss(logp, logp_old, adv, mask, clip_eps, clip_eps_high)
+    (logp, logp_old, adv), mask = token_inputs(mask, logp=logp, logp_old=logp_old, adv=adv)
+    # the band, in the data's dtype
+    lo, hi = clip_band(clip_eps, clip_eps_high, logp.dtype)
+    valid = mask == 1
+    n = int(valid.sum())
+    log_ratio = logp - logp_old                                           # log r_t
+    with np.errstate(over="ignore", invalid="ignore"):
+        # r_t; +inf where log r_t exceeds the dtype's range
+        ratio = np.exp(log_ratio)
+        # the next two lines are L^CLIP, eq. (7): min(r A, clip(r) A) = A min(r, 1+eps_high) (A >=
+        # 0), A max(r, 1-eps_low) (A < 0); finite wherever the clip binds, even where r overflows
+        # (float64 terms)
+        a64 = adv.astype(np.float64)
+        surr = np.where(valid, np.where(adv >= 0, a64 * np.minimum(ratio, hi),
+                                        a64 * np.maximum(ratio, lo)), 0.0)
+        # min() selects the constant clipped term where clipping binds: zero gradient there
+        clipped = valid & (((adv > 0) & (ratio > hi)) | ((adv < 0) & (ratio < lo)))
+        # d(-r A)/dlogp = -A r (dr/dlogp = r) on the tokens whose term moves with logp, / n
+        dlogp = np.where(valid & ~clipped & (adv != 0), -adv * ratio / max(n, 1),
+                         0.0).astype(logp.dtype)
+    # a ValueError where r A has no finite value
+    check_finite_objective(surr, dlogp, valid, log_ratio, adv)
+    loss = -masked_mean(surr, mask)
+    return loss, dlogp, policy_stats(ratio, log_ratio, clipped, valid, n)
+
+
+def policy_stats(ratio, log_ratio, clipped, valid, n) -> dict:
+    """The statistics of a clipped loss over its ``n`` ``valid`` tokens: ``clipfrac`` (clipped / n),
+    ``approx_kl`` (k3 = mean((r - 1) - log r) of the token log-ratios), :func:`ratio_stats` of
+    ``ratio`` and ``n_tokens`` (float64 sums; 0 with no valid token; inf allowed: a ratio may
+    overflow)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        k3 = np.expm1(log_ratio) - log_ratio                             # (r - 1) - log r per token
+    return {"clipfrac": float(np.sum(clipped, dtype=np.float64) / n) if n else 0.0,
+            "approx_kl": _valid_mean(k3, valid, n), **ratio_stats(ratio, valid, n), "n_tokens": n}
 
 
 def _valid_mean(x, valid, n) -> float:
-    """Mean of ``x`` over the ``valid`` entries, float64 sum (inf allowed: a statistic may overflow)."""
+    """Mean of ``x`` over the ``valid`` entries, float64 sum (inf allowed: a statistic may
+    overflow)."""
     return float(np.sum(np.where(valid, x, 0), dtype=np.float64) / n) if n else 0.0
 
 
@@ -235,129 +283,97 @@ def ratio_stats(ratio, valid, n):
             "ratio_min": float(ratio[valid].min())}
 
 
-def clipped_policy_loss(logp, logp_old, adv, mask=None, clip_eps=0.2, clip_eps_high=None, *,
-                        loss_agg="token-mean", norm_len=None, ratio_level="token"):
-    """L^CLIP loss, its gradient and its statistics (eq. (7) of the PPO paper).
-
-    Parameters
-    ----------
-    logp : (B, T) or (N,) log pi(a_t|s_t) under the current policy, float32 or float64.
-    logp_old : same shape, log pi_old(a_t|s_t) stored at rollout time.
-    adv : same shape, advantages A_t (usually whitened).
-    mask : 0/1 like ``logp`` or None (all valid). 2-D masks must be right-padded.
-    clip_eps : eps_low > 0 (the band's lower edge is 1 - eps_low); 0.2 typical.
-    clip_eps_high : eps_high > 0, or None for eps_low (symmetric); DAPO's clip-higher uses 0.28.
-    loss_agg : "token-mean" (default), "seq-mean-token-mean" or "seq-mean-token-sum-norm" (with the
-        constant ``norm_len``): :func:`minippo.rl.masked.aggregation_denominator`. Not token-mean
-        needs 2-D inputs (rows are responses).
-    ratio_level : "token" (r_t, PPO) or "sequence" (GSPO's s_b, 2-D inputs; module docstring).
-
-    Returns
-    -------
-    loss : float, ``-aggregate(min(r A, clip(r, 1-eps_low, 1+eps_high) A))`` (0 with no valid token).
-    dlogp : array like ``logp``, dL/dlogp: -A r / d where the unclipped branch is active, exactly
-        0 on clipped tokens (cases 3, 4), A = 0 and padding (GSPO: the row's common gradient).
-    stats : dict with ``clipfrac``, ``approx_kl`` (k3 = mean((r - 1) - log r) of the TOKEN ratios,
-        an estimate of KL(pi_old || pi); +inf when a ratio overflows), ``ratio_mean``, ``ratio_max``,
-        ``ratio_min`` (of the ratio the loss uses: per token, or s_b on each token of row b; 1.0 with
-        no valid token), ``n_tokens`` and ``clip_case`` (int8 array like ``logp``, codes in
-        :data:`CLIP_CASES`).
-
-    Raises ``ValueError`` naming ``logp`` and ``logp_old`` where ``r A`` has no finite value (A < 0
-    and the ratio overflows).
-
-    The compiled twin (``rl/_kernels.py``) covers token-mean and the token ratio, with either band: the
-    other options need a row's length or mean log-ratio before any token's gradient (a second pass), so
-    they run this formula on both switch settings.
-    """
-    if kernels.enabled() and loss_agg == "token-mean" and ratio_level == "token":   # compiled: rl/_kernels.py
-        return _kernels.clipped_policy_loss(logp, logp_old, adv, mask, clip_eps, clip_eps_high)
-    check_choice("ratio_level", ratio_level, RATIO_LEVELS)
-    (logp, logp_old, adv), mask = token_inputs(mask, logp=logp, logp_old=logp_old, adv=adv)
-    lo, hi = clip_band(clip_eps, clip_eps_high, logp.dtype)               # the band, in the data's dtype
-    d = aggregation_denominator(mask, loss_agg, norm_len)                 # n, or (B, 1), or B L_max
-    valid = mask == 1
-    n = int(valid.sum())
-    log_ratio = logp - logp_old                                           # log r_t
-    with np.errstate(over="ignore", invalid="ignore"):
-        ratio = np.exp(log_ratio)                 # r_t; +inf where log r_t exceeds the dtype's range
-        if ratio_level == "sequence":
-            if logp.ndim != 2:
-                raise ValueError(f"`ratio_level` 'sequence' needs 2-D (B, T) inputs, got shape {logp.shape}")
-            lengths = np.maximum(valid.sum(axis=1), 1)                    # (B,) |o_b|
-            log_s = np.where(valid, log_ratio, 0).sum(axis=1) / lengths   # (B,) GSPO's log s_b
-            ratio = np.broadcast_to(np.exp(log_s)[:, None], logp.shape).astype(logp.dtype)   # s_b on row b
-        # the next two lines are L^CLIP, eq. (7): min(r A, clip(r) A) = A min(r, 1+eps_high) (A >= 0),
-        # A max(r, 1-eps_low) (A < 0); finite wherever the clip binds, even where r overflows (float64 terms)
-        a64 = adv.astype(np.float64)
-        surr = np.where(adv >= 0, a64 * np.minimum(ratio, hi), a64 * np.maximum(ratio, lo))
-        surr = np.where(valid, surr, 0.0)                                 # padding never enters
-        # min() selects the constant clipped term where clipping binds: zero gradient there
-        clipped = ((adv > 0) & (ratio > hi)) | ((adv < 0) & (ratio < lo))
-        active = valid & ~clipped & (adv != 0)                            # tokens whose term moves with logp
-        if ratio_level == "token":
-            # d(-r A)/dlogp = -A r (dr/dlogp = r), divided by the aggregation's d (n for token-mean)
-            dlogp = np.where(active, -adv * ratio / d, 0.0).astype(logp.dtype)
-        else:
-            # d(-s_b A_t')/dlogp_t = -A_t' s_b / |o_b| for every unclipped t' of row b, summed with its 1/d
-            row = np.where(active, adv / d, 0.0).sum(axis=1)              # (B,) sum_t' A_t' / d_bt'
-            coef = np.where(row == 0, 0.0, -ratio[:, 0] / lengths * row)  # (B,)
-            dlogp = np.where(valid, coef[:, None], 0.0).astype(logp.dtype)
-    bad = valid & ~(np.isfinite(surr) & np.isfinite(dlogp))
-    if bad.any():
-        i = tuple(int(j) for j in np.argwhere(bad)[0])
-        raise ratio_overflow_error(log_ratio[i].item(), adv[i].item(), i if len(i) != 1 else i[0], dtype=logp.dtype)
-    loss = -masked_aggregate(surr, mask, loss_agg, norm_len)
-    if not np.isfinite(loss):
-        raise ValueError("the sum of L^CLIP over the tokens overflows float64; check `logp` and `logp_old`")
-    # each token's case in the table of the module docstring (codes of CLIP_CASES)
-    case = np.select(
-        [~valid, adv == 0, (adv > 0) & (ratio < lo), (adv > 0) & (ratio <= hi), adv > 0,
+def clip_cases(ratio, adv, mask=None, clip_eps=0.2, clip_eps_high=None) -> np.ndarray:
+    """The case of every token in the table of the module docstring (int8 codes of
+    :data:`CLIP_CASES`) for the ratio ``ratio`` (r_t, or GSPO's s_b on each token of row b),
+    advantages ``adv`` and the band [1 - clip_eps, 1 + clip_eps_high]: which tokens the clip zeroes
+    (cases 3, 4) and why the others move."""
+    (ratio, adv), mask = token_inputs(mask, layout="any", validate_values=False, ratio=ratio,
+                                      adv=adv)
+    lo, hi = clip_band(clip_eps, clip_eps_high, ratio.dtype)
+    return np.select(
+        [mask != 1, adv == 0, (adv > 0) & (ratio < lo), (adv > 0) & (ratio <= hi), adv > 0,
          ratio < lo, ratio <= hi],
         [PAD, ZERO_ADV, POS_BELOW, POS_INSIDE, POS_CLIPPED, NEG_CLIPPED, NEG_INSIDE],
         default=NEG_ABOVE).astype(np.int8)
-    with np.errstate(over="ignore", invalid="ignore"):
-        k3 = np.expm1(log_ratio) - log_ratio                             # (r - 1) - log r per token
-    stats = {"clipfrac": masked_mean(clipped.astype(logp.dtype), mask), "approx_kl": _valid_mean(k3, valid, n),
-             **ratio_stats(ratio, valid, n), "n_tokens": n, "clip_case": case}
-    return loss, dlogp, stats
+
+
+def check_finite_objective(surr, dlogp, valid, log_ratio, adv, what="L^CLIP = r A") -> None:
+    """The overflow diagnostics of a clipped loss (both paths): a ``ValueError`` at the first valid
+    token whose objective or gradient has no finite value (:func:`ratio_overflow_error`), or when
+    the sum over the tokens overflows float64."""
+    bad = valid & ~(np.isfinite(surr) & np.isfinite(dlogp))
+    if bad.any():
+        i = tuple(int(j) for j in np.argwhere(bad)[0])
+        raise ratio_overflow_error(log_ratio[i].item(), adv[i].item(), i if len(i) != 1 else i[0],
+                                   what=what,
+                                   dtype=dlogp.dtype)
+    if not np.isfinite(np.sum(surr)):
+        raise ValueError(f"the sum of {what.split(' =')[0]} over the tokens overflows float64; "
+                         "check `logp` and "
+                         "`logp_old`")
+
+
+def ratio_overflow_error(log_ratio, adv, pos, what="L^CLIP = r A", dtype=np.float64,
+                         why="the clip bounds r only on the side A pushes it") -> ValueError:
+    """The ``ValueError`` of both paths of :func:`clipped_policy_loss` (and its variants and
+    :func:`ppo_penalty_loss`) where the objective or its gradient has no finite value in ``dtype``:
+    the ratio overflows (named: ``logp`` and ``logp_old``), or the ratio is finite and the advantage
+    makes ``-A r / n`` overflow (named: ``adv``)."""
+    with np.errstate(over="ignore"):
+        r = float(np.exp(np.float64(log_ratio)))
+    if r <= float(np.finfo(dtype).max):
+        return ValueError(f"`adv` = {adv!r} at {pos} with the ratio r = {r!r} gives {what} or its "
+                          "gradient beyond "
+                          f"the range of {np.dtype(dtype)}; check `adv`")
+    return ValueError(f"`logp` - `logp_old` = {log_ratio!r} at {pos} gives the ratio r = {r!r} "
+                      "with the advantage "
+                      f"A = {adv!r}: {what} is not finite there ({why}); check `logp` and "
+                      "`logp_old`")
 
 
 # ----------------------------------------------------------------------------------------------
 # 3. the value loss L^VF
 # ----------------------------------------------------------------------------------------------
 
-def _value_overflow_error(err, values, returns, names, what="a squared error beyond float64's range: no finite "
-                                                             "value loss"):
-    """``ValueError`` naming the inputs where the float64 squared error (or the gradient in the values' dtype) has
-    no finite value."""
+def _value_overflow_error(err, values, returns, names,
+                          what="a squared error beyond float64's range: no finite value loss"):
+    """``ValueError`` naming the inputs where the float64 squared error (or the gradient in the
+    values' dtype) has no finite value."""
     i = tuple(int(j) for j in np.argwhere(~np.isfinite(err))[0])
     pos = i if len(i) != 1 else i[0]
-    return ValueError(f"{' and '.join(f'`{n}`' for n in names)} at {pos} (values {values[i].item()!r}, returns "
+    return ValueError(f"{' and '.join(f'`{n}`' for n in names)} at {pos} (values "
+                      f"{values[i].item()!r}, returns "
                       f"{returns[i].item()!r}) give {what}")
 
 
 def _gradient_overflow_error(dvalues, values, returns, names):
-    """The gradient ``(v - R) / n`` is finite in float64 but not in the values' dtype (float32 beyond 3.4e38)."""
+    """The gradient ``(v - R) / n`` is finite in float64 but not in the values' dtype (float32
+    beyond 3.4e38)."""
     return _value_overflow_error(dvalues, values, returns, names,
-                                 f"a gradient (values - returns) / n beyond the range of {dvalues.dtype}: no finite "
+                                 "a gradient (values - returns) / n beyond the range of "
+                                 f"{dvalues.dtype}: no finite "
                                  "gradient in that dtype (pass float64 values)")
 
 
 def value_loss(values, returns, mask=None, *, loss_agg="token-mean", norm_len=None):
-    """Unclipped value loss ``0.5 * masked_mean((values - returns)^2)``: L^VF of PPO paper eq. (9), with 0.5.
+    """Unclipped value loss ``0.5 * masked_mean((values - returns)^2)``: L^VF of PPO paper eq. (9),
+    with 0.5.
 
     Parameters
     ----------
     values : (B, T) or (N,) V(s_t) from the critic being trained.
     returns : same shape, the regression targets R_t (adv + values_old).
     mask : 0/1 like ``values`` or None (all valid); 2-D masks must be right-padded.
-    loss_agg, norm_len : the aggregation (default token-mean), :func:`minippo.rl.masked.aggregation_denominator`.
+    loss_agg, norm_len : the aggregation (default token-mean),
+        :func:`minippo.rl.masked.aggregation_denominator`.
 
     Returns
     -------
-    loss : float. dvalues : like ``values``, ``(values - returns) / d`` (d = n for token-mean), 0 on padding.
-    stats : ``vf_clipfrac`` (0.0: nothing is clipped), ``values_mean``, ``returns_mean``, ``n_tokens``.
+    loss : float. dvalues : like ``values``, ``(values - returns) / d`` (d = n for token-mean), 0 on
+        padding.
+    stats : ``vf_clipfrac`` (0.0: nothing is clipped), ``values_mean``, ``returns_mean``,
+    ``n_tokens``.
     """
     (values, returns), mask = token_inputs(mask, values=values, returns=returns)
     n = int((mask == 1).sum())
@@ -377,11 +393,14 @@ def value_loss(values, returns, mask=None, *, loss_agg="token-mean", norm_len=No
     return loss, dvalues, stats
 
 
-def clipped_value_loss(values, values_old, returns, mask=None, clip_eps=0.2, *, loss_agg="token-mean",
+def clipped_value_loss(values, values_old, returns, mask=None, clip_eps=0.2, *,
+                       loss_agg="token-mean",
                        norm_len=None):
-    """Clipped value loss ``0.5 * masked_mean(max((v - R)^2, (v_old + clip(v - v_old, -eps, eps) - R)^2))``.
+    """Clipped value loss ``0.5 * masked_mean(max((v - R)^2, (v_old + clip(v - v_old, -eps, eps) -
+    R)^2))``.
 
-    L^VF of PPO paper eq. (9), clipped around the rollout's values (the paper has no value clipping).
+    L^VF of PPO paper eq. (9), clipped around the rollout's values (the paper has no value
+    clipping).
 
     Parameters
     ----------
@@ -391,7 +410,8 @@ def clipped_value_loss(values, values_old, returns, mask=None, clip_eps=0.2, *, 
     mask : 0/1 like ``values`` or None; 2-D masks must be right-padded.
     clip_eps : > 0, in the units of the values (its own hyperparameter: ``clip_eps_value``
         in the trainers' configs).
-    loss_agg, norm_len : the aggregation (default token-mean), :func:`minippo.rl.masked.aggregation_denominator`.
+    loss_agg, norm_len : the aggregation (default token-mean),
+        :func:`minippo.rl.masked.aggregation_denominator`.
 
     Returns
     -------
@@ -422,7 +442,8 @@ def clipped_value_loss(values, values_old, returns, mask=None, clip_eps=0.2, *, 
     with np.errstate(over="ignore"):
         dvalues = np.where(clipped | ~valid, 0.0, (v - R) / d).astype(values.dtype)
     if not np.isfinite(dvalues).all():
-        raise _gradient_overflow_error(dvalues, values, returns, ("values", "values_old", "returns"))
+        names = ("values", "values_old", "returns")
+        raise _gradient_overflow_error(dvalues, values, returns, names)
     stats = {"vf_clipfrac": masked_mean(clipped.astype(values.dtype), mask),
              "values_mean": masked_mean(values, mask), "returns_mean": masked_mean(returns, mask),
              "n_tokens": n}

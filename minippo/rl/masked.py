@@ -5,12 +5,12 @@ here takes an array ``x`` of any shape and a ``mask`` of the same shape that is 
 entries and 0 on padding; ``mask=None`` means "all valid" (this holds everywhere in
 ``minippo.rl``). Sums are accumulated in float64 whatever the input dtype.
 
-The token-level losses of ``minippo.rl`` (policy, value, penalty) are ``masked_mean`` over the
-whole batch by default: every valid token weighs the same, a long response counts more than a short
-one (the CONTRIBUTING.md convention, as in TRL). :func:`aggregation_denominator` and :func:`masked_aggregate`
-give the other two normalisations practitioners argue about: GRPO's per-response 1/|o| and Dr. GRPO's
-constant normaliser (their ``loss_agg`` argument). Empty selections have documented values instead of NaN,
-so a logged metric is always a finite number:
+The token-level losses of ``minippo.rl`` (policy, value, penalty) are ``masked_mean`` over the whole
+batch by default: every valid token weighs the same, a long response counts more than a short one
+(the CONTRIBUTING.md convention, as in TRL). :func:`aggregation_denominator` and
+:func:`masked_aggregate` give the other two normalisations practitioners argue about: GRPO's
+per-response 1/|o| and Dr. GRPO's constant normaliser (their ``loss_agg`` argument). Empty
+selections have documented values instead of NaN, so a logged metric is always a finite number:
 
     masked_mean of no valid entry          -> 0.0
     masked_var of < 2 valid (unbiased)     -> 0.0   (< 1 valid when biased)
@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from minippo.checks import check_choice, check_float_array, check_mask, check_range, check_same_shape
+from minippo.checks import (check_choice, check_float_array, check_mask, check_range,
+                            check_same_shape)
 
 # ----------------------------------------------------------------------------------------------
 # input handling shared by every function of minippo.rl that takes (arrays, mask)
@@ -41,7 +42,8 @@ def _mask_of(mask, shape: tuple, dtype, *, layout: str = "any", name: str = "mas
         return np.ones(shape, dtype=dtype)
     mask = np.asarray(mask)
     if mask.shape != tuple(shape):
-        raise ValueError(f"`{name}` has shape {mask.shape} but the data have shape {tuple(shape)}; they must match")
+        raise ValueError(f"`{name}` has shape {mask.shape} but the data have shape {tuple(shape)}; "
+                         "they must match")
     as_2d = mask.reshape(1, -1) if mask.ndim != 2 else mask      # check_mask wants (B, T)
     check_mask(name, as_2d, layout=layout if mask.ndim == 2 else "any")
     return mask.astype(dtype, copy=False)
@@ -79,7 +81,8 @@ def token_inputs(mask, layout: str = "right", validate_values: bool = True, **ar
         return out, np.ascontiguousarray(_mask_of(mask, out[0].shape, dtype, layout=layout))
     mask = np.asarray(mask)
     if mask.shape != out[0].shape:
-        raise ValueError(f"`mask` has shape {mask.shape} but `{names[0]}` has shape {out[0].shape}; "
+        raise ValueError(f"`mask` has shape {mask.shape} but `{names[0]}` has shape "
+                         f"{out[0].shape}; "
                          f"they must match")
     if mask.dtype != np.bool_ and not np.issubdtype(mask.dtype, np.number):
         raise ValueError(f"`mask` must be numeric or bool, got dtype {mask.dtype}")
@@ -136,7 +139,8 @@ def masked_var(x, mask, unbiased=True):
 
 
 def masked_whiten(x, mask, shift_mean=True, eps=1e-8):
-    """Whiten ``x`` over its valid entries: ``(x - mean) / sqrt(var + eps)`` (advantage normalisation).
+    """Whiten ``x`` over its valid entries: ``(x - mean) / sqrt(var + eps)`` (advantage
+    normalisation).
 
     Parameters
     ----------
@@ -194,7 +198,8 @@ def explained_variance(values, returns, mask) -> float:
 
 
 # ----------------------------------------------------------------------------------------------
-# loss aggregation: how per-token terms become one loss (token-mean, the GRPO 1/|o|, Dr. GRPO's constant)
+# loss aggregation: how per-token terms become one loss (token-mean, the GRPO 1/|o|, Dr. GRPO's
+# constant)
 # ----------------------------------------------------------------------------------------------
 
 #: the three normalisations of verl's ``loss_agg_mode`` / TRL's ``loss_type``
@@ -202,7 +207,8 @@ LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
 def aggregation_denominator(mask, loss_agg: str = "token-mean", norm_len=None):
-    """The divisor d of each valid token's term: an aggregated loss is ``sum_{b,t} m_bt l_bt / d_bt``.
+    """The divisor d of each valid token's term: an aggregated loss is
+    ``sum_{b,t} m_bt l_bt / d_bt``.
 
     With B rows (responses), |o_b| valid tokens in row b and n = sum_b |o_b|::
 
@@ -244,8 +250,10 @@ def aggregation_denominator(mask, loss_agg: str = "token-mean", norm_len=None):
         lengths = (m != 0).sum(axis=1, keepdims=True).astype(np.float64)      # (B, 1) |o_b|
         return B * np.maximum(lengths, 1.0)
     if norm_len is None:
-        raise ValueError("`norm_len` must be given for loss_agg 'seq-mean-token-sum-norm' (the constant "
-                         "normaliser, e.g. max_new_tokens; a batch's padded width changes with the batch)")
+        raise ValueError("`norm_len` must be given for loss_agg 'seq-mean-token-sum-norm' (the "
+                         "constant "
+                         "normaliser, e.g. max_new_tokens; a batch's padded width changes with the "
+                         "batch)")
     check_range("norm_len", norm_len, 0, None, lo_open=True)
     return float(B * norm_len)
 

@@ -1,27 +1,32 @@
-"""The critic of RLHF-PPO, set up before the first iteration: which network, which weights, which units.
+"""The critic of RLHF-PPO, set up before the first iteration: which network, which weights, which
+units.
 
 Legend: B batch (responses), Tn response tokens.
 
-Of the four models the critic is the one whose form varies most between implementations. ``cfg.critic``
-chooses (and :mod:`minippo.rlhf.ppo` branches on it, visibly, wherever a value is read or trained):
+Of the four models the critic is the one whose form varies most between implementations. Canonical
+PPO (:mod:`minippo.rlhf.ppo`) trains a separate TinyGPT beside the actor, which :func:`build_critic`
+initialises from the reward model (Ziegler et al. 2019 initialise the value function from the reward
+model: it already reads responses the way the score does), from the SFT trunk, or at random
+(``cfg.critic_init``). The other arrangements are knobs of :mod:`minippo.rlhf.ppo_knobs`
+(``cfg.critic``):
 
-* ``"separate"`` (default): its own TinyGPT, trained beside the actor. :func:`build_critic` initialises
-  it from the reward model (Ziegler et al. 2019 initialise the value function from the reward model: it
-  already reads responses the way the score does), from the SFT trunk, or at random (``cfg.critic_init``).
-* ``"shared"``: the scalar head of the actor's own TinyGPT (one forward pass gives logits and values).
-  With ``shared_stop_gradient`` the value loss trains only the head and never pushes on the shared
-  trunk (``TinyGPT.backward(scalar_into_trunk=False)``).
-* ``"none"``: no critic (values are 0), for the critic-free advantage estimators (GRPO, RLOO): three models.
+* ``"shared"``: the scalar head of the actor's own TinyGPT (one forward pass gives logits and
+  values). With ``shared_stop_gradient`` the value loss trains only the head and never pushes on the
+  shared trunk (``TinyGPT.backward(scalar_into_trunk=False)``).
+* ``"none"``: no critic (values are 0); the critic-free family is :mod:`minippo.rlhf.grpo`: three
+  models.
 
-Value normalisation (``cfg.value_norm``, :class:`ValueNorm`): the head predicts ``h = (V - mu) / sigma``
-where mu, sigma are running statistics of the returns; the value is ``V = sigma h + mu`` and the loss
-compares h with the normalised targets. When the statistics move, the head's weight and bias are
-rescaled so that every V stays exactly the same ("preserving outputs", PopArt, van Hasselt et al. 2016,
-arXiv:1602.07714). Switched off, :class:`ValueNorm` is the identity (mu = 0, sigma = 1).
+Value normalisation (a knob, ``cfg.value_norm``, :class:`ValueNorm`): the head predicts
+``h = (V - mu) / sigma`` where mu, sigma are running statistics of the returns; the value is
+``V = sigma h + mu`` and the loss compares h with the normalised targets. When the statistics move,
+the head's weight and bias are rescaled so that every V stays exactly the same ("preserving
+outputs", PopArt, van Hasselt et al. 2016, arXiv:1602.07714). Switched off, :class:`ValueNorm` is
+the identity (mu = 0, sigma = 1).
 
-The bias init (``cfg.critic_bias_init = "mean_score"``, :func:`init_bias_to_mean_score`): at the first
-rollout the value head's bias is shifted so that the mean value equals the mean score, so the critic
-does not start an arbitrary distance away from the returns (lesson 16 measures what that costs).
+The bias init (canonical; the knob ``critic_bias_init = "keep"`` leaves it out;
+:func:`init_bias_to_mean_score`): at the first rollout the value head's bias is shifted so that the
+mean value equals the mean score, so the critic does not start an arbitrary distance away from the
+returns (lesson 16 measures what that costs).
 """
 from __future__ import annotations
 
@@ -33,27 +38,27 @@ from minippo.checks import check_float_array, check_range
 from minippo.nn.gpt import TinyGPT
 from minippo.rl.masked import masked_mean
 
-SEED_CRITIC = 7          # np.random.default_rng([cfg.seed, SEED_CRITIC]) initialises a random critic
+SEED_CRITIC = 7         # np.random.default_rng([cfg.seed, SEED_CRITIC]) initialises a random critic
 
 
-def build_critic(cfg, sft_model: TinyGPT, reward_model) -> TinyGPT | None:
-    """The separate critic's TinyGPT chosen by ``cfg.critic_init`` (None unless ``cfg.critic == "separate"``:
-    a shared critic is the actor's scalar head, and "none" has no network)."""
-    if cfg.critic != "separate":
-        return None
-    if cfg.critic_init == "reward_model":
-        return reward_model.normalized_model()           # trunk + head of the RM, normalisation folded in
-    if cfg.critic_init == "sft":
+def build_critic(critic_init: str, sft_model: TinyGPT, reward_model, seed: int) -> TinyGPT:
+    """The separate critic's TinyGPT: ``critic_init`` "reward_model" (the RM's trunk and head, its
+    normalisation folded in: Ziegler et al. 2019), "sft" (the SFT trunk, head 0) or "random" (a
+    fresh TinyGPT of ``np.random.default_rng([seed, SEED_CRITIC])``)."""
+    if critic_init == "reward_model":
+        return reward_model.normalized_model()     # trunk + head of the RM, normalisation folded in
+    if critic_init == "sft":
         model = sft_model.copy()
         model.params["scalar_head.w"][...] = 0.0
         model.params["scalar_head.b"][...] = 0.0
         return model
-    return TinyGPT(sft_model.cfg, rng=np.random.default_rng([cfg.seed, SEED_CRITIC]))
+    return TinyGPT(sft_model.cfg, rng=np.random.default_rng([seed, SEED_CRITIC]))
 
 
 class ValueNorm:
-    """Running mean and variance of the returns (Chan et al.'s parallel update, float64) and the PopArt
-    rescaling of a value head; the identity while ``enabled`` is False or nothing has been seen."""
+    """Running mean and variance of the returns (Chan et al.'s parallel update, float64) and the
+    PopArt rescaling of a value head; the identity while ``enabled`` is False or nothing has been
+    seen."""
 
     def __init__(self, enabled: bool, mean: float = 0.0, var: float = 1.0, count: float = 0.0):
         self.enabled = bool(enabled)
@@ -77,8 +82,9 @@ class ValueNorm:
         return np.asarray(h).astype(np.float64) * sigma + mu
 
     def update(self, returns, mask, head_params: dict | None) -> None:
-        """Merge the valid ``returns`` into the statistics; rescale ``head_params`` (``scalar_head.w|b``) so
-        that every V stays the same (PopArt). A no-op when disabled or without a head."""
+        """Merge the valid ``returns`` into the statistics; rescale ``head_params``
+        (``scalar_head.w|b``) so that every V stays the same (PopArt). A no-op when disabled or
+        without a head."""
         if not self.enabled or head_params is None:
             return
         mu, sigma = self.mu_sigma
@@ -96,30 +102,34 @@ class ValueNorm:
         new_mu, new_sigma = self.mu_sigma
         # V = sigma (x w + b) + mu = new_sigma (x w' + b') + new_mu  ->  the next two lines (PopArt)
         head_params["scalar_head.w"] *= head_params["scalar_head.w"].dtype.type(sigma / new_sigma)
-        head_params["scalar_head.b"][...] = (sigma * head_params["scalar_head.b"] + mu - new_mu) / new_sigma
+        b = head_params["scalar_head.b"]
+        b[...] = (sigma * b + mu - new_mu) / new_sigma
 
     def state_dict(self) -> dict:
         return {"enabled": self.enabled, "mean": self.mean, "var": self.var, "count": self.count}
 
     @classmethod
     def from_state(cls, state: dict) -> "ValueNorm":
-        """The statistics of :meth:`state_dict`, checked: ``enabled`` a bool, ``mean`` finite, ``var`` and
-        ``count`` finite and >= 0 (a ``ValueError`` naming the entry otherwise)."""
+        """The statistics of :meth:`state_dict`, checked: ``enabled`` a bool, ``mean`` finite,
+        ``var`` and ``count`` finite and >= 0 (a ``ValueError`` naming the entry otherwise)."""
         if not isinstance(state, dict) or set(state) != {"enabled", "mean", "var", "count"}:
-            raise ValueError(f"`value_norm` must be a dict with enabled, mean, var, count; got {state!r}")
+            raise ValueError("`value_norm` must be a dict with enabled, mean, var, count; got "
+                             f"{state!r}")
         if not isinstance(state["enabled"], bool):
-            raise ValueError(f"`value_norm.enabled` must be true or false, got {state['enabled']!r}")
+            raise ValueError(f"`value_norm.enabled` must be true or false, got "
+                             f"{state['enabled']!r}")
         check_range("value_norm.mean", state["mean"])
         check_range("value_norm.var", state["var"], 0, None)
         check_range("value_norm.count", state["count"], 0, None)
         return cls(**state)
 
 
-def init_bias_to_mean_score(head_params: dict, value_norm: ValueNorm, values, scores, mask) -> float:
-    """Shift a value head so that its mean value over the valid tokens equals the mean score; returns the
-    shift added to every value (the head's bias moves by shift / sigma)."""
+def init_bias_to_mean_score(head_params: dict, values, scores, mask, sigma: float = 1.0) -> float:
+    """Shift a value head so that its mean value over the valid tokens equals the mean score;
+    returns the shift added to every value (the head's bias moves by shift / sigma: sigma of
+    :class:`ValueNorm`, 1 without value normalisation)."""
     delta = float(np.mean(scores)) - masked_mean(np.asarray(values, dtype=np.float64), mask)
     check_float_array("delta", np.asarray([delta], dtype=np.float64))
     b = head_params["scalar_head.b"]
-    b += b.dtype.type(delta / value_norm.mu_sigma[1])
+    b += b.dtype.type(delta / sigma)
     return delta

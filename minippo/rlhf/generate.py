@@ -7,19 +7,20 @@ One call turns a batch of prompts into responses::
     logits, kv = model.prefill(prompt_ids, prompt_mask)        run every prompt once, keep K and V
     for t in 0 .. max_new_tokens - 1:
         q_t      = sampling_distribution(logits, T, top_k, top_p)   what we sample from
-        token_t  ~ q_t                                              inverse CDF with one uniform per row
+        token_t  ~ q_t                                              inverse CDF, one uniform a row
         logp_t   = log_softmax(logits / T)[token_t]                 what PPO calls logp_old
         if every row has produced <eos>: stop
         logits   = model.decode_step(kv, token_t)                   one new position per row
 
-**Which log-prob is returned.** ``logp`` is always the log-probability of the sampled token under the
-*full*, temperature-scaled softmax ``log_softmax(logits / temperature)`` -- the distribution pi_theta
-that the PPO trainer recomputes with a forward pass (one temperature everywhere, CONTRIBUTING.md). With
-``top_k > 0`` or ``top_p < 1`` the token is *sampled* from the truncated, renormalised distribution
-q, but ``logp`` is still log pi, not log q. The difference matters: the samples do not come from pi,
-so per-token KL estimates such as ``logp - logp_ref`` no longer average to KL(pi || pi_ref) and can
-even be negative on average (lesson 15 shows this). The default ``top_k = 0, top_p = 1`` samples
-from pi itself, and then ``logp`` is exactly the log-prob of the sampling distribution.
+**Which log-prob is returned.** ``logp`` is always the log-probability of the sampled token under
+the *full*, temperature-scaled softmax ``log_softmax(logits / temperature)`` -- the distribution
+pi_theta that the PPO trainer recomputes with a forward pass (one temperature everywhere,
+CONTRIBUTING.md). With ``top_k > 0`` or ``top_p < 1`` the token is *sampled* from the truncated,
+renormalised distribution q, but ``logp`` is still log pi, not log q. The difference matters: the
+samples do not come from pi, so per-token KL estimates such as ``logp - logp_ref`` no longer average
+to KL(pi || pi_ref) and can even be negative on average (lesson 15 shows this). The default
+``top_k = 0, top_p = 1`` samples from pi itself, and then ``logp`` is exactly the log-prob of the
+sampling distribution.
 
 **Padding.** Prompts are left-padded (``prompt_mask`` 1 on real tokens, every row's last column
 real), responses right-padded: after a row samples ``eos_id`` it is *ended*; it keeps feeding
@@ -80,7 +81,8 @@ class Generation:
         return self.response_mask.sum(axis=1)
 
 
-def sampling_distribution(logits, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> np.ndarray:
+def sampling_distribution(logits, temperature: float = 1.0, top_k: int = 0,
+                          top_p: float = 1.0) -> np.ndarray:
     """The distribution q that :func:`generate` samples from: (B, V) probabilities, rows sum to 1.
 
     ``q = softmax(logits / temperature)``, then (if ``top_k > 0``) every token outside the k most
@@ -100,48 +102,55 @@ def sampling_distribution(logits, temperature: float = 1.0, top_k: int = 0, top_
         order = np.argsort(-probs, axis=1, kind="stable")              # (B, V) most probable first
         sorted_p = probs[rows, order]
         sorted_p = sorted_p / sorted_p.sum(axis=1, keepdims=True)      # mass after the top-k cut
-        mass_before = np.cumsum(sorted_p, axis=1) - sorted_p           # (B, V) mass of the better tokens
-        sorted_p[mass_before >= top_p] = 0.0                           # the nucleus: smallest prefix >= top_p
+        mass_before = np.cumsum(sorted_p, axis=1) - sorted_p      # (B, V) mass of the better tokens
+        sorted_p[mass_before >= top_p] = 0.0                 # the nucleus: smallest prefix >= top_p
         probs = np.empty_like(probs)
         probs[rows, order] = sorted_p
     return probs / probs.sum(axis=1, keepdims=True)
 
 
 def sample_from(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """One token per row of ``probs`` (B, V) by inverse-CDF sampling with the uniforms ``u`` (B,) in (0, 1].
+    """One token per row of ``probs`` (B, V) by inverse-CDF sampling with the uniforms ``u`` (B,) in
+    (0, 1].
 
     For each row the first token whose cumulative probability reaches ``u * total`` (the CDF is
-    accumulated left to right in float64), so a token of probability 0 is never chosen. With the switch
-    of :mod:`minippo.kernels` on, the same scan runs compiled (``rlhf/_kernels.py``: NumPy's row-wise
-    cumsum costs about a third of a decode step at B = 64, V = 512; the kernel stops at the sampled token).
+    accumulated left to right in float64), so a token of probability 0 is never chosen. With the
+    switch of :mod:`minippo.kernels` on, the same scan runs compiled (``rlhf/_kernels.py``: NumPy's
+    row-wise cumsum costs about a third of a decode step at B = 64, V = 512; the kernel stops at the
+    sampled token).
     """
     if kernels.enabled():            # the same scan, compiled: rlhf/_kernels.py
         return _kernels.sample_from(probs, u)
     cdf = np.cumsum(probs, axis=1, dtype=np.float64)                   # (B, V)
-    tokens = (cdf < (u * cdf[:, -1])[:, None]).sum(axis=1)             # (B,) first index with cdf >= u * total
+    tokens = (cdf < (u * cdf[:, -1])[:, None]).sum(axis=1)  # (B,) first index with cdf >= u * total
     return np.minimum(tokens, probs.shape[1] - 1).astype(np.int64)
 
 
-def _validate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, top_k, top_p, eos_id, pad_id):
+def _validate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, top_k, top_p,
+              eos_id, pad_id):
     """Every argument of :func:`generate`, with a ValueError naming the bad one."""
     cfg = getattr(model, "cfg", None)
     if cfg is None or not hasattr(model, "prefill") or not hasattr(model, "decode_step"):
-        raise ValueError(f"`model` must be a TinyGPT (with cfg, prefill, decode_step), got {type(model).__name__}")
+        raise ValueError("`model` must be a TinyGPT (with cfg, prefill, decode_step), got "
+                         f"{type(model).__name__}")
     V = cfg.vocab_size
     prompt_ids = check_int_array("prompt_ids", prompt_ids, ndim=2, low=0, high=V)
     prompt_mask = check_mask("prompt_mask", prompt_mask, layout="left")
     check_same_shape(prompt_ids=prompt_ids, prompt_mask=prompt_mask)
     B, Tp = prompt_ids.shape
     if B == 0 or Tp == 0:
-        raise ValueError(f"`prompt_ids` must have at least one row and one column, got shape {prompt_ids.shape}")
+        raise ValueError("`prompt_ids` must have at least one row and one column, got shape "
+                         f"{prompt_ids.shape}")
     empty = np.flatnonzero(prompt_mask[:, -1] == 0)
     if empty.size:
-        raise ValueError(f"`prompt_mask` row {int(empty[0])} has no real token: every prompt needs at least "
+        raise ValueError(f"`prompt_mask` row {int(empty[0])} has no real token: every prompt needs "
+                         "at least "
                          "one (e.g. <bos>)")
     check_range("max_new_tokens", max_new_tokens, 1, None, integer=True)
     if Tp > cfg.block_size - max_new_tokens:
         raise ValueError(f"`prompt_ids` has Tp={Tp} columns but block_size - max_new_tokens = "
-                         f"{cfg.block_size} - {max_new_tokens} = {cfg.block_size - max_new_tokens}: "
+                         f"{cfg.block_size} - {max_new_tokens} = "
+                         f"{cfg.block_size - max_new_tokens}: "
                          "prompt and response must fit in the model's block")
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"`rng` must be a np.random.Generator, got {type(rng).__name__}")
@@ -154,7 +163,8 @@ def _validate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, 
 
 
 def generate(model, prompt_ids, prompt_mask, *, max_new_tokens: int, rng: np.random.Generator,
-             temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, eos_id: int, pad_id: int = 0
+             temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, eos_id: int,
+             pad_id: int = 0
              ) -> Generation:
     """Sample a response for every prompt, with a KV cache.
 
@@ -180,11 +190,13 @@ def generate(model, prompt_ids, prompt_mask, *, max_new_tokens: int, rng: np.ran
     prompt_ids, prompt_mask = _validate(model, prompt_ids, prompt_mask, max_new_tokens, rng,
                                         temperature, top_k, top_p, eos_id, pad_id)
     with single_blas_thread():      # (B, C) x (C, 3C) products: threads cost more than they save
-        return _generate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, top_k, top_p,
+        return _generate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, top_k,
+                         top_p,
                          eos_id, pad_id)
 
 
-def _generate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, top_k, top_p, eos_id, pad_id):
+def _generate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, top_k, top_p,
+              eos_id, pad_id):
     """:func:`generate` after validation."""
     B, Tp = prompt_ids.shape
     dtype = np.dtype(model.cfg.dtype)
@@ -194,12 +206,13 @@ def _generate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, 
     ended = np.zeros(B, dtype=bool)
     rows = np.arange(B)
 
-    logits, kv = model.prefill(prompt_ids, prompt_mask)                # (B, V) at the last prompt column
+    logits, kv = model.prefill(prompt_ids, prompt_mask)           # (B, V) at the last prompt column
     n_new = 0
     for t in range(max_new_tokens):
         # the next four lines sample token_t from q and record log pi(token_t) (full softmax)
         logp_all = log_softmax(logits, temperature)                    # (B, V) log pi
-        q = sampling_distribution(logits, temperature, top_k, top_p) if (top_k or top_p < 1) else np.exp(logp_all)
+        q = sampling_distribution(logits, temperature, top_k,
+                                  top_p) if (top_k or top_p < 1) else np.exp(logp_all)
         u = 1.0 - rng.random(B)                                        # (B,) in (0, 1]
         token = sample_from(q, u)                                      # (B,)
         alive = ~ended                                                 # rows still writing
@@ -227,7 +240,8 @@ def _generate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, 
 # ----------------------------------------------------------------------------------------------
 
 def encode_prompts(tokenizer, prompts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """``<bos> prompt`` for each prompt, left-padded: ``(prompt_ids, prompt_mask)``, each (B, Tp) int64.
+    """``<bos> prompt`` for each prompt, left-padded: ``(prompt_ids, prompt_mask)``, each (B, Tp)
+    int64.
 
     An empty prompt is just ``<bos>``: the model then writes a whole sentence from scratch.
     """
@@ -245,18 +259,22 @@ def generate_text(model, tokenizer, prompts: list[str], *, rng: np.random.Genera
     ids, mask = encode_prompts(tokenizer, prompts)
     if max_new_tokens is None:
         max_new_tokens = model.cfg.block_size - ids.shape[1]
-    gen = generate(model, ids, mask, max_new_tokens=max_new_tokens, rng=rng, eos_id=tokenizer.eos_id,
+    gen = generate(model, ids, mask, max_new_tokens=max_new_tokens, rng=rng,
+                   eos_id=tokenizer.eos_id,
                    pad_id=tokenizer.pad_id, **sampling)
     return tokenizer.decode_batch(gen.sequences), gen
 
 
-def check_response_fits(max_new_tokens: int, tokenizer, prompts, block_size: int, name: str = "max_new_tokens") -> None:
-    """``ValueError`` naming ``name`` when ``<bos>`` + the longest of ``prompts`` + ``max_new_tokens`` exceeds
-    ``block_size``: a run checks it before it writes anything, instead of failing at its first rollout."""
+def check_response_fits(max_new_tokens: int, tokenizer, prompts, block_size: int,
+                        name: str = "max_new_tokens") -> None:
+    """``ValueError`` naming ``name`` when ``<bos>`` + the longest of ``prompts`` +
+    ``max_new_tokens`` exceeds ``block_size``: a run checks it before it writes anything, instead of
+    failing at its first rollout."""
     check_range(name, max_new_tokens, 1, None, integer=True)
     longest = max(len(ids) for ids in tokenizer.encode_batch(list(prompts), add_bos=True))
     if longest + max_new_tokens > block_size:
-        raise ValueError(f"`{name}` = {max_new_tokens} does not fit: the longest prompt is {longest} tokens "
+        raise ValueError(f"`{name}` = {max_new_tokens} does not fit: the longest prompt is "
+                         f"{longest} tokens "
                          f"(<bos> included) and the model's block_size is {block_size}, so at most "
                          f"{block_size - longest} new tokens")
 
@@ -266,6 +284,7 @@ TRUNCATED_MARK = " [cut: max_new_tokens reached, no EOS]"
 
 
 def show_sample(text: str, ended: bool) -> str:
-    """``text`` as a sample is shown to a reader: marked with :data:`TRUNCATED_MARK` when the response hit
-    ``max_new_tokens`` without an EOS (it was cut, e.g. mid-word, and is scored as it stands)."""
+    """``text`` as a sample is shown to a reader: marked with :data:`TRUNCATED_MARK` when the
+    response hit ``max_new_tokens`` without an EOS (it was cut, e.g. mid-word, and is scored as it
+    stands)."""
     return text if ended else text + TRUNCATED_MARK

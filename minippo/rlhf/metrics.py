@@ -5,8 +5,8 @@ Names follow TRL's namespaces (``objective/``, ``policy/``, ``loss/``, ``val/``)
 the response's valid tokens (EOS included, padding never) and averaged over the batch; "per token"
 quantities are masked means over all valid tokens of the batch; ``policy/*``, ``loss/*`` and
 ``val/clipfrac_avg``, ``val/ratio`` are averaged over the minibatches that were computed in the update.
-KL and entropies are in nats, at the sampling temperature. The README prints :data:`GLOSSARY` as its
-glossary table (:func:`glossary_markdown`).
+KL and entropies are in nats, at the sampling temperature. The README's glossary table is :data:`GLOSSARY`
+(``tests/test_readme.py`` checks that they agree).
 """
 from __future__ import annotations
 
@@ -90,13 +90,6 @@ DPO_GLOSSARY: dict[str, str] = {
 TIMING = tuple(k for k in {**GLOSSARY, **DPO_GLOSSARY} if k.startswith("time/"))
 
 
-def glossary_markdown(glossary: dict | None = None) -> str:
-    """A glossary (default :data:`GLOSSARY`) as a Markdown table (``| metric | definition |``)."""
-    rows = ["| metric | definition |", "|---|---|"]
-    rows += [f"| `{k}` | {v} |" for k, v in (GLOSSARY if glossary is None else glossary).items()]
-    return "\n".join(rows)
-
-
 def without_timing(record: dict) -> dict:
     """``record`` without the wall-clock entries (for comparing runs)."""
     return {k: v for k, v in record.items() if k not in TIMING}
@@ -122,16 +115,16 @@ def rollout_metrics(ro, gold) -> dict:
     }
 
 
-def update_metrics(history: list[dict], *, early_stop: int | None, skipped: int,
-                   max_grad_norm: float | None = None) -> dict:
-    """The ``policy/*``, ``loss/*``, ``val/clipfrac_avg``, ``val/ratio`` metrics of one update from the
-    per-minibatch ``history`` (every minibatch whose loss was computed; ``grad_norm`` is None for those not
-    applied; ``max_grad_norm`` the clip they were subject to, None = none), plus ``first_minibatch``: the ratio
-    statistics of the update's first minibatch (the lr = 0 check)."""
+def update_metrics(update: dict, max_grad_norm: float | None = None) -> dict:
+    """The ``policy/*``, ``loss/*``, ``val/clipfrac_avg``, ``val/ratio``, ``lr``, ``lr_max`` and ``early_stop_epoch``
+    metrics of one update (what ``ppo_iteration`` and its variants return): ``history`` holds one dict per
+    minibatch whose loss was computed (``grad_norm`` None for those not applied; a loss term a variant does
+    not have counts as 0), ``max_grad_norm`` the clip the steps were subject to (None: none)."""
+    history = update["history"]
+
     def mean(key):
-        vals = [h[key] for h in history if h[key] is not None]
+        vals = [h[key] for h in history if h.get(key) is not None]
         return float(np.mean(vals)) if vals else 0.0
-    first = history[0] if history else {}
     norms = [h["grad_norm"] for h in history if h["grad_norm"] is not None]
     clipped = 0.0 if max_grad_norm is None or not norms else float(np.mean([n > max_grad_norm for n in norms]))
     return {
@@ -147,9 +140,16 @@ def update_metrics(history: list[dict], *, early_stop: int | None, skipped: int,
         "val/ratio": mean("ratio_mean"),
         "policy/grad_norm_avg": mean("grad_norm"),
         "policy/grad_clip_frac": clipped,
-        "policy/skipped_minibatches": skipped,
-        "policy/steps": sum(h["grad_norm"] is not None for h in history),
-        "early_stop_epoch": early_stop,
-        "first_minibatch": {k: float(first[k]) for k in ("ratio_mean", "ratio_min", "ratio_max", "approx_kl", "clipfrac")}
-                           if history else {},
+        "policy/skipped_minibatches": update.get("skipped", 0),
+        "policy/steps": len(norms),
+        "early_stop_epoch": update["early_stop_epoch"],
+        "lr": update["lr"],
+        "lr_max": update.get("lr_max", update["lr"] if norms else 0.0),
     }
+
+
+def first_minibatch(update: dict) -> dict:
+    """The ratio statistics of an update's first minibatch (before any step: the lr = 0 check, lesson 16)."""
+    first = update["history"][0] if update["history"] else {}
+    return {k: float(first[k]) for k in ("ratio_mean", "ratio_min", "ratio_max", "approx_kl", "clipfrac")} if first \
+        else {}

@@ -6,7 +6,7 @@ RLHF stage 2 (InstructGPT sec. 3.5, eq. (1); Q29): one of the four models
 of PPO for language models. It reads ``prompt ++ response`` and returns ONE number per sequence::
 
     scalar = TinyGPT(sequences, attn_mask).scalar_head             (B, T) a number at every position
-    r      = scalar[b, last_token_index(attn_mask)[b]]             (B,)   read at the last real token
+    r      = scalar[b, last_token_index(attn_mask)[b]]             (B,)   at the last real token
 
 The last real token is the EOS when the response ended (never the padding after it); a response
 without EOS is read at its last sampled token (the PPO trainer subtracts a penalty for those). The
@@ -21,21 +21,22 @@ maximise the likelihood of the labels of N pairs::
     d loss / d r_chosen_i   = -sigmoid(-(r_chosen_i - r_rejected_i)) / N
     d loss / d r_rejected_i = +sigmoid(-(r_chosen_i - r_rejected_i)) / N
 
-As in InstructGPT, the K responses of a prompt are scored once and all their K (K - 1) / 2 pairs enter
-the loss (eq. (1)'s 1 / C(K, 2) is this mean when every prompt has all its pairs); a response in several
-pairs sums their gradients. ``d loss / d scalar`` is d loss / d r at the last-token position of each
-row, 0 elsewhere, which ``TinyGPT.backward(dscalar=...)`` carries into the trunk. The loss only sees
-differences, so a constant added to every score changes nothing (the head bias gets zero gradient).
+As in InstructGPT, the K responses of a prompt are scored once and all their K (K - 1) / 2 pairs
+enter the loss (eq. (1)'s 1 / C(K, 2) is this mean when every prompt has all its pairs); a response
+in several pairs sums their gradients. ``d loss / d scalar`` is d loss / d r at the last-token
+position of each row, 0 elsewhere, which ``TinyGPT.backward(dscalar=...)`` carries into the trunk.
+The loss only sees differences, so a constant added to every score changes nothing (the head bias
+gets zero gradient).
 
 **Normalisation** (OpenAI's lm-human-preferences, Ziegler et al. 2019, arXiv:1909.08593): after
-training, a gain and a bias are set so that the scores of fresh samples of the reference (SFT) policy
-have mean 0 and standard deviation 1: ``score = gain * raw_score + bias``, gain = 1 / std,
+training, a gain and a bias are set so that the scores of fresh samples of the reference (SFT)
+policy have mean 0 and standard deviation 1: ``score = gain * raw_score + bias``, gain = 1 / std,
 bias = -mean / std. PPO then sees rewards on a known scale whatever the RM training did (reward
 normalisation, Q30, done once with fixed constants rather than per batch).
 
 The reward model starts from the SFT weights (its trunk already reads the language) with a fresh
-scalar head ~ N(0, std 1 / sqrt(C + 1)) as in lm-human-preferences; ``init="fresh"`` builds a new, possibly
-smaller, TinyGPT instead (weaker reward models for lesson 19).
+scalar head ~ N(0, std 1 / sqrt(C + 1)) as in lm-human-preferences; ``init="fresh"`` builds a new,
+possibly smaller, TinyGPT instead (weaker reward models for lesson 19).
 
 Training the model (the stage ``minippo rm``: preference data, minibatches, normalisation, report)
 is :mod:`minippo.rlhf.rm_train`.
@@ -65,14 +66,16 @@ def last_token_index(attn_mask) -> np.ndarray:
     mask = check_mask("attn_mask", attn_mask, layout="any") != 0     # (B, T) bool
     empty = ~mask.any(axis=1)
     if empty.any():
-        raise ValueError(f"`attn_mask` row {int(np.argmax(empty))} has no real token: nothing to score")
+        raise ValueError(f"`attn_mask` row {int(np.argmax(empty))} has no real token: nothing to "
+                         "score")
     T = mask.shape[1]
     return (T - 1 - np.argmax(mask[:, ::-1], axis=1)).astype(np.int64)
 
 
 def length_chunks(attn_mask, max_rows: int) -> list[tuple[np.ndarray, int]]:
-    """Rows grouped by length to cut padding: ``[(rows, T), ...]`` with at most ``max_rows`` rows per
-    chunk and ``T`` = 1 + the chunk's largest last-token index (columns after it are all padding)."""
+    """Rows grouped by length to cut padding: ``[(rows, T), ...]`` with at most ``max_rows`` rows
+    per chunk and ``T`` = 1 + the chunk's largest last-token index (columns after it are all
+    padding)."""
     check_range("max_rows", max_rows, 1, None, integer=True)
     ends = last_token_index(attn_mask) + 1                             # (B,)
     order = np.argsort(ends, kind="stable")
@@ -102,7 +105,8 @@ def bradley_terry_forward(r_chosen, r_rejected):
 
 
 def bradley_terry_backward(dloss: float, cache):
-    """``(dr_chosen, dr_rejected)``, each (N,): the gradient of :func:`bradley_terry_forward` (InstructGPT eq. (1)).
+    """``(dr_chosen, dr_rejected)``, each (N,): the gradient of :func:`bradley_terry_forward`
+    (InstructGPT eq. (1)).
 
     loss = mean softplus(-margin)  ->  d loss / d margin = -sigmoid(-margin) / N, and
     margin = r_chosen - r_rejected sends it with + to r_chosen and - to r_rejected.
@@ -121,8 +125,10 @@ class RewardModel:
 
     Parameters
     ----------
-    model : TinyGPT, the trunk and ``scalar_head.w|b`` (trained); ``model.params`` are the parameters
-    gain, bias : the normalisation ``score = gain * raw_score + bias`` (1 and 0 until :meth:`normalize`)
+    model : TinyGPT, the trunk and ``scalar_head.w|b`` (trained); ``model.params`` are the
+        parameters
+    gain, bias : the normalisation ``score = gain * raw_score + bias`` (1 and 0 until
+    :meth:`normalize`)
     """
 
     def __init__(self, model: TinyGPT, gain: float = 1.0, bias: float = 0.0):
@@ -133,11 +139,13 @@ class RewardModel:
         self.model, self.gain, self.bias = model, float(gain), float(bias)
 
     @classmethod
-    def from_sft(cls, sft_model: TinyGPT, rng: np.random.Generator, n_layer: int | None = None) -> "RewardModel":
+    def from_sft(cls, sft_model: TinyGPT, rng: np.random.Generator,
+                 n_layer: int | None = None) -> "RewardModel":
         """Copy the SFT weights (optionally only the first ``n_layer`` blocks) and draw a new head.
 
         The head ``scalar_head.w`` ~ N(0, std 1 / sqrt(C + 1)) and ``scalar_head.b`` = 0, as
-        lm-human-preferences initialises its reward head; the LM head (tied ``wte``) is kept but unused.
+        lm-human-preferences initialises its reward head; the LM head (tied ``wte``) is kept but
+        unused.
         """
         if not isinstance(sft_model, TinyGPT):
             raise ValueError(f"`sft_model` must be a TinyGPT, got {type(sft_model).__name__}")
@@ -145,7 +153,8 @@ class RewardModel:
         n_layer = cfg.n_layer if n_layer is None else n_layer
         check_range("n_layer", n_layer, 1, cfg.n_layer, integer=True)
         new_cfg = GPTConfig(**{**cfg.to_dict(), "n_layer": int(n_layer)})
-        keep = [k for k in sft_model.params if not k.startswith("h.") or int(k.split(".")[1]) < n_layer]
+        keep = [k for k in sft_model.params
+                if not k.startswith("h.") or int(k.split(".")[1]) < n_layer]
         model = TinyGPT.from_params(new_cfg, {k: sft_model.params[k].copy() for k in keep})
         C = cfg.n_embd
         model.params["scalar_head.w"][...] = rng.normal(0.0, 1.0 / np.sqrt(C + 1), size=(C, 1))
@@ -156,7 +165,8 @@ class RewardModel:
     def fresh(cls, cfg: GPTConfig, rng: np.random.Generator) -> "RewardModel":
         """A randomly initialised TinyGPT of shape ``cfg`` (GPT-2 init) with the same head init."""
         model = TinyGPT(cfg, rng=rng)
-        model.params["scalar_head.w"][...] = rng.normal(0.0, 1.0 / np.sqrt(cfg.n_embd + 1), size=(cfg.n_embd, 1))
+        std = 1.0 / np.sqrt(cfg.n_embd + 1)
+        model.params["scalar_head.w"][...] = rng.normal(0.0, std, size=(cfg.n_embd, 1))
         return cls(model)
 
     @property
@@ -165,21 +175,24 @@ class RewardModel:
 
     # -- scores -----------------------------------------------------------------------------
     def forward(self, sequences, attn_mask):
-        """Raw scores ``(B,)`` (model dtype) at the last real token and the cache for :meth:`backward`."""
+        """Raw scores ``(B,)`` (model dtype) at the last real token and the cache for
+        :meth:`backward`."""
         last = last_token_index(attn_mask)                             # (B,)
         _, scalar, cache = self.model.forward(sequences, attn_mask, scalar=True)   # scalar (B, T)
         return scalar[np.arange(len(last)), last], (cache, last, scalar.shape)
 
     def backward(self, cache, draw) -> dict[str, np.ndarray]:
-        """Parameter gradients given ``draw`` (B,) = d loss / d raw score: placed on the last token."""
+        """Parameter gradients given ``draw`` (B,) = d loss / d raw score: placed on the last token.
+        """
         c_model, last, shape = cache
         draw = check_float_array("draw", draw, shape=(shape[0],))
-        dscalar = np.zeros(shape, dtype=self.model.cfg.dtype)          # (B, T) zero off the last token
+        dscalar = np.zeros(shape, dtype=self.model.cfg.dtype)       # (B, T) zero off the last token
         dscalar[np.arange(shape[0]), last] = draw
         return self.model.backward(c_model, dscalar=dscalar)
 
     def raw_score(self, sequences, attn_mask, batch_size: int = 256) -> np.ndarray:
-        """(B,) float64 unnormalised scores r(x, y), ``batch_size`` rows of similar length at a time."""
+        """(B,) float64 unnormalised scores r(x, y), ``batch_size`` rows of similar length at a
+        time."""
         sequences = check_int_array("sequences", sequences, ndim=2)
         attn_mask = check_mask("attn_mask", attn_mask, shape=sequences.shape, layout="any")
         check_range("batch_size", batch_size, 1, None, integer=True)
@@ -189,29 +202,35 @@ class RewardModel:
         return out
 
     def score(self, sequences, attn_mask, batch_size: int = 256) -> np.ndarray:
-        """(B,) float64 normalised scores ``gain * raw_score + bias`` (what PPO uses as the reward)."""
+        """(B,) float64 normalised scores ``gain * raw_score + bias`` (what PPO uses as the reward).
+        """
         return self.gain * self.raw_score(sequences, attn_mask, batch_size) + self.bias
 
     def normalize(self, sequences, attn_mask) -> tuple[float, float]:
-        """Set gain and bias so that the scores of these reference-policy samples have mean 0, std 1.
+        """Set gain and bias so that the scores of these reference-policy samples have mean 0, std
+        1.
 
-        gain = 1 / std(raw), bias = -mean(raw) / std(raw) (population std); returns ``(gain, bias)``.
+        gain = 1 / std(raw), bias = -mean(raw) / std(raw) (population std); returns
+        ``(gain, bias)``.
         """
         raw = self.raw_score(sequences, attn_mask)
         std = float(raw.std())
         if raw.size < 2 or not std > 0:
-            raise ValueError("`sequences` must hold at least two samples with different raw scores to normalise")
+            raise ValueError("`sequences` must hold at least two samples with different raw scores "
+                             "to normalise")
         self.gain, self.bias = 1.0 / std, -float(raw.mean()) / std
         return self.gain, self.bias
 
     # -- the Bradley-Terry step ---------------------------------------------------------------
-    def pairs_loss_and_grads(self, sequences, attn_mask, chosen_idx, rejected_idx, chunk_rows: int = 16):
-        """Bradley-Terry loss of the pairs ``(chosen_idx[i], rejected_idx[i])`` of rows of ``sequences``,
-        the accuracy (fraction with r_chosen > r_rejected), and the gradients of every parameter.
+    def pairs_loss_and_grads(self, sequences, attn_mask, chosen_idx, rejected_idx,
+                             chunk_rows: int = 16):
+        """Bradley-Terry loss of the pairs ``(chosen_idx[i], rejected_idx[i])`` of rows of
+        ``sequences``, the accuracy (fraction with r_chosen > r_rejected), and the gradients of
+        every parameter.
 
-        Every row is scored ONCE, however many pairs it is in (InstructGPT scores the K responses of a
-        prompt once for all its K (K - 1) / 2 comparisons), in chunks of ``chunk_rows`` rows of similar
-        length (less padding); the gradients of the chunks are summed.
+        Every row is scored ONCE, however many pairs it is in (InstructGPT scores the K responses of
+        a prompt once for all its K (K - 1) / 2 comparisons), in chunks of ``chunk_rows`` rows of
+        similar length (less padding); the gradients of the chunks are summed.
 
         Returns ``(loss, accuracy, grads)``.
         """
@@ -219,7 +238,8 @@ class RewardModel:
         attn_mask = check_mask("attn_mask", attn_mask, shape=sequences.shape, layout="any")
         M = sequences.shape[0]
         chosen_idx = check_int_array("chosen_idx", chosen_idx, ndim=1, low=0, high=M)
-        rejected_idx = check_int_array("rejected_idx", rejected_idx, shape=chosen_idx.shape, low=0, high=M)
+        rejected_idx = check_int_array("rejected_idx", rejected_idx, shape=chosen_idx.shape,
+                                       low=0, high=M)
         r = np.empty(M, dtype=self.model.cfg.dtype)                     # (M,) raw scores
         caches = []
         for rows, T in length_chunks(attn_mask, chunk_rows):
@@ -232,7 +252,8 @@ class RewardModel:
         np.add.at(dr, chosen_idx, dr_chosen)
         np.add.at(dr, rejected_idx, dr_rejected)
         grads = None
-        for rows, cache in caches:                                       # the chunks' gradients add up
+        # the chunks' gradients add up
+        for rows, cache in caches:
             g = self.backward(cache, dr[rows])
             grads = g if grads is None else {k: grads[k] + g[k] for k in grads}
         return loss, float(np.mean(r[chosen_idx] > r[rejected_idx])), grads
@@ -240,21 +261,24 @@ class RewardModel:
     # -- folding, saving, loading -------------------------------------------------------------
     def normalized_model(self) -> TinyGPT:
         """A copy of the TinyGPT whose scalar head outputs the NORMALISED score at every position:
-        w' = gain * w, b' = gain * b + bias (e.g. to initialise PPO's critic from the reward model)."""
+        w' = gain * w, b' = gain * b + bias (e.g. to initialise PPO's critic from the reward model).
+        """
         model = self.model.copy()
         model.params["scalar_head.w"] *= self.gain
         model.params["scalar_head.b"][...] = self.gain * model.params["scalar_head.b"] + self.bias
         return model
 
     def save(self, directory, *, tokenizer=None, extra_state: dict | None = None):
-        """Write the weights, gain and bias (under ``state["reward_model"]``) with ``save_model``."""
+        """Write the weights, gain and bias (under ``state["reward_model"]``) with ``save_model``.
+        """
         extra = dict(extra_state or {})
         extra[STATE_KEY] = {**extra.get(STATE_KEY, {}), "gain": self.gain, "bias": self.bias}
         return save_model(directory, self.model, tokenizer=tokenizer, extra_state=extra)
 
     @classmethod
     def load(cls, directory) -> tuple["RewardModel", dict]:
-        """``(reward_model, state)`` from a folder written by :meth:`save` (``state`` as ``load_model``'s)."""
+        """``(reward_model, state)`` from a folder written by :meth:`save` (``state`` as
+        ``load_model``'s)."""
         model, state = load_model(directory)
         if STATE_KEY not in state:
             raise ValueError(f"`directory` {directory} holds a model but no reward model (no "
@@ -281,7 +305,8 @@ def has_eos(response, response_mask, eos_id: int) -> np.ndarray:
     return ((response == eos_id) & (response_mask != 0)).any(axis=1)
 
 
-def sequence_scores(rm_scores, ended, lengths, *, missing_eos_penalty: float = 0.0, length_penalty: float = 0.0,
+def sequence_scores(rm_scores, ended, lengths, *, missing_eos_penalty: float = 0.0,
+                    length_penalty: float = 0.0,
                     length_bonus: float = 0.0, length_norm_alpha: float = 0.0,
                     score_clip: float | None = None) -> np.ndarray:
     """The score each response is rewarded with::
@@ -291,10 +316,11 @@ def sequence_scores(rm_scores, ended, lengths, *, missing_eos_penalty: float = 0
         score = score - missing_eos_penalty * [no EOS among the response's valid tokens]
         score = clip(score, -score_clip, score_clip)                     (None = off)
 
-    A response that hit ``max_new_tokens`` without EOS is not a finished sentence: without the penalty the
-    policy can learn to ramble into the length limit (TRL ``missing_eos_penalty``). ``length_penalty``
-    counters length hacking; ``length_bonus`` simulates a reward model that likes long answers (lesson 16);
-    dividing by n^alpha cancels a length bias that grows like n^alpha and no other (lesson 16 measures it).
+    A response that hit ``max_new_tokens`` without EOS is not a finished sentence: without the
+    penalty the policy can learn to ramble into the length limit (TRL ``missing_eos_penalty``).
+    ``length_penalty`` counters length hacking; ``length_bonus`` simulates a reward model that likes
+    long answers (lesson 16); dividing by n^alpha cancels a length bias that grows like n^alpha and
+    no other (lesson 16 measures it).
 
     Parameters
     ----------
@@ -312,13 +338,16 @@ def sequence_scores(rm_scores, ended, lengths, *, missing_eos_penalty: float = 0
     rm_scores = check_float_array("rm_scores", rm_scores, ndim=1)
     ended = np.asarray(ended)
     if ended.dtype != np.bool_ or ended.shape != rm_scores.shape:
-        raise ValueError(f"`ended` must be a bool array of shape {rm_scores.shape}, got {ended.dtype} {ended.shape}")
+        raise ValueError(f"`ended` must be a bool array of shape {rm_scores.shape}, got "
+                         f"{ended.dtype} {ended.shape}")
     lengths = check_int_array("lengths", lengths, shape=rm_scores.shape, low=0)
-    for name, v in (("missing_eos_penalty", missing_eos_penalty), ("length_penalty", length_penalty),
-                    ("length_bonus", length_bonus), ("length_norm_alpha", length_norm_alpha)):
+    for name, v in (("missing_eos_penalty", missing_eos_penalty),
+                    ("length_penalty", length_penalty), ("length_bonus", length_bonus),
+                    ("length_norm_alpha", length_norm_alpha)):
         check_range(name, v, 0, None)
     scores = rm_scores.astype(np.float64)
-    # the next three lines are the linear length terms, the division by n^alpha and the missing-EOS penalty
+    # the next three lines are the linear length terms, the division by n^alpha and the missing-EOS
+    # penalty
     scores = scores + (length_bonus - length_penalty) * lengths
     if length_norm_alpha:
         scores = scores / np.maximum(lengths, 1) ** length_norm_alpha

@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from minippo.rlhf.ppo import minibatch_loss_and_grads
+from minippo.rlhf.ppo_knobs import KnobsConfig, minibatch_loss_and_grads
 
 HEAD = ("scalar_head.w", "scalar_head.b")
 
@@ -34,9 +34,10 @@ def trunk_gradient_split(state, rollout, cfg, rows=None) -> dict:
 
     Parameters
     ----------
-    state : the :class:`minippo.rlhf.ppo.PPOState` of a run with ``cfg.critic == "shared"`` (e.g. ``trainer.state``)
+    state : the :class:`minippo.rlhf.ppo_knobs.KnobsState` of a run with ``cfg.critic == "shared"`` (e.g.
+        ``trainer.state``)
     rollout : a Rollout with ``adv`` and ``returns`` (e.g. ``trainer.last_rollout``)
-    cfg : the PPOConfig of the run (``vf_coef``, clipping, ...)
+    cfg : the KnobsConfig of the run (``vf_coef``, clipping, ...)
     rows : indices of the minibatch (default: the first ``cfg.minibatch_size`` rows)
 
     Returns
@@ -45,8 +46,9 @@ def trunk_gradient_split(state, rollout, cfg, rows=None) -> dict:
     ``value`` the norm of the value loss's part (``total``'s gradient minus the stop-gradient one),
     ``share`` = value / total, ``head_w_norm`` = |w| of the value head. Nothing is updated.
     """
-    if cfg.critic != "shared":
-        raise ValueError(f"`cfg.critic` must be 'shared' (a value head on the actor's trunk), got {cfg.critic!r}")
+    critic = cfg.critic if isinstance(cfg, KnobsConfig) else f"a {type(cfg).__name__} (no shared critic)"
+    if critic != "shared":
+        raise ValueError(f"`cfg.critic` must be 'shared' (a value head on the actor's trunk), got {critic!r}")
     if rollout.adv is None or rollout.returns is None:
         raise ValueError("`rollout` must carry `adv` and `returns` (compute_advantages first)")
     if rows is None:

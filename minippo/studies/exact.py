@@ -17,8 +17,8 @@ hand-written backprop as the Monte Carlo estimates (:func:`backprop`: ``minippo.
 then an ``np.add.at`` into the table).
 
 Every Monte Carlo estimate runs the library's formulas on a sampled batch: log-probs by
-``logprobs_from_logits``, rewards by ``minippo.rlhf.ppo.per_token_rewards``, returns by ``gae``,
-advantages by ``grpo_advantages`` (:mod:`minippo.studies.exact_updates`), the loss and dlogp by ``clipped_policy_loss`` / ``kl_ref_loss``: the
+``logprobs_from_logits``, rewards by ``minippo.rlhf.ppo_knobs.shaped_rewards`` (the trainer's, with k2 / k3), returns by ``gae``,
+advantages by ``grpo_advantages`` (:mod:`minippo.studies.exact_updates`), the loss and dlogp by ``aggregated_policy_loss`` / ``kl_ref_loss``: the
 formula a student reads is the code that runs. Its EXPECTATION is often a finite sum too: an estimator
 that is a sum of per-response terms has ``E[g] = sum_y pi_sample(y) g(y)``, which the same functions
 compute on all N responses with each response's advantage (or dlogp) weighted by N pi_sample(y) (the
@@ -36,8 +36,9 @@ import numpy as np
 from minippo.checks import check_choice, check_range
 from minippo.rl.gae import gae
 from minippo.rl.kl import kl_ref_loss
-from minippo.rl.losses import clipped_policy_loss, logprobs_backward, logprobs_from_logits
-from minippo.rlhf.ppo import per_token_rewards
+from minippo.rl.loss_variants import aggregated_policy_loss
+from minippo.rl.losses import logprobs_backward, logprobs_from_logits
+from minippo.rlhf.ppo_knobs import shaped_rewards
 
 KL_ESTIMATORS = ("reward k1", "reward k2", "reward k3", "loss k1", "loss k2", "loss k3")
 RIGHT = 0                # the right answer whose length is tracked (exact_updates.exact_metrics); the wrong one V - 2
@@ -243,14 +244,14 @@ def policy_gradient(space, rows, theta, theta_old, theta_ref, scores, beta, kind
                     weights=None) -> np.ndarray:
     """The PPO estimate of grad (J - beta E[sum_t k_t]) from the responses ``rows`` sampled by theta_old.
 
-    Rewards as our trainer makes them (``per_token_rewards``: -beta k_t with k from logp_old, the score
+    Rewards as our trainer makes them (``shaped_rewards``: -beta k_t with k from logp_old, the score
     on the last token), returns to go by ``gae`` with values 0 and lambda = 1, minus a leave-one-out
-    baseline of the other responses' returns, into ``clipped_policy_loss`` (token ratio, the sum over a
+    baseline of the other responses' returns, into ``aggregated_policy_loss`` (token ratio, the sum over a
     response's tokens averaged over responses). With ``weights`` (n,) the baseline is dropped and row
     i's advantage is multiplied by weights[i]: with weights N pi_old(y) over all N responses this is
     the exact expectation of the estimator WITHOUT baseline (equal to it with one on-policy)."""
     logp, logp_old, logp_ref, mask = batch_logprobs(space, rows, theta, theta_old, theta_ref)
-    rewards, _, _ = per_token_rewards(scores, logp_old, logp_ref, mask, beta, kl_kind=kind)
+    rewards, _, _ = shaped_rewards(scores, logp_old, logp_ref, mask, beta, kl_kind=kind)
     returns, _ = gae(rewards, np.zeros_like(rewards), mask, gamma=1.0, lam=1.0)    # (n, L) returns to go
     if weights is None:
         total = returns[:, 0]
@@ -258,8 +259,8 @@ def policy_gradient(space, rows, theta, theta_old, theta_ref, scores, beta, kind
         adv = (returns - baseline[:, None]) * mask
     else:
         adv = returns * weights[:, None]
-    _, dlogp, _ = clipped_policy_loss(logp, logp_old, adv, mask, clip_eps, loss_agg="seq-mean-token-sum-norm",
-                                      norm_len=1)
+    _, dlogp, _ = aggregated_policy_loss(logp, logp_old, adv, mask, clip_eps, loss_agg="seq-mean-token-sum-norm",
+                                         norm_len=1)
     return -backprop(space, theta, dlogp, rows)                                   # ascent direction of the objective
 
 

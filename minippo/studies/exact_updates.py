@@ -3,7 +3,8 @@ the enumerable sequence space of :mod:`minippo.studies.exact`.
 
 Legend: N responses in the space, n sampled responses, G group size, L positions, S states, V vocab.
 
-Each update is the library's ``clipped_policy_loss`` on a batch of the space's responses, backpropagated into
+Each update is the library's clipped surrogate (``clipped_policy_loss`` and its variants of
+:mod:`minippo.rl.loss_variants`) on a batch of the space's responses, backpropagated into
 the table by :func:`minippo.studies.exact.backprop`: GRPO / Dr. GRPO advantages (``grpo_advantages``) under
 each ``loss_agg`` (:func:`group_update`, its exact on-policy expectation :func:`expected_group_update`, and
 the sampled training loop :func:`train`); PPO's token ratio, GSPO's sequence ratio and the whole-response
@@ -16,7 +17,8 @@ import numpy as np
 
 from minippo.checks import check_choice
 from minippo.rl.group_advantages import grpo_advantages
-from minippo.rl.losses import CLIPPED_CASES, clipped_policy_loss
+from minippo.rl.loss_variants import aggregated_policy_loss, sequence_policy_loss
+from minippo.rl.losses import CLIPPED_CASES, clip_cases, clipped_policy_loss
 from minippo.studies.exact import (RIGHT, answer_length, backprop, batch_logprobs, entropy, objective,
                                    per_response_gradients, probabilities, sample)
 
@@ -31,8 +33,9 @@ def group_update(space, rows, theta, theta_old, reward, group_size, *, loss_agg=
     responses ``rows`` (contiguous groups of ``group_size``), sampled by theta_old; ``norm_len`` = L."""
     logp, logp_old, _, mask = batch_logprobs(space, rows, theta, theta_old, theta)
     adv = grpo_advantages(reward[rows], group_size, mask, scale=scale)
-    _, dlogp, stats = clipped_policy_loss(logp, logp_old, adv, mask, clip_eps, clip_eps_high, loss_agg=loss_agg,
-                                          norm_len=space.L, ratio_level=ratio_level)
+    check_choice("ratio_level", ratio_level, ("token", "sequence"))
+    loss = aggregated_policy_loss if ratio_level == "token" else sequence_policy_loss
+    _, dlogp, stats = loss(logp, logp_old, adv, mask, clip_eps, clip_eps_high, loss_agg=loss_agg, norm_len=space.L)
     return -backprop(space, theta, dlogp, rows), stats
 
 
@@ -99,12 +102,18 @@ def _ratio_dlogp(space, rows, theta, theta_old, reward, estimator, baseline, cli
     if estimator == "whole-response ratio":
         seq, seq_old = (logp * mask).sum(axis=1), (logp_old * mask).sum(axis=1)  # (n,) log pi(y)
         _, dseq, stats = clipped_policy_loss(seq, seq_old, a, None, **band)
-        clipped = np.isin(stats["clip_case"], CLIPPED_CASES)[:, None] * mask     # every token of a clipped response
+        cases = clip_cases(np.exp(seq - seq_old), a, None, **band)
+        clipped = np.isin(cases, CLIPPED_CASES)[:, None] * mask                # every token of a clipped response
         return np.broadcast_to(dseq[:, None], mask.shape), clipped            # d log pi(y) / d logp_t = 1
-    level = "token" if estimator == "token ratio" else "sequence"
-    _, dlogp, stats = clipped_policy_loss(logp, logp_old, a[:, None] * mask, mask, **band,
-                                          loss_agg="seq-mean-token-sum-norm", norm_len=1, ratio_level=level)
-    return dlogp, np.isin(stats["clip_case"], CLIPPED_CASES) * mask
+    loss = aggregated_policy_loss if estimator == "token ratio" else sequence_policy_loss
+    adv = a[:, None] * mask
+    _, dlogp, stats = loss(logp, logp_old, adv, mask, **band, loss_agg="seq-mean-token-sum-norm", norm_len=1)
+    if estimator == "token ratio":
+        ratio = np.exp(logp - logp_old)                                          # r_t
+    else:                                                                        # GSPO's s_b on each token
+        ratio = np.exp((np.where(mask != 0, logp - logp_old, 0).sum(axis=1) / np.maximum(mask.sum(axis=1), 1)))
+        ratio = np.broadcast_to(ratio[:, None], logp.shape)
+    return dlogp, np.isin(clip_cases(ratio, adv, mask, **band), CLIPPED_CASES) * mask
 
 
 def ratio_gradient(space, rows, theta, theta_old, reward, estimator, *, baseline, clip_eps, clip_eps_high=None):

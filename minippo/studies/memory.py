@@ -47,6 +47,8 @@ import numpy as np
 from minippo.checks import check_choice, check_range
 from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW
+from minippo.rlhf.grpo import GRPOConfig
+from minippo.rlhf.ppo_knobs import KnobsConfig
 
 GB = 1e9
 #: (B, T, V)-sized arrays that ``ppo_update.minibatch_loss_and_grads`` holds from forward to backward:
@@ -115,9 +117,6 @@ class Precision:
     activations: int
     logits: int
     """Per value of the (B, T, V) arrays: 4, since the log-softmax runs in fp32 in both conventions."""
-
-    def trained_bytes_per_param(self) -> int:
-        return self.weights + self.grads + self.master + self.adam
 
 
 FP32 = Precision("fp32 (our NumPy models)", weights=4, grads=4, master=0, adam=8, activations=4, logits=4)
@@ -303,13 +302,14 @@ def static_bytes(rows) -> int:
 # ----------------------------------------------------------------------------------------------
 
 def passes_per_iteration(cfg, decode_steps: int | None = None) -> dict[str, dict[str, int]]:
-    """Model calls of one ``PPOTrainer.step`` with ``cfg`` (a ``PPOConfig``), as the trainer makes them.
+    """Model calls of one ``PPOTrainer.step`` with ``cfg`` (a PPOConfig, KnobsConfig or GRPOConfig), as the
+    trainer makes them.
 
-    Rollout (``ppo_step.collect_rollout``): the actor generates (one ``prefill`` of the prompts and
+    Rollout (steps 1-2 of ``ppo_iteration``): the actor generates (one ``prefill`` of the prompts and
     ``decode_steps`` one-token ``decode_step`` calls, at most ``max_new_tokens - 1``, the default
     here), then one full forward each: actor (logp_old, and the values of a shared critic), reference
     (logp_ref), separate critic (values), reward model (score; one call per 256 rows). Update
-    (``ppo_update``): ``update_epochs x batch_size / minibatch_size`` minibatches, each one forward and
+    (step 5): ``update_epochs x batch_size / minibatch_size`` minibatches, each one forward and
     one backward of the actor and of a separate critic (plus an actor forward and backward on corpus
     text with PPO-ptx). A target-KL early stop ends the update sooner: these are the maxima.
 
@@ -319,7 +319,9 @@ def passes_per_iteration(cfg, decode_steps: int | None = None) -> dict[str, dict
     steps = cfg.max_new_tokens - 1 if decode_steps is None else decode_steps
     check_range("decode_steps", steps, 0, cfg.max_new_tokens - 1, integer=True)
     B, K, M = cfg.batch_size, cfg.update_epochs, cfg.num_minibatches
-    ptx = cfg.ptx_coef > 0
+    knobs = isinstance(cfg, KnobsConfig)
+    ptx = knobs and cfg.ptx_coef > 0
+    separate = cfg.critic == "separate" if knobs else not isinstance(cfg, GRPOConfig)
 
     def calls(prefill=0, decode=0, forward=0, backward=0, forward_rows=0, backward_rows=0):
         return dict(prefill=prefill, decode=decode, forward=forward, backward=backward,
@@ -329,7 +331,7 @@ def passes_per_iteration(cfg, decode_steps: int | None = None) -> dict[str, dict
     extra_f, extra_r = (upd, upd * cfg.ptx_batch_size) if ptx else (0, 0)
     out = {"actor": calls(1, steps, 1 + upd + extra_f, upd + extra_f, B + K * B + extra_r, K * B + extra_r),
            "reference": calls(forward=1, forward_rows=B)}
-    if cfg.critic == "separate":
+    if separate:
         out["critic"] = calls(forward=1 + upd, backward=upd, forward_rows=B + K * B, backward_rows=K * B)
     n_chunks = math.ceil(B / 256)
     out["reward"] = calls(forward=n_chunks, forward_rows=B)
@@ -348,10 +350,12 @@ class PassCounter:
 
     ``methods`` counts and times any other method the same way: ``methods={"kl controller": (state.kl_ctl,
     "update")}`` gives ``pc.method_calls["kl controller"] = {"calls": n, "seconds": s}`` (lesson 12: what the
-    adaptive KL controller costs, Q34).
+    adaptive KL controller costs, Q34). ``split=(ppo, "ppo_update")`` splits the counts where that function
+    is first called: ``pc.before`` (the passes until then: one iteration's rollout) and ``pc.after`` (from then
+    on: its update), both in the layout of ``pc.counts`` (lesson 14).
     """
 
-    def __init__(self, models: dict, methods: dict | None = None):
+    def __init__(self, models: dict, methods: dict | None = None, split: tuple | None = None):
         self.models, self.counts, self.seconds = {}, {}, {}
         for name, model in models.items():
             if model is not None and all(model is not m for m in self.models.values()):
@@ -361,6 +365,7 @@ class PassCounter:
                 self.seconds[name] = dict(prefill=0.0, decode=0.0, forward=0.0, backward=0.0)
         self.methods = dict(methods or {})
         self.method_calls = {name: {"calls": 0, "seconds": 0.0} for name in self.methods}
+        self.split, self.before = split, None
 
     @staticmethod
     def _wrap(obj, method, count: dict, seconds: dict, key: str, seconds_key: str, rows=None):
@@ -389,7 +394,23 @@ class PassCounter:
         for name, (obj, method) in self.methods.items():
             calls = self.method_calls[name]
             self._wrap(obj, method, calls, calls, "calls", "seconds")
+        if self.split is not None:
+            obj, name = self.split
+            inner = getattr(obj, name)
+
+            def marked(*args, **kwargs):                            # the counts so far: the part before
+                if self.before is None:
+                    self.before = {m: dict(c) for m, c in self.counts.items()}
+                return inner(*args, **kwargs)
+            setattr(obj, name, marked)
+            self._split_inner = inner
         return self
+
+    @property
+    def after(self) -> dict:
+        """The counts from the first call of the ``split`` function on (``counts - before``)."""
+        before = self.before or {m: {k: 0 for k in c} for m, c in self.counts.items()}
+        return {m: {k: v - before[m][k] for k, v in c.items()} for m, c in self.counts.items()}
 
     def __exit__(self, *exc) -> None:
         for model in self.models.values():
@@ -397,6 +418,8 @@ class PassCounter:
                 vars(model).pop(method, None)
         for obj, method in self.methods.values():
             vars(obj).pop(method, None)
+        if self.split is not None:
+            setattr(self.split[0], self.split[1], self._split_inner)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -288,8 +288,8 @@ class ClampedCritic:
 
 def clamp_critic(trainer, lo: float = -10.0, hi: float = 10.0):
     """Replace ``trainer``'s separate critic by a :class:`ClampedCritic` of itself (before training); returns it."""
-    if trainer.cfg.critic != "separate":
-        raise ValueError(f"`trainer` must have a separate critic to clamp, got critic={trainer.cfg.critic!r}")
+    if trainer.state.critic is None:
+        raise ValueError(f"`trainer` must have a separate critic to clamp; its {type(trainer.cfg).__name__} has none")
     trainer.state.critic = ClampedCritic(trainer.state.critic, lo, hi)
     return trainer.state.critic
 

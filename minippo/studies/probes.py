@@ -10,7 +10,7 @@ GAE, estimators), so what a lesson shows is what PPO computes:
   AFTER the update (``trainer.step``'s callback runs then): with the rollout's ``logp`` (pi_old) this
   gives the ratios r_t the update ended with, and the update's KL(pi_old || pi).
 * :func:`token_credit` - a rollout's per-token rewards and GAE advantages under a chosen reward
-  shaping (``"kl_final"`` or ``"uniform"``, :func:`minippo.rlhf.ppo.per_token_rewards`) and values.
+  shaping (``"kl_final"`` or ``"uniform"``, :func:`minippo.rlhf.ppo_knobs.shaped_rewards`) and values.
 * :func:`kl_probe` - fresh samples of a policy (optionally top-k / top-p) with, at every sampled
   state, the exact KL to the reference and the exact moments of the k1 / k2 / k3 estimators under
   the distribution the token was really drawn from (:mod:`minippo.studies.kl_moments`).
@@ -30,7 +30,8 @@ from minippo.rl.kl import kl_estimate
 from minippo.rl.losses import logprobs_from_logits
 from minippo.rl.masked import masked_mean
 from minippo.rlhf.generate import encode_prompts, generate, sampling_distribution
-from minippo.rlhf.ppo import SHAPINGS, forward_response, per_token_rewards
+from minippo.rlhf.ppo import forward_response
+from minippo.rlhf.ppo_knobs import SHAPINGS, shaped_rewards
 from minippo.studies.kl_moments import kl_estimator_moments
 
 
@@ -86,8 +87,8 @@ def token_credit(rollout, kl_coef: float, *, shaping: str, values=None, gamma: f
     check_range("kl_coef", kl_coef, 0, None)
     mask = rollout.response_mask
     values = rollout.values if values is None else check_float_array("values", values, shape=mask.shape)
-    rewards, kl, _ = per_token_rewards(rollout.scores, rollout.logp, rollout.logp_ref, mask, kl_coef,
-                                       kl_kind=kl_kind, shaping=shaping)
+    rewards, kl, _ = shaped_rewards(rollout.scores, rollout.logp, rollout.logp_ref, mask, kl_coef,
+                                    kl_kind=kl_kind, shaping=shaping)
     adv, returns = gae(rewards, values.astype(np.float64) * (mask != 0), mask, gamma=gamma, lam=lam)
     return {"rewards": rewards, "kl": kl, "adv": adv, "returns": returns}
 

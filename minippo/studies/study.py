@@ -6,8 +6,8 @@ things, which live here once:
 1. ``Study(quick, seed)`` loads the SFT policy, tokenizer and reward model of the main job, built once
    and cached by :func:`minippo.rlhf.run.pipeline.prepare_stages` (``runs/cache/...``; a temporary folder
    for ``quick``), and fixes a set of held-out evaluation prompts;
-2. ``study.run(cfg)`` trains one PPO variant (a :class:`PPOConfig`) from that SFT policy and returns
-   its per-iteration metric records and the final policy;
+2. ``study.run(cfg)`` trains one variant (a :class:`PPOConfig`, or a KnobsConfig / GRPOConfig) from that
+   SFT policy and returns its per-iteration metric records and the final policy;
 3. ``study.evaluate(policy)`` judges any policy on the evaluation prompts with fresh samples: gold
    score (the simulated human), RM score (the proxy), KL to the reference, length
    (:func:`minippo.rlhf.run.evaluate.evaluate_policy`); the SFT policy's own evaluation is ``study.reference``.
@@ -27,6 +27,7 @@ import numpy as np
 from minippo.blas import single_blas_thread
 from minippo.rlhf.data.corpus import sample_prompts
 from minippo.rlhf.ppo_config import PPOConfig
+from minippo.rlhf.ppo_knobs import KnobsConfig
 from minippo.rlhf.run.evaluate import evaluate_policy
 from minippo.rlhf.run.pipeline import prepare_stages
 from minippo.rlhf.run.trainer import PPOTrainer, load_stages, sft_training_sequences
@@ -56,10 +57,12 @@ class Study:
         self.n_eval = n_eval or (32 if quick else 128)
         self.prompts = sample_prompts(self.n_eval, seed=EVAL_SEED + seed)
 
-    def config(self, **overrides) -> PPOConfig:
-        """The main job's PPO config (``PPOConfig.quick()`` when quick) with ``overrides`` applied."""
+    def config(self, config=PPOConfig, **overrides):
+        """The main job's config of class ``config`` (canonical :class:`PPOConfig` by default; the knobs'
+        :class:`~minippo.rlhf.ppo_knobs.KnobsConfig` or :class:`~minippo.rlhf.grpo.GRPOConfig`), its ``quick()``
+        when quick, with ``overrides`` applied."""
         overrides.setdefault("seed", self.seed)
-        return PPOConfig.quick(**overrides) if self.quick else PPOConfig(**overrides)
+        return config.quick(**overrides) if self.quick else config(**overrides)
 
     @cached_property
     def ptx_sequences(self) -> list:
@@ -82,15 +85,17 @@ class Study:
         with single_blas_thread():
             return heldout_loss(policy, seqs, self.tokenizer.pad_id)
 
-    def trainer(self, cfg: PPOConfig, reward_model=None):
+    def trainer(self, cfg, reward_model=None, *, log_exact_kl: bool = False):
         """A fresh :class:`PPOTrainer` from the SFT policy (``reward_model`` overrides the cached RM)."""
-        ptx = self.ptx_sequences if cfg.ptx_coef > 0 else None
-        return PPOTrainer(cfg, self.sft, reward_model or self.reward_model, self.tokenizer, ptx_sequences=ptx)
+        ptx = self.ptx_sequences if isinstance(cfg, KnobsConfig) and cfg.ptx_coef > 0 else None
+        return PPOTrainer(cfg, self.sft, reward_model or self.reward_model, self.tokenizer, ptx_sequences=ptx,
+                          log_exact_kl=log_exact_kl)
 
-    def run(self, cfg: PPOConfig, *, reward_model=None, callback=None, setup=None) -> dict:
+    def run(self, cfg, *, reward_model=None, callback=None, setup=None, log_exact_kl: bool = False) -> dict:
         """Train one variant: ``{"config", "records" (one dict per iteration), "trainer"}``; ``setup(trainer)`` is
-        called before the first iteration (e.g. :func:`minippo.studies.pitfalls.clamp_critic`)."""
-        trainer = self.trainer(cfg, reward_model)
+        called before the first iteration (e.g. :func:`minippo.studies.pitfalls.clamp_critic`); ``log_exact_kl``:
+        the trainer's option (``objective/kl_exact`` in every record)."""
+        trainer = self.trainer(cfg, reward_model, log_exact_kl=log_exact_kl)
         if setup is not None:
             setup(trainer)
         records = trainer.train(callback=callback)
@@ -114,8 +119,10 @@ class Study:
         return self.evaluate(self.sft, sample_seed=1)
 
     def sweep(self, variants: dict[str, dict], seeds=(0,), *, base: dict | None = None, evaluate: bool = True,
-              extra=None, reward_model=None, callback=None, setup=None, log=lambda *a: None) -> dict:
-        """Run every variant (name -> config overrides on top of ``base``) for every PPO seed.
+              extra=None, reward_model=None, callback=None, setup=None, log=lambda *a: None,
+              log_exact_kl: bool = False) -> dict:
+        """Run every variant (name -> config overrides on top of ``base``; ``"config"``: the class, default
+        :class:`PPOConfig`) for every PPO seed.
 
         Each trained policy is evaluated at its variant's ``max_new_tokens`` and ``temperature``.
         Returns name -> ``{"records": [per-seed list of records], "eval": [per-seed evaluation],
@@ -131,7 +138,8 @@ class Study:
             for s in seeds:
                 cfg = self.config(**{**(base or {}), **overrides, "seed": s})
                 wall, cpu = time.perf_counter(), time.process_time()
-                r = self.run(cfg, reward_model=reward_model, callback=callback, setup=setup)
+                r = self.run(cfg, reward_model=reward_model, callback=callback, setup=setup,
+                             log_exact_kl=log_exact_kl)
                 out[name]["time"].append({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu})
                 out[name]["records"].append(r["records"])
                 if evaluate:   # at the variant's own response length and temperature

@@ -324,7 +324,7 @@ def actor_critic_loss(bandit: TokenBandit, params, mb, cfg: BanditPPOConfig, kl_
         vloss, dv, _ = value_loss(params["values"][states], mb["returns"])
         np.add.at(dvalues, states, cfg.vf_coef * dv)
     loss = pol + cfg.vf_coef * vloss - cfg.ent_coef * float(ent.mean())
-    stats = {k: v for k, v in stats.items() if k != "clip_case"}
+    stats = dict(stats)
     stats.update(policy_loss=pol, value_loss=vloss, entropy=float(ent.mean()), loss=loss)
     return loss, {"W": dW, "values": dvalues}, stats
 

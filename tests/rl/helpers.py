@@ -28,3 +28,24 @@ def padded_batches(draw, n_arrays: int, max_B: int = 5, max_T: int = 9, scale: f
     rng = np.random.default_rng(seed)
     arrays = [scale * rng.standard_normal((B, T)) for _ in range(n_arrays)]
     return arrays, right_padded_mask(lengths, T), seed
+
+
+def gae_loop(rewards, values, mask, gamma=1.0, lam=0.95):
+    """GAE as a pure-Python double loop (rows, then time backwards) on Python floats: an oracle of the tests
+    that shares no array code with :func:`minippo.rl.gae.gae` (the inputs checked as it checks them)."""
+    from minippo.rl.gae import _gae_inputs
+    rewards, values, mask = _gae_inputs(rewards, values, mask, gamma, lam)    # the checks of gae
+    B, T = rewards.shape
+    adv = np.zeros_like(rewards)
+    returns = np.zeros_like(rewards)
+    for b in range(B):
+        n = int(mask[b].sum())                            # valid tokens of row b
+        r = rewards[b, :n].tolist()
+        v = values[b, :n].tolist() + [0.0]                # V after the last valid token is 0
+        last_adv = 0.0
+        for t in range(n - 1, -1, -1):
+            delta = r[t] + gamma * v[t + 1] - v[t]        # delta_t
+            last_adv = delta + gamma * lam * last_adv     # A_t = delta_t + gamma lam A_{t+1}
+            adv[b, t] = last_adv
+            returns[b, t] = last_adv + v[t]
+    return adv, returns

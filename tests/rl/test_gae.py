@@ -6,10 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minippo.bench.rl import gae_loop
 from minippo.rl.gae import gae, gae_classic
 from tests.helpers import with_kernels
-from tests.rl.helpers import padded_batches, right_padded_mask
+from tests.rl.helpers import gae_loop, padded_batches, right_padded_mask
 
 coef = st.floats(0.0, 1.0)
 # the public functions on each path: the numba kernel, the NumPy formula

@@ -9,7 +9,7 @@ from hypothesis import given
 
 from minippo.nn.gradcheck import assert_gradients
 from minippo.rl.losses import (CLIP_CASES, CLIPPED_CASES, NEG_ABOVE, NEG_CLIPPED, NEG_INSIDE, PAD, POS_BELOW,
-                               POS_CLIPPED, POS_INSIDE, ZERO_ADV, clipped_policy_loss)
+                               POS_CLIPPED, POS_INSIDE, ZERO_ADV, clip_cases, clipped_policy_loss)
 from minippo.rl.penalty import ppo_penalty_loss
 from tests.helpers import with_kernels
 from tests.rl.helpers import padded_batches, random_batch, right_padded_mask
@@ -30,6 +30,11 @@ SIX_CASES = [
     (NEG_INSIDE, -1, [0.85, 1.0, 1.15], False),
     (NEG_ABOVE, -1, [1.3, 2.0, 5.0], False),
 ]
+
+
+def cases_of(logp, logp_old, adv, mask, **band):
+    """The clip case of every token (:func:`clip_cases` of the token ratios)."""
+    return clip_cases(np.exp(logp - logp_old), adv, mask, **band)
 
 
 def tokens_with_ratios(ratios, adv, n_pad=1, seed=0):
@@ -62,7 +67,7 @@ def test_six_clip_cases(fn, code, sign, ratios, clipped):
         assert (dlogp[0, :3] != 0).all()
         assert stats["clipfrac"] == 0.0
     assert dlogp[0, 3] == 0.0                                  # padding
-    assert stats["clip_case"].tolist() == [[code, code, code, PAD]]
+    assert cases_of(logp, logp_old, adv_full, mask, clip_eps=EPS).tolist() == [[code, code, code, PAD]]
     assert stats["n_tokens"] == 3
     assert (code in CLIPPED_CASES) == clipped
 
@@ -72,7 +77,7 @@ def test_zero_advantage_is_its_own_case(fn):
     logp, logp_old, adv, mask = tokens_with_ratios([0.5, 1.0, 2.0], [0.0, 0.0, 0.0])
     loss, dlogp, stats = fn(logp, logp_old, adv, mask, clip_eps=EPS)
     assert loss == 0.0 and (dlogp == 0).all() and stats["clipfrac"] == 0.0
-    assert stats["clip_case"].tolist() == [[ZERO_ADV] * 3 + [PAD]]
+    assert cases_of(logp, logp_old, adv, mask, clip_eps=EPS).tolist() == [[ZERO_ADV] * 3 + [PAD]]
 
 
 def exact_exp_point(target):
@@ -101,7 +106,7 @@ def test_boundary_of_the_band_is_inside(fn, side):
     loss, dlogp, stats = fn(logp, logp_old, adv, None, clip_eps=eps)
     assert np.exp(logp[0] - logp_old[0]) == r
     assert dlogp[0] == -adv[0] * r / 2
-    assert stats["clip_case"][0] == (POS_INSIDE if side == "upper" else NEG_INSIDE)
+    assert cases_of(logp, logp_old, adv, None, clip_eps=eps)[0] == (POS_INSIDE if side == "upper" else NEG_INSIDE)
     assert stats["clipfrac"] == 0.0
     assert loss == pytest.approx(-(adv[0] * r + 1.0) / 2, rel=1e-15)
     # move the ratio past the edge: now the clipped branch is active and the gradient is 0

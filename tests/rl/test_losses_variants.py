@@ -5,15 +5,19 @@ import numpy as np
 import pytest
 
 from minippo.nn.gradcheck import assert_gradients
+from minippo.rl.loss_variants import aggregated_policy_loss, sequence_policy_loss
 from minippo.rl.losses import (NEG_ABOVE, NEG_CLIPPED, NEG_INSIDE, PAD, POS_BELOW, POS_CLIPPED, POS_INSIDE,
-                               clipped_policy_loss, clipped_value_loss, value_loss)
+                               clip_cases, clipped_policy_loss, clipped_value_loss, value_loss)
 from minippo.rl.masked import aggregation_denominator
 from tests.helpers import with_kernels
 from tests.rl.helpers import random_batch, right_padded_mask
-from tests.rl.test_losses_policy import exact_exp_point, tokens_with_ratios
+from tests.rl.test_losses_policy import cases_of, exact_exp_point, tokens_with_ratios
 
 clip_kernel, clip_numpy = with_kernels(clipped_policy_loss, True), with_kernels(clipped_policy_loss, False)
 BOTH = [pytest.param(clip_kernel, id="kernel", marks=pytest.mark.kernels), pytest.param(clip_numpy, id="numpy")]
+# the aggregated surrogate on each path (token-mean IS clipped_policy_loss, kernel included; the others NumPy)
+agg_kernel, agg_numpy = with_kernels(aggregated_policy_loss, True), with_kernels(aggregated_policy_loss, False)
+AGG_BOTH = [pytest.param(agg_kernel, id="kernel", marks=pytest.mark.kernels), pytest.param(agg_numpy, id="numpy")]
 LOW, HIGH = 0.2, 0.28                                  # DAPO's band [0.8, 1.28]
 AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
@@ -45,7 +49,8 @@ def test_six_clip_cases_with_an_asymmetric_band(fn, code, sign, ratios, clipped)
         np.testing.assert_allclose(dlogp[0, :3], -adv * r / 3, rtol=1e-12)
         assert (dlogp[0, :3] != 0).all() and stats["clipfrac"] == 0.0
     assert dlogp[0, 3] == 0.0
-    assert stats["clip_case"].tolist() == [[code, code, code, PAD]]
+    band = dict(clip_eps=LOW, clip_eps_high=HIGH)
+    assert cases_of(logp, logp_old, adv_full, mask, **band).tolist() == [[code, code, code, PAD]]
 
 
 @pytest.mark.parametrize("fn", BOTH)
@@ -61,7 +66,8 @@ def test_asymmetric_band_is_closed_at_both_edges(fn, side):
     loss, dlogp, stats = fn(logp, logp_old, adv, None, clip_eps=low, clip_eps_high=high)
     assert np.exp(logp[0] - logp_old[0]) == r
     assert dlogp[0] == -adv[0] * r / 2 and stats["clipfrac"] == 0.0
-    assert stats["clip_case"][0] == (POS_INSIDE if side == "upper" else NEG_INSIDE)
+    assert cases_of(logp, logp_old, adv, None, clip_eps=low, clip_eps_high=high)[0] == (
+        POS_INSIDE if side == "upper" else NEG_INSIDE)
     logp2 = logp_old + np.array([d + sign * 1e-9, 0.0])
     _, dlogp2, stats2 = fn(logp2, logp_old, adv, None, clip_eps=low, clip_eps_high=high)
     assert dlogp2[0] == 0.0 and stats2["clipfrac"] == 0.5
@@ -103,7 +109,7 @@ def loop_loss(logp, logp_old, adv, mask, low, high, loss_agg, norm_len):
 
 
 @pytest.mark.parametrize("loss_agg", AGGS)
-@pytest.mark.parametrize("fn", BOTH)
+@pytest.mark.parametrize("fn", AGG_BOTH)
 def test_aggregations_against_loops_and_finite_differences(fn, loss_agg):
     rng = np.random.default_rng(6)
     (logp, logp_old, adv), _ = random_batch(rng, 4, 7, 3, scale=0.3)
@@ -132,7 +138,9 @@ def test_aggregation_denominators_and_their_errors():
     with pytest.raises(ValueError, match="`loss_agg`"):
         aggregation_denominator(mask, "sum")
     with pytest.raises(ValueError, match="needs 2-D"):
-        clipped_policy_loss(np.zeros(3), np.zeros(3), np.ones(3), loss_agg="seq-mean-token-mean")
+        aggregated_policy_loss(np.zeros(3), np.zeros(3), np.ones(3), loss_agg="seq-mean-token-mean")
+    with pytest.raises(ValueError, match="`logp` must be 2-D"):
+        sequence_policy_loss(np.zeros(3), np.zeros(3), np.ones(3))
 
 
 @pytest.mark.parametrize("loss_agg", AGGS)
@@ -165,8 +173,8 @@ def test_sequence_ratio_is_gspo_and_its_gradient_is_the_derivative():
     logp = logp_old + 0.05 * rng.standard_normal((3, 5))
     seq_adv = np.array([1.0, -0.5, 2.0])
     adv = seq_adv[:, None] * mask
-    kw = dict(clip_eps=0.2, loss_agg="seq-mean-token-mean", ratio_level="sequence")
-    loss, dlogp, stats = clipped_policy_loss(logp, logp_old, adv, mask, **kw)
+    kw = dict(clip_eps=0.2, loss_agg="seq-mean-token-mean")
+    loss, dlogp, stats = sequence_policy_loss(logp, logp_old, adv, mask, **kw)
     s = np.exp(((logp - logp_old) * mask).sum(1) / lengths)            # s_b = (pi(y)/pi_old(y))^(1/|o|)
     # GSPO's objective: 1/G sum_b min(s_b A_b, clip(s_b) A_b)
     want = np.mean(np.minimum(s * seq_adv, np.clip(s, 0.8, 1.2) * seq_adv))
@@ -177,9 +185,9 @@ def test_sequence_ratio_is_gspo_and_its_gradient_is_the_derivative():
     # token advantages that vary within a row: still the exact derivative of the returned loss
     adv2 = rng.standard_normal((3, 5)) * mask
     for agg in AGGS:
-        kw2 = dict(clip_eps=0.2, loss_agg=agg, norm_len=6, ratio_level="sequence")
-        _, d2, _ = clipped_policy_loss(logp, logp_old, adv2, mask, **kw2)
-        assert_gradients(lambda: clipped_policy_loss(logp, logp_old, adv2, mask, **kw2)[0], {"logp": logp},
+        kw2 = dict(clip_eps=0.2, loss_agg=agg, norm_len=6)
+        _, d2, _ = sequence_policy_loss(logp, logp_old, adv2, mask, **kw2)
+        assert_gradients(lambda: sequence_policy_loss(logp, logp_old, adv2, mask, **kw2)[0], {"logp": logp},
                          {"logp": d2}, tol=1e-7)
 
 
@@ -199,8 +207,8 @@ def test_sequence_ratio_gradient_with_clipped_rows_away_from_the_kinks(loss_agg)
     noise -= (noise.sum(1) / lengths)[:, None] * mask                  # zero mean per row: s_b is exactly the target
     logp = logp_old + (target[:, None] + noise) * mask
     adv = rng.choice([-1.0, 1.0], (B, T)) * rng.uniform(0.5, 2.0, (B, T)) * mask   # both signs within a row
-    kw = dict(clip_eps=LOW, clip_eps_high=HIGH, loss_agg=loss_agg, norm_len=7, ratio_level="sequence")
-    loss, dlogp, stats = clipped_policy_loss(logp, logp_old, adv, mask, **kw)
+    kw = dict(clip_eps=LOW, clip_eps_high=HIGH, loss_agg=loss_agg, norm_len=7)
+    loss, dlogp, stats = sequence_policy_loss(logp, logp_old, adv, mask, **kw)
     s = np.exp(((logp - logp_old) * mask).sum(1) / lengths)
     np.testing.assert_allclose(s, np.exp(target), rtol=1e-12)
     assert np.min(np.abs(s[:, None] - [1 - LOW, 1 + HIGH])) > 1e-3    # away from the kinks
@@ -215,7 +223,7 @@ def test_sequence_ratio_gradient_with_clipped_rows_away_from_the_kinks(loss_agg)
     np.testing.assert_allclose(dlogp, want, rtol=1e-12, atol=1e-15)
     assert stats["clipfrac"] == pytest.approx(((mask - free) * (adv != 0)).sum() / mask.sum(), rel=1e-12)
     assert 0 < stats["clipfrac"] < 0.5                                # clipped tokens in clipped rows only
-    assert_gradients(lambda: clipped_policy_loss(logp, logp_old, adv, mask, **kw)[0], {"logp": logp},
+    assert_gradients(lambda: sequence_policy_loss(logp, logp_old, adv, mask, **kw)[0], {"logp": logp},
                      {"logp": dlogp}, tol=1e-7)
 
 
@@ -223,11 +231,11 @@ def test_sequence_ratio_clips_whole_responses():
     logp_old = np.zeros((2, 3)) - 1.0
     logp = logp_old + np.array([[0.5, 0.5, 0.5], [0.01, -0.01, 0.0]])   # row 0: s = e^0.5 > 1.2; row 1: s = 1
     adv = np.ones((2, 3))
-    _, dlogp, stats = clipped_policy_loss(logp, logp_old, adv, None, ratio_level="sequence")
+    _, dlogp, stats = sequence_policy_loss(logp, logp_old, adv, None)
     assert (dlogp[0] == 0).all() and (dlogp[1] != 0).all()
-    assert stats["clipfrac"] == 0.5 and stats["clip_case"][0].tolist() == [POS_CLIPPED] * 3
-    with pytest.raises(ValueError, match="`ratio_level`"):
-        clipped_policy_loss(logp, logp_old, adv, ratio_level="token-and-sequence")
+    s = np.exp((logp - logp_old).mean(axis=1))                          # s_b of each row, on its tokens
+    cases = clip_cases(np.broadcast_to(s[:, None], logp.shape), adv)
+    assert stats["clipfrac"] == 0.5 and cases[0].tolist() == [POS_CLIPPED] * 3
 
 
 # ------------------------------------------------------------------ overflow: finite answers, or a ValueError naming the inputs
@@ -243,7 +251,8 @@ def test_an_overflowing_ratio_is_finite_where_the_clip_binds(fn):
     # token 0: (1 + 0.2) * 2 (clipped); token 1: r = 1 -> 1; token 2: r = 0 -> 0 (case 1)
     assert loss == pytest.approx(-(1.2 * 2 + 1.0 + 0.0) / 3, rel=1e-15)
     assert dlogp[0, 0] == 0.0 and dlogp[0, 1] == pytest.approx(-1 / 3) and dlogp[0, 2] == 0.0
-    assert stats["clip_case"].tolist() == [[POS_CLIPPED, POS_INSIDE, POS_BELOW]]
+    with np.errstate(over="ignore"):                                    # r = e^1000 is +inf: case 3 all the same
+        assert cases_of(logp, logp_old, adv, None).tolist() == [[POS_CLIPPED, POS_INSIDE, POS_BELOW]]
     assert stats["ratio_max"] == np.inf and stats["approx_kl"] == np.inf   # its true value, e^1000, is not a float
     z, _, _ = fn(logp, logp_old, np.array([[0.0, 1.0, 1.0]]), None)     # A = 0: no 0 * inf
     assert np.isfinite(z)

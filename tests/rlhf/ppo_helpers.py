@@ -11,6 +11,7 @@ import numpy as np
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.rlhf.data.corpus import generate_corpus
 from minippo.rlhf.ppo_config import PPOConfig
+from minippo.rlhf.ppo_knobs import KnobsConfig
 from minippo.rlhf.reward_model import RewardModel
 from minippo.rlhf.data.tokenizer import Tokenizer
 
@@ -32,9 +33,11 @@ def world(dtype: str = "float32", seed: int = 0, block_size: int = 40, n_layer: 
 
 
 def tiny_config(**kw) -> PPOConfig:
-    """A PPOConfig that runs an iteration of the tiny world in a few milliseconds."""
+    """A config that runs an iteration of the tiny world in a few milliseconds: canonical PPO's PPOConfig, or
+    the KnobsConfig when a knob is given."""
     base = dict(iterations=4, batch_size=8, minibatch_size=4, max_new_tokens=8, update_epochs=2, checkpoint_every=1)
-    return PPOConfig(**{**base, **kw})
+    cls = PPOConfig if set(kw) <= set(PPOConfig.__dataclass_fields__) else KnobsConfig
+    return cls(**{**base, **kw})
 
 
 def state_of(cfg: PPOConfig, sft, rm, tok, seed: int = 0):

@@ -1,9 +1,11 @@
-"""Sequence score (reward_model.sequence_scores) -> per-token rewards (ppo.per_token_rewards): placement on the
-last valid token, masks, penalties, shaping."""
+"""Sequence score (reward_model.sequence_scores) -> per-token rewards (ppo.per_token_rewards; the knobs'
+ppo_knobs.shaped_rewards): placement on the last valid token, masks, penalties, shaping."""
 import numpy as np
 import pytest
 
-from minippo.rlhf.ppo import per_token_rewards, whiten_rewards
+from minippo.rl.masked import masked_whiten
+from minippo.rlhf.ppo import per_token_rewards
+from minippo.rlhf.ppo_knobs import shaped_rewards
 from minippo.rlhf.reward_model import has_eos, sequence_scores
 
 EOS, PAD = 2, 0
@@ -45,23 +47,25 @@ def test_rewards_match_a_loop_on_random_ragged_batches():
         mask = (np.arange(8)[None, :] < lengths[:, None]).astype(np.int64)
         logp, logp_ref = rng.normal(-2, 1, (6, 8)), rng.normal(-2, 1, (6, 8))
         scores = rng.normal(0, 1, 6)
-        got, _, _ = per_token_rewards(scores, logp, logp_ref, mask, kl_coef=0.07, shaping=shaping)
+        got, _, _ = shaped_rewards(scores, logp, logp_ref, mask, kl_coef=0.07, shaping=shaping)
         np.testing.assert_allclose(got, reference_rewards(scores, logp, logp_ref, mask, 0.07, shaping), atol=1e-12)
         # both shapings hand out the same total per response: score - beta * sum(kl)
         np.testing.assert_allclose(got.sum(axis=1), scores - 0.07 * ((logp - logp_ref) * mask).sum(axis=1))
+        if shaping == "kl_final":                    # the knobs' k1 / kl_final is canonical PPO's, bitwise
+            np.testing.assert_array_equal(got, per_token_rewards(scores, logp, logp_ref, mask, 0.07)[0])
 
 
 def test_uniform_spreads_the_score_evenly():
     mask = np.array([[1, 1, 1, 1, 0]])
     zeros = np.zeros((1, 5))
-    rewards, _, _ = per_token_rewards(np.array([2.0]), zeros, zeros, mask, kl_coef=0.1, shaping="uniform")
+    rewards, _, _ = shaped_rewards(np.array([2.0]), zeros, zeros, mask, kl_coef=0.1, shaping="uniform")
     np.testing.assert_allclose(rewards[0], [0.5, 0.5, 0.5, 0.5, 0.0])
 
 
 def test_k3_kl_in_the_reward_is_never_negative():
     rng = np.random.default_rng(1)
     logp, logp_ref = rng.normal(-2, 1, (4, 6)), rng.normal(-2, 1, (4, 6))
-    _, kl, _ = per_token_rewards(np.zeros(4), logp, logp_ref, np.ones((4, 6)), 0.1, kl_kind="k3")
+    _, kl, _ = shaped_rewards(np.zeros(4), logp, logp_ref, np.ones((4, 6)), 0.1, kl_kind="k3")
     assert (kl >= 0).all()
 
 
@@ -102,7 +106,7 @@ def test_reward_whitening_keeps_the_mean_and_ignores_padding():
     rng = np.random.default_rng(2)
     mask = (np.arange(6)[None, :] < np.array([[6], [3], [1]])).astype(np.int64)
     r = rng.normal(0.3, 2.0, (3, 6)) * mask
-    w = whiten_rewards(r, mask)
+    w = masked_whiten(r, mask, shift_mean=False)             # the knobs' whiten_rewards
     valid = mask == 1
     assert abs(w[valid].std() - 1) < 1e-6
     np.testing.assert_allclose(w[valid].mean(), r[valid].mean(), rtol=1e-10)
@@ -122,10 +126,16 @@ def test_bad_inputs_name_the_argument(kw, name):
     args.update(kw)
     shaping = args.pop("shaping", "kl_final")
     with pytest.raises(ValueError, match=f"`{name}`"):
-        per_token_rewards(args["scores"], args["logp"], args["logp_ref"], args["mask"], args["kl_coef"],
-                          shaping=shaping)
+        shaped_rewards(args["scores"], args["logp"], args["logp_ref"], args["mask"], args["kl_coef"],
+                       shaping=shaping)
+    if shaping == "kl_final":                                         # canonical PPO's own checks, the same
+        with pytest.raises(ValueError, match=f"`{name}`"):
+            per_token_rewards(args["scores"], args["logp"], args["logp_ref"], args["mask"], args["kl_coef"])
 
 
 def test_empty_response_row_cannot_be_rewarded():
     with pytest.raises(ValueError, match="no real token|no valid token"):
         per_token_rewards(np.zeros(2), np.zeros((2, 3)), np.zeros((2, 3)), np.array([[1, 1, 0], [0, 0, 0]]), 0.1)
+    with pytest.raises(ValueError, match="no real token|no valid token"):
+        shaped_rewards(np.zeros(2), np.zeros((2, 3)), np.zeros((2, 3)), np.array([[1, 1, 0], [0, 0, 0]]), 0.1,
+                       shaping="uniform")

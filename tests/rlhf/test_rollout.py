@@ -4,9 +4,11 @@ import pytest
 
 from tests.rlhf.ppo_helpers import state_of, tiny_config, world
 from minippo.rl.losses import log_softmax
+from minippo.rlhf.generate import encode_prompts
 from minippo.rlhf.data.gold import gold_scores
 from minippo.rlhf.metrics import rollout_metrics
-from minippo.rlhf.ppo import compute_rewards, sample_and_score
+from minippo.rlhf.ppo import per_token_rewards, rollout
+from minippo.rlhf.ppo_knobs import knobs_rollout
 from minippo.rlhf.rollout import Rollout, minibatches
 
 EOS, PAD = 2, 0
@@ -27,8 +29,14 @@ def small_rollout(pad_value=0.0, extra_pad_columns=0):
     draws = {k: np.pad(rng.normal(-1, 0.5, (2, 5)), ((0, 0), (0, extra_pad_columns))) for k in ("logp", "logp_ref", "values")}
     per_token = {k: np.where(mask == 1, v, pad_value) for k, v in draws.items()}
     return Rollout(prompt_ids=np.array([[PAD, 1, 40, 41], [1, 50, 51, 52]]), prompt_mask=np.array([[0, 1, 1, 1], [1, 1, 1, 1]]),
-                   response=response, response_mask=mask, prompt_index=np.arange(2), rm_scores=np.array([0.5, 1.0]),
+                   response=response, response_mask=mask, rm_scores=np.array([0.5, 1.0]),
                    scores=np.array([0.5, 0.0]), ended=np.array([True, False]), **per_token)
+
+
+def compute_rewards(ro, kl_coef):
+    """Step 3 of ppo_iteration, in place."""
+    ro.rewards, ro.kl, ro.non_score_reward = per_token_rewards(ro.scores, ro.logp, ro.logp_ref, ro.response_mask,
+                                                               kl_coef)
 
 
 def test_padding_holds_zero_and_observations_are_the_context():
@@ -47,7 +55,7 @@ def test_padding_never_enters_a_metric():
     texts = ["the film was good .", "the film was bad"]
     base, other = small_rollout(), small_rollout(pad_value=-50.0, extra_pad_columns=3)
     for ro in (base, other):
-        compute_rewards(ro, tiny_config(), kl_coef=0.2)
+        compute_rewards(ro, kl_coef=0.2)
     np.testing.assert_allclose(other.rewards[:, :5], base.rewards)
     assert (other.rewards[:, 5:] == 0).all()
     # the same numbers, to float64 rounding: a padded token adds an exact 0, but a sum over 8 columns may be taken in
@@ -77,7 +85,7 @@ def test_take_and_minibatches():
 def test_to_table_prints_the_seven_tuple_with_padding():
     sft, rm, tok = world()
     ro = small_rollout()
-    compute_rewards(ro, tiny_config(), kl_coef=0.1)
+    compute_rewards(ro, kl_coef=0.1)
     table = ro.to_table(tok, 0)
     header = table.splitlines()[3]
     for col in ("observation", "action", "mask", "log_prob", "value", "reward", "advantage", "return"):
@@ -101,8 +109,10 @@ def test_rollout_logprobs_equal_the_training_recompute_at_temperature_0_7(critic
     """The KV-cache sampler's log-probs, the rollout's full-forward recompute and a hand-written
     log_softmax(logits / 0.7) over the whole sequence all agree (float64): one temperature everywhere."""
     sft, rm, tok = world(dtype="float64")
-    cfg = tiny_config(temperature=0.7, batch_size=6, minibatch_size=3, max_new_tokens=10, critic=critic_kind)
-    ro = sample_and_score(state_of(cfg, sft, rm, tok), cfg, ["the film", "i", "the acting was"] * 2)[0]
+    cfg = tiny_config(temperature=0.7, batch_size=6, minibatch_size=3, max_new_tokens=10,
+                      **({} if critic_kind == "separate" else {"critic": critic_kind}))
+    steps_1_2 = rollout if critic_kind == "separate" else knobs_rollout     # canonical PPO; the knobs' shared critic
+    ro = steps_1_2(state_of(cfg, sft, rm, tok), cfg, *encode_prompts(tok, ["the film", "i", "the acting was"] * 2))
     m = ro.response_mask == 1
     np.testing.assert_allclose(ro.gen_logp[m], ro.logp[m], atol=1e-9, rtol=0)
     # an independent recompute: one forward pass over prompt ++ response, column Tp + j - 1 predicts token j
@@ -121,3 +131,20 @@ def test_rollout_logprobs_equal_the_training_recompute_at_temperature_0_7(critic
     np.testing.assert_allclose(ro.scores, ro.rm_scores - cfg.missing_eos_penalty * (~ended))
     np.testing.assert_allclose(ro.rm_scores, rm.score(ro.sequences, ro.attn_mask))
     assert len(tok.decode_batch(ro.sequences)) == 6
+
+
+@pytest.mark.parametrize("seed, n, repeat", [(0, 6, 1), (1, 4, 3), (2, 16, 1)])
+def test_the_prompt_table_draws_what_sample_prompts_and_encode_prompts_give(seed, n, repeat):
+    """The prompts of an iteration come from the table the trainer tokenized once: the same rows, the same
+    left padding, and the same draws from the generator as sampling the strings and encoding them."""
+    from minippo.rlhf.data.corpus import PROMPTS, sample_prompts
+    from minippo.rlhf.generate import encode_prompts
+    from minippo.rlhf.rollout import PromptTable
+    _, _, tok = world()
+    table = PromptTable.encode(tok, PROMPTS)
+    rng_a, rng_b = np.random.default_rng(seed), np.random.default_rng(seed)
+    ids, mask = table.draw(n, rng_a, repeat=repeat)
+    want_ids, want_mask = encode_prompts(tok, [p for p in sample_prompts(n, seed=rng_b) for _ in range(repeat)])
+    np.testing.assert_array_equal(ids, want_ids)
+    np.testing.assert_array_equal(mask, want_mask)
+    assert rng_a.integers(0, 2**32) == rng_b.integers(0, 2**32)            # the generators moved alike

@@ -4,7 +4,7 @@ import pytest
 from tests.rlhf.ppo_helpers import tiny_config, world
 
 from minippo.studies.critic_probes import HEAD, trunk_gradient_split
-from minippo.rlhf.ppo import minibatch_loss_and_grads
+from minippo.rlhf.ppo_knobs import minibatch_loss_and_grads
 from minippo.rlhf.run.trainer import PPOTrainer
 
 

@@ -6,8 +6,10 @@ from minippo.blas import single_blas_thread
 from minippo.rl.kl import kl_estimate
 from minippo.rl.losses import kl_exact_from_logits
 from minippo.rlhf.data.corpus import sample_prompts
-from minippo.rlhf.generate import sampling_distribution
-from minippo.rlhf.ppo import advantages as compute_advantages, compute_rewards, sample_and_score
+from minippo.rlhf.generate import encode_prompts, sampling_distribution
+from minippo.rl.gae import gae
+from minippo.rlhf.ppo import rollout
+from minippo.rlhf.ppo_knobs import shaped_rewards
 from minippo.rlhf.run.trainer import PPOTrainer
 from minippo.studies.kl_moments import topk_mass_decomposition
 from minippo.studies.probes import kl_probe, rollout_logprobs, tempered_policy, token_credit, update_kl
@@ -18,7 +20,7 @@ def _rollout(cfg=None, seed=0):
     sft, rm, tok = world("float64")
     cfg = cfg or tiny_config(batch_size=6, minibatch_size=3)
     with single_blas_thread():        # as in the trainer: the probes recompute on one BLAS thread too
-        ro = sample_and_score(state_of(cfg, sft, rm, tok, seed), cfg, sample_prompts(6, seed=seed))[0]
+        ro = rollout(state_of(cfg, sft, rm, tok, seed), cfg, *encode_prompts(tok, sample_prompts(6, seed=seed)))
     return ro, sft, rm, tok, cfg
 
 
@@ -46,8 +48,10 @@ def test_token_credit_matches_the_trainer_and_the_return_to_go():
     beta = 0.3
     for shaping in ("kl_final", "uniform"):
         cfg = tiny_config(batch_size=6, minibatch_size=3, reward_shaping=shaping, whiten_advantages=False)
-        compute_rewards(ro, cfg, beta)
-        adv, ret = compute_advantages(ro, cfg)
+        # steps 3-4 of knobs_iteration: the shaped rewards, GAE (not whitened here)
+        ro.rewards, ro.kl, ro.non_score_reward = shaped_rewards(ro.scores, ro.logp, ro.logp_ref, ro.response_mask,
+                                                                beta, shaping=cfg.reward_shaping)
+        adv, ret = gae(ro.rewards, ro.values, ro.response_mask, gamma=cfg.gamma, lam=cfg.lam)
         got = token_credit(ro, beta, shaping=shaping, lam=cfg.lam)
         np.testing.assert_allclose(got["rewards"], ro.rewards, rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(got["adv"], adv, rtol=1e-10, atol=1e-12)

@@ -2,6 +2,7 @@
 import numpy as np
 
 from minippo.rlhf.metrics import without_timing
+from minippo.rlhf.ppo_knobs import KnobsConfig
 from minippo.studies.study import Study, final
 
 
@@ -94,7 +95,7 @@ def test_sweep_passes_the_reward_model_and_the_callback():
         seen.append(trainer.state.reward_model)
         record["extra/mean_score"] = float(rollout.rm_scores.mean())
 
-    base = {"iterations": 1, "critic_bias_init": "keep"}
+    base = {"config": KnobsConfig, "iterations": 1, "critic_bias_init": "keep"}
     a = study.sweep({"v": {}}, seeds=(0,), base=base)["v"]
     b = study.sweep({"v": {}}, seeds=(0,), base=base, reward_model=shifted, callback=callback)["v"]
     assert seen == [shifted]                                                 # trained against the given RM

@@ -49,6 +49,7 @@ from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.rm_train import RMConfig, stored_config, train_reward_model
 from minippo.rlhf.run.dpo_trainer import RESUME_NEUTRAL as DPO_RESUME_NEUTRAL
 from minippo.rlhf.run.dpo_trainer import run_dpo
+from minippo.rlhf.run.configs import comparable, config_from_dict
 from minippo.rlhf.run.evaluate import evaluate_policy, samples_markdown
 from minippo.rlhf.run.plots import plot_run
 from minippo.rlhf.run.trainer import RESUME_NEUTRAL, load_stages, run_ppo
@@ -156,7 +157,7 @@ def check_reuse(out: Path, sft_cfg, rm_cfg, ppo_cfg, stages=("sft", "rm", "ppo")
     fields and how to start fresh. Only the stored JSON is read (the weights are checked when loaded). A
     ``"dpo"`` stage (``--method dpo``) is checked against ``dpo_cfg`` the same way."""
     names = [n for n in ("sft", "rm", "ppo", "dpo") if n in stages]
-    found = [(n, out / n / sub, key, cfg.to_dict(), ignore)
+    found = [(n, out / n / sub, key, comparable(cfg) if n == "ppo" else cfg.to_dict(), ignore)
              for n, sub, key, cfg, ignore in (("sft", "model", "sft_config", sft_cfg, RESULT_NEUTRAL),
                                               ("sft", "checkpoint", "sft_config", sft_cfg, RESULT_NEUTRAL),
                                               ("rm", "model", "rm_config", rm_cfg, ()),
@@ -168,7 +169,7 @@ def check_reuse(out: Path, sft_cfg, rm_cfg, ppo_cfg, stages=("sft", "rm", "ppo")
     for name, folder, key, requested, ignore in found:
         stored = stored_config(folder, key)
         if name == "ppo":
-            stored = PPOConfig.from_dict(stored).to_dict()            # old field names, translated
+            stored = comparable(config_from_dict(stored))             # its class; old run folders translated
         if name == "dpo":
             stored = DPOConfig.from_dict(stored).to_dict()
         if name in ("ppo", "dpo") and folder.name == "policy":

@@ -1,22 +1,24 @@
-"""Stage 3's run plumbing around :mod:`minippo.rlhf.ppo`: the four models, timing, NaN guard, checkpoints, resume.
+"""Stage 3's run plumbing around one iteration: the four models, timing, NaN guard, metrics, checkpoints, resume.
 
 Legend: B batch (responses), Tn response tokens.
 
 :class:`PPOTrainer` builds the :class:`~minippo.rlhf.ppo.PPOState` (actor = a copy of the SFT policy, the
-reference = a frozen copy, the critic of ``cfg.critic``, the reward model, two AdamW, the KL controller, one
-``np.random.Generator``) and runs iterations: each :meth:`PPOTrainer.step` calls the two halves of
-:func:`minippo.rlhf.ppo.ppo_iteration` (``collect_experience``, ``ppo_update``), timing each, and then
-writes the metrics record and, every ``checkpoint_every`` iterations, a checkpoint.
+reference = a frozen copy, the critic, the reward model, AdamW, the KL controller, one
+``np.random.Generator``) and runs iterations: each :meth:`PPOTrainer.step` calls the iteration of the
+algorithm its config configures, once (:func:`iteration`: :func:`minippo.rlhf.ppo.ppo_iteration` for a
+:class:`~minippo.rlhf.ppo_config.PPOConfig`; the knobs' and the critic-free family's for theirs), times it,
+computes the monitoring that is not part of the algorithm (:func:`iteration_record`: the gold score, the
+exact KL, the metric summaries), writes the record and, every ``checkpoint_every`` iterations, a checkpoint.
 
 Run folder (``out_dir``)::
 
-    config.json      the PPOConfig
+    config.json      the config (its class: :func:`minippo.rlhf.run.configs.config_from_dict`)
     metrics.jsonl    one record per iteration (names: minippo.rlhf.metrics.GLOSSARY)
     checkpoint/      every ``checkpoint_every`` iterations and at the end, atomically: actor and critic
                      weights and AdamW moments (safetensors), config, iteration, KL-controller state, the
-                     KL-adapted learning rate (``kl_old_action="adapt_lr"``),
-                     value-normalisation statistics and the RNG state (JSON); ``resume=True`` continues from
-                     it and the metrics then equal an uninterrupted run's (tested, timing entries aside)
+                     knobs' KL-adapted learning rate and value-normalisation statistics, and the RNG state
+                     (JSON); ``resume=True`` continues from it and the metrics then equal an uninterrupted
+                     run's (tested, timing entries aside)
     policy/          the final actor + tokenizer (``load_model``), for evaluation and later stages
     rollouts/        per-token dumps ``iter_NNNN.npz`` when ``dump_rollouts``
 
@@ -44,22 +46,57 @@ from minippo.io import (STATE, array_specs, checkpoint_folder, has_checkpoint, i
                         rng_state, save_checkpoint)
 from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW
-from minippo.rl.kl_control import KL_LR_MAX, KL_LR_MIN, AdaptiveKLController, FixedKLController, PPOPaperKLController
-from minippo.rlhf import ppo
-from minippo.rlhf.checkpoint import save_model
 from minippo.progress import progress_bar
+from minippo.rl.kl_control import KL_LR_MAX, KL_LR_MIN, AdaptiveKLController, FixedKLController, PPOPaperKLController
+from minippo.rl.losses import kl_exact_from_logits
+from minippo.rl.masked import explained_variance
+from minippo.rlhf.checkpoint import save_model
 from minippo.rlhf.critic import ValueNorm, build_critic
 from minippo.rlhf.data.batches import encode_sequences, split_corpus
 from minippo.rlhf.data.corpus import PROMPTS, generate_corpus
+from minippo.rlhf.data.gold import gold_scores
 from minippo.rlhf.generate import check_response_fits
-from minippo.rlhf.ppo_config import PPOConfig
+from minippo.rlhf.grpo import GRPOConfig, grpo_iteration
+from minippo.rlhf.metrics import first_minibatch, rollout_metrics, update_metrics
+from minippo.rlhf.ppo import PPOState, forward_response, ppo_iteration
+from minippo.rlhf.ppo_config import ADAM, PPOConfig
+from minippo.rlhf.ppo_knobs import KnobsConfig, KnobsState, knobs_iteration
 from minippo.rlhf.reward_model import RewardModel
 from minippo.rlhf.rm_train import load_sft
+from minippo.rlhf.rollout import PromptTable
+from minippo.rlhf.run.configs import comparable, config_from_dict
 from minippo.runs import RunFolderTrainer, assign_arrays, check_same_config
 
-CHECKPOINT_FORMAT = "minippo.ppo/2"
-#: PPOConfig fields a resume may change: they do not change what the iterations compute
+CHECKPOINT_FORMAT = "minippo.ppo/3"
+#: checkpoints this version reads: /2 (before issue 25: one config class, value_norm and kl_old_lr always stored)
+READABLE_FORMATS = ("minippo.ppo/2", CHECKPOINT_FORMAT)
+#: config fields a resume may change: they do not change what the iterations compute
 RESUME_NEUTRAL = ("iterations", "checkpoint_every")
+
+
+def iteration(state: PPOState, cfg):
+    """One iteration of the algorithm ``cfg`` configures, each in its own file: ``(rollout, update)``."""
+    if isinstance(cfg, GRPOConfig):
+        return grpo_iteration(state, cfg)
+    if isinstance(cfg, KnobsConfig):
+        return knobs_iteration(state, cfg)
+    return ppo_iteration(state, cfg)
+
+
+def iteration_record(state: PPOState, cfg, ro, update: dict, old_actor: TinyGPT | None = None) -> dict:
+    """The metrics of one iteration (:data:`minippo.rlhf.metrics.GLOSSARY`, timing aside) from its rollout and
+    update, with the monitoring that is not part of the algorithm: the gold score of the texts, the critic's
+    explained variance and, given ``old_actor`` (pi_old: the actor before the iteration), the exact KL to
+    pi_ref from the full distributions (the same forward passes as the rollout's)."""
+    record = rollout_metrics(ro, gold_scores(state.tokenizer.decode_batch(ro.sequences)))
+    record["val/explained_variance"] = explained_variance(ro.values, ro.returns, ro.response_mask)
+    record["kl_coef"] = update["kl_coef"]
+    if old_actor is not None:
+        logits = [forward_response(m, ro.sequences, ro.attn_mask, ro.prompt_len)[0] for m in (old_actor, state.ref)]
+        per_token = kl_exact_from_logits(*logits, cfg.temperature)                          # (B, Tn)
+        record["objective/kl_exact"] = float(np.mean((per_token * ro.response_mask).sum(axis=1)))
+    record.update(update_metrics(update, cfg.max_grad_norm))
+    return record
 
 
 def make_kl_controller(cfg: PPOConfig):
@@ -71,12 +108,33 @@ def make_kl_controller(cfg: PPOConfig):
     return AdaptiveKLController(cfg.kl_ref_coef, target=cfg.kl_ref_target, horizon=cfg.kl_ref_horizon)
 
 
+def make_state(cfg, sft_model: TinyGPT, reward_model, tokenizer, ptx_sequences=None) -> PPOState:
+    """The state of ``cfg``'s algorithm: actor and reference copies of ``sft_model``, the critic (a separate
+    TinyGPT for canonical PPO and the knobs' ``critic="separate"``; none for the critic-free family and the
+    knobs' shared or absent critic), AdamW of each, the KL controller and the seeded generator; the knobs'
+    :class:`~minippo.rlhf.ppo_knobs.KnobsState` adds value normalisation and the PPO-ptx corpus."""
+    knobs = isinstance(cfg, KnobsConfig)
+    separate = not isinstance(cfg, GRPOConfig) and (not knobs or cfg.critic == "separate")
+    critic = build_critic(cfg.critic_init, sft_model, reward_model, cfg.seed) if separate else None
+    adam = dict(betas=cfg.adam_betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay) if knobs else ADAM
+    critic_lr = cfg.critic_lr if knobs and cfg.critic_lr is not None else cfg.lr
+    actor = sft_model.copy()
+    models = dict(actor=actor, ref=sft_model.copy(), critic=critic, reward_model=reward_model, tokenizer=tokenizer,
+                  opt_actor=AdamW(actor.params, lr=cfg.lr, **adam),
+                  opt_critic=None if critic is None else AdamW(critic.params, lr=critic_lr, **adam),
+                  kl_ctl=make_kl_controller(cfg), rng=np.random.default_rng(cfg.seed),
+                  prompts=None if tokenizer is None else PromptTable.encode(tokenizer, PROMPTS))
+    if knobs:
+        return KnobsState(**models, value_norm=ValueNorm(cfg.value_norm), ptx_sequences=ptx_sequences)
+    return PPOState(**models)
+
+
 class PPOTrainer(RunFolderTrainer):
-    """RLHF-PPO with actor, critic, reference and reward model; see the module docstring.
+    """RLHF stage 3 with actor, critic, reference and reward model; see the module docstring.
 
     Parameters
     ----------
-    cfg : PPOConfig
+    cfg : PPOConfig (canonical PPO), KnobsConfig (PPO with the knobs) or GRPOConfig (critic-free)
     sft_model : TinyGPT, the SFT policy: the actor starts as a copy, the reference IS a frozen copy
     reward_model : RewardModel (frozen; its normalised ``score``)
     tokenizer : Tokenizer
@@ -84,7 +142,9 @@ class PPOTrainer(RunFolderTrainer):
         (:class:`minippo.runs.RunLock`) until :meth:`close`
     resume : continue from ``out_dir/checkpoint`` when it exists (its config must equal ``cfg`` up
         to ``iterations`` and ``checkpoint_every``); without it a folder holding a checkpoint is refused
-    ptx_sequences : list of int64 arrays ``<bos> ids <eos>`` (corpus text) for PPO-ptx, or None
+    ptx_sequences : list of int64 arrays ``<bos> ids <eos>`` (corpus text) for the knobs' PPO-ptx, or None
+    log_exact_kl : also log ``objective/kl_exact`` (two more forward passes per iteration)
+    dump_rollouts : write every iteration's rollout to ``rollouts/iter_NNNN.npz``
 
     ``state`` is the :class:`~minippo.rlhf.ppo.PPOState`; ``last_rollout`` the last iteration's experience
     and ``first_minibatch`` its update's first-minibatch ratio statistics (the lr = 0 check).
@@ -92,28 +152,21 @@ class PPOTrainer(RunFolderTrainer):
 
     STAGE, UNIT = "PPO", "iteration"        # minippo.runs.RunFolderTrainer: the run folder, its lock and records
 
-    def __init__(self, cfg: PPOConfig, sft_model: TinyGPT, reward_model, tokenizer, *, out_dir=None,
-                 resume: bool = False, ptx_sequences=None):
-        if not isinstance(cfg, PPOConfig):
-            raise ValueError(f"`cfg` must be a PPOConfig, got {type(cfg).__name__}")
+    def __init__(self, cfg, sft_model: TinyGPT, reward_model, tokenizer, *, out_dir=None,
+                 resume: bool = False, ptx_sequences=None, log_exact_kl: bool = False, dump_rollouts: bool = False):
+        if not isinstance(cfg, (PPOConfig, GRPOConfig)):
+            raise ValueError(f"`cfg` must be a PPOConfig, KnobsConfig or GRPOConfig, got {type(cfg).__name__}")
         if not isinstance(sft_model, TinyGPT):
             raise ValueError(f"`sft_model` must be a TinyGPT, got {type(sft_model).__name__}")
-        if cfg.ptx_coef > 0 and not ptx_sequences:
+        if isinstance(cfg, KnobsConfig) and cfg.ptx_coef > 0 and not ptx_sequences:
             raise ValueError("`ptx_sequences` must hold corpus sequences when `cfg.ptx_coef` > 0 (PPO-ptx)")
+        for name, flag in (("log_exact_kl", log_exact_kl), ("dump_rollouts", dump_rollouts)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"`{name}` must be True or False, got {flag!r}")
         if tokenizer is not None:
             check_response_fits(cfg.max_new_tokens, tokenizer, PROMPTS, sft_model.cfg.block_size)
-        self.cfg = cfg
-        actor = sft_model.copy()
-        critic = build_critic(cfg, sft_model, reward_model)
-        b1, b2 = cfg.adam_betas
-        opt = dict(betas=(b1, b2), eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
-        self.state = ppo.PPOState(
-            actor=actor, ref=sft_model.copy(), critic=critic, reward_model=reward_model, tokenizer=tokenizer,
-            opt_actor=AdamW(actor.params, lr=cfg.lr, **opt),
-            opt_critic=None if critic is None else AdamW(critic.params, lr=cfg.lr if cfg.critic_lr is None else cfg.critic_lr,
-                                                               **opt),
-            kl_ctl=make_kl_controller(cfg), value_norm=ValueNorm(cfg.value_norm),
-            rng=np.random.default_rng(cfg.seed), ptx_sequences=ptx_sequences)
+        self.cfg, self.log_exact_kl, self.dump_rollouts = cfg, log_exact_kl, dump_rollouts
+        self.state = make_state(cfg, sft_model, reward_model, tokenizer, ptx_sequences)
         self.last_rollout, self.first_minibatch = None, None
         self._open_run_folder(out_dir, cfg.to_dict(), resume=resume)
 
@@ -140,21 +193,21 @@ class PPOTrainer(RunFolderTrainer):
     def step(self, callback=None) -> dict:
         """Run one iteration; returns its metrics record (also written to ``metrics.jsonl``)."""
         cfg, it = self.cfg, self.iteration
+        old_actor = self.state.actor.copy() if self.log_exact_kl else None      # pi_old, for the exact KL
         t0, c0 = time.perf_counter(), time.process_time()
         try:
             with single_blas_thread():      # small matrices: one BLAS thread is faster and deterministic
-                rollout, record = ppo.collect_experience(self.state, cfg)
-                t1, c1 = time.perf_counter(), time.process_time()
-                record.update(ppo.ppo_update(self.state, rollout, cfg))
+                rollout, update = iteration(self.state, cfg)
                 t2, c2 = time.perf_counter(), time.process_time()
+                record = iteration_record(self.state, cfg, rollout, update, old_actor)
         except ValueError as exc:           # the NaN guard, or bad data: say what is kept on disk
             raise self._stopped(exc, self._parameters(), it) from exc
-        self.first_minibatch = record.pop("first_minibatch")
+        t1, c1 = update["clock_update"]     # when the update started
         record.update({"iteration": it, "episode": (it + 1) * cfg.batch_size,
                        "time/rollout": t1 - t0, "time/update": t2 - t1, "time/iteration": t2 - t0,
                        "time/cpu_rollout": c1 - c0, "time/cpu_update": c2 - c1})
-        self.last_rollout = rollout
-        if self.out_dir is not None and cfg.dump_rollouts:
+        self.last_rollout, self.first_minibatch = rollout, first_minibatch(update)
+        if self.out_dir is not None and self.dump_rollouts:
             rollout.save_npz(self.out_dir / "rollouts" / f"iter_{it:04d}.npz")
         self._write(record, cfg.checkpoint_every, cfg.iterations)
         if callback is not None:
@@ -193,8 +246,9 @@ class PPOTrainer(RunFolderTrainer):
         arrays.update({"opt_actor/" + k: v for k, v in a_moments.items()})
         state = {"format": CHECKPOINT_FORMAT, "ppo_config": self.cfg.to_dict(), "iteration": s.iteration,
                  "opt_actor": a_scalars, "kl_coef": s.kl_ctl.value, "rng": rng_state(s.rng),
-                 "value_norm": s.value_norm.state_dict(), "gpt_config": s.actor.cfg.to_dict(),
-                 "kl_old_lr": s.kl_old_lr}
+                 "gpt_config": s.actor.cfg.to_dict()}
+        if isinstance(s, KnobsState):
+            state.update(value_norm=s.value_norm.state_dict(), kl_old_lr=s.kl_old_lr)
         if s.critic is not None:
             arrays.update({"critic/" + k: v for k, v in s.critic.params.items()})
             c_moments, state["opt_critic"] = s.opt_critic.state_dict()
@@ -215,27 +269,32 @@ class PPOTrainer(RunFolderTrainer):
         """Restore a checkpoint written by :meth:`save` (the config must match up to :data:`RESUME_NEUTRAL`).
 
         Everything is checked before anything is assigned: the tensors against the live models
-        (:func:`minippo.io.load_checkpoint` with ``expect``), then the config, then every entry of state.json
-        (a :class:`minippo.io.CorruptFileError` naming the file and the entry)."""
+        (:func:`minippo.io.load_checkpoint` with ``expect``), then the config (an old run folder's through
+        :func:`minippo.rlhf.run.configs.config_from_dict`), then every entry of state.json (a
+        :class:`minippo.io.CorruptFileError` naming the file and the entry)."""
         s = self.state
         arrays, state = load_checkpoint(directory, self._expect())
         state_path = checkpoint_folder(directory) / STATE
         with in_file(state_path):
-            if state.get("format") != CHECKPOINT_FORMAT:
-                raise ValueError(f"`format` is {state.get('format')!r}: not a PPO checkpoint of format {CHECKPOINT_FORMAT}")
-            stored = PPOConfig.from_dict(state["ppo_config"]).to_dict()
-        check_same_config(f"the PPO run in {Path(directory).parent}", stored, self.cfg.to_dict(), ignore=RESUME_NEUTRAL,
-                          fresh=f"use another folder than {Path(directory).parent} (or delete it)")
+            if state.get("format") not in READABLE_FORMATS:
+                raise ValueError(f"`format` is {state.get('format')!r}: not a PPO checkpoint of format "
+                                 f"{CHECKPOINT_FORMAT}")
+            stored = comparable(config_from_dict(state["ppo_config"]))
+        check_same_config(f"the PPO run in {Path(directory).parent}", stored, comparable(self.cfg),
+                          ignore=RESUME_NEUTRAL, fresh=f"use another folder than {Path(directory).parent} (or delete it)")
         moments = {name: {k[len(name) + 1:]: v for k, v in arrays.items() if k.startswith(name + "/")}
                    for name in ("opt_actor", "opt_critic")}
+        knobs = isinstance(s, KnobsState)
         with in_file(state_path):
             iteration = state["iteration"]
             check_range("iteration", iteration, 1, self.cfg.iterations, integer=True)
             check_range("kl_coef", state["kl_coef"], 0, None)
             rng = rng_from_state(state["rng"])
-            value_norm = ValueNorm.from_state(state["value_norm"])
-            kl_old_lr = state.get("kl_old_lr")              # absent from checkpoints written before kl_old_action
-            if self.cfg.kl_old_target is not None and self.cfg.kl_old_action == "adapt_lr":
+            value_norm = ValueNorm.from_state(state.get("value_norm", ValueNorm(False).state_dict()))
+            if value_norm.enabled and not (knobs and self.cfg.value_norm):
+                raise ValueError("`value_norm` must be disabled (no value normalisation in this run)")
+            kl_old_lr = state.get("kl_old_lr")              # absent before kl_old_action, and without the knobs
+            if knobs and self.cfg.kl_old_target is not None and self.cfg.kl_old_action == "adapt_lr":
                 check_range("kl_old_lr", kl_old_lr, KL_LR_MIN, KL_LR_MAX)
             elif kl_old_lr is not None:
                 raise ValueError(f"`kl_old_lr` must be null (no KL-adapted learning rate in this run), got {kl_old_lr!r}")
@@ -250,8 +309,9 @@ class PPOTrainer(RunFolderTrainer):
         if s.critic is not None:
             assign_arrays(s.critic.params, arrays, "critic/", source=directory)
             s.opt_critic.load_state_dict(moments["opt_critic"], state["opt_critic"])
-        s.value_norm, s.kl_ctl.value, s.rng, s.iteration = value_norm, float(state["kl_coef"]), rng, iteration
-        s.kl_old_lr = None if kl_old_lr is None else float(kl_old_lr)
+        s.kl_ctl.value, s.rng, s.iteration = float(state["kl_coef"]), rng, iteration
+        if knobs:
+            s.value_norm, s.kl_old_lr = value_norm, None if kl_old_lr is None else float(kl_old_lr)
         self._saved(iteration)
 
 
@@ -282,11 +342,14 @@ def sft_training_sequences(sft_state: dict, tokenizer, split: str = "train") -> 
     return encode_sequences(tokenizer, train_texts if split == "train" else held_texts, c["block_size"])[0]
 
 
-def run_ppo(cfg: PPOConfig, sft_dir, rm_dir, out_dir, *, resume: bool = False, progress: bool = True,
-            callback=None) -> PPOTrainer:
-    """Stage 3 from the saved SFT and reward-model folders into ``out_dir``; returns the finished trainer."""
+def run_ppo(cfg, sft_dir, rm_dir, out_dir, *, resume: bool = False, progress: bool = True, callback=None,
+            **options) -> PPOTrainer:
+    """Stage 3 from the saved SFT and reward-model folders into ``out_dir``; returns the finished trainer
+    (``options``: :class:`PPOTrainer`'s ``log_exact_kl`` and ``dump_rollouts``)."""
     sft_model, tokenizer, reward_model, sft_state = load_stages(sft_dir, rm_dir)
-    ptx = sft_training_sequences(sft_state, tokenizer) if cfg.ptx_coef > 0 else None
-    trainer = PPOTrainer(cfg, sft_model, reward_model, tokenizer, out_dir=out_dir, resume=resume, ptx_sequences=ptx)
+    knobs_ptx = isinstance(cfg, KnobsConfig) and cfg.ptx_coef > 0
+    ptx = sft_training_sequences(sft_state, tokenizer) if knobs_ptx else None
+    trainer = PPOTrainer(cfg, sft_model, reward_model, tokenizer, out_dir=out_dir, resume=resume, ptx_sequences=ptx,
+                         **options)
     trainer.train(progress=progress, callback=callback)
     return trainer

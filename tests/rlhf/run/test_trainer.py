@@ -1,4 +1,5 @@
-"""The PPO trainer: configuration, gradients of the minibatch loss, lr = 0, resume, NaN guard, variants."""
+"""The stage-3 trainer: configuration, gradients of the minibatch loss, lr = 0, resume, NaN guard, variants
+(canonical PPO, PPO with the knobs, the critic-free family)."""
 import json
 import shutil
 
@@ -15,9 +16,13 @@ from minippo.rlhf.critic import ValueNorm
 from minippo.rlhf.metrics import GLOSSARY, without_timing
 from minippo.studies.pitfalls import logp_rounding_tolerance, lr_zero_verdict, recompute_logp
 from minippo.rlhf.ppo_config import PPOConfig, field_docs
-from minippo.rlhf.ppo import PPOState, forward_response, minibatch_loss_and_grads, ppo_update
+from minippo.rlhf.grpo import GRPOConfig
+from minippo.rlhf.metrics import update_metrics
+from minippo.rlhf.ppo import forward_response
+from minippo.rlhf.ppo_knobs import KnobsConfig, KnobsState, knobs_update, minibatch_loss_and_grads
 from minippo.rlhf.rollout import Rollout
-from minippo.rlhf import ppo
+from minippo.rlhf import ppo, ppo_knobs
+from minippo.rlhf.run.configs import config_from_dict
 from minippo.rlhf.run.trainer import PPOTrainer
 
 
@@ -37,7 +42,7 @@ from minippo.rlhf.run.trainer import PPOTrainer
     (dict(advantage_estimator="vtrace"), "advantage_estimator"),
     (dict(kl_ref_controller="pid"), "kl_ref_controller"),
     (dict(samples_per_prompt=3, batch_size=8, minibatch_size=4), "samples_per_prompt"),
-    (dict(advantage_estimator="rloo"), "samples_per_prompt"),
+    (dict(advantage_estimator="rloo", samples_per_prompt=1), "samples_per_prompt"),
     (dict(ratio_threshold=0.5), "ratio_threshold"),
     (dict(value_clip=1), "value_clip"),
     (dict(adam_betas=(0.9, 1.0)), "adam_betas"),
@@ -54,17 +59,28 @@ from minippo.rlhf.run.trainer import PPOTrainer
     (dict(max_grad_norm=0.0), "max_grad_norm"),
 ])
 def test_bad_configuration_names_the_field(kw, field):
-    with pytest.raises(ValueError, match=f"`{field}"):
-        PPOConfig(**kw)
+    """Each field in the class that has it: canonical PPO's, the knobs', the critic-free family's (a field two
+    classes share is checked in both)."""
+    classes = [cls for cls in (PPOConfig, KnobsConfig, GRPOConfig) if set(kw) <= set(cls.__dataclass_fields__)]
+    assert classes
+    for cls in classes:
+        with pytest.raises(ValueError, match=f"`{field}"):
+            cls(**kw)
 
 
-def test_every_field_is_documented_and_round_trips():
-    cfg = PPOConfig()
-    docs = field_docs()
+def test_canonical_ppo_has_at_most_25_fields():
+    assert len(PPOConfig.__dataclass_fields__) <= 25
+
+
+@pytest.mark.parametrize("cls", [PPOConfig, KnobsConfig, GRPOConfig])
+def test_every_field_is_documented_and_round_trips(cls):
+    cfg = cls()
+    docs = field_docs(cls)
     assert set(docs) == set(cfg.to_dict()) and all(len(d) > 20 for d in docs.values())
-    assert PPOConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    assert cls.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    assert config_from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg           # what a run folder reads back
     with pytest.raises(ValueError, match="unknown"):
-        PPOConfig.from_dict({"learning_rate": 1.0})
+        cls.from_dict({"learning_rate": 1.0})
 
 
 # ---- the minibatch loss: gradients against finite differences ---------------------------------
@@ -75,15 +91,15 @@ def gradcheck_setup(critic_kind, stop_gradient=False):
     for p in sft.params.values():                    # O(0.3) weights: every path carries gradient
         p += rng.normal(0, 0.3, p.shape)
     actor = sft.copy()
-    state = PPOState(actor=actor, ref=None, critic=sft.copy() if critic_kind == "separate" else None,
-                     reward_model=None, tokenizer=None, opt_actor=None, opt_critic=None, kl_ctl=None,
-                     value_norm=ValueNorm(False), rng=np.random.default_rng(0))
+    state = KnobsState(actor=actor, ref=None, critic=sft.copy() if critic_kind == "separate" else None,
+                       reward_model=None, tokenizer=None, opt_actor=None, opt_critic=None, kl_ctl=None,
+                       value_norm=ValueNorm(False), rng=np.random.default_rng(0))
     B, Tp, Tn = 3, 3, 4
     V = 16
     response = rng.integers(3, V, (B, Tn))
     mask = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]])
     ro = Rollout(prompt_ids=rng.integers(3, V, (B, Tp)), prompt_mask=np.array([[0, 1, 1], [1, 1, 1], [0, 0, 1]]),
-                 response=response, response_mask=mask, prompt_index=np.arange(B),
+                 response=response, response_mask=mask,
                  logp=rng.normal(-2.8, 0.4, (B, Tn)), logp_ref=rng.normal(-2.8, 0.4, (B, Tn)),
                  values=rng.normal(0, 1, (B, Tn)), rm_scores=np.zeros(B), scores=np.zeros(B), ended=np.ones(B, bool))
     ro.adv, ro.returns = rng.normal(0, 1, (B, Tn)) * mask, rng.normal(0, 1, (B, Tn)) * mask
@@ -128,6 +144,25 @@ def test_minibatch_loss_gradients_every_tensor(critic_kind, stop_gradient, varia
     assert_gradients(loss, actor.params, g_actor, tol=1e-5)
     if critic_kind == "separate":
         assert_gradients(loss, state.critic.params, g_critic, tol=1e-5)
+
+
+def test_canonical_minibatch_loss_gradients_every_tensor():
+    """Canonical PPO's loss L^CLIP + c1 L^VF(clipped) - c2 S (ppo.minibatch_loss_and_grads): hand-written
+    gradients of every actor and critic tensor against central differences (float64, whole model); and the same
+    terms, statistics and gradients as the knobs' loss with every knob at its default, bitwise."""
+    state, ro, _ = gradcheck_setup("separate")
+    cfg = tiny_config(clip_eps=0.2, clip_eps_value=0.3, vf_coef=0.7, ent_coef=0.05, temperature=0.8)
+    assert type(cfg) is PPOConfig
+    terms, stats, g_actor, g_critic = ppo.minibatch_loss_and_grads(state, ro, cfg)
+    assert 0 < stats["clipfrac"] < 1 and 0 < stats["vf_clipfrac"] < 1
+    loss = lambda: ppo.minibatch_loss_and_grads(state, ro, cfg)[0]["loss/total"]   # noqa: E731
+    assert_gradients(loss, state.actor.params, g_actor, tol=1e-5)
+    assert_gradients(loss, state.critic.params, g_critic, tol=1e-5)
+    k_terms, k_stats, k_actor, k_critic = minibatch_loss_and_grads(state, ro, KnobsConfig.from_dict(cfg.to_dict()))
+    assert {k: v for k, v in k_terms.items() if k in terms} == terms
+    assert {k: v for k, v in k_stats.items() if k in stats} == stats
+    for mine, theirs in ((g_actor, k_actor), (g_critic, k_critic)):
+        assert all(np.array_equal(mine[k], theirs[k]) for k in mine)
 
 
 def aggregate_by_loops(x, mask, loss_agg, norm_len):
@@ -236,7 +271,7 @@ def test_lr_warm_up_then_schedule():
 
 def test_an_iteration_writes_every_glossary_metric(tmp_path):
     sft, rm, tok = world()
-    tr = PPOTrainer(tiny_config(iterations=2, log_exact_kl=True, dump_rollouts=True), sft, rm, tok, out_dir=tmp_path)
+    tr = PPOTrainer(tiny_config(iterations=2), sft, rm, tok, out_dir=tmp_path, log_exact_kl=True, dump_rollouts=True)
     tr.train()
     records = read_metrics(tmp_path / "metrics.jsonl")
     assert len(records) == 2 and set(records[0]) == set(GLOSSARY)
@@ -259,7 +294,7 @@ def test_critic_bias_starts_at_the_mean_score():
     tr2.step(callback=lambda t, ro, rec: seen.update(ro2=ro))
     ro2 = seen["ro2"]
     h = forward_response(tr2.state.critic, ro2.sequences, ro2.attn_mask, ro2.prompt_len, scalar=True)[1]
-    fresh = tr2.state.value_norm.denormalise(h) * ro2.response_mask
+    fresh = h.astype(np.float64) * ro2.response_mask
     np.testing.assert_allclose(fresh, ro2.values, atol=1e-5)
 
 
@@ -292,7 +327,7 @@ def test_target_kl_stops_the_update_and_ratio_threshold_skips():
     ro.logp = (ro.logp - 1.0) * ro.response_mask
     before = {k: v.copy() for k, v in tr.actor.params.items()}
     tr.state.rng = np.random.default_rng(0)
-    upd = ppo_update(tr.state, ro, tr.cfg)
+    upd = update_metrics(knobs_update(tr.state, ro, tr.cfg))
     assert upd["policy/skipped_minibatches"] == tr.cfg.update_epochs * tr.cfg.num_minibatches and upd["policy/steps"] == 0
     assert all((before[k] == v).all() for k, v in tr.actor.params.items())
 
@@ -307,13 +342,13 @@ def test_kl_adapted_lr_follows_the_rule_minibatch_by_minibatch(monkeypatch):
                       update_epochs=3)
     tr = PPOTrainer(cfg, sft, rm, tok)
     kls, lrs, critic_lrs = [], [], []
-    loss_and_grads = ppo.minibatch_loss_and_grads
+    loss_and_grads = ppo_knobs.minibatch_loss_and_grads
 
     def spy(*args, **kwargs):
         out = loss_and_grads(*args, **kwargs)
         kls.append(out[1]["approx_kl"])
         return out
-    monkeypatch.setattr(ppo, "minibatch_loss_and_grads", spy)
+    monkeypatch.setattr(ppo_knobs, "minibatch_loss_and_grads", spy)
     for opt, seen in ((tr.state.opt_actor, lrs), (tr.state.opt_critic, critic_lrs)):
         monkeypatch.setattr(opt, "step", lambda grads, lr=None, _step=opt.step, _seen=seen: (_seen.append(lr),
                                                                                             _step(grads, lr=lr)))
@@ -353,8 +388,9 @@ def test_critic_free_estimators_give_one_advantage_per_response():
     sft, rm, tok = world()
     seen = {}
     for name in ("grpo", "rloo", "reinforce"):
-        cfg = tiny_config(iterations=1, critic="none", advantage_estimator=name, samples_per_prompt=4, kl_ref_coef=0.0,
-                          kl_ref_loss_coef=0.1, whiten_advantages=False)
+        cfg = GRPOConfig(iterations=1, batch_size=8, minibatch_size=4, max_new_tokens=8, update_epochs=2,
+                         checkpoint_every=1, advantage_estimator=name, samples_per_prompt=4, kl_ref_coef=0.0,
+                         kl_ref_loss_coef=0.1)
         tr = PPOTrainer(cfg, sft, rm, tok)
         rec = tr.step(callback=lambda t, ro, r: seen.update(ro=ro))
         ro = seen["ro"]
@@ -369,7 +405,7 @@ def test_critic_free_estimators_give_one_advantage_per_response():
         else:
             expect = s - s.mean()
         np.testing.assert_allclose(adv_seq, expect.ravel(), rtol=1e-6, atol=1e-9)
-        assert rec["loss/kl_avg"] >= 0 and rec["loss/value_avg"] == 0.0
+        assert rec["loss/kl_avg"] > 0 and rec["loss/value_avg"] == 0.0 and tr.state.opt_critic is None
 
 
 @pytest.mark.parametrize("kw", [dict(critic="none"), dict(critic="shared", value_norm=True),
@@ -527,8 +563,8 @@ def test_renamed_fields_are_accepted_for_one_release():
            "kl_estimator": "k3", "kl_loss_coef": 0.1, "target_kl": 0.05}
     assert set(old) == set(RENAMED)
     with pytest.warns(DeprecationWarning) as caught:
-        cfg = PPOConfig.from_dict(old)
+        cfg = config_from_dict(old)                       # what a run folder's stored config goes through
     assert sorted(str(w.message) for w in caught) == sorted(f"PPOConfig field `{k}` is now `{v}`" for k, v in RENAMED.items())
-    assert cfg == PPOConfig(**{RENAMED[k]: v for k, v in old.items()})
+    assert cfg == KnobsConfig(**{RENAMED[k]: v for k, v in old.items()})       # kl_ref_estimator: a knob
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="`kl_coef` and `kl_ref_coef`"):
         PPOConfig.from_dict({"kl_coef": 0.1, "kl_ref_coef": 0.2})

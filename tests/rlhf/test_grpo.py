@@ -1,4 +1,5 @@
-"""minippo.rlhf.ppo.advantages: which estimators are whitened (GAE), and why the group ones are not."""
+"""The advantages of the critic-free family (minippo.rlhf.grpo.group_advantages) are not whitened again, and why;
+canonical PPO's GAE advantages are (ppo_iteration's step 4)."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -6,8 +7,10 @@ import pytest
 
 from minippo.rl.group_advantages import batch_mean_advantages, grpo_advantages, rloo_advantages
 from minippo.rl.masked import masked_mean, masked_whiten
-from minippo.rlhf.ppo import advantages as compute_advantages
-from minippo.rlhf.ppo_config import PPOConfig
+from minippo.rl.gae import gae
+from minippo.rlhf.grpo import GRPOConfig, group_advantages
+from minippo.rlhf.run.trainer import PPOTrainer
+from tests.rlhf.ppo_helpers import tiny_config, world
 
 
 def fake_rollout(scores, lengths, Tn=6, seed=0):
@@ -38,12 +41,9 @@ def test_critic_free_advantages_are_not_whitened_again(name, fn):
     ro = fake_rollout(SCORES, LENGTHS)
     ro.non_score_reward[...] = 0.0                                 # GRPO-style: no KL in the reward
     ro.sequence_returns = ro.scores.copy()
-    cfg = PPOConfig.quick(advantage_estimator=name, samples_per_prompt=3, batch_size=6, minibatch_size=3,
-                          critic="none")
-    assert cfg.whiten_advantages                                   # the default stays on (for GAE) ...
-    adv, returns = compute_advantages(ro, cfg)
-    np.testing.assert_array_equal(adv, fn(ro.scores, ro.response_mask))     # ... but these come out as defined
-    np.testing.assert_allclose(returns, (adv + ro.values) * ro.response_mask)
+    cfg = GRPOConfig.quick(advantage_estimator=name, samples_per_prompt=3, batch_size=6, minibatch_size=3)
+    adv = group_advantages(ro.sequence_returns, ro.response_mask, cfg)
+    np.testing.assert_array_equal(adv, fn(ro.scores, ro.response_mask))     # as defined: not whitened again
     if name != "reinforce":                                        # the constant group keeps advantage exactly 0
         assert np.all(adv[3:] == 0.0)
 
@@ -58,10 +58,31 @@ def test_whitening_the_group_advantages_would_shift_them_by_a_length_weighted_me
     assert np.all(np.abs(rewhitened[3:][ro.response_mask[3:] == 1]) > 0.1)
 
 
-def test_gae_is_still_whitened_and_the_switch_still_works():
-    ro = fake_rollout(SCORES, LENGTHS)
+@pytest.mark.parametrize("whiten", [True, False])
+def test_canonical_gae_is_whitened_and_the_switch_still_works(whiten):
+    """ppo_iteration's step 4: GAE on the rollout's rewards and values, whitened over its valid tokens (or not)."""
+    sft, rm, tok = world()
+    seen = {}
+    PPOTrainer(tiny_config(iterations=1, whiten_advantages=whiten), sft, rm, tok).step(
+        callback=lambda t, ro, rec: seen.update(ro=ro))
+    ro = seen["ro"]
     m = ro.response_mask
-    adv, _ = compute_advantages(ro, PPOConfig.quick())
-    assert abs(masked_mean(adv, m)) < 1e-12 and np.std(adv[m == 1]) == pytest.approx(1.0, abs=1e-6)
-    raw, _ = compute_advantages(ro, PPOConfig.quick(whiten_advantages=False))
-    np.testing.assert_allclose(adv, masked_whiten(raw, m))
+    raw, returns = gae(ro.rewards, ro.values, m, gamma=1.0, lam=0.95)
+    np.testing.assert_array_equal(ro.returns, returns)
+    np.testing.assert_array_equal(ro.adv, masked_whiten(raw, m) if whiten else raw)
+    if whiten:
+        assert abs(masked_mean(ro.adv, m)) < 1e-12 and np.std(ro.adv[m == 1]) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_a_group_iteration_gives_returns_equal_to_its_advantages():
+    """No critic: V = 0, so the returns (what a critic would regress on) are the advantages themselves."""
+    sft, rm, tok = world()
+    seen = {}
+    cfg = GRPOConfig(iterations=1, batch_size=8, samples_per_prompt=4, minibatch_size=4, max_new_tokens=8,
+                     update_epochs=2, checkpoint_every=1)
+    tr = PPOTrainer(cfg, sft, rm, tok)
+    tr.step(callback=lambda t, ro, rec: seen.update(ro=ro))
+    ro = seen["ro"]
+    assert tr.state.critic is None and tr.state.opt_critic is None and not ro.values.any()
+    np.testing.assert_array_equal(ro.returns, ro.adv * ro.response_mask)
+    np.testing.assert_array_equal(ro.adv, group_advantages(ro.sequence_returns, ro.response_mask, cfg))
