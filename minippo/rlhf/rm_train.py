@@ -19,12 +19,13 @@ import numpy as np
 
 from minippo.blas import single_blas_thread
 from minippo.checks import check_choice, check_fields, check_range, first_nonfinite
+from minippo.flags import add_config_flags, config_from_args
 from minippo.io import STATE, MetricsWriter, atomic_write_text, checkpoint_folder, has_checkpoint, in_file, read_json
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.progress import progress_bar
 from minippo.runs import check_same_config, run_lock, stage
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
-from minippo.rlhf.checkpoint import load_model
+from minippo.rlhf.checkpoint import load_model, resolve_model_dir
 from minippo.rlhf.data.batches import batch_indices, steps_per_epoch
 from minippo.rlhf.data.corpus import PROMPTS, sample_prompts
 from minippo.rlhf.data.preferences import (PreferencePairs, gold_order_accuracy, make_preference_pairs,
@@ -373,25 +374,24 @@ def format_report(r: dict) -> str:
 # the `minippo rm` command
 # ----------------------------------------------------------------------------------------------
 
-_FLAGS = {"n_prompts": int, "responses_per_prompt": int, "n_train": int, "label_temperature": float, "epochs": int,
-          "lr": float, "init": str, "n_layer": int, "n_embd": int, "n_head": int, "max_new_tokens": int}
+#: the RMConfig fields that are flags of ``minippo rm`` (the others keep their defaults)
+FLAGS = ("n_prompts", "responses_per_prompt", "n_train", "label_temperature", "epochs", "lr", "init", "n_layer",
+         "n_embd", "n_head", "max_new_tokens", "seed")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--sft", required=True, help="SFT run folder (from `minippo sft`) or its model/ folder")
-    parser.add_argument("--out", default=None, help="run folder (default: runs/rm-<timestamp>)")
+    parser.add_argument("--sft", required=True, metavar="DIR",
+                        help="SFT run folder (from `minippo sft`) or its model/ folder")
+    parser.add_argument("--out", default=None, metavar="DIR", help="run folder (default: runs/rm-<timestamp>)")
     parser.add_argument("--quick", action="store_true", help="tiny config for CI: a few seconds")
-    parser.add_argument("--seed", type=int, default=0, help="seed of every random stream (default 0)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    for name, typ in _FLAGS.items():
-        parser.add_argument("--" + name.replace("_", "-"), type=typ, default=None, help=f"override RMConfig.{name}")
+    add_config_flags(parser, RMConfig, only=FLAGS, title="RMConfig fields (the others keep their defaults)")
 
 
 def cli_main(args) -> int:
     out = Path(args.out) if args.out else Path("runs") / time.strftime("rm-%Y%m%d-%H%M%S")
-    overrides = {k: getattr(args, k) for k in _FLAGS if getattr(args, k) is not None}
-    overrides["seed"] = args.seed
-    cfg = RMConfig.quick(**overrides) if args.quick else RMConfig(**overrides)
+    cfg = config_from_args(args, RMConfig.quick() if args.quick else RMConfig())      # errors name the flag
+    resolve_model_dir(args.sft)                                     # a wrong path: one line, before the banner
     print(f"reward model from {args.sft} -> {out}")
     print(format_report(train_reward_model(cfg, args.sft, out, progress=not args.no_progress)))
     return 0
