@@ -38,7 +38,7 @@ from minippo.io import RunWarning
 
 # name -> (module, one-line help). The order is the order of the pipeline.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "rlhf": ("minippo.rlhf.run.pipeline", "the main job: corpus -> tokenizer -> SFT -> reward model -> PPO"),
+    "rlhf": ("minippo.rlhf.run.rlhf_cli", "the main job: corpus -> tokenizer -> SFT -> reward model -> PPO"),
     "sft": ("minippo.rlhf.sft", "stage 1: train the tiny GPT on the synthetic corpus (supervised fine-tuning)"),
     "rm": ("minippo.rlhf.rm_train", "stage 2: label preference pairs and train the Bradley-Terry reward model"),
     "ppo": ("minippo.rlhf.run.ppo_cli", "stage 3: PPO with actor, critic, reference and reward model"),
@@ -93,14 +93,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def given_flags(sub: argparse.ArgumentParser, argv: list[str], args: argparse.Namespace) -> dict[str, tuple]:
-    """dest -> (flag as typed, its value) for the options present on the command line."""
-    typed = {a.split("=", 1)[0] for a in argv if a.startswith("-")}
+    """dest -> (flag as typed, its value as typed: ``--beta 0`` stays "0", not 0.0) for the options present on
+    the command line (a switch's value is True)."""
+    typed = {}
+    for i, a in enumerate(argv):
+        if a.startswith("-"):
+            opt, eq, text = a.partition("=")
+            typed[opt] = text if eq else (argv[i + 1] if i + 1 < len(argv) else None)
     out = {}
     for action in sub._actions:
         for opt in action.option_strings:
             if opt in typed and action.dest != "help":
-                out[action.dest] = (opt, getattr(args, action.dest, None))
+                value = getattr(args, action.dest, None)
+                out[action.dest] = (opt, value if isinstance(value, bool) or action.nargs == 0 else typed[opt])
     return out
+
+
+def _is_number(text: str) -> bool:
+    """A flag's value that is a number is no path (``--steps 2`` is not "2" in "[0, 2)")."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def describe_error(exc: BaseException, flags: dict[str, tuple]) -> tuple[str, int]:
@@ -117,7 +132,7 @@ def describe_error(exc: BaseException, flags: dict[str, tuple]) -> tuple[str, in
         return (line if line.startswith(opt) else f"{shown}: {line}"), 2
     for dest, (opt, value) in flags.items():
         # a path flag's value in the message, as a path (not inside another word): name the flag too
-        if isinstance(value, str) and value and not line.startswith("--") and \
+        if isinstance(value, str) and value and not _is_number(value) and not line.startswith("--") and \
                 re.search(r"(?<![\w./-])" + re.escape(value) + r"(?![\w.-])", line):
             usage = isinstance(exc, (FileNotFoundError, FileExistsError, NotADirectoryError, UsageError))
             return f"{opt}: {line}", 2 if usage else 1

@@ -15,13 +15,13 @@ import sys
 from dataclasses import MISSING, fields
 from pathlib import Path
 
-from minippo.checks import check_range
+from minippo.checks import UsageError, check_range
 from minippo.classic.cartpole import CartPoleEnv
 from minippo.classic.config import DEPRECATED_NAMES, PPOConfig, deprecated_value, field_docs
 from minippo.flags import field_flag, first_sentence, integer, shown_default
 from minippo.classic.dashboard import plot_dashboard
 from minippo.classic.ppo import last_mean, steps_to_reach, train_ppo
-from minippo.io import MetricsWriter, save_checkpoint
+from minippo.io import MetricsWriter, has_checkpoint, save_checkpoint
 from minippo.progress import progress_bar
 from minippo.runs import RunLock
 
@@ -89,26 +89,40 @@ def _hyperparameters(args: argparse.Namespace) -> dict:
 
 def cli_main(args: argparse.Namespace) -> int:
     """Train, show a progress bar, write metrics/dashboard/weights to ``--out``, print a summary."""
-    try:
+    try:                       # a value out of range: one line naming the flag, exit 2 (minippo.cli)
         cfg = PPOConfig(**_hyperparameters(args))
         check_range("total_timesteps", args.total_timesteps, cfg.batch_size, None, integer=True)
         check_range("save_every", args.save_every, 1, None, integer=True)
     except ValueError as exc:
-        print(f"minippo classic: error: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
     if args.gymnasium:
         try:
             import gymnasium  # lazy: optional, not a dependency (the parity runs only)
         except ImportError:
-            print("minippo classic: error: --gymnasium needs `pip install gymnasium`", file=sys.stderr)
-            return 2
+            raise UsageError("--gymnasium needs `pip install gymnasium`") from None
         make_env = lambda: gymnasium.make("CartPole-v1")                      # noqa: E731
         env_name = f"gymnasium {gymnasium.__version__} CartPole-v1"
     else:
         make_env, env_name = CartPoleEnv, "minippo CartPole-v1"
     out = Path(args.out) if args.out else None
     with RunLock(out) if out else contextlib.nullcontext():    # one writer per folder (minippo.runs)
+        if out is not None:
+            check_no_results(out)
         return _train_and_report(args, cfg, make_env, env_name, out)
+
+
+#: what a run writes into --out (a classic run has no resume: a second run would replace the first's records)
+OUTPUTS = ("metrics.jsonl", "agent", "dashboard.png")
+
+
+def check_no_results(out: Path) -> None:
+    """``--out`` must hold no earlier run's results (:data:`OUTPUTS`) and be no model folder: ``FileExistsError``
+    naming them, before anything is written."""
+    found = [name for name in OUTPUTS if (out / name).exists()]
+    if found or has_checkpoint(out):
+        what = ", ".join(found) if found else "a model (weights.safetensors + state.json)"
+        raise FileExistsError(f"{out} already holds {what}: use another --out, or delete them; nothing was "
+                              "overwritten")
 
 
 def _train_and_report(args, cfg: PPOConfig, make_env, env_name: str, out: Path | None) -> int:

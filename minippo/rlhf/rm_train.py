@@ -23,7 +23,7 @@ from minippo.flags import add_config_flags, config_from_args
 from minippo.io import STATE, MetricsWriter, atomic_write_text, checkpoint_folder, has_checkpoint, in_file, read_json
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.progress import progress_bar
-from minippo.runs import check_same_config, run_lock, stage
+from minippo.runs import check_fresh_start, check_same_config, run_lock, stage
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
 from minippo.rlhf.checkpoint import load_model, resolve_model_dir
 from minippo.rlhf.data.batches import batch_indices, steps_per_epoch
@@ -230,9 +230,9 @@ def split_pairs(pairs: PreferencePairs, cfg: RMConfig) -> tuple[PreferencePairs,
     return train, heldout
 
 
-def load_pairs(rm_dir) -> tuple[PreferencePairs, PreferencePairs, RMConfig]:
-    """``(train, heldout, rm_config)``: the preference pairs a reward-model run folder sampled
-    (``pairs.npz``) split as that run split them (its ``config.json``); ``rm_dir`` may also be its ``model/``."""
+def pairs_folder(rm_dir) -> Path:
+    """The reward-model run folder meant by ``rm_dir`` (itself, or the parent of its ``model/``), which must hold
+    ``pairs.npz`` and ``config.json`` (``FileNotFoundError`` naming the missing file otherwise)."""
     folder = Path(rm_dir)
     if not (folder / "pairs.npz").is_file() and (folder.parent / "pairs.npz").is_file():
         folder = folder.parent                          # rm/model given: the pairs are in rm/
@@ -240,6 +240,13 @@ def load_pairs(rm_dir) -> tuple[PreferencePairs, PreferencePairs, RMConfig]:
         if not (folder / name).is_file():
             raise FileNotFoundError(f"{folder / name} is missing: `--pairs` must name a reward-model run folder "
                                     f"(from `minippo rm` or `minippo rlhf`) that sampled its own pairs")
+    return folder
+
+
+def load_pairs(rm_dir) -> tuple[PreferencePairs, PreferencePairs, RMConfig]:
+    """``(train, heldout, rm_config)``: the preference pairs a reward-model run folder sampled
+    (``pairs.npz``) split as that run split them (its ``config.json``); ``rm_dir`` may also be its ``model/``."""
+    folder = pairs_folder(rm_dir)
     config = read_json(folder / "config.json")
     with in_file(folder / "config.json"):
         cfg = RMConfig.from_dict(config)
@@ -305,7 +312,9 @@ def train_reward_model(cfg: RMConfig, sft_dir, out_dir, progress: bool = True,
 
 def _train_reward_model(cfg: RMConfig, sft_dir, out_dir: Path, progress: bool, pairs) -> dict:
     t0 = time.perf_counter()
-    if has_checkpoint(out_dir / "model"):          # a finished reward model is replaced only by the same run
+    finished = has_checkpoint(out_dir / "model")
+    check_fresh_start(out_dir, cfg.to_dict(), "a reward-model run", records=not finished)   # not another run's
+    if finished:                                   # a finished reward model is replaced only by the same run
         check_same_config(f"the reward model in {out_dir / 'model'}", stored_config(out_dir / "model", "rm_config"),
                           cfg.to_dict(), fresh=f"use another folder than {out_dir}")
     sft_model, tokenizer, _ = load_sft(sft_dir)

@@ -52,7 +52,7 @@ from minippo.io import (STATE, MetricsWriter, RunWarning, array_specs, atomic_wr
                         has_checkpoint, in_file, read_json, read_metrics)
 from minippo.nn.gpt import MAX_BLOCK_SIZE, GPTConfig, TinyGPT
 from minippo.progress import progress_bar, progress_write
-from minippo.runs import Stage, assign_arrays, check_no_run, check_same_config, run_lock, stage
+from minippo.runs import Stage, assign_arrays, check_fresh_start, check_no_run, check_same_config, run_lock, stage
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
 from minippo.rlhf.checkpoint import load_model, save_model
 from minippo.rlhf.data.batches import batch_indices, encode_sequences, lm_batch, split_corpus, unigram_loss
@@ -235,6 +235,8 @@ def train_sft(cfg: SFTConfig, out_dir, *, resume: bool = False, progress: bool =
         # (one BLAS thread: tiny matrices, faster and deterministic)
         if not resume:
             check_no_run(out_dir, ckpt_dir, "an SFT run")
+        if not has_checkpoint(ckpt_dir):                         # never another run's or someone's files
+            check_fresh_start(out_dir, cfg.to_dict(), "an SFT run", ignore=RESULT_NEUTRAL)
         result = _train(cfg, out_dir, progress, st, log)
     result["train_seconds"] = time.perf_counter() - t_start
     return result

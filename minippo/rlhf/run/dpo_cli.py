@@ -10,6 +10,7 @@ from minippo.flags import add_config_flags, config_from_args
 from minippo.io import read_metrics
 from minippo.rlhf.checkpoint import resolve_model_dir
 from minippo.rlhf.dpo_config import DPOConfig
+from minippo.rlhf.rm_train import pairs_folder
 from minippo.rlhf.run.dpo_trainer import run_dpo
 from minippo.rlhf.run.ppo_cli import add_run_arguments
 
@@ -28,7 +29,7 @@ def add_arguments(parser) -> None:
 
 def cli_main(args) -> int:
     cfg = config_from_args(args, DPOConfig.quick() if args.quick else DPOConfig())
-    resolve_model_dir(args.sft), resolve_model_dir(args.pairs)      # a wrong path: one line, before the banner
+    resolve_model_dir(args.sft), pairs_folder(args.pairs)           # a wrong path: one line, before the banner
     out = Path(args.out) if args.out else Path("runs") / time.strftime("dpo-%Y%m%d-%H%M%S")
     print(f"DPO from {args.sft} (policy, reference) on the pairs of {args.pairs} -> {out}")
     trainer = run_dpo(cfg, args.sft, args.pairs, out, resume=True, progress=not args.no_progress)
