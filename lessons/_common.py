@@ -213,3 +213,40 @@ def interrupted(what: str):
         print(f"interrupted {what}" + (f": {detail}" if detail else "; its figure was not written"),
               file=sys.stderr, flush=True)
         raise SystemExit(130) from None
+
+
+def holds(ok: bool) -> str:
+    """The verdict on a claim, decided by the caller from the measured numbers: ``holds`` or ``does not hold
+    here`` (the wording every lesson uses, so a test can find it)."""
+    return "holds" if ok else "does not hold here"
+
+
+seed_compare = sweep_stats.seed_compare     # the lessons import it from here with the verdict helpers
+
+
+def diff_text(c: dict, fmt: str = "+.3f", noise: str = "seed") -> str:
+    """A difference and how it compares with the noise: ``+0.120 +- 0.040 (beyond 2 s.e. of the seed noise)``,
+    ``... (within 2 s.e. ...)``, or ``+0.120 (one seed: no noise estimate)`` (``c`` from
+    :func:`minippo.studies.sweep_stats.seed_compare` or :func:`minippo.studies.sweep_stats.compare_paired`; ``noise`` names what the s.e. measures)."""
+    if c.get("se") is None:
+        return f"{c['diff']:{fmt}} (one seed: no noise estimate)"
+    where = "beyond" if c["clear"] else "within"
+    return f"{c['diff']:{fmt}} +- {c['se']:{fmt.lstrip('+')}} ({where} 2 s.e. of the {noise} noise)"
+
+
+def clear_sign(c: dict) -> int:
+    """+1 / -1 when the difference ``c`` is beyond 2 standard errors up / down, else 0 (also with no noise
+    estimate)."""
+    return int(np.sign(c["diff"])) if c.get("clear") else 0
+
+
+def time_line(r: dict, full_sizes: dict | None = None) -> str:
+    """The closing line of a narrative: the run's wall and CPU time (``r["time"]``) and, after a
+    default-size run, the size of the ``--full`` run that produced the committed figure."""
+    t = r["time"]
+    line = f"\nTime: {t['wall']:.1f} s wall, {t['cpu']:.1f} s CPU."
+    if full_sizes is not None and not r.get("full", False):
+        fs = full_sizes
+        line += (f" The committed figure comes from --full ({fs['iterations']} iterations x {fs['batch_size']} "
+                 f"responses, {len(fs['seeds'])} PPO seeds).")
+    return line
