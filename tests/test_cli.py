@@ -188,7 +188,7 @@ def test_a_missing_path_is_named_before_any_banner(capsys, tmp_path):
 
 def test_a_bad_config_file_is_named(capsys, tmp_path):
     bad = tmp_path / "c.json"
-    for text, why in (("x", "is not JSON"), ('{"ppx": {}}', "unknown stage 'ppx'"),
+    for text, why in (("x", "not valid JSON"), ('{"ppx": {}}', "unknown stage 'ppx'"),
                       ('{"ppo": {"foo": 1}}', "ppo: unknown PPOConfig field(s) ['foo']"),
                       ('{"sft": {"steps": 0}}', "sft: `steps` must be in [1, inf), got 0")):
         bad.write_text(text)

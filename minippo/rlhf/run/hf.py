@@ -57,7 +57,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import save as st_save
 from tokenizers import Tokenizer as HFTokenizer, processors
 
-from minippo.io import atomic_write_bytes, atomic_write_text
+from minippo.io import atomic_write_bytes, atomic_write_text, read_json
 from minippo.nn.attention import LN_EPS
 from minippo.nn.gpt import GPTConfig, param_shapes
 from minippo.rlhf.data.tokenizer import BOS, EOS, PAD, Tokenizer
@@ -285,10 +285,7 @@ def export_readme(kind: str, arch: str, src, not_mapped: list[str], example: dic
 def read_config_json(folder) -> dict:
     """``<folder>/config.json`` as a dict; a file that is not a JSON object is a ``ValueError`` naming it."""
     path = Path(folder) / "config.json"
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not JSON ({exc})") from None
+    config = read_json(path)                               # CorruptFileError (a ValueError) naming the file
     if not isinstance(config, dict):
         raise ValueError(f"{path} must hold a JSON object, got {type(config).__name__}")
     return config

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from minippo.checks import UsageError
 from minippo.flags import add_config_flags, flag, integer, replace_fields
+from minippo.io import CorruptFileError, read_json
 from minippo.rlhf.dpo_config import DPOConfig
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.rm_train import RMConfig
@@ -61,9 +62,9 @@ def read_config_file(path, configs: dict) -> dict:
     the file, the stage and the field for anything that is not a config of these stages."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path} is not JSON ({exc})") from None
+        data = read_json(path)
+    except CorruptFileError as exc:                          # not JSON: one line naming the file, exit 2
+        raise UsageError(str(exc)) from None
     if not isinstance(data, dict):
         raise UsageError(f"{path} must hold a JSON object of stages ({', '.join(configs)}), got {type(data).__name__}")
     out = dict(configs)

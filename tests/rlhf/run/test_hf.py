@@ -193,7 +193,7 @@ def test_export_refuses_to_overwrite_another_folder_and_replaces_an_earlier_expo
         with pytest.raises(FileExistsError, match="not an earlier minippo export"):
             export_hf(tmp_path / "m", tmp_path / "other", log=lambda s: None, force=force)
     (tmp_path / "other" / "config.json").write_text("garbage")            # a bad config.json: the file is named
-    with pytest.raises(FileExistsError, match=r"other/config.json is not JSON"):
+    with pytest.raises(FileExistsError, match=r"other/config.json: not valid JSON"):
         export_hf(tmp_path / "m", tmp_path / "other", log=lambda s: None, force=True)
     assert (tmp_path / "other" / "notes.txt").read_text() == "keep me"
     export_hf(tmp_path / "m", tmp_path / "hf", log=lambda s: None)
