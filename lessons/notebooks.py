@@ -391,7 +391,7 @@ def main(argv: list[str] | None, all_names: list[str], resolve) -> int:
     parser.add_argument("--timeout", type=integer, default=DEFAULT_TIMEOUT, metavar="N",
                         help="seconds per cell (default %(default)s)")
     args = parser.parse_args(argv)
-    module_names = [resolve(w, all_names) for w in args.which] if args.which else all_names
+    module_names = [resolve(w, all_names, parser) for w in args.which] if args.which else all_names
     if args.stale and args.verify:
         parser.error("--stale goes with generating (--verify checks every notebook it is given)")
     if args.stale:

@@ -167,10 +167,13 @@ def test_ctrl_c_in_a_real_lesson_process(tmp_path):
     import signal
     import sys
     import time
-    p = subprocess.Popen([sys.executable, "-m", "lessons", "8", "--out", str(tmp_path)], cwd=ROOT,
+    out = tmp_path / "figures"
+    p = subprocess.Popen([sys.executable, "-m", "lessons", "8", "--out", str(out)], cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    time.sleep(3)                                                      # imports done, CartPole training
+    while not out.exists() and p.poll() is None:                       # --out checked (and made): the lesson runs
+        time.sleep(0.05)
+    time.sleep(0.5)
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130 and "Traceback" not in err and err.count("\n") == 1, err

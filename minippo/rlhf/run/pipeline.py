@@ -9,7 +9,7 @@
     figures                               minippo.rlhf.run.plots            (``<out>/figures/ppo_curves.png``)
 
 A DPO stage 3 writes its own files (:data:`OUTPUTS`: ``samples_dpo.md``, ``summary_dpo.json``,
-``figures/dpo_curves.png``), so ``--method dpo`` pointed at a finished PPO run trains DPO on the same SFT policy
+``<out>/figures/dpo_curves.png``), so ``--method dpo`` pointed at a finished PPO run trains DPO on the same SFT policy
 and the same reward-model pairs and puts its results beside PPO's: the two methods compared on the same stages
 (lesson 21's question), and nothing of PPO's overwritten. A folder that holds files of something else (no stage
 folder in it) is refused before anything is written. The command line is :mod:`minippo.rlhf.run.rlhf_cli`.
@@ -64,9 +64,9 @@ from minippo.runs import LOCK_FILE, check_same_config, ensure_folder, run_lock, 
 
 SEED_EVAL = 11          # the evaluation prompts and samples: np.random.default_rng([seed, SEED_EVAL])
 STAGES = ("sft", "rm", "ppo", "dpo")                # the stage folders of a run folder
-#: stage-3 method -> (samples, summary, figure) it writes at the top of the run folder
-OUTPUTS = {"ppo": ("samples.md", "summary.json", "figures/ppo_curves.png"),
-           "dpo": ("samples_dpo.md", "summary_dpo.json", "figures/dpo_curves.png")}
+#: stage-3 method -> (samples, summary, figure) it writes in the run folder (the figure in its ``figures/``)
+OUTPUTS = {"ppo": ("samples.md", "summary.json", "ppo_curves.png"),
+           "dpo": ("samples_dpo.md", "summary_dpo.json", "dpo_curves.png")}
 RUNS_DIR = Path(__file__).resolve().parents[3] / "runs"         # <repo>/runs (git-ignored)
 
 
@@ -304,7 +304,7 @@ def _run_stages(out: Path, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg,
         summary["seconds"]["eval"] = time.perf_counter() - t
     if figures:
         ref = {"gold/score": summary["eval"]["sft"]["gold_mean"]} if evaluate else None
-        path = out / OUTPUTS["ppo"][2]
+        path = out / "figures" / OUTPUTS["ppo"][2]
         plot_run(records, path, reference=ref, title=f"RLHF-PPO run {out.name}",
                  kl_ref_target=ppo_cfg.kl_ref_target if ppo_cfg.kl_ref_controller == "adaptive" else None)
         summary["figure"] = str(path)
@@ -329,7 +329,7 @@ def _dpo_stage(out: Path, summary: dict, t_all: float, dpo_cfg: DPOConfig, n_eva
     with stage("the evaluation", out, restart="the same command reuses the trained stages and evaluates again"):
         summary["eval"] = evaluate_stages(out, dpo_cfg, n_eval, seed, log, stage="dpo")
     summary["seconds"]["eval"] = time.perf_counter() - t
-    path = out / OUTPUTS["dpo"][2]
+    path = out / "figures" / OUTPUTS["dpo"][2]
     plot_run(read_metrics(out / "dpo" / "metrics.jsonl"), path, method="dpo", title=f"RLHF-DPO run {out.name}",
              reference={"gold/score": summary["eval"]["sft"]["gold_mean"]})
     summary["figure"] = str(path)
