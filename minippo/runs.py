@@ -14,8 +14,8 @@ calls where it needs them, so that every trainer keeps the same rules without co
   :class:`ConfigMismatch` names the differing fields and how to start fresh. Nothing is deleted for the user.
 - :func:`check_no_run`: a fresh run refuses a folder that already holds another run's checkpoint (it would
   overwrite its records); :func:`check_fresh_start`: nor does it start in a folder holding a model, another kind
-  of run, someone's ``config.json`` or ``metrics.jsonl``; :func:`open_run` is the start of a trainer's run (lock, resume or fresh, the
-  metrics file), and :class:`RunFolderTrainer` the part of a trainer built on it that the PPO and DPO
+  of run, someone's ``config.json`` or ``metrics.jsonl``; :func:`open_run` is the start of a trainer's run
+  (lock, resume or fresh, the metrics file), and :class:`RunFolderTrainer` the part of a trainer built on it that the PPO and DPO
   trainers share (open, close, what a stop leaves on disk, the saved-checkpoint bookkeeping).
 - :func:`assign_arrays`: copy validated arrays into live parameters in place, refusing any broadcast or cast.
 - :func:`stage` / :class:`Stage`: what this process is running and which checkpoint it has on disk; on

@@ -183,7 +183,8 @@ def test_a_missing_path_is_named_before_any_banner(capsys, tmp_path):
                        (["dpo", "--sft", str(tmp_path / "no"), "--pairs", str(tmp_path)], "--sft"),
                        (["rm", "--sft", str(tmp_path / "no")], "--sft")):
         rc, out, err = run(capsys, *argv)
-        assert rc == 2 and out == "" and err.startswith(f"minippo {argv[0]}: error: {flag}: ") and "does not exist" in err
+        assert rc == 2 and out == "" and err.startswith(f"minippo {argv[0]}: error: {flag}: ")
+        assert "does not exist" in err
 
 
 def test_a_bad_config_file_is_named(capsys, tmp_path):

@@ -149,7 +149,8 @@ def minippo_tokenizer_json(tokenizer_json: str) -> str:
 
 
 def tokenizer_files(tokenizer_json: str, block_size: int, *, add_eos: bool = False) -> dict[str, str]:
-    """``tokenizer.json`` (ours + the ``<bos>`` (``add_eos``: and ``<eos>``) post-processor), ``tokenizer_config.json`` and
+    """``tokenizer.json`` (ours + the ``<bos>`` (``add_eos``: and ``<eos>``) post-processor),
+    ``tokenizer_config.json`` and
     ``special_tokens_map.json``. ``split_special_tokens``: the text "<eos>" is text, as in our tokenizer
     (``encode_special_tokens``); ``padding_side`` left, for prompts (the reward model reads right padding too);
     ``model_input_names`` without ``token_type_ids``, which transformers 4.x's PreTrainedTokenizerFast returns by
