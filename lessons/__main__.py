@@ -20,7 +20,6 @@ executed at the default size (``notebooks 4``: one lesson; ``--no-execute``: wit
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import pkgutil
 import sys
@@ -29,17 +28,20 @@ from pathlib import Path
 
 import lessons
 from lessons import notebooks, verdict_table
-from lessons._common import RUN_FIGURES_DIR
+from lessons._common import RUN_FIGURES_DIR, interrupted
+from minippo.cli import Parser
+from minippo.flags import integer
 from minippo.rlhf.run.pipeline import BUILD_SECONDS
 
 USAGE = f"""
 Run one lesson (default size, figure in {RUN_FIGURES_DIR}, git-ignored):
   python -m lessons 4                        # or: python -m lessons.l04_clip_objective
-  python -m lessons 4 --quick                # the seconds-long version (figure in a temporary folder)
+  python -m lessons 4 --quick                # the seconds-long version (figure in your own temporary folder)
   python -m lessons.l04_clip_objective --out DIR   # the figure in DIR
 Every default run takes under a minute on 2 cores, except the first RLHF lesson (09, 11, 13-21) you run: it
 first builds the SFT policy and reward model they share into runs/cache/ (about {BUILD_SECONDS[False]} s more, once;
-it says so before it starts).
+it says so before it starts), unless `minippo rlhf` (default config, seed 0, into runs/) already made them: then
+they are copied from that run.
 Every verdict the lessons print, as one table: python -m lessons verdicts --seeds 0 1 --quick
 Maintainers: python -m lessons all  (regenerates the committed figures/, about an hour)."""
 
@@ -57,7 +59,8 @@ def first_line(module_name: str) -> str:
     return doc[0] if doc else ""
 
 
-def resolve(key: str, names: list[str]) -> str:
+def resolve(key: str, names: list[str], parser: Parser | None = None) -> str:
+    """The lesson module a number or slug names; no match: one line, exit status 2 (``parser.error``)."""
     k = key.lower().lstrip("l")
     for n in names:
         short = n.split(".")[1]
@@ -65,7 +68,9 @@ def resolve(key: str, names: list[str]) -> str:
             return n
         if key.lower() in (short, short[4:]):
             return n
-    raise SystemExit(f"no lesson matches {key!r}; run `python -m lessons` for the list")
+    (parser or Parser(prog="python -m lessons")).error(
+        f"no lesson matches {key!r}; expected a number (1-{len(names)}) or a slug (run `python -m lessons` for the "
+        "list)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         return notebooks.main(argv[1:], discover(), resolve)
     if argv[:1] == ["verdicts"]:
         return verdict_table.main(argv[1:], discover(), resolve)
-    parser = argparse.ArgumentParser(prog="python -m lessons", description=__doc__)
+    parser = Parser(prog="python -m lessons", description=__doc__)
     parser.add_argument("which", nargs="*", help="'all', or lesson numbers / slugs; empty lists them; "
                         "'notebooks [N ...]' regenerates the notebooks (python -m lessons notebooks -h)")
     size = parser.add_mutually_exclusive_group()
@@ -83,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--figures", action="store_true",
                       help="maintainers: regenerate the committed figures/ of the lessons named (--full size)")
     parser.add_argument("--out", default=None, metavar="DIR", help="folder for the figures (default runs/figures/)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=integer, default=0, metavar="N", help="seed of every lesson (default 0)")
     args = parser.parse_args(argv)
     names = discover()
     if not args.which:
@@ -96,7 +101,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--out: the regeneration writes the committed figures/; use --default or --quick with --out")
     if regenerate and args.seed != 0:
         parser.error("--seed: the committed figures come from seed 0; use --default or --quick with another seed")
-    chosen = names if args.which == ["all"] else [resolve(w, names) for w in args.which]
+    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
+        parser.error(f"--out {args.out}: a file, not a folder: expected the folder to save the figures in")
+    chosen = names if args.which == ["all"] else [resolve(w, names, parser) for w in args.which]
+    with interrupted("python -m lessons"):       # a lesson's own Ctrl-C line is printed inside its main()
+        run_lessons(chosen, args, regenerate)
+    return 0
+
+
+def run_lessons(chosen: list[str], args, regenerate: bool) -> None:
+    """Run each lesson module's ``main()`` with the flags of ``python -m lessons`` and print its times."""
     for n in chosen:
         t, cpu = time.perf_counter(), time.process_time()
         print(f"\n######## {n} ########", flush=True)
@@ -111,7 +125,6 @@ def main(argv: list[str] | None = None) -> int:
             extra += ["--out", args.out]
         mod.main(extra + ["--seed", str(args.seed)])
         print(f"[{n} took {time.perf_counter() - t:.1f} s wall, {time.process_time() - cpu:.1f} s CPU]", flush=True)
-    return 0
 
 
 if __name__ == "__main__":

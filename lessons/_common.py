@@ -4,22 +4,28 @@ Where a lesson's figure goes (:func:`output_path`): a student's run never modifi
 
 - ``python -m lessons.lNN_<slug>``: ``<repo>/runs/figures/lNN_<slug>.png`` (``runs/`` is git-ignored);
 - ``--out DIR``: ``DIR/lNN_<slug>.png``;
-- ``--quick``: a temporary folder (the smoke tests);
+- ``--quick``: this user's own temporary folder (the smoke tests; :func:`minippo.runs.user_temp_dir`);
 - ``--figures``: the committed ``<repo>/figures/lNN_<slug>.png``, only at the size that produced it
   (``--full`` where the lesson has it). This is what ``python -m lessons all`` (the maintainer's
   regeneration) passes.
 
-Every folder is resolved from the package location, never the working directory.
+Every folder is resolved from the package location, never the working directory. ``--out`` is checked
+before the lesson computes anything (a file, or a folder that cannot be made, is one line and exit status 2);
+Ctrl-C stops a lesson with one line and exit status 130, as the ``minippo`` commands do. The flags are read by
+:class:`minippo.cli.Parser`: a mistake is one line naming the flag, exit status 2.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import os
 import sys
-import tempfile
 from pathlib import Path
 
+from minippo.cli import Parser
+from minippo.flags import integer
+from minippo.runs import user_temp_dir
 from minippo.studies import sweep_stats
 from minippo.studies.verdicts import (FAILS, HOLDS, NOT_SHOWN, Verdict, all_of, any_of, by_key, comparison,  # noqa: F401
                                       decide, diff_text, identity, measured, measurement)
@@ -28,7 +34,11 @@ from minippo.studies.verdicts import (FAILS, HOLDS, NOT_SHOWN, Verdict, all_of, 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIGURES_DIR = REPO_ROOT / "figures"                     # the committed figures (written only with --figures)
 RUN_FIGURES_DIR = REPO_ROOT / "runs" / "figures"        # a student's runs (git-ignored)
-QUICK_FIGURES_DIR = Path(tempfile.gettempdir()) / "minippo_quick_figures"
+
+
+def quick_figures_dir() -> Path:
+    """Where ``--quick`` runs save their figures: ``<tmp>/minippo-<uid>/quick_figures``, this user's own."""
+    return user_temp_dir("quick_figures")
 
 
 def figure_path(module_name: str, directory: str | os.PathLike | None = None) -> Path:
@@ -38,15 +48,19 @@ def figure_path(module_name: str, directory: str | os.PathLike | None = None) ->
     Run as ``python -m lessons.lNN_<slug>`` the module is called ``__main__``; its real name is then
     read from ``__main__.__spec__``.
     """
+    folder = Path(directory) if directory is not None else RUN_FIGURES_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{lesson_slug(module_name)}.png"
+
+
+def lesson_slug(module_name: str) -> str:
+    """``lNN_<slug>`` of the lesson module ``lessons.lNN_<slug>`` (or ``__main__``, see :func:`figure_path`)."""
     if module_name == "__main__":
         spec = getattr(sys.modules["__main__"], "__spec__", None)
         if spec is None:
             raise ValueError("cannot name the figure of a lesson run as a script; use `python -m lessons.lNN_<slug>`")
         module_name = spec.name
-    slug = module_name.rsplit(".", 1)[-1]
-    folder = Path(directory) if directory is not None else RUN_FIGURES_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"{slug}.png"
+    return module_name.rsplit(".", 1)[-1]
 
 
 def pyplot():
@@ -90,21 +104,28 @@ def legend_in_margin(ax, frac: float = 0.3, side: str = "top", **kwargs):
     return ax.legend(**kwargs)
 
 
-def lesson_args(description: str | None = None, argv: list[str] | None = None) -> argparse.Namespace:
-    """The flags every lesson's ``main()`` accepts: ``--quick``, ``--full``, ``--seed``, ``--out``, ``--figures``."""
-    parser = argparse.ArgumentParser(description=(description or "").strip().splitlines()[0] if description else None)
+def lesson_parser(description: str | None = None, prog: str | None = None) -> Parser:
+    """The parser of the flags every lesson's ``main()`` accepts: ``--quick``, ``--full``, ``--seed``, ``--out``,
+    ``--figures``."""
+    parser = Parser(prog=prog, description=(description or "").strip().splitlines()[0] if description else None)
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="small, seconds-long version (used by the tests)")
     size.add_argument("--full", action="store_true",
                       help="the larger version that produced the committed figure, where a lesson has one")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the np.random.Generator (default 0)")
+    parser.add_argument("--seed", type=integer, default=0, metavar="N",
+                        help="seed of the np.random.Generator (default 0)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--out", default=None, metavar="DIR",
                        help=f"folder for the figure (default: {RUN_FIGURES_DIR}, git-ignored)")
     where.add_argument("--figures", action="store_true",
                        help=f"maintainers: overwrite the committed figure in {FIGURES_DIR} "
                             "(at the size that produced it: with --full where the lesson has it)")
-    return parser.parse_args(argv)
+    return parser
+
+
+def lesson_args(description: str | None = None, argv: list[str] | None = None) -> argparse.Namespace:
+    """The flags of a lesson's ``main()`` read from ``argv`` (:func:`lesson_parser`)."""
+    return lesson_parser(description).parse_args(argv)
 
 
 def output_path(module_name: str, args: argparse.Namespace) -> Path:
@@ -116,44 +137,82 @@ def output_path(module_name: str, args: argparse.Namespace) -> Path:
     if args.figures:
         return figure_path(module_name, FIGURES_DIR)
     if args.quick:
-        return figure_path(module_name, QUICK_FIGURES_DIR)
+        return figure_path(module_name, quick_figures_dir())
     return figure_path(module_name, RUN_FIGURES_DIR)
 
 
-def check_figures_size(args: argparse.Namespace, has_full: bool) -> None:
+def check_figures_size(args: argparse.Namespace, has_full: bool, parser: Parser | None = None) -> None:
     """``--figures`` writes a committed figure, so only at the size and seed that produced it: never with
-    ``--quick``, only with seed 0, and with ``--full`` where the lesson has a larger version (``SystemExit``
-    otherwise)."""
+    ``--quick``, only with seed 0, and with ``--full`` where the lesson has a larger version (otherwise
+    ``parser.error``: one line, exit status 2)."""
+    error = (parser or lesson_parser()).error
     if not args.figures:
         return
     if args.quick:
-        raise SystemExit("--figures writes the committed figure: run without --quick")
+        error("--figures: it writes the committed figure: run without --quick")
     if args.seed != 0:
-        raise SystemExit(f"--figures writes the committed figure, which comes from seed 0 (got --seed {args.seed})")
+        error(f"--figures: it writes the committed figure, which comes from seed 0 (got --seed {args.seed})")
     if has_full and not args.full:
-        raise SystemExit("--figures writes the committed figure, which comes from --full for this lesson: "
-                         "add --full")
+        error("--figures: it writes the committed figure, which comes from --full for this lesson: add --full")
 
 
-def save_figure(plot, results: dict, module_name: str, args: argparse.Namespace) -> Path:
-    """Draw a lesson's figure with ``plot(results, path)`` at :func:`output_path` and print where."""
-    path = output_path(module_name, args)
+def check_out(module_name: str, args: argparse.Namespace, parser: Parser) -> Path:
+    """The figure's path (:func:`output_path`), checked before the lesson computes: ``--out`` must be a folder
+    or a path where one can be made, and an existing figure there a file (``parser.error`` otherwise: one line,
+    exit status 2). Returns the path."""
+    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
+        parser.error(f"--out {args.out}: a file, not a folder: expected the folder to save the figure in")
+    try:
+        path = output_path(module_name, args)
+    except OSError as exc:                 # a folder that cannot be made
+        parser.error(f"--out {args.out or exc.filename}: {exc.strerror or exc}: expected a folder for the figure")
+    if path.is_dir():
+        parser.error(f"--out {args.out}: {path} is a folder, not a figure file: expected a folder for the figure")
+    if not os.access(path.parent, os.W_OK):
+        parser.error(f"--out {args.out}: {path.parent} is not writable")
+    return path
+
+
+def save_figure(plot, results: dict, module_name: str, args: argparse.Namespace, path: Path | None = None) -> Path:
+    """Draw a lesson's figure with ``plot(results, path)`` at ``path`` (default :func:`output_path`) and print
+    where."""
+    path = output_path(module_name, args) if path is None else path
     plot(results, path)
     print(f"figure: {path}")
     return path
 
 
 def lesson_main(doc: str, module_name: str, run, narrative, plot, argv: list[str] | None = None) -> dict:
-    """The ``main()`` of every lesson: parse the flags, ``run(quick, seed)`` (and ``full`` where the lesson has
-    a larger version), print ``narrative(results)``, save ``plot(results, path)``; returns the results."""
-    args = lesson_args(doc, argv)
+    """The ``main()`` of every lesson: parse the flags, check ``--out``, ``run(quick, seed)`` (and ``full`` where
+    the lesson has a larger version), print ``narrative(results)``, save ``plot(results, path)``; returns the
+    results. Ctrl-C: one line on stderr and exit status 130 (:func:`interrupted`)."""
+    parser = lesson_parser(doc, prog=f"python -m lessons.{lesson_slug(module_name)}")
+    args = parser.parse_args(argv)
     has_full = "full" in inspect.signature(run).parameters
-    check_figures_size(args, has_full)
+    check_figures_size(args, has_full, parser)
+    path = check_out(module_name, args, parser)          # before anything is computed
     kwargs = {"full": args.full} if has_full else {}
-    r = run(quick=args.quick, seed=args.seed, **kwargs)
-    print(narrative(r))
-    save_figure(plot, r, module_name, args)
+    with interrupted(f"the lesson {path.stem}"):
+        r = run(quick=args.quick, seed=args.seed, **kwargs)
+        print(narrative(r))
+        save_figure(plot, r, module_name, args, path)
     return r
+
+
+@contextlib.contextmanager
+def interrupted(what: str):
+    """``with interrupted("the lesson l04_clip_objective"): ...``: Ctrl-C inside prints one line on stderr (with the
+    line of the innermost run stage when a trainer set one, :func:`minippo.runs.stage`) and exits with status 130,
+    as the ``minippo`` commands do; ``MINIPPO_DEBUG=1`` shows the traceback instead."""
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        if os.environ.get("MINIPPO_DEBUG", "") not in ("", "0"):
+            raise
+        detail = getattr(exc, "minippo_message", None)
+        print(f"interrupted {what}" + (f": {detail}" if detail else "; its figure was not written"),
+              file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
 
 
 seed_compare = sweep_stats.seed_compare     # the lessons import it from here with the verdict helpers

@@ -31,7 +31,6 @@ jupytext, nbformat and nbclient lazily (inside the functions that need them): th
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib
 import inspect
@@ -44,6 +43,8 @@ import time
 from pathlib import Path
 
 from lessons._common import REPO_ROOT
+from minippo.cli import Parser
+from minippo.flags import integer
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 GENERATOR = Path(__file__).resolve()
@@ -307,10 +308,20 @@ def _failure(module_name: str, err: Exception) -> str:
     return f"{name}: {type(err).__name__}: {err}"
 
 
+def generated(path: Path) -> bool:
+    """Whether the notebook ``path`` was written by this generator (its metadata says which lesson it came from):
+    only those are replaced or removed; a notebook someone saved under such a name is never touched."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8")).get("metadata", {})
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(meta, dict) and "generated_from" in (meta.get("minippo") or {})
+
+
 def orphans(module_names: list[str]) -> list[Path]:
-    """Notebooks in ``notebooks/`` whose lesson no longer exists."""
+    """Generated notebooks in ``notebooks/`` whose lesson no longer exists (:func:`generated`)."""
     known = {slug_of(n) for n in module_names}
-    return sorted(p for p in NOTEBOOKS_DIR.glob("l*.ipynb") if p.stem not in known)
+    return sorted(p for p in NOTEBOOKS_DIR.glob("l*.ipynb") if p.stem not in known and generated(p))
 
 
 def generate(module_names: list[str], *, run: bool = True, timeout: int = DEFAULT_TIMEOUT, log=print) -> list[str]:
@@ -319,6 +330,10 @@ def generate(module_names: list[str], *, run: bool = True, timeout: int = DEFAUL
     failures = []
     for n in module_names:
         t = time.perf_counter()
+        if notebook_path(n).exists() and not generated(notebook_path(n)):
+            failures.append(f"{notebook_path(n).relative_to(REPO_ROOT)} was not written by this generator (no "
+                            "minippo metadata): not overwritten; move it away to regenerate it")
+            continue
         try:
             nb = build(n)
             if run:
@@ -362,7 +377,7 @@ def verify(module_names: list[str], *, quick: bool, timeout: int = DEFAULT_TIMEO
 def main(argv: list[str] | None, all_names: list[str], resolve) -> int:
     """``python -m lessons notebooks [N ...] [--stale] [--no-execute | --verify [--quick]]``: ``all_names`` are the lesson
     modules (``lessons.__main__.discover()``), ``resolve(key, all_names)`` maps a number or slug to one."""
-    parser = argparse.ArgumentParser(prog="python -m lessons notebooks", description=(
+    parser = Parser(prog="python -m lessons notebooks", description=(
         "Generate notebooks/lNN_<slug>.ipynb from the lesson modules, executed at the default size (the "
         "committed notebooks carry those outputs); needs the `notebooks` extra: pip install -e \".[notebooks]\"."))
     parser.add_argument("which", nargs="*", help="lesson numbers / slugs (default: every lesson)")
@@ -373,9 +388,10 @@ def main(argv: list[str] | None, all_names: list[str], resolve) -> int:
     mode.add_argument("--verify", action="store_true", help="check the committed notebooks are fresh and execute "
                       "them top to bottom in memory (nothing is written); exit 1 if any is stale or a cell fails")
     parser.add_argument("--quick", action="store_true", help="with --verify: set QUICK = True in the parameters cell")
-    parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT, help="seconds per cell (default %(default)s)")
+    parser.add_argument("--timeout", type=integer, default=DEFAULT_TIMEOUT, metavar="N",
+                        help="seconds per cell (default %(default)s)")
     args = parser.parse_args(argv)
-    module_names = [resolve(w, all_names) for w in args.which] if args.which else all_names
+    module_names = [resolve(w, all_names, parser) for w in args.which] if args.which else all_names
     if args.stale and args.verify:
         parser.error("--stale goes with generating (--verify checks every notebook it is given)")
     if args.stale:

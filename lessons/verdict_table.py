@@ -10,13 +10,14 @@ Nothing is written unless ``--json`` names a file that does not exist yet (``--f
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import sys
 import time
 from pathlib import Path
 
+from minippo.cli import Parser
+from minippo.flags import integer
 from minippo.studies.verdicts import table
 
 
@@ -27,9 +28,9 @@ def collect(module_name: str, seeds, quick: bool) -> dict:
 
 
 def main(argv, names: list[str], resolve) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lessons verdicts", description=__doc__.strip().splitlines()[0])
+    parser = Parser(prog="python -m lessons verdicts", description=__doc__.strip().splitlines()[0])
     parser.add_argument("which", nargs="*", help="lesson numbers or slugs (default: all)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of run() (default: 0)")
+    parser.add_argument("--seeds", type=integer, nargs="+", default=[0], metavar="N", help="seeds of run() (default: 0)")
     parser.add_argument("--quick", action="store_true", help="the seconds-long sizes (default: the classroom sizes)")
     parser.add_argument("--json", default=None, metavar="FILE", help="also write the verdicts as JSON to FILE")
     parser.add_argument("--force", action="store_true", help="with --json: replace FILE if it exists")

@@ -13,8 +13,9 @@ calls where it needs them, so that every trainer keeps the same rules without co
   stored config equals the requested one on every field that changes its result; otherwise
   :class:`ConfigMismatch` names the differing fields and how to start fresh. Nothing is deleted for the user.
 - :func:`check_no_run`: a fresh run refuses a folder that already holds another run's checkpoint (it would
-  overwrite its records); :func:`open_run` is the start of a trainer's run (lock, resume or fresh, the
-  metrics file), and :class:`RunFolderTrainer` the part of a trainer built on it that the PPO and DPO
+  overwrite its records); :func:`check_fresh_start`: nor does it start in a folder holding a model, another kind
+  of run, someone's ``config.json`` or ``metrics.jsonl``; :func:`open_run` is the start of a trainer's run
+  (lock, resume or fresh, the metrics file), and :class:`RunFolderTrainer` the part of a trainer built on it that the PPO and DPO
   trainers share (open, close, what a stop leaves on disk, the saved-checkpoint bookkeeping).
 - :func:`assign_arrays`: copy validated arrays into live parameters in place, refusing any broadcast or cast.
 - :func:`stage` / :class:`Stage`: what this process is running and which checkpoint it has on disk; on
@@ -49,6 +50,7 @@ import contextlib
 import fcntl
 import json
 import os
+import tempfile
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -79,6 +81,20 @@ def ensure_folder(folder) -> Path:
         raise NotADirectoryError(f"{folder} is a file, not a run folder")
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def user_temp_dir(name: str) -> Path:
+    """``<temporary folder>/minippo-<uid>/<name>``: a folder of this user's own under the temporary directory (the
+    quick lessons' figures, the quick stage cache). On a server shared by a class every user gets their own:
+    ``minippo-<uid>`` is created with mode 0700, and one that belongs to another user is refused with a
+    ``PermissionError`` naming it (set ``TMPDIR`` to a folder of your own)."""
+    root = Path(tempfile.gettempdir()) / f"minippo-{os.getuid()}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    owner = root.stat().st_uid
+    if owner != os.getuid():
+        raise PermissionError(f"{root} belongs to another user (uid {owner}), not to uid {os.getuid()}: set TMPDIR "
+                              "to a folder of your own")
+    return root / name
 
 
 # ----------------------------------------------------------------------------------------------
@@ -193,6 +209,38 @@ def check_no_run(folder, checkpoint, what: str) -> None:
                               "folder; nothing was overwritten")
 
 
+def check_fresh_start(folder, config: Mapping, what: str, *, ignore: Iterable[str] = (), records: bool = True) -> None:
+    """A run that starts fresh in ``folder`` (no checkpoint of its own there) writes ``config.json`` and
+    ``metrics.jsonl``, so it first refuses, with ``FileExistsError`` and nothing written, a folder that holds a
+    model (``weights.safetensors`` + ``state.json``), a ``config.json`` that is not a config of the same kind
+    (another command's run, a Hugging Face folder, someone's file), or ``metrics.jsonl`` records without a
+    ``config.json``; and (``records``) with :class:`ConfigMismatch` the records of an interrupted start of the same
+    kind made with another configuration. An interrupted start with the same configuration starts again (it
+    wrote the same records)."""
+    folder = Path(folder)
+    if has_checkpoint(folder):
+        raise FileExistsError(f"{folder} is a model folder, not a run folder: use another folder for {what}; "
+                              "nothing was written")
+    config_path, metrics = folder / "config.json", folder / "metrics.jsonl"
+    recorded = metrics.is_file() and metrics.stat().st_size > 0
+    if not config_path.is_file():
+        if recorded:
+            raise FileExistsError(f"{metrics} holds records of something else (no config.json beside it): use "
+                                  f"another folder for {what}; nothing was overwritten")
+        return
+    try:
+        stored = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        stored = None
+    if not isinstance(stored, dict) or set(stored) != set(config):
+        raise FileExistsError(f"{folder} holds something other than {what} ({config_path} is not its config): use "
+                              "another folder; nothing was overwritten")
+    if records and recorded:
+        check_same_config(f"the interrupted start of {what} in {folder} (config.json and metrics.jsonl, no "
+                          "checkpoint yet)", stored, dict(config), ignore=ignore,
+                          fresh="use another folder, or delete that one")
+
+
 def open_run(folder, config: Mapping, restore: Callable[[Path], int], *, what: str, resume: bool, key: str):
     """The start every trainer with a run folder shares: lock ``folder``, then resume or start fresh.
 
@@ -200,14 +248,15 @@ def open_run(folder, config: Mapping, restore: Callable[[Path], int], *, what: s
     otherwise ``restore(checkpoint)`` validates and restores everything (before any file is touched) and returns
     how many ``key``s (iterations, steps) are done, and ``metrics.jsonl`` keeps the records of those only (a
     missing file is a :class:`~minippo.io.RunWarning`: its records are lost). Without a checkpoint:
-    ``config.json`` and an empty ``metrics.jsonl``. Returns ``(lock, metrics)``; the lock is released again if
-    anything fails before that.
+    ``config.json`` and an empty ``metrics.jsonl``, in a folder :func:`check_fresh_start` accepts. Returns
+    ``(lock, metrics)``; the lock is released again if anything fails before that.
     """
     folder = Path(folder)
     lock = RunLock(folder).acquire()
     try:
         ckpt, metrics_path = folder / "checkpoint", folder / "metrics.jsonl"
         if not has_checkpoint(ckpt):
+            check_fresh_start(folder, config, what)          # never another run's or someone's files
             atomic_write_text(folder / "config.json", json.dumps(dict(config), indent=1))
             return lock, MetricsWriter(metrics_path)
         if not resume:

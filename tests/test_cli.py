@@ -26,7 +26,7 @@ def test_a_bad_flag_value_names_the_flag_exit_2(capsys, tmp_path):
     rc, _, err = run(capsys, "ppo", "--sft", "s", "--rm", "r", "--lr", "inf")
     assert rc == 2 and err == "minippo ppo: error: --lr inf: `lr` must be a finite number, got inf\n"
     rc, _, err = run(capsys, "ppo", "--sft", "s", "--rm", "r", "--lr", "fast")
-    assert rc == 2 and err.startswith("minippo ppo: error: --lr fast: could not convert")
+    assert rc == 2 and err == "minippo ppo: error: --lr: expected a number (FLOAT), got 'fast'\n"
     rc, _, err = run(capsys, "sft", "--block-size", str(10**12), "--out", str(tmp_path / "b"))
     assert rc == 2 and err == ("minippo sft: error: --block-size 1000000000000: `block_size` must be in [8, 4096], "
                                "got 1000000000000\n")
@@ -116,3 +116,98 @@ def test_ctrl_c_prints_one_line_exit_130_and_the_same_command_resumes(tmp_path, 
     step = int(err.split("(step ")[1].split(")")[0])
     rc, printed, _ = run(capsys, *argv)
     assert rc == 0 and f"SFT: resuming {out} from its checkpoint at step {step} of 400" in printed
+
+
+# ---- issue 26 item 2: every command-line mistake costs seconds: one line naming the flag, exit 2, nothing run ----
+
+def command_parser(name):
+    import importlib
+    sub = cli.Parser(prog=f"minippo {name}")
+    importlib.import_module(cli.COMMANDS[name][0]).add_arguments(sub)
+    return sub
+
+
+def typed_options():
+    """(command, its required flags with a placeholder, flag) for every flag of every command whose value is
+    typed: read with a type or a choice list, or a config field whose class validates its text."""
+    out = []
+    for name in cli.COMMANDS:
+        actions = command_parser(name)._actions
+        required = [x for a in actions if a.required and a.option_strings for x in (a.option_strings[0], "r")]
+        for action in actions:
+            if action.option_strings and action.nargs != 0 and (action.type is not None or action.choices):
+                out.append((name, required, action.option_strings[0]))
+    return out
+
+
+@pytest.mark.parametrize("command, required, flag", typed_options())
+def test_every_typed_flag_of_every_command_refuses_a_bad_value_in_one_line(capsys, command, required, flag):
+    """The value is read before anything runs (the required paths are placeholders that are never opened)."""
+    rc, out, err = run(capsys, command, *required, flag, "@@")
+    assert rc == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"minippo {command}: error: {flag}"), err
+    assert any(w in err for w in ("expected", "invalid choice", "must be one of")), err
+
+
+def test_typed_options_cover_the_commands():
+    commands = {c for c, _, _ in typed_options()}
+    assert {"rlhf", "sft", "rm", "ppo", "dpo", "classic", "bench"} <= commands and len(typed_options()) > 100
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["ppo", "--lr", "-1"], "minippo ppo: error: the following arguments are required: --sft, --rm\n"),
+    (["rlhf", "--iterations", "abc"], "minippo rlhf: error: --iterations: expected an integer (N), got 'abc'\n"),
+    (["rlhf", "--gamma", "0.9"], "minippo rlhf: error: unrecognized arguments: --gamma 0.9 (minippo rlhf --help "
+                                 "lists the flags)\n"),
+    (["rlhf", "--method", "dpo", "--iterations", "3"], "minippo rlhf: error: --iterations sets PPOConfig.iterations, "
+     "a knob of --method ppo; with --method dpo the stage-3 knobs are --steps, --batch-prompts, --beta\n"),
+    (["rlhf", "--method", "grpo"], "minippo rlhf: error: --method: invalid choice: 'grpo' (choose from 'ppo', "
+                                   "'dpo')\n"),
+    (["rlhf", "--kl-ref-target", "0"], "minippo rlhf: error: --kl-ref-target 0: `kl_ref_target` must be in (0, inf), "
+                                       "got 0.0\n"),
+    (["dpo", "--sft", "s", "--pairs", "p", "--quick", "--steps", "2"], "minippo dpo: error: --steps 2: "
+     "`warmup_steps` must be in [0, 2), got 5\n"),
+    (["classic", "--lr", "-1"], "minippo classic: error: --lr -1: `lr` must be in [0, inf), got -1.0\n"),
+    (["exercise", "start", "nosuch"], None),
+    (["nosuch"], None),
+])
+def test_a_command_line_mistake_is_one_line_exit_2_and_nothing_runs(capsys, argv, line):
+    rc, out, err = run(capsys, *argv)
+    assert rc == 2 and out == "" and err.count("\n") == 1, err
+    if line is not None:
+        assert err == line
+
+
+def test_a_missing_path_is_named_before_any_banner(capsys, tmp_path):
+    for argv, flag in ((["ppo", "--sft", str(tmp_path / "no"), "--rm", str(tmp_path)], "--sft"),
+                       (["dpo", "--sft", str(tmp_path / "no"), "--pairs", str(tmp_path)], "--sft"),
+                       (["rm", "--sft", str(tmp_path / "no")], "--sft")):
+        rc, out, err = run(capsys, *argv)
+        assert rc == 2 and out == "" and err.startswith(f"minippo {argv[0]}: error: {flag}: ")
+        assert "does not exist" in err
+
+
+def test_a_bad_config_file_is_named(capsys, tmp_path):
+    bad = tmp_path / "c.json"
+    for text, why in (("x", "not valid JSON"), ('{"ppx": {}}', "unknown stage 'ppx'"),
+                      ('{"ppo": {"foo": 1}}', "ppo: unknown PPOConfig field(s) ['foo']"),
+                      ('{"sft": {"steps": 0}}', "sft: `steps` must be in [1, inf), got 0")):
+        bad.write_text(text)
+        rc, out, err = run(capsys, "rlhf", "--config", str(bad))
+        assert rc == 2 and out == "" and err.startswith(f"minippo rlhf: error: --config: {bad}") and why in err, err
+    rc, _, err = run(capsys, "rlhf", "--config", str(tmp_path / "none.json"))
+    assert rc == 2 and err == f"minippo rlhf: error: --config: {tmp_path / 'none.json'}: No such file or directory\n"
+
+
+def test_help_names_what_each_value_is_and_shows_the_common_flags_first(capsys):
+    for name in cli.COMMANDS:
+        text = command_parser(name).format_help()
+        assert " X " not in text and " X\n" not in text, name
+    text = command_parser("ppo").format_help()
+    assert text.startswith("usage: minippo ppo --sft DIR --rm DIR [flags]\n")
+    assert text.index("--sft DIR") < text.index("--out DIR") < text.index("PPOConfig: length of the run:") < \
+        text.index("--iterations N") < text.index("PPOConfig: optimisation:") < text.index("--lr FLOAT")
+    text = command_parser("rlhf").format_help()
+    for flag in ("--iterations N", "--batch-size N", "--lr FLOAT", "--kl-ref-target FLOAT", "--kl-ref-coef FLOAT",
+                 "--n-layer N", "--n-embd N", "--method {ppo,dpo}", "--config FILE", "--steps N", "--beta FLOAT"):
+        assert flag in text, flag

@@ -12,7 +12,7 @@ import minippo
 
 ROOT = Path(minippo.__file__).resolve().parents[1]
 BASE = {"minippo._lazy", "minippo.checks", "minippo.io", "minippo.runs", "minippo.progress", "minippo.blas",
-        "minippo.malloc", "minippo.kernels",
+        "minippo.malloc", "minippo.kernels", "minippo.flags",
         "minippo.plotting", "minippo.cli", "minippo.__main__"}
 # part -> the parts it may import (besides itself and the base modules)
 ALLOWED = {

@@ -120,3 +120,73 @@ def test_the_interrupted_message_says_what_is_kept_and_how_to_go_on(tmp_path):
         with runs.stage("PPO", tmp_path, checkpoint=tmp_path / "c"):
             raise KeyboardInterrupt
     assert "no checkpoint had been written yet; the same command starts it again" in info.value.minippo_message
+
+
+# ---- issue 26 item 1: a fresh run never writes over files it did not make -------------------------
+
+def test_a_fresh_start_refuses_a_folder_of_another_kind_and_accepts_its_own_interrupted_start(tmp_path):
+    import json
+
+    from minippo.nn.gpt import GPTConfig, TinyGPT
+    from minippo.rlhf.checkpoint import save_model
+    config = {"steps": 3, "lr": 0.1, "ckpt_interval": 1}
+    what = "an SFT run"
+    runs.check_fresh_start(tmp_path / "new", config, what)             # new or empty: fine
+    (tmp_path / "empty").mkdir()
+    runs.check_fresh_start(tmp_path / "empty", config, what)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"n_prompts": 5}))  # another command's run
+    (other / "metrics.jsonl").write_text('{"a": 1}\n')
+    with pytest.raises(FileExistsError, match=r"holds something other than an SFT run \(.*other/config.json is not "
+                                              r"its config\): use another folder; nothing was overwritten"):
+        runs.check_fresh_start(other, config, what)
+    (other / "config.json").write_text("not json")
+    with pytest.raises(FileExistsError, match="is not its config"):
+        runs.check_fresh_start(other, config, what)
+    (other / "config.json").unlink()
+    with pytest.raises(FileExistsError, match=r"metrics.jsonl holds records of something else"):
+        runs.check_fresh_start(other, config, what)
+    save_model(tmp_path / "model", TinyGPT(GPTConfig(vocab_size=8, block_size=4, n_layer=1, n_head=1, n_embd=4)))
+    with pytest.raises(FileExistsError, match="is a model folder, not a run folder"):
+        runs.check_fresh_start(tmp_path / "model", config, what)
+    mine = tmp_path / "mine"                                            # an interrupted start of the same kind
+    mine.mkdir()
+    (mine / "config.json").write_text(json.dumps(config))
+    (mine / "metrics.jsonl").write_text('{"step": 0}\n')
+    runs.check_fresh_start(mine, config, what)                         # the same run: started again
+    runs.check_fresh_start(mine, {**config, "ckpt_interval": 2}, what, ignore=("ckpt_interval",))
+    with pytest.raises(runs.ConfigMismatch, match=r"interrupted start of an SFT run .* lr \(stored 0.1, requested "
+                                                  r"0.2\)"):
+        runs.check_fresh_start(mine, {**config, "lr": 0.2}, what)
+    runs.check_fresh_start(mine, {**config, "lr": 0.2}, what, records=False)
+
+
+def test_trainers_refuse_another_runs_folder_before_writing(tmp_path, capsys):
+    """`minippo sft --out <a reward-model run>` replaced its config.json, metrics.jsonl and model/; now refused."""
+    import json
+
+    from minippo.cli import main
+    from minippo.rlhf.rm_train import RMConfig
+    rm_run = tmp_path / "rm"
+    rm_run.mkdir()
+    (rm_run / "config.json").write_text(json.dumps(RMConfig().to_dict()))
+    (rm_run / "metrics.jsonl").write_text('{"step": 1}\n')
+    before = {p.name: p.read_bytes() for p in rm_run.iterdir()}
+    rc = main(["sft", "--quick", "--out", str(rm_run), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith(f"minippo sft: error: --out: {rm_run} holds something other than an SFT run")
+    assert {p.name: p.read_bytes() for p in rm_run.iterdir() if p.name != runs.LOCK_FILE} == before
+
+
+def test_user_temp_dir_is_this_users_own(tmp_path, monkeypatch):
+    import os
+    import stat
+    monkeypatch.setattr(runs.tempfile, "gettempdir", lambda: str(tmp_path))
+    folder = runs.user_temp_dir("quick_figures")
+    assert folder == tmp_path / f"minippo-{os.getuid()}" / "quick_figures"
+    assert stat.S_IMODE(folder.parent.stat().st_mode) == 0o700
+    monkeypatch.setattr(runs.os, "getuid", lambda: 4242)               # a folder of that name owned by another uid
+    (tmp_path / "minippo-4242").mkdir()
+    with pytest.raises(PermissionError, match=r"minippo-4242 belongs to another user .* set TMPDIR"):
+        runs.user_temp_dir("quick_figures")

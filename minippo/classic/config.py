@@ -8,12 +8,11 @@ The names before that vocabulary (:data:`DEPRECATED_NAMES`) are accepted by
 """
 from __future__ import annotations
 
-import ast
-import inspect
 import warnings
 from dataclasses import asdict, dataclass, fields
 
 from minippo.checks import check_choice, check_range
+from minippo.flags import field_docs  # noqa: F401  (the docstring under each field, e.g. for --help)
 
 LR_SCHEDULES = ("linear", "constant")
 
@@ -163,15 +162,3 @@ def deprecated_value(old: str, value):
 
 CLEANRL_DEFAULTS = PPOConfig(lr=2.5e-4)
 """CleanRL ``ppo.py`` exactly (learning rate 2.5e-4), for comparison runs."""
-
-
-def field_docs(cls=PPOConfig) -> dict[str, str]:
-    """The docstring under each field of a dataclass (read from its source), e.g. for ``--help``."""
-    tree = ast.parse(inspect.getsource(cls))
-    body = tree.body[0].body
-    docs = {}
-    for node, nxt in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) \
-                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
-            docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs

@@ -15,24 +15,26 @@ import sys
 from dataclasses import MISSING, fields
 from pathlib import Path
 
-from minippo.checks import check_range
+from minippo.checks import UsageError, check_range
 from minippo.classic.cartpole import CartPoleEnv
-from minippo.classic.config import DEPRECATED_NAMES, LR_SCHEDULES, PPOConfig, deprecated_value, field_docs
+from minippo.classic.config import DEPRECATED_NAMES, PPOConfig, deprecated_value, field_docs
+from minippo.flags import field_flag, first_sentence, integer, shown_default
 from minippo.classic.dashboard import plot_dashboard
 from minippo.classic.ppo import last_mean, steps_to_reach, train_ppo
-from minippo.io import MetricsWriter, save_checkpoint
+from minippo.io import MetricsWriter, has_checkpoint, save_checkpoint
 from minippo.progress import progress_bar
 from minippo.runs import RunLock
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``minippo classic``: run options, then one flag per :class:`PPOConfig` field."""
-    parser.add_argument("--total-timesteps", type=int, default=200_000,
+    parser.add_argument("--total-timesteps", type=integer, metavar="N", default=200_000,
                         help="environment steps over all envs (default 200000)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of envs, weights, sampling, shuffling")
-    parser.add_argument("--out", default=None,
+    parser.add_argument("--seed", type=integer, metavar="N", default=0, help="seed of envs, weights, sampling, "
+                        "shuffling")
+    parser.add_argument("--out", default=None, metavar="DIR",
                         help="folder for metrics.jsonl, dashboard.png and the weights (agent/)")
-    parser.add_argument("--save-every", type=int, default=10,
+    parser.add_argument("--save-every", type=integer, metavar="N", default=10,
                         help="with --out: save the weights every N updates, so a failed run keeps its last "
                              "good weights (default 10)")
     parser.add_argument("--gymnasium", action="store_true",
@@ -40,10 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "instead of minippo's own CartPole")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     group = parser.add_argument_group("hyperparameters (PPOConfig)")
-    docs = field_docs()
+    docs = field_docs(PPOConfig)
     for f in fields(PPOConfig):
         default = f.default if f.default is not MISSING else None
-        help_text = f"{docs.get(f.name, '')} (default {default})".replace("%", "%%")
+        doc = first_sentence(docs.get(f.name, "")).replace("``", "")
+        help_text = f"{doc} [{shown_default(default)}]".replace("%", "%%")
         _add_field_flag(group, f.name, default, help_text)
     old = parser.add_argument_group("deprecated spellings (one release; each prints the new one)")
     for name, new in DEPRECATED_NAMES.items():
@@ -59,12 +62,10 @@ def _add_field_flag(group, name: str, default, help_text: str, bool_flag: bool |
     if bool_flag or isinstance(default, bool):
         group.add_argument(_flag(name), dest=name, action=argparse.BooleanOptionalAction, default=default,
                            help=help_text)
-    elif name == "lr_schedule":
-        group.add_argument(_flag(name), dest=name, choices=LR_SCHEDULES, default=default, help=help_text)
-    elif default is None:                                   # kl_old_target (None: off) and target_kl
-        group.add_argument(_flag(name), dest=name, type=float, default=default, help=help_text)
-    else:
-        group.add_argument(_flag(name), dest=name, type=type(default), default=default, help=help_text)
+    else:                    # typed, with a metavar saying what the value is (minippo.flags: N, FLOAT, {a,b})
+        spec = field_flag(PPOConfig, "kl_old_target" if name == "target_kl" else name)
+        group.add_argument(_flag(name), dest=name, type=spec["type"], metavar=spec["metavar"], default=default,
+                           help=help_text)
 
 
 def _hyperparameters(args: argparse.Namespace) -> dict:
@@ -88,26 +89,40 @@ def _hyperparameters(args: argparse.Namespace) -> dict:
 
 def cli_main(args: argparse.Namespace) -> int:
     """Train, show a progress bar, write metrics/dashboard/weights to ``--out``, print a summary."""
-    try:
+    try:                       # a value out of range: one line naming the flag, exit 2 (minippo.cli)
         cfg = PPOConfig(**_hyperparameters(args))
         check_range("total_timesteps", args.total_timesteps, cfg.batch_size, None, integer=True)
         check_range("save_every", args.save_every, 1, None, integer=True)
     except ValueError as exc:
-        print(f"minippo classic: error: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
     if args.gymnasium:
         try:
             import gymnasium  # lazy: optional, not a dependency (the parity runs only)
         except ImportError:
-            print("minippo classic: error: --gymnasium needs `pip install gymnasium`", file=sys.stderr)
-            return 2
+            raise UsageError("--gymnasium needs `pip install gymnasium`") from None
         make_env = lambda: gymnasium.make("CartPole-v1")                      # noqa: E731
         env_name = f"gymnasium {gymnasium.__version__} CartPole-v1"
     else:
         make_env, env_name = CartPoleEnv, "minippo CartPole-v1"
     out = Path(args.out) if args.out else None
     with RunLock(out) if out else contextlib.nullcontext():    # one writer per folder (minippo.runs)
+        if out is not None:
+            check_no_results(out)
         return _train_and_report(args, cfg, make_env, env_name, out)
+
+
+#: what a run writes into --out (a classic run has no resume: a second run would replace the first's records)
+OUTPUTS = ("metrics.jsonl", "agent", "dashboard.png")
+
+
+def check_no_results(out: Path) -> None:
+    """``--out`` must hold no earlier run's results (:data:`OUTPUTS`) and be no model folder: ``FileExistsError``
+    naming them, before anything is written."""
+    found = [name for name in OUTPUTS if (out / name).exists()]
+    if found or has_checkpoint(out):
+        what = ", ".join(found) if found else "a model (weights.safetensors + state.json)"
+        raise FileExistsError(f"{out} already holds {what}: use another --out, or delete them; nothing was "
+                              "overwritten")
 
 
 def _train_and_report(args, cfg: PPOConfig, make_env, env_name: str, out: Path | None) -> int:

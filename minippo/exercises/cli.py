@@ -1,7 +1,8 @@
 """The ``minippo exercise`` command: ``list``, ``start NAME``, ``check NAME``, ``solution NAME``.
 
-Errors (an unknown exercise, a file that exists, a file that does not import) are one line on stderr
-and exit status 1 (2 for a usage error); ``check`` exits 0 only when every check passes.
+Errors are one line on stderr: exit status 2 for a command line that cannot work (an unknown exercise, a file
+that ``start`` would overwrite without ``--force``), 1 for a file that does not import or a failed check;
+``check`` exits 0 only when every check passes.
 """
 from __future__ import annotations
 
@@ -21,11 +22,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub.add_parser("list", help="one line per exercise")
     p = sub.add_parser("start", help="write DIR/NAME.py: the function to implement")
     p.add_argument("name", metavar="NAME")
-    p.add_argument("--dir", default=DEFAULT_DIR, help=f"folder of the exercise files (default ./{DEFAULT_DIR})")
+    p.add_argument("--dir", default=DEFAULT_DIR, metavar="DIR",
+                   help=f"folder of the exercise files (default ./{DEFAULT_DIR})")
     p.add_argument("--force", action="store_true", help="overwrite DIR/NAME.py if it exists")
     p = sub.add_parser("check", help="run the project's checks on DIR/NAME.py")
     p.add_argument("name", metavar="NAME")
-    p.add_argument("--dir", default=DEFAULT_DIR, help=f"folder of the exercise files (default ./{DEFAULT_DIR})")
+    p.add_argument("--dir", default=DEFAULT_DIR, metavar="DIR",
+                   help=f"folder of the exercise files (default ./{DEFAULT_DIR})")
     p.add_argument("--debug", action="store_true", help="show the tracebacks of errors in the student's code")
     p = sub.add_parser("solution", help="print the reference solution (for teachers)")
     p.add_argument("name", metavar="NAME")
@@ -61,8 +64,8 @@ def cli_main(args: argparse.Namespace) -> int:
     try:
         m = exercise(args.name)
     except ValueError as exc:
-        eprint(f"minippo exercise: {exc}")
-        return 1
+        eprint(f"minippo exercise: error: {exc}")
+        return 2
     if args.action == "solution":
         print(f"# reference solution of `minippo exercise {args.name}` (for teachers): equal to {m.REFERENCE}\n"
               f"# on every check (tests/exercises prove it); save it as {DEFAULT_DIR}/{args.name}.py to grade it.")
@@ -71,8 +74,8 @@ def cli_main(args: argparse.Namespace) -> int:
     path = Path(args.dir) / f"{args.name}.py"
     if args.action == "start":
         if path.exists() and not args.force:
-            eprint(f"minippo exercise: {path} exists; not overwritten (add --force to replace it)")
-            return 1
+            eprint(f"minippo exercise: error: {path} exists; not overwritten (add --force to replace it)")
+            return 2
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(m.TEMPLATE, encoding="utf-8")
         print(f"wrote {path}: implement {m.FUNCTION}, then run `{check_hint(args.name, args.dir)}`")

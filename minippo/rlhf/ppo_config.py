@@ -25,9 +25,6 @@ a subclass; the critic-free family has its own :class:`minippo.rlhf.grpo.GRPOCon
 """
 from __future__ import annotations
 
-import ast
-import inspect
-import textwrap
 import warnings
 from dataclasses import asdict, dataclass, fields
 
@@ -234,16 +231,3 @@ def check_config(cfg, *, ints=None, positive=(), nonneg=(), optional_positive=()
     if isinstance(n, int) and n >= 1 and cfg.batch_size % n:
         raise ValueError(f"`samples_per_prompt` ({n}) must divide `batch_size` ({cfg.batch_size}) "
                          "evenly")
-
-
-def field_docs(cls=PPOConfig) -> dict[str, str]:
-    """Field name -> its docstring (the string literal under the field), read from the source of
-    ``cls`` and of the dataclasses it extends."""
-    docs = {}
-    for klass in reversed([k for k in cls.__mro__ if "__dataclass_fields__" in vars(k)]):
-        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body
-        for node, nxt in zip(body, body[1:]):
-            documented = isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
-            if isinstance(node, ast.AnnAssign) and documented:
-                docs[node.target.id] = " ".join(str(nxt.value.value).split())
-    return docs

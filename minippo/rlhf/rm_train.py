@@ -19,12 +19,13 @@ import numpy as np
 
 from minippo.blas import single_blas_thread
 from minippo.checks import check_choice, check_fields, check_range, first_nonfinite
+from minippo.flags import add_config_flags, config_from_args
 from minippo.io import STATE, MetricsWriter, atomic_write_text, checkpoint_folder, has_checkpoint, in_file, read_json
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.progress import progress_bar
-from minippo.runs import check_same_config, run_lock, stage
+from minippo.runs import check_fresh_start, check_same_config, run_lock, stage
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
-from minippo.rlhf.checkpoint import load_model
+from minippo.rlhf.checkpoint import load_model, resolve_model_dir
 from minippo.rlhf.data.batches import batch_indices, steps_per_epoch
 from minippo.rlhf.data.corpus import PROMPTS, sample_prompts
 from minippo.rlhf.data.preferences import (PreferencePairs, gold_order_accuracy, make_preference_pairs,
@@ -229,9 +230,9 @@ def split_pairs(pairs: PreferencePairs, cfg: RMConfig) -> tuple[PreferencePairs,
     return train, heldout
 
 
-def load_pairs(rm_dir) -> tuple[PreferencePairs, PreferencePairs, RMConfig]:
-    """``(train, heldout, rm_config)``: the preference pairs a reward-model run folder sampled
-    (``pairs.npz``) split as that run split them (its ``config.json``); ``rm_dir`` may also be its ``model/``."""
+def pairs_folder(rm_dir) -> Path:
+    """The reward-model run folder meant by ``rm_dir`` (itself, or the parent of its ``model/``), which must hold
+    ``pairs.npz`` and ``config.json`` (``FileNotFoundError`` naming the missing file otherwise)."""
     folder = Path(rm_dir)
     if not (folder / "pairs.npz").is_file() and (folder.parent / "pairs.npz").is_file():
         folder = folder.parent                          # rm/model given: the pairs are in rm/
@@ -239,6 +240,13 @@ def load_pairs(rm_dir) -> tuple[PreferencePairs, PreferencePairs, RMConfig]:
         if not (folder / name).is_file():
             raise FileNotFoundError(f"{folder / name} is missing: `--pairs` must name a reward-model run folder "
                                     f"(from `minippo rm` or `minippo rlhf`) that sampled its own pairs")
+    return folder
+
+
+def load_pairs(rm_dir) -> tuple[PreferencePairs, PreferencePairs, RMConfig]:
+    """``(train, heldout, rm_config)``: the preference pairs a reward-model run folder sampled
+    (``pairs.npz``) split as that run split them (its ``config.json``); ``rm_dir`` may also be its ``model/``."""
+    folder = pairs_folder(rm_dir)
     config = read_json(folder / "config.json")
     with in_file(folder / "config.json"):
         cfg = RMConfig.from_dict(config)
@@ -304,7 +312,9 @@ def train_reward_model(cfg: RMConfig, sft_dir, out_dir, progress: bool = True,
 
 def _train_reward_model(cfg: RMConfig, sft_dir, out_dir: Path, progress: bool, pairs) -> dict:
     t0 = time.perf_counter()
-    if has_checkpoint(out_dir / "model"):          # a finished reward model is replaced only by the same run
+    finished = has_checkpoint(out_dir / "model")
+    check_fresh_start(out_dir, cfg.to_dict(), "a reward-model run", records=not finished)   # not another run's
+    if finished:                                   # a finished reward model is replaced only by the same run
         check_same_config(f"the reward model in {out_dir / 'model'}", stored_config(out_dir / "model", "rm_config"),
                           cfg.to_dict(), fresh=f"use another folder than {out_dir}")
     sft_model, tokenizer, _ = load_sft(sft_dir)
@@ -373,25 +383,24 @@ def format_report(r: dict) -> str:
 # the `minippo rm` command
 # ----------------------------------------------------------------------------------------------
 
-_FLAGS = {"n_prompts": int, "responses_per_prompt": int, "n_train": int, "label_temperature": float, "epochs": int,
-          "lr": float, "init": str, "n_layer": int, "n_embd": int, "n_head": int, "max_new_tokens": int}
+#: the RMConfig fields that are flags of ``minippo rm`` (the others keep their defaults)
+FLAGS = ("n_prompts", "responses_per_prompt", "n_train", "label_temperature", "epochs", "lr", "init", "n_layer",
+         "n_embd", "n_head", "max_new_tokens", "seed")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--sft", required=True, help="SFT run folder (from `minippo sft`) or its model/ folder")
-    parser.add_argument("--out", default=None, help="run folder (default: runs/rm-<timestamp>)")
+    parser.add_argument("--sft", required=True, metavar="DIR",
+                        help="SFT run folder (from `minippo sft`) or its model/ folder")
+    parser.add_argument("--out", default=None, metavar="DIR", help="run folder (default: runs/rm-<timestamp>)")
     parser.add_argument("--quick", action="store_true", help="tiny config for CI: a few seconds")
-    parser.add_argument("--seed", type=int, default=0, help="seed of every random stream (default 0)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    for name, typ in _FLAGS.items():
-        parser.add_argument("--" + name.replace("_", "-"), type=typ, default=None, help=f"override RMConfig.{name}")
+    add_config_flags(parser, RMConfig, only=FLAGS, title="RMConfig fields (the others keep their defaults)")
 
 
 def cli_main(args) -> int:
     out = Path(args.out) if args.out else Path("runs") / time.strftime("rm-%Y%m%d-%H%M%S")
-    overrides = {k: getattr(args, k) for k in _FLAGS if getattr(args, k) is not None}
-    overrides["seed"] = args.seed
-    cfg = RMConfig.quick(**overrides) if args.quick else RMConfig(**overrides)
+    cfg = config_from_args(args, RMConfig.quick() if args.quick else RMConfig())      # errors name the flag
+    resolve_model_dir(args.sft)                                     # a wrong path: one line, before the banner
     print(f"reward model from {args.sft} -> {out}")
     print(format_report(train_reward_model(cfg, args.sft, out, progress=not args.no_progress)))
     return 0

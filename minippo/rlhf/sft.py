@@ -47,11 +47,12 @@ import numpy as np
 
 from minippo.blas import single_blas_thread
 from minippo.checks import UsageError, check_choice, check_fields, check_range, first_nonfinite, parameter_note
+from minippo.flags import add_config_flags, config_from_args
 from minippo.io import (STATE, MetricsWriter, RunWarning, array_specs, atomic_write_text, checkpoint_folder,
                         has_checkpoint, in_file, read_json, read_metrics)
 from minippo.nn.gpt import MAX_BLOCK_SIZE, GPTConfig, TinyGPT
 from minippo.progress import progress_bar, progress_write
-from minippo.runs import Stage, assign_arrays, check_no_run, check_same_config, run_lock, stage
+from minippo.runs import Stage, assign_arrays, check_fresh_start, check_no_run, check_same_config, run_lock, stage
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
 from minippo.rlhf.checkpoint import load_model, save_model
 from minippo.rlhf.data.batches import batch_indices, encode_sequences, lm_batch, split_corpus, unigram_loss
@@ -234,6 +235,8 @@ def train_sft(cfg: SFTConfig, out_dir, *, resume: bool = False, progress: bool =
         # (one BLAS thread: tiny matrices, faster and deterministic)
         if not resume:
             check_no_run(out_dir, ckpt_dir, "an SFT run")
+        if not has_checkpoint(ckpt_dir):                         # never another run's or someone's files
+            check_fresh_start(out_dir, cfg.to_dict(), "an SFT run", ignore=RESULT_NEUTRAL)
         result = _train(cfg, out_dir, progress, st, log)
     result["train_seconds"] = time.perf_counter() - t_start
     return result
@@ -370,20 +373,18 @@ def format_report(r: dict, n_show: int = 8) -> str:
 # the `minippo sft` command
 # ----------------------------------------------------------------------------------------------
 
-_FLAGS = {"steps": int, "seed": int, "n_layer": int, "n_head": int, "n_embd": int, "block_size": int,
-          "batch_size": int, "lr": float, "corpus_size": int, "vocab_size": int}
+#: the SFTConfig fields that are flags of ``minippo sft`` (the others keep their defaults)
+FLAGS = ("steps", "seed", "n_layer", "n_head", "n_embd", "block_size", "batch_size", "lr", "corpus_size", "vocab_size")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--out", default=None, help="run folder (default: runs/sft-<timestamp>)")
+    parser.add_argument("--out", default=None, metavar="DIR", help="run folder (default: runs/sft-<timestamp>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out with the config saved "
                         "there (other flags are ignored); without it, a folder holding a checkpoint made with the "
                         "same flags is resumed, and one made with other flags is refused")
     parser.add_argument("--quick", action="store_true", help="tiny config for CI: a few seconds")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    for name, typ in _FLAGS.items():
-        parser.add_argument("--" + name.replace("_", "-"), type=typ, default=None,
-                            help=f"override SFTConfig.{name}")
+    add_config_flags(parser, SFTConfig, only=FLAGS, title="SFTConfig fields (the others keep their defaults)")
 
 
 def cli_main(args) -> int:
@@ -395,8 +396,7 @@ def cli_main(args) -> int:
             cfg = SFTConfig.from_dict(read_json(out / "config.json"))
         print(f"resuming {out} with its saved config")
     else:
-        overrides = {k: getattr(args, k) for k in _FLAGS if getattr(args, k) is not None}
-        cfg = SFTConfig.quick(**overrides) if args.quick else SFTConfig(**overrides)   # errors name the flag
+        cfg = config_from_args(args, SFTConfig.quick() if args.quick else SFTConfig())   # errors name the flag
     print(f"SFT -> {out}")
     result = train_sft(cfg, out, resume=True, progress=not args.no_progress)
     print(format_report(result))

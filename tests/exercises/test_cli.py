@@ -28,7 +28,7 @@ def test_start_writes_the_template_in_exercises_of_the_current_folder_and_refuse
     assert path.read_text() == exercise("clip").TEMPLATE
     assert "minippo exercise check clip" in capsys.readouterr().out
     path.write_text("# my work\n")
-    assert main(["exercise", "start", "clip"]) == 1
+    assert main(["exercise", "start", "clip"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "exists" in err and "--force" in err
     assert path.read_text() == "# my work\n"
@@ -67,7 +67,7 @@ def test_missing_file_and_unknown_exercise(tmp_path, capsys):
     assert main(["exercise", "check", "gae", "--dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err.strip()
     assert "not found" in err and "minippo exercise start gae" in err and len(err.splitlines()) == 1
-    assert main(["exercise", "start", "clp", "--dir", str(tmp_path)]) == 1
+    assert main(["exercise", "start", "clp", "--dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "unknown exercise 'clp'" in err and "clip" in err and len(err.splitlines()) == 1
 

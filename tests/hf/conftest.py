@@ -8,8 +8,8 @@ import pytest
 
 MISSING = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
 REQUIRE = os.environ.get("MINIPPO_REQUIRE_HF") == "1"
-SKIP_REASON = (f"needs {' and '.join(MISSING)}: pip install -e '.[test,hf]' "
-               f"--extra-index-url https://download.pytorch.org/whl/cpu (the CPU build of torch)")
+SKIP_REASON = (f"needs {' and '.join(MISSING)}: pip install torch==2.13.0 --index-url "
+               f"https://download.pytorch.org/whl/cpu (the CPU build of torch), then pip install -e '.[test,hf]'")
 
 if MISSING and REQUIRE:
     raise pytest.UsageError(f"MINIPPO_REQUIRE_HF=1 but {', '.join(MISSING)} cannot be imported: {SKIP_REASON}")

@@ -13,7 +13,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-REASON = "needs torch and transformers: pip install -e '.[test,hf]' --extra-index-url https://download.pytorch.org/whl/cpu"
+REASON = ("needs torch and transformers: pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu "
+          "(the CPU build), then pip install -e '.[test,hf]'")
 torch = pytest.importorskip("torch", reason=REASON)
 transformers = pytest.importorskip("transformers", reason=REASON)
 
@@ -124,6 +125,32 @@ def test_reward_model_score_equals_ours_at_the_last_real_token(run):
     with torch.no_grad():                                     # right padding: no position_ids needed
         theirs_r = hf(input_ids=torch.tensor(ids_r), attention_mask=torch.tensor(mask_r)).logits[:, 0].numpy()
     assert np.abs(theirs_r - run.rm.score(ids_r, mask_r)).max() <= TOL
+
+
+def test_reward_model_scored_as_its_card_says_gives_our_score_of_the_finished_text(run):
+    """Issue 26 item 4: the card of the reward model's export says the score is read at the EOS and that the
+    folder's tokenizer appends it; scoring texts exactly as the card's snippet does (tok(texts), left-padded,
+    position ids from the mask) gives our reward model's score of `<bos> text <eos>` (1e-4), and the card's
+    example numbers are the reward model's own."""
+    from minippo.rlhf.run.hf import eos_example
+    card = (run.H_rm / "README.md").read_text()
+    assert "## Where the score is read: at the EOS" in card and "`tok(texts)` gives `<bos> text <eos>`" in card
+    tok = transformers.AutoTokenizer.from_pretrained(str(run.H_rm))
+    hf = hf_model(run.H_rm, "AutoModelForSequenceClassification")
+    texts = ["the film was superb .", "the plot was dull and far too slow .", sample_prompts(1, seed=7)[0]]
+    batch = tok(texts, padding=True, return_tensors="pt")             # the card's line: <bos> text <eos>, left-padded
+    ids, mask = run.tok.pad_left(run.tok.encode_batch(texts, add_bos=True, add_eos=True))
+    assert np.array_equal(batch["input_ids"].numpy(), ids) and np.array_equal(batch["attention_mask"].numpy(), mask)
+    with torch.no_grad():
+        theirs = hf(**batch, position_ids=positions(batch["attention_mask"])).logits[:, 0].numpy()
+    ours = run.rm.score(ids, mask)
+    print(f"reward model, scored as the card says: {np.round(theirs, 3)} vs ours {np.round(ours, 3)}")
+    assert np.abs(theirs - ours).max() <= TOL
+    ex = eos_example(run.rm, run.tok)
+    assert f"scores {ex['with_eos']:+.2f} read at its EOS (its score) and {ex['without_eos']:+.2f}" in card
+    one = tok([ex["text"]], return_tensors="pt")
+    with torch.no_grad():
+        assert abs(float(hf(**one).logits[0, 0]) - ex["with_eos"]) <= TOL
 
 
 def test_folders_transformers_resaved_import_back(run):

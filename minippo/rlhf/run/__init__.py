@@ -6,7 +6,7 @@
     dpo_trainer.py  DPOTrainer: policy and frozen reference on the reward model's pairs, evaluation, NaN guard,
                     checkpoints and resume (``minippo dpo``'s engine); dpo_cli.py the command
     pipeline.py     the main job ``minippo rlhf``: SFT -> reward model -> PPO (or DPO) -> evaluation,
-                    cached stages
-    evaluate.py     judging a policy on fixed prompts: gold, RM, KL; samples.md
-    plots.py        the run's curves (<run>/figures/ppo_curves.png)
+                    cached stages; rlhf_cli.py its command line (the main knobs, ``--config FILE``)
+    evaluate.py     judging a policy on fixed prompts: gold, RM, KL; samples.md and its proxy-gold marks
+    plots.py        the run's curves (<run>/figures/ppo_curves.png, dpo_curves.png)
 """

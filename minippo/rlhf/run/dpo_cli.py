@@ -6,25 +6,30 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from minippo.flags import add_config_flags, config_from_args
 from minippo.io import read_metrics
+from minippo.rlhf.checkpoint import resolve_model_dir
 from minippo.rlhf.dpo_config import DPOConfig
+from minippo.rlhf.rm_train import pairs_folder
 from minippo.rlhf.run.dpo_trainer import run_dpo
-from minippo.rlhf.run.ppo_cli import add_config_flags, add_run_arguments, config_from_args
+from minippo.rlhf.run.ppo_cli import add_run_arguments
 
 SHOWN = ("loss", "rewards/accuracies", "rewards/chosen", "rewards/rejected", "logps/chosen", "logps/rejected")
 SHOWN_EVAL = ("eval_rewards/accuracies", "gold/score", "objective/kl_exact", "response/length")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--sft", required=True, help="SFT run folder (from `minippo sft`) or its model/ folder")
-    parser.add_argument("--pairs", required=True, help="reward-model run folder (from `minippo rm`) whose "
-                        "pairs.npz and train / held-out split DPO trains on")
+    parser.add_argument("--sft", required=True, metavar="DIR",
+                        help="SFT run folder (from `minippo sft`) or its model/ folder")
+    parser.add_argument("--pairs", required=True, metavar="DIR", help="reward-model run folder (from `minippo rm`) "
+                        "whose pairs.npz and train / held-out split DPO trains on")
     add_run_arguments(parser, "dpo", DPOConfig)
     add_config_flags(parser, DPOConfig)
 
 
 def cli_main(args) -> int:
     cfg = config_from_args(args, DPOConfig.quick() if args.quick else DPOConfig())
+    resolve_model_dir(args.sft), pairs_folder(args.pairs)           # a wrong path: one line, before the banner
     out = Path(args.out) if args.out else Path("runs") / time.strftime("dpo-%Y%m%d-%H%M%S")
     print(f"DPO from {args.sft} (policy, reference) on the pairs of {args.pairs} -> {out}")
     trainer = run_dpo(cfg, args.sft, args.pairs, out, resume=True, progress=not args.no_progress)

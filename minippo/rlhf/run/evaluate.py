@@ -78,14 +78,54 @@ def evaluate_policy(policy, ref, reward_model, tokenizer, prompts: list[str], *,
     return out
 
 
+#: a score moved between the two samples of a prompt when it changed by more than this fraction of the before
+#: policy's standard deviation of that score over all evaluated prompts (:func:`disagreements`)
+MOVE_FRAC = 0.1
+#: mark -> what it means (the line above the table of ``samples.md`` prints them with the rule)
+MARKS = {"hacking": "RM up, gold down: the trained policy's sample pleased the reward model more and the simulated "
+                    "human less (reward hacking, lesson 19)",
+         "regression": "gold down, RM not up: a worse sample for the human, and the reward model did not prefer it",
+         "RM down, gold up": "the reward model under-rated a sample the human liked better"}
+
+
+def disagreements(before: dict, after: dict, frac: float = MOVE_FRAC) -> dict:
+    """Where the proxy (RM) and the gold score disagree about the two policies' samples of each prompt.
+
+    A score moved up (down) when ``after - before`` exceeds ``+tol`` (is below ``-tol``), ``tol = frac *
+    std(before)`` of that score over all N prompts. Returns ``{"marks": list of N str ("" when no mark),
+    "tol_gold", "tol_rm", "counts": mark -> how many of the N prompts}``; the marks are :data:`MARKS`: "hacking"
+    (RM up, gold down), "regression" (gold down, RM not up), "RM down, gold up". Each row compares two
+    fresh samples, so a single row is an anecdote; the counts are the measurement.
+    """
+    check_range("frac", frac, 0, None)
+    tol_gold, tol_rm = frac * float(np.std(before["gold"])), frac * float(np.std(before["rm"]))
+    d_gold, d_rm = np.asarray(after["gold"]) - before["gold"], np.asarray(after["rm"]) - before["rm"]   # (N,)
+    gold = np.where(d_gold > tol_gold, 1, np.where(d_gold < -tol_gold, -1, 0))                         # (N,)
+    rm = np.where(d_rm > tol_rm, 1, np.where(d_rm < -tol_rm, -1, 0))
+    marks = ["hacking" if g < 0 and r > 0 else "regression" if g < 0 else "RM down, gold up" if g > 0 and r < 0
+             else "" for g, r in zip(gold, rm)]
+    return {"marks": marks, "tol_gold": tol_gold, "tol_rm": tol_rm,
+            "counts": {m: marks.count(m) for m in MARKS}}
+
+
 def samples_markdown(prompts: list[str], before: dict, after: dict, n: int = 16,
                      names: tuple[str, str] = ("SFT", "PPO")) -> str:
-    """A Markdown table of the first ``n`` prompts with both policies' texts, gold and RM scores; a response
-    cut at ``max_new_tokens`` without an EOS is marked (:func:`minippo.rlhf.generate.show_sample`)."""
+    """A Markdown table of the first ``n`` prompts with both policies' texts, gold and RM scores and the mark of
+    :func:`disagreements` (the rule and the counts over all prompts on the line above it); a response cut at
+    ``max_new_tokens`` without an EOS is marked (:func:`minippo.rlhf.generate.show_sample`)."""
     a, b = names
-    rows = [f"| # | {a} sample | gold | RM | {b} sample | gold | RM |", "|---|---|---|---|---|---|---|"]
+    d = disagreements(before, after)
+    counts = ", ".join(f"{k} {v}" for k, v in d["counts"].items())
+    rule = (f"Marks: the gold or the RM score of the {b} sample moved up (down) when it differs from the {a} "
+            f"sample's by more than {MOVE_FRAC:g} x the {a} samples' std of that score ({len(prompts)} prompts: "
+            f"gold {d['tol_gold']:.3f}, RM {d['tol_rm']:.3f}). "
+            + " ".join(f"**{k}**: {v}." for k, v in MARKS.items())
+            + f" Each row compares two fresh samples; over all {len(prompts)} prompts: {counts}.")
+    rows = [rule, "", f"| # | {a} sample | gold | RM | {b} sample | gold | RM | mark |",
+            "|---|---|---|---|---|---|---|---|"]
     for i in range(min(n, len(prompts))):
+        mark = f"**{d['marks'][i]}**" if d["marks"][i] else ""
         rows.append(f"| {i} | {show_sample(before['texts'][i], before['ended'][i])} | {before['gold'][i]:+.2f} | "
                     f"{before['rm'][i]:+.2f} | {show_sample(after['texts'][i], after['ended'][i])} | "
-                    f"{after['gold'][i]:+.2f} | {after['rm'][i]:+.2f} |")
+                    f"{after['gold'][i]:+.2f} | {after['rm'][i]:+.2f} | {mark} |")
     return "\n".join(rows)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from minippo.flags import add_config_flags, config_from_args
+from minippo.rlhf.checkpoint import resolve_model_dir
 from minippo.rlhf.grpo import GRPOConfig
 from minippo.rlhf.ppo_config import RENAMED
-from minippo.rlhf.run.ppo_cli import (add_config_flags, add_stage_arguments, config_from_args, print_summary,
-                                      run_options)
+from minippo.rlhf.run.ppo_cli import add_stage_arguments, print_summary, run_options
 from minippo.rlhf.run.trainer import run_ppo
 
 #: the old names of GRPOConfig's own fields
@@ -18,11 +19,12 @@ GRPO_RENAMED = {old: new for old, new in RENAMED.items() if new in GRPOConfig.__
 
 def add_arguments(parser) -> None:
     add_stage_arguments(parser, "grpo", GRPOConfig)
-    add_config_flags(parser, GRPOConfig, GRPO_RENAMED)
+    add_config_flags(parser, GRPOConfig, renamed=GRPO_RENAMED)
 
 
 def cli_main(args) -> int:
     cfg = config_from_args(args, GRPOConfig.quick() if args.quick else GRPOConfig(), GRPO_RENAMED)
+    resolve_model_dir(args.sft), resolve_model_dir(args.rm)         # a wrong path: one line, before the banner
     out = Path(args.out) if args.out else Path("runs") / time.strftime("grpo-%Y%m%d-%H%M%S")
     print(f"{cfg.advantage_estimator} from {args.sft} (policy, reference) and {args.rm} (reward model) -> {out}")
     trainer = run_ppo(cfg, args.sft, args.rm, out, resume=True, progress=not args.no_progress, **run_options(args))

@@ -57,10 +57,10 @@ from safetensors import SafetensorError
 from safetensors.numpy import save as st_save
 from tokenizers import Tokenizer as HFTokenizer, processors
 
-from minippo.io import atomic_write_bytes, atomic_write_text
+from minippo.io import atomic_write_bytes, atomic_write_text, read_json
 from minippo.nn.attention import LN_EPS
 from minippo.nn.gpt import GPTConfig, param_shapes
-from minippo.rlhf.data.tokenizer import BOS, EOS, PAD
+from minippo.rlhf.data.tokenizer import BOS, EOS, PAD, Tokenizer
 from minippo.rlhf.reward_model import STATE_KEY, RewardModel
 from minippo.rlhf.checkpoint import RESERVED, TOKENIZER_FILE, load_model, resolve_model_dir
 
@@ -127,13 +127,17 @@ def hf_config(cfg: GPTConfig, arch: str, block: dict) -> dict:
     return config
 
 
-def hf_tokenizer_json(tokenizer_json: str) -> str:
-    """Our ``tokenizer.json`` with a post-processor that puts ``<bos>`` in front of every text, so that
-    ``tokenizer(text)`` gives the ids our models were trained on (``encode(text, add_bos=True)``);
-    ``add_special_tokens=False`` leaves it out. :func:`minippo_tokenizer_json` takes it off again."""
+def hf_tokenizer_json(tokenizer_json: str, *, add_eos: bool = False) -> str:
+    """Our ``tokenizer.json`` with a post-processor that puts ``<bos>`` in front of every text (and, ``add_eos``,
+    ``<eos>`` after it), so that ``tokenizer(text)`` gives the ids our models were trained on: a prompt for the
+    policy (``encode(text, add_bos=True)``), a finished response for the reward model, whose score is read at the
+    EOS (``encode(text, add_bos=True, add_eos=True)``); ``add_special_tokens=False`` leaves them out.
+    :func:`minippo_tokenizer_json` takes the post-processor off again."""
     tok = HFTokenizer.from_str(tokenizer_json)
-    tok.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", pair=f"{BOS} $A {BOS}:1 $B:1",
-                                                       special_tokens=[(BOS, 1)])
+    end, end_b = (f" {EOS}", f" {EOS}:1") if add_eos else ("", "")
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A{end}", pair=f"{BOS} $A{end} {BOS}:1 $B:1{end_b}",
+        special_tokens=[(BOS, 1), (EOS, 2)] if add_eos else [(BOS, 1)])
     return tok.to_str()
 
 
@@ -144,8 +148,9 @@ def minippo_tokenizer_json(tokenizer_json: str) -> str:
     return tok.to_str()
 
 
-def tokenizer_files(tokenizer_json: str, block_size: int) -> dict[str, str]:
-    """``tokenizer.json`` (ours + the ``<bos>`` post-processor), ``tokenizer_config.json`` and
+def tokenizer_files(tokenizer_json: str, block_size: int, *, add_eos: bool = False) -> dict[str, str]:
+    """``tokenizer.json`` (ours + the ``<bos>`` (``add_eos``: and ``<eos>``) post-processor),
+    ``tokenizer_config.json`` and
     ``special_tokens_map.json``. ``split_special_tokens``: the text "<eos>" is text, as in our tokenizer
     (``encode_special_tokens``); ``padding_side`` left, for prompts (the reward model reads right padding too);
     ``model_input_names`` without ``token_type_ids``, which transformers 4.x's PreTrainedTokenizerFast returns by
@@ -157,7 +162,8 @@ def tokenizer_files(tokenizer_json: str, block_size: int) -> dict[str, str]:
               "added_tokens_decoder": {str(i): {"content": t, "special": True, "lstrip": False, "rstrip": False,
                                                 "normalized": False, "single_word": False}
                                        for i, t in enumerate((PAD, BOS, EOS))}}
-    return {TOKENIZER_FILE: hf_tokenizer_json(tokenizer_json), "tokenizer_config.json": json.dumps(config, indent=2),
+    return {TOKENIZER_FILE: hf_tokenizer_json(tokenizer_json, add_eos=add_eos),
+            "tokenizer_config.json": json.dumps(config, indent=2),
             "special_tokens_map.json": json.dumps(specials, indent=2)}
 
 
@@ -165,10 +171,12 @@ def tokenizer_files(tokenizer_json: str, block_size: int) -> dict[str, str]:
 # export
 # ----------------------------------------------------------------------------------------------
 
-def export_hf(model_dir, out_dir, *, log=print) -> dict:
+def export_hf(model_dir, out_dir, *, log=print, force: bool = False) -> dict:
     """Write the model folder ``model_dir`` (an SFT model, a PPO policy or a reward model; or the run folder
-    holding it) as a Hugging Face GPT-2 folder ``out_dir``. Returns ``{"kind", "architecture", "out",
-    "not_mapped"}``; every line of ``not_mapped`` is also logged and written to the folder's README.md."""
+    holding it) as a Hugging Face GPT-2 folder ``out_dir``, which must be new or empty (``force``: an earlier
+    export there is replaced; never another folder). Returns ``{"kind", "architecture", "out", "not_mapped"}``;
+    every line of ``not_mapped`` is also logged and written to the folder's README.md."""
+    check_target(out_dir, force)                              # before any work
     src = resolve_model_dir(model_dir)
     model, state = load_model(src)
     kind = model_kind(state)
@@ -176,7 +184,7 @@ def export_hf(model_dir, out_dir, *, log=print) -> dict:
     tensors = {hf_name(k): p[k] for k in param_shapes(cfg) if not k.startswith("scalar_head")}
     extra = {"scalar_head.w": p["scalar_head.w"], "scalar_head.b": p["scalar_head.b"]}
     extra_state = {k: v for k, v in state.items() if k not in RESERVED}
-    not_mapped = []
+    not_mapped, example = [], None
     if kind == "reward_model":
         arch = SEQ_CLS
         rm = RewardModel(model, gain=state[STATE_KEY]["gain"], bias=state[STATE_KEY]["bias"])
@@ -187,6 +195,8 @@ def export_hf(model_dir, out_dir, *, log=print) -> dict:
                        "GPT-2's bias-free score head: folded into score.weight and ln_f.bias (exact up to "
                        "float32 rounding); this ln_f.bias is wrong for the LM head, which "
                        "GPT2ForSequenceClassification does not have"]
+        if state["tokenizer"] is not None:
+            example = eos_example(rm, Tokenizer.load(state["tokenizer"]))
     else:
         arch = LM
         critic = (state.get("ppo_config") or {}).get("critic")
@@ -205,46 +215,110 @@ def export_hf(model_dir, out_dir, *, log=print) -> dict:
              "not_mapped": not_mapped, "state": extra_state}
     files = {"config.json": json.dumps(hf_config(cfg, arch, block), indent=2, sort_keys=True)}
     if state["tokenizer"] is not None:
-        files.update(tokenizer_files(Path(state["tokenizer"]).read_text(encoding="utf-8"), cfg.block_size))
-    files["README.md"] = export_readme(kind, arch, src, not_mapped)
+        files.update(tokenizer_files(Path(state["tokenizer"]).read_text(encoding="utf-8"), cfg.block_size,
+                                     add_eos=arch == SEQ_CLS))     # the reward model scores <bos> text <eos>
+    files["README.md"] = export_readme(kind, arch, src, not_mapped, example)
     out = _write_folder(out_dir, {"model.safetensors": st_save(tensors, metadata={"format": "pt"}),
-                                  EXTRA_FILE: st_save(extra, metadata={"format": EXPORT_FORMAT})}, files)
+                                  EXTRA_FILE: st_save(extra, metadata={"format": EXPORT_FORMAT})}, files, force)
     for line in not_mapped:
         log(f"not mapped: {line}")
     return {"kind": kind, "architecture": arch, "out": out, "not_mapped": not_mapped}
 
 
-def export_readme(kind: str, arch: str, src, not_mapped: list[str]) -> str:
-    """The README.md of an export: what it is, how to load it, the position ids, what does not map."""
+#: the text the reward model's card scores with and without its EOS (:func:`eos_example`)
+EXAMPLE_TEXT = "the film was superb ."
+#: how to install what loads an export, and which torch build that is (the export's README and minippo's README)
+INSTALL = ("Loading it needs `torch` and `transformers` (minippo's `hf` extra asks for torch>=2.13,<3 and "
+           "transformers>=4.57,<6). From PyPI on Linux, `pip install torch` takes the CUDA build (several GB); the "
+           "CPU build is enough here: `pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu` "
+           "first, then `pip install transformers` (or `pip install -e \".[test,hf]\"` in minippo's clone: the "
+           "torch already installed satisfies the extra). `python -c \"import torch; print(torch.version.cuda)\"` "
+           "prints None for a CPU build.")
+
+
+def eos_example(rm: RewardModel, tokenizer: Tokenizer, text: str = EXAMPLE_TEXT) -> dict:
+    """The reward model's score of ``text`` read at its EOS (``<bos> text <eos>``, the convention) and read at its
+    last word (``<bos> text``, no EOS): the card shows both, computed at export."""
+    rows = [tokenizer.encode(text, add_bos=True, add_eos=True), tokenizer.encode(text, add_bos=True)]
+    ids, mask = tokenizer.pad_right(rows)
+    with_eos, without = rm.score(ids, mask)
+    return {"text": text, "with_eos": float(with_eos), "without_eos": float(without)}
+
+
+def export_readme(kind: str, arch: str, src, not_mapped: list[str], example: dict | None = None) -> str:
+    """The README.md of an export (its card): what it is, what loading it installs, how to load it, the position
+    ids, for a reward model where its score is read (the EOS, ``example`` from :func:`eos_example`), what does
+    not map."""
     auto = "AutoModelForSequenceClassification" if arch == SEQ_CLS else "AutoModelForCausalLM"
     use = ("scores = model(ids, attention_mask=mask, position_ids=pos).logits[:, 0]   # = our normalised score"
            if arch == SEQ_CLS else
            "out = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=20)   # greedy")
-    return (f"# A minippo {kind} as a Hugging Face {arch}\n\nExported by `minippo export` from `{src}`.\n\n"
+    encoded = ("<bos> + text + <eos>, left-padded with <pad>" if arch == SEQ_CLS else
+               "<bos> + text, left-padded with <pad>")
+    card = ""
+    if arch == SEQ_CLS:
+        card = ("## Where the score is read: at the EOS\n\nThe reward model was trained on finished responses, "
+                "`<bos> prompt response <eos>`, and its score is read at the last real token: the EOS. This "
+                "folder's tokenizer appends it (`tok(texts)` gives `<bos> text <eos>`; `add_special_tokens=False` "
+                "gives neither); with another tokenizer, append `tok.eos_token` to each text. Hugging Face reads "
+                "the score at the rightmost token that is not `<pad>` (id 0): pad with `<pad>`, left or right. A "
+                "text without its EOS is read at its last word, which the reward model was not trained to score")
+        if example is not None:
+            card += (f": computed at export, `{example['text']}` scores {example['with_eos']:+.2f} read at its "
+                     f"EOS (its score) and {example['without_eos']:+.2f} read at its last word")
+        card += ".\n\n"
+    return (f"# A minippo {kind} as a Hugging Face {arch}\n\nExported by `minippo export` from `{src}`. "
+            f"{INSTALL}\n\n"
             f"```python\nimport torch\nfrom transformers import AutoTokenizer, {auto}\n"
             f"tok = AutoTokenizer.from_pretrained(DIR)\nmodel = {auto}.from_pretrained(DIR).eval()\n"
-            f"batch = tok(texts, padding=True, return_tensors='pt')   # <bos> + text, left-padded with <pad>\n"
+            f"batch = tok(texts, padding=True, return_tensors='pt')   # {encoded}\n"
             f"ids, mask = batch['input_ids'], batch['attention_mask']\n"
             f"pos = (mask.cumsum(-1) - 1).clamp(min=0)                         # minippo's position ids\n{use}\n```\n\n"
             "Position ids: GPT-2's forward numbers positions 0, 1, ... unless `position_ids` is passed; minippo "
             "skips padding (`max(cumsum(mask) - 1, 0)`). Pass `position_ids` whenever a row is left-padded; "
             "`generate` builds them from the attention mask itself.\n\n"
-            + ("The score is read at the rightmost token that is not `<pad>` (id 0): pad with `<pad>`, left or "
-               "right.\n\n" if arch == SEQ_CLS else "")
+            + card
             + "## What does not map\n\n" + "".join(f"- {line}\n" for line in not_mapped)
             + f"\n`{EXTRA_FILE}` and the `minippo` entry of `config.json` let `minippo import-hf` restore the "
               "model folder bitwise.\n")
 
 
-def _write_folder(out_dir, blobs: dict[str, bytes], texts: dict[str, str]) -> Path:
-    """Write the files into ``<out>.tmp`` and swap it in; an existing ``out`` is replaced only if it is
-    empty or an earlier export (never another folder)."""
+def read_config_json(folder) -> dict:
+    """``<folder>/config.json`` as a dict; a file that is not a JSON object is a ``ValueError`` naming it."""
+    path = Path(folder) / "config.json"
+    config = read_json(path)                               # CorruptFileError (a ValueError) naming the file
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(config).__name__}")
+    return config
+
+
+def check_target(out_dir, force: bool) -> None:
+    """An export's folder must be new or empty; with ``force`` an earlier export is replaced, never another folder
+    (``FileExistsError`` naming it, ``NotADirectoryError`` for a file). An earlier export may have been trained
+    further elsewhere (transformers keeps our ``minippo`` entry in the ``config.json`` it saves), so it is replaced
+    only when asked."""
     out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        config = out / "config.json"
-        earlier = config.is_file() and "minippo" in json.loads(config.read_text(encoding="utf-8") or "{}")
-        if not earlier:
-            raise FileExistsError(f"{out} exists and is not an earlier minippo export: not overwriting it")
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"{out} is a file, not a folder")
+    if not out.exists() or not any(out.iterdir()):
+        return
+    try:
+        earlier = (out / "config.json").is_file() and "minippo" in read_config_json(out)
+    except ValueError as exc:
+        raise FileExistsError(f"{out} exists and is not an earlier minippo export ({exc}): not overwriting it") \
+            from None
+    if not earlier:
+        raise FileExistsError(f"{out} exists and is not an earlier minippo export: not overwriting it")
+    if not force:
+        raise FileExistsError(f"{out} holds an earlier export (maybe trained further since): not overwriting it; "
+                              "--force replaces it")
+
+
+def _write_folder(out_dir, blobs: dict[str, bytes], texts: dict[str, str], force: bool = False) -> Path:
+    """Write the files into ``<out>.tmp`` and swap it in; an existing ``out`` is replaced only under the rule of
+    :func:`check_target`."""
+    out = Path(out_dir)
+    check_target(out, force)
     tmp = out.with_name(out.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -265,11 +339,12 @@ def _write_folder(out_dir, blobs: dict[str, bytes], texts: dict[str, str]) -> Pa
 # ----------------------------------------------------------------------------------------------
 
 def report_errors(command: str, fn, *args) -> int:
-    """Run ``fn(*args)``; bad input becomes one line on stderr and exit status 2 (a path that is not there
-    or holds no model) or 1 (a model or config that cannot be converted), never a traceback."""
+    """Run ``fn(*args)``; bad input becomes one line on stderr and exit status 2 (a path that is not there,
+    holds no model, or is a folder it would overwrite) or 1 (a model or config that cannot be converted), never a
+    traceback."""
     try:
         fn(*args)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, FileExistsError, NotADirectoryError) as e:
         print(f"minippo {command}: error: {e}", file=sys.stderr)
         return 2
     except (OSError, ValueError, KeyError, SafetensorError) as e:
@@ -282,12 +357,14 @@ def add_arguments(parser) -> None:
     parser.add_argument("model_dir", metavar="MODEL_DIR", help="a model folder (SFT model, PPO policy or reward "
                         "model) or the run folder holding it as model/ or policy/")
     parser.add_argument("--hf", required=True, metavar="OUT_DIR", help="the Hugging Face GPT-2 folder to write "
-                        "(an earlier export there is replaced; any other folder is refused)")
+                        "(new or empty; any other folder is refused)")
+    parser.add_argument("--force", action="store_true", help="replace an earlier minippo export in OUT_DIR (never "
+                        "another folder)")
 
 
 def cli_main(args) -> int:
     def run():
-        r = export_hf(args.model_dir, args.hf)
+        r = export_hf(args.model_dir, args.hf, force=args.force)
         auto = "AutoModelForSequenceClassification" if r["architecture"] == SEQ_CLS else "AutoModelForCausalLM"
         print(f"{r['kind']} -> {r['out']} ({r['architecture']}); load it with {auto}.from_pretrained"
               f"({str(r['out'])!r}) and AutoTokenizer; position ids and what does not map: {r['out']}/README.md")

@@ -33,6 +33,7 @@ from minippo.rlhf.run.hf import (
     fold_score_head,
     hf_name,
     minippo_tokenizer_json,
+    read_config_json,
     report_errors,
 )
 
@@ -157,14 +158,16 @@ def params_from_hf(tensors: dict, cfg: GPTConfig, arch: str) -> dict[str, np.nda
     return params
 
 
-def import_hf(hf_dir, out_dir, *, log=print) -> dict:
+def import_hf(hf_dir, out_dir, *, log=print, force: bool = False) -> dict:
     """Read a Hugging Face GPT-2 folder into a TinyGPT model folder ``out_dir`` (a reward model folder
-    for ``GPT2ForSequenceClassification``). Returns ``{"kind", "out", "restored"}``: ``restored`` is True
-    when a minippo export was recognised and restored bitwise."""
+    for ``GPT2ForSequenceClassification``), which must be new or empty (``force``: a minippo model folder there
+    is replaced; never a run folder or another folder). Returns ``{"kind", "out", "restored"}``: ``restored`` is
+    True when a minippo export was recognised and restored bitwise."""
     folder = Path(hf_dir)
+    out = _check_out(out_dir, force)                          # before any work
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"{hf_dir} has no config.json: not a Hugging Face model folder")
-    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config = read_config_json(folder)
     tensors = _load_weights(folder)
     arch = _architecture(config, tensors)
     dtype = "float64" if all(a.dtype == np.float64 for a in tensors.values()) else "float32"
@@ -198,7 +201,6 @@ def import_hf(hf_dir, out_dir, *, log=print) -> dict:
             log(f"note: {name} = {config[name]} ignored: TinyGPT has no dropout (it does not matter in eval mode)")
     tokenizer = _read_tokenizer(folder, cfg, log)
     model = TinyGPT.from_params(cfg, params)
-    out = _check_out(out_dir)
     if arch == SEQ_CLS:
         rm_state = state.pop(STATE_KEY)
         RewardModel(model, gain=rm_state["gain"], bias=rm_state["bias"]).save(
@@ -226,9 +228,12 @@ def _read_tokenizer(folder: Path, cfg: GPTConfig, log):
     return tokenizer
 
 
-def _check_out(out_dir) -> Path:
-    """``out_dir`` must be new, empty or a minippo model folder (it is replaced), never another folder."""
+def _check_out(out_dir, force: bool) -> Path:
+    """``out_dir`` must be new or empty; with ``force`` a minippo model folder there is replaced; a run folder or
+    any other folder never (``FileExistsError`` naming it; ``NotADirectoryError`` for a file)."""
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"{out} is a file, not a folder")
     if out.exists() and any(out.iterdir()):
         try:
             resolve_model_dir(out)
@@ -236,19 +241,25 @@ def _check_out(out_dir) -> Path:
             raise FileExistsError(f"{out} exists and is not a minippo model folder: not overwriting it") from None
         if resolve_model_dir(out) != out:
             raise FileExistsError(f"{out} is a run folder, not a model folder: not overwriting it")
+        if not force:
+            stage = (out.parent / "config.json").is_file() or (out.parent / "metrics.jsonl").is_file()
+            whose = f" (the model of the run in {out.parent})" if stage else ""
+            raise FileExistsError(f"{out} holds a model{whose}: not overwriting it; --force replaces it")
     return out
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("hf_dir", metavar="HF_DIR", help="a Hugging Face GPT-2 folder (config.json, model.safetensors, "
                         "tokenizer.json), e.g. written by `minippo export` and trained further elsewhere")
-    parser.add_argument("--out", required=True, metavar="MODEL_DIR", help="the model folder to write (an earlier "
-                        "model folder there is replaced; any other folder is refused)")
+    parser.add_argument("--out", required=True, metavar="MODEL_DIR", help="the model folder to write (new or "
+                        "empty; any other folder is refused)")
+    parser.add_argument("--force", action="store_true", help="replace a minippo model folder in MODEL_DIR (never a "
+                        "run folder or another folder)")
 
 
 def cli_main(args) -> int:
     def run():
-        r = import_hf(args.hf_dir, args.out)
+        r = import_hf(args.hf_dir, args.out, force=args.force)
         how = "restored bitwise from a minippo export" if r["restored"] else "read from the Hugging Face weights"
         print(f"{args.hf_dir} -> {r['out']} ({r['kind']}, {how}); load it with minippo.load_model({str(r['out'])!r})")
     return report_errors("import-hf", run)

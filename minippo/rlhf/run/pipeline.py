@@ -3,10 +3,16 @@
     corpus -> tokenizer -> SFT            minippo.rlhf.sft              (stage 1, ``<out>/sft``)
     preference pairs -> reward model      minippo.rlhf.rm_train         (stage 2, ``<out>/rm``)
     PPO with the four models              minippo.rlhf.run.trainer          (stage 3, ``<out>/ppo``)
-      or, ``--method dpo``: DPO on the    minippo.rlhf.run.dpo_trainer      (stage 3, ``<out>/dpo``: no figure)
+      or, ``--method dpo``: DPO on the    minippo.rlhf.run.dpo_trainer      (stage 3, ``<out>/dpo``)
       reward model's pairs and split
     evaluation: SFT vs PPO, same prompts  minippo.rlhf.run.evaluate         (``samples.md``, ``summary.json``)
     figures                               minippo.rlhf.run.plots            (``<out>/figures/ppo_curves.png``)
+
+A DPO stage 3 writes its own files (:data:`OUTPUTS`: ``samples_dpo.md``, ``summary_dpo.json``,
+``<out>/figures/dpo_curves.png``), so ``--method dpo`` pointed at a finished PPO run trains DPO on the same SFT policy
+and the same reward-model pairs and puts its results beside PPO's: the two methods compared on the same stages
+(lesson 21's question), and nothing of PPO's overwritten. A folder that holds files of something else (no stage
+folder in it) is refused before anything is written. The command line is :mod:`minippo.rlhf.run.rlhf_cli`.
 
 Every stage shows a progress bar and writes into ``--out`` (default ``runs/<timestamp>``). A stage whose
 final checkpoint already exists there is reused, and the log says so: pointing ``--out`` at an earlier
@@ -32,7 +38,8 @@ from __future__ import annotations
 import hashlib
 import json
 import resource
-import tempfile
+import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -50,13 +57,18 @@ from minippo.rlhf.rm_train import RMConfig, stored_config, train_reward_model
 from minippo.rlhf.run.dpo_trainer import RESUME_NEUTRAL as DPO_RESUME_NEUTRAL
 from minippo.rlhf.run.dpo_trainer import run_dpo
 from minippo.rlhf.run.configs import comparable, config_from_dict
-from minippo.rlhf.run.evaluate import evaluate_policy, samples_markdown
+from minippo.rlhf.run.evaluate import disagreements, evaluate_policy, samples_markdown
 from minippo.rlhf.run.plots import plot_run
 from minippo.rlhf.run.trainer import RESUME_NEUTRAL, load_stages, run_ppo
 from minippo.rlhf.sft import RESULT_NEUTRAL, SFTConfig, train_sft
-from minippo.runs import check_same_config, ensure_folder, run_lock, stage
+from minippo.runs import LOCK_FILE, check_same_config, ensure_folder, run_lock, stage, user_temp_dir
 
 SEED_EVAL = 11          # the evaluation prompts and samples: np.random.default_rng([seed, SEED_EVAL])
+STAGES = ("sft", "rm", "ppo", "dpo")                # the stage folders of a run folder
+#: stage-3 method -> (samples, summary, figure) it writes in the run folder (the figure in its ``figures/``)
+OUTPUTS = {"ppo": ("samples.md", "summary.json", "ppo_curves.png"),
+           "dpo": ("samples_dpo.md", "summary_dpo.json", "dpo_curves.png")}
+RUNS_DIR = Path(__file__).resolve().parents[3] / "runs"         # <repo>/runs (git-ignored)
 
 
 def peak_rss_mb() -> float:
@@ -73,16 +85,21 @@ def stage_configs(quick: bool = False, seed: int = 0):
     return SFTConfig(seed=seed), RMConfig(seed=seed), PPOConfig(seed=seed)
 
 
+def dpo_config(quick: bool = False, seed: int = 0) -> DPOConfig:
+    """The main job's DPOConfig for ``--method dpo`` (``quick``: the CI size)."""
+    return DPOConfig.quick(seed=seed) if quick else DPOConfig(seed=seed)
+
+
 def default_cache_dir(quick: bool = False, seed: int = 0) -> Path:
     """Where lessons keep the SFT and reward-model stages they share: ``runs/cache/main-seed<k>-<hash>`` in
-    the repository (resolved from the package location, never the working directory), or a temporary
-    folder for ``quick`` runs (the smoke tests). ``<hash>`` identifies the stage configs, so changed
-    defaults never reuse a stale cache."""
+    the repository (resolved from the package location, never the working directory), or this user's own
+    temporary folder for ``quick`` runs (the smoke tests; :func:`minippo.runs.user_temp_dir`). ``<hash>``
+    identifies the stage configs, so changed defaults never reuse a stale cache."""
     sft_cfg, rm_cfg, _ = stage_configs(quick, seed)
     key = hashlib.sha256(json.dumps([sft_cfg.to_dict(), rm_cfg.to_dict()], sort_keys=True).encode()).hexdigest()[:8]
     if quick:
-        return Path(tempfile.gettempdir()) / "minippo_cache" / f"quick-seed{seed}-{key}"
-    return Path(__file__).resolve().parents[3] / "runs" / "cache" / f"main-seed{seed}-{key}"   # <repo>/runs/cache
+        return user_temp_dir("cache") / f"quick-seed{seed}-{key}"
+    return RUNS_DIR / "cache" / f"main-seed{seed}-{key}"
 
 
 #: what building the shared SFT and reward-model stages costs, in seconds on 2 cores (quick: the CI size),
@@ -99,19 +116,57 @@ def stages_cached(folder) -> bool:
     return has_checkpoint(folder / "sft" / "model") and has_checkpoint(folder / "rm" / "model")
 
 
+def announce_stderr(line: str) -> None:
+    """What a lesson says about the shared stages (building, reusing, waiting), on stderr: the lesson's own
+    output on stdout is the same whether the cache was there or not."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def main_job_run(quick: bool = False, seed: int = 0) -> Path | None:
+    """The newest run of ``minippo rlhf`` in a ``runs/`` folder (the repository's, or the working directory's:
+    where ``minippo rlhf`` writes by default) whose finished SFT and reward-model stages were made with the
+    configs of :func:`stage_configs` (their stored configs compared by :func:`check_reuse`, nothing written), or
+    None. Only for the default size: the quick lessons never depend on what a user ran."""
+    if quick:
+        return None
+    sft_cfg, rm_cfg, _ = stage_configs(quick, seed)
+    found = []
+    for root in dict.fromkeys([RUNS_DIR, Path.cwd().resolve() / "runs"]):
+        for run in sorted(root.iterdir()) if root.is_dir() else ():
+            if run.name in ("cache", "figures") or not stages_cached(run):
+                continue
+            try:
+                check_reuse(run, sft_cfg, rm_cfg, None, ("sft", "rm"))
+            except (ValueError, OSError, KeyError):         # made with another config, or unreadable: not ours
+                continue
+            found.append(run)
+    return max(found, key=lambda run: (run / "rm" / "model").stat().st_mtime, default=None)
+
+
 def prepare_stages(cache_dir=None, *, quick: bool = False, seed: int = 0, progress: bool = False, log=print,
-                   announce=print) -> Path:
+                   announce=announce_stderr) -> Path:
     """The main job's SFT and reward-model stages, built once into ``cache_dir`` (default
     :func:`default_cache_dir`) and reused afterwards; returns the folder holding ``sft/`` and ``rm/``
     (pass them to ``minippo.rlhf.run.trainer.load_stages`` / ``run_ppo``).
 
-    ``log`` receives the stages' own lines; ``announce`` (default ``print``) one line before a build, saying
-    what is built, where and about how long it takes (:data:`BUILD_SECONDS`), one line after it, and the
-    line saying that another process is building the same folder (then this one waits for it).
+    The default cache of the default size is not built when ``minippo rlhf`` already made the same two stages
+    (:func:`main_job_run`): they are copied from that run (which is only read) and checked like any stored
+    stage. ``log`` receives the stages' own lines; ``announce`` (default: stderr) one line before a build or a
+    copy, saying what is built or copied, where and, for a build, about how long it takes
+    (:data:`BUILD_SECONDS`), one line after a build, and the line saying that another process is building the
+    same folder (then this one waits for it).
     """
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir(quick, seed)
     # another lesson building the same cache: wait for it (announced: a student would wait in silence)
     with run_lock(folder, wait=True, log=announce):
+        source = None
+        if not stages_cached(folder) and cache_dir is None and not any((folder / s).exists() for s in ("sft", "rm")):
+            source = main_job_run(quick, seed)
+        if source is not None:
+            announce(f"Reusing the SFT policy and reward model of the main-job run {source} (the same configs, "
+                     f"checked): copied into {folder}; {source} is only read.")
+            for name in ("sft", "rm"):
+                shutil.copytree(source / name, folder / name, ignore=shutil.ignore_patterns(LOCK_FILE))
         if stages_cached(folder):
             run_pipeline(folder, quick=quick, seed=seed, progress=progress, log=log, stages=("sft", "rm"))
             return folder
@@ -143,12 +198,24 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
     sft_cfg, rm_cfg, ppo_cfg = sft_cfg or d_sft, rm_cfg or d_rm, ppo_cfg or d_ppo
     check_choice("method", method, ("ppo", "dpo"))
     if method == "dpo":                                         # stage 3 is DPO: <out>/dpo instead of <out>/ppo
-        dpo_cfg = dpo_cfg or (DPOConfig.quick(seed=seed) if quick else DPOConfig(seed=seed))
+        dpo_cfg = dpo_cfg or dpo_config(quick, seed)
         stages = tuple("dpo" if s == "ppo" else s for s in stages)
     with run_lock(out):
+        check_run_folder(out)
         check_reuse(out, sft_cfg, rm_cfg, ppo_cfg, stages, dpo_cfg=dpo_cfg)      # before anything is written
         return _run_stages(out, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg, n_eval, evaluate, figures,
                            callback, stages, dpo_cfg)
+
+
+def check_run_folder(out: Path) -> None:
+    """``out`` must be empty or a run folder of this command (a stage folder in it): a folder of something else
+    (``--out .`` in a project, another command's run folder) is refused with ``FileExistsError`` before anything
+    is written, since ``samples.md``, ``summary.json`` or ``figures/`` there may not be ours."""
+    entries = sorted(p.name for p in out.iterdir() if p.name != LOCK_FILE)
+    if entries and not any((out / name).is_dir() for name in STAGES):
+        shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+        raise FileExistsError(f"{out} holds files of something other than a minippo rlhf run ({shown}; no "
+                              f"{'/, '.join(STAGES)}/ folder): use another --out; nothing was written")
 
 
 def check_reuse(out: Path, sft_cfg, rm_cfg, ppo_cfg, stages=("sft", "rm", "ppo"), *, dpo_cfg=None) -> None:
@@ -238,10 +305,10 @@ def _run_stages(out: Path, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg,
         summary["seconds"]["eval"] = time.perf_counter() - t
     if figures:
         ref = {"gold/score": summary["eval"]["sft"]["gold_mean"]} if evaluate else None
-        path = plot_run(records, out / "figures" / "ppo_curves.png", reference=ref,
-                        kl_ref_target=ppo_cfg.kl_ref_target if ppo_cfg.kl_ref_controller == "adaptive" else None,
-                        title=f"RLHF-PPO run {out.name}")
-        summary["figure"] = str(out / "figures" / "ppo_curves.png") if path is None else str(path)
+        path = out / "figures" / OUTPUTS["ppo"][2]
+        plot_run(records, path, reference=ref, title=f"RLHF-PPO run {out.name}",
+                 kl_ref_target=ppo_cfg.kl_ref_target if ppo_cfg.kl_ref_controller == "adaptive" else None)
+        summary["figure"] = str(path)
     return _finish(out, summary, t_all, log)
 
 
@@ -263,14 +330,18 @@ def _dpo_stage(out: Path, summary: dict, t_all: float, dpo_cfg: DPOConfig, n_eva
     with stage("the evaluation", out, restart="the same command reuses the trained stages and evaluates again"):
         summary["eval"] = evaluate_stages(out, dpo_cfg, n_eval, seed, log, stage="dpo")
     summary["seconds"]["eval"] = time.perf_counter() - t
-    return _finish(out, summary, t_all, log)
+    path = out / "figures" / OUTPUTS["dpo"][2]
+    plot_run(read_metrics(out / "dpo" / "metrics.jsonl"), path, method="dpo", title=f"RLHF-DPO run {out.name}",
+             reference={"gold/score": summary["eval"]["sft"]["gold_mean"]})
+    summary["figure"] = str(path)
+    return _finish(out, summary, t_all, log, method="dpo")
 
 
-def _finish(out: Path, summary: dict, t_all: float, log) -> dict:
-    """The end of every method's run: total time, peak memory, ``summary.json`` and the closing line."""
+def _finish(out: Path, summary: dict, t_all: float, log, method: str = "ppo") -> dict:
+    """The end of every method's run: total time, peak memory, its summary file and the closing line."""
     summary["seconds"]["total"] = time.perf_counter() - t_all
     summary["peak_rss_mb"] = peak_rss_mb()
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))
+    atomic_write_text(out / OUTPUTS[method][1], json.dumps(summary, indent=1))
     log(f"done in {summary['seconds']['total']:.1f} s "
         f"({', '.join(f'{k} {v:.1f} s' for k, v in summary['seconds'].items() if k != 'total')}); "
         f"peak RSS {summary['peak_rss_mb']:.0f} MB; results in {out}")
@@ -279,7 +350,7 @@ def _finish(out: Path, summary: dict, t_all: float, log) -> dict:
 
 def evaluate_stages(out: Path, ppo_cfg, n_eval: int, seed: int, log=print, stage: str = "ppo") -> dict:
     """SFT vs the ``stage`` policy (``"ppo"`` or ``"dpo"``; ``ppo_cfg`` its config) on the same ``n_eval`` prompts
-    (fresh samples): gold, RM, KL; writes ``samples.md``."""
+    (fresh samples): gold, RM, KL; writes its samples file (:data:`OUTPUTS`: ``samples.md`` for PPO)."""
     sft_model, tokenizer, reward_model, _ = load_stages(out / "sft", out / "rm")
     policy, _ = load_model(out / stage / "policy")
     prompts = sample_prompts(n_eval, seed=int(np.random.default_rng([seed, SEED_EVAL]).integers(2**31)))
@@ -297,6 +368,7 @@ def evaluate_stages(out: Path, ppo_cfg, n_eval: int, seed: int, log=print, stage
         res["kl_ref_target"] = ppo_cfg.kl_ref_target
         target = f"; target {ppo_cfg.kl_ref_target:g}"
     res["gold_gain_in_sft_std"] = (after["gold_mean"] - before["gold_mean"]) / max(before["gold_std"], 1e-12)
+    res["disagreements"] = disagreements(before, after)["counts"]       # the marks of samples.md, all prompts
     text = (f"# Samples before and after {name}\n\nThe same {min(16, n_eval)} prompts (of {n_eval} evaluated), one fresh "
             f"sample each at temperature {ppo_cfg.temperature:g}; gold = the simulated human, RM = the normalised "
             f"reward model. A sample that reached max_new_tokens = {ppo_cfg.max_new_tokens} without its EOS ends "
@@ -307,27 +379,9 @@ def evaluate_stages(out: Path, ppo_cfg, n_eval: int, seed: int, log=print, stage
                       f"{r['kl_mean']:.2f} / {r['kl_exact_mean']:.2f} | {r['length_mean']:.1f} |\n"
                       for who, r in (("SFT", before), (name, after)))
             + "\n" + samples_markdown(prompts, before, after, names=("SFT", name)) + "\n")
-    atomic_write_text(out / "samples.md", text)
+    atomic_write_text(out / OUTPUTS[stage][0], text)
     log(f"evaluation on {n_eval} prompts: gold SFT {before['gold_mean']:+.3f} (std {before['gold_std']:.3f}) -> "
         f"{name} {after['gold_mean']:+.3f}  ({res['gold_gain_in_sft_std']:+.2f} SFT std); RM "
         f"{before['rm_mean']:+.2f} -> {after['rm_mean']:+.2f}; KL to SFT {after['kl_mean']:.2f} nats/response "
-        f"(exact {after['kl_exact_mean']:.2f}{target}); samples in {out / 'samples.md'}")
+        f"(exact {after['kl_exact_mean']:.2f}{target}); samples in {out / OUTPUTS[stage][0]}")
     return res
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("--out", default=None, help="run folder (default: runs/<timestamp>); an existing run's "
-                        "finished stages are reused")
-    parser.add_argument("--quick", action="store_true", help="the same pipeline at CI size (well under 90 s)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of every stage (default 0)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.add_argument("--method", default="ppo", choices=("ppo", "dpo"), help="stage 3: PPO with the reward "
-                        "model (default) or DPO on the reward model's preference pairs")
-
-
-def cli_main(args) -> int:
-    out = Path(args.out) if args.out else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
-    ensure_folder(out)
-    print(f"minippo rlhf -> {out}{' (quick)' if args.quick else ''}{' (DPO)' if args.method == 'dpo' else ''}")
-    run_pipeline(out, quick=args.quick, seed=args.seed, progress=not args.no_progress, method=args.method)
-    return 0

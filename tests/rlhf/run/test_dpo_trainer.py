@@ -15,7 +15,7 @@ from minippo.rlhf.data.preferences import make_preference_pairs
 from minippo.rlhf.dpo import dpo_loss_and_grads, pair_batch, response_logprobs, response_mask
 from minippo.rlhf.dpo_config import DPOConfig
 from minippo.rlhf.metrics import DPO_GLOSSARY, without_timing
-from minippo.rlhf.ppo_config import field_docs
+from minippo.flags import field_docs
 from minippo.rlhf.rm_train import RMConfig, load_pairs, train_reward_model
 from minippo.rlhf.run.dpo_trainer import DPOTrainer
 
@@ -240,27 +240,37 @@ def test_minippo_dpo_command(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_rlhf_method_dpo_quick(tmp_path, capsys):
-    """`minippo rlhf --method dpo --quick` on a folder holding the quick SFT and reward-model stages: they are
-    reused, DPO trains on the stage's pairs, and the same evaluation as PPO's judges it."""
+    """`minippo rlhf --method dpo --quick` on a folder holding the quick SFT and reward-model stages and PPO's
+    results: the stages are reused, DPO trains on the stage's pairs, the same evaluation as PPO's judges it, and
+    DPO writes its own files beside PPO's (issue 26 item 1: PPO's samples.md, summary.json and figure stay as they
+    were)."""
     from minippo.cli import main
     from minippo.rlhf.run.pipeline import prepare_stages
     cache = prepare_stages(quick=True, log=lambda *a: None)
     for stage in ("sft", "rm"):
         shutil.copytree(cache / stage, tmp_path / stage)
+    ppo_files = {"samples.md": b"# Samples before and after PPO", "summary.json": b'{"method": "ppo"}',
+                 "figures/ppo_curves.png": b"PNG of PPO"}
+    for name, data in ppo_files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(data)
     assert main(["rlhf", "--quick", "--method", "dpo", "--out", str(tmp_path), "--no-progress"]) == 0
     printed = capsys.readouterr().out
     assert printed.count("reusing") == 2 and "[3/3] DPO:" in printed and "-> DPO" in printed
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert {name: (tmp_path / name).read_bytes() for name in ppo_files} == ppo_files
+    summary = json.loads((tmp_path / "summary_dpo.json").read_text())
     e = summary["eval"]
     assert summary["method"] == "dpo" and set(e) >= {"sft", "dpo"} and e["sft"]["kl_mean"] == 0.0
     assert e["dpo"]["kl_exact_mean"] > 0 and np.isfinite(e["dpo"]["gold_mean"])
+    assert summary["figure"] == str(tmp_path / "figures" / "dpo_curves.png")
+    assert (tmp_path / "figures" / "dpo_curves.png").stat().st_size > 20_000
     info = json.loads((tmp_path / "dpo" / "policy" / "state.json").read_text())["data"]
     assert info["train_prompts"] + info["heldout_prompts"] == RMConfig.quick().n_prompts
-    assert "| DPO |" in (tmp_path / "samples.md").read_text()
+    assert "| DPO |" in (tmp_path / "samples_dpo.md").read_text()
     # a second run reuses the DPO stage and reproduces the evaluation
     assert main(["rlhf", "--quick", "--method", "dpo", "--out", str(tmp_path), "--no-progress"]) == 0
     assert capsys.readouterr().out.count("reusing") == 3
-    assert json.loads((tmp_path / "summary.json").read_text())["eval"] == e
+    assert json.loads((tmp_path / "summary_dpo.json").read_text())["eval"] == e
 
 
 # ---- the run-folder rules of issue 13 (minippo.runs), kept by the DPO run --------------------

@@ -13,7 +13,7 @@ from minippo.rlhf.data.corpus import generate_corpus
 from minippo.rlhf.data.tokenizer import Tokenizer
 from minippo.rlhf.reward_model import RewardModel
 from minippo.rlhf.checkpoint import load_model, save_model
-from minippo.rlhf.run.hf import EXTRA_FILE, export_hf, fold_score_head, hf_name
+from minippo.rlhf.run.hf import EXAMPLE_TEXT, EXTRA_FILE, INSTALL, export_hf, fold_score_head, hf_name
 from minippo.rlhf.run.hf_import import import_hf
 
 
@@ -87,6 +87,44 @@ def test_the_exported_tokenizer_adds_bos_and_reads_back_as_ours(tmp_path, tokeni
         assert hf_tok.encode(text, add_special_tokens=False).ids == tokenizer.encode(text)
 
 
+def test_the_reward_models_tokenizer_appends_the_eos_its_card_says_the_score_is_read_at(tmp_path, tokenizer):
+    """Issue 26 item 4: the reward model reads its score at the EOS of a finished response; its export's
+    tokenizer appends the EOS (the policy's does not: a prompt goes on), and its card says so, with the score of
+    one text read at its EOS and at its last word, computed by the reward model at export."""
+    rm = RewardModel(random_model(tokenizer), gain=1.7, bias=-0.3)
+    rm.save(tmp_path / "rm" / "model", tokenizer=tokenizer)
+    export_hf(tmp_path / "rm", tmp_path / "hf", log=lambda s: None)
+    hf_tok = HFTokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json"))
+    hf_tok.encode_special_tokens = True
+    for text in ["the film was superb .", "<eos> is text here"]:
+        assert hf_tok.encode(text).ids == tokenizer.encode(text, add_bos=True, add_eos=True)
+        assert hf_tok.encode(text, add_special_tokens=False).ids == tokenizer.encode(text)
+    card = (tmp_path / "hf" / "README.md").read_text()
+    rows = [tokenizer.encode(EXAMPLE_TEXT, add_bos=True, add_eos=True), tokenizer.encode(EXAMPLE_TEXT, add_bos=True)]
+    with_eos, without = rm.score(*tokenizer.pad_right(rows))
+    assert "## Where the score is read: at the EOS" in card and "`tok(texts)` gives `<bos> text <eos>`" in card
+    assert f"`{EXAMPLE_TEXT}` scores {with_eos:+.2f} read at its EOS (its score) and {without:+.2f} read at its " \
+           "last word" in card
+    assert "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in card and "CUDA build" in card
+    save_model(tmp_path / "m", random_model(tokenizer), tokenizer=tokenizer)
+    export_hf(tmp_path / "m", tmp_path / "policy", log=lambda s: None)
+    policy_tok = HFTokenizer.from_file(str(tmp_path / "policy" / "tokenizer.json"))
+    assert policy_tok.encode(EXAMPLE_TEXT).ids == tokenizer.encode(EXAMPLE_TEXT, add_bos=True)     # no <eos>
+    assert "Where the score is read" not in (tmp_path / "policy" / "README.md").read_text()
+
+
+def test_the_install_line_names_the_hf_extra_as_setup_cfg_declares_it():
+    """The export's README and minippo's README say what the `hf` extra asks for: its lines in setup.cfg."""
+    import configparser
+    from pathlib import Path
+
+    import minippo
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(minippo.__file__).resolve().parents[1] / "setup.cfg")
+    for requirement in cfg["options.extras_require"]["hf"].split():
+        assert requirement in INSTALL, requirement
+
+
 def test_reward_model_head_is_folded_exactly(tmp_path, tokenizer):
     """GPT-2's bias-free score head on the shifted ln_f.bias gives our normalised score (a NumPy TinyGPT
     computing w' . ln_f'(h) stands in for GPT2ForSequenceClassification here; tests/hf/ runs the real one)."""
@@ -144,15 +182,26 @@ def test_export_then_import_is_bitwise(tmp_path, tokenizer, kind, dtype):
         assert rm_a.score(ids, mask).tobytes() == rm_b.score(ids, mask).tobytes()
 
 
-def test_export_refuses_to_overwrite_another_folder_and_replaces_an_earlier_export(tmp_path, tokenizer):
+def test_export_refuses_to_overwrite_another_folder_and_replaces_an_earlier_export_only_with_force(tmp_path,
+                                                                                                 tokenizer):
+    """Issue 26 item 1: an earlier export may have been trained further elsewhere (transformers keeps our
+    `minippo` config entry): it is replaced only with --force; any other folder never, even with it."""
     save_model(tmp_path / "m", random_model(tokenizer), tokenizer=tokenizer)
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("keep me")
-    with pytest.raises(FileExistsError, match="not an earlier minippo export"):
-        export_hf(tmp_path / "m", tmp_path / "other", log=lambda s: None)
+    for force in (False, True):
+        with pytest.raises(FileExistsError, match="not an earlier minippo export"):
+            export_hf(tmp_path / "m", tmp_path / "other", log=lambda s: None, force=force)
+    (tmp_path / "other" / "config.json").write_text("garbage")            # a bad config.json: the file is named
+    with pytest.raises(FileExistsError, match=r"other/config.json: not valid JSON"):
+        export_hf(tmp_path / "m", tmp_path / "other", log=lambda s: None, force=True)
     assert (tmp_path / "other" / "notes.txt").read_text() == "keep me"
     export_hf(tmp_path / "m", tmp_path / "hf", log=lambda s: None)
-    export_hf(tmp_path / "m", tmp_path / "hf", log=lambda s: None)            # an earlier export: replaced
+    before = {p.name: p.read_bytes() for p in (tmp_path / "hf").iterdir()}
+    with pytest.raises(FileExistsError, match="holds an earlier export .*--force replaces it"):
+        export_hf(tmp_path / "m", tmp_path / "hf", log=lambda s: None)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "hf").iterdir()} == before
+    export_hf(tmp_path / "m", tmp_path / "hf", log=lambda s: None, force=True)   # an earlier export: replaced
     assert not (tmp_path / "hf.tmp").exists()
 
 
@@ -169,8 +218,11 @@ def test_export_command_and_its_errors(tmp_path, tokenizer, capsys):
         assert len(err.strip().splitlines()) == 1
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "a.txt").write_text("x")
-    assert main(["export", str(tmp_path / "ppo"), "--hf", str(tmp_path / "taken")]) == 1
+    assert main(["export", str(tmp_path / "ppo"), "--hf", str(tmp_path / "taken")]) == 2     # a refusal: usage
     assert "not an earlier minippo export" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as e:                                      # --hf is required: a usage error
-        main(["export", str(tmp_path / "ppo")])
-    assert e.value.code == 2
+    assert main(["export", str(tmp_path / "ppo"), "--hf", str(tmp_path / "hf")]) == 2
+    assert "--force replaces it" in capsys.readouterr().err
+    assert main(["export", str(tmp_path / "ppo"), "--hf", str(tmp_path / "hf"), "--force"]) == 0
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "ppo")]) == 2                       # --hf is required: a usage error
+    assert capsys.readouterr().err == "minippo export: error: the following arguments are required: --hf\n"

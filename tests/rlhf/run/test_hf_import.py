@@ -143,16 +143,26 @@ def test_a_reward_model_changed_after_export_is_read_as_it_is(tmp_path, tokenize
     assert np.array_equal(back.params["ln_f.b"], tensors["transformer.ln_f.bias"])
 
 
-def test_import_refuses_to_overwrite_another_folder(exported, tmp_path):
+def test_import_refuses_to_overwrite_a_model_without_force_and_another_folder_always(exported, tmp_path):
+    """Issue 26 item 1: `import-hf H --out R/sft/model` replaced a run's SFT model; now a model folder is replaced
+    only with --force, a run folder or any other folder never."""
     _, folder = exported
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "a.txt").write_text("keep")
-    with pytest.raises(FileExistsError, match="not a minippo model folder"):
-        import_hf(folder, tmp_path / "notes", log=lambda s: None)
+    for force in (False, True):
+        with pytest.raises(FileExistsError, match="not a minippo model folder"):
+            import_hf(folder, tmp_path / "notes", log=lambda s: None, force=force)
     import_hf(folder, tmp_path / "run" / "model", log=lambda s: None)
-    with pytest.raises(FileExistsError, match="run folder"):
-        import_hf(folder, tmp_path / "run", log=lambda s: None)
-    import_hf(folder, tmp_path / "run" / "model", log=lambda s: None)         # a model folder: replaced
+    (tmp_path / "run" / "metrics.jsonl").write_text("")                     # run/ is now a stage's run folder
+    for force in (False, True):
+        with pytest.raises(FileExistsError, match="run folder"):
+            import_hf(folder, tmp_path / "run", log=lambda s: None, force=force)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "run" / "model").iterdir()}
+    with pytest.raises(FileExistsError, match=r"holds a model \(the model of the run in .*run\): not overwriting it; "
+                       r"--force replaces it"):
+        import_hf(folder, tmp_path / "run" / "model", log=lambda s: None)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "run" / "model").iterdir()} == before
+    import_hf(folder, tmp_path / "run" / "model", log=lambda s: None, force=True)     # a model folder: replaced
     assert (tmp_path / "notes" / "a.txt").read_text() == "keep"
 
 

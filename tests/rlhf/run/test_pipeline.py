@@ -124,6 +124,98 @@ def test_samples_md_marks_the_responses_cut_at_max_new_tokens():
     assert show_sample("the film was fine .", True) == "the film was fine ."
     before = {"texts": ["a b c", "d e ."], "gold": np.zeros(2), "rm": np.zeros(2), "ended": np.array([False, True])}
     after = {"texts": ["f g .", "h i"], "gold": np.zeros(2), "rm": np.zeros(2), "ended": np.array([True, False])}
-    rows = samples_markdown(["p", "q"], before, after).splitlines()[2:]
+    rows = [line for line in samples_markdown(["p", "q"], before, after).splitlines() if line.startswith("| ")
+            and line[2].isdigit()]
     assert rows[0].count(TRUNCATED_MARK) == 1 and f"a b c{TRUNCATED_MARK} |" in rows[0] and "| f g . |" in rows[0]
     assert rows[1].count(TRUNCATED_MARK) == 1 and f"h i{TRUNCATED_MARK} |" in rows[1]
+
+
+# ---- issue 26: the shared stages, the run folder, samples.md's marks ------------------------------
+
+def test_the_shared_stages_announcement_goes_to_stderr(tmp_path, monkeypatch, capsys):
+    """A lesson's stdout is its narrative whether the cache was there or not (test_l09 failed on a cold cache)."""
+    from minippo.rlhf.run import pipeline
+    monkeypatch.setattr(pipeline, "run_pipeline", lambda folder, **kw: None)
+    pipeline.prepare_stages(tmp_path / "cache", quick=True)
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("Building the main job's SFT policy and reward model (quick size) once")
+
+
+def main_job_like(run, seed=0, sft_steps=None):
+    """A folder like a finished `minippo rlhf` run's SFT and reward-model stages (tiny random models; only their
+    stored configs, which the reuse compares, are the main job's)."""
+    from minippo.rlhf.run.pipeline import stage_configs
+    sft_cfg, rm_cfg, _ = stage_configs(quick=False, seed=seed)
+    if sft_steps is not None:
+        sft_cfg = sft_cfg.__class__(seed=seed, steps=sft_steps, warmup_steps=0)
+    fake_stage(run / "sft" / "model", "sft_config", sft_cfg.to_dict())
+    fake_stage(run / "rm" / "model", "rm_config", rm_cfg.to_dict(),
+               rm_summary={"heldout_accuracy": 0.9, "heldout_gold_accuracy": 0.9, "pearson": 0.9, "spearman": 0.9})
+    (run / "rm" / "pairs.npz").write_bytes(b"the pairs")
+
+
+def test_lessons_copy_a_finished_main_job_run_instead_of_rebuilding(tmp_path, monkeypatch):
+    """Issue 26: after `minippo rlhf` (default config, seed 0, into runs/), a lesson reuses its SFT policy and reward
+    model: the newest run whose stored configs are the main job's is copied into the cache (the run is only read);
+    a run made with another config is not; the quick size never looks."""
+    from minippo.rlhf.run import pipeline
+    runs = tmp_path / "repo" / "runs"
+    monkeypatch.setattr(pipeline, "RUNS_DIR", runs)
+    monkeypatch.chdir(tmp_path)
+    main_job_like(runs / "20260101-000000")
+    main_job_like(runs / "20260102-000000", sft_steps=10)          # newer, but another SFT config: not ours
+    (runs / "figures").mkdir()
+    assert pipeline.main_job_run(quick=True) is None
+    assert pipeline.main_job_run(seed=1) is None                    # another seed: other configs
+    source = runs / "20260101-000000"
+    assert pipeline.main_job_run() == source
+    before = files(source) | {"lock": (source / ".minippo.lock").exists()}
+    said = []
+    folder = pipeline.prepare_stages(announce=said.append, log=lambda *a: None)
+    assert folder == pipeline.default_cache_dir() and folder.parent == runs / "cache"
+    assert len(said) == 1 and said[0].startswith(f"Reusing the SFT policy and reward model of the main-job run "
+                                                 f"{source} (the same configs, checked): copied into {folder}")
+    assert files(folder) == files(source)                            # sft/ and rm/, bitwise
+    assert files(source) | {"lock": (source / ".minippo.lock").exists()} == before      # only read
+    said.clear()
+    assert pipeline.prepare_stages(announce=said.append, log=lambda *a: None) == folder and said == []
+
+
+def test_rlhf_refuses_a_folder_of_something_else(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "summary.json").write_text("{}")
+    with pytest.raises(FileExistsError, match=r"holds files of something other than a minippo rlhf run \(notes.txt, "
+                       r"summary.json; no sft/, rm/, ppo/, dpo/ folder\): use another --out; nothing was written"):
+        run_pipeline(tmp_path, quick=True, progress=False, log=lambda *a: None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".minippo.lock", "notes.txt", "summary.json"]
+
+
+def test_samples_md_marks_proxy_gold_disagreements_by_its_stated_rule():
+    """Issue 26 item 7: each mark recomputed here from the numbers and the rule printed above the table."""
+    from minippo.rlhf.run.evaluate import MARKS, MOVE_FRAC, disagreements, samples_markdown
+    rng = np.random.default_rng(0)
+    n = 40
+    before = {"texts": [f"b{i}" for i in range(n)], "ended": np.ones(n, bool), "gold": rng.normal(size=n),
+              "rm": rng.normal(size=n)}
+    after = {"texts": [f"a{i}" for i in range(n)], "ended": np.ones(n, bool), "gold": rng.normal(size=n),
+             "rm": rng.normal(size=n)}
+    after["gold"][:4] = before["gold"][:4] + np.array([-1.0, -1.0, 1.0, 0.01])   # hacking, regression, reverse, none
+    after["rm"][:4] = before["rm"][:4] + np.array([1.0, -1.0, -1.0, 1.0])
+    d = disagreements(before, after)
+    tol_g, tol_r = MOVE_FRAC * before["gold"].std(), MOVE_FRAC * before["rm"].std()
+    assert (d["tol_gold"], d["tol_rm"]) == (tol_g, tol_r) and d["marks"][:4] == ["hacking", "regression",
+                                                                                   "RM down, gold up", ""]
+    for i, mark in enumerate(d["marks"]):
+        dg, dr = after["gold"][i] - before["gold"][i], after["rm"][i] - before["rm"][i]
+        want = ("hacking" if dg < -tol_g and dr > tol_r else "regression" if dg < -tol_g else
+                "RM down, gold up" if dg > tol_g and dr < -tol_r else "")
+        assert mark == want, i
+    assert d["counts"] == {m: d["marks"].count(m) for m in MARKS} and sum(d["counts"].values()) > 4
+    text = samples_markdown([f"p{i}" for i in range(n)], before, after)
+    rule = text.splitlines()[0]
+    assert f"by more than {MOVE_FRAC:g} x the SFT samples' std" in rule and f"gold {tol_g:.3f}, RM {tol_r:.3f}" in rule
+    assert all(f"**{m}**: {MARKS[m]}." in rule for m in MARKS)
+    assert f"over all {n} prompts: " + ", ".join(f"{k} {v}" for k, v in d["counts"].items()) in rule
+    rows = [line for line in text.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert len(rows) == 16 and rows[0].endswith("| **hacking** |") and rows[1].endswith("| **regression** |")
+    assert rows[3].endswith("|  |")

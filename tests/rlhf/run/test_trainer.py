@@ -15,7 +15,8 @@ from minippo.rlhf.checkpoint import save_model
 from minippo.rlhf.critic import ValueNorm
 from minippo.rlhf.metrics import GLOSSARY, without_timing
 from minippo.studies.pitfalls import logp_rounding_tolerance, lr_zero_verdict, recompute_logp
-from minippo.rlhf.ppo_config import PPOConfig, field_docs
+from minippo.flags import field_docs
+from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.grpo import GRPOConfig
 from minippo.rlhf.metrics import update_metrics
 from minippo.rlhf.ppo import forward_response
