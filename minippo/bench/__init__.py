@@ -28,6 +28,7 @@ SECTIONS: dict[str, str] = {
     "clip": "minippo.bench.rl_clip",       # clipped-surrogate kernel vs NumPy expression
     "import": "minippo.bench.startup",     # import + first call with a warm numba cache
     "cartpole": "minippo.bench.cartpole",  # classic PPO: steps to return 475, wall time
+    "profile": "minippo.bench.profile",    # minippo rlhf: wall and CPU seconds by stage and part
 }
 
 
@@ -35,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", nargs="+", choices=list(SECTIONS), metavar="SECTION",
                         help=f"run only these sections ({', '.join(SECTIONS)})")
     parser.add_argument("--skip", nargs="+", choices=list(SECTIONS), default=[], metavar="SECTION",
-                        help="skip these sections (cartpole takes minutes)")
+                        help="skip these sections (cartpole and profile take minutes)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (noisier numbers)")
 
 
