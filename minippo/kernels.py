@@ -11,9 +11,9 @@ What runs in each mode:
 
 * ``MINIPPO_KERNELS=1`` (the default): the numba kernels of ``minippo/rl/_kernels.py`` (GAE for
   tokens and for classic control, the clipped surrogate) and ``minippo/nn/_kernels.py`` (LayerNorm,
-  GELU, masked softmax, softmax cross-entropy, embedding backward). They return the same outputs as
-  the formulas (same dtypes, stats keys and error messages; equal up to rounding, which the
-  ``pytest -m kernels`` parity tests bound) and are what the trainers and ``minippo bench`` time.
+  GELU, masked softmax, softmax cross-entropy, embedding backward, AdamW's update). They return the
+  same outputs as the formulas (same dtypes, stats keys and error messages; equal up to rounding, which
+  the ``pytest -m kernels`` parity tests bound) and are what the trainers and ``minippo bench`` time.
 * ``MINIPPO_KERNELS=0``: the NumPy bodies, the code a student reads, run instead; ``minippo.rl`` and
   ``minippo.nn`` do not even import numba (their kernels' modules load at the first kernel call).
   (The token sampler of ``minippo.rlhf.generate`` keeps its own kernel, outside this switch.)

@@ -8,7 +8,7 @@ name here while the switch of :mod:`minippo.kernels` is on (the default)::
 
     layers.layernorm_forward / _backward                  layers.gelu_forward / _backward
     layers.masked_softmax_forward / _backward             layers.softmax_cross_entropy_forward / _backward
-    layers.embedding_backward
+    layers.embedding_backward                             optim.AdamW.step (its loop's update lines: adamw_update)
 
 Each function here has exactly the API of its layer (same arguments, same returns, same dtypes);
 the parity tests (``tests/nn/test_kernels.py``, ``pytest -m kernels``, also with

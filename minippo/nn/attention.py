@@ -38,7 +38,7 @@ LN_EPS = 1e-5   # LayerNorm's epsilon (GPT-2)
 
 
 class SDPACache(NamedTuple):
-    """What :func:`sdpa_backward` needs: q (B, H, T, hs), k and v (B, H, S, hs), att (B, H, T, S), scale."""
+    """What :func:`sdpa_backward` needs: q (B, H, T, hs), k, v (B, H, S, hs), att (B, H, T, S)."""
     q: np.ndarray
     k: np.ndarray
     v: np.ndarray
@@ -47,8 +47,8 @@ class SDPACache(NamedTuple):
 
 
 class AttentionCache(NamedTuple):
-    """What :func:`attention_backward` needs: the two linear layers' caches and the core's (whose k, v a
-    KV cache stores)."""
+    """What :func:`attention_backward` needs: the caches of the two linear layers and of the core
+    (whose k, v a KV cache stores)."""
     c_attn: tuple
     sdpa: SDPACache
     c_proj: tuple
@@ -98,7 +98,8 @@ def sdpa_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarra
     scores = q @ k.swapaxes(-1, -2)               # (B, H, T, S) batched matmul, one BLAS call per head
     # att = softmax(scale * scores + M), M = -inf where not allowed (in place on scores)
     att, _ = masked_softmax_forward(scores, allowed, scale)
-    y = np.matmul(att, v, out=np.empty((B, T, H, hs), dtype=v.dtype).transpose(0, 2, 1, 3))  # (B, H, T, hs)
+    y = np.empty((B, T, H, hs), dtype=v.dtype).transpose(0, 2, 1, 3)   # (B, H, T, hs) view
+    np.matmul(att, v, out=y)                      # y = att @ v
     return y, SDPACache(q, k, v, att, scale)
 
 

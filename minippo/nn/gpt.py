@@ -146,7 +146,7 @@ class KVCache:
     t: int = 0
 
     def take(self, rows) -> "KVCache":
-        """A cache of the given rows only (copied), e.g. without the sequences that have finished."""
+        """A cache of the given rows only (copied), e.g. without the sequences that finished."""
         return KVCache([k[rows] for k in self.k], [v[rows] for v in self.v], self.key_mask[rows],
                        self.n_real[rows], self.t)
 
@@ -396,10 +396,10 @@ class TinyGPT:
         x, (_, _, blocks, _) = self._trunk(idx, attn_mask)
         kv = KVCache(k=[], v=[], key_mask=np.zeros((B, cfg.block_size), dtype=np.int8),
                      n_real=np.zeros(B, dtype=np.int64), t=T)
-        for c_block in blocks:                                     # attention.BlockCache of each layer
+        for c_block in blocks:                                     # each layer's BlockCache
             kbuf = np.zeros((B, H, cfg.block_size, hs), dtype=cfg.dtype)
             vbuf = np.zeros_like(kbuf)
-            kbuf[:, :, :T], vbuf[:, :, :T] = c_block.attn.sdpa.k, c_block.attn.sdpa.v   # (B, H, T, hs)
+            kbuf[:, :, :T], vbuf[:, :, :T] = c_block.attn.sdpa.k, c_block.attn.sdpa.v   # (B,H,T,hs)
             kv.k.append(kbuf)
             kv.v.append(vbuf)
         am = np.ones((B, T), dtype=np.int8) if attn_mask is None else (attn_mask != 0).astype(np.int8)

@@ -14,7 +14,7 @@ from minippo import kernels
 from minippo._lazy import LazyModule
 from minippo.checks import check_choice, check_float_array, check_range
 
-_kernels = LazyModule("minippo.nn._kernels")     # the compiled update: loaded at the first kernel call
+_kernels = LazyModule("minippo.nn._kernels")     # the compiled update, loaded at its first call
 
 
 def default_no_decay(name: str, p: np.ndarray) -> bool:
@@ -64,9 +64,9 @@ class AdamW:
         c1, c2 = 1.0 - b1 ** self.t, 1.0 - b2 ** self.t
         for k, g in grads.items():
             p, m, v = self.params[k], self.m[k], self.v[k]
-            decay = self.decay[k] and self.weight_decay
-            if kernels.enabled() and g.dtype == p.dtype:   # the lines below in one pass: nn/_kernels.py
-                _kernels.adamw_update(p, g, m, v, lr, b1, b2, c1, c2, self.eps, self.weight_decay if decay else 0.0)
+            wd = self.weight_decay if self.decay[k] else 0.0
+            if kernels.enabled() and g.dtype == p.dtype:     # the lines below: nn/_kernels.py
+                _kernels.adamw_update(p, g, m, v, lr, b1, b2, c1, c2, self.eps, wd)
                 continue
             # the next four lines are Adam's moments with bias correction
             m *= b1
@@ -74,8 +74,8 @@ class AdamW:
             v *= b2
             v += (1.0 - b2) * (g * g)
             update = (m / c1) / (np.sqrt(v / c2) + self.eps)
-            if decay:
-                update += self.weight_decay * p          # decoupled weight decay
+            if wd:
+                update += wd * p                             # decoupled weight decay
             p -= (lr * update).astype(p.dtype, copy=False)
 
     def state_dict(self) -> tuple[dict[str, np.ndarray], dict]:

@@ -49,9 +49,9 @@ from minippo.rl.losses import log_softmax
 
 _kernels = LazyModule("minippo.rlhf._kernels")   # numba: loaded at the first sampled token
 MIN_ROWS = 16
-"""Generation drops finished rows from the KV cache, but keeps at least this many: on the SkylakeX kernel
-(``minippo.blas``) a product of fewer rows takes OpenBLAS's small-matrix path, whose rounding differs, so
-the remaining rows' logits would change in their last bits."""
+"""Generation drops finished rows from the KV cache, but keeps at least this many: on the SkylakeX
+kernel (``minippo.blas``) a product of fewer rows takes OpenBLAS's small-matrix path, whose rounding
+differs, so the remaining rows' logits would change in their last bits."""
 
 
 @dataclass
@@ -197,11 +197,11 @@ def _generate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, 
     logp = np.zeros((B, max_new_tokens), dtype=dtype)                  # (B, Tn_max)
     ended = np.zeros(B, dtype=bool)
     logits, kv = model.prefill(prompt_ids, prompt_mask)                # (B, V) at the last prompt column
-    rows = np.arange(B)                        # the rows in the cache (and in logits): finished ones leave it
+    rows = np.arange(B)                  # the rows in the cache and in logits (finished ones leave)
     n_new = 0
     for t in range(max_new_tokens):
         # the next four lines sample token_t from q and record log pi(token_t) (full softmax)
-        logp_all = log_softmax(logits, temperature)                    # (n, V) log pi, n = len(rows)
+        logp_all = log_softmax(logits, temperature)                    # (n, V) log pi, n rows
         q = sampling_distribution(logits, temperature, top_k, top_p) if (top_k or top_p < 1) else np.exp(logp_all)
         u = 1.0 - rng.random(B)                                        # (B,) in (0, 1], one per row
         token = sample_from(q, u[rows])                                # (n,)
@@ -214,12 +214,12 @@ def _generate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, 
         n_new = t + 1
         if ended.all() or t == max_new_tokens - 1:
             break
-        # a finished row needs no more work: when a quarter of the cache's rows have finished, drop them
-        # (down to 16 rows: OpenBLAS multiplies fewer rows with other routines, which round differently)
+        # a finished row needs no more work: when a quarter of the cache's rows have finished,
+        # drop them (down to MIN_ROWS: fewer rows would round differently)
         alive = ~ended[rows]
         if MIN_ROWS <= alive.sum() <= 0.75 * rows.size:
             kv, rows, token = kv.take(alive), rows[alive], token[alive]
-        # finished rows still in the cache feed pad as padding (attn_mask 0): their outputs are ignored
+        # finished rows still in the cache feed pad as padding (attn_mask 0); outputs ignored
         feed = np.where(ended[rows], pad_id, token)                    # (n,)
         logits = model.decode_step(kv, feed, (~ended[rows]).astype(np.int8))
     response, response_mask, logp = response[:, :n_new], response_mask[:, :n_new], logp[:, :n_new]

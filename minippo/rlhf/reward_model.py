@@ -167,7 +167,7 @@ class RewardModel:
     def forward(self, sequences, attn_mask):
         """Raw scores ``(B,)`` (model dtype) at the last real token and the cache for :meth:`backward`."""
         last = last_token_index(attn_mask)                             # (B,)
-        _, scalar, cache = self.model.forward(sequences, attn_mask, scalar=True, logits=False)   # (B, T)
+        _, scalar, cache = self.model.forward(sequences, attn_mask, scalar=True, logits=False)
         return scalar[np.arange(len(last)), last], (cache, last, scalar.shape)
 
     def backward(self, cache, draw) -> dict[str, np.ndarray]:
