@@ -417,13 +417,16 @@ def _adamw_kernel(p, g, m, v, lr, b1, one_minus_b1, b2, one_minus_b2, c1, c2, ep
 
 
 def adamw_update(p, g, m, v, lr, b1, b2, c1, c2, eps, weight_decay):
-    """One tensor's AdamW update in place, as the NumPy lines of :meth:`minippo.nn.optim.AdamW.step` compute it
-    (``g`` has ``p``'s dtype; ``weight_decay`` 0 = no decay on this tensor)."""
+    """One tensor's AdamW update in place, as the NumPy lines of :meth:`minippo.nn.optim.AdamW.step`
+    compute it (``g`` has ``p``'s dtype; ``weight_decay`` 0 = no decay on this tensor)."""
     dt = p.dtype.type
-    flat = [np.ascontiguousarray(a) for a in (p, m, v)]              # views when contiguous (always here)
+    consts = (dt(lr), dt(b1), dt(1.0 - b1), dt(b2), dt(1.0 - b2), dt(c1), dt(c2), dt(eps), dt(weight_decay))
+    if p.flags.c_contiguous and m.flags.c_contiguous and v.flags.c_contiguous:     # always, in minippo
+        _adamw_kernel(p.reshape(-1), np.ascontiguousarray(g).reshape(-1), m.reshape(-1), v.reshape(-1),
+                      *consts, weight_decay != 0)
+        return
+    flat = [np.ascontiguousarray(a) for a in (p, m, v)]              # a strided array: on a copy, ...
     _adamw_kernel(flat[0].reshape(-1), np.ascontiguousarray(g).reshape(-1), flat[1].reshape(-1),
-                  flat[2].reshape(-1), dt(lr), dt(b1), dt(1.0 - b1), dt(b2), dt(1.0 - b2), dt(c1), dt(c2), dt(eps),
-                  dt(weight_decay), weight_decay != 0)
+                  flat[2].reshape(-1), *consts, weight_decay != 0)
     for a, f in zip((p, m, v), flat):
-        if f is not a:                                               # a strided array: write the result back
-            a[...] = f
+        a[...] = f                                                   # ... written back

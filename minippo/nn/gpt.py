@@ -208,8 +208,13 @@ class TinyGPT:
         missing = set(shapes) - set(self.params)
         if missing:
             raise ValueError(f"`params` is missing {sorted(missing)}")
+        dtype = np.dtype(self.cfg.dtype)
         for name, shape in shapes.items():
-            check_float_array(f"params[{name!r}]", self.params[name], shape=shape, dtype=self.cfg.dtype)
+            p = self.params[name]
+            # the common case in two lines (this runs at every forward); anything else: the full check
+            ok = isinstance(p, np.ndarray) and p.dtype == dtype and p.shape == shape
+            if not (ok and np.isfinite(p).all()):
+                check_float_array(f"params[{name!r}]", p, shape=shape, dtype=dtype)   # names what is wrong
 
     def _check_inputs(self, idx, attn_mask):
         idx = check_int_array("idx", idx, ndim=2, low=0, high=self.cfg.vocab_size)
