@@ -23,7 +23,9 @@ from pi itself, and then ``logp`` is exactly the log-prob of the sampling distri
 
 **Padding.** Prompts are left-padded (``prompt_mask`` 1 on real tokens, every row's last column
 real), responses right-padded: after a row samples ``eos_id`` it is *ended*; it keeps feeding
-``pad_id`` marked as padding (``attn_mask`` 0) to the cache, and its later outputs are ignored.
+``pad_id`` marked as padding (``attn_mask`` 0) to the cache, and its later outputs are ignored, until
+a quarter of the cache's rows have ended: then the ended rows leave the cache (``KVCache.take``) and
+cost nothing more (the RM's pair sampling decodes ~2x faster).
 ``response_mask`` is 1 on response tokens including the EOS and 0 on padding, so a row's valid
 tokens are contiguous from position 0 (the conventions of CONTRIBUTING.md).
 
