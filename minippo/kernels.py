@@ -13,9 +13,9 @@ What runs in each mode:
 * ``MINIPPO_KERNELS=1`` (the default): the numba kernels of three modules,
   ``minippo/rl/_kernels.py`` (GAE for tokens and for classic control, the clipped surrogate),
   ``minippo/nn/_kernels.py`` (LayerNorm, GELU, masked softmax, softmax cross-entropy, embedding
-  backward) and ``minippo/rlhf/_kernels.py`` (the token sampler's inverse-CDF scan). They return the
-  same outputs as the formulas (same dtypes, stats keys and error messages; equal up to rounding,
-  which the ``pytest -m kernels`` parity tests bound) and are what the trainers and
+  backward, AdamW's update) and ``minippo/rlhf/_kernels.py`` (the token sampler's inverse-CDF scan).
+  They return the same outputs as the formulas (same dtypes, stats keys and error messages; equal up
+  to rounding, which the ``pytest -m kernels`` parity tests bound) and are what the trainers and
   ``minippo bench`` time.
 * ``MINIPPO_KERNELS=0``: the NumPy bodies, the code a student reads, run instead, all of them (the
   sampler included); ``minippo.rl``, ``minippo.nn`` and ``minippo.rlhf`` do not even import numba

@@ -10,6 +10,8 @@ and prints the ratio next to the target the project set for it, e.g.::
 
 Sections live in their own modules and are imported only when run:
 ``minippo bench --only gae clip`` runs a subset; ``--quick`` uses fewer repetitions.
+``minippo bench --only profile`` (not in the default run: it trains the whole main job) prints where
+the time of ``minippo rlhf`` goes (:mod:`minippo.bench.profile`; ``--quick``: at CI size).
 """
 from __future__ import annotations
 
@@ -28,19 +30,22 @@ SECTIONS: dict[str, str] = {
     "clip": "minippo.bench.rl_clip",       # clipped-surrogate kernel vs NumPy expression
     "import": "minippo.bench.startup",     # import + first call with a warm numba cache
     "cartpole": "minippo.bench.cartpole",  # classic PPO: steps to return 475, wall time
+    "profile": "minippo.bench.profile",    # minippo rlhf: wall and CPU seconds by stage and part
 }
+#: sections that run only when named with --only (the profile runs the whole main job: minutes)
+ON_REQUEST = ("profile",)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", nargs="+", choices=list(SECTIONS), metavar="SECTION",
                         help=f"run only these sections ({', '.join(SECTIONS)})")
     parser.add_argument("--skip", nargs="+", choices=list(SECTIONS), default=[], metavar="SECTION",
-                        help="skip these sections (cartpole takes minutes)")
+                        help="skip these sections (cartpole takes minutes; profile runs only with --only)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (noisier numbers)")
 
 
 def cli_main(args: argparse.Namespace) -> int:
-    names = args.only or [s for s in SECTIONS if s not in args.skip]
+    names = args.only or [s for s in SECTIONS if s not in args.skip and s not in ON_REQUEST]
     report = Report()
     t0 = time.perf_counter()
     for name in names:

@@ -27,6 +27,7 @@ Layer API as in ``layers.py``: ``out, cache = attention_forward(...)``,
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -34,6 +35,33 @@ from minippo.nn.layers import (gelu_backward, gelu_forward, layernorm_backward, 
                                linear_forward, masked_softmax_backward, masked_softmax_forward)
 
 LN_EPS = 1e-5   # LayerNorm's epsilon (GPT-2)
+
+
+class SDPACache(NamedTuple):
+    """What :func:`sdpa_backward` needs: q (B, H, T, hs), k, v (B, H, S, hs), att (B, H, T, S)."""
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    att: np.ndarray
+    scale: float
+
+
+class AttentionCache(NamedTuple):
+    """What :func:`attention_backward` needs: the caches of the two linear layers and of the core
+    (whose k, v a KV cache stores)."""
+    c_attn: tuple
+    sdpa: SDPACache
+    c_proj: tuple
+
+
+class BlockCache(NamedTuple):
+    """What :func:`block_backward` needs, one entry per sublayer of :func:`block_forward`."""
+    ln_1: tuple
+    attn: AttentionCache
+    ln_2: tuple
+    fc: tuple
+    gelu: tuple
+    mlp_proj: tuple
 
 
 def attention_allowed(attn_mask: np.ndarray, T: int | None = None) -> np.ndarray:
@@ -62,20 +90,22 @@ def sdpa_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarra
 
     Returns
     -------
-    y : (B, H, T, hs)
-    cache : (q, k, v, att, scale)
+    y : (B, H, T, hs), a view of memory laid out (B, T, H, hs): :func:`merge_heads` needs no copy
+    cache : SDPACache
     """
-    scale = 1.0 / math.sqrt(q.shape[-1])
+    B, H, T, hs = q.shape
+    scale = 1.0 / math.sqrt(hs)
     scores = q @ k.swapaxes(-1, -2)               # (B, H, T, S) batched matmul, one BLAS call per head
     # att = softmax(scale * scores + M), M = -inf where not allowed (in place on scores)
     att, _ = masked_softmax_forward(scores, allowed, scale)
-    y = att @ v                                   # (B, H, T, hs)
-    return y, (q, k, v, att, scale)
+    y = np.empty((B, T, H, hs), dtype=v.dtype).transpose(0, 2, 1, 3)   # (B, H, T, hs) view
+    np.matmul(att, v, out=y)                      # y = att @ v
+    return y, SDPACache(q, k, v, att, scale)
 
 
 def sdpa_backward(dy: np.ndarray, cache):
     """Backward of :func:`sdpa_forward`; returns ``(dq, dk, dv)``."""
-    q, k, v, att, scale = cache
+    q, k, v, att, scale = cache                   # SDPACache
     # y = att @ v  ->  datt = dy @ v.T,  dv = att.T @ dy
     datt = dy @ v.swapaxes(-1, -2)                # (B, H, T, S)
     dv = att.swapaxes(-1, -2) @ dy                # (B, H, S, hs)
@@ -120,14 +150,14 @@ def attention_forward(x: np.ndarray, w_attn: np.ndarray, b_attn: np.ndarray, w_p
     Returns
     -------
     out : (B, T, C)
-    cache : everything backward needs; ``cache[1][1]``, ``cache[1][2]`` are this layer's k, v
-        (B, H, T, hs), which a KV cache stores.
+    cache : AttentionCache; ``cache.sdpa.k``, ``cache.sdpa.v`` are this layer's keys and values
+        (B, H, T, hs), which a KV cache stores
     """
     qkv, c_attn = linear_forward(x, w_attn, b_attn)   # (B, T, 3C)
     q, k, v = split_heads(qkv, n_head)                # each (B, H, T, hs)
     y, c_sdpa = sdpa_forward(q, k, v, allowed)        # (B, H, T, hs)
     out, c_proj = linear_forward(merge_heads(y), w_proj, b_proj)  # (B, T, C)
-    return out, (c_attn, c_sdpa, c_proj)
+    return out, AttentionCache(c_attn, c_sdpa, c_proj)
 
 
 def attention_backward(dout: np.ndarray, cache):
@@ -136,7 +166,7 @@ def attention_backward(dout: np.ndarray, cache):
     # out = merge(y) @ w_proj + b_proj
     dy, dw_proj, db_proj = linear_backward(dout, c_proj)   # (B, T, C)
     B, T, C = dy.shape
-    H = c_sdpa[0].shape[1]
+    H = c_sdpa.q.shape[1]
     dy_heads = dy.reshape(B, T, H, C // H).transpose(0, 2, 1, 3)  # (B, H, T, hs) = d merge(y)
     # y = sdpa(q, k, v)
     dq, dk, dv = sdpa_backward(dy_heads, c_sdpa)
@@ -201,7 +231,7 @@ def block_forward(x, p, prefix, n_head, allowed):
     h, c_gelu = gelu_forward(h)
     m, c_mproj = linear_forward(h, p[prefix + "mlp.c_proj.w"], p[prefix + "mlp.c_proj.b"])  # (B, T, C)
     x = x + m                                                        # residual 2
-    return x, (c_ln1, c_attn, c_ln2, c_fc, c_gelu, c_mproj)
+    return x, BlockCache(c_ln1, c_attn, c_ln2, c_fc, c_gelu, c_mproj)
 
 
 def block_backward(dx, cache, prefix, grads):

@@ -145,6 +145,11 @@ class KVCache:
     n_real: np.ndarray
     t: int = 0
 
+    def take(self, rows) -> "KVCache":
+        """A cache of the given rows only (copied), e.g. without the sequences that finished."""
+        return KVCache([k[rows] for k in self.k], [v[rows] for v in self.v], self.key_mask[rows],
+                       self.n_real[rows], self.t)
+
 
 class TinyGPT:
     """A GPT-2 style decoder whose parameters live in the plain dict ``self.params``.
@@ -203,8 +208,13 @@ class TinyGPT:
         missing = set(shapes) - set(self.params)
         if missing:
             raise ValueError(f"`params` is missing {sorted(missing)}")
+        dtype = np.dtype(self.cfg.dtype)
         for name, shape in shapes.items():
-            check_float_array(f"params[{name!r}]", self.params[name], shape=shape, dtype=self.cfg.dtype)
+            p = self.params[name]
+            # the common case in two lines (this runs at every forward); anything else: the full check
+            ok = isinstance(p, np.ndarray) and p.dtype == dtype and p.shape == shape
+            if not (ok and np.isfinite(p).all()):
+                check_float_array(f"params[{name!r}]", p, shape=shape, dtype=dtype)   # names what is wrong
 
     def _check_inputs(self, idx, attn_mask):
         idx = check_int_array("idx", idx, ndim=2, low=0, high=self.cfg.vocab_size)
@@ -391,11 +401,10 @@ class TinyGPT:
         x, (_, _, blocks, _) = self._trunk(idx, attn_mask)
         kv = KVCache(k=[], v=[], key_mask=np.zeros((B, cfg.block_size), dtype=np.int8),
                      n_real=np.zeros(B, dtype=np.int64), t=T)
-        for c_block in blocks:
-            q, k, v, _, _ = c_block[1][1]                          # this layer's (B, H, T, hs) q, k, v
+        for c_block in blocks:                                     # each layer's BlockCache
             kbuf = np.zeros((B, H, cfg.block_size, hs), dtype=cfg.dtype)
             vbuf = np.zeros_like(kbuf)
-            kbuf[:, :, :T], vbuf[:, :, :T] = k, v
+            kbuf[:, :, :T], vbuf[:, :, :T] = c_block.attn.sdpa.k, c_block.attn.sdpa.v   # (B,H,T,hs)
             kv.k.append(kbuf)
             kv.v.append(vbuf)
         am = np.ones((B, T), dtype=np.int8) if attn_mask is None else (attn_mask != 0).astype(np.int8)

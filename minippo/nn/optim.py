@@ -10,7 +10,11 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from minippo import kernels
+from minippo._lazy import LazyModule
 from minippo.checks import check_choice, check_float_array, check_range
+
+_kernels = LazyModule("minippo.nn._kernels")     # the compiled update, loaded at its first call
 
 
 def default_no_decay(name: str, p: np.ndarray) -> bool:
@@ -60,14 +64,18 @@ class AdamW:
         c1, c2 = 1.0 - b1 ** self.t, 1.0 - b2 ** self.t
         for k, g in grads.items():
             p, m, v = self.params[k], self.m[k], self.v[k]
+            wd = self.weight_decay if self.decay[k] else 0.0
+            if kernels.enabled() and g.dtype == p.dtype:     # the lines below: nn/_kernels.py
+                _kernels.adamw_update(p, g, m, v, lr, b1, b2, c1, c2, self.eps, wd)
+                continue
             # the next four lines are Adam's moments with bias correction
             m *= b1
             m += (1.0 - b1) * g
             v *= b2
             v += (1.0 - b2) * (g * g)
             update = (m / c1) / (np.sqrt(v / c2) + self.eps)
-            if self.decay[k] and self.weight_decay:
-                update += self.weight_decay * p          # decoupled weight decay
+            if wd:
+                update += wd * p                             # decoupled weight decay
             p -= (lr * update).astype(p.dtype, copy=False)
 
     def state_dict(self) -> tuple[dict[str, np.ndarray], dict]:
@@ -109,8 +117,8 @@ class AdamW:
 
 def global_norm(grads: Mapping[str, np.ndarray]) -> float:
     """sqrt(sum over every tensor of sum(g^2)), accumulated in float64."""
-    return math.sqrt(sum(float(np.dot(g.ravel().astype(np.float64), g.ravel().astype(np.float64)))
-                         for g in grads.values()))
+    flat = (g.ravel().astype(np.float64) for g in grads.values())
+    return math.sqrt(sum(float(np.dot(f, f)) for f in flat))
 
 
 def clip_grad_norm(grads: Mapping[str, np.ndarray], max_norm: float) -> float:

@@ -178,7 +178,7 @@ class RewardModel:
         """Raw scores ``(B,)`` (model dtype) at the last real token and the cache for
         :meth:`backward`."""
         last = last_token_index(attn_mask)                             # (B,)
-        _, scalar, cache = self.model.forward(sequences, attn_mask, scalar=True)   # scalar (B, T)
+        _, scalar, cache = self.model.forward(sequences, attn_mask, scalar=True, logits=False)
         return scalar[np.arange(len(last)), last], (cache, last, scalar.shape)
 
     def backward(self, cache, draw) -> dict[str, np.ndarray]:
@@ -255,7 +255,11 @@ class RewardModel:
         # the chunks' gradients add up
         for rows, cache in caches:
             g = self.backward(cache, dr[rows])
-            grads = g if grads is None else {k: grads[k] + g[k] for k in grads}
+            if grads is None:
+                grads = g
+            else:
+                for k in grads:
+                    grads[k] += g[k]
         return loss, float(np.mean(r[chosen_idx] > r[rejected_idx])), grads
 
     # -- folding, saving, loading -------------------------------------------------------------

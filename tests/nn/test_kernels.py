@@ -159,3 +159,48 @@ def test_every_elementwise_layer_dispatches_to_its_twin(monkeypatch, name):
     with kernels.use_kernels(True):
         assert getattr(layers, name)(*args) == "kernel"
     assert len(calls) == 1 and list(calls[0]) == args
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_adamw_kernel_is_the_numpy_update_bit_for_bit(dtype, weight_decay):
+    """AdamW.step with its kernel and with the NumPy lines: the same arithmetic in the same order on IEEE
+    floats (every constant cast to the arrays' dtype as NumPy casts a Python float; division and sqrt correctly
+    rounded on both paths), so the parameters and moments agree exactly, not just to a tolerance; also a
+    strided parameter (updated in place) and a tensor without decay."""
+    from minippo.nn.optim import AdamW
+    rng = np.random.default_rng(15)
+    base = {"w": rng.standard_normal((6, 7)).astype(dtype), "b": rng.standard_normal(7).astype(dtype),
+            "s": rng.standard_normal((8, 6)).astype(dtype)[:, ::2]}       # a strided (8, 3) view
+    steps = [{k: (rng.standard_normal(p.shape) * 10.0 ** (i - 2)).astype(dtype) for k, p in base.items()}
+             for i in range(4)]
+    for g in steps:
+        g["b"][0] = 0.0                                                     # m = v = 0: an update of exactly 0
+    runs = {}
+    for flag in (True, False):
+        params = {"w": base["w"].copy(), "b": base["b"].copy(), "s": base["s"].base.copy()[:, ::2]}
+        opt = AdamW(params, lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=weight_decay)
+        with kernels.use_kernels(flag):
+            for i, grads in enumerate(steps):
+                opt.step({k: g.copy() for k, g in grads.items()}, lr=1e-3 * (i + 1))
+        runs[flag] = (params, opt)
+    (pk, ok), (pn, on) = runs[True], runs[False]
+    for k in base:
+        assert pk[k].dtype == dtype
+        np.testing.assert_array_equal(pk[k], pn[k])
+        np.testing.assert_array_equal(ok.m[k], on.m[k])
+        np.testing.assert_array_equal(ok.v[k], on.v[k])
+
+
+def test_adamw_dispatches_to_its_kernel_only_with_the_switch_on(monkeypatch):
+    from minippo.nn.optim import AdamW
+    calls = []
+    monkeypatch.setattr(_kernels, "adamw_update", lambda *args: calls.append(args))
+    p = {"w": np.ones(3, np.float32)}
+    opt = AdamW(p, lr=0.1)
+    with kernels.use_kernels(False):
+        opt.step({"w": np.ones(3, np.float32)})
+    assert calls == [] and np.all(p["w"] < 1)
+    with kernels.use_kernels(True):
+        opt.step({"w": np.ones(3, np.float32)})
+    assert len(calls) == 1 and calls[0][0] is p["w"]

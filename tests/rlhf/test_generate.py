@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from minippo.nn.gpt import GPTConfig, TinyGPT
+from minippo.nn.gpt import GPTConfig, KVCache, TinyGPT
 from minippo.rlhf.generate import Generation, generate, sample_from, sampling_distribution
 from tests.helpers import with_kernels
 
@@ -108,6 +108,28 @@ def test_stops_when_every_row_has_ended():
     assert gen.response.shape[1] == gen.lengths.max()              # ... right after the last EOS
     np.testing.assert_array_equal(gen.sequences[:, :ids.shape[1]], ids)
     np.testing.assert_array_equal(gen.attn_mask[:, :ids.shape[1]], mask)
+
+
+def test_finished_rows_leave_the_cache_and_nothing_else_changes(monkeypatch):
+    """With more than MIN_ROWS rows, generation drops finished rows from the KV cache; the samples are those of
+    a run that keeps every row (same tokens; log-probs equal to float64 rounding: the matrix products run over
+    fewer rows) and the log-probs still equal a full forward pass."""
+    from minippo.rlhf import generate as gen_module
+    model = make_model(V=6, block_size=48, seed=1)                 # EOS is 1 token in 6: rows end at many steps
+    ids, mask = left_padded_prompts(6, [1, 2, 3, 4] * 12, np.random.default_rng(9))
+    dropped, take = [], KVCache.take
+    monkeypatch.setattr(KVCache, "take", lambda kv, rows: dropped.append(rows) or take(kv, rows))
+    gen = generate(model, ids, mask, max_new_tokens=40, rng=np.random.default_rng(10), eos_id=EOS)
+    assert len(dropped) >= 2 and gen.ended.all()                   # the cache shrank more than once
+    assert min(int(r.sum()) for r in dropped) >= gen_module.MIN_ROWS
+    ref, _ = reference_logp(model, gen, 1.0)
+    m = gen.response_mask == 1
+    np.testing.assert_allclose(gen.logp[m], ref[m], rtol=0, atol=1e-9)
+    monkeypatch.setattr(gen_module, "MIN_ROWS", 10 ** 9)           # never drop a row
+    keep = generate(model, ids, mask, max_new_tokens=40, rng=np.random.default_rng(10), eos_id=EOS)
+    np.testing.assert_array_equal(gen.response, keep.response)
+    np.testing.assert_array_equal(gen.response_mask, keep.response_mask)
+    np.testing.assert_allclose(gen.logp, keep.logp, rtol=0, atol=1e-12)
 
 
 def test_max_new_tokens_is_respected():
