@@ -15,7 +15,7 @@ is also how lessons cache SFT and the reward model (:func:`run_pipeline` with a 
 
 **The reuse rule** (README, "What a run folder guarantees"). A stage is reused, or resumed, only when the
 configuration stored with it equals the requested one on every field that changes its result (all fields
-but the checkpoint cadence: :data:`minippo.rlhf.sft.RESULT_NEUTRAL`,
+but the checkpoint cadence: :data:`minippo.rlhf.lm_train.RESULT_NEUTRAL`,
 :data:`minippo.rlhf.run.trainer.RESUME_NEUTRAL`). Otherwise the command REFUSES before it writes anything,
 naming the stage, the differing fields with both values, and how to start fresh (another ``--out``, or
 deleting that stage's folder and the ones after it). It does not retrain the stage over the old one: that
@@ -52,7 +52,8 @@ from minippo.rlhf.run.dpo_trainer import run_dpo
 from minippo.rlhf.run.evaluate import evaluate_policy, samples_markdown
 from minippo.rlhf.run.plots import plot_run
 from minippo.rlhf.run.trainer import RESUME_NEUTRAL, load_stages, run_ppo
-from minippo.rlhf.sft import RESULT_NEUTRAL, SFTConfig, train_sft
+from minippo.rlhf.lm_train import RESULT_NEUTRAL
+from minippo.rlhf.sft import SFTConfig, train_sft
 from minippo.runs import check_same_config, ensure_folder, run_lock, stage
 
 SEED_EVAL = 11          # the evaluation prompts and samples: np.random.default_rng([seed, SEED_EVAL])

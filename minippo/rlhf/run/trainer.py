@@ -101,7 +101,7 @@ class PPOTrainer(RunFolderTrainer):
         if cfg.ptx_coef > 0 and not ptx_sequences:
             raise ValueError("`ptx_sequences` must hold corpus sequences when `cfg.ptx_coef` > 0 (PPO-ptx)")
         if tokenizer is not None:
-            check_response_fits(cfg.max_new_tokens, tokenizer, PROMPTS, sft_model.cfg.block_size)
+            check_response_fits(cfg.max_new_tokens, tokenizer, self.prompt_pool(), sft_model.cfg.block_size)
         self.cfg = cfg
         actor = sft_model.copy()
         critic = build_critic(cfg, sft_model, reward_model)
@@ -129,6 +129,17 @@ class PPOTrainer(RunFolderTrainer):
 
     # ---- one iteration ------------------------------------------------------------------------
 
+    def prompt_pool(self) -> list[str]:
+        """Every prompt an iteration may draw (each must fit the model's block with ``max_new_tokens``): the
+        corpus's :data:`~minippo.rlhf.data.corpus.PROMPTS`. A trainer of another task overrides it and
+        :meth:`collect` (``minippo.rlvr.trainer.RLVRTrainer``)."""
+        return PROMPTS
+
+    def collect(self):
+        """Steps 1-4 of this iteration, ``(rollout, record)``: :func:`minippo.rlhf.ppo.collect_experience` on
+        ``cfg.num_prompts`` corpus prompts drawn with the state's generator."""
+        return ppo.collect_experience(self.state, self.cfg)
+
     def _parameters(self) -> dict:
         """Every trained parameter by name ("actor.wte", "critic.head.w"): what a NaN stop searches."""
         s = self.state
@@ -143,7 +154,7 @@ class PPOTrainer(RunFolderTrainer):
         t0, c0 = time.perf_counter(), time.process_time()
         try:
             with single_blas_thread():      # small matrices: one BLAS thread is faster and deterministic
-                rollout, record = ppo.collect_experience(self.state, cfg)
+                rollout, record = self.collect()
                 t1, c1 = time.perf_counter(), time.process_time()
                 record.update(ppo.ppo_update(self.state, rollout, cfg))
                 t2, c2 = time.perf_counter(), time.process_time()
@@ -176,8 +187,10 @@ class PPOTrainer(RunFolderTrainer):
             for _ in bar:
                 r = self.step(callback)
                 records.append(r)
-                bar.set_postfix(score=f"{r['objective/scores']:+.2f}", gold=f"{r['gold/score']:+.2f}",
-                                kl=f"{r['objective/kl']:.2f}")
+                shown = {"score": f"{r['objective/scores']:+.2f}"}
+                if "gold/score" in r:                # the corpus's simulated human (not in every task)
+                    shown["gold"] = f"{r['gold/score']:+.2f}"
+                bar.set_postfix(**shown, kl=f"{r['objective/kl']:.2f}")
         bar.close()
         if self.out_dir is not None and self.iteration == self.cfg.iterations:
             save_model(self.out_dir / "policy", self.actor, tokenizer=self.state.tokenizer,
