@@ -24,7 +24,8 @@ compared exactly: the test under which ``grpo_advantages`` returns exactly 0), a
 answer by necessity; the term says "too long" in proportion, instead of the verifier's flat 0 for a
 truncated answer.
 
-Arrays in, arrays out: these functions know no model and no sampler.
+Arrays in, arrays out: these functions know no model and no sampler. Exercise: write the filter yourself,
+`minippo exercise start zero_variance` (graded by `minippo exercise check zero_variance`).
 """
 from __future__ import annotations
 

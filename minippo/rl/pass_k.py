@@ -8,13 +8,14 @@ of them: a k-subset misses every right answer when it is drawn from the n - c wr
 
     pass@k = E_problems [ 1 - C(n - c, k) / C(n, k) ]          C(a, b) = a! / (b! (a - b)!), 0 when b > a
 
-which is unbiased for every k <= n. The binomials overflow float64 already at n = 1030, so the ratio is
-evaluated as a product of n-free factors, the form of the paper's own numerically stable code::
+which is unbiased for every k <= n. The binomials overflow float64 already at n = 1030 (C(1030, 515)), so
+the ratio is evaluated as a product of c factors, the form of the paper's own numerically stable code::
 
-    C(n - c, k) / C(n, k) = prod_{i = n-c+1}^{n} (1 - k / i)       (1 when c = 0; 0 when n - c < k)
+    C(n - c, k) / C(n, k) = prod_{i = n-c+1}^{n} (1 - k / i)       (1 when c = 0; 0 when n - c < k, where
+                                                                  the factor i = k is 0)
 
 (the two factorial ratios (n-k)! / (n-c-k)! and n! / (n-c)! are products over the same c values of i).
-Each factor lies in [0, 1): the product cannot overflow, and it loses at most c roundings.
+When n - c >= k each factor lies in (0, 1): the product cannot overflow, and it loses at most c roundings.
 
 The estimate per problem is returned; pass@k of a set of problems is its mean. With k = 1 it is c / n,
 the fraction of right samples.
@@ -57,8 +58,8 @@ def pass_at_k(n, c, k: int):
     j = np.arange(int(c_flat.max()) if c_flat.size else 0)                                 # (c_max,)
     i = (n_flat - c_flat + 1)[:, None] + j[None, :]                                        # (P, c_max)
     factor = np.where(j[None, :] < c_flat[:, None], 1.0 - k / i, 1.0)                      # (P, c_max)
+    # fewer than k wrong samples (n - c < k): the factor i = k is 1 - k/k = 0, so the ratio is exactly 0 and
+    # pass@k exactly 1, as it must be (every k-subset holds a right sample)
     all_wrong = np.prod(factor, axis=1)                                                    # (P,) C(n-c,k)/C(n,k)
-    # fewer than k wrong samples: every k-subset holds a right one (a factor is <= 0 there; the ratio is 0)
-    all_wrong = np.where(n_flat - c_flat < k, 0.0, all_wrong)
     out = (1.0 - all_wrong).reshape(n.shape)
     return float(out) if out.ndim == 0 else out

@@ -14,6 +14,8 @@ mean response length (tokens, the EOS included) of the right answers and of the 
 that is not right: wrong sums, malformed and unfinished ones), the share of well-formed answers, and the
 share of problems whose n answers are all right or all wrong (those of a group of n would give a
 group-relative method no signal: :func:`minippo.rl.dapo.zero_variance_groups`).
+
+Exercise: write pass@k yourself, `minippo exercise start pass_at_k` (graded by `minippo exercise check pass_at_k`).
 """
 from __future__ import annotations
 
