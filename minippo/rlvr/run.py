@@ -33,7 +33,7 @@ from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.rm_train import stored_config
 from minippo.rlhf.run.pipeline import peak_rss_mb
 from minippo.rlhf.run.trainer import RESUME_NEUTRAL
-from minippo.runs import check_no_run, check_same_config, ensure_folder, run_lock, stage
+from minippo.runs import check_no_run, check_stage_config, ensure_folder, run_lock, stage
 from minippo.rlvr.evaluate import KS, evaluate_pass_at_k
 from minippo.rlvr.task import Problems, TaskSFTConfig, sft_batcher
 from minippo.rlvr.tokenizer import CharTokenizer
@@ -110,10 +110,7 @@ def check_reuse(out: Path, sft_cfg: TaskSFTConfig, ppo_cfg: PPOConfig) -> None:
         stored = stored_config(folder, key)
         if name == "ppo":
             stored = PPOConfig.from_dict(stored).to_dict()               # old field names, translated
-        later = [str(out / n) for n in ("sft", "ppo")[("sft", "ppo").index(name):] if (out / n).exists()]
-        check_same_config(f"{folder} (stage {name} of the run in {out})", stored, requested, ignore=ignore,
-                          fresh=f"use another --out, or delete {' and '.join(later)} to retrain "
-                                f"{'that stage' if len(later) == 1 else 'those stages'} (nothing is deleted for you)")
+        check_stage_config(out, ("sft", "ppo"), name, folder, stored, requested, ignore=ignore)
 
 
 def run_rlvr(out_dir, *, quick: bool = False, seed: int = 0, method: str = "ppo", progress: bool = True,

@@ -54,7 +54,7 @@ from minippo.rlhf.run.plots import plot_run
 from minippo.rlhf.run.trainer import RESUME_NEUTRAL, load_stages, run_ppo
 from minippo.rlhf.lm_train import RESULT_NEUTRAL
 from minippo.rlhf.sft import SFTConfig, train_sft
-from minippo.runs import check_same_config, ensure_folder, run_lock, stage
+from minippo.runs import check_stage_config, ensure_folder, run_lock, stage
 
 SEED_EVAL = 11          # the evaluation prompts and samples: np.random.default_rng([seed, SEED_EVAL])
 
@@ -174,10 +174,7 @@ def check_reuse(out: Path, sft_cfg, rm_cfg, ppo_cfg, stages=("sft", "rm", "ppo")
             stored = DPOConfig.from_dict(stored).to_dict()
         if name in ("ppo", "dpo") and folder.name == "policy":
             ignore = ("checkpoint_every",)                            # a finished run: its length is its result
-        later = [f"{out / n}" for n in names[names.index(name):] if (out / n).exists()]
-        check_same_config(f"{folder} (stage {name} of the run in {out})", stored, requested, ignore=ignore,
-                          fresh=f"use another --out, or delete {' and '.join(later)} to retrain "
-                                f"{'that stage' if len(later) == 1 else 'those stages'} (nothing is deleted for you)")
+        check_stage_config(out, names, name, folder, stored, requested, ignore=ignore)
 
 
 def _run_stages(out: Path, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg, n_eval, evaluate, figures,
