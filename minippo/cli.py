@@ -44,6 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ppo": ("minippo.rlhf.run.ppo_cli", "stage 3: PPO with actor, critic, reference and reward model"),
     "grpo": ("minippo.rlhf.run.grpo_cli", "stage 3 without a critic: GRPO / Dr. GRPO / RLOO / REINFORCE"),
     "dpo": ("minippo.rlhf.run.dpo_cli", "stage 3 without RL: DPO / IPO on the reward model's preference pairs"),
+    "rlvr": ("minippo.rlvr.run", "RL with a verifiable reward: SFT on sums, then RL against the checker; pass@k"),
     "export": ("minippo.rlhf.run.hf", "write a model folder as a Hugging Face GPT-2 folder (transformers loads it)"),
     "import-hf": ("minippo.rlhf.run.hf_import", "read a Hugging Face GPT-2 folder into a model folder"),
     "classic": ("minippo.classic.run", "classic PPO on CartPole (s, a, r, s', done)"),

@@ -201,6 +201,19 @@ def check_same_config(what: str, stored: Mapping, requested: Mapping, *, ignore:
                              f"To start fresh, {fresh}")
 
 
+def check_stage_config(out, stages: Iterable[str], name: str, folder, stored: Mapping, requested: Mapping, *,
+                       ignore: Iterable[str] = ()) -> None:
+    """The reuse rule of a run folder made of stages (``minippo rlhf``, ``minippo rlvr``): the stage ``name`` found in
+    ``folder`` (its finished model or its checkpoint) must have been made with the ``requested`` config, else
+    :class:`ConfigMismatch` naming the stage, the fields, and how to start fresh: another ``--out``, or deleting
+    that stage and the ones after it in ``stages`` (the order of the run) that exist. Nothing is deleted."""
+    out, stages = Path(out), list(stages)
+    later = [str(out / n) for n in stages[stages.index(name):] if (out / n).exists()]
+    check_same_config(f"{folder} (stage {name} of the run in {out})", stored, requested, ignore=ignore,
+                      fresh=f"use another --out, or delete {' and '.join(later)} to retrain "
+                            f"{'that stage' if len(later) == 1 else 'those stages'} (nothing is deleted for you)")
+
+
 def check_no_run(folder, checkpoint, what: str) -> None:
     """A fresh run must not overwrite another run's records: ``FileExistsError`` when ``checkpoint`` (a
     checkpoint folder inside ``folder``) exists."""

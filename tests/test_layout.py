@@ -1,6 +1,6 @@
 """The house rules of the layout, read from the code: imports point one way, and sit at the top of files.
 
-    lessons -> studies -> (rlhf, classic, toy) -> (rl, nn) -> the shared base modules
+    lessons -> studies -> (rlhf, rlvr, classic, toy) -> (rl, nn) -> the shared base modules; rlvr -> rlhf
     rl knows no model (nothing from nn); nn knows nothing of RL; the library never imports studies or lessons.
 
 A new import that breaks a rule fails here with the file, the line and the rule it breaks.
@@ -23,10 +23,11 @@ ALLOWED = {
     "toy": {"nn", "rl"},
     "classic": {"nn", "rl"},
     "rlhf": {"nn", "rl"},
+    "rlvr": {"nn", "rl", "rlhf"},                           # the SFT loop, generation and PPO of rlhf, reused
     "bench": {"nn", "rl", "classic", "rlhf"},
     "exercises": {"nn", "rl", "rlhf", "bench"},           # the checks grade students against the library
-    "studies": {"nn", "rl", "toy", "classic", "rlhf"},
-    "lessons": {"nn", "rl", "toy", "classic", "rlhf", "studies", "bench"},
+    "studies": {"nn", "rl", "toy", "classic", "rlhf", "rlvr"},
+    "lessons": {"nn", "rl", "toy", "classic", "rlhf", "rlvr", "studies", "bench"},
 }
 
 
@@ -116,6 +117,7 @@ def test_the_rules_can_fail():
     """The checker sees a violation when there is one (a test that cannot fail checks nothing)."""
     assert part_of("minippo.rl.gae") == "rl" and part_of("minippo.nn.gpt") == "nn"
     assert "nn" not in ALLOWED["rl"] and "studies" not in ALLOWED["rlhf"] and "lessons" not in ALLOWED["studies"]
+    assert "rlvr" not in ALLOWED["rlhf"] and not {"studies", "lessons"} & ALLOWED["rlvr"]
     fake = ROOT / "minippo" / "rl" / "gae.py"
     found = [t for _, t, _, _, _ in imports_of(fake)]
     assert any(part_of(t) == "base" for t in found)

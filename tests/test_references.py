@@ -13,7 +13,7 @@ import minippo
 
 ROOT = Path(minippo.__file__).resolve().parents[1]
 FOLDERS = ("minippo", "lessons", "tests", "docs", "figures", "notebooks", ".ci")
-SUBPACKAGES = ("nn", "rl", "rlhf", "classic", "toy", "studies", "bench", "exercises")
+SUBPACKAGES = ("nn", "rl", "rlhf", "rlvr", "classic", "toy", "studies", "bench", "exercises")
 EXT = r"(?:py|md|png|ipynb|cfg|toml)"
 PATH = re.compile(r"(?<![\w./-])((?:\.?[\w-]+/)+[\w.-]+\." + EXT + r"|[A-Z][A-Z_]+\.md)(?![\w/])")
 

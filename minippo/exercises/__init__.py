@@ -25,4 +25,6 @@ EXERCISES: dict[str, str] = {
     "layernorm_backward": "minippo.exercises.layernorm_backward",
     "bradley_terry": "minippo.exercises.bradley_terry",
     "token_rewards": "minippo.exercises.token_rewards",
+    "pass_at_k": "minippo.exercises.pass_at_k",
+    "zero_variance": "minippo.exercises.zero_variance",
 }

@@ -46,7 +46,9 @@ def list_lines() -> list[str]:
     lines = []
     for name in EXERCISES:
         m = exercise(name)
-        lines.append(f"{name:<{width}}  {m.SUMMARY}  [lesson {Path(m.LESSON).stem[1:3]}]")
+        where = Path(m.LESSON)               # a lesson (lessons/lNN_*.py), or the module a command teaches it in
+        shown = f"lesson {where.stem[1:3]}" if where.parts[0] == "lessons" else str(where)
+        lines.append(f"{name:<{width}}  {m.SUMMARY}  [{shown}]")
     return lines
 
 

@@ -40,6 +40,10 @@ critic-free advantages: GRPO, RLOO, batch-mean baseline    group_advantages.grpo
 (Shao et al. 2024; Ahmadian et al. 2024) (Q61)             batch_mean_advantages; GRPO's KL loss grpo_kl_loss
 DPO, conservative DPO, IPO on preference pairs             dpo.dpo_loss (loss_type=, label_smoothing=)
 (beyond PPO: Rafailov et al. 2023; Azar et al. 2023)       dpo.sequence_logprobs / _backward
+pass@k from n samples per problem (Chen et al. 2021        pass_k.pass_at_k
+eq. (1)), the metric of verifiable-reward tasks
+groups whose rewards are all equal (no signal; DAPO's      dapo.zero_variance_groups, zero_variance_share
+dynamic sampling); DAPO's soft overlong punishment         dapo.overlong_penalty
 =========================================================  ==========================================
 
 (What only lessons measure, e.g. the k1/k2/k3 moments or the sequence ratio, is in ``minippo.studies``.)
@@ -71,6 +75,8 @@ _LAZY = {
     **{n: "minippo.rl.dpo" for n in ("dpo_loss", "sequence_logprobs", "sequence_logprobs_backward", "LOSS_TYPES")},
     **{n: "minippo.rl.group_advantages" for n in ("grpo_advantages", "rloo_advantages",
                                                   "batch_mean_advantages", "grpo_kl_loss")},
+    "pass_at_k": "minippo.rl.pass_k",
+    **{n: "minippo.rl.dapo" for n in ("zero_variance_groups", "zero_variance_share", "overlong_penalty")},
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _LAZY, globals())

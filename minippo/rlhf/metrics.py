@@ -97,22 +97,25 @@ def without_timing(record: dict) -> dict:
 
 def rollout_metrics(ro, gold) -> dict:
     """The ``objective/*``, ``gold/score``, ``val/num_eos_tokens``, ``val/values_avg`` and ``response/length``
-    metrics of one rollout with rewards (``gold``: (B,) gold scores of its texts); sums run over valid tokens."""
+    metrics of one rollout with rewards (``gold``: (B,) gold scores of its texts, or None: no ``gold/score``);
+    sums run over valid tokens."""
     m = ro.response_mask
     kl_per_response = ro.kl.sum(axis=1)                                 # (B,) padding is 0
     non_score = ro.non_score_reward.sum(axis=1)                         # (B,)
-    return {
+    record = {
         "objective/kl": float(kl_per_response.mean()),
         "objective/entropy": float((-ro.logp * m).sum(axis=1).mean()),
         "objective/non_score_reward": float(non_score.mean()),
         "objective/rlhf_reward": float((ro.scores + non_score).mean()),
         "objective/scores": float(ro.scores.mean()),
         "objective/rm_scores": float(ro.rm_scores.mean()),
-        "gold/score": float(np.mean(gold)),
         "val/num_eos_tokens": int(ro.ended.sum()),
         "response/length": float(ro.lengths.mean()),
         "val/values_avg": masked_mean(ro.values, m),
     }
+    if gold is not None:
+        record["gold/score"] = float(np.mean(gold))
+    return record
 
 
 def update_metrics(update: dict, max_grad_norm: float | None = None) -> dict:

@@ -31,7 +31,7 @@ from minippo.rlhf.ppo_knobs import KnobsConfig
 from minippo.rlhf.run.evaluate import evaluate_policy
 from minippo.rlhf.run.pipeline import prepare_stages
 from minippo.rlhf.run.trainer import PPOTrainer, load_stages, sft_training_sequences
-from minippo.rlhf.sft import heldout_loss
+from minippo.rlhf.lm_train import heldout_loss
 
 EVAL_SEED = 1000        # evaluation prompts: sample_prompts(n_eval, seed=EVAL_SEED + seed)
 
@@ -75,7 +75,7 @@ class Study:
         return sft_training_sequences(self.sft_state, self.tokenizer, split="heldout")
 
     def lm_loss(self, policy, n: int | None = None) -> float:
-        """Held-out corpus cross-entropy of ``policy`` in nats per token (:func:`minippo.rlhf.sft.heldout_loss`)
+        """Held-out corpus cross-entropy of ``policy`` in nats per token (:func:`minippo.rlhf.lm_train.heldout_loss`)
         on the first ``n`` held-out sentences (all by default): how well it still models the language, the
         "alignment tax" PPO pays (InstructGPT sec. 3.5, PPO-ptx; lesson 18)."""
 

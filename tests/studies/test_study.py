@@ -52,7 +52,7 @@ def test_heldout_sequences_and_lm_loss():
     from minippo.blas import single_blas_thread
     from minippo.rlhf.data.corpus import generate_corpus
     from minippo.rlhf.data.batches import split_corpus
-    from minippo.rlhf.sft import heldout_loss
+    from minippo.rlhf.lm_train import heldout_loss
     from minippo.rlhf.run.trainer import sft_training_sequences
 
     study = Study(quick=True, seed=0, n_eval=8)

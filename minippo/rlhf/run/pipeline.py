@@ -21,7 +21,7 @@ is also how lessons cache SFT and the reward model (:func:`run_pipeline` with a 
 
 **The reuse rule** (README, "What a run folder guarantees"). A stage is reused, or resumed, only when the
 configuration stored with it equals the requested one on every field that changes its result (all fields
-but the checkpoint cadence: :data:`minippo.rlhf.sft.RESULT_NEUTRAL`,
+but the checkpoint cadence: :data:`minippo.rlhf.lm_train.RESULT_NEUTRAL`,
 :data:`minippo.rlhf.run.trainer.RESUME_NEUTRAL`). Otherwise the command REFUSES before it writes anything,
 naming the stage, the differing fields with both values, and how to start fresh (another ``--out``, or
 deleting that stage's folder and the ones after it). It does not retrain the stage over the old one: that
@@ -60,8 +60,9 @@ from minippo.rlhf.run.configs import comparable, config_from_dict
 from minippo.rlhf.run.evaluate import disagreements, evaluate_policy, samples_markdown
 from minippo.rlhf.run.plots import plot_run
 from minippo.rlhf.run.trainer import RESUME_NEUTRAL, load_stages, run_ppo
-from minippo.rlhf.sft import RESULT_NEUTRAL, SFTConfig, train_sft
-from minippo.runs import LOCK_FILE, check_same_config, ensure_folder, run_lock, stage, user_temp_dir
+from minippo.rlhf.lm_train import RESULT_NEUTRAL
+from minippo.rlhf.sft import SFTConfig, train_sft
+from minippo.runs import LOCK_FILE, check_stage_config, ensure_folder, run_lock, stage, user_temp_dir
 
 SEED_EVAL = 11          # the evaluation prompts and samples: np.random.default_rng([seed, SEED_EVAL])
 STAGES = ("sft", "rm", "ppo", "dpo")                # the stage folders of a run folder
@@ -241,10 +242,7 @@ def check_reuse(out: Path, sft_cfg, rm_cfg, ppo_cfg, stages=("sft", "rm", "ppo")
             stored = DPOConfig.from_dict(stored).to_dict()
         if name in ("ppo", "dpo") and folder.name == "policy":
             ignore = ("checkpoint_every",)                            # a finished run: its length is its result
-        later = [f"{out / n}" for n in names[names.index(name):] if (out / n).exists()]
-        check_same_config(f"{folder} (stage {name} of the run in {out})", stored, requested, ignore=ignore,
-                          fresh=f"use another --out, or delete {' and '.join(later)} to retrain "
-                                f"{'that stage' if len(later) == 1 else 'those stages'} (nothing is deleted for you)")
+        check_stage_config(out, names, name, folder, stored, requested, ignore=ignore)
 
 
 def _run_stages(out: Path, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg, n_eval, evaluate, figures,

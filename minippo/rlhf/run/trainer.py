@@ -83,12 +83,14 @@ def iteration(state: PPOState, cfg):
     return ppo_iteration(state, cfg)
 
 
-def iteration_record(state: PPOState, cfg, ro, update: dict, old_actor: TinyGPT | None = None) -> dict:
+def iteration_record(state: PPOState, cfg, ro, update: dict, old_actor: TinyGPT | None = None,
+                     gold: bool = True) -> dict:
     """The metrics of one iteration (:data:`minippo.rlhf.metrics.GLOSSARY`, timing aside) from its rollout and
     update, with the monitoring that is not part of the algorithm: the gold score of the texts, the critic's
     explained variance and, given ``old_actor`` (pi_old: the actor before the iteration), the exact KL to
-    pi_ref from the full distributions (the same forward passes as the rollout's)."""
-    record = rollout_metrics(ro, gold_scores(state.tokenizer.decode_batch(ro.sequences)))
+    pi_ref from the full distributions (the same forward passes as the rollout's). ``gold=False``: no
+    ``gold/score`` (a task other than the review corpus, whose simulated human it is)."""
+    record = rollout_metrics(ro, gold_scores(state.tokenizer.decode_batch(ro.sequences)) if gold else None)
     record["val/explained_variance"] = explained_variance(ro.values, ro.returns, ro.response_mask)
     record["kl_coef"] = update["kl_coef"]
     if old_actor is not None:
@@ -108,10 +110,11 @@ def make_kl_controller(cfg: PPOConfig):
     return AdaptiveKLController(cfg.kl_ref_coef, target=cfg.kl_ref_target, horizon=cfg.kl_ref_horizon)
 
 
-def make_state(cfg, sft_model: TinyGPT, reward_model, tokenizer, ptx_sequences=None) -> PPOState:
+def make_state(cfg, sft_model: TinyGPT, reward_model, tokenizer, ptx_sequences=None, prompts=PROMPTS) -> PPOState:
     """The state of ``cfg``'s algorithm: actor and reference copies of ``sft_model``, the critic (a separate
     TinyGPT for canonical PPO and the knobs' ``critic="separate"``; none for the critic-free family and the
-    knobs' shared or absent critic), AdamW of each, the KL controller and the seeded generator; the knobs'
+    knobs' shared or absent critic), AdamW of each, the KL controller, the seeded generator and the table of
+    ``prompts`` (strings) the iterations draw from; the knobs'
     :class:`~minippo.rlhf.ppo_knobs.KnobsState` adds value normalisation and the PPO-ptx corpus."""
     knobs = isinstance(cfg, KnobsConfig)
     separate = not isinstance(cfg, GRPOConfig) and (not knobs or cfg.critic == "separate")
@@ -123,7 +126,7 @@ def make_state(cfg, sft_model: TinyGPT, reward_model, tokenizer, ptx_sequences=N
                   opt_actor=AdamW(actor.params, lr=cfg.lr, **adam),
                   opt_critic=None if critic is None else AdamW(critic.params, lr=critic_lr, **adam),
                   kl_ctl=make_kl_controller(cfg), rng=np.random.default_rng(cfg.seed),
-                  prompts=None if tokenizer is None else PromptTable.encode(tokenizer, PROMPTS))
+                  prompts=None if tokenizer is None else PromptTable.encode(tokenizer, prompts))
     if knobs:
         return KnobsState(**models, value_norm=ValueNorm(cfg.value_norm), ptx_sequences=ptx_sequences)
     return PPOState(**models)
@@ -164,9 +167,9 @@ class PPOTrainer(RunFolderTrainer):
             if not isinstance(flag, bool):
                 raise ValueError(f"`{name}` must be True or False, got {flag!r}")
         if tokenizer is not None:
-            check_response_fits(cfg.max_new_tokens, tokenizer, PROMPTS, sft_model.cfg.block_size)
+            check_response_fits(cfg.max_new_tokens, tokenizer, self.prompt_pool(), sft_model.cfg.block_size)
         self.cfg, self.log_exact_kl, self.dump_rollouts = cfg, log_exact_kl, dump_rollouts
-        self.state = make_state(cfg, sft_model, reward_model, tokenizer, ptx_sequences)
+        self.state = make_state(cfg, sft_model, reward_model, tokenizer, ptx_sequences, self.prompt_pool())
         self.last_rollout, self.first_minibatch = None, None
         self._open_run_folder(out_dir, cfg.to_dict(), resume=resume)
 
@@ -181,6 +184,16 @@ class PPOTrainer(RunFolderTrainer):
     done = iteration
 
     # ---- one iteration ------------------------------------------------------------------------
+
+    def prompt_pool(self) -> list[str]:
+        """Every prompt an iteration may draw (each must fit the model's block with ``max_new_tokens``): the
+        corpus's :data:`~minippo.rlhf.data.corpus.PROMPTS`. A trainer of another task overrides it and
+        :meth:`record` (``minippo.rlvr.trainer.RLVRTrainer``)."""
+        return PROMPTS
+
+    def record(self, rollout, update: dict, old_actor=None) -> dict:
+        """The metrics of one iteration: :func:`iteration_record` (the gold score included)."""
+        return iteration_record(self.state, self.cfg, rollout, update, old_actor)
 
     def _parameters(self) -> dict:
         """Every trained parameter by name ("actor.wte", "critic.head.w"): what a NaN stop searches."""
@@ -199,7 +212,7 @@ class PPOTrainer(RunFolderTrainer):
             with single_blas_thread():      # small matrices: one BLAS thread is faster and deterministic
                 rollout, update = iteration(self.state, cfg)
                 t2, c2 = time.perf_counter(), time.process_time()
-                record = iteration_record(self.state, cfg, rollout, update, old_actor)
+                record = self.record(rollout, update, old_actor)
         except ValueError as exc:           # the NaN guard, or bad data: say what is kept on disk
             raise self._stopped(exc, self._parameters(), it) from exc
         t1, c1 = update["clock_update"]     # when the update started
@@ -229,8 +242,10 @@ class PPOTrainer(RunFolderTrainer):
             for _ in bar:
                 r = self.step(callback)
                 records.append(r)
-                bar.set_postfix(score=f"{r['objective/scores']:+.2f}", gold=f"{r['gold/score']:+.2f}",
-                                kl=f"{r['objective/kl']:.2f}")
+                shown = {"score": f"{r['objective/scores']:+.2f}"}
+                if "gold/score" in r:                # the corpus's simulated human (not in every task)
+                    shown["gold"] = f"{r['gold/score']:+.2f}"
+                bar.set_postfix(**shown, kl=f"{r['objective/kl']:.2f}")
         bar.close()
         if self.out_dir is not None and self.iteration == self.cfg.iterations:
             save_model(self.out_dir / "policy", self.actor, tokenizer=self.state.tokenizer,

@@ -1,0 +1,264 @@
+"""``minippo rlvr``: SFT on the arithmetic task, then RL against the verifier, judged by pass@k on held-out problems.
+
+    problems + the teacher -> SFT         minippo.rlvr.task, minippo.rlhf.lm_train.fit_lm   (stage 1, ``<out>/sft``)
+    RL against the verifier               minippo.rlvr.trainer (--method ppo: the canonical  (stage 2, ``<out>/ppo``)
+                                          PPO with its critic)
+    pass@1, 4, 16, 64 before and after    minippo.rlvr.evaluate                             (``summary.json``,
+    on the held-out problems                                                                 ``samples.md``)
+
+The run folder keeps the rules of ``minippo rlhf`` (README, "What a run folder guarantees";
+:mod:`minippo.runs`): the folder is locked while the command writes it; a stage already there is reused, or
+resumed from its checkpoint, only when its stored config equals the requested one (every field but the
+checkpoint cadence; a PPO resume may also raise ``iterations``), otherwise the command refuses before
+writing anything, naming the stage, the fields and how to start fresh; checkpoints are validated before
+anything is assigned; Ctrl-C names what is kept. The evaluation runs again at every call (it writes only
+``summary.json`` and ``samples.md``, which belong to this command's run).
+
+``--quick`` runs the same stages at CI size; the default is the course's size (about a minute of CPU).
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from minippo.blas import single_blas_thread
+from minippo.checks import check_choice
+from minippo.flags import integer
+from minippo.io import atomic_write_text, has_checkpoint, read_metrics
+from minippo.rlhf.checkpoint import load_model, save_model
+from minippo.rlhf.lm_train import RESULT_NEUTRAL, fit_lm
+from minippo.rlhf.ppo_config import PPOConfig
+from minippo.rlhf.rm_train import stored_config
+from minippo.rlhf.run.pipeline import peak_rss_mb
+from minippo.rlhf.run.trainer import RESUME_NEUTRAL
+from minippo.runs import check_no_run, check_stage_config, ensure_folder, run_lock, stage
+from minippo.rlvr.evaluate import KS, evaluate_pass_at_k
+from minippo.rlvr.task import Problems, TaskSFTConfig, sft_batcher
+from minippo.rlvr.tokenizer import CharTokenizer
+from minippo.rlvr.trainer import RLVRTrainer, rlvr_ppo_config
+from minippo.rlvr.verifier import Verifier, verify
+
+METHODS = ("ppo",)          # --method; the critic-free family (grpo, dr_grpo, rloo) comes with minippo.rlhf.grpo
+SEED_EVAL = 13              # the evaluation's samples: np.random.default_rng([seed, SEED_EVAL, 1 or 2])
+
+
+def stage_configs(quick: bool = False, seed: int = 0) -> tuple[TaskSFTConfig, PPOConfig, dict]:
+    """``(TaskSFTConfig, PPOConfig, eval)`` of ``minippo rlvr`` (``quick``: the CI size); ``eval`` holds
+    ``n_eval`` (held-out problems judged) and ``n_samples`` (answers per problem, >= the largest k)."""
+    if quick:
+        return (TaskSFTConfig.quick(seed=seed), rlvr_ppo_config(quick=True, seed=seed),
+                {"n_eval": 64, "n_samples": 64})
+    return TaskSFTConfig(seed=seed), rlvr_ppo_config(seed=seed), {"n_eval": 256, "n_samples": 64}
+
+
+# ----------------------------------------------------------------------------------------------
+# stage 1: SFT on the teacher's demonstrations
+# ----------------------------------------------------------------------------------------------
+
+def train_task_sft(cfg: TaskSFTConfig, out_dir, *, resume: bool = True, progress: bool = True, log=print) -> dict:
+    """SFT on the teacher's demonstrations into ``out_dir`` (``config.json``, ``metrics.jsonl``, ``checkpoint/``,
+    ``model/``: :func:`minippo.rlhf.lm_train.fit_lm`); the held-out loss is that of the RIGHT answers of the
+    held-out problems. ``resume``: continue from ``out_dir/checkpoint`` (its config must equal ``cfg``);
+    without it a folder holding a checkpoint is refused. Returns ``{"model", "tokenizer", "history",
+    "heldout_loss", "teacher_accuracy", "resumed_from"}``."""
+    out_dir = Path(out_dir)
+    tokenizer, problems = CharTokenizer(), Problems(cfg)
+    demos = problems.demonstrations()
+    train = [np.asarray(s, dtype=np.int64) for s in tokenizer.encode_batch(demos, add_bos=True, add_eos=True)]
+    held = [np.asarray(s, dtype=np.int64) for s in
+            tokenizer.encode_batch([p.prompt + p.answer for p in problems.heldout], add_bos=True, add_eos=True)]
+    with run_lock(out_dir), stage("SFT", out_dir, checkpoint=out_dir / "checkpoint") as st, single_blas_thread():
+        if not resume:
+            check_no_run(out_dir, out_dir / "checkpoint", "an SFT run")
+        model, history, initial, start = fit_lm(cfg, out_dir, st, tokenizer, train, held,
+                                                make_batch=sft_batcher(tokenizer), progress=progress, log=log)
+        final = [r["eval/heldout_loss"] for r in history if "eval/heldout_loss" in r][-1]
+        teacher = float(np.mean([verify(d[:d.index("=") + 1], d[d.index("=") + 1:]) for d in demos]))
+        save_model(out_dir / "model", model, tokenizer=tokenizer, extra_state={
+            "sft_config": cfg.to_dict(), "step": cfg.steps, "heldout_loss": final, "initial_loss": initial,
+            "teacher_accuracy": teacher})
+    return {"model": model, "tokenizer": tokenizer, "history": history, "heldout_loss": final,
+            "teacher_accuracy": teacher, "resumed_from": start}
+
+
+def load_task_sft(folder) -> tuple:
+    """``(model, tokenizer, cfg, state)`` of a finished task SFT stage (its ``model/`` folder)."""
+    model, state = load_model(Path(folder) / "model")
+    if state["tokenizer"] is None:
+        raise ValueError(f"{folder}/model has no tokenizer.json beside the model")
+    return model, CharTokenizer.load(state["tokenizer"]), TaskSFTConfig.from_dict(state["sft_config"]), state
+
+
+# ----------------------------------------------------------------------------------------------
+# the whole command: reuse rule, stages, evaluation
+# ----------------------------------------------------------------------------------------------
+
+def check_reuse(out: Path, sft_cfg: TaskSFTConfig, ppo_cfg: PPOConfig) -> None:
+    """Every stage already in ``out`` (finished, or with a checkpoint to resume) must have been made with the
+    requested config, else :class:`minippo.runs.ConfigMismatch` naming the stage, the fields and how to start
+    fresh; only the stored JSON is read (the weights are checked when loaded)."""
+    stages = (("sft", "model", "sft_config", sft_cfg.to_dict(), RESULT_NEUTRAL),
+              ("sft", "checkpoint", "sft_config", sft_cfg.to_dict(), RESULT_NEUTRAL),
+              ("ppo", "policy", "ppo_config", ppo_cfg.to_dict(), ("checkpoint_every",)),
+              ("ppo", "checkpoint", "ppo_config", ppo_cfg.to_dict(), RESUME_NEUTRAL))
+    for name, sub, key, requested, ignore in stages:
+        folder = out / name / sub
+        if not has_checkpoint(folder):
+            continue
+        stored = stored_config(folder, key)
+        if name == "ppo":
+            stored = PPOConfig.from_dict(stored).to_dict()               # old field names, translated
+        check_stage_config(out, ("sft", "ppo"), name, folder, stored, requested, ignore=ignore)
+
+
+def run_rlvr(out_dir, *, quick: bool = False, seed: int = 0, method: str = "ppo", progress: bool = True,
+             log=print, sft_cfg: TaskSFTConfig | None = None, ppo_cfg: PPOConfig | None = None,
+             eval_cfg: dict | None = None) -> dict:
+    """Run (or reuse) both stages into ``out_dir`` and judge the SFT and RL policies on the held-out problems;
+    returns the summary (also ``summary.json``). ``sft_cfg`` / ``ppo_cfg`` / ``eval_cfg`` override the defaults
+    of :func:`stage_configs`."""
+    check_choice("method", method, METHODS)
+    d_sft, d_ppo, d_eval = stage_configs(quick, seed)
+    unknown = sorted(set(eval_cfg or {}) - set(d_eval))
+    if unknown:
+        raise ValueError(f"`eval_cfg` has unknown keys {unknown}; valid: {sorted(d_eval)}")
+    sft_cfg, ppo_cfg, eval_cfg = sft_cfg or d_sft, ppo_cfg or d_ppo, {**d_eval, **(eval_cfg or {})}
+    if eval_cfg["n_samples"] < max(KS):
+        raise ValueError(f"`n_samples` must be >= {max(KS)} (pass@{max(KS)}), got {eval_cfg['n_samples']}")
+    if not 1 <= eval_cfg["n_eval"] <= sft_cfg.n_heldout:
+        raise ValueError(f"`n_eval` must be in [1, n_heldout = {sft_cfg.n_heldout}], got {eval_cfg['n_eval']}")
+    out = ensure_folder(out_dir)
+    with run_lock(out):
+        check_reuse(out, sft_cfg, ppo_cfg)                              # before anything is written
+        return _run(out, quick, seed, method, progress, log, sft_cfg, ppo_cfg, eval_cfg)
+
+
+def _run(out: Path, quick, seed, method, progress, log, sft_cfg, ppo_cfg, eval_cfg) -> dict:
+    summary = {"out": str(out), "quick": quick, "seed": seed, "method": method, "seconds": {}, "cpu_seconds": {}}
+    t_all, c_all = time.perf_counter(), time.process_time()
+
+    def timed(name, t, c):
+        summary["seconds"][name], summary["cpu_seconds"][name] = time.perf_counter() - t, time.process_time() - c
+
+    # stage 1: SFT on the teacher's demonstrations
+    t, c = time.perf_counter(), time.process_time()
+    if has_checkpoint(out / "sft" / "model"):
+        log(f"[1/2] SFT: reusing {out / 'sft' / 'model'} (same config; delete it to retrain)")
+    else:
+        log(f"[1/2] SFT: {sft_cfg.n_train} demonstrations of {sft_cfg.digits}-digit sums by a teacher who forgets "
+            f"each carry with probability {sft_cfg.carry_slip:g} -> TinyGPT ({sft_cfg.n_layer} layers, "
+            f"C={sft_cfg.n_embd}), {sft_cfg.steps} steps")
+        r = train_task_sft(sft_cfg, out / "sft", progress=progress, log=log)
+        log(f"      teacher right on {r['teacher_accuracy']:.0%} of its demonstrations; held-out loss of the right "
+            f"answers {r['heldout_loss']:.3f} nats/token")
+    sft_model, tokenizer, _, sft_state = load_task_sft(out / "sft")
+    summary["teacher_accuracy"] = sft_state["teacher_accuracy"]
+    timed("sft", t, c)
+
+    # stage 2: RL against the verifier (the canonical PPO)
+    t, c = time.perf_counter(), time.process_time()
+    problems = Problems(sft_cfg)
+    if has_checkpoint(out / "ppo" / "policy"):
+        log(f"[2/2] PPO: reusing {out / 'ppo' / 'policy'} (same config)")
+    else:
+        resuming = has_checkpoint(out / "ppo" / "checkpoint")
+        log(f"[2/2] PPO against the verifier: {'resuming from ' + str(out / 'ppo' / 'checkpoint') + ', ' if resuming else ''}"
+            f"{ppo_cfg.iterations} iterations x {ppo_cfg.batch_size} answers, {ppo_cfg.update_epochs} epochs of "
+            f"{ppo_cfg.num_minibatches} minibatches; critic from the SFT trunk; KL penalty "
+            f"{ppo_cfg.kl_ref_controller} {ppo_cfg.kl_ref_coef:g}")
+        trainer = RLVRTrainer(ppo_cfg, sft_model, tokenizer, problems, out_dir=out / "ppo", resume=True)
+        try:
+            trainer.train(progress=progress)
+        finally:
+            trainer.close()
+    policy, _ = load_model(out / "ppo" / "policy")
+    timed("ppo", t, c)
+
+    # the evaluation: the same held-out problems, fresh answers, before and after
+    t, c = time.perf_counter(), time.process_time()
+    with stage("the evaluation", out, restart="the same command reuses the trained stages and evaluates again"):
+        summary["eval"] = evaluate(sft_model, policy, tokenizer, problems.heldout[:eval_cfg["n_eval"]],
+                                   eval_cfg["n_samples"], ppo_cfg, seed)
+    summary["train_pass_rate"] = [r["rlvr/pass_rate"] for r in read_metrics(out / "ppo" / "metrics.jsonl")]
+    timed("eval", t, c)
+    log(report(summary["eval"]))
+    atomic_write_text(out / "samples.md", samples_markdown(summary["eval"]))
+    timed("total", t_all, c_all)
+    summary["peak_rss_mb"] = peak_rss_mb()
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))
+    log(f"done in {summary['seconds']['total']:.1f} s, {summary['cpu_seconds']['total']:.1f} s of CPU "
+        f"({', '.join(f'{k} {v:.1f} s' for k, v in summary['cpu_seconds'].items() if k != 'total')}); "
+        f"results in {out}")
+    return summary
+
+
+def evaluate(sft_model, policy, tokenizer, problems, n_samples: int, ppo_cfg: PPOConfig, seed: int) -> dict:
+    """SFT and RL policies on the same problems, ``n_samples`` fresh answers each at the RL run's temperature:
+    :func:`minippo.rlvr.evaluate.evaluate_pass_at_k` of both, and the paired change of pass@1 over problems."""
+    verifier = Verifier(tokenizer)
+    kw = dict(max_new_tokens=ppo_cfg.max_new_tokens, temperature=ppo_cfg.temperature)
+    before = evaluate_pass_at_k(sft_model, tokenizer, verifier, problems, n_samples,
+                                rng=np.random.default_rng([seed, SEED_EVAL, 1]), **kw)
+    after = evaluate_pass_at_k(policy, tokenizer, verifier, problems, n_samples,
+                               rng=np.random.default_rng([seed, SEED_EVAL, 2]), **kw)
+    # the change of pass@1 problem by problem: its mean and the standard error of that mean
+    diff = (np.array(after["per_problem_right"]) - np.array(before["per_problem_right"])) / n_samples   # (P,)
+    se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else None
+    return {"sft": before, "rl": after, "pass@1_change": float(diff.mean()), "pass@1_change_se": se,
+            "temperature": ppo_cfg.temperature}
+
+
+def report(ev: dict) -> str:
+    """The table ``minippo rlvr`` prints: pass@k and answer lengths before and after RL."""
+    ks = [k for k in KS if f"pass@{k}" in ev["sft"]]
+    head = "".join(f"  pass@{k:<3d}" for k in ks)
+    lines = [f"evaluation on {ev['sft']['n_problems']} held-out problems, {ev['sft']['n_samples']} answers each "
+             f"(temperature {ev['temperature']:g}):",
+             f"  {'policy':<6s}{head}   length right / wrong (tokens)   well formed   all right / all wrong"]
+
+    def length(x):
+        return "  -  " if x is None else f"{x:5.2f}"
+    for name, r in (("SFT", ev["sft"]), ("RL", ev["rl"])):
+        cells = "".join(f"  {r[f'pass@{k}']:8.3f}" for k in ks)
+        lines.append(f"  {name:<6s}{cells}   {length(r['length_right'])} / {length(r['length_wrong'])}"
+                     f"{'':18s}{r['formed']:6.3f}        {r['all_right']:.3f} / {r['all_wrong']:.3f}")
+    se = ev["pass@1_change_se"]
+    lines.append(f"  pass@1 {ev['sft']['pass@1']:.3f} -> {ev['rl']['pass@1']:.3f}: {ev['pass@1_change']:+.3f}"
+                 + ("" if se is None else f" (s.e. {se:.3f} over the problems, paired)"))
+    return "\n".join(lines)
+
+
+def samples_markdown(ev: dict) -> str:
+    """``samples.md``: the first held-out problems, their right answer, four answers of each policy."""
+    rows = ["| problem | right answer | SFT's answers | RL's answers |", "|---|---|---|---|"]
+    for a, b in zip(ev["sft"]["samples"], ev["rl"]["samples"]):
+        rows.append(f"| `{a['prompt']}` | {a['answer']} | {', '.join(x or '(empty)' for x in a['answers'])} | "
+                    f"{', '.join(x or '(empty)' for x in b['answers'])} |")
+    return ("# Answers before and after RL\n\nFresh samples at temperature "
+            f"{ev['temperature']:g}; an answer is shown up to its EOS.\n\n" + "\n".join(rows) + "\n\n"
+            + report(ev).replace("\n", "\n    ").join(["    ", "\n"]))
+
+
+# ----------------------------------------------------------------------------------------------
+# the `minippo rlvr` command
+# ----------------------------------------------------------------------------------------------
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--out", default=None, metavar="DIR", help="run folder (default: runs/rlvr-<timestamp>); "
+                        "an earlier "
+                        "run's finished stages are reused when their config matches")
+    parser.add_argument("--quick", action="store_true", help="the same stages at CI size (seconds)")
+    parser.add_argument("--seed", type=integer, default=0, metavar="N", help="seed of every stage (default 0)")
+    parser.add_argument("--method", default="ppo", choices=METHODS, help="the RL algorithm: ppo (the canonical "
+                        "PPO with its critic, the verifier in the reward model's place)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def cli_main(args) -> int:
+    out = Path(args.out) if args.out else Path("runs") / time.strftime("rlvr-%Y%m%d-%H%M%S")
+    print(f"minippo rlvr -> {out}{' (quick)' if args.quick else ''}")
+    run_rlvr(out, quick=args.quick, seed=args.seed, method=args.method, progress=not args.no_progress)
+    return 0
