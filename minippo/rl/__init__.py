@@ -39,6 +39,9 @@ critic-free advantages: GRPO, RLOO, batch-mean baseline    group_advantages.grpo
 (Shao et al. 2024; Ahmadian et al. 2024) (Q61)             batch_mean_advantages; GRPO's KL loss grpo_kl_loss
 DPO, conservative DPO, IPO on preference pairs             dpo.dpo_loss (loss_type=, label_smoothing=)
 (beyond PPO: Rafailov et al. 2023; Azar et al. 2023)       dpo.sequence_logprobs / _backward
+sampler != trainer: importance weights none / IS / TIS /   off_policy.off_policy_weights (mode=, level=)
+MIS / IcePop, token or sequence; the weighted L^CLIP;      off_policy.corrected_policy_loss,
+AReaL's decoupled PPO (arXiv:2505.24298)                   off_policy.decoupled_policy_loss
 =========================================================  ==========================================
 
 (What only lessons measure, e.g. the k1/k2/k3 moments or the sequence ratio, is in ``minippo.studies``.)
@@ -67,6 +70,7 @@ _LAZY = {
     "ppo_penalty_loss": "minippo.rl.penalty",
     **{n: "minippo.rl.kl_control" for n in ("FixedKLController", "AdaptiveKLController", "PPOPaperKLController")},
     **{n: "minippo.rl.dpo" for n in ("dpo_loss", "sequence_logprobs", "sequence_logprobs_backward", "LOSS_TYPES")},
+    **{n: "minippo.rl.off_policy" for n in ("off_policy_weights", "corrected_policy_loss", "decoupled_policy_loss")},
     **{n: "minippo.rl.group_advantages" for n in ("grpo_advantages", "rloo_advantages",
                                                   "batch_mean_advantages", "grpo_kl_loss")},
 }
