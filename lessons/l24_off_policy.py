@@ -64,6 +64,8 @@ Exercises:
 3. Lower the cap of the sequence-level TIS until its bias equals the uncorrected one: what is left of its
    advantage in panel (b)?
 4. In (c), raise `STALE_ITERATIONS` to 4: from which staleness on does the mismatch fill the clip band?
+5. Write the weights yourself: `minippo exercise start off_policy_weights`, then `minippo exercise check
+   off_policy_weights` (the truncated and masked weights at both levels, graded by the project's checks).
 
 Questions: Q63, Q64.
 """

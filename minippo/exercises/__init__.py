@@ -25,4 +25,5 @@ EXERCISES: dict[str, str] = {
     "layernorm_backward": "minippo.exercises.layernorm_backward",
     "bradley_terry": "minippo.exercises.bradley_terry",
     "token_rewards": "minippo.exercises.token_rewards",
+    "off_policy_weights": "minippo.exercises.off_policy_weights",
 }
