@@ -304,8 +304,8 @@ def plot(r: dict, path) -> None:
     a.legend(loc="upper left", fontsize=8)
     ns = np.unique(np.geomspace(2, 4096, 60).astype(int))
     rows, gn = r["a"]["samplers"]["stale by 2"]["rows"], r["a"]["grad_norm"]
-    for est in FIGURE_ESTIMATORS:
-        b.plot(ns, batch_curve(rows[est], gn, ns), lw=2, label=est)
+    for est, ls in zip(FIGURE_ESTIMATORS, ("-", "-", "-", "--", ":")):     # MIS C=2 may coincide with IS
+        b.plot(ns, batch_curve(rows[est], gn, ns), lw=2, ls=ls, label=est)
     b.axvline(N_BATCH, color="grey", ls=":", label=f"n = {N_BATCH} (the tables)")
     b.set_xscale("log")
     b.set_yscale("log")
@@ -317,7 +317,8 @@ def plot(r: dict, path) -> None:
     labels = list(crow)
     y = [crow[k]["outside"] for k in labels]
     c.bar(np.arange(len(labels)), y, yerr=[2 * crow[k]["se"] for k in labels], capsize=3, color="tab:red")
-    c.set_xticks(np.arange(len(labels)), [k.replace(", ", "\n").replace(" PPO", "\nPPO") for k in labels], fontsize=8)
+    ticks = [k.replace(", ", "\n").replace(" PPO", "\nPPO").replace(" (", "\n(") for k in labels]
+    c.set_xticks(np.arange(len(labels)), ticks, fontsize=8, rotation=30, ha="right")
     c.set_ylabel(f"share of tokens with r outside [{1 - CLIP_EPS:g}, {1 + CLIP_EPS:g}] (bars: 2 se)")
     c.set_title("(c) lr = 0: what the mismatch alone uses of the clip band (RLHF SFT policy)")
     for k, lab in enumerate(labels):
@@ -326,8 +327,9 @@ def plot(r: dict, path) -> None:
         d.scatter(np.full(1, k), [crow[lab]["max_abs_log_ratio"]], color="tab:orange", marker="^",
                   label="max |log r|" if k == 0 else None)
     d.axhline(np.log(1 + CLIP_EPS), color="grey", ls="--", label=f"log(1 + eps) = {np.log(1 + CLIP_EPS):.3f}")
-    d.set_yscale("symlog", linthresh=1e-7)
-    d.set_xticks(np.arange(len(labels)), [k.replace(", ", "\n").replace(" PPO", "\nPPO") for k in labels], fontsize=8)
+    d.set_yscale("symlog", linthresh=1e-4)
+    d.set_ylim(bottom=0)
+    d.set_xticks(np.arange(len(labels)), ticks, fontsize=8, rotation=30, ha="right")
     d.set_ylabel("|log r| = |log pi - log mu| (nats)")
     d.set_title("(d) The log-ratios behind (c)")
     d.legend(loc="upper left", fontsize=8)
