@@ -29,7 +29,8 @@ token-level IS. The estimator measured in (a), at ratio 1 (nothing clipped), wit
 al. 2024) over a batch of $n$ responses of $\mu$:
 
 $$
-g = \frac{1}{n} \sum_i \Big(R_i - \frac{1}{n-1}\sum_{j \ne i} R_j\Big) \sum_t w_{i,t} \nabla \log \pi(y_{i,t} \mid s_{i,t}).
+g = \frac{1}{n} \sum_i \Big(R_i - \frac{1}{n-1}\sum_{j \ne i} R_j\Big)
+\sum_t w_{i,t} \nabla \log \pi(y_{i,t} \mid s_{i,t}).
 $$
 
 Its expectation and its variance are finite sums over the space (a U-statistic: Hoeffding 1948), so its bias
@@ -75,7 +76,7 @@ import time
 
 import numpy as np
 
-from lessons._common import lesson_main, pyplot, save
+from lessons._common import lesson_main, pyplot, save, time_line
 from minippo.studies import exact as ex
 from minippo.studies import off_policy as op
 from minippo.studies.study import Study
@@ -251,7 +252,8 @@ def narrative(r: dict) -> str:
                        ("share of tokens whose weight the bound changed", "changed_frac")):
         out += [f"  {title}:", head]
         if key == "rel_bias":
-            out.append(f"    {'KL(mu || pi), nats':<27}" + "".join(f"{_cell(a['samplers'][n]['kl']):>11}" for n in names))
+            kls = [_cell(a["samplers"][n]["kl"]) for n in names]
+            out.append(f"    {'KL(mu || pi), nats':<27}" + "".join(f"{k:>11}" for k in kls))
         for est in op.ESTIMATORS:
             if key == "changed_frac" and op.ESTIMATORS[est][0] in ("none", "is"):
                 continue
@@ -278,8 +280,7 @@ def narrative(r: dict) -> str:
     out.append("\nWhat holds here (computed from the numbers above; the rule in brackets):")
     for claim, (outcome, number, rule) in r["claims"].items():
         out.append(f"  - {claim}: {outcome} ({number:+.3g}; {rule})")
-    t = r["time"]
-    out.append(f"\nTime: {t['wall']:.1f} s wall, {t['cpu']:.1f} s CPU.")
+    out.append(time_line(r))
     return "\n".join(out)
 
 
@@ -299,6 +300,8 @@ def plot(r: dict, path) -> None:
               [r["a"]["samplers"][n]["rows"][est]["rel_bias"] for n in names], width, label=est)
     a.set_xticks(x, [n.replace(", ", "\n") for n in names], fontsize=9)
     a.set_yscale("symlog", linthresh=1e-3)
+    top = max(r["a"]["samplers"][n]["rows"][e]["rel_bias"] for n in names for e in FIGURE_ESTIMATORS)
+    a.set_ylim(0, 3 * top)
     a.set_ylabel("bias of the expected gradient / ||grad J|| (exact)")
     a.set_title("(a) How biased is each corrected gradient, per sampler?")
     a.legend(loc="upper left", fontsize=8)

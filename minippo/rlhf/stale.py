@@ -38,7 +38,8 @@ class StalePolicy:
     def push(self, policy) -> None:
         """Keep a copy of ``policy`` (anything with ``.copy()``: a TinyGPT, an array) as the newest version."""
         if not callable(getattr(policy, "copy", None)):
-            raise ValueError(f"`policy` must have a .copy() method (a TinyGPT or an array), got {type(policy).__name__}")
+            raise ValueError("`policy` must have a .copy() method (a TinyGPT or an array), got "
+                             f"{type(policy).__name__}")
         self._versions.append(policy.copy())
 
     @property
