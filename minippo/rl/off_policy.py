@@ -18,7 +18,7 @@ biased). :func:`off_policy_weights` turns them into per-token weights w, 0 on pa
     "is"       rho                                      importance sampling (ValueError if it overflows)
     "tis"      min(rho, C)                              truncated IS: a bias for a bounded weight
     "mis"      rho where rho <= C, else 0               masked IS: the unit leaves the gradient
-    "icepop"   rho where C_low <= rho <= C, else 0      two-sided mask (IcePop; OpenRLHF's band [0.5, 5])
+    "icepop"   rho where C_low <= rho <= C, else 0      two-sided mask (IcePop, e.g. [0.5, 5])
 
 The sequence weight is computed from float64 sums; rho = +inf (a product beyond float64) truncates to C or
 is masked, exactly as the rule says. Statistics are per unit (valid tokens, or rows with a valid token):
@@ -38,9 +38,10 @@ r_t / n where the clip does not bind, 0 where it does. Another aggregation than 
 1/|o_b|, Dr. GRPO's constant) is the same loss with w_t multiplied by n / d_bt. Where TRL, verl and OpenRLHF
 multiply the same per-token term: docs/to_trl.md, "Off-policy corrections".
 
-**Decoupled PPO** (AReaL, Fu et al. 2025, arXiv:2505.24298): three policies, the behaviour policy mu that
-sampled, the proximal policy pi_prox (the trainer's copy at the start of the update, the centre of the trust
-region) and the current pi_theta:
+**Decoupled PPO** (AReaL, Fu et al. 2025, arXiv:2505.24298, its decoupled PPO objective as the authors'
+repository draws it in ``blog/AReaL_v0_3.md``): three policies, the behaviour policy mu that sampled, the
+proximal policy pi_prox (the trainer's copy at the start of the update, the centre of the trust region) and
+the current pi_theta:
 
     J(theta) = E_{a_t ~ mu}[ sum_t (pi_prox / mu) min(u_t A_t, clip(u_t, 1 - eps, 1 + eps) A_t) ],
     u_t = pi_theta(a_t|s_t) / pi_prox(a_t|s_t)
