@@ -6,6 +6,7 @@ import itertools
 import numpy as np
 import pytest
 
+from minippo import kernels
 from minippo.rl.losses import log_softmax
 from minippo.studies import exact as ex
 from minippo.studies import off_policy as op
@@ -105,7 +106,6 @@ def test_band_stats():
 def test_the_batch_gradient_is_the_same_on_both_kernel_paths(small):
     """The identity behind the Monte Carlo check (E[g] = the exact mean) rests on batch_gradient, which runs
     clipped_policy_loss: its numba kernel and its NumPy formula give the same gradient."""
-    from minippo import kernels
     space, reward, theta, tables = small
     rows = np.array([0, 3, 3, 7, 11, 12])
     for est in op.ESTIMATORS:
