@@ -38,7 +38,7 @@ Run one lesson (default size, figure in {RUN_FIGURES_DIR}, git-ignored):
   python -m lessons 4                        # or: python -m lessons.l04_clip_objective
   python -m lessons 4 --quick                # the seconds-long version (figure in your own temporary folder)
   python -m lessons.l04_clip_objective --out DIR   # the figure in DIR
-Every default run takes under a minute on 2 cores, except the first RLHF lesson (09, 11, 13-21) you run: it
+Every default run takes under a minute on 2 cores, except the first RLHF lesson (09, 11, 13-21, 24) you run: it
 first builds the SFT policy and reward model they share into runs/cache/ (about {BUILD_SECONDS[False]} s more, once;
 it says so before it starts), unless `minippo rlhf` (default config, seed 0, into runs/) already made them: then
 they are copied from that run.

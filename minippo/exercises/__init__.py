@@ -27,4 +27,5 @@ EXERCISES: dict[str, str] = {
     "token_rewards": "minippo.exercises.token_rewards",
     "pass_at_k": "minippo.exercises.pass_at_k",
     "zero_variance": "minippo.exercises.zero_variance",
+    "off_policy_weights": "minippo.exercises.off_policy_weights",
 }

@@ -44,6 +44,9 @@ pass@k from n samples per problem (Chen et al. 2021        pass_k.pass_at_k
 eq. (1)), the metric of verifiable-reward tasks
 groups whose rewards are all equal (no signal; DAPO's      dapo.zero_variance_groups, zero_variance_share
 dynamic sampling); DAPO's soft overlong punishment         dapo.overlong_penalty
+sampler != trainer: importance weights none / IS / TIS /   off_policy.off_policy_weights (mode=, level=)
+MIS / IcePop, token or sequence; the weighted L^CLIP;      off_policy.corrected_policy_loss,
+AReaL's decoupled PPO (arXiv:2505.24298)                   off_policy.decoupled_policy_loss
 =========================================================  ==========================================
 
 (What only lessons measure, e.g. the k1/k2/k3 moments or the sequence ratio, is in ``minippo.studies``.)
@@ -73,6 +76,7 @@ _LAZY = {
     "ppo_penalty_loss": "minippo.rl.penalty",
     **{n: "minippo.rl.kl_control" for n in ("FixedKLController", "AdaptiveKLController", "PPOPaperKLController")},
     **{n: "minippo.rl.dpo" for n in ("dpo_loss", "sequence_logprobs", "sequence_logprobs_backward", "LOSS_TYPES")},
+    **{n: "minippo.rl.off_policy" for n in ("off_policy_weights", "corrected_policy_loss", "decoupled_policy_loss")},
     **{n: "minippo.rl.group_advantages" for n in ("grpo_advantages", "rloo_advantages",
                                                   "batch_mean_advantages", "grpo_kl_loss")},
     "pass_at_k": "minippo.rl.pass_k",

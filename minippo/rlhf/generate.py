@@ -22,11 +22,23 @@ to KL(pi || pi_ref) and can even be negative on average (lesson 15 shows this). 
 ``top_k = 0, top_p = 1`` samples from pi itself, and then ``logp`` is exactly the log-prob of the
 sampling distribution.
 
+**A mismatched sampler** (lesson 24). ``logits_precision`` rounds the logits the sampler draws from,
+the way an inference engine that computes them in half precision would: "float16" (IEEE half, round
+to nearest even), "bfloat16" (8 significant bits: the float32 bit pattern rounded to its top 16
+bits, to nearest even, as ``torch.Tensor.to(torch.bfloat16)`` does) or "bfloat16-truncate" (those 16
+low bits dropped: rounding toward zero); float64 logits are rounded to float32 first
+(:func:`round_logits`). Only the LM head's output is rounded, not every activation as in a real bf16
+engine: a lower bound on its mismatch. ``logp`` stays the trainer's log pi from the unrounded
+logits, and ``logp_sampler`` is log q(token), the log-probability the token was actually drawn with
+(rounded, tempered, truncated by top-k / top-p): the sampler's log-probs of
+``minippo.rl.off_policy_weights``. With the defaults (no rounding, no truncation) ``logp_sampler``
+is ``logp`` and every other output is bitwise what it was without the option.
+
 **Padding.** Prompts are left-padded (``prompt_mask`` 1 on real tokens, every row's last column
 real), responses right-padded: after a row samples ``eos_id`` it is *ended*; it keeps feeding
-``pad_id`` marked as padding (``attn_mask`` 0) to the cache, and its later outputs are ignored, until
-a quarter of the cache's rows have ended: then the ended rows leave the cache (``KVCache.take``) and
-cost nothing more (the RM's pair sampling decodes ~2x faster).
+``pad_id`` marked as padding (``attn_mask`` 0) to the cache, and its later outputs are ignored,
+until a quarter of the cache's rows have ended: then the ended rows leave the cache
+(``KVCache.take``) and cost nothing more (the RM's pair sampling decodes ~2x faster).
 ``response_mask`` is 1 on response tokens including the EOS and 0 on padding, so a row's valid
 tokens are contiguous from position 0 (the conventions of CONTRIBUTING.md).
 
@@ -47,7 +59,7 @@ import numpy as np
 from minippo import kernels
 from minippo._lazy import LazyModule
 from minippo.blas import single_blas_thread
-from minippo.checks import check_int_array, check_mask, check_range, check_same_shape
+from minippo.checks import check_choice, check_int_array, check_mask, check_range, check_same_shape
 from minippo.rl.losses import log_softmax
 
 _kernels = LazyModule("minippo.rlhf._kernels")   # numba: loaded at the first sampled token
@@ -71,6 +83,9 @@ class Generation:
     attn_mask : (B, Tp + Tn) int64, ``prompt_mask ++ response_mask``
     ended : (B,) bool, the row produced an EOS
     prompt_len : Tp, the column where the response starts in ``sequences``
+    logp_sampler : (B, Tn) like ``logp``, log q(token) under the distribution actually sampled
+        from (rounded logits, top-k / top-p; module docstring), 0 on padding; ``logp`` itself when
+        q is pi
     """
 
     response: np.ndarray
@@ -80,6 +95,7 @@ class Generation:
     attn_mask: np.ndarray
     ended: np.ndarray
     prompt_len: int
+    logp_sampler: np.ndarray
 
     @property
     def lengths(self) -> np.ndarray:
@@ -115,6 +131,26 @@ def sampling_distribution(logits, temperature: float = 1.0, top_k: int = 0,
     return probs / probs.sum(axis=1, keepdims=True)
 
 
+LOGIT_PRECISIONS = ("float16", "bfloat16", "bfloat16-truncate")
+
+
+def round_logits(logits: np.ndarray, precision: str | None) -> np.ndarray:
+    """``logits`` rounded to ``precision`` (:data:`LOGIT_PRECISIONS`, module docstring) and returned
+    in their own dtype; None returns them unchanged. bfloat16 keeps the top 16 bits of the float32
+    pattern: to nearest, ties to even (add 0x7FFF plus the lowest kept bit, then drop 16 bits), or
+    truncated toward zero."""
+    if precision is None:
+        return logits
+    x = np.asarray(logits, dtype=np.float32)                 # (B, V), float64 via float32
+    if precision == "float16":
+        return x.astype(np.float16).astype(logits.dtype)
+    bits = x.view(np.uint32)
+    if precision == "bfloat16":
+        # round half to even
+        bits = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    return (bits & np.uint32(0xFFFF0000)).view(np.float32).astype(logits.dtype)
+
+
 def sample_from(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
     """One token per row of ``probs`` (B, V) by inverse-CDF sampling with the uniforms ``u`` (B,) in
     (0, 1].
@@ -133,7 +169,7 @@ def sample_from(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 
 def _validate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, top_k, top_p,
-              eos_id, pad_id):
+              eos_id, pad_id, logits_precision=None):
     """Every argument of :func:`generate`, with a ValueError naming the bad one."""
     cfg = getattr(model, "cfg", None)
     if cfg is None or not hasattr(model, "prefill") or not hasattr(model, "decode_step"):
@@ -165,13 +201,14 @@ def _validate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, 
     check_range("top_p", top_p, 0, 1, lo_open=True)
     check_range("eos_id", eos_id, 0, V, hi_open=True, integer=True)
     check_range("pad_id", pad_id, 0, V, hi_open=True, integer=True)
+    if logits_precision is not None:
+        check_choice("logits_precision", logits_precision, LOGIT_PRECISIONS)
     return prompt_ids.astype(np.int64, copy=False), (prompt_mask != 0).astype(np.int64)
 
 
 def generate(model, prompt_ids, prompt_mask, *, max_new_tokens: int, rng: np.random.Generator,
              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, eos_id: int,
-             pad_id: int = 0
-             ) -> Generation:
+             pad_id: int = 0, logits_precision: str | None = None) -> Generation:
     """Sample a response for every prompt, with a KV cache.
 
     Parameters
@@ -186,29 +223,33 @@ def generate(model, prompt_ids, prompt_mask, *, max_new_tokens: int, rng: np.ran
     top_p : in (0, 1], nucleus sampling (1 = off)
     eos_id : the token that ends a response
     pad_id : written after a row's EOS
+    logits_precision : None (off), or a mismatched sampler's rounding of the logits
+        (:data:`LOGIT_PRECISIONS`)
 
     Returns
     -------
     Generation : response, response_mask, logp (full-softmax log-probs, see the module docstring),
-        sequences, attn_mask, ended, prompt_len. ``Tn`` is the number of tokens actually sampled:
-        the loop stops as soon as every row has ended, else after ``max_new_tokens``.
+        sequences, attn_mask, ended, prompt_len, logp_sampler. ``Tn`` is the number of tokens
+        actually sampled: the loop stops as soon as every row has ended, else after
+        ``max_new_tokens``.
     """
     prompt_ids, prompt_mask = _validate(model, prompt_ids, prompt_mask, max_new_tokens, rng,
-                                        temperature, top_k, top_p, eos_id, pad_id)
+                                        temperature, top_k, top_p, eos_id, pad_id, logits_precision)
     with single_blas_thread():      # (B, C) x (C, 3C) products: threads cost more than they save
         return _generate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, top_k,
-                         top_p,
-                         eos_id, pad_id)
+                         top_p, eos_id, pad_id, logits_precision)
 
 
 def _generate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, top_k, top_p,
-              eos_id, pad_id):
+              eos_id, pad_id, logits_precision=None):
     """:func:`generate` after validation."""
     B, Tp = prompt_ids.shape
     dtype = np.dtype(model.cfg.dtype)
     response = np.full((B, max_new_tokens), pad_id, dtype=np.int64)    # (B, Tn_max)
     response_mask = np.zeros((B, max_new_tokens), dtype=np.int64)      # (B, Tn_max)
     logp = np.zeros((B, max_new_tokens), dtype=dtype)                  # (B, Tn_max)
+    logp_sampler = np.zeros((B, max_new_tokens), dtype=dtype)          # (B, Tn_max) log q(token)
+    mismatched = logits_precision is not None or top_k or top_p < 1    # q is not pi
     ended = np.zeros(B, dtype=bool)
     logits, kv = model.prefill(prompt_ids, prompt_mask)       # (B, V) at the last prompt column
     rows = np.arange(B)                  # the rows in the cache and in logits (finished ones leave)
@@ -216,8 +257,9 @@ def _generate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, 
     for t in range(max_new_tokens):
         # the next four lines sample token_t from q and record log pi(token_t) (full softmax)
         logp_all = log_softmax(logits, temperature)                    # (n, V) log pi, n rows
-        q = sampling_distribution(logits, temperature, top_k,
-                                  top_p) if (top_k or top_p < 1) else np.exp(logp_all)
+        q = (sampling_distribution(round_logits(logits, logits_precision), temperature, top_k,
+                                   top_p)
+             if mismatched else np.exp(logp_all))          # (n, V) q: what the sampler draws from
         u = 1.0 - rng.random(B)                                        # (B,) in (0, 1], one per row
         token = sample_from(q, u[rows])                                # (n,)
         alive = ~ended[rows]                                           # (n,) rows still writing
@@ -225,6 +267,7 @@ def _generate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, 
         response[write, t] = token[alive]
         response_mask[write, t] = 1
         logp[write, t] = logp_all[alive, token[alive]]
+        logp_sampler[write, t] = np.log(q[alive, token[alive]]) if mismatched else logp[write, t]
         ended[write] |= token[alive] == eos_id
         n_new = t + 1
         if ended.all() or t == max_new_tokens - 1:
@@ -240,6 +283,7 @@ def _generate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, 
     response, response_mask, logp = response[:, :n_new], response_mask[:, :n_new], logp[:, :n_new]
     return Generation(
         response=response, response_mask=response_mask, logp=logp,
+        logp_sampler=logp_sampler[:, :n_new],
         sequences=np.concatenate([prompt_ids, response], axis=1),      # (B, Tp + Tn)
         attn_mask=np.concatenate([prompt_mask, response_mask], axis=1),
         ended=ended, prompt_len=Tp)

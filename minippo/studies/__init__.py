@@ -14,4 +14,5 @@
     baselines.py              which baseline removes most variance (lesson 20)
     dpo_frontier.py           DPO vs PPO vs PPO-GT on the gold-KL frontier; gold as a reward model (lesson 21)
     exact.py, exact_updates.py  a sequence space small enough to enumerate: exact gradients of the estimators (22)
+    off_policy.py             off-policy corrections' exact bias and noise; the clip band at lr = 0 (lesson 24)
 """
