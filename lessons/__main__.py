@@ -14,6 +14,7 @@ one lesson. ``--quick`` runs the seconds-long versions instead (figures go to a 
 ``python -m lessons notebooks`` regenerates every ``notebooks/lNN_<slug>.ipynb`` from its lesson module,
 executed at the default size (``notebooks 4``: one lesson; ``--no-execute``: without outputs; ``--verify
 --quick``: execute the committed notebooks in quick mode, writing nothing); see ``lessons/notebooks.py``.
+``python -m lessons site --out DIR`` builds the course's website from them (``lessons/website/``).
 """
 from __future__ import annotations
 
@@ -68,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["notebooks"]:
         return notebooks.main(argv[1:], discover(), resolve)
+    if argv[:1] == ["site"]:
+        from lessons import website      # the site's generator (its Sphinx import is lazy too)
+        return website.main(argv[1:], discover())
     parser = argparse.ArgumentParser(prog="python -m lessons", description=__doc__)
     parser.add_argument("which", nargs="*", help="'all', or lesson numbers / slugs; empty lists them; "
                         "'notebooks [N ...]' regenerates the notebooks (python -m lessons notebooks -h)")
