@@ -145,6 +145,7 @@ def check_page(drv, path: Path, site: Path, cache: dict) -> tuple[list[str], dic
     problems += [f"raw TeX delimiters in the rendered text: {t!r}" for t in facts["raw"]]
     problems += [f"image not loaded: {im['src']}" for im in facts["images"] if not im["ok"]]
     problems += sorted({p for href in facts["links"] if (p := link_problem(href, site, cache))})
+    problems = list(dict.fromkeys(problems))                 # MathJax marks one error twice
     counts = {"equations": facts["equations"], "images": len(facts["images"]), "links": len(facts["links"])}
     return problems, counts
 

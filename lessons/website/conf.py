@@ -17,8 +17,6 @@ extensions = [
     "sphinx.ext.mathjax",
     "sphinx-mathjax-offline",   # MathJax 3.2.2 bundled: mathjax_path -> _static/mathjax/ (set below)
 ]
-# MathJax's SVG output: one script, no web fonts to load (the CommonHTML output fetches font files)
-mathjax_path = "mathjax/tex-svg.js"
 
 myst_enable_extensions = ["dollarmath", "attrs_inline"]   # $...$ / $$ math; ![](x.png){w=160px}
 myst_heading_anchors = 4        # GitHub-style anchors (readme.md#metric-glossary), as the repository's links
@@ -32,3 +30,10 @@ html_copy_source = False        # no _sources/ copies of the pages
 html_show_sourcelink = False
 html_last_updated_fmt = None
 suppress_warnings = ["myst.header"]   # the docs start at "##" under a page title in places
+
+
+def setup(app):
+    """MathJax's SVG output: one script and no web fonts (the CommonHTML output that sphinx-mathjax-offline
+    selects loads font files, which a browser may refuse from ``file://`` in another folder). Set here: this
+    runs after the extensions' own setup."""
+    app.config.mathjax_path = "mathjax/tex-svg.js"
