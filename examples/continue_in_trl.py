@@ -9,16 +9,9 @@ transformers and TRL: ``pip install -e ".[hf]"`` (torch's CPU build: ``torch==2.
 2. ``trl.GRPOTrainer`` trains ``OUT/policy_hf`` on the CPU for ``--steps`` steps on minippo's prompts
    (``minippo.rlhf.data.corpus.sample_prompts``), ``--batch`` completions per step in groups of ``--group``
    per prompt, responses of the run's ``max_new_tokens`` at its temperature, and saves it as ``OUT/trl``.
-   The reward is the exported reward model read as its README says and as minippo's PPO read it
-   (:class:`ExportedReward`): on ``<bos> prompt response`` where the response keeps the EOS it generated
-   (TRL's ``completion_ids``), at the last token that is not ``<pad>`` (that EOS when there is one), turned
-   into the sequence score by minippo's own ``sequence_scores`` with the run's settings (``missing_eos_penalty``
-   for a response without EOS, and the length terms if the run used them). TRL's own path for a reward *model* re-tokenises the
-   decoded text without special tokens (no ``<bos>``, no EOS) and would read the model where it never learned.
-3. Positions. TRL's loss forward passes no ``position_ids``, and GPT-2 then numbers the left padding of a
-   short prompt as if it were text; a forward pre-hook (:func:`minippo_positions`) passes minippo's
-   ``cumsum(attention_mask) - 1`` instead (``generate`` builds the same ones itself).
-4. ``minippo import-hf OUT/trl --out OUT/policy`` reads the result back, and both policies are judged on the
+   The reward is the exported reward model read as minippo's PPO read it, and the loss forward gets minippo's
+   position ids: ``minippo/rlhf/run/hf_trl.py`` says how and why (TRL's defaults would read both wrongly).
+3. ``minippo import-hf OUT/trl --out OUT/policy`` reads the result back, and both policies are judged on the
    same prompts with the same sampling seed by ``evaluate_policy`` (gold = the simulated human, never trained
    on; RM = the run's reward model; KL to the SFT policy). ``OUT/summary.json`` holds every number.
 
@@ -38,76 +31,16 @@ from minippo.blas import single_blas_thread
 from minippo.cli import main as minippo
 from minippo.rlhf.checkpoint import load_model
 from minippo.rlhf.data.corpus import sample_prompts
-from minippo.rlhf.reward_model import sequence_scores
 from minippo.rlhf.run.evaluate import evaluate_policy
+from minippo.rlhf.run.hf_trl import grpo_trainer
 from minippo.rlhf.run.pipeline import SEED_EVAL
 from minippo.rlhf.run.trainer import load_stages
 
 
-def minippo_positions(module, args, kwargs):
-    """Forward pre-hook: ``position_ids = max(cumsum(attention_mask) - 1, 0)`` when none are given."""
-    mask = kwargs.get("attention_mask")
-    if kwargs.get("position_ids") is None and mask is not None and kwargs.get("past_key_values") is None:
-        kwargs["position_ids"] = (mask.long().cumsum(-1) - 1).clamp(min=0)
-    return args, kwargs
-
-
-class ExportedReward:
-    """TRL reward function: minippo's sequence score from the exported reward model (module docstring, 2.)."""
-
-    __name__ = "minippo_reward_model"           # the name TRL logs it under (rewards/minippo_reward_model)
-    SCORE_FIELDS = ("missing_eos_penalty", "length_penalty", "length_bonus", "length_norm_alpha", "score_clip")
-
-    def __init__(self, folder, tokenizer, ppo_cfg: dict):
-        from transformers import AutoModelForSequenceClassification   # lazy: the optional hf extra
-        self.model = AutoModelForSequenceClassification.from_pretrained(str(folder)).eval()
-        self.tok, self.score_kw = tokenizer, {k: ppo_cfg[k] for k in self.SCORE_FIELDS}
-
-    def __call__(self, prompts, completions, completion_ids, **kwargs) -> list[float]:
-        import torch
-        rows = [[self.tok.bos_token_id] + self.tok(p, add_special_tokens=False)["input_ids"] + list(c)
-                for p, c in zip(prompts, completion_ids)]
-        ids = torch.full((len(rows), max(map(len, rows))), self.tok.pad_token_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, row in enumerate(rows):                 # right-padded: positions 0, 1, ... are minippo's
-            ids[i, :len(row)], mask[i, :len(row)] = torch.tensor(row), 1
-        with torch.no_grad():
-            rm_scores = self.model(input_ids=ids, attention_mask=mask).logits[:, 0].double().numpy()   # (B,)
-        ended = np.array([self.tok.eos_token_id in c for c in completion_ids])
-        lengths = np.array([len(c) for c in completion_ids])     # response tokens, the EOS included
-        return sequence_scores(rm_scores, ended, lengths, **self.score_kw).tolist()   # as minippo's PPO rollout
-
-
-def check_tokenizer(tok) -> None:
-    """TRL tokenises prompts with the tokenizer's special tokens: they must give ``<bos> prompt`` (no EOS)."""
-    ids = tok("the film")["input_ids"]
-    if ids[0] != tok.bos_token_id or tok.eos_token_id in ids:
-        raise ValueError(f"the exported tokenizer encodes 'the film' as {ids}; TRL needs <bos> + text without "
-                         f"an EOS ({tok.bos_token_id} first, no {tok.eos_token_id}) to prompt the policy")
-
-
 def train_grpo(policy_hf: Path, rm_hf: Path, out: Path, ppo_cfg: dict, args) -> list[dict]:
-    """TRL's GRPOTrainer on the exported policy; returns TRL's log of every step (``log_history``)."""
-    import torch                                                        # lazy: the optional hf extra
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
-    torch.manual_seed(args.seed)
-    tok = AutoTokenizer.from_pretrained(str(policy_hf))
-    check_tokenizer(tok)
-    model = AutoModelForCausalLM.from_pretrained(str(policy_hf), dtype=torch.float32)
-    config = GRPOConfig(
-        output_dir=str(out / "trl_run"), max_steps=args.steps, per_device_train_batch_size=args.batch,
-        num_generations=args.group, max_completion_length=ppo_cfg["max_new_tokens"],
-        temperature=ppo_cfg["temperature"], top_k=0, top_p=1.0, learning_rate=args.lr, beta=args.beta,
-        logging_steps=1, report_to="none", save_strategy="no", use_cpu=True, bf16=False, seed=args.seed,
-        disable_tqdm=True, dataloader_num_workers=0)
-    prompts = Dataset.from_dict({"prompt": sample_prompts(args.prompts, seed=args.seed)})
-    trainer = GRPOTrainer(model=model, reward_funcs=[ExportedReward(rm_hf, tok, ppo_cfg)],
-                          args=config, train_dataset=prompts, processing_class=tok)
-    for m in (trainer.model, trainer.ref_model):
-        if m is not None:
-            m.register_forward_pre_hook(minippo_positions, with_kwargs=True)
+    """TRL's GRPOTrainer on the exported policy, saved to ``out/trl``; returns TRL's log of every step."""
+    trainer = grpo_trainer(policy_hf, rm_hf, ppo_cfg, out_dir=out / "trl_run", steps=args.steps, batch=args.batch,
+                           group=args.group, lr=args.lr, beta=args.beta, n_prompts=args.prompts, seed=args.seed)
     trainer.train()
     trainer.save_model(str(out / "trl"))
     return [h for h in trainer.state.log_history if "reward" in h]

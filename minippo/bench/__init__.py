@@ -28,6 +28,7 @@ SECTIONS: dict[str, str] = {
     "clip": "minippo.bench.rl_clip",       # clipped-surrogate kernel vs NumPy expression
     "import": "minippo.bench.startup",     # import + first call with a warm numba cache
     "cartpole": "minippo.bench.cartpole",  # classic PPO: steps to return 475, wall time
+    "trl": "minippo.bench.trl",            # one GRPO iteration of TRL vs minippo's (needs the hf extra)
 }
 
 

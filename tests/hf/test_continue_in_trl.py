@@ -1,8 +1,7 @@
-"""``examples/continue_in_trl.py`` at tiny size: TRL's GRPOTrainer trains minippo's exported policy with the
+"""``examples/continue_in_trl.py`` (``minippo/rlhf/run/hf_trl.py``) at tiny size: TRL's GRPOTrainer trains minippo's exported policy with the
 exported reward model, ``minippo import-hf`` reads it back and minippo judges it. Fails if the weights did not
 change or a reward is not finite; and the reward TRL is given is minippo's own sequence score (the exported
 reward model read at the EOS, the missing-EOS penalty subtracted), checked against ``RewardModel.score``."""
-import importlib.util
 import json
 import math
 import subprocess
@@ -23,13 +22,6 @@ from minippo.rlhf.reward_model import RewardModel, has_eos, sequence_scores  # n
 from minippo.rlhf.data.tokenizer import Tokenizer  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "continue_in_trl.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("continue_in_trl", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
@@ -58,15 +50,15 @@ def test_trl_trains_the_export_and_minippo_reads_it_back(run, tmp_path):
 
 def test_the_reward_given_to_trl_is_minippos_sequence_score(run, tmp_path):
     from transformers import AutoTokenizer
-    mod = load_script()
+    from minippo.rlhf.run import hf_trl
     assert main(["export", str(run / "rm"), "--hf", str(tmp_path / "rm_hf")]) == 0
     assert main(["export", str(run / "ppo" / "policy"), "--hf", str(tmp_path / "pol_hf")]) == 0
     hf_tok = AutoTokenizer.from_pretrained(str(tmp_path / "pol_hf"))
-    mod.check_tokenizer(hf_tok)
+    hf_trl.check_tokenizer(hf_tok)
     _, state = load_model(run / "ppo" / "policy")
     penalty = state["ppo_config"]["missing_eos_penalty"]
     assert penalty > 0                                   # so that the missing EOS shows in the numbers
-    reward = mod.ExportedReward(tmp_path / "rm_hf", hf_tok, state["ppo_config"])
+    reward = hf_trl.ExportedReward(tmp_path / "rm_hf", hf_tok, state["ppo_config"])
     tok = Tokenizer.load(state["tokenizer"])
     prompts = ["the film was", "i think the", "overall , the"]
     responses = [tok.encode(" good and fun .", add_eos=True), tok.encode(" very slow"), tok.encode(" a story", add_eos=True)]
