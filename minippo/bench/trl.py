@@ -32,6 +32,7 @@ from minippo.rlhf.data.tokenizer import train_tokenizer
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.reward_model import RewardModel
 from minippo.rlhf.run.hf import export_hf
+from minippo.rlhf.run.hf_trl import SCORE_FIELDS, grpo_trainer
 from minippo.rlhf.run.trainer import PPOTrainer
 
 BATCH, GROUP, T, KL_COEF, LR = 32, 4, 24, 0.05, 1e-5
@@ -66,8 +67,7 @@ def models(folder: Path):
 def trl_step_seconds(folder: Path, steps: int) -> tuple[float, str]:
     """Best wall time of one TRL GRPO step over ``steps`` steps after a warm-up one; and TRL's version."""
     import trl                                       # lazy: the optional hf extra
-    from transformers import TrainerCallback
-    from minippo.rlhf.run.hf_trl import grpo_trainer
+    from transformers import TrainerCallback       # lazy: the optional hf extra
 
     class Timer(TrainerCallback):
         times: list = []
@@ -79,8 +79,7 @@ def trl_step_seconds(folder: Path, steps: int) -> tuple[float, str]:
             self.times.append(time.perf_counter() - self.t)
 
     timer = Timer()
-    score_settings = {f: getattr(PPOConfig(), f) for f in ("missing_eos_penalty", "length_penalty", "length_bonus",
-                                                           "length_norm_alpha", "score_clip")}
+    score_settings = {f: getattr(PPOConfig(), f) for f in SCORE_FIELDS}    # minippo's defaults, as its side
     trainer = grpo_trainer(folder / "policy_hf", folder / "rm_hf",
                            {"max_new_tokens": T, "temperature": 1.0, **score_settings}, out_dir=folder / "trl_run",
                            steps=steps + 1, batch=BATCH, group=GROUP, lr=LR, beta=KL_COEF, callbacks=[timer],

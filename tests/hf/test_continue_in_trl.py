@@ -73,3 +73,21 @@ def test_the_reward_given_to_trl_is_minippos_sequence_score(run, tmp_path):
     assert list(ended) == [True, False, True]
     # float32 forward on both sides, different summation orders: 1e-4 as tests/hf/test_transformers.py
     np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_bench_trl_times_both_iterations_and_prints_the_ratio(capsys):
+    """``minippo bench --only trl`` runs both sides at its sizes (no duration is asserted: only that each side
+    ran, on the batch it was given, and that the printed ratio is the quotient of the printed times)."""
+    from minippo.bench import trl as bench_trl
+    from minippo.bench.report import Report
+    bench_trl.bench(Report(), quick=True)
+    out = capsys.readouterr().out
+    times = {}
+    for label in ("GRPOTrainer step", "minippo GRPO iteration"):
+        line = next(ln for ln in out.splitlines() if label in ln)
+        value, unit = line.split()[-2:]
+        times[label] = float(value) * {"s": 1.0, "ms": 1e-3, "us": 1e-6}[unit]
+    ratio = float(next(ln for ln in out.splitlines() if "TRL time / minippo time" in ln).split()[-1].rstrip("x"))
+    assert all(t > 0 for t in times.values())
+    # the printed times are rounded to 2 decimals of ms: the quotient agrees to that rounding
+    assert ratio == pytest.approx(times["GRPOTrainer step"] / times["minippo GRPO iteration"], rel=1e-2)

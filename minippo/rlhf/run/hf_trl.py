@@ -81,9 +81,9 @@ def grpo_trainer(policy_hf, rm_hf, ppo_cfg: dict, *, out_dir, steps: int, batch:
     ``temperature``, on the CPU in float32; one generation batch and one optimizer step per step; TRL logs (and
     prints) its metrics every ``logging_steps`` steps."""
     import torch                                                        # lazy: the optional hf extra
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from datasets import Dataset                                       # lazy: the optional hf extra
+    from transformers import AutoModelForCausalLM, AutoTokenizer       # lazy: the optional hf extra
+    from trl import GRPOConfig, GRPOTrainer                            # lazy: the optional hf extra
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(str(policy_hf))
     check_tokenizer(tok)
