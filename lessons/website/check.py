@@ -11,8 +11,8 @@ finished (``MathJax.startup.promise``), and must have:
 - nothing fetched from the network: every request Chromium made is ``file:``, ``data:`` or ``blob:``.
 
 The search page is also asked a query and must list results. ``--screenshots LOG`` saves the index, the
-question bank and one lesson page at a desktop (1366 x 900) and a phone width (390 x 844; the lesson also
-scrolled to its figure). Chromium is Debian's (``/usr/bin/chromium`` with ``/usr/bin/chromedriver``), driven
+question bank (at its first entry) and one lesson page at a desktop (1366 x 900) and a phone width
+(390 x 844; the lesson also scrolled to its figure). Chromium is Debian's (``/usr/bin/chromium`` with ``/usr/bin/chromedriver``), driven
 by Selenium (the ``docs`` extra); nothing is downloaded. Exit 1 if any page fails.
 """
 from __future__ import annotations
@@ -173,6 +173,10 @@ def screenshots(site: Path, log: Path) -> list[Path]:
                     continue
                 drv.get((site / rel).resolve().as_uri())
                 drv.execute_async_script(PAGE_FACTS)
+                if name == "questions":       # the first entry, its title with the Chinese terms
+                    drv.execute_script("const q = document.getElementById('q1'); if (q) {"
+                                       "  window.scrollTo({top: q.getBoundingClientRect().top + window.scrollY - 60,"
+                                       "                   behavior: 'instant'}); }")
                 saved.append(log / f"{name}-{label}.png")
                 drv.save_screenshot(str(saved[-1]))
                 if name == "lesson":          # the figure with the text above it
