@@ -11,7 +11,7 @@ only thing that can go stale is a notebook, which ``tests/lessons/test_notebooks
 :func:`generate` refuses.
 
 Links. A relative link in any page is resolved against the file it appears in and sent where that file is
-on the site: ``README.md`` -> ``readme.md``, ``docs/X.md`` -> ``X.md``, ``lessons/lNN_<slug>.py`` and
+on the site: ``README.md`` -> ``readme.md``, a page of ``docs/`` -> the same name at the top, ``lessons/lNN_<slug>.py`` and
 ``notebooks/lNN_<slug>.ipynb`` -> the lesson page, ``figures/*.png`` -> a copy, any other file of the
 repository -> a page with its source listing (``source/<path>.md``); a folder or a missing file loses its
 link (kept as text) and is reported. ``Q<n>`` in the text links to that entry of the bank (label ``q<n>``).

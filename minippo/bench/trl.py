@@ -42,8 +42,8 @@ def minippo_iteration(policy: TinyGPT, reward_model: RewardModel, tokenizer, *, 
                       max_new_tokens: int, kl_coef: float, lr: float):
     """A zero-argument callable running one critic-free GRPO iteration of minippo.
 
-    The one place to adapt when the critic-free iteration moves to ``minippo/rlhf/grpo.py``: today it is
-    ``ppo_iteration`` with ``advantage_estimator="grpo", critic="none"`` and ``samples_per_prompt`` = G.
+    The one place to adapt when the critic-free iteration moves into its own file (``grpo.py`` beside
+    ``ppo.py``): today it is ``ppo_iteration`` with ``advantage_estimator="grpo", critic="none"`` and ``samples_per_prompt`` = G.
     """
     cfg = PPOConfig(batch_size=batch, samples_per_prompt=group, max_new_tokens=max_new_tokens, lr=lr,
                     update_epochs=1, minibatch_size=batch, advantage_estimator="grpo", critic="none",
