@@ -17,6 +17,7 @@ rule, outcome per seed; ``lessons/verdict_table.py``).
 ``python -m lessons notebooks`` regenerates every ``notebooks/lNN_<slug>.ipynb`` from its lesson module,
 executed at the default size (``notebooks 4``: one lesson; ``--no-execute``: without outputs; ``--verify
 --quick``: execute the committed notebooks in quick mode, writing nothing); see ``lessons/notebooks.py``.
+``python -m lessons site --out DIR`` builds the course's website from them (``lessons/website/``).
 """
 from __future__ import annotations
 
@@ -79,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         return notebooks.main(argv[1:], discover(), resolve)
     if argv[:1] == ["verdicts"]:
         return verdict_table.main(argv[1:], discover(), resolve)
+    if argv[:1] == ["site"]:
+        from lessons import website      # the site's generator (its Sphinx import is lazy too)
+        return website.main(argv[1:], discover())
     parser = Parser(prog="python -m lessons", description=__doc__)
     parser.add_argument("which", nargs="*", help="'all', or lesson numbers / slugs; empty lists them; "
                         "'notebooks [N ...]' regenerates the notebooks (python -m lessons notebooks -h)")

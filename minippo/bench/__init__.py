@@ -31,6 +31,7 @@ SECTIONS: dict[str, str] = {
     "import": "minippo.bench.startup",     # import + first call with a warm numba cache
     "cartpole": "minippo.bench.cartpole",  # classic PPO: steps to return 475, wall time
     "profile": "minippo.bench.profile",    # minippo rlhf: wall and CPU seconds by stage and part
+    "trl": "minippo.bench.trl",            # one GRPO iteration of TRL vs minippo's (needs the hf extra)
 }
 #: sections that run only when named with --only (the profile runs the whole main job: minutes)
 ON_REQUEST = ("profile",)
