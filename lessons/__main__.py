@@ -14,6 +14,10 @@ one lesson. ``--quick`` runs the seconds-long versions instead (figures go to a 
 ``python -m lessons notebooks`` regenerates every ``notebooks/lNN_<slug>.ipynb`` from its lesson module,
 executed at the default size (``notebooks 4``: one lesson; ``--no-execute``: without outputs; ``--verify
 --quick``: execute the committed notebooks in quick mode, writing nothing); see ``lessons/notebooks.py``.
+
+``python -m lessons results 4`` writes ``docs/results/l04_clip_objective.json``, what the lesson computed at its
+default size (``all`` and ``--figures`` write them too, after the figures); ``python -m lessons quote`` fills
+the numbers the docs quote from those files (``lessons/results.py``, ``lessons/quote.py``).
 """
 from __future__ import annotations
 
@@ -68,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["notebooks"]:
         return notebooks.main(argv[1:], discover(), resolve)
+    if argv[:1] in (["results"], ["quote"]):
+        return results_main(argv)
     parser = argparse.ArgumentParser(prog="python -m lessons", description=__doc__)
     parser.add_argument("which", nargs="*", help="'all', or lesson numbers / slugs; empty lists them; "
                         "'notebooks [N ...]' regenerates the notebooks (python -m lessons notebooks -h)")
@@ -105,7 +111,25 @@ def main(argv: list[str] | None = None) -> int:
             extra += ["--out", args.out]
         mod.main(extra + ["--seed", str(args.seed)])
         print(f"[{n} took {time.perf_counter() - t:.1f} s wall, {time.process_time() - cpu:.1f} s CPU]", flush=True)
+    if regenerate:
+        return write_results(["all"] if args.which == ["all"] else [n.split(".")[1] for n in chosen])
     return 0
+
+
+def results_main(argv: list[str]) -> int:
+    """``python -m lessons results ...`` (``lessons/results.py``) and ``python -m lessons quote ...``
+    (``lessons/quote.py``)."""
+    from lessons import quote, results
+    if argv[0] == "quote":
+        return quote.main(argv[1:])
+    return results.main(argv[1:], lambda key: resolve(key, discover()))
+
+
+def write_results(which: list[str]) -> int:
+    """After a regeneration of figures: the results files of the same lessons (``all``: and of the main job),
+    as ``python -m lessons results`` writes them (default size, its default kernels and seeds)."""
+    print(f"\n######## results files: python -m lessons results {' '.join(which)} ########", flush=True)
+    return results_main(["results", *which])
 
 
 if __name__ == "__main__":

@@ -141,8 +141,21 @@ def run(quick: bool = False, seed: int = 0) -> dict:
 BIAS_SE = 3.0      # |mean(g_hat) - g| in standard errors above which a baseline counts as biased (see narrative)
 
 
+def derived(r: dict) -> dict:
+    """The numbers of (c, d) per first-step learning rate (median entropy right after the step, mean p(best)
+    and J, share of seeds stuck after the recovery), the smallest and the largest step by name, and the
+    number of recovery steps: what the narrative prints and docs/questions.md quotes."""
+    one_step = [{"lr": float(lr), "entropy_median": float(np.median(r["entropy_after"][i])),
+                 "p_best_mean": float(r["p_best_after"][i].mean()),
+                 "reward_mean": float(r["reward_after"][i].mean()), "stuck": float(r["stuck_fraction"][i])}
+                for i, lr in enumerate(r["big_lrs"])]
+    return {"steps": int(r["curves"][BASELINES[0]].shape[1]), "one_step": one_step,
+            "smallest_step": one_step[0], "largest_step": one_step[-1]}
+
+
 def narrative(r: dict) -> str:
-    v, steps = r["variance"], r["curves"][BASELINES[0]].shape[1]
+    d = derived(r)
+    v, steps = r["variance"], d["steps"]
     L = [f"A token bandit: 10 tokens, rewards {np.round(r['rewards'], 1).tolist()}, best token "
          f"{r['best_token']} (reward {r['optimal_reward']:.1f}); the uniform policy earns {r['initial_reward']:.2f}."]
     # the bias is the norm of a 10-vector in units of sqrt(E||g_hat - g||^2 / n): about 1 when unbiased, and
@@ -158,15 +171,15 @@ def narrative(r: dict) -> str:
     L.append(f"(b) after {steps} steps: " + ", ".join(f"{k}: J = {x:.3f}" for k, x in r["final_reward"].items())
              + f" (optimum {r['optimal_reward']:.2f}); the baseline's gain over none, paired over the "
              f"{r['n_seeds']} seeds: {diff_text(c, noise='seed')}.")
-    for i, big in enumerate(r["big_lrs"]):
-        L.append(f"(c,d) one step with lr = {big:6.1f}: entropy {np.median(r['entropy_after'][i]):.2f} nats "
-                 f"(uniform {r['max_entropy']:.2f}), p(best) {r['p_best_after'][i].mean():.3f}, "
-                 f"J {r['reward_after'][i].mean():.3f}; after {steps} more steps "
-                 f"{r['stuck_fraction'][i]:.0%} of seeds are stuck below the optimum.")
-    big = r["big_lrs"][-1]
+    for s in d["one_step"]:
+        L.append(f"(c,d) one step with lr = {s['lr']:6.1f}: entropy {s['entropy_median']:.2f} nats "
+                 f"(uniform {r['max_entropy']:.2f}), p(best) {s['p_best_mean']:.3f}, "
+                 f"J {s['reward_mean']:.3f}; after {steps} more steps "
+                 f"{s['stuck']:.0%} of seeds are stuck below the optimum.")
+    big = d["largest_step"]["lr"]
     jump = compare_paired(np.full(r["n_seeds"], r["initial_reward"]), r["reward_after"][-1])
-    ent, p_best = float(np.median(r["entropy_after"][-1])), float(r["p_best_after"][-1].mean())
-    stuck, stuck0 = r["stuck_fraction"][-1], r["stuck_fraction"][0]
+    ent, p_best = d["largest_step"]["entropy_median"], d["largest_step"]["p_best_mean"]
+    stuck, stuck0 = d["largest_step"]["stuck"], d["smallest_step"]["stuck"]
     moved = {1: "higher beyond 2 s.e. of the seed noise (the batch's favourite is usually a decent token)",
              -1: "lower beyond 2 s.e. of the seed noise", 0: "no different within 2 s.e. of the seed noise"}
     L.append(f"The largest step (lr {big:g}): right after it J is {moved[clear_sign(jump)]} ({jump['diff']:+.3f} +- "

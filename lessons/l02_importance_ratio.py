@@ -202,32 +202,46 @@ def spread_growth(is_: dict) -> dict:
     return {"diff": float(s1 - s0), "se": se, "clear": abs(s1 - s0) >= 2 * se}
 
 
+def derived(r: dict) -> dict:
+    """What the narrative prints and docs/questions.md quotes that run() keeps inside arrays: the sequence's
+    length and final log-space ratio, the gradient r A at r = 2 and 0.5 for A = +1 / -1, the end of the 200
+    steps on one batch (largest ratio, KL, promised and true gain), the first and the last KL of (e, f)."""
+    seq, rep, is_, q = r["sequence"], r["repeated"], r["is"], r["quadrants"]
+    grad = {f"{'pos' if A > 0 else 'neg'}.r{x:g}": float(np.interp(x, q["ratio"], q[A]))
+            for A in (1.0, -1.0) for x in (2.0, 0.5)}
+    end = {name: {"ratio_max": float(h["ratio_max"][-1]), "kl": float(h["kl"][-1]),
+                  "promise": float(h["surrogate"][-1]), "true_gain": float(h["J"][-1] - rep["J_old"])}
+           for name, h in (("cpi", rep["L^CPI"]), ("clip", rep["L^CLIP"]))}
+    is_rows = {f"is_{name}": {k: float(is_[k][i]) for k in ("kl", "J_new", "std_exact", "std_measured", "mean",
+                                                              "median")} for name, i in (("first", 0), ("last", -1))}
+    return {"sequence_length": len(seq["T"]), "ratio_log_last": float(seq["ratio_log"][-1]),
+            "quadrant_grad": grad, "steps": len(rep["L^CPI"]["ratio_max"]), **end, **is_rows}
+
+
 def narrative(r: dict) -> str:
+    d = derived(r)
     seq = r["sequence"]
     T64 = seq["underflow_T_float64"]
-    L = [f"(a,b) One sampled sequence of {len(seq['T'])} tokens over a 50-token vocabulary: the product of "
+    L = [f"(a,b) One sampled sequence of {d['sequence_length']} tokens over a 50-token vocabulary: the product of "
          f"probabilities is exactly 0 {_underflow(seq, 'float32')} in float32 and {_underflow(seq, 'float64')} in "
          "float64" + (f" (true log10 probability there: {seq['log10_prob'][T64 - 1]:.0f})" if T64 else "")
          + f"; the ratio of products is then {seq['ratio_prod_float64'][-1]} while exp(sum(logp_new - logp_old)) = "
-         f"{seq['ratio_log'][-1]:.3g}.", "    One rare token in float32 (new policy: logit +0.5):"]
+         f"{d['ratio_log_last']:.3g}.", "    One rare token in float32 (new policy: logit +0.5):"]
     for row in r["tokens"]:
         L.append(f"      logit gap {row['gap']:5.0f}: p_old = {row['p_old']:.3g}, logp_old = {row['logp_old']:.1f}, "
                  f"p_new/p_old = {row['ratio_prob']}, exp(logp_new - logp_old) = {row['ratio_log']:.4f}")
-    q = r["quadrants"]
-    grad = {(A, x): float(np.interp(x, q["ratio"], q[A])) for A in (1.0, -1.0) for x in (2.0, 0.5)}
+    push = {"pos": "pushed up harder", "neg": "pushed down harder"}
     L.append("(c) Unclipped surrogate, per-token gradient r A: " + ", ".join(
-        f"A{'>' if A > 0 else '<'}0 & r={x:g} -> {g:+.2f} "
-        f"({('pushed up harder' if A > 0 else 'pushed down harder') if abs(g) > 1 else 'weakened'})"
-        for (A, x), g in grad.items()) + ".")
-    rep = r["repeated"]
-    cpi, clip = rep["L^CPI"], rep["L^CLIP"]
-    promise, true_gain = cpi["surrogate"][-1], cpi["J"][-1] - rep["J_old"]
-    L.append(f"(d) Maximising L^CPI on one batch of 64: after {len(cpi['ratio_max'])} steps the largest ratio is "
-             f"{cpi['ratio_max'][-1]:.1f}, KL = {cpi['kl'][-1]:.2f}; L^CPI promises a gain of {promise:.2f}, the true "
+        f"A{'>' if key.startswith('pos') else '<'}0 & r={key.split('.r')[1]} -> {g:+.2f} "
+        f"({push[key[:3]] if abs(g) > 1 else 'weakened'})" for key, g in d["quadrant_grad"].items()) + ".")
+    cpi, clip = d["cpi"], d["clip"]
+    promise, true_gain = cpi["promise"], cpi["true_gain"]
+    L.append(f"(d) Maximising L^CPI on one batch of 64: after {d['steps']} steps the largest ratio is "
+             f"{cpi['ratio_max']:.1f}, KL = {cpi['kl']:.2f}; L^CPI promises a gain of {promise:.2f}, the true "
              f"gain is {true_gain:+.3f}: " + ("it over-promises" if promise > true_gain else
                                                "it does not over-promise here")
-             + f"; with L^CLIP the largest ratio is {clip['ratio_max'][-1]:.2f} (KL = {clip['kl'][-1]:.3f}, true gain "
-             f"{clip['J'][-1] - rep['J_old']:+.3f}).")
+             + f"; with L^CLIP the largest ratio is {clip['ratio_max']:.2f} (KL = {clip['kl']:.3f}, true gain "
+             f"{clip['true_gain']:+.3f}).")
     is_ = r["is"]
     for i in (0, len(is_["kl"]) // 3, 2 * len(is_["kl"]) // 3, len(is_["kl"]) - 1):
         L.append(f"(e,f) KL(old||new) = {is_['kl'][i]:.3f}: J(new) = {is_['J_new'][i]:.3f}, its estimate from "

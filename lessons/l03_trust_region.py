@@ -163,16 +163,29 @@ def shares(r: dict, i: int) -> tuple[np.ndarray, np.ndarray]:
     return frac[0], frac[-1]
 
 
+def derived(r: dict) -> dict:
+    """What the narrative prints and docs/questions.md quotes that run() keeps inside arrays: each method's
+    mean KL (over the batches) at the base step size (x1) and at the largest multiple, the largest
+    multiple, and TRPO's largest KL over its bound delta."""
+    m, kl = r["mults"], r["kl"]
+    j = int(np.argmin(np.abs(m - 1.0)))
+    return {"largest_mult": float(m[-1]),
+            "kl_x1": {method: float(kl[i, j].mean()) for i, method in enumerate(METHODS)},
+            "kl_largest": {method: float(kl[i, -1].mean()) for i, method in enumerate(METHODS)},
+            "trpo_max_kl_over_delta": float(np.max(kl[1] / (m[:, None] * BASE["TRPO"])))}
+
+
 def narrative(r: dict) -> str:
+    d = derived(r)
     m, kl = r["mults"], r["kl"]
     j = int(np.argmin(np.abs(m - 1.0)))
     L = [f"Start: J(old) = {r['J0']:.3f} (optimum {r['J_opt']:.3f}); {r['n_batches']} batches of {r['batch_size']}."]
     for i, method in enumerate(METHODS):
-        L.append(f"{method:>10}: {KNOB[method]} x1 -> KL {kl[i, j].mean():.4f} (batches: {kl[i, j].min():.4f} .. "
-                 f"{kl[i, j].max():.4f}); x{m[-1]:g} -> KL {kl[i, -1].mean():.3f}; best true gain "
+        L.append(f"{method:>10}: {KNOB[method]} x1 -> KL {d['kl_x1'][method]:.4f} (batches: {kl[i, j].min():.4f} .. "
+                 f"{kl[i, j].max():.4f}); x{d['largest_mult']:g} -> KL {d['kl_largest'][method]:.3f}; best true gain "
                  f"{r['best_gain'][method]:+.3f} at KL {r['best_gain_kl'][method]:.3f}; at the largest step the "
                  f"gain is {r['gain'][i, -1].mean():+.3f} while L^CPI promised {r['promise'][i, -1].mean():+.3f}.")
-    bound = float(np.max(kl[1] / (m[:, None] * BASE["TRPO"])))
+    bound = d["trpo_max_kl_over_delta"]
     L.append(f"TRPO's KL against its bound: max KL / delta = {bound:.3f}: "
              + ("it stays within the bound." if bound <= 1.0 else "it EXCEEDS the bound."))
     f2 = r["fig2"]
@@ -201,7 +214,7 @@ def narrative(r: dict) -> str:
              + (f"holds for {', '.join(falls)}." if falls else "does not hold here for any method.")
              + " TRPO enforces a trust region with second-order machinery (Fisher products, conjugate gradient, "
              f"line search); PPO approximates one with a clip and plain Adam, and its KL went from "
-             f"{kl[2, j].mean():.4f} at lr x1 to {kl[2, -1].mean():.3f} at x{m[-1]:g}: "
+             f"{d['kl_x1']['PPO-clip']:.4f} at lr x1 to {d['kl_largest']['PPO-clip']:.3f} at x{d['largest_mult']:g}: "
              + ("the clip did not bound it." if clear_sign(ppo) > 0 else
                 "no growth beyond 2 s.e. of the batch noise here."))
     return "\n".join(L)

@@ -105,7 +105,18 @@ def run(quick: bool = False, seed: int = 0) -> dict:
             "band": (lo, hi)}
 
 
+def derived(r: dict) -> dict:
+    """The spread over the initial betas of the adaptive rule (lowest and highest), which docs/questions.md
+    quotes: progress after EARLY iterations, final progress, final beta."""
+    runs = [r["summary"][f"adaptive beta0={b:g}"] for b in INIT_BETAS]
+    spread = {k: {"min": min(s[k] for s in runs), "max": max(s[k] for s in runs)}
+              for k in ("early", "final", "beta_final")}
+    return {"early_iteration": EARLY, "init_beta": {"min": min(INIT_BETAS), "max": max(INIT_BETAS)},
+            "adaptive": spread}
+
+
 def narrative(r: dict) -> str:
+    d = derived(r)
     L = []
     L.append(f"{r['n_seeds']} tasks x {r['n_iters']} iterations; progress = fraction of the achievable improvement; "
              f"d_targ = {r['d_targ']}.")
@@ -124,10 +135,10 @@ def narrative(r: dict) -> str:
     L.append(f"PPO-Clip has no beta at all and ends at {clip['final']:.2f} (penalty, beta0 = 1: {a1['final']:.2f}); "
              f"clip minus penalty, paired over the {r['n_seeds']} tasks: {diff_text(c, '+.2f', 'task')}.")
     early = {b: r["runs"][f"adaptive beta0={b:g}"]["progress"][:, EARLY - 1] for b in INIT_BETAS}
-    ends = [r["summary"][f"adaptive beta0={b:g}"]["beta_final"] for b in INIT_BETAS]
-    spread = max(ends) / min(ends)
+    ends = d["adaptive"]["beta_final"]
+    spread = ends["max"] / ends["min"]
     L.append(f"Initial beta {INIT_BETAS[0]:g} ... {INIT_BETAS[-1]:g} (x{INIT_BETAS[-1] / INIT_BETAS[0]:g}) ends at beta "
-             f"{min(ends):.3g} ... {max(ends):.3g} (x{spread:.1f}): "
+             f"{ends['min']:.3g} ... {ends['max']:.3g} (x{spread:.1f}): "
              + ("the rule forgets the initial value" if spread < FORGOTTEN else
                 f"the rule has not forgotten the initial value after {r['n_iters']} iterations") + ".")
     best, worst = max(early, key=lambda b: early[b].mean()), min(early, key=lambda b: early[b].mean())
