@@ -27,7 +27,7 @@ an unknown key; a format that does not apply; and, outside a code block, a plain
 differ between the runs of its file (times and memory aside: they are the reference run's, quoted beside the
 machine's GFLOP/s). A value that prints the same digits in every run is quoted plainly (``range`` then says
 "the same over ..."); one that does not, with ``range``. Text outside the markers is never
-touched. ``tests/lessons/test_quote.py`` fails when a marked span differs from what this writes.
+touched. ``tests/lessons/test_results.py`` fails when a marked span differs from what this writes.
 """
 from __future__ import annotations
 
