@@ -324,3 +324,21 @@ def test_the_rerun_check_fails_when_a_quoted_value_moved(monkeypatch):
     assert "l08:summary.kl_old_target = 0.005.updates" in msg and "python -m lessons results 8" in msg
     monkeypatch.setattr(res, "run_target", lambda target, seed: dict(fake, values=committed["values"]))
     check_rerun("l08")                                                   # the committed values pass
+
+
+def test_verdicts_are_stored_as_json_whatever_their_type():
+    import dataclasses
+    from collections import namedtuple
+
+    @dataclasses.dataclass(frozen=True)
+    class V:
+        key: str
+        outcome: str
+        numbers: dict
+
+    v = V("clip_constant", "holds", {"max |grad|": np.float64(0.0), "cases": np.array([3, 4])})
+    assert res.verdict_record(v) == {"key": "clip_constant", "outcome": "holds",
+                                     "numbers": {"max |grad|": 0.0, "cases": [3, 4]}}
+    assert res.verdict_record(namedtuple("N", "claim outcome")("c", "not shown at this size")) == \
+        {"claim": "c", "outcome": "not shown at this size"}
+    assert res.verdict_record({"claim": "c", "outcome": "does not hold"})["outcome"] == "does not hold"
