@@ -1,0 +1,430 @@
+"""``python -m lessons results``: what each lesson computed, kept in ``docs/results/``, the one source of the
+numbers the docs quote (``lessons/quote.py`` writes them into the Markdown).
+
+One file per lesson, ``docs/results/lNN_<slug>.json``, and one for the main job, ``docs/results/main_rlhf.json``
+(``minippo rlhf`` at its default size: what the README's example output shows). Each holds
+
+- ``target`` (``l08``, ``main``), ``size`` (``default``: what a student running the lesson sees) and ``seed``
+  (0: the reference run, whose numbers the docs quote), ``command`` (what regenerates the file);
+- ``source_sha256``: the sha256 of the lesson's source (the main job: of its pipeline modules), as for the
+  notebooks (``lessons.notebooks.source_hash``); the file is stale once the source changes (:func:`staleness`);
+- ``machine``: CPU model, cores, the OpenBLAS kernel (``minippo.blas.blas_core_name()``), numba on or off,
+  the float32 matmul GFLOP/s that ``minippo bench --only matmul`` measures (before and after each run; the
+  best of the reference kernel's, with the load average then: a busy machine reads low), the date;
+  ``time``: the CPU and wall seconds of the reference run's ``run()``;
+- ``values``: every scalar leaf of the reference run's ``run()`` dict, flattened to dotted keys
+  (``summary.defaults.steps_to_475``; a list's items by index, float dict keys written as ``0.95``), plus
+  what the lesson's optional ``derived(results) -> dict`` adds (numbers it prints that ``run()`` does not
+  return as scalars). Arrays and lists longer than :data:`MAX_LIST` are left out and named in ``left_out``;
+- ``cpu_dependent``: the target's numbers depend on the CPU (:data:`CPU_DEPENDENT`: float32 training,
+  CartPole). Each run is a subprocess with ``OPENBLAS_CORETYPE`` set: every target runs on seed 0 under every
+  kernel given (default ``default Haswell Sandybridge``), a CPU-dependent one also on every other seed given
+  (default ``0 1``: on another CPU such a run drifts apart like another seed). ``ranges`` holds, for each key
+  whose value is not the same in every run, its min and max over the runs (``missing``: runs without a
+  number there; a non-numeric key: its distinct values). Keys absent from it are the same in every run;
+- ``runs``: each run's kernel, seed, CPU and wall seconds and matmul GFLOP/s; ``verdicts``: what the
+  lesson's ``verdicts(results)`` returns, when it has one (the outcomes of every run beside it).
+
+Keys naming a measurement of the run itself (times, peak memory: :data:`MEASURED`) vary from run to run;
+they are quoted as the reference run's, next to the machine's GFLOP/s, and never checked for equality.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import importlib
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from lessons._common import REPO_ROOT
+from lessons.notebooks import source_hash
+
+RESULTS_DIR = REPO_ROOT / "docs" / "results"
+MAIN = "main"                                  # the main job, `minippo rlhf` at its default size
+MAIN_FILE = "main_rlhf"
+MAIN_SOURCES = ("minippo/rlhf/run/pipeline.py", "minippo/rlhf/sft.py", "minippo/rlhf/rm_train.py",
+                "minippo/rlhf/ppo.py", "minippo/rlhf/ppo_config.py", "minippo/rlhf/run/trainer.py",
+                "minippo/rlhf/run/evaluate.py")
+#: targets whose numbers depend on the CPU, and why: they are run on several seeds too (ranges over kernels x seeds)
+CPU_DEPENDENT = {
+    "l08": "CartPole: float32 MLPs whose rounding follows the OpenBLAS kernel and the CPU's SIMD code "
+           "(NumPy, numba); an episode amplifies one flipped action",
+    MAIN: "float32 TinyGPT training (SFT, reward model, PPO) and the text sampled from it",
+}
+DEFAULT_KERNELS = ("default", "Haswell", "Sandybridge")
+DEFAULT_SEEDS = (0, 1)
+MAX_LIST = 16               # longer lists are left out, like arrays
+MAX_STR = 200
+REL_TOL, ABS_TOL = 1e-9, 1e-12   # float64 results of differently ordered sums (BLAS kernels) agree to this
+MEASURED = re.compile(r"(?:^|[._/])(?:time|timing|times|wall|cpu|seconds|rss)(?=$|[._/])|_s$|_mb$")
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be made or read; the message names the target and what to do."""
+
+
+# ---------------------------------------------------------------- targets and files
+
+def target_of(module_name: str) -> str:
+    """``l08`` for ``lessons.l08_ppo_cartpole``; ``main`` for the main job."""
+    return MAIN if module_name == MAIN else module_name.rsplit(".", 1)[-1][:3]
+
+
+def module_of(target: str) -> str:
+    """``lessons.l08_ppo_cartpole`` for ``l08`` (the lesson files of the repository)."""
+    found = sorted((REPO_ROOT / "lessons").glob(f"{target}_*.py"))
+    if not re.fullmatch(r"l\d\d", target) or len(found) != 1:
+        raise ResultsError(f"no lesson {target!r}: targets are l01 ... l{len(all_targets()) - 1:02d} and 'main'")
+    return f"lessons.{found[0].stem}"
+
+
+def all_targets() -> list[str]:
+    return [p.stem[:3] for p in sorted((REPO_ROOT / "lessons").glob("l[0-9][0-9]_*.py"))] + [MAIN]
+
+
+def results_path(target: str, directory: Path | None = None) -> Path:
+    name = MAIN_FILE if target == MAIN else module_of(target).rsplit(".", 1)[-1]
+    return Path(directory or RESULTS_DIR) / f"{name}.json"
+
+
+def source_files(target: str) -> list[Path]:
+    if target == MAIN:
+        return [REPO_ROOT / p for p in MAIN_SOURCES]
+    return [REPO_ROOT / "lessons" / f"{module_of(target).rsplit('.', 1)[-1]}.py"]
+
+
+def current_hash(target: str, files: list[Path] | None = None) -> str:
+    """sha256 of the target's source files (their texts in order), normalised as the notebooks' hash is."""
+    return source_hash("\n".join(p.read_text(encoding="utf-8") for p in (files or source_files(target))), "")
+
+
+def regenerate_command(target: str) -> str:
+    return f"python -m lessons results {MAIN if target == MAIN else int(target[1:])}"
+
+
+def load(target: str, directory: Path | None = None) -> dict:
+    path = results_path(target, directory)
+    if not path.is_file():
+        raise ResultsError(f"{path.name}: no results for {target}; make them with `{regenerate_command(target)}`")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def staleness(target: str, directory: Path | None = None, files: list[Path] | None = None) -> str | None:
+    """None if the target's results file was made from its current source, else a message naming the
+    file, the source and the command that regenerates it (``files``: the tests pass edited copies)."""
+    try:
+        data = load(target, directory)
+    except ResultsError as exc:
+        return str(exc)
+    if data.get("source_sha256") != current_hash(target, files):
+        names = ", ".join(str(p.relative_to(REPO_ROOT)) if p.is_relative_to(REPO_ROOT) else p.name
+                          for p in (files or source_files(target)))
+        return (f"{results_path(target, directory).name} is stale: {names} changed since it was made; "
+                f"regenerate it with `{regenerate_command(target)}`")
+    return None
+
+
+def is_measured(key: str) -> bool:
+    """Whether ``key`` names a measurement of the run itself (a time, peak memory), not a result."""
+    return MEASURED.search(key) is not None
+
+
+# ---------------------------------------------------------------- flattening
+
+def key_text(k) -> str:
+    if isinstance(k, (float, np.floating)):
+        short = f"{float(k):g}"
+        return short if float(short) == float(k) else repr(float(k))
+    if isinstance(k, tuple):
+        return ",".join(key_text(x) for x in k)
+    return str(k)
+
+
+def scalar(x):
+    """``x`` as a JSON scalar (numpy scalars unwrapped), or raise TypeError."""
+    if isinstance(x, np.generic):
+        x = x.item()
+    if x is None or isinstance(x, (bool, int, float)):
+        return x
+    if isinstance(x, str) and len(x) <= MAX_STR:
+        return x
+    raise TypeError(type(x).__name__)
+
+
+def flatten(obj, prefix: str = "", values: dict | None = None, left_out: dict | None = None):
+    """``(values, left_out)``: the scalar leaves of ``obj`` under dotted keys, and what was left out (key ->
+    why: an array's shape, a long list's length, another type). A key twice is a ``ResultsError``."""
+    values = {} if values is None else values
+    left_out = {} if left_out is None else left_out
+    if isinstance(obj, dict):
+        items = [(key_text(k), v) for k, v in obj.items()]
+    elif isinstance(obj, (list, tuple)) and len(obj) <= MAX_LIST:
+        items = [(str(i), v) for i, v in enumerate(obj)]
+    elif isinstance(obj, np.ndarray) and obj.ndim == 0:
+        return flatten(obj.item(), prefix, values, left_out)
+    else:
+        try:
+            if prefix in values:
+                raise ResultsError(f"the key {prefix!r} appears twice in the results")
+            values[prefix] = scalar(obj)
+        except TypeError:
+            shape = getattr(obj, "shape", None)
+            left_out[prefix] = (f"array {tuple(shape)}" if shape is not None else
+                                f"list of {len(obj)}" if isinstance(obj, (list, tuple)) else type(obj).__name__)
+        return values, left_out
+    for k, v in items:
+        if "-->" in k or "\n" in k or k != k.strip():
+            raise ResultsError(f"the key {k!r} under {prefix!r} cannot be quoted (no '-->', newline or edge spaces)")
+        flatten(v, f"{prefix}.{k}" if prefix else k, values, left_out)
+    return values, left_out
+
+
+def verdict_record(v) -> dict:
+    """One verdict object (a dataclass, a named tuple, a dict or any object with attributes) as JSON."""
+    d = (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else dict(v) if isinstance(v, dict)
+         else v._asdict() if hasattr(v, "_asdict") else dict(vars(v)))
+    return json.loads(json.dumps(d, default=lambda x: x.tolist() if hasattr(x, "tolist") else str(x)))
+
+
+# ---------------------------------------------------------------- one run (in a subprocess)
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def machine() -> dict:
+    from minippo import kernels
+    from minippo.blas import blas_core_name
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "blas_kernel": blas_core_name(),
+            "numba": kernels.enabled() and os.environ.get("NUMBA_DISABLE_JIT", "0") in ("", "0"),
+            "python": platform.python_version(), "numpy": np.__version__}
+
+
+def matmul_peak() -> tuple[float, float]:
+    """``(GFLOP/s, load average)``: the float32 matmul peak as ``minippo bench --only matmul`` measures it, and
+    the machine's 1-minute load average then (on a shared machine the peak reads low when the load is high)."""
+    from minippo.bench.matmul import peak_gflops
+    return round(peak_gflops(), 1), round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+
+
+def run_main(seed: int) -> dict:
+    """``minippo rlhf`` at its default size into a temporary folder: its summary and its configs."""
+    from minippo.rlhf.run.pipeline import run_pipeline, stage_configs
+    with tempfile.TemporaryDirectory() as folder:
+        summary = run_pipeline(Path(folder) / "run", seed=seed, progress=False, log=lambda *a: None)
+    sft, rm, ppo = stage_configs(False, seed)
+    summary = {k: v for k, v in summary.items() if k not in ("out", "figure")}     # temporary paths
+    ppo_cfg = dict(ppo.to_dict(), num_minibatches=ppo.num_minibatches)              # as the log prints it
+    return dict(summary, config={"sft": sft.to_dict(), "rm": rm.to_dict(), "ppo": ppo_cfg})
+
+
+def run_target(target: str, seed: int) -> dict:
+    """Run ``target`` once in this process at its results size: values, left_out, verdicts, time, machine."""
+    from minippo.blas import blas_core_name
+    print(f"OpenBLAS kernel: {blas_core_name()}", flush=True)
+    mod = None if target == MAIN else importlib.import_module(module_of(target))
+    peaks = [matmul_peak()]                       # before and after the run: the better of the two is kept
+    t, cpu = time.perf_counter(), time.process_time()
+    if mod is None:
+        results = run_main(seed)
+    else:
+        results = mod.run(quick=False, seed=seed, **({"full": True} if size_of(mod) == "full" else {}))
+    seconds = {"cpu": time.process_time() - cpu, "wall": time.perf_counter() - t}
+    peaks.append(matmul_peak())
+    values, left_out = flatten(results)
+    if hasattr(mod, "derived"):
+        extra, extra_left = flatten(mod.derived(results))
+        twice = sorted(set(extra) & set(values))
+        if twice:
+            raise ResultsError(f"{target}: derived() repeats keys of run(): {', '.join(twice)}")
+        values.update(extra)
+        left_out.update(extra_left)
+    verdicts = [verdict_record(v) for v in mod.verdicts(results)] if hasattr(mod, "verdicts") else None
+    return {"seed": seed, "values": values, "left_out": left_out, "verdicts": verdicts, "time": seconds,
+            "machine": dict(machine(), matmul_gflops=max(peaks)[0], load_average=max(peaks)[1])}
+
+
+def size_of(mod) -> str:
+    """The size whose numbers the docs quote: ``default`` unless the lesson sets ``RESULTS_SIZE = "full"``
+    (for numbers that exist only at ``--full``)."""
+    size = getattr(mod, "RESULTS_SIZE", "default")
+    if size not in ("default", "full"):
+        raise ResultsError(f"{mod.__name__}.RESULTS_SIZE must be 'default' or 'full', got {size!r}")
+    return size
+
+
+def run_in_subprocess(target: str, seed: int, kernel: str, log=print) -> dict:
+    """:func:`run_target` in a fresh Python with ``OPENBLAS_CORETYPE=kernel`` (``default``: unset, the CPU's
+    own choice); checks that OpenBLAS selected that kernel."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    if kernel != "default":
+        env["OPENBLAS_CORETYPE"] = kernel
+    with tempfile.TemporaryDirectory() as folder:
+        out, log_file = Path(folder) / "run.json", Path(folder) / "run.log"
+        with open(log_file, "w") as f:
+            proc = subprocess.run([sys.executable, "-m", "lessons.results", "--child", target, str(seed),
+                                   str(out)], env=env, stdout=f, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+        text = log_file.read_text(errors="replace")
+        if proc.returncode != 0:
+            raise ResultsError(f"{target} seed {seed} under OPENBLAS_CORETYPE={kernel} failed "
+                               f"(exit {proc.returncode}):\n" + "\n".join(text.splitlines()[-20:]))
+        run = json.loads(out.read_text(encoding="utf-8"))
+    active = run["machine"]["blas_kernel"]
+    if kernel != "default" and (active or "").lower() != kernel.lower():
+        raise ResultsError(f"OPENBLAS_CORETYPE={kernel}: OpenBLAS selected {active!r} instead "
+                           "(a kernel this OpenBLAS build does not have?)")
+    run["kernel"] = active
+    log(f"  {target} seed {seed}, OpenBLAS kernel {active}{' (the default)' if kernel == 'default' else ''}: "
+        f"{run['time']['cpu']:.1f} s CPU, {run['time']['wall']:.1f} s wall, "
+        f"matmul {run['machine']['matmul_gflops']:.0f} GFLOP/s")
+    return run
+
+
+# ---------------------------------------------------------------- all the runs of one target -> its file
+
+def same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+    return a == b and type(a) is type(b)
+
+
+def differences(ref: dict, other: dict) -> list[str]:
+    """The keys (measurements of the run aside) whose values differ between two runs' ``values``."""
+    keys = sorted((set(ref) | set(other)) - {k for k in set(ref) | set(other) if is_measured(k)})
+    return [f"{k}: {ref.get(k, '(missing)')!r} vs {other.get(k, '(missing)')!r}" for k in keys
+            if k not in ref or k not in other or not same(ref[k], other[k])]
+
+
+def ranges(runs: list[dict]) -> dict:
+    """Per key of the reference run whose value is not the same in every run: the min and max of its numeric
+    values over ``runs`` (``missing``: runs without a number there), or the distinct values of a non-numeric
+    key."""
+    out = {}
+    for key, ref in runs[0]["values"].items():
+        seen = [r["values"].get(key) for r in runs]
+        if all(x == ref or (isinstance(x, float) and isinstance(ref, float) and math.isnan(x) and math.isnan(ref))
+               for x in seen):
+            continue
+        nums = [x for x in seen if isinstance(x, (int, float)) and not isinstance(x, bool)
+                and not (isinstance(x, float) and math.isnan(x))]
+        if nums and (ref is None or isinstance(ref, (int, float)) and not isinstance(ref, bool)):
+            out[key] = {"min": min(nums), "max": max(nums), "missing": len(seen) - len(nums)}
+        else:
+            out[key] = {"values": sorted({json.dumps(x) for x in seen})}
+    return out
+
+
+def generate(target: str, seeds=DEFAULT_SEEDS, kernels=DEFAULT_KERNELS, directory: Path | None = None,
+             log=print) -> Path:
+    """Run ``target`` under every kernel (and, when it depends on the CPU, every seed) and write its file."""
+    seeds, kernels = list(seeds), list(kernels)
+    if 0 not in seeds:
+        raise ResultsError(f"--seeds {seeds}: seed 0 is the reference run whose numbers the docs quote")
+    dependent = target in CPU_DEPENDENT
+    seeds = [0] + [s for s in seeds if s != 0] if dependent else [0]
+    log(f"{target}: {len(kernels)} OpenBLAS kernel(s) x {len(seeds)} seed(s)"
+        + (f" (depends on the CPU: {CPU_DEPENDENT[target]})" if dependent else " (seed 0 only)"))
+    source = current_hash(target)
+    runs, done = [], set()
+    for kernel in kernels:
+        if kernel.lower() in done:
+            log(f"  {kernel}: already run (the default kernel)")
+            continue
+        for seed in seeds:
+            runs.append(run_in_subprocess(target, seed, kernel, log))
+        done |= {kernel.lower(), runs[-1]["kernel"].lower()}
+    ref = runs[0]
+    for run in runs[1:]:
+        diff = differences(ref["values"], run["values"]) if run["seed"] == 0 else []
+        if diff:
+            log(f"  note: {len(diff)} value(s) differ between OpenBLAS kernels {ref['kernel']} and {run['kernel']} "
+                f"beyond float64 rounding (quoted plainly only where every run prints the same digits): "
+                + "; ".join(diff[:5]) + (" ..." if len(diff) > 5 else ""))
+    mod = None if target == MAIN else importlib.import_module(module_of(target))
+    data = {
+        "target": target, "module": MAIN if mod is None else mod.__name__,
+        "size": "default" if mod is None else size_of(mod), "seed": 0, "command": regenerate_command(target),
+        "source_sha256": source, "date": datetime.date.today().isoformat(),
+        # the matmul peak, measured before and after each run: on a shared machine the best of the reference
+        # kernel's measurements, with the load average at that measurement
+        "machine": max((r["machine"] for r in runs if r["kernel"] == ref["kernel"]),
+                       key=lambda m: m["matmul_gflops"]),
+        "time": ref["time"],
+        "cpu_dependent": dependent, "why_cpu_dependent": CPU_DEPENDENT.get(target),
+        "runs": [{"kernel": r["kernel"], "seed": r["seed"], "cpu_s": round(r["time"]["cpu"], 2),
+                  "wall_s": round(r["time"]["wall"], 2), "matmul_gflops": r["machine"]["matmul_gflops"],
+                  "load_average": r["machine"]["load_average"],
+                  "verdict_outcomes": None if r["verdicts"] is None else
+                  [v.get("outcome") for v in r["verdicts"]]} for r in runs],
+        "verdicts": ref["verdicts"],
+        "values": ref["values"],
+        "ranges": ranges(runs),
+        "left_out": ref["left_out"],
+    }
+    path = results_path(target, directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    from minippo.io import atomic_write_text
+    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+    log(f"  -> {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path}")
+    return path
+
+
+# ---------------------------------------------------------------- the command
+
+def main(argv: list[str], resolve=None) -> int:
+    """``python -m lessons results WHICH ... [--seeds 0 1] [--kernels default Haswell Sandybridge]``."""
+    parser = argparse.ArgumentParser(prog="python -m lessons results", description=__doc__.split("\n\n")[0])
+    parser.add_argument("which", nargs="+", help="lesson numbers or slugs, 'main' (minippo rlhf), 'all' "
+                        "(every lesson and main), 'stale' (those missing or stale)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS),
+                        help="seeds of the CPU-dependent targets (0 is the reference; default 0 1)")
+    parser.add_argument("--kernels", nargs="+", default=list(DEFAULT_KERNELS),
+                        help="OpenBLAS kernels, each run under OPENBLAS_CORETYPE (default: default Haswell "
+                             "Sandybridge; 'default' = the CPU's own choice, run first: the reference)")
+    args = parser.parse_args(argv)
+    if "stale" in args.which:
+        targets = [t for t in all_targets() if staleness(t) is not None]
+    elif "all" in args.which:
+        targets = all_targets()
+    else:
+        targets = [MAIN if w == MAIN else target_of(resolve(w)) if resolve else w for w in args.which]
+    t0 = time.process_time()
+    for target in targets:
+        try:
+            generate(target, args.seeds, args.kernels)
+        except ResultsError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    print(f"{len(targets)} results file(s) written ({time.process_time() - t0:.1f} s CPU in this process; "
+          "the runs' own CPU seconds are above)")
+    return 0
+
+
+def child(argv: list[str]) -> int:
+    """``python -m lessons.results --child TARGET SEED OUT``: one run, its record written to OUT as JSON."""
+    target, seed, out = argv[0], int(argv[1]), Path(argv[2])
+    out.write_text(json.dumps(run_target(target, seed), indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--child"]:
+        sys.exit(child(sys.argv[2:]))
+    sys.exit(main(sys.argv[1:]))

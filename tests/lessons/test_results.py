@@ -1,0 +1,344 @@
+"""Every number the docs quote is what a lesson computed: the results files are fresh, every marked span of
+README.md and docs/*.md is what ``python -m lessons quote`` writes from them, and every key exists.
+
+Standard library and the project only, no lesson is run, except by the last tests: they rerun the lessons the
+docs quote at their default size and seed 0 and check each quoted value against its results file (exactly, to
+float64 rounding, where the numbers do not depend on the CPU; within the range measured over the BLAS kernels and
+seeds where they do). The cheap ones (under ``CHEAP_CPU_S`` seconds of CPU in their file) run in the default
+suite, marked ``slow``; the others only with ``python -m pytest -m rerun``.
+"""
+import json
+import math
+import shutil
+
+import numpy as np
+import pytest
+
+from lessons import quote as qt
+from lessons import results as res
+
+CHEAP_CPU_S = 5.0
+
+
+def quoted_targets() -> list[str]:
+    return sorted({x.quote.target for x in qt.quoted_keys()})
+
+
+# ---------------------------------------------------------------- the committed docs and results files
+
+def test_every_results_file_is_fresh_and_belongs_to_a_target():
+    problems = [msg for t in res.all_targets() if res.results_path(t).is_file() and (msg := res.staleness(t))]
+    names = {res.results_path(t).name for t in res.all_targets()}
+    problems += [f"{p.name}: no lesson or job makes it (delete it)" for p in sorted(res.RESULTS_DIR.glob("*.json"))
+                 if p.name not in names]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_quoted_target_has_a_fresh_results_file():
+    targets = quoted_targets()
+    assert {"l01", "l08", "main"} <= set(targets), targets
+    problems = [msg for t in targets if (msg := res.staleness(t))]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_quoted_key_exists():
+    sources = qt.Sources()
+    missing = []
+    for where, q, _, _ in qt.quoted_keys():
+        try:
+            qt.lookup(sources.get(q.target), q.key)
+        except (KeyError, res.ResultsError) as exc:
+            missing.append(f"{where}: {q.target}:{q.key}: {exc.args[0]}")
+    assert len(qt.quoted_keys()) > 100
+    assert not missing, "\n".join(missing)
+
+
+def test_every_marked_span_is_what_the_generator_writes():
+    changes, problems = qt.quote(write=False)
+    assert not problems, "\n".join(problems)
+    assert not changes, ("quoted numbers differ from docs/results (run `python -m lessons quote`):\n"
+                         + "\n".join(changes))
+
+
+# ---------------------------------------------------------------- the check fails on an edited number
+
+def test_an_edited_number_fails_and_is_named(tmp_path):
+    bank = tmp_path / "questions.md"
+    shutil.copy(res.REPO_ROOT / "docs" / "questions.md", bank)
+    assert qt.quote([bank], write=False) == ([], [])                   # the copy agrees
+    text = bank.read_text(encoding="utf-8")
+    m = next(m for m in qt.SPAN.finditer(text) if m["spec"].startswith("l02:") and any(c.isdigit() for c in m["text"]))
+    i = m.start("text") + next(k for k, c in enumerate(m["text"]) if c.isdigit())
+    edited = text[:i] + str((int(text[i]) + 1) % 10) + text[i + 1:]  # one digit of one quoted number
+    bank.write_text(edited, encoding="utf-8")
+    changes, problems = qt.quote([bank], write=False)
+    line = text.count("\n", 0, m.start()) + 1
+    assert problems == [] and len(changes) == 1, changes
+    assert changes[0].startswith(f"questions.md:{line}: ") and repr(m["text"]) in changes[0], changes[0]
+    assert bank.read_text(encoding="utf-8") == edited                  # --check writes nothing
+    changes, _ = qt.quote([bank])                                      # the generator puts it back
+    assert bank.read_text(encoding="utf-8") == text and len(changes) == 1
+
+
+def test_an_edited_code_block_fails_and_unmarked_text_is_never_touched(tmp_path):
+    readme = tmp_path / "README.md"
+    shutil.copy(qt.doc_files()[0], readme)
+    text = readme.read_text(encoding="utf-8")
+    block = next(qt.BLOCK.finditer(text))
+    i = block.start("body") + next(k for k, c in enumerate(block["body"]) if c.isdigit())
+    edited = text[:i] + str((int(text[i]) + 1) % 10) + text[i + 1:]  # one digit of the block
+    assert edited.count("Python 3.10+") == 1
+    edited = edited.replace("Python 3.10+", "Python 3.11+")           # and unmarked text: "3.10" -> "3.11"
+    readme.write_text(edited, encoding="utf-8")
+    changes, problems = qt.quote([readme])
+    assert not problems and len(changes) == 1 and "the code block" in changes[0], changes
+    assert readme.read_text(encoding="utf-8") == text.replace("Python 3.10+", "Python 3.11+")
+
+
+# ---------------------------------------------------------------- the generator's rules, on made-up results
+
+def fake_results(tmp_path):
+    runs = [{"kernel": k, "seed": s} for k in ("SkylakeX", "Haswell") for s in (0, 1)]
+    common = {"machine": {"cpu": "a CPU", "matmul_gflops": 100.0}, "time": {"cpu": 1.0}, "runs": runs,
+              "left_out": {"curve": "array (50,)"}}
+    independent = dict(common, target="l04", cpu_dependent=False, ranges={},
+                       values={"loss": 0.123456, "n": 3, "none": None, "name with space.x": 2.5})
+    dependent = dict(common, target="l08", cpu_dependent=True,
+                     values={"gold": 0.25, "steps": 100, "same": 7.0, "time.cpu": 3.0, "label": "a"},
+                     ranges={"gold": {"min": 0.2, "max": 0.3, "missing": 0},
+                             "steps": {"min": 90, "max": 120, "missing": 1},
+                             "same": {"min": 7.0, "max": 7.0, "missing": 0},
+                             "time.cpu": {"min": 2.0, "max": 4.0, "missing": 0},
+                             "label": {"values": ['"a"', '"b"']}})
+    for data in (independent, dependent):
+        res.results_path(data["target"], tmp_path).write_text(json.dumps(data), encoding="utf-8")
+    return qt.Sources(tmp_path, check_fresh=False)
+
+
+def rendered(sources, spec: str) -> str:
+    text = f"x <!-- {spec} -->?<!-- end --> y"
+    new, _, problems = qt.rewrite(text, "doc.md", sources)
+    assert not problems, problems
+    return new[len(f"x <!-- {spec} -->"):-len("<!-- end --> y")]
+
+
+def problem(sources, text: str) -> str:
+    new, _, problems = qt.rewrite(text, "doc.md", sources)
+    assert len(problems) == 1 and new == text, (problems, new)
+    return problems[0]
+
+
+def test_spans_are_rendered_with_their_format_and_range(tmp_path):
+    s = fake_results(tmp_path)
+    assert rendered(s, "l04:loss .3f") == "0.123"
+    assert rendered(s, "l04:loss .3f range") == "0.123 (the same over 2 BLAS kernels x 2 seeds)"
+    assert rendered(s, "l04:name with space.x +.1f") == "+2.5"
+    assert rendered(s, "l04:@machine.cpu s") == "a CPU"
+    assert rendered(s, "l08:gold +.3f range=.2f") == "+0.250 (0.20 to 0.30 over 2 BLAS kernels x 2 seeds)"
+    assert rendered(s, "l08:steps d range") == "100 (90 to 120 over 2 BLAS kernels x 2 seeds; no value in 1 of 4 runs)"
+    assert rendered(s, "l08:same .1f range") == "7.0 (the same over 2 BLAS kernels x 2 seeds)"
+    assert rendered(s, "l08:same .0f") == "7"                     # every run prints these digits
+    assert rendered(s, "l08:gold .0f") == "0"                     # 0.2 ... 0.3 all print "0"
+    assert rendered(s, "l08:time.cpu .1f") == "3.0"               # a measurement: the reference run's
+
+
+def test_every_rule_is_enforced_with_a_message_naming_the_place(tmp_path):
+    s = fake_results(tmp_path)
+    assert "no key 'los'" in problem(s, "a\n<!-- l04:los .3f -->1<!-- end -->") and "did you mean loss" in \
+        problem(s, "a\n<!-- l04:los .3f -->1<!-- end -->")
+    assert problem(s, "a\n<!-- l04:los .3f -->1<!-- end -->").startswith("doc.md:2: ")
+    assert "left out of the results file" in problem(s, "<!-- l04:curve .3f -->1<!-- end -->")
+    assert "format 'd' does not apply" in problem(s, "<!-- l04:loss d -->1<!-- end -->")
+    assert "is None" in problem(s, "<!-- l04:none .1f -->1<!-- end -->")
+    assert "prints other digits in other runs" in problem(s, "<!-- l08:gold .3f -->1<!-- end -->")
+    assert "(0.200 to 0.300): quote it with `range`" in problem(s, "<!-- l08:gold .3f -->1<!-- end -->")
+    assert "prints other digits in other runs" in problem(s, "<!-- l08:label s -->a<!-- end -->")
+    assert "no numeric range" in problem(s, "<!-- l08:label s range -->a<!-- end -->")
+    assert "no results for l05" in problem(s, "<!-- l05:x .1f -->1<!-- end -->")
+    assert "is not closed" in problem(s, "<!-- l04:loss .3f -->1 <!-- l04:n d -->3<!-- end -->")
+    assert "has no <!-- end -->" in problem(s, "text <!-- l04:loss .3f -->0.123 and more")
+    assert "without a marker" in problem(s, "text 0.123<!-- end -->")
+    block = "<!-- quote-block\nn = {l08:gold .3f range}\n-->\n```\nn = 1\n```"
+    assert "no `range` there" in problem(s, block)
+
+
+def test_a_block_is_written_from_its_template_and_may_quote_one_run(tmp_path):
+    s = fake_results(tmp_path)
+    text = "intro\n<!-- quote-block\nloss {l04:loss .2f}, gold {l08:gold +.3f} {not a placeholder}\n-->\n```text\nold\n```\n"
+    new, changes, problems = qt.rewrite(text, "doc.md", s)
+    assert not problems and len(changes) == 1
+    assert new.endswith("```text\nloss 0.12, gold +0.250 {not a placeholder}\n```\n")
+    assert qt.rewrite(new, "doc.md", s)[1] == []                       # written once: nothing left to change
+
+
+def test_a_stale_or_missing_results_file_names_the_source_and_the_command(tmp_path):
+    target = "l04"
+    shutil.copy(res.results_path(target), tmp_path / res.results_path(target).name)
+    lesson = tmp_path / "l04_clip_objective.py"
+    shutil.copy(res.source_files(target)[0], lesson)
+    assert res.staleness(target, tmp_path, [lesson]) is None
+    lesson.write_text(lesson.read_text(encoding="utf-8").replace("Exercises:", "Exercises :"), encoding="utf-8")
+    msg = res.staleness(target, tmp_path, [lesson])
+    assert "l04_clip_objective.json is stale" in msg and "l04_clip_objective.py changed" in msg
+    assert "`python -m lessons results 4`" in msg
+    (tmp_path / "l04_clip_objective.json").unlink()
+    assert "no results for l04" in res.staleness(target, tmp_path) and "python -m lessons results 4" in \
+        res.staleness(target, tmp_path)
+    assert res.regenerate_command("main") == "python -m lessons results main"
+
+
+def test_the_marker_grammar():
+    q = qt.parse("l08:summary.kl_old_target = 0.005.early_stops d range")
+    assert (q.target, q.key, q.fmt, q.range_fmt) == ("l08", "summary.kl_old_target = 0.005.early_stops", "d", "d")
+    q = qt.parse("main:eval.ppo.gold_mean +.3f range=+.2f")
+    assert (q.target, q.key, q.fmt, q.range_fmt) == ("main", "eval.ppo.gold_mean", "+.3f", "+.2f")
+    assert qt.parse("l01:variance.batch mean (leave-one-out) .4f").key == "variance.batch mean (leave-one-out)"
+    with pytest.raises(ValueError, match="SOURCE:KEY FORMAT"):
+        qt.parse("l01:.3f")
+
+
+# ---------------------------------------------------------------- what a results file holds
+
+def test_flatten_keeps_scalars_under_dotted_keys_and_names_what_it_leaves_out():
+    r = {"a": {0.95: 1.5, 1.0: np.float32(2.0), "n": np.int64(3)}, "rows": [{"x": 1}, {"x": 2}],
+         "curve": np.zeros(5), "zero_d": np.array(4.0), "long": list(range(100)), "none": None, "flag": True,
+         "pair": (0.1, 0.2), "obj": object()}
+    values, left = res.flatten(r)
+    assert values == {"a.0.95": 1.5, "a.1": 2.0, "a.n": 3, "rows.0.x": 1, "rows.1.x": 2, "zero_d": 4.0,
+                      "none": None, "flag": True, "pair.0": 0.1, "pair.1": 0.2}
+    assert type(values["a.n"]) is int and type(values["a.1"]) is float
+    assert left == {"curve": "array (5,)", "long": "list of 100", "obj": "object"}
+    with pytest.raises(res.ResultsError, match="appears twice"):
+        res.flatten({"a.b": 1, "a": {"b": 2}})
+
+
+def test_kernel_runs_must_agree_to_float64_rounding_and_ranges_span_the_runs():
+    ref = {"x": 1.0, "n": 3, "time.cpu": 1.0, "gap": 2.3e-16}
+    assert res.differences(ref, {"x": 1.0 + 1e-13, "n": 3, "time.cpu": 9.0, "gap": 1.1e-16}) == []
+    assert res.differences(ref, {"x": 1.001, "n": 4, "time.cpu": 1.0, "gap": 0.0}) == ["n: 3 vs 4", "x: 1.0 vs 1.001"]
+    assert res.differences(ref, {"x": 1.0, "time.cpu": 1.0, "gap": 0.0}) == ["n: 3 vs '(missing)'"]
+    runs = [{"values": {"g": 0.5, "s": None, "t": "a"}}, {"values": {"g": 0.7, "s": 10, "t": "b"}},
+            {"values": {"g": 0.4, "s": 12, "t": "a"}}]
+    assert res.ranges(runs) == {"g": {"min": 0.4, "max": 0.7, "missing": 0}, "s": {"min": 10, "max": 12, "missing": 1},
+                                "t": {"values": ['"a"', '"b"']}}
+    assert [k for k in ("time.cpu", "summary.defaults.wall_time", "seconds.sft", "peak_rss_mb", "step_s")
+            if not res.is_measured(k)] == []
+    assert not any(res.is_measured(k) for k in ("total_timesteps", "steps_to_475", "epochs_skipped"))
+
+
+# ---------------------------------------------------------------- rerun the quoted lessons
+
+def check_rerun(target: str) -> None:
+    """Rerun ``target`` (seed 0, default size, this machine's kernel) and check every value the docs quote: a
+    plain quote must print the same digits; a range quote, and a code block (one run's output), a value within
+    the range its results file measured (or, where all its runs agreed, the same digits)."""
+    data = res.load(target)
+    run = res.run_target(target, 0)
+    checked, problems = 0, []
+    for where, q, _, in_block in qt.quoted_keys():
+        if q.target != target or q.key.startswith("@") or res.is_measured(q.key):
+            continue                                   # the file's own fields; times and memory of one run
+        checked += 1
+        got, want = run["values"].get(q.key), data["values"][q.key]
+        spread = data["ranges"].get(q.key)
+        if spread and "min" in spread and (q.range_fmt is not None or in_block):
+            edges = {qt.fmt(spread[k], q.fmt, q.key) for k in ("min", "max")}
+            ok = isinstance(got, (int, float)) and (spread["min"] <= got <= spread["max"]
+                                                    or qt.fmt(got, q.fmt, q.key) in edges)
+            rule = f"within [{spread['min']!r}, {spread['max']!r}]"
+        else:
+            ok = got is not None and want is not None and qt.fmt(got, q.fmt, q.key) == qt.fmt(want, q.fmt, q.key)
+            rule = f"the digits of {want!r} ({q.fmt})"
+        if not ok:
+            problems.append(f"{where}: {target}:{q.key} = {got!r}, expected {rule}")
+    assert checked > 0
+    assert not problems, (f"a rerun of {target} (seed 0, OpenBLAS kernel {run['machine']['blas_kernel']}) no "
+                          f"longer gives the quoted numbers; regenerate with `{res.regenerate_command(target)}` "
+                          "and `python -m lessons quote`:\n" + "\n".join(problems))
+
+
+def _split_targets():
+    cheap, costly = [], []
+    for t in quoted_targets():
+        path = res.results_path(t)
+        cpu = json.loads(path.read_text(encoding="utf-8"))["time"]["cpu"] if path.is_file() else math.inf
+        (cheap if cpu < CHEAP_CPU_S else costly).append(t)
+    return cheap, costly
+
+
+CHEAP, COSTLY = _split_targets()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", CHEAP)
+def test_a_rerun_of_a_cheap_lesson_gives_its_quoted_numbers(target):
+    check_rerun(target)
+
+
+@pytest.mark.rerun
+@pytest.mark.parametrize("target", COSTLY)
+def test_a_rerun_gives_the_quoted_numbers(target):
+    check_rerun(target)
+
+
+# ---------------------------------------------------------------- the commands
+
+@pytest.mark.slow
+def test_generate_runs_each_kernel_in_a_subprocess_and_checks_the_kernel(tmp_path):
+    lines = []
+    path = res.generate("l04", kernels=["default"], directory=tmp_path, log=lines.append)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    committed = res.load("l04")
+    assert data["values"] == committed["values"]                       # this machine, seed 0: the same run
+    assert data["source_sha256"] == res.current_hash("l04") and data["cpu_dependent"] is False
+    assert [r["seed"] for r in data["runs"]] == [0] and data["machine"]["matmul_gflops"] > 0
+    assert data["runs"][0]["kernel"] == data["machine"]["blas_kernel"] and "OpenBLAS kernel" in lines[1]
+    with pytest.raises(res.ResultsError, match="OPENBLAS_CORETYPE=NoSuchKernel: OpenBLAS selected"):
+        res.generate("l04", kernels=["NoSuchKernel"], directory=tmp_path, log=lines.append)
+    with pytest.raises(res.ResultsError, match="seed 0 is the reference"):
+        res.generate("l08", seeds=[1], directory=tmp_path)
+
+
+def test_the_commands_are_reached_from_python_m_lessons(capsys):
+    from lessons.__main__ import main
+    assert main(["quote", "--check"]) == 0
+    assert "quoted number(s) differ" in capsys.readouterr().out
+    assert main(["quote", "--keys", "4"]) == 0
+    assert "l04:batch.clipfrac = " in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        main(["results"])
+    assert exc.value.code == 2
+
+
+def test_the_rerun_check_fails_when_a_quoted_value_moved(monkeypatch):
+    committed = res.load("l08")
+    moved = dict(committed["values"])
+    moved["summary.defaults.steps_to_475"] = committed["ranges"]["summary.defaults.steps_to_475"]["max"] + 1
+    moved["summary.kl_old_target = 0.005.updates"] += 1                # a plain quote: its digits must stay
+    fake = {"values": moved, "machine": {"blas_kernel": "X"}}
+    monkeypatch.setattr(res, "run_target", lambda target, seed: fake)
+    with pytest.raises(AssertionError) as exc:
+        check_rerun("l08")
+    msg = str(exc.value)
+    assert "l08:summary.defaults.steps_to_475" in msg and "expected within [" in msg
+    assert "l08:summary.kl_old_target = 0.005.updates" in msg and "python -m lessons results 8" in msg
+    monkeypatch.setattr(res, "run_target", lambda target, seed: dict(fake, values=committed["values"]))
+    check_rerun("l08")                                                   # the committed values pass
+
+
+def test_verdicts_are_stored_as_json_whatever_their_type():
+    import dataclasses
+    from collections import namedtuple
+
+    @dataclasses.dataclass(frozen=True)
+    class V:
+        key: str
+        outcome: str
+        numbers: dict
+
+    v = V("clip_constant", "holds", {"max |grad|": np.float64(0.0), "cases": np.array([3, 4])})
+    assert res.verdict_record(v) == {"key": "clip_constant", "outcome": "holds",
+                                     "numbers": {"max |grad|": 0.0, "cases": [3, 4]}}
+    assert res.verdict_record(namedtuple("N", "claim outcome")("c", "not shown at this size")) == \
+        {"claim": "c", "outcome": "not shown at this size"}
+    assert res.verdict_record({"claim": "c", "outcome": "does not hold"})["outcome"] == "does not hold"
