@@ -18,6 +18,10 @@ rule, outcome per seed; ``lessons/verdict_table.py``).
 executed at the default size (``notebooks 4``: one lesson; ``--no-execute``: without outputs; ``--verify
 --quick``: execute the committed notebooks in quick mode, writing nothing); see ``lessons/notebooks.py``.
 ``python -m lessons site --out DIR`` builds the course's website from them (``lessons/website/``).
+
+``python -m lessons results 4`` writes ``docs/results/l04_clip_objective.json``, what the lesson computed at its
+default size (``all`` and ``--figures`` write them too, after the figures); ``python -m lessons quote`` fills
+the numbers the docs quote from those files (``lessons/results.py``, ``lessons/quote.py``).
 """
 from __future__ import annotations
 
@@ -83,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["site"]:
         from lessons import website      # the site's generator (its Sphinx import is lazy too)
         return website.main(argv[1:], discover())
+    if argv[:1] in (["results"], ["quote"]):
+        return results_main(argv)
     parser = Parser(prog="python -m lessons", description=__doc__)
     parser.add_argument("which", nargs="*", help="'all', or lesson numbers / slugs; empty lists them; "
                         "'notebooks [N ...]' regenerates the notebooks (python -m lessons notebooks -h)")
@@ -109,11 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--out {args.out}: a file, not a folder: expected the folder to save the figures in")
     chosen = names if args.which == ["all"] else [resolve(w, names, parser) for w in args.which]
     with interrupted("python -m lessons"):       # a lesson's own Ctrl-C line is printed inside its main()
-        run_lessons(chosen, args, regenerate)
-    return 0
+        return run_lessons(chosen, args, regenerate)
 
 
-def run_lessons(chosen: list[str], args, regenerate: bool) -> None:
+def run_lessons(chosen: list[str], args, regenerate: bool) -> int:
     """Run each lesson module's ``main()`` with the flags of ``python -m lessons`` and print its times."""
     for n in chosen:
         t, cpu = time.perf_counter(), time.process_time()
@@ -129,6 +134,25 @@ def run_lessons(chosen: list[str], args, regenerate: bool) -> None:
             extra += ["--out", args.out]
         mod.main(extra + ["--seed", str(args.seed)])
         print(f"[{n} took {time.perf_counter() - t:.1f} s wall, {time.process_time() - cpu:.1f} s CPU]", flush=True)
+    if regenerate:
+        return write_results(["all"] if args.which == ["all"] else [n.split(".")[1] for n in chosen])
+    return 0
+
+
+def results_main(argv: list[str]) -> int:
+    """``python -m lessons results ...`` (``lessons/results.py``) and ``python -m lessons quote ...``
+    (``lessons/quote.py``)."""
+    from lessons import quote, results
+    if argv[0] == "quote":
+        return quote.main(argv[1:])
+    return results.main(argv[1:], lambda key: resolve(key, discover()))
+
+
+def write_results(which: list[str]) -> int:
+    """After a regeneration of figures: the results files of the same lessons (``all``: and of the main job),
+    as ``python -m lessons results`` writes them (default size, its default kernels and seeds)."""
+    print(f"\n######## results files: python -m lessons results {' '.join(which)} ########", flush=True)
+    return results_main(["results", *which])
 
 
 if __name__ == "__main__":

@@ -199,6 +199,18 @@ def verdicts(r: dict) -> list[Verdict]:
     ]
 
 
+def derived(r: dict) -> dict:
+    """The numbers of (c, d) per first-step learning rate (median entropy right after the step, mean p(best)
+    and J, share of seeds stuck after the recovery), the smallest and the largest step by name, and the
+    number of recovery steps: what the narrative prints and docs/questions.md quotes."""
+    one_step = [{"lr": float(lr), "entropy_median": float(np.median(r["entropy_after"][i])),
+                 "p_best_mean": float(r["p_best_after"][i].mean()),
+                 "reward_mean": float(r["reward_after"][i].mean()), "stuck": float(r["stuck_fraction"][i])}
+                for i, lr in enumerate(r["big_lrs"])]
+    return {"steps": int(r["curves"][BASELINES[0]].shape[1]), "one_step": one_step,
+            "smallest_step": one_step[0], "largest_step": one_step[-1]}
+
+
 def narrative(r: dict) -> str:
     v, steps = r["variance"], r["curves"][BASELINES[0]].shape[1]
     V = by_key(verdicts(r))

@@ -243,6 +243,22 @@ def verdicts(r: dict) -> list[Verdict]:
     ]
 
 
+def derived(r: dict) -> dict:
+    """What the narrative prints and docs/questions.md quotes that run() keeps inside arrays: the sequence's
+    length and final log-space ratio, the gradient r A at r = 2 and 0.5 for A = +1 / -1, the end of the 200
+    steps on one batch (largest ratio, KL, promised and true gain), the first and the last KL of (e, f)."""
+    seq, rep, is_, q = r["sequence"], r["repeated"], r["is"], r["quadrants"]
+    grad = {f"{'pos' if A > 0 else 'neg'}.r{x:g}": float(np.interp(x, q["ratio"], q[A]))
+            for A in (1.0, -1.0) for x in (2.0, 0.5)}
+    end = {name: {"ratio_max": float(h["ratio_max"][-1]), "kl": float(h["kl"][-1]),
+                  "promise": float(h["surrogate"][-1]), "true_gain": float(h["J"][-1] - rep["J_old"])}
+           for name, h in (("cpi", rep["L^CPI"]), ("clip", rep["L^CLIP"]))}
+    is_rows = {f"is_{name}": {k: float(is_[k][i]) for k in ("kl", "J_new", "std_exact", "std_measured", "mean",
+                                                              "median")} for name, i in (("first", 0), ("last", -1))}
+    return {"sequence_length": len(seq["T"]), "ratio_log_last": float(seq["ratio_log"][-1]),
+            "quadrant_grad": grad, "steps": len(rep["L^CPI"]["ratio_max"]), **end, **is_rows}
+
+
 def narrative(r: dict) -> str:
     seq = r["sequence"]
     T64 = seq["underflow_T_float64"]

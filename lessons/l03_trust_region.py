@@ -196,6 +196,18 @@ def verdicts(r: dict) -> list[Verdict]:
     return out
 
 
+def derived(r: dict) -> dict:
+    """What the narrative prints and docs/questions.md quotes that run() keeps inside arrays: each method's
+    mean KL (over the batches) at the base step size (x1) and at the largest multiple, the largest
+    multiple, and TRPO's largest KL over its bound delta."""
+    m, kl = r["mults"], r["kl"]
+    j = int(np.argmin(np.abs(m - 1.0)))
+    return {"largest_mult": float(m[-1]),
+            "kl_x1": {method: float(kl[i, j].mean()) for i, method in enumerate(METHODS)},
+            "kl_largest": {method: float(kl[i, -1].mean()) for i, method in enumerate(METHODS)},
+            "trpo_max_kl_over_delta": float(np.max(kl[1] / (m[:, None] * BASE["TRPO"])))}
+
+
 def narrative(r: dict) -> str:
     m, kl = r["mults"], r["kl"]
     j = int(np.argmin(np.abs(m - 1.0)))

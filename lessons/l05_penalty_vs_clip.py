@@ -135,6 +135,16 @@ def verdicts(r: dict) -> list[Verdict]:
     ]
 
 
+def derived(r: dict) -> dict:
+    """The spread over the initial betas of the adaptive rule (lowest and highest), which docs/questions.md
+    quotes: progress after EARLY iterations, final progress, final beta."""
+    runs = [r["summary"][f"adaptive beta0={b:g}"] for b in INIT_BETAS]
+    spread = {k: {"min": min(s[k] for s in runs), "max": max(s[k] for s in runs)}
+              for k in ("early", "final", "beta_final")}
+    return {"early_iteration": EARLY, "init_beta": {"min": min(INIT_BETAS), "max": max(INIT_BETAS)},
+            "adaptive": spread}
+
+
 def narrative(r: dict) -> str:
     V = by_key(verdicts(r))
     L = []

@@ -111,11 +111,14 @@ def test_only_figures_writes_the_committed_figure(capsys):
 ])
 def test_which_runs_write_figures(monkeypatch, capsys, argv, expect):
     import lessons.l04_clip_objective as l04
-    seen = []
+    seen, results = [], []
     monkeypatch.setattr(index, "discover", lambda: ["lessons.l04_clip_objective"])
     monkeypatch.setattr(l04, "main", lambda a: seen.append(a))
+    monkeypatch.setattr(index, "write_results", lambda which: results.append(which) or 0)
     assert index.main(argv) == 0
     assert seen == [expect + ["--seed", "0"]]
+    # a regeneration of figures also writes the results files (docs/results/) of the same lessons
+    assert results == ([] if "--figures" not in expect else [["all"]] if argv == ["all"] else [["l04_clip_objective"]])
 
 
 # ---- issue 26 item 2: a lesson's mistakes cost seconds ----------------------------------------

@@ -30,8 +30,9 @@ folder is locked while the command runs (:mod:`minippo.runs`); the lessons' shar
 instead of refusing (two lessons started together build it once).
 
 ``--quick`` runs the same pipeline at CI size (a few tens of seconds). ``summary.json`` holds the wall
-time of each stage, the peak resident memory, and the numbers of the issue: SFT vs PPO gold mean and
-std, the KL to the reference against the controller's target, RM scores, lengths.
+time of each stage, the peak resident memory, and the numbers of the issue: the SFT parameter count
+and losses (when this call trained it), SFT vs PPO gold mean and std, the KL to the reference against the
+controller's target, RM scores, lengths.
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minippo.blas import single_blas_thread
+from minippo.blas import blas_core_name, single_blas_thread
 from minippo.checks import check_choice
 from minippo.io import atomic_write_text, has_checkpoint, read_metrics
 from minippo.rlhf.checkpoint import load_model
@@ -92,15 +93,18 @@ def dpo_config(quick: bool = False, seed: int = 0) -> DPOConfig:
 
 
 def default_cache_dir(quick: bool = False, seed: int = 0) -> Path:
-    """Where lessons keep the SFT and reward-model stages they share: ``runs/cache/main-seed<k>-<hash>`` in
-    the repository (resolved from the package location, never the working directory), or this user's own
+    """Where lessons keep the SFT and reward-model stages they share: ``runs/cache/main-seed<k>-<kernel>-<hash>``
+    in the repository (resolved from the package location, never the working directory), or this user's own
     temporary folder for ``quick`` runs (the smoke tests; :func:`minippo.runs.user_temp_dir`). ``<hash>``
-    identifies the stage configs, so changed defaults never reuse a stale cache."""
+    identifies the stage configs, so changed defaults never reuse a stale cache; ``<kernel>`` is the OpenBLAS
+    kernel (:func:`minippo.blas.blas_core_name`): stages trained under another kernel hold other numbers, so
+    ``OPENBLAS_CORETYPE=Haswell`` builds its own."""
     sft_cfg, rm_cfg, _ = stage_configs(quick, seed)
     key = hashlib.sha256(json.dumps([sft_cfg.to_dict(), rm_cfg.to_dict()], sort_keys=True).encode()).hexdigest()[:8]
+    name = f"seed{seed}-{blas_core_name() or 'blas'}-{key}"
     if quick:
-        return user_temp_dir("cache") / f"quick-seed{seed}-{key}"
-    return RUNS_DIR / "cache" / f"main-seed{seed}-{key}"
+        return user_temp_dir("cache") / f"quick-{name}"
+    return RUNS_DIR / "cache" / f"main-{name}"
 
 
 #: what building the shared SFT and reward-model stages costs, in seconds on 2 cores (quick: the CI size),
@@ -259,6 +263,7 @@ def _run_stages(out: Path, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg,
         log(f"[1/3] SFT: corpus ({sft_cfg.corpus_size} sentences) -> tokenizer (V={sft_cfg.vocab_size}) -> "
             f"TinyGPT ({sft_cfg.n_layer} layers, C={sft_cfg.n_embd}), {sft_cfg.steps} steps")
         r = train_sft(sft_cfg, out / "sft", resume=True, progress=progress, log=log)
+        summary["sft"] = {k: r[k] for k in ("n_params", "initial_loss", "heldout_loss", "unigram_loss", "ln_V")}
         log(f"      held-out loss {r['heldout_loss']:.3f} nats/token (unigram {r['unigram_loss']:.3f}, "
             f"ln V {r['ln_V']:.3f})")
     summary["seconds"]["sft"] = time.perf_counter() - t

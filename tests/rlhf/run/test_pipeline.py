@@ -30,6 +30,8 @@ def test_quick_pipeline_end_to_end(tmp_path, capsys):
     assert "| SFT |" in samples and "| PPO |" in samples and samples.count("\n| ") >= 18
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["seconds"]) == {"sft", "rm", "ppo", "eval", "total"} and summary["peak_rss_mb"] > 0
+    sft = summary["sft"]                                 # what the SFT lines print, for docs/results/main_rlhf.json
+    assert sft["n_params"] > 0 and 0 < sft["heldout_loss"] < sft["initial_loss"] and sft["unigram_loss"] < sft["ln_V"]
     assert not any("reusing" in line for line in logs)
     from minippo.rlhf.run.pipeline import stages_cached
     assert stages_cached(out)
@@ -58,6 +60,8 @@ def test_the_shared_stages_are_cached_in_the_repositorys_runs_folder():
     repo = Path(minippo.__file__).resolve().parents[1]
     assert default_cache_dir(quick=False).parent == repo / "runs" / "cache"
     assert repo not in default_cache_dir(quick=True).parents
+    from minippo.blas import blas_core_name                 # stages trained under another OpenBLAS kernel differ
+    assert f"-{blas_core_name() or 'blas'}-" in default_cache_dir(quick=False).name
 
 
 def test_a_build_of_the_shared_stages_is_announced_before_it_starts(tmp_path, monkeypatch):
