@@ -99,6 +99,7 @@ def test_a_run_warning_is_one_line(capsys, monkeypatch):
     assert rc == 0 and err == "minippo sft: warning: metrics.jsonl: dropped a torn last line 5\n"
 
 
+@pytest.mark.slow      # a real SIGINT in a subprocess, then a resume
 def test_ctrl_c_prints_one_line_exit_130_and_the_same_command_resumes(tmp_path, capsys):
     out = tmp_path / "sft"
     argv = ["sft", "--quick", "--steps", "400", "--corpus-size", "600", "--out", str(out), "--no-progress"]

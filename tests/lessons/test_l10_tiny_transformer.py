@@ -7,6 +7,8 @@ from minippo import kernels
 from minippo.studies.verdicts import HOLDS, by_key
 from tests.helpers import assert_comparison, assert_printed, quick_runs
 
+pytestmark = pytest.mark.slow      # lesson runs on the shared SFT and RM stages (pytest -m slow)
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):

@@ -7,6 +7,8 @@ from lessons import l11_reward_model as lesson
 from minippo.studies.verdicts import HOLDS, by_key
 from tests.helpers import assert_comparison, assert_printed, assert_verdict, quick_runs
 
+pytestmark = pytest.mark.slow      # lesson runs on the shared SFT and RM stages (pytest -m slow)
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):

@@ -15,6 +15,8 @@ def runs(tmp_path_factory):
     return quick_runs(lesson, tmp_path_factory)
 from minippo.studies.memory import GB, param_count, static_bytes
 
+pytestmark = pytest.mark.slow      # lesson runs on the shared SFT and RM stages (pytest -m slow)
+
 
 def test_l12_quick(runs):
     r = runs[0]

@@ -7,6 +7,8 @@ from minippo.studies.sweep_stats import compare, pooled_seed_std
 from minippo.studies.verdicts import FAILS, HOLDS, NOT_SHOWN, by_key
 from tests.helpers import assert_comparison, assert_one_of, assert_printed, expected_outcome, quick_runs
 
+pytestmark = pytest.mark.slow      # lesson runs on the shared SFT and RM stages (pytest -m slow)
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):

@@ -7,6 +7,8 @@ from lessons import l21_dpo_vs_ppo as lesson
 from minippo.studies.verdicts import FAILS, HOLDS, NOT_SHOWN, by_key
 from tests.helpers import assert_comparison, expected_outcome
 
+pytestmark = pytest.mark.slow      # lesson runs on the shared SFT and RM stages (pytest -m slow)
+
 
 def line_with(out: str, *parts) -> str:
     """The one printed line that contains every string of ``parts``."""

@@ -8,6 +8,8 @@ import pytest
 from lessons import l24_off_policy as lesson
 from tests.helpers import line_with, quick_runs
 
+pytestmark = pytest.mark.slow      # lesson runs on the shared SFT and RM stages (pytest -m slow)
+
 OUTCOMES = ("holds", "does not hold", "not shown at this size")
 
 

@@ -22,6 +22,7 @@ def small():
     return space, reward, theta, op.sampler_tables(theta, stale, 10.0)
 
 
+@pytest.mark.slow      # 12 enumerations; the Monte Carlo tests below run by default
 @pytest.mark.parametrize("sampler", ["stale by 2", "top-p 0.9", "bf16 logits"])
 @pytest.mark.parametrize("estimator", ["uncorrected", "IS, token", "TIS C=1.2, sequence", "IcePop [0.5, 2], token"])
 def test_exact_moments_equal_every_batch_enumerated(small, sampler, estimator):

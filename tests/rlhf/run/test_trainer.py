@@ -116,6 +116,7 @@ VARIANTS = {"defaults": {},
                                                           ratio_level="sequence", clip_eps=0.05)}
 
 
+@pytest.mark.slow      # the knobs' variants; the canonical loss is checked by default
 @pytest.mark.parametrize("critic_kind, stop_gradient, variant", [
     ("separate", False, "defaults"), ("shared", False, "defaults"), ("shared", True, "defaults"),
     ("separate", False, "grpo 1/|o|, k2 loss, clip-higher"), ("shared", False, "dr grpo constant, k1 loss, gspo ratio")])
