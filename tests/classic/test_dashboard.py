@@ -1,9 +1,11 @@
 """The monitoring dashboard: several runs, early stops, an empty run."""
 import numpy as np
+import pytest
 
 from minippo.classic.dashboard import plot_dashboard, rolling_mean
 
 
+@pytest.mark.slow      # draws a full dashboard figure (matplotlib)
 def test_dashboard_several_runs_with_early_stops(tmp_path):
     np.testing.assert_allclose(rolling_mean(np.array([1.0, 3.0, 5.0, 7.0]), 2), [1, 2, 4, 6])
     hist = [{"global_step": 512 * (i + 1), "losses/policy_loss": 0.01, "losses/value_loss": 10.0 / (i + 1),

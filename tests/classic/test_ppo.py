@@ -12,6 +12,7 @@ from minippo.classic.spaces import Box, Discrete
 SMALL = dict(num_envs=2, num_steps=64, num_minibatches=2, update_epochs=2)
 
 
+@pytest.mark.slow      # a training run
 def test_short_training_learns():
     # 60 updates of CleanRL's loop (30k env steps, a few seconds): a random policy scores ~22
     result = train_ppo(CartPoleEnv, 30_720, seed=0)

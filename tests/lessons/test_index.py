@@ -165,6 +165,7 @@ def test_ctrl_c_in_a_lesson_is_one_line_and_exit_130(tmp_path, capsys):
     assert calls == ["run"] and not (tmp_path / "l99_fake.png").exists()
 
 
+@pytest.mark.slow      # a lesson in a subprocess
 def test_ctrl_c_in_a_real_lesson_process(tmp_path):
     """A real SIGINT to `python -m lessons 8`: one line on stderr, exit status 130, no traceback."""
     import signal

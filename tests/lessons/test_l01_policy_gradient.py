@@ -9,6 +9,8 @@ from minippo.studies.verdicts import FAILS, HOLDS, NOT_SHOWN, by_key
 from minippo.toy.bandit import reinforce_gradient
 from tests.helpers import assert_comparison, assert_printed, expected_outcome, quick_runs
 
+pytestmark = pytest.mark.slow      # lesson runs (pytest -m slow); lesson 04, the clip cases, runs by default
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):

@@ -6,6 +6,8 @@ from lessons import l02_importance_ratio as lesson
 from minippo.studies.verdicts import HOLDS, by_key
 from tests.helpers import assert_comparison, assert_printed, quick_runs
 
+pytestmark = pytest.mark.slow      # lesson runs (pytest -m slow); lesson 04, the clip cases, runs by default
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):

@@ -7,6 +7,8 @@ from minippo.studies.sweep_stats import compare_paired
 from minippo.studies.verdicts import by_key
 from tests.helpers import assert_comparison, assert_printed, quick_runs
 
+pytestmark = pytest.mark.slow      # lesson runs (pytest -m slow); lesson 04, the clip cases, runs by default
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):

@@ -8,6 +8,8 @@ from minippo import kernels
 from minippo.studies.verdicts import HOLDS, by_key
 from tests.helpers import assert_comparison, assert_printed, quick_runs
 
+pytestmark = pytest.mark.slow      # lesson runs (pytest -m slow); lesson 04, the clip cases, runs by default
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):

@@ -10,6 +10,8 @@ from minippo.rl.gae import gae
 from minippo.studies.verdicts import FAILS, HOLDS, by_key
 from tests.helpers import assert_comparison, assert_printed, expected_outcome, quick_runs
 
+pytestmark = pytest.mark.slow      # lesson runs (pytest -m slow); lesson 04, the clip cases, runs by default
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):

@@ -8,6 +8,8 @@ from minippo.rl.losses import log_softmax
 from minippo.studies.verdicts import by_key
 from tests.helpers import assert_printed, assert_verdict, quick_runs
 
+pytestmark = pytest.mark.slow      # lesson runs (pytest -m slow); lesson 04, the clip cases, runs by default
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):

@@ -8,6 +8,8 @@ from minippo import kernels
 from minippo.studies.verdicts import FAILS, HOLDS, IDENTITY, NOT_SHOWN, by_key
 from tests.helpers import expected_outcome
 
+pytestmark = pytest.mark.slow      # lesson runs (pytest -m slow); lesson 04, the clip cases, runs by default
+
 
 def line_with(out: str, *parts) -> str:
     """The one printed line that contains every string of ``parts``."""

@@ -234,6 +234,7 @@ def sft_dir(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow      # a training run
 def test_quick_training_beats_chance_and_saves_a_normalised_model(sft_dir, tmp_path):
     cfg = rm_train.RMConfig.quick()
     r = rm_train.train_reward_model(cfg, sft_dir, tmp_path / "rm", progress=False)

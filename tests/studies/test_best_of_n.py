@@ -77,6 +77,7 @@ def test_both_estimators_are_unbiased_for_the_expected_maximum():
         assert got == pytest.approx([0.0, 1 / math.sqrt(math.pi), 1.0294], abs=0.03)
 
 
+@pytest.mark.slow      # a study run of the quick stages
 def test_perfect_reward_model_never_loses_gold(study):
     cands = sample_candidates(study.sft, study.tokenizer, study.prompts[:6], 16, np.random.default_rng(3),
                               max_new_tokens=16)

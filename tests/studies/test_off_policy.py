@@ -59,6 +59,7 @@ def test_sequence_is_is_unbiased_exactly_where_mu_covers_pi(small):
     assert table["samplers"]["top-p 0.9"]["kl"] > 0 and table["samplers"]["fp16 logits"]["kl"] >= 0
 
 
+@pytest.mark.slow      # Monte Carlo runs of a study
 def test_monte_carlo_agrees_with_the_exact_moments(small):
     space, reward, theta, tables = small
     sub = {k: tables[k] for k in ("stale by 1", "top-k 3")}
@@ -70,6 +71,7 @@ def test_monte_carlo_agrees_with_the_exact_moments(small):
         assert abs(v["spread_ratio"] - 1) < 4 / np.sqrt(2 * 149), key     # the spread's relative se ~ 1/sqrt(2M)
 
 
+@pytest.mark.slow      # Monte Carlo runs of a study
 def test_the_monte_carlo_check_can_fail(small):
     """Against a wrong target (the uncorrected mean for the IS estimator) bias_z is large."""
     space, reward, theta, tables = small

@@ -8,8 +8,8 @@ from minippo.io import read_metrics
 from minippo.rlhf.run.pipeline import run_pipeline
 
 
-@pytest.mark.slow
 def test_quick_pipeline_end_to_end(tmp_path, capsys):
+    """The default suite's one end-to-end run (issue 26: the fast suite keeps one)."""
     out = tmp_path / "run"
     logs = []
     s = run_pipeline(out, quick=True, progress=False, log=logs.append)
