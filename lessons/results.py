@@ -53,7 +53,8 @@ from lessons.notebooks import source_hash
 RESULTS_DIR = REPO_ROOT / "docs" / "results"
 MAIN = "main"                                  # the main job, `minippo rlhf` at its default size
 MAIN_FILE = "main_rlhf"
-MAIN_SOURCES = ("minippo/rlhf/run/pipeline.py", "minippo/rlhf/sft.py", "minippo/rlhf/rm_train.py",
+MAIN_SOURCES = ("minippo/rlhf/run/pipeline.py", "minippo/rlhf/sft.py", "minippo/rlhf/lm_train.py",
+                "minippo/rlhf/rm_train.py",
                 "minippo/rlhf/ppo.py", "minippo/rlhf/ppo_config.py", "minippo/rlhf/run/trainer.py",
                 "minippo/rlhf/run/evaluate.py")
 #: targets whose numbers depend on the CPU, and why: they are run on several seeds too (ranges over kernels x seeds)

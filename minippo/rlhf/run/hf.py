@@ -229,7 +229,7 @@ def export_hf(model_dir, out_dir, *, log=print, force: bool = False) -> dict:
 EXAMPLE_TEXT = "the film was superb ."
 #: how to install what loads an export, and which torch build that is (the export's README and minippo's README)
 INSTALL = ("Loading it needs `torch` and `transformers` (minippo's `hf` extra asks for torch>=2.13,<3 and "
-           "transformers>=4.57,<6). From PyPI on Linux, `pip install torch` takes the CUDA build (several GB); the "
+           "transformers>=4.57,<6, and trl>=1.16,<2 for examples/continue_in_trl.py). From PyPI on Linux, `pip install torch` takes the CUDA build (several GB); the "
            "CPU build is enough here: `pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu` "
            "first, then `pip install transformers` (or `pip install -e \".[test,hf]\"` in minippo's clone: the "
            "torch already installed satisfies the extra). `python -c \"import torch; print(torch.version.cuda)\"` "
