@@ -65,7 +65,7 @@ class AdamW:
         for k, g in grads.items():
             p, m, v = self.params[k], self.m[k], self.v[k]
             wd = self.weight_decay if self.decay[k] else 0.0
-            if kernels.enabled() and g.dtype == p.dtype:     # the lines below: nn/_kernels.py
+            if kernels.ON and g.dtype == p.dtype:     # the lines below: nn/_kernels.py
                 _kernels.adamw_update(p, g, m, v, lr, b1, b2, c1, c2, self.eps, wd)
                 continue
             # the next four lines are Adam's moments with bias correction
