@@ -170,7 +170,8 @@ def layernorm_backward(dout: np.ndarray, cache):
     db = dout2.sum(axis=0)                        # (C,)
     g = dout * w                                  # (..., C) = dxhat
     # xhat = (x - mean(x)) / sqrt(var(x) + eps)  ->  the projection below
-    dx = rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
+    dx = rstd * (g - g.mean(axis=-1, keepdims=True)
+                 - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
     return dx, dw, db
 
 
@@ -217,7 +218,8 @@ def masked_softmax_forward(scores: np.ndarray, allowed: np.ndarray, scale: float
 
     Parameters
     ----------
-    scores : (B, H, T, S) raw attention scores ``q @ k.T``; overwritten (the result is written in place)
+    scores : (B, H, T, S) raw attention scores ``q @ k.T``; overwritten (the result is written in
+        place)
     allowed : bool (B, T, S), broadcast over the heads; every row must allow at least one entry
     scale : 1 / sqrt(hs)
 
@@ -243,7 +245,8 @@ def masked_softmax_backward(datt: np.ndarray, cache, scale: float):
     """Backward of :func:`masked_softmax_forward` with respect to the raw ``scores``.
 
     ``datt`` is overwritten and returned as ``dscores``:
-    att = softmax(z), z = scale * scores  ->  dz = att * (datt - sum_j datt_j att_j),  dscores = scale * dz
+    att = softmax(z), z = scale * scores  ->  dz = att * (datt - sum_j datt_j att_j),
+    dscores = scale * dz
     (0 where not allowed, because att is 0 there).
     """
     if kernels.ON:                   # the same layer, compiled: nn/_kernels.py
@@ -280,7 +283,8 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, mask:
         return _kernels.softmax_cross_entropy_forward(logits, targets, mask)
     n = float(np.sum(mask))
     if n == 0:
-        raise ValueError("`mask` must contain at least one 1: the loss is a mean over mask == 1 tokens")
+        raise ValueError("`mask` must contain at least one 1: the loss is a mean over mask == 1 "
+                         "tokens")
     V = logits.shape[-1]
     z = logits.reshape(-1, V)                     # (N, V)
     t = targets.reshape(-1)                       # (N,)
@@ -297,7 +301,8 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, mask:
 
 
 def softmax_cross_entropy_backward(dloss: float, cache):
-    """Backward of the masked mean cross-entropy: ``dlogits = dloss * mask * (softmax - onehot) / n``."""
+    """Backward of the masked mean cross-entropy:
+    ``dlogits = dloss * mask * (softmax - onehot) / n``."""
     if kernels.ON:                   # the same layer, compiled: nn/_kernels.py
         return _kernels.softmax_cross_entropy_backward(dloss, cache)
     probs, t, m, n, shape = cache
