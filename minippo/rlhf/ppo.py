@@ -134,7 +134,8 @@ def score(state: PPOState, cfg: PPOConfig, gen, values) -> Rollout:
     seqs, attn, Tp, mask = gen.sequences, gen.attn_mask, gen.prompt_len, gen.response_mask
     logp = response_logprobs(state.actor, seqs, attn, gen.response, Tp, cfg.temperature)
     logp_ref = response_logprobs(state.ref, seqs, attn, gen.response, Tp, cfg.temperature)
-    rm_scores = state.reward_model.score(seqs, attn)                                # (B,)
+    rm_scores = check_float_array("rm_scores", state.reward_model.score(seqs, attn),
+                                  shape=seqs.shape[:1])                             # (B,)
     # a response cut at max_new_tokens without its EOS is not a finished answer: penalised
     scores = rm_scores - cfg.missing_eos_penalty * ~gen.ended                       # (B,)
     check_finite_values({"objective/scores": float(np.sum(scores)),
