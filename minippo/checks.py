@@ -24,16 +24,25 @@ def _where(x: np.ndarray, bad: np.ndarray) -> str:
     return f"{value!r} at {idx if len(idx) != 1 else idx[0]}"
 
 
-def as_array(name: str, x) -> np.ndarray:
-    """Return ``x`` as an ndarray, or raise ``TypeError`` naming ``name``."""
-    if isinstance(x, np.ndarray):
-        return x
-    if isinstance(x, (str, bytes, dict, set)) or x is None:
-        raise TypeError(f"`{name}` must be an array, got {type(x).__name__}")
-    try:
-        return np.asarray(x)
-    except Exception as exc:  # pragma: no cover - numpy's own message is kept
-        raise TypeError(f"`{name}` must be array-like: {exc}") from exc
+def as_array(name: str, x, ndim: int | None = None,
+             shape: Sequence[int] | None = None) -> np.ndarray:
+    """``x`` as an ndarray (else a ``TypeError`` naming ``name``) of rank ``ndim`` and shape
+    ``shape`` when given (``None`` entries in ``shape`` match anything; else a ``ValueError``)."""
+    if not isinstance(x, np.ndarray):
+        if isinstance(x, (str, bytes, dict, set)) or x is None:
+            raise TypeError(f"`{name}` must be an array, got {type(x).__name__}")
+        try:
+            x = np.asarray(x)
+        except Exception as exc:  # pragma: no cover - numpy's own message is kept
+            raise TypeError(f"`{name}` must be array-like: {exc}") from exc
+    if ndim is not None and x.ndim != ndim:
+        raise ValueError(f"`{name}` must be {ndim}-D, got shape {x.shape}")
+    if shape is not None:
+        ok = len(shape) == x.ndim and all(s is None or s == d for s, d in zip(shape, x.shape))
+        if not ok:
+            want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
+            raise ValueError(f"`{name}` must have shape {want}, got {x.shape}")
+    return x
 
 
 def check_float_array(name: str, x, *, ndim: int | None = None, shape: Sequence[int] | None = None,
@@ -47,12 +56,11 @@ def check_float_array(name: str, x, *, ndim: int | None = None, shape: Sequence[
     finite : reject NaN and +/-inf.
     dtype : a required dtype (``np.float32`` or ``np.float64``); by default either is accepted.
     """
-    x = as_array(name, x)
+    x = as_array(name, x, ndim, shape)
     if x.dtype not in FLOAT_DTYPES:
         raise ValueError(f"`{name}` must be float32 or float64, got dtype {x.dtype}")
     if dtype is not None and x.dtype != np.dtype(dtype):
         raise ValueError(f"`{name}` must have dtype {np.dtype(dtype)}, got {x.dtype}")
-    _check_shape(name, x, ndim, shape)
     if finite and x.size and not np.isfinite(x).all():
         raise ValueError(f"`{name}` must be finite, found {_where(x, ~np.isfinite(x))}")
     return x
@@ -61,26 +69,15 @@ def check_float_array(name: str, x, *, ndim: int | None = None, shape: Sequence[
 def check_int_array(name: str, x, *, ndim: int | None = None, shape: Sequence[int] | None = None,
                     low: int | None = None, high: int | None = None) -> np.ndarray:
     """Validate an integer array with values in ``[low, high)`` (e.g. token ids in ``[0, V)``)."""
-    x = as_array(name, x)
+    x = as_array(name, x, ndim, shape)
     if not np.issubdtype(x.dtype, np.integer):
         raise ValueError(f"`{name}` must be an integer array, got dtype {x.dtype}")
-    _check_shape(name, x, ndim, shape)
     if x.size:
         if low is not None and (x < low).any():
             raise ValueError(f"`{name}` must be >= {low}, found {_where(x, x < low)}")
         if high is not None and (x >= high).any():
             raise ValueError(f"`{name}` must be < {high}, found {_where(x, x >= high)}")
     return x
-
-
-def _check_shape(name: str, x: np.ndarray, ndim, shape) -> None:
-    if ndim is not None and x.ndim != ndim:
-        raise ValueError(f"`{name}` must be {ndim}-D, got shape {x.shape}")
-    if shape is not None:
-        ok = len(shape) == x.ndim and all(s is None or s == d for s, d in zip(shape, x.shape))
-        if not ok:
-            want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
-            raise ValueError(f"`{name}` must have shape {want}, got {x.shape}")
 
 
 def check_same_shape(**arrays: np.ndarray) -> tuple[int, ...]:
@@ -103,10 +100,9 @@ def check_mask(name: str, mask, *, shape: Sequence[int] | None = None,
     prompts). ``layout="any"``: only the 0/1 check. Rows may be all zero in every layout. Returns
     the mask unchanged (any numeric or bool dtype is accepted).
     """
-    mask = as_array(name, mask)
+    mask = as_array(name, mask, 2, shape)
     if mask.dtype != np.bool_ and not np.issubdtype(mask.dtype, np.number):
         raise ValueError(f"`{name}` must be numeric or bool, got dtype {mask.dtype}")
-    _check_shape(name, mask, 2, shape)
     bad = (mask != 0) & (mask != 1)
     if bad.any():
         raise ValueError(f"`{name}` must contain only 0 and 1, found {_where(mask, bad)}")

@@ -5,8 +5,11 @@ Every formula function a student reads (``minippo.rl.gae.gae``,
 sampler's ``minippo.rlhf.generate.sample_from``) has the readable NumPy formula as its body. Its
 first line hands the call to a compiled twin when this switch is on::
 
-    if kernels.enabled():            # the same formula, compiled: rl/_kernels.py
+    if kernels.ON:                   # the same formula, compiled: rl/_kernels.py
         return _kernels.gae(rewards, values, mask, gamma, lam)
+
+``kernels.ON`` is the switch itself, a module attribute read where it is used (no call to step
+into); :func:`enabled` returns it.
 
 What runs in each mode:
 
@@ -56,25 +59,27 @@ def _flag_from_environment(environ) -> bool:
     return value == "1"
 
 
-_enabled = _flag_from_environment(os.environ)
+#: True when the formula functions hand their work to the numba kernels (see the module docstring);
+#: read as ``kernels.ON`` (never ``from minippo.kernels import ON``: a copy would not follow
+#: :func:`use_kernels`)
+ON = _flag_from_environment(os.environ)
 
 
 def enabled() -> bool:
-    """True when the formula functions hand their work to the numba kernels (see the module
-    docstring)."""
-    return _enabled
+    """``kernels.ON``: True when the formula functions hand their work to the numba kernels."""
+    return ON
 
 
 @contextlib.contextmanager
 def use_kernels(flag: bool) -> Iterator[None]:
     """Run the block with the kernels on (``True``) or the NumPy formulas (``False``); restores the
     previous setting on exit, also after an exception."""
-    global _enabled
+    global ON
     if not isinstance(flag, bool):
         raise TypeError(f"`flag` must be True or False, got {flag!r}")
-    previous = _enabled
-    _enabled = flag
+    previous = ON
+    ON = flag
     try:
         yield
     finally:
-        _enabled = previous
+        ON = previous

@@ -38,11 +38,11 @@ def test_the_process_reads_the_variable_once_at_import():
 def test_use_kernels_sets_and_restores_the_flag():
     start = kernels.enabled()
     with kernels.use_kernels(False):
-        assert kernels.enabled() is False
+        assert kernels.enabled() is False and kernels.ON is False      # the attribute the formulas read
         with kernels.use_kernels(True):
-            assert kernels.enabled() is True
-        assert kernels.enabled() is False
-    assert kernels.enabled() is start
+            assert kernels.enabled() is True and kernels.ON is True
+        assert kernels.enabled() is False and kernels.ON is False
+    assert kernels.enabled() is start and kernels.ON is start
     with pytest.raises(RuntimeError):
         with kernels.use_kernels(not start):
             raise RuntimeError("inside the block")

@@ -116,7 +116,7 @@ def embedding_backward(dout: np.ndarray, cache):
     uses: ``np.add.at`` accumulates over repeated indices (plain ``dw[idx] += dout`` would keep only
     one of them).
     """
-    if kernels.enabled():            # the same layer, compiled: nn/_kernels.py
+    if kernels.ON:                   # the same layer, compiled: nn/_kernels.py
         return _kernels.embedding_backward(dout, cache)
     idx, w_shape = cache
     dw = np.zeros(w_shape, dtype=dout.dtype)      # (V, C)
@@ -143,7 +143,7 @@ def layernorm_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 
     out : (..., C)
     cache : (xhat, rstd, w)
     """
-    if kernels.enabled():            # the same layer, compiled: nn/_kernels.py
+    if kernels.ON:                   # the same layer, compiled: nn/_kernels.py
         return _kernels.layernorm_forward(x, w, b, eps)
     mean = x.mean(axis=-1, keepdims=True)         # (..., 1)
     xc = x - mean                                 # (..., C)
@@ -160,7 +160,7 @@ def layernorm_backward(dout: np.ndarray, cache):
     With ``xhat = (x - mean) * rstd`` and ``g = dout * w``, the gradient through the mean and the
     variance collapses to ``dx = rstd * (g - mean(g) - xhat * mean(g * xhat))`` (means over C).
     """
-    if kernels.enabled():            # the same layer, compiled: nn/_kernels.py
+    if kernels.ON:                   # the same layer, compiled: nn/_kernels.py
         return _kernels.layernorm_backward(dout, cache)
     xhat, rstd, w = cache
     C = xhat.shape[-1]
@@ -170,7 +170,8 @@ def layernorm_backward(dout: np.ndarray, cache):
     db = dout2.sum(axis=0)                        # (C,)
     g = dout * w                                  # (..., C) = dxhat
     # xhat = (x - mean(x)) / sqrt(var(x) + eps)  ->  the projection below
-    dx = rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
+    dx = rstd * (g - g.mean(axis=-1, keepdims=True)
+                 - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
     return dx, dw, db
 
 
@@ -187,7 +188,7 @@ def gelu_forward(x: np.ndarray):
 
     Returns ``(out, cache)`` with ``cache = (x, t)``, ``t = tanh(sqrt(2/pi) (x + 0.044715 x^3))``.
     """
-    if kernels.enabled():            # the same layer, compiled: nn/_kernels.py
+    if kernels.ON:                   # the same layer, compiled: nn/_kernels.py
         return _kernels.gelu_forward(x)
     u = GELU_K * (x + GELU_A * (x * x * x))       # (...) the tanh argument
     t = np.tanh(u)
@@ -201,7 +202,7 @@ def gelu_backward(dout: np.ndarray, cache):
     out = 0.5 x (1 + t),  t = tanh(u),  u = k (x + a x^3)
     d out/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2)
     """
-    if kernels.enabled():            # the same layer, compiled: nn/_kernels.py
+    if kernels.ON:                   # the same layer, compiled: nn/_kernels.py
         return _kernels.gelu_backward(dout, cache)
     x, t = cache
     dudx = GELU_K * (1.0 + 3.0 * GELU_A * (x * x))
@@ -217,7 +218,8 @@ def masked_softmax_forward(scores: np.ndarray, allowed: np.ndarray, scale: float
 
     Parameters
     ----------
-    scores : (B, H, T, S) raw attention scores ``q @ k.T``; overwritten (the result is written in place)
+    scores : (B, H, T, S) raw attention scores ``q @ k.T``; overwritten (the result is written in
+        place)
     allowed : bool (B, T, S), broadcast over the heads; every row must allow at least one entry
     scale : 1 / sqrt(hs)
 
@@ -226,7 +228,7 @@ def masked_softmax_forward(scores: np.ndarray, allowed: np.ndarray, scale: float
     att : (B, H, T, S), the same array as ``scores``; 0 exactly where not allowed
     cache : att
     """
-    if kernels.enabled():            # the same layer, compiled: nn/_kernels.py
+    if kernels.ON:                   # the same layer, compiled: nn/_kernels.py
         return _kernels.masked_softmax_forward(scores, allowed, scale)
     att = scores
     att *= scale
@@ -243,10 +245,11 @@ def masked_softmax_backward(datt: np.ndarray, cache, scale: float):
     """Backward of :func:`masked_softmax_forward` with respect to the raw ``scores``.
 
     ``datt`` is overwritten and returned as ``dscores``:
-    att = softmax(z), z = scale * scores  ->  dz = att * (datt - sum_j datt_j att_j),  dscores = scale * dz
+    att = softmax(z), z = scale * scores  ->  dz = att * (datt - sum_j datt_j att_j),
+    dscores = scale * dz
     (0 where not allowed, because att is 0 there).
     """
-    if kernels.enabled():            # the same layer, compiled: nn/_kernels.py
+    if kernels.ON:                   # the same layer, compiled: nn/_kernels.py
         return _kernels.masked_softmax_backward(datt, cache, scale)
     att = cache
     ds = datt
@@ -276,11 +279,12 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, mask:
 
     ``mask`` must contain at least one 1 (a mean over zero tokens is undefined).
     """
-    if kernels.enabled():            # the same layer, compiled: nn/_kernels.py
+    if kernels.ON:                   # the same layer, compiled: nn/_kernels.py
         return _kernels.softmax_cross_entropy_forward(logits, targets, mask)
     n = float(np.sum(mask))
     if n == 0:
-        raise ValueError("`mask` must contain at least one 1: the loss is a mean over mask == 1 tokens")
+        raise ValueError("`mask` must contain at least one 1: the loss is a mean over mask == 1 "
+                         "tokens")
     V = logits.shape[-1]
     z = logits.reshape(-1, V)                     # (N, V)
     t = targets.reshape(-1)                       # (N,)
@@ -297,8 +301,9 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, mask:
 
 
 def softmax_cross_entropy_backward(dloss: float, cache):
-    """Backward of the masked mean cross-entropy: ``dlogits = dloss * mask * (softmax - onehot) / n``."""
-    if kernels.enabled():            # the same layer, compiled: nn/_kernels.py
+    """Backward of the masked mean cross-entropy:
+    ``dlogits = dloss * mask * (softmax - onehot) / n``."""
+    if kernels.ON:                   # the same layer, compiled: nn/_kernels.py
         return _kernels.softmax_cross_entropy_backward(dloss, cache)
     probs, t, m, n, shape = cache
     dlogits = probs.copy()                        # (N, V)

@@ -50,14 +50,16 @@ class AdamW:
         check_range("eps", eps, 0, None, lo_open=True)
         check_range("weight_decay", weight_decay, 0, None)
         self.params = params
-        self.lr, self.betas, self.eps, self.weight_decay = float(lr), tuple(betas), float(eps), float(weight_decay)
+        self.lr, self.betas = float(lr), tuple(betas)
+        self.eps, self.weight_decay = float(eps), float(weight_decay)
         self.decay = {k: (not no_decay(k, p)) for k, p in params.items()}
         self.m = {k: np.zeros_like(p) for k, p in params.items()}
         self.v = {k: np.zeros_like(p) for k, p in params.items()}
         self.t = 0
 
     def step(self, grads: Mapping[str, np.ndarray], lr: float | None = None) -> None:
-        """One update with ``grads`` (only the keys present are updated; ``lr`` overrides the default)."""
+        """One update with ``grads`` (only the keys present are updated; ``lr`` overrides the
+        default)."""
         lr = self.lr if lr is None else float(lr)
         self.t += 1
         b1, b2 = self.betas
@@ -65,7 +67,7 @@ class AdamW:
         for k, g in grads.items():
             p, m, v = self.params[k], self.m[k], self.v[k]
             wd = self.weight_decay if self.decay[k] else 0.0
-            if kernels.enabled() and g.dtype == p.dtype:     # the lines below: nn/_kernels.py
+            if kernels.ON and g.dtype == p.dtype:     # the lines below: nn/_kernels.py
                 _kernels.adamw_update(p, g, m, v, lr, b1, b2, c1, c2, self.eps, wd)
                 continue
             # the next four lines are Adam's moments with bias correction
@@ -85,28 +87,32 @@ class AdamW:
         return arrays, {"t": self.t, "lr": self.lr}
 
     def check_state_dict(self, arrays: Mapping[str, np.ndarray], scalars: Mapping) -> None:
-        """What :meth:`load_state_dict` checks, without assigning anything: exactly the keys ``m.<name>`` /
-        ``v.<name>`` of the parameters, each of its parameter's shape and dtype (nothing is broadcast or cast: a
-        moment of shape (1,) is refused), finite, ``v`` >= 0; ``scalars["t"]`` an integer >= 0 and
-        ``scalars["lr"]`` a finite number >= 0. A ``ValueError`` names the entry."""
+        """What :meth:`load_state_dict` checks, without assigning anything: exactly the keys
+        ``m.<name>`` / ``v.<name>`` of the parameters, each of its parameter's shape and dtype
+        (nothing is broadcast or cast: a moment of shape (1,) is refused), finite, ``v`` >= 0;
+        ``scalars["t"]`` an integer >= 0 and ``scalars["lr"]`` a finite number >= 0. A
+        ``ValueError`` names the entry."""
         want = {f"{s}.{k}" for k in self.m for s in "mv"}
         if set(arrays) != want:
             name = sorted(set(arrays) ^ want)[0]
-            raise ValueError(f"`arrays[{name!r}]` is {'missing' if name in want else 'not a moment of these parameters'}")
+            what = "missing" if name in want else "not a moment of these parameters"
+            raise ValueError(f"`arrays[{name!r}]` is {what}")
         for k, p in self.params.items():
             for s in "mv":
                 a = arrays[f"{s}.{k}"]
                 check_float_array(f"arrays[{s + '.' + k!r}]", a, shape=p.shape, dtype=p.dtype)
                 if s == "v" and (a < 0).any():
-                    raise ValueError(f"`arrays[{s + '.' + k!r}]` must be >= 0 (a second moment), found {a.min()!r}")
+                    raise ValueError(f"`arrays[{s + '.' + k!r}]` must be >= 0 (a second moment), "
+                                     f"found {a.min()!r}")
         if not isinstance(scalars, Mapping):
-            raise ValueError(f"`scalars` must be a dict with 't' and 'lr', got {type(scalars).__name__}")
+            raise ValueError(f"`scalars` must be a dict with 't' and 'lr', got "
+                             f"{type(scalars).__name__}")
         check_range("scalars['t']", scalars.get("t"), 0, None, integer=True)
         check_range("scalars['lr']", scalars.get("lr"), 0, None)
 
     def load_state_dict(self, arrays: Mapping[str, np.ndarray], scalars: Mapping) -> None:
-        """Restore what :meth:`state_dict` returned, in place, once :meth:`check_state_dict` passed (so a bad
-        entry leaves the optimizer as it was)."""
+        """Restore what :meth:`state_dict` returned, in place, once :meth:`check_state_dict` passed
+        (so a bad entry leaves the optimizer as it was)."""
         self.check_state_dict(arrays, scalars)
         for k in self.m:
             self.m[k][...] = arrays[f"m.{k}"]
@@ -136,15 +142,16 @@ def clip_grad_norm(grads: Mapping[str, np.ndarray], max_norm: float) -> float:
     return norm
 
 
-def lr_at(step: int, total_steps: int, lr: float, *, warmup_steps: int = 0, schedule: str = "cosine",
-          min_lr: float = 0.0) -> float:
+def lr_at(step: int, total_steps: int, lr: float, *, warmup_steps: int = 0,
+          schedule: str = "cosine", min_lr: float = 0.0) -> float:
     """Learning rate at ``step`` (0-based) of ``total_steps``: linear warm-up, then decay.
 
     Warm-up: ``lr * (step + 1) / warmup_steps`` for ``step < warmup_steps``. Then, with
     ``frac = (step - warmup_steps) / (total_steps - warmup_steps)`` going from 0 towards 1,
-    ``schedule`` is ``"constant"``, ``"linear"`` (``lr + (min_lr - lr) frac``: CleanRL's annealing,
-    whose last step ``total_steps - 1`` still has a small positive rate and which reaches ``min_lr`` at
-    ``step == total_steps``) or ``"cosine"`` (half a cosine from ``lr`` to ``min_lr``, same ``frac``).
+    ``schedule`` is ``"constant"``, ``"linear"`` (``lr + (min_lr - lr) frac``: CleanRL's
+    annealing, whose last step ``total_steps - 1`` still has a small positive rate and which
+    reaches ``min_lr`` at ``step == total_steps``) or ``"cosine"`` (half a cosine from ``lr`` to
+    ``min_lr``, same ``frac``).
     Steps past ``total_steps`` stay at ``min_lr``.
     """
     check_range("step", step, 0, None, integer=True)

@@ -85,7 +85,7 @@ def gae(rewards, values, mask, gamma=1.0, lam=0.95):
     body and the kernel), so float32 inputs round once, at the end. An advantage or return beyond
     that dtype's range (finite inputs can overflow float32) is a ``ValueError``, not an inf.
     """
-    if kernels.enabled():            # the same formula, compiled: rl/_kernels.py
+    if kernels.ON:                   # the same formula, compiled: rl/_kernels.py
         return _kernels.gae(rewards, values, mask, gamma, lam)
     rewards, values, mask = _gae_inputs(rewards, values, mask, gamma, lam)
     dtype = rewards.dtype
@@ -94,7 +94,7 @@ def gae(rewards, values, mask, gamma=1.0, lam=0.95):
     B, T = rewards.shape
     adv = np.zeros_like(rewards)                                        # (B, T)
     last_adv = np.zeros(B, dtype=rewards.dtype)                         # A_{t+1}, (B,)
-    with np.errstate(over="ignore", invalid="ignore"):    # an overflow is reported by _narrowed
+    with np.errstate(over="ignore", invalid="ignore"):    # an overflow is reported below
         for t in reversed(range(T)):
             # V(s_{t+1}): the next token's value where it is valid, else 0 (the episode ended)
             next_values = values[:, t + 1] * mask[:, t + 1] if t + 1 < T else 0.0   # (B,)
@@ -103,7 +103,10 @@ def gae(rewards, values, mask, gamma=1.0, lam=0.95):
             last_adv = (delta + gamma * lam * last_adv) * mask[:, t]               # (B,) A_t
             adv[:, t] = last_adv
         returns = (adv + values) * mask                                            # (B, T)
-    return _narrowed(dtype, adv=adv, returns=returns)
+        out = adv.astype(dtype), returns.astype(dtype)              # in the inputs' dtype
+    if not (np.isfinite(out[0]).all() and np.isfinite(out[1]).all()):
+        _narrowed(dtype, adv=adv, returns=returns)                  # raises, naming the entry
+    return out
 
 
 def _narrowed(dtype, **arrays):
@@ -191,7 +194,7 @@ def gae_classic(rewards, values, next_values, terminated, truncated, gamma=0.99,
         2  0          1         0.8            1.3            1.3   (bootstraps V=0.8, chain cut)
         3  0          0         0.5 (V(s_4))   1.0            1.0   (last row bootstraps)
     """
-    if kernels.enabled():            # the same formula, compiled: rl/_kernels.py
+    if kernels.ON:                   # the same formula, compiled: rl/_kernels.py
         return _kernels.gae_classic(rewards, values, next_values, terminated, truncated, gamma, lam)
     (rewards, values, next_values), (terminated, truncated) = _classic_inputs(
         rewards, values, next_values, terminated, truncated, gamma, lam)

@@ -31,21 +31,11 @@ with rsl_rl's constants: margin 2, factor 1.5, lr in [1e-5, 1e-2].
 """
 from __future__ import annotations
 
-import math
-
 from minippo.checks import check_range
 
 KL_LR_MARGIN = 2.0          # kl_adaptive_lr: act when the KL leaves [target / 2, 2 target]
 KL_LR_FACTOR = 1.5          # ... dividing or multiplying the lr by 1.5
 KL_LR_MIN, KL_LR_MAX = 1e-5, 1e-2   # ... within these bounds (rsl_rl's)
-
-
-def _check_kl_value(current_kl, n_steps) -> float:
-    check_range("current_kl", current_kl)
-    if not math.isfinite(float(current_kl)):
-        raise ValueError(f"`current_kl` must be finite, got {current_kl!r}")
-    check_range("n_steps", n_steps, 0, None, integer=True)
-    return float(current_kl)
 
 
 class FixedKLController:
@@ -56,7 +46,8 @@ class FixedKLController:
         self.value = float(kl_coef)
 
     def update(self, current_kl: float, n_steps: int = 1) -> float:
-        _check_kl_value(current_kl, n_steps)
+        check_range("current_kl", current_kl)                  # a finite number
+        check_range("n_steps", n_steps, 0, None, integer=True)
         return self.value
 
 
@@ -77,7 +68,9 @@ class AdaptiveKLController:
         self.horizon = float(horizon)
 
     def update(self, current_kl: float, n_steps: int = 1) -> float:
-        kl = _check_kl_value(current_kl, n_steps)
+        check_range("current_kl", current_kl)                  # a finite number
+        check_range("n_steps", n_steps, 0, None, integer=True)
+        kl = float(current_kl)
         # the next two lines are the proportional rule with the error clipped to +/- 0.2
         err = min(max(kl / self.target - 1.0, -0.2), 0.2)
         self.value *= 1.0 + err * n_steps / self.horizon
@@ -105,7 +98,9 @@ class PPOPaperKLController:
         self.d_targ = float(d_targ)
 
     def update(self, current_kl: float, n_steps: int = 1) -> float:
-        d = _check_kl_value(current_kl, n_steps)
+        check_range("current_kl", current_kl)                  # a finite number
+        check_range("n_steps", n_steps, 0, None, integer=True)
+        d = float(current_kl)
         if d < self.d_targ / 1.5:
             self.value /= 2.0
         elif d > self.d_targ * 1.5:

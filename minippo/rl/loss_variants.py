@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minippo.rl.losses import check_finite_objective, clip_band, clipped_policy_loss, policy_stats
+from minippo.rl.losses import clip_band, clipped_policy_loss, objective_error, policy_stats
 from minippo.rl.masked import aggregation_denominator, masked_aggregate, token_inputs
 
 
@@ -59,7 +59,8 @@ def aggregated_policy_loss(logp, logp_old, adv, mask=None, clip_eps=0.2, clip_ep
         surr, clipped, active = _clipped_terms(ratio, adv, valid, band)
         # d(-r A)/dlogp = -A r on the tokens whose term moves with logp, over the aggregation's d
         dlogp = np.where(active, -adv * ratio / d, 0.0).astype(logp.dtype)
-    check_finite_objective(surr, dlogp, valid, log_ratio, adv)
+        if not (np.isfinite(np.sum(surr)) and np.isfinite(dlogp).all()):  # no finite r A
+            raise objective_error(surr, dlogp, valid, log_ratio, adv)
     loss = -masked_aggregate(surr, mask, loss_agg, norm_len)
     return loss, dlogp, policy_stats(ratio, log_ratio, clipped, valid, int(valid.sum()))
 
@@ -89,7 +90,8 @@ def sequence_policy_loss(logp, logp_old, adv, mask=None, clip_eps=0.2, clip_eps_
         row = np.where(active, adv / d, 0.0).sum(axis=1)                  # (B,) sum_t' A_t' / d_bt'
         coef = np.where(row == 0, 0.0, -ratio[:, 0] / lengths * row)      # (B,)
         dlogp = np.where(valid, coef[:, None], 0.0).astype(logp.dtype)
-    check_finite_objective(surr, dlogp, valid, log_ratio, adv)
+        if not (np.isfinite(np.sum(surr)) and np.isfinite(dlogp).all()):  # no finite r A
+            raise objective_error(surr, dlogp, valid, log_ratio, adv)
     loss = -masked_aggregate(surr, mask, loss_agg, norm_len)
     return loss, dlogp, policy_stats(ratio, log_ratio, clipped, valid, int(valid.sum()))
 

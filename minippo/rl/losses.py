@@ -41,7 +41,7 @@ collapse). Since ``min(r A, clip(r) A) = A min(r, 1+eps_high)`` for A >= 0 and
 ``A max(r, 1-eps_low)`` for A < 0, the objective is computed in that form: finite wherever the clip
 binds, even when r overflows (A > 0: (1 + eps_high) A, zero gradient); where A < 0 and r overflows,
 r A has no finite value and a ``ValueError`` names ``logp`` and ``logp_old``
-(:func:`check_finite_objective`, apart from the formula). min() selects the clipped term exactly
+(:func:`objective_error`, apart from the formula). min() selects the clipped term exactly
 where clipping would let the objective grow further (Q9); each token's case is :func:`clip_cases`:
 
     code  advantage  ratio r                       selected term           dL/dlogp
@@ -90,19 +90,15 @@ _kernels = LazyModule("minippo.rl._kernels")
 # 1. the policy's distribution: log-probs of the taken tokens, entropy, exact KL
 # ----------------------------------------------------------------------------------------------
 
-def _tempered(logits, temperature) -> np.ndarray:
+def log_softmax(logits, temperature=1.0):
+    """Stable ``log softmax(logits / temperature)`` over the last axis:
+    ``z - max - log sum exp(z - max)``."""
     logits = check_float_array("logits", logits)
     if logits.ndim < 1 or logits.shape[-1] == 0:
         raise ValueError("`logits` must have a non-empty last (vocab) axis, got shape "
                          f"{logits.shape}")
     check_range("temperature", temperature, 0, None, lo_open=True)
-    return logits / logits.dtype.type(temperature)                   # z, (..., V)
-
-
-def log_softmax(logits, temperature=1.0):
-    """Stable ``log softmax(logits / temperature)`` over the last axis:
-    ``z - max - log sum exp(z - max)``."""
-    z = _tempered(logits, temperature)
+    z = logits / logits.dtype.type(temperature)                       # z, (..., V)
     z = z - z.max(axis=-1, keepdims=True)                             # shift: the largest exp is 1
     return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))          # (..., V)
 
@@ -230,7 +226,7 @@ def clipped_policy_loss(logp, logp_old, adv, mask=None, clip_eps=0.2, clip_eps_h
     and the ratio overflows). The other aggregations and GSPO's sequence ratio are
     :mod:`minippo.rl.loss_variants`.
     """
-    if kernels.enabled():                     # the same formula, compiled: rl/_kernels.py
+    if kernels.ON:                            # the same formula, compiled: rl/_kernels.py
         return _kernels.clipped_policy_loss(logp, logp_old, adv, mask, clip_eps, clip_eps_high)
     (logp, logp_old, adv), mask = token_inputs(mask, logp=logp, logp_old=logp_old, adv=adv)
     # the band, in the data's dtype
@@ -252,8 +248,8 @@ def clipped_policy_loss(logp, logp_old, adv, mask=None, clip_eps=0.2, clip_eps_h
         # d(-r A)/dlogp = -A r (dr/dlogp = r) on the tokens whose term moves with logp, / n
         dlogp = np.where(valid & ~clipped & (adv != 0), -adv * ratio / max(n, 1),
                          0.0).astype(logp.dtype)
-    # a ValueError where r A has no finite value
-    check_finite_objective(surr, dlogp, valid, log_ratio, adv)
+        if not (np.isfinite(np.sum(surr)) and np.isfinite(dlogp).all()):  # no finite r A
+            raise objective_error(surr, dlogp, valid, log_ratio, adv)
     loss = -masked_mean(surr, mask)
     return loss, dlogp, policy_stats(ratio, log_ratio, clipped, valid, n)
 
@@ -263,24 +259,24 @@ def policy_stats(ratio, log_ratio, clipped, valid, n) -> dict:
     ``approx_kl`` (k3 = mean((r - 1) - log r) of the token log-ratios), :func:`ratio_stats` of
     ``ratio`` and ``n_tokens`` (float64 sums; 0 with no valid token; inf allowed: a ratio may
     overflow)."""
+    if n == 0:
+        return {"clipfrac": 0.0, "approx_kl": 0.0, **ratio_stats(ratio, valid, n), "n_tokens": n}
     with np.errstate(over="ignore", invalid="ignore"):
         k3 = np.expm1(log_ratio) - log_ratio                             # (r - 1) - log r per token
-    return {"clipfrac": float(np.sum(clipped, dtype=np.float64) / n) if n else 0.0,
-            "approx_kl": _valid_mean(k3, valid, n), **ratio_stats(ratio, valid, n), "n_tokens": n}
-
-
-def _valid_mean(x, valid, n) -> float:
-    """Mean of ``x`` over the ``valid`` entries, float64 sum (inf allowed: a statistic may
-    overflow)."""
-    return float(np.sum(np.where(valid, x, 0), dtype=np.float64) / n) if n else 0.0
+    return {"clipfrac": float(np.sum(clipped, dtype=np.float64) / n),
+            "approx_kl": float(np.sum(np.where(valid, k3, 0), dtype=np.float64) / n),
+            "ratio_mean": float(np.sum(np.where(valid, ratio, 0), dtype=np.float64) / n),
+            "ratio_max": float(ratio[valid].max()), "ratio_min": float(ratio[valid].min()),
+            "n_tokens": n}
 
 
 def ratio_stats(ratio, valid, n):
-    """ratio_mean / ratio_max / ratio_min over the valid tokens (1.0 when there are none)."""
+    """ratio_mean / ratio_max / ratio_min over the ``n`` ``valid`` tokens (float64 sums, inf
+    allowed: a ratio may overflow; 1.0 when there are none)."""
     if n == 0:
         return {"ratio_mean": 1.0, "ratio_max": 1.0, "ratio_min": 1.0}
-    return {"ratio_mean": _valid_mean(ratio, valid, n), "ratio_max": float(ratio[valid].max()),
-            "ratio_min": float(ratio[valid].min())}
+    return {"ratio_mean": float(np.sum(np.where(valid, ratio, 0), dtype=np.float64) / n),
+            "ratio_max": float(ratio[valid].max()), "ratio_min": float(ratio[valid].min())}
 
 
 def clip_cases(ratio, adv, mask=None, clip_eps=0.2, clip_eps_high=None) -> np.ndarray:
@@ -298,20 +294,18 @@ def clip_cases(ratio, adv, mask=None, clip_eps=0.2, clip_eps_high=None) -> np.nd
         default=NEG_ABOVE).astype(np.int8)
 
 
-def check_finite_objective(surr, dlogp, valid, log_ratio, adv, what="L^CLIP = r A") -> None:
-    """The overflow diagnostics of a clipped loss (both paths): a ``ValueError`` at the first valid
-    token whose objective or gradient has no finite value (:func:`ratio_overflow_error`), or when
-    the sum over the tokens overflows float64."""
+def objective_error(surr, dlogp, valid, log_ratio, adv, what="L^CLIP = r A") -> ValueError:
+    """The overflow diagnostics of a clipped loss, called only when its objective ``surr`` (0 on
+    padding) or its gradient ``dlogp`` has a non-finite entry or sum: the ``ValueError`` at the
+    first valid token whose objective or gradient has no finite value
+    (:func:`ratio_overflow_error`), else the one saying that the sum overflows float64."""
     bad = valid & ~(np.isfinite(surr) & np.isfinite(dlogp))
     if bad.any():
         i = tuple(int(j) for j in np.argwhere(bad)[0])
-        raise ratio_overflow_error(log_ratio[i].item(), adv[i].item(), i if len(i) != 1 else i[0],
-                                   what=what,
-                                   dtype=dlogp.dtype)
-    if not np.isfinite(np.sum(surr)):
-        raise ValueError(f"the sum of {what.split(' =')[0]} over the tokens overflows float64; "
-                         "check `logp` and "
-                         "`logp_old`")
+        return ratio_overflow_error(log_ratio[i].item(), adv[i].item(),
+                                    i if len(i) != 1 else i[0], what=what, dtype=dlogp.dtype)
+    return ValueError(f"the sum of {what.split(' =')[0]} over the tokens overflows float64; "
+                      "check `logp` and `logp_old`")
 
 
 def ratio_overflow_error(log_ratio, adv, pos, what="L^CLIP = r A", dtype=np.float64,

@@ -94,17 +94,13 @@ def token_inputs(mask, layout: str = "right", validate_values: bool = True, **ar
 # sums, means, variances
 # ----------------------------------------------------------------------------------------------
 
-def _x_and_mask(x, mask):
-    x = check_float_array("x", x)
-    return x, _mask_of(mask, x.shape, x.dtype)
-
-
 def masked_sum(x, mask, axis=None):
     """Sum of ``x`` over the entries where ``mask`` is 1, accumulated in float64.
 
     Returns a float when ``axis`` is None, else a float64 array reduced over ``axis``.
     """
-    x, m = _x_and_mask(x, mask)
+    x = check_float_array("x", x)
+    m = _mask_of(mask, x.shape, x.dtype)
     s = np.sum(x * m, axis=axis, dtype=np.float64)          # x * m is exact: m is 0 or 1
     return float(s) if axis is None else s
 
@@ -115,7 +111,8 @@ def masked_mean(x, mask, axis=None):
     Where there is no valid entry (an empty batch, or an empty row with ``axis=1``) the mean
     is defined as 0.0, so that a loss built on it is 0 with zero gradient.
     """
-    x, m = _x_and_mask(x, mask)
+    x = check_float_array("x", x)
+    m = _mask_of(mask, x.shape, x.dtype)
     s = np.sum(x * m, axis=axis, dtype=np.float64)
     n = np.sum(m, axis=axis, dtype=np.float64)
     if axis is None:
@@ -129,7 +126,8 @@ def masked_var(x, mask, unbiased=True):
     ``unbiased=True`` divides by n - 1 (Bessel's correction), else by n. With too few valid
     entries for the chosen divisor (n < 2 unbiased, n < 1 biased) the variance is 0.0.
     """
-    x, m = _x_and_mask(x, mask)
+    x = check_float_array("x", x)
+    m = _mask_of(mask, x.shape, x.dtype)
     n = float(np.sum(m, dtype=np.float64))
     if n < (2 if unbiased else 1):
         return 0.0
@@ -161,13 +159,15 @@ def masked_whiten(x, mask, shift_mean=True, eps=1e-8):
     padding) without it, instead of the ``x / sqrt(eps)`` blow-up (x 10^4) of the naive
     formula. No valid entry at all returns zeros.
     """
-    x, m = _x_and_mask(x, mask)
+    x = check_float_array("x", x)
+    m = _mask_of(mask, x.shape, x.dtype)
     check_range("eps", eps, 0, None)
     n = float(np.sum(m, dtype=np.float64))
     if n == 0:
         return np.zeros_like(x)
     mean = np.sum(x * m, dtype=np.float64) / n
-    var = masked_var(x, m, unbiased=False)
+    centered = (x.astype(np.float64) - mean) * m                # padding contributes 0
+    var = float(np.sum(centered * centered) / n)                # the biased variance
     # "constant" = the spread is within float rounding of the values' magnitude
     scale_of_x = float(np.max(np.abs(x * m)))
     if np.sqrt(var) <= 16 * np.finfo(x.dtype).eps * scale_of_x:
@@ -266,5 +266,6 @@ def masked_aggregate(x, mask, loss_agg: str = "token-mean", norm_len=None) -> fl
     if loss_agg == "token-mean":
         return masked_mean(x, mask)
     d = aggregation_denominator(mask, loss_agg, norm_len)
-    x, m = _x_and_mask(x, mask)
+    x = check_float_array("x", x)
+    m = _mask_of(mask, x.shape, x.dtype)
     return float(np.sum((x * m).astype(np.float64) / d))

@@ -161,7 +161,7 @@ def sample_from(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
     row-wise cumsum costs about a third of a decode step at B = 64, V = 512; the kernel stops at the
     sampled token).
     """
-    if kernels.enabled():            # the same scan, compiled: rlhf/_kernels.py
+    if kernels.ON:                   # the same scan, compiled: rlhf/_kernels.py
         return _kernels.sample_from(probs, u)
     cdf = np.cumsum(probs, axis=1, dtype=np.float64)                   # (B, V)
     tokens = (cdf < (u * cdf[:, -1])[:, None]).sum(axis=1)  # (B,) first index with cdf >= u * total

@@ -57,7 +57,7 @@ from minippo.rl.masked import masked_mean, masked_whiten
 from minippo.rlhf.critic import init_bias_to_mean_score
 from minippo.rlhf.generate import generate
 from minippo.rlhf.ppo_config import PPOConfig
-from minippo.rlhf.reward_model import has_eos, last_token_index, sequence_scores
+from minippo.rlhf.reward_model import last_token_index
 from minippo.rlhf.rollout import PromptTable, Rollout, epoch_minibatches
 
 
@@ -134,16 +134,16 @@ def score(state: PPOState, cfg: PPOConfig, gen, values) -> Rollout:
     seqs, attn, Tp, mask = gen.sequences, gen.attn_mask, gen.prompt_len, gen.response_mask
     logp = response_logprobs(state.actor, seqs, attn, gen.response, Tp, cfg.temperature)
     logp_ref = response_logprobs(state.ref, seqs, attn, gen.response, Tp, cfg.temperature)
-    rm_scores = state.reward_model.score(seqs, attn)                                # (B,)
-    ended = has_eos(gen.response, mask, state.tokenizer.eos_id)                     # (B,)
-    scores = sequence_scores(rm_scores, ended, gen.lengths,
-                             missing_eos_penalty=cfg.missing_eos_penalty)           # (B,)
+    rm_scores = check_float_array("rm_scores", state.reward_model.score(seqs, attn),
+                                  shape=seqs.shape[:1])                             # (B,)
+    # a response cut at max_new_tokens without its EOS is not a finished answer: penalised
+    scores = rm_scores - cfg.missing_eos_penalty * ~gen.ended                       # (B,)
     check_finite_values({"objective/scores": float(np.sum(scores)),
                          "val/values_avg": float(np.sum(values))},
                         f"at iteration {state.iteration} (rollout)")
     return Rollout(prompt_ids=seqs[:, :Tp].copy(), prompt_mask=attn[:, :Tp].copy(),
                    response=gen.response, response_mask=mask, logp=logp, logp_ref=logp_ref,
-                   values=values, rm_scores=rm_scores, scores=scores, ended=ended,
+                   values=values, rm_scores=rm_scores, scores=scores, ended=gen.ended,
                    gen_logp=gen.logp)
 
 

@@ -21,9 +21,9 @@ plus ``response_mask`` (1 on response tokens including the EOS, 0 on padding), `
 per token: ``sequences[b, :Tp + j]`` is the context, with left padding in front (masked out).
 Every per-token array is 0 on padding, so nothing stored there can enter a sum.
 
-:meth:`Rollout.to_table` prints one row token by token (lesson 09); :func:`minibatches` gives the
-index arrays of a seeded shuffle over sequences (whole responses stay together),
-:func:`epoch_minibatches` those of every epoch of an update. Rows of one prompt are contiguous (the
+:meth:`Rollout.to_table` prints one row token by token (lesson 09); :func:`epoch_minibatches` gives
+the index arrays of a seeded shuffle over sequences (whole responses stay together) for every
+epoch of an update, :func:`minibatches` those of one epoch. Rows of one prompt are contiguous (the
 critic-free estimators of :mod:`minippo.rlhf.grpo` rely on it).
 """
 from __future__ import annotations
@@ -176,34 +176,39 @@ class Rollout:
 
 @dataclass
 class PromptTable:
-    """The prompts of the run, tokenized once (a dataset, as TRL's loaders hand it over): ``<bos> prompt``
-    of every prompt, left-padded to the longest, ``ids`` and ``mask`` (P, Tp) int64."""
+    """The prompts of the run, tokenized once (a dataset, as TRL's loaders hand it over):
+    ``<bos> prompt`` of every prompt, left-padded to the longest, ``ids`` and ``mask`` (P, Tp)
+    int64."""
 
     ids: np.ndarray
     mask: np.ndarray
 
     @classmethod
     def encode(cls, tokenizer, prompts) -> "PromptTable":
-        """The table of ``prompts`` (strings) by ``tokenizer`` (``<bos>`` first, ``<pad>`` on the left)."""
+        """The table of ``prompts`` (strings) by ``tokenizer`` (``<bos>`` first, ``<pad>`` on the
+        left)."""
         return cls(*tokenizer.pad_left(tokenizer.encode_batch(list(prompts), add_bos=True)))
 
     def draw(self, n: int, rng: np.random.Generator, repeat: int = 1):
-        """``(prompt_ids, prompt_mask)`` (n * repeat, Tp): ``n`` prompts drawn uniformly with replacement,
-        each repeated ``repeat`` times (rows of one prompt contiguous), left-padded to the longest drawn.
-        One integer of ``rng`` seeds the draw, as :func:`minippo.rlhf.data.corpus.sample_prompts` draws
-        (the same prompts for the same generator)."""
+        """``(prompt_ids, prompt_mask)`` (n * repeat, Tp): ``n`` prompts drawn uniformly with
+        replacement, each repeated ``repeat`` times (rows of one prompt contiguous), left-padded to
+        the longest drawn. One integer of ``rng`` seeds the draw, as
+        :func:`minippo.rlhf.data.corpus.sample_prompts` draws (the same prompts for the same
+        generator)."""
         check_range("n", n, 1, None, integer=True)
         r = random.Random(int(rng.integers(0, 2**63 - 1)))
-        rows = np.repeat([r.randrange(len(self.ids)) for _ in range(n)], repeat)      # (n * repeat,)
+        rows = np.repeat([r.randrange(len(self.ids)) for _ in range(n)], repeat)   # (n * repeat,)
         ids, mask = self.ids[rows], self.mask[rows]
         start = int(np.argmax(mask.any(axis=0)))               # the columns no drawn prompt uses go
         return ids[:, start:], mask[:, start:]
 
 
-def minibatches(batch_size: int, minibatch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """One epoch's minibatches: a seeded permutation of the ``batch_size`` rows cut into index
-    arrays of ``minibatch_size`` (which must divide ``batch_size``). Whole responses stay together.
-    """
+def epoch_minibatches(batch_size: int, minibatch_size: int, epochs: int, rng: np.random.Generator):
+    """Yield ``(epoch, idx)`` for ``epochs`` passes over the ``batch_size`` rows: each epoch a
+    seeded permutation cut into index arrays of ``minibatch_size`` (which must divide
+    ``batch_size``; whole responses stay together), drawn when the epoch starts (a consumer that
+    breaks out early draws no further shuffle)."""
+    check_range("epochs", epochs, 1, None, integer=True)
     check_range("batch_size", batch_size, 1, None, integer=True)
     check_range("minibatch_size", minibatch_size, 1, batch_size, integer=True)
     if batch_size % minibatch_size:
@@ -211,14 +216,12 @@ def minibatches(batch_size: int, minibatch_size: int, rng: np.random.Generator) 
                          f"({batch_size})")
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"`rng` must be a np.random.Generator, got {type(rng).__name__}")
-    order = rng.permutation(batch_size)                                # (B,)
-    return [order[s:s + minibatch_size] for s in range(0, batch_size, minibatch_size)]
-
-
-def epoch_minibatches(batch_size: int, minibatch_size: int, epochs: int, rng: np.random.Generator):
-    """Yield ``(epoch, idx)`` for ``epochs`` passes of :func:`minibatches`, each epoch's shuffle
-    drawn when the epoch starts (a consumer that breaks out early draws no further shuffle)."""
-    check_range("epochs", epochs, 1, None, integer=True)
     for epoch in range(epochs):
-        for idx in minibatches(batch_size, minibatch_size, rng):
-            yield epoch, idx
+        order = rng.permutation(batch_size)                            # (B,)
+        for start in range(0, batch_size, minibatch_size):
+            yield epoch, order[start:start + minibatch_size]
+
+
+def minibatches(batch_size: int, minibatch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """One epoch's minibatches of :func:`epoch_minibatches`: a list of index arrays."""
+    return [idx for _, idx in epoch_minibatches(batch_size, minibatch_size, 1, rng)]
