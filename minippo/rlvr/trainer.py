@@ -76,7 +76,7 @@ def rlvr_grpo_config(estimator: str = "grpo", quick: bool = False, **overrides) 
     DeepSeekMath, Shao et al. 2024, eq. (4))."""
     check_choice("estimator", estimator, GROUP_ESTIMATORS)
     base = dict(iterations=100, batch_size=128, samples_per_prompt=8, minibatch_size=32, max_new_tokens=6,
-                lr=3e-4, lr_schedule="constant", advantage_estimator=estimator, loss_agg=LOSS_AGG[estimator],
+                lr=1e-4, lr_schedule="constant", advantage_estimator=estimator, loss_agg=LOSS_AGG[estimator],
                 kl_ref_controller="fixed", kl_ref_coef=0.0, kl_ref_loss_coef=0.04, missing_eos_penalty=0.0,
                 checkpoint_every=20)
     if quick:
