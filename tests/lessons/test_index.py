@@ -63,7 +63,7 @@ def test_listing_prints_one_line_per_lesson_then_how_to_run_one(capsys):
     out = capsys.readouterr().out
     lines = out.strip().splitlines()
     n = len(discover())
-    assert lines[3].startswith("l04_clip_objective") and lines[n - 1].startswith("l22_exact_gradients")
+    assert lines[3].startswith("l04_clip_objective") and lines[n - 1].startswith("l23_verifiable_rewards")
     usage = "\n".join(lines[n:])
     for how in ("python -m lessons 4", "python -m lessons.l04_clip_objective", "--quick", "--out", "runs/cache"):
         assert how in usage, f"the listing does not say {how!r}"
