@@ -44,7 +44,7 @@ Exercises:
 3. Lower the teacher's ``carry_slip`` to 0.2 (a better SFT model): do more groups come out all right, and
    what does dynamic sampling then cost in samples?
 
-Questions: Q31, Q38, Q61.
+Questions: Q61, Q38, Q31.
 """
 from __future__ import annotations
 
