@@ -136,13 +136,13 @@ class GRPOConfig(ConfigMethods):
     kl_old_target: float | None = None
     """Approx KL(pi_old || pi) of a minibatch that stops the update; None disables."""
     dynamic_sampling: bool = False
-    """DAPO's dynamic sampling (Yu et al. 2025, arXiv:2503.14476, eq. (11)): drop every group whose
+    """DAPO's "Dynamic Sampling" (Yu et al. 2025, arXiv:2503.14476): drop every group whose
     n scores are all equal (its advantages are all 0: :func:`minippo.rl.dapo.zero_variance_groups`)
     and sample ``batch_size // samples_per_prompt`` more prompts until the batch is full of groups
     that carry a signal; needs a group estimator. False: one round, as GRPO."""
     dynamic_max_rounds: int = 3
-    """The cap on dynamic sampling: at most this many extra rounds of sampling per iteration (DAPO's
-    ``max_num_gen_batches``); >= 0. A batch still short at the cap is completed with dropped groups,
+    """The cap on dynamic sampling: at most this many extra rounds of sampling per iteration (verl
+    ``filter_groups.max_num_gen_batches``, which counts the first round too); >= 0. A batch still short at the cap is completed with dropped groups,
     the first drawn first (their advantages are 0)."""
 
     def __post_init__(self):
