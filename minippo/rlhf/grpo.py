@@ -141,9 +141,9 @@ class GRPOConfig(ConfigMethods):
     and sample ``batch_size // samples_per_prompt`` more prompts until the batch is full of groups
     that carry a signal; needs a group estimator. False: one round, as GRPO."""
     dynamic_max_rounds: int = 3
-    """The cap on dynamic sampling: at most this many extra rounds of sampling per iteration (verl
-    ``filter_groups.max_num_gen_batches``, which counts the first round too); >= 0. A batch still short at the cap is completed with dropped groups,
-    the first drawn first (their advantages are 0)."""
+    """The cap on dynamic sampling: at most this many extra rounds of sampling per iteration (verl's
+    cap: ``filter_groups.max_num_gen_batches``); >= 0. A batch still short at the cap is completed
+    with dropped groups, the first drawn first (their advantages are 0)."""
 
     def __post_init__(self):
         check_config(self, ints={"iterations": 1, "seed": 0, "checkpoint_every": 1, "batch_size": 1,
