@@ -103,6 +103,36 @@ class Generation:
         return self.response_mask.sum(axis=1)
 
 
+def join_generations(parts, pad_id: int) -> Generation:
+    """One :class:`Generation` of the rows ``rows`` of each ``(gen, rows)`` of ``parts``, in order: the
+    prompts left-padded and the responses right-padded to the longest real prompt and response kept
+    (a column no kept row uses goes). What dynamic sampling (:mod:`minippo.rlhf.grpo`) builds its batch
+    with from several rounds of sampling; a row's real tokens, and so its logits, do not change."""
+    picked = [(g, np.asarray(rows, dtype=np.int64)) for g, rows in parts]
+    Tp = max(int(g.attn_mask[r, :g.prompt_len].sum(axis=1).max()) for g, r in picked)   # longest prompt
+    Tn = max(int(g.response_mask[r].sum(axis=1).max()) for g, r in picked)            # longest response
+
+    def fit(a, width, fill, left):                   # (b, w) -> (b, width): pad or drop unused columns
+        w = a.shape[1]
+        if w >= width:
+            return a[:, w - width:] if left else a[:, :width]
+        pad = ((0, 0), (width - w, 0) if left else (0, width - w))
+        return np.pad(a, pad, constant_values=fill)
+
+    def join(get, width, fill, left):
+        return np.concatenate([fit(get(g)[r], width, fill, left) for g, r in picked])
+
+    prompt_ids = join(lambda g: g.sequences[:, :g.prompt_len], Tp, pad_id, True)           # (B, Tp)
+    prompt_mask = join(lambda g: g.attn_mask[:, :g.prompt_len], Tp, 0, True)               # (B, Tp)
+    response = join(lambda g: g.response, Tn, pad_id, False)                               # (B, Tn)
+    response_mask = join(lambda g: g.response_mask, Tn, 0, False)                          # (B, Tn)
+    return Generation(response=response, response_mask=response_mask,
+                      logp=join(lambda g: g.logp, Tn, 0, False),
+                      sequences=np.concatenate([prompt_ids, response], axis=1),
+                      attn_mask=np.concatenate([prompt_mask, response_mask], axis=1),
+                      ended=np.concatenate([g.ended[r] for g, r in picked]), prompt_len=Tp)
+
+
 def sampling_distribution(logits, temperature: float = 1.0, top_k: int = 0,
                           top_p: float = 1.0) -> np.ndarray:
     """The distribution q that :func:`generate` samples from: (B, V) probabilities, rows sum to 1.

@@ -5,6 +5,8 @@ and each response gets ONE advantage from the returns of the other responses to 
 its tokens:
 
     1. sample   B / n prompts, n responses each (rows of a prompt contiguous)       ppo.sample
+                (``dynamic_sampling``, DAPO's: drop the groups whose scores are all equal
+                and sample B / n more prompts, round after round, until the batch is full)
     2. score    logp_old (actor), logp_ref (reference), score (RM); V = 0           ppo.score
     3. rewards  r_t = -beta kl_t, the score added on the last token; s = sum_t r_t
     4. A        GRPO       (s - mean_g s) / (std_g s + eps)    Shao et al. 2024 sec. 4.1.2
@@ -36,19 +38,28 @@ import numpy as np
 
 from minippo.checks import check_finite_values
 from minippo.nn.optim import lr_at
+from minippo.rl.dapo import zero_variance_groups, zero_variance_share
 from minippo.rl.group_advantages import batch_mean_advantages, grpo_advantages, rloo_advantages
 from minippo.rl.kl import KL_KINDS, kl_ref_loss
 from minippo.rl.loss_variants import aggregated_policy_loss, sequence_policy_loss
 from minippo.rl.losses import (entropy_backward, entropy_from_logits, logprobs_backward,
                                logprobs_from_logits)
 from minippo.rl.masked import LOSS_AGGS, aggregation_denominator, masked_aggregate, masked_mean
+from minippo.rlhf.generate import join_generations
 from minippo.rlhf.ppo import (PPOState, backward_response, forward_response, optimizer_step,
                               per_token_rewards,
                               sample, score)
+from minippo.rlhf.reward_model import has_eos, sequence_scores
 from minippo.rlhf.ppo_config import KL_CONTROLLERS, LR_SCHEDULES, ConfigMethods, check_config
 from minippo.rlhf.rollout import Rollout, epoch_minibatches
 
 ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce")
+#: the metrics an iteration of a group estimator adds to the record (``dynamic_sampling`` or not)
+DAPO_GLOSSARY = {
+    "dapo/zero_variance_share": "share of the prompt groups drawn whose scores are all equal (zero "
+                                "advantage; with dynamic sampling: of every round's groups)",
+    "dapo/extra_samples": "responses sampled beyond batch_size by dynamic sampling (0 without it)",
+}
 RATIO_LEVELS = ("token", "sequence")
 GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo")       # compare responses to one prompt: n >= 2
 
@@ -124,14 +135,24 @@ class GRPOConfig(ConfigMethods):
     """Adaptive controller horizon in responses; > 0."""
     kl_old_target: float | None = None
     """Approx KL(pi_old || pi) of a minibatch that stops the update; None disables."""
+    dynamic_sampling: bool = False
+    """DAPO's "Dynamic Sampling" (Yu et al. 2025, arXiv:2503.14476): drop every group whose
+    n scores are all equal (its advantages are all 0: :func:`minippo.rl.dapo.zero_variance_groups`)
+    and sample ``batch_size // samples_per_prompt`` more prompts until the batch is full of groups
+    that carry a signal; needs a group estimator. False: one round, as GRPO."""
+    dynamic_max_rounds: int = 3
+    """The cap on dynamic sampling: at most this many extra rounds of sampling per iteration (verl's
+    cap: ``filter_groups.max_num_gen_batches``); >= 0. A batch still short at the cap is completed
+    with dropped groups, the first drawn first (their advantages are 0)."""
 
     def __post_init__(self):
         check_config(self, ints={"iterations": 1, "seed": 0, "checkpoint_every": 1, "batch_size": 1,
                                  "samples_per_prompt": 1, "max_new_tokens": 1, "update_epochs": 1,
-                                 "minibatch_size": 1},
+                                 "minibatch_size": 1, "dynamic_max_rounds": 0},
                      positive=("temperature", "clip_eps", "kl_ref_target", "kl_ref_horizon"),
                      nonneg=("lr", "ent_coef", "kl_ref_loss_coef", "missing_eos_penalty",
                              "kl_ref_coef"),
+                     bools=("dynamic_sampling",),
                      optional_positive=("max_grad_norm", "kl_old_target", "clip_eps_high"),
                      choices={"lr_schedule": LR_SCHEDULES, "advantage_estimator": ESTIMATORS,
                               "ratio_level": RATIO_LEVELS, "loss_agg": LOSS_AGGS,
@@ -141,6 +162,9 @@ class GRPOConfig(ConfigMethods):
             raise ValueError(f"`samples_per_prompt` must be >= 2 for the group estimator "
                              f"{self.advantage_estimator!r} (it compares responses to the same "
                              "prompt)")
+        if self.dynamic_sampling and self.advantage_estimator not in GROUP_ESTIMATORS:
+            raise ValueError(f"`dynamic_sampling` needs a group estimator {GROUP_ESTIMATORS} (it "
+                             f"drops whole prompt groups), got {self.advantage_estimator!r}")
 
 
 def grpo_iteration(state: PPOState, cfg: GRPOConfig) -> tuple[Rollout, dict]:
@@ -148,9 +172,13 @@ def grpo_iteration(state: PPOState, cfg: GRPOConfig) -> tuple[Rollout, dict]:
     critic); returns the rollout and the update as :func:`minippo.rlhf.ppo.ppo_iteration` does."""
     # 1-2. num_prompts prompts, samples_per_prompt responses each (contiguous rows), scored; no
     # critic: V = 0
-    gen = sample(state, cfg, *state.prompts.draw(cfg.num_prompts, state.rng,
-                                                 repeat=cfg.samples_per_prompt))
+    gen, dapo = (dynamic_sample(state, cfg) if cfg.dynamic_sampling else
+                 (sample(state, cfg, *state.prompts.draw(cfg.num_prompts, state.rng,
+                                                         repeat=cfg.samples_per_prompt)), {}))
     ro = score(state, cfg, gen, np.zeros(gen.response_mask.shape, dtype=np.float64))
+    if not dapo and cfg.advantage_estimator in GROUP_ESTIMATORS:     # one round: the batch's share
+        dapo = {"dapo/zero_variance_share": zero_variance_share(ro.scores, cfg.samples_per_prompt),
+                "dapo/extra_samples": 0}
     # 3. per-token rewards as PPO's; each response's return s is their sum
     beta = state.kl_ctl.value
     ro.rewards, ro.kl, ro.non_score_reward = per_token_rewards(ro.scores, ro.logp, ro.logp_ref,
@@ -164,7 +192,32 @@ def grpo_iteration(state: PPOState, cfg: GRPOConfig) -> tuple[Rollout, dict]:
     # 6. beta of the reward's penalty, from this rollout's KL per response
     state.kl_ctl.update(float(ro.kl.sum(axis=1).mean()), n_steps=cfg.batch_size)
     state.iteration += 1
-    return ro, {**update, "kl_coef": beta, "clock_update": clock}
+    return ro, {**update, "kl_coef": beta, "clock_update": clock, **dapo}
+
+
+def dynamic_sample(state: PPOState, cfg: GRPOConfig):
+    """Step 1 with DAPO's dynamic sampling: rounds of ``num_prompts`` groups, each group's scores
+    (the reward model's, less the missing-EOS penalty: what :func:`score` gives) tested by
+    :func:`~minippo.rl.dapo.zero_variance_groups`; the groups with a signal are kept in the order
+    drawn until ``num_prompts`` of them, or ``cfg.dynamic_max_rounds`` extra rounds. Returns the
+    batch's :class:`~minippo.rlhf.generate.Generation` and the metrics ``dapo/zero_variance_share``
+    (of every group drawn) and ``dapo/extra_samples`` (responses drawn beyond ``batch_size``)."""
+    n, G = cfg.samples_per_prompt, cfg.num_prompts
+    kept, dropped, zero_seen, rounds = [], [], 0, 0
+    while len(kept) < G and rounds <= cfg.dynamic_max_rounds:
+        gen = sample(state, cfg, *state.prompts.draw(G, state.rng, repeat=n))
+        rm = state.reward_model.score(gen.sequences, gen.attn_mask)                     # (B,)
+        ended = has_eos(gen.response, gen.response_mask, state.tokenizer.eos_id)        # (B,)
+        scores = sequence_scores(rm, ended, gen.lengths,
+                                 missing_eos_penalty=cfg.missing_eos_penalty)           # (B,)
+        zero = zero_variance_groups(scores, n)                                          # (G,)
+        for g in range(G):                                     # group g is rows g*n .. g*n + n - 1
+            (dropped if zero[g] else kept).append((gen, np.arange(g * n, (g + 1) * n)))
+        zero_seen, rounds = zero_seen + int(zero.sum()), rounds + 1
+    batch = (kept + dropped)[:G]              # at the cap: completed with dropped groups, in order
+    return join_generations(batch, state.tokenizer.pad_id), {
+        "dapo/zero_variance_share": zero_seen / (rounds * G),
+        "dapo/extra_samples": (rounds - 1) * cfg.batch_size}
 
 
 def group_advantages(returns, mask, cfg: GRPOConfig):

@@ -1,10 +1,14 @@
 """``minippo rlvr``: SFT on the arithmetic task, then RL against the verifier, judged by pass@k on held-out problems.
 
     problems + the teacher -> SFT         minippo.rlvr.task, minippo.rlhf.lm_train.fit_lm   (stage 1, ``<out>/sft``)
-    RL against the verifier               minippo.rlvr.trainer (--method ppo: the canonical  (stage 2, ``<out>/ppo``)
-                                          PPO with its critic)
-    pass@1, 4, 16, 64 before and after    minippo.rlvr.evaluate                             (``summary.json``,
-    on the held-out problems                                                                 ``samples.md``)
+    RL against the verifier               minippo.rlvr.trainer (--method ppo: the canonical  (stage 2,
+                                          PPO with its critic; grpo, dr_grpo, rloo: the       ``<out>/<method>``)
+                                          critic-free family of minippo.rlhf.grpo)
+    pass@1, 4, 16, 64 before and after    minippo.rlvr.evaluate                             (``summary_<method>.json``,
+    on the held-out problems                                                                 ``samples_<method>.md``)
+
+Each method trains in its own stage folder from the one SFT stage: ``--method grpo`` and then ``--method ppo``
+with the same ``--out`` share the SFT model and compare the two on the same held-out problems.
 
 The run folder keeps the rules of ``minippo rlhf`` (README, "What a run folder guarantees";
 :mod:`minippo.runs`): the folder is locked while the command writes it; a stage already there is reused, or
@@ -12,7 +16,7 @@ resumed from its checkpoint, only when its stored config equals the requested on
 checkpoint cadence; a PPO resume may also raise ``iterations``), otherwise the command refuses before
 writing anything, naming the stage, the fields and how to start fresh; checkpoints are validated before
 anything is assigned; Ctrl-C names what is kept. The evaluation runs again at every call (it writes only
-``summary.json`` and ``samples.md``, which belong to this command's run).
+``summary_<method>.json`` and ``samples_<method>.md``, which belong to this command's run).
 
 ``--quick`` runs the same stages at CI size; the default is the course's size (about a minute of CPU).
 """
@@ -30,6 +34,7 @@ from minippo.flags import integer
 from minippo.io import atomic_write_text, has_checkpoint, read_metrics
 from minippo.rlhf.checkpoint import load_model, save_model
 from minippo.rlhf.lm_train import RESULT_NEUTRAL, fit_lm
+from minippo.rlhf.grpo import GRPOConfig
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.rm_train import stored_config
 from minippo.rlhf.run.pipeline import peak_rss_mb
@@ -38,20 +43,39 @@ from minippo.runs import check_no_run, check_stage_config, ensure_folder, run_lo
 from minippo.rlvr.evaluate import KS, evaluate_pass_at_k
 from minippo.rlvr.task import Problems, TaskSFTConfig, sft_batcher
 from minippo.rlvr.tokenizer import CharTokenizer
-from minippo.rlvr.trainer import RLVRTrainer, rlvr_ppo_config
+from minippo.rlvr.trainer import RLVRTrainer, rlvr_grpo_config, rlvr_ppo_config
 from minippo.rlvr.verifier import Verifier, verify
 
-METHODS = ("ppo",)          # --method; the critic-free family (grpo, dr_grpo, rloo) comes with minippo.rlhf.grpo
+#: --method, and how the command names each: the critic-free family (minippo.rlhf.grpo), the canonical PPO
+METHODS = {"grpo": "GRPO", "dr_grpo": "Dr. GRPO", "rloo": "RLOO", "ppo": "PPO"}
 SEED_EVAL = 13              # the evaluation's samples: np.random.default_rng([seed, SEED_EVAL, 1 or 2])
 
 
-def stage_configs(quick: bool = False, seed: int = 0) -> tuple[TaskSFTConfig, PPOConfig, dict]:
-    """``(TaskSFTConfig, PPOConfig, eval)`` of ``minippo rlvr`` (``quick``: the CI size); ``eval`` holds
-    ``n_eval`` (held-out problems judged) and ``n_samples`` (answers per problem, >= the largest k)."""
+def stage_configs(quick: bool = False, seed: int = 0, method: str = "ppo") -> tuple:
+    """``(TaskSFTConfig, RL config, eval)`` of ``minippo rlvr --method method`` (``quick``: the CI size): the RL
+    config is :func:`~minippo.rlvr.trainer.rlvr_ppo_config`'s for ``ppo``, else
+    :func:`~minippo.rlvr.trainer.rlvr_grpo_config`'s with that estimator; ``eval`` holds ``n_eval`` (held-out
+    problems judged) and ``n_samples`` (answers per problem, >= the largest k)."""
+    check_choice("method", method, tuple(METHODS))
+    rl = (rlvr_ppo_config(quick=quick, seed=seed) if method == "ppo" else
+          rlvr_grpo_config(method, quick=quick, seed=seed))
     if quick:
-        return (TaskSFTConfig.quick(seed=seed), rlvr_ppo_config(quick=True, seed=seed),
-                {"n_eval": 64, "n_samples": 64})
-    return TaskSFTConfig(seed=seed), rlvr_ppo_config(seed=seed), {"n_eval": 256, "n_samples": 64}
+        return TaskSFTConfig.quick(seed=seed), rl, {"n_eval": 64, "n_samples": 64}
+    return TaskSFTConfig(seed=seed), rl, {"n_eval": 256, "n_samples": 64}
+
+
+def check_method_config(method: str, rl_cfg) -> None:
+    """``rl_cfg`` must configure ``method``: a PPOConfig for ``ppo``, a GRPOConfig of that
+    ``advantage_estimator`` otherwise (a ``ValueError`` naming both)."""
+    if method == "ppo":
+        ok = isinstance(rl_cfg, PPOConfig)
+    else:
+        ok = isinstance(rl_cfg, GRPOConfig) and rl_cfg.advantage_estimator == method
+    if not ok:
+        got = getattr(rl_cfg, "advantage_estimator", None)
+        raise ValueError(f"`rl_cfg` must configure the method {method!r} (a PPOConfig for 'ppo', a GRPOConfig with "
+                         f"that advantage_estimator otherwise), got a {type(rl_cfg).__name__}"
+                         + (f" with advantage_estimator {got!r}" if got else ""))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -96,47 +120,47 @@ def load_task_sft(folder) -> tuple:
 # the whole command: reuse rule, stages, evaluation
 # ----------------------------------------------------------------------------------------------
 
-def check_reuse(out: Path, sft_cfg: TaskSFTConfig, ppo_cfg: PPOConfig) -> None:
+def check_reuse(out: Path, method: str, sft_cfg: TaskSFTConfig, rl_cfg) -> None:
     """Every stage already in ``out`` (finished, or with a checkpoint to resume) must have been made with the
     requested config, else :class:`minippo.runs.ConfigMismatch` naming the stage, the fields and how to start
-    fresh; only the stored JSON is read (the weights are checked when loaded)."""
+    fresh; only the stored JSON is read (the weights are checked when loaded). The RL stage of ``method`` is
+    ``out/<method>``; its stored config is read as the requested config's class (old field names translated)."""
     stages = (("sft", "model", "sft_config", sft_cfg.to_dict(), RESULT_NEUTRAL),
               ("sft", "checkpoint", "sft_config", sft_cfg.to_dict(), RESULT_NEUTRAL),
-              ("ppo", "policy", "ppo_config", ppo_cfg.to_dict(), ("checkpoint_every",)),
-              ("ppo", "checkpoint", "ppo_config", ppo_cfg.to_dict(), RESUME_NEUTRAL))
+              (method, "policy", "ppo_config", rl_cfg.to_dict(), ("checkpoint_every",)),
+              (method, "checkpoint", "ppo_config", rl_cfg.to_dict(), RESUME_NEUTRAL))
     for name, sub, key, requested, ignore in stages:
         folder = out / name / sub
         if not has_checkpoint(folder):
             continue
         stored = stored_config(folder, key)
-        if name == "ppo":
-            stored = PPOConfig.from_dict(stored).to_dict()               # old field names, translated
-        check_stage_config(out, ("sft", "ppo"), name, folder, stored, requested, ignore=ignore)
+        if name == method:
+            stored = type(rl_cfg).from_dict(stored).to_dict()
+        check_stage_config(out, ("sft", method), name, folder, stored, requested, ignore=ignore)
 
 
 def run_rlvr(out_dir, *, quick: bool = False, seed: int = 0, method: str = "ppo", progress: bool = True,
-             log=print, sft_cfg: TaskSFTConfig | None = None, ppo_cfg: PPOConfig | None = None,
-             eval_cfg: dict | None = None) -> dict:
+             log=print, sft_cfg: TaskSFTConfig | None = None, rl_cfg=None, eval_cfg: dict | None = None) -> dict:
     """Run (or reuse) both stages into ``out_dir`` and judge the SFT and RL policies on the held-out problems;
-    returns the summary (also ``summary.json``). ``sft_cfg`` / ``ppo_cfg`` / ``eval_cfg`` override the defaults
-    of :func:`stage_configs`."""
-    check_choice("method", method, METHODS)
-    d_sft, d_ppo, d_eval = stage_configs(quick, seed)
+    returns the summary (also ``summary_<method>.json``). ``sft_cfg`` / ``rl_cfg`` / ``eval_cfg`` override the
+    defaults of :func:`stage_configs` (``rl_cfg`` must configure ``method``: :func:`check_method_config`)."""
+    d_sft, d_rl, d_eval = stage_configs(quick, seed, method)
     unknown = sorted(set(eval_cfg or {}) - set(d_eval))
     if unknown:
         raise ValueError(f"`eval_cfg` has unknown keys {unknown}; valid: {sorted(d_eval)}")
-    sft_cfg, ppo_cfg, eval_cfg = sft_cfg or d_sft, ppo_cfg or d_ppo, {**d_eval, **(eval_cfg or {})}
+    sft_cfg, rl_cfg, eval_cfg = sft_cfg or d_sft, rl_cfg or d_rl, {**d_eval, **(eval_cfg or {})}
+    check_method_config(method, rl_cfg)
     if eval_cfg["n_samples"] < max(KS):
         raise ValueError(f"`n_samples` must be >= {max(KS)} (pass@{max(KS)}), got {eval_cfg['n_samples']}")
     if not 1 <= eval_cfg["n_eval"] <= sft_cfg.n_heldout:
         raise ValueError(f"`n_eval` must be in [1, n_heldout = {sft_cfg.n_heldout}], got {eval_cfg['n_eval']}")
     out = ensure_folder(out_dir)
     with run_lock(out):
-        check_reuse(out, sft_cfg, ppo_cfg)                              # before anything is written
-        return _run(out, quick, seed, method, progress, log, sft_cfg, ppo_cfg, eval_cfg)
+        check_reuse(out, method, sft_cfg, rl_cfg)                       # before anything is written
+        return _run(out, quick, seed, method, progress, log, sft_cfg, rl_cfg, eval_cfg)
 
 
-def _run(out: Path, quick, seed, method, progress, log, sft_cfg, ppo_cfg, eval_cfg) -> dict:
+def _run(out: Path, quick, seed, method, progress, log, sft_cfg, rl_cfg, eval_cfg) -> dict:
     summary = {"out": str(out), "quick": quick, "seed": seed, "method": method, "seconds": {}, "cpu_seconds": {}}
     t_all, c_all = time.perf_counter(), time.process_time()
 
@@ -158,44 +182,52 @@ def _run(out: Path, quick, seed, method, progress, log, sft_cfg, ppo_cfg, eval_c
     summary["teacher_accuracy"] = sft_state["teacher_accuracy"]
     timed("sft", t, c)
 
-    # stage 2: RL against the verifier (the canonical PPO)
+    # stage 2: RL against the verifier (the canonical PPO, or the critic-free family)
     t, c = time.perf_counter(), time.process_time()
-    problems = Problems(sft_cfg)
-    if has_checkpoint(out / "ppo" / "policy"):
-        log(f"[2/2] PPO: reusing {out / 'ppo' / 'policy'} (same config)")
+    problems, rl_dir, name = Problems(sft_cfg), out / method, METHODS[method]
+    if has_checkpoint(rl_dir / "policy"):
+        log(f"[2/2] {name}: reusing {rl_dir / 'policy'} (same config)")
     else:
-        resuming = has_checkpoint(out / "ppo" / "checkpoint")
-        log(f"[2/2] PPO against the verifier: {'resuming from ' + str(out / 'ppo' / 'checkpoint') + ', ' if resuming else ''}"
-            f"{ppo_cfg.iterations} iterations x {ppo_cfg.batch_size} answers, {ppo_cfg.update_epochs} epochs of "
-            f"{ppo_cfg.num_minibatches} minibatches; critic from the SFT trunk; KL penalty "
-            f"{ppo_cfg.kl_ref_controller} {ppo_cfg.kl_ref_coef:g}")
-        trainer = RLVRTrainer(ppo_cfg, sft_model, tokenizer, problems, out_dir=out / "ppo", resume=True)
+        resuming = has_checkpoint(rl_dir / "checkpoint")
+        log(f"[2/2] {name} against the verifier: "
+            f"{'resuming from ' + str(rl_dir / 'checkpoint') + ', ' if resuming else ''}"
+            f"{rl_cfg.iterations} iterations x {rl_cfg.batch_size} answers, {rl_cfg.update_epochs} epochs of "
+            f"{rl_cfg.num_minibatches} minibatches; {method_summary(rl_cfg)}")
+        trainer = RLVRTrainer(rl_cfg, sft_model, tokenizer, problems, out_dir=rl_dir, resume=True)
         try:
             trainer.train(progress=progress)
         finally:
             trainer.close()
-    policy, _ = load_model(out / "ppo" / "policy")
-    timed("ppo", t, c)
+    policy, _ = load_model(rl_dir / "policy")
+    timed("rl", t, c)
 
     # the evaluation: the same held-out problems, fresh answers, before and after
     t, c = time.perf_counter(), time.process_time()
     with stage("the evaluation", out, restart="the same command reuses the trained stages and evaluates again"):
         summary["eval"] = evaluate(sft_model, policy, tokenizer, problems.heldout[:eval_cfg["n_eval"]],
-                                   eval_cfg["n_samples"], ppo_cfg, seed)
-    summary["train_pass_rate"] = [r["rlvr/pass_rate"] for r in read_metrics(out / "ppo" / "metrics.jsonl")]
+                                   eval_cfg["n_samples"], rl_cfg, seed)
+    summary["train_pass_rate"] = [r["rlvr/pass_rate"] for r in read_metrics(rl_dir / "metrics.jsonl")]
     timed("eval", t, c)
     log(report(summary["eval"]))
-    atomic_write_text(out / "samples.md", samples_markdown(summary["eval"]))
+    atomic_write_text(out / f"samples_{method}.md", samples_markdown(summary["eval"]))
     timed("total", t_all, c_all)
     summary["peak_rss_mb"] = peak_rss_mb()
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))
+    atomic_write_text(out / f"summary_{method}.json", json.dumps(summary, indent=1))
     log(f"done in {summary['seconds']['total']:.1f} s, {summary['cpu_seconds']['total']:.1f} s of CPU "
         f"({', '.join(f'{k} {v:.1f} s' for k, v in summary['cpu_seconds'].items() if k != 'total')}); "
         f"results in {out}")
     return summary
 
 
-def evaluate(sft_model, policy, tokenizer, problems, n_samples: int, ppo_cfg: PPOConfig, seed: int) -> dict:
+def method_summary(cfg) -> str:
+    """One line on what the RL stage's config trains with (the command's log)."""
+    if isinstance(cfg, GRPOConfig):
+        return (f"groups of {cfg.samples_per_prompt} answers per problem, {cfg.advantage_estimator} advantages, "
+                f"loss {cfg.loss_agg}, KL loss {cfg.kl_ref_loss_coef:g} ({cfg.kl_ref_loss_estimator}); no critic")
+    return f"critic from the SFT trunk; KL penalty {cfg.kl_ref_controller} {cfg.kl_ref_coef:g}"
+
+
+def evaluate(sft_model, policy, tokenizer, problems, n_samples: int, ppo_cfg, seed: int) -> dict:
     """SFT and RL policies on the same problems, ``n_samples`` fresh answers each at the RL run's temperature:
     :func:`minippo.rlvr.evaluate.evaluate_pass_at_k` of both, and the paired change of pass@1 over problems."""
     verifier = Verifier(tokenizer)
@@ -232,7 +264,7 @@ def report(ev: dict) -> str:
 
 
 def samples_markdown(ev: dict) -> str:
-    """``samples.md``: the first held-out problems, their right answer, four answers of each policy."""
+    """``samples_<method>.md``: the first held-out problems, their right answer, four answers of each policy."""
     rows = ["| problem | right answer | SFT's answers | RL's answers |", "|---|---|---|---|"]
     for a, b in zip(ev["sft"]["samples"], ev["rl"]["samples"]):
         rows.append(f"| `{a['prompt']}` | {a['answer']} | {', '.join(x or '(empty)' for x in a['answers'])} | "
@@ -252,8 +284,10 @@ def add_arguments(parser) -> None:
                         "run's finished stages are reused when their config matches")
     parser.add_argument("--quick", action="store_true", help="the same stages at CI size (seconds)")
     parser.add_argument("--seed", type=integer, default=0, metavar="N", help="seed of every stage (default 0)")
-    parser.add_argument("--method", default="ppo", choices=METHODS, help="the RL algorithm: ppo (the canonical "
-                        "PPO with its critic, the verifier in the reward model's place)")
+    parser.add_argument("--method", default="ppo", choices=tuple(METHODS), help="the RL algorithm: ppo (the "
+                        "canonical PPO with its critic, the verifier in the reward model's place), or the "
+                        "critic-free grpo, dr_grpo, rloo (groups of 8 answers per problem); each trains in "
+                        "<out>/<method> from the one SFT stage")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
