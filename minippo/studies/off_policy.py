@@ -224,7 +224,8 @@ RLHF_SAMPLERS = {
 
 def band_stats(logp_train, logp_sampler, mask, clip_eps: float) -> dict:
     """The share of valid tokens whose ratio r = exp(logp_train - logp_sampler) is outside [1 - eps, 1 + eps]
-    (``outside``, with its binomial standard error ``se`` and the count), the mean and max |log r|, and the
+    (``outside``, with its binomial standard error ``se`` and the count), the mean |log r| (with its standard
+    error over tokens) and the max, and the
     sequence-level TIS C=2 weights' statistics (``off_policy_weights``)."""
     valid = mask == 1
     log_r = (logp_train.astype(np.float64) - logp_sampler)[valid]
@@ -234,6 +235,7 @@ def band_stats(logp_train, logp_sampler, mask, clip_eps: float) -> dict:
     _, w = off_policy_weights(logp_train, logp_sampler, mask, mode="tis", level="sequence", cap=2.0)
     return {"outside": p, "se": float(np.sqrt(p * (1 - p) / n)), "count": int(out.sum()), "n_tokens": n,
             "mean_abs_log_ratio": float(np.abs(log_r).mean()), "max_abs_log_ratio": float(np.abs(log_r).max()),
+            "mean_abs_log_ratio_se": float(np.abs(log_r).std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0,
             "mismatch_kl": w["mismatch_kl"], "seq_truncated_frac": w["truncated_frac"], "seq_ess_frac": w["ess_frac"]}
 
 
