@@ -119,3 +119,27 @@ def test_band_measurement_says_every_outcome():
     assert lesson.band_measurement("x", "claim", row(50, 500)).outcome == HOLDS
     assert lesson.band_measurement("x", "claim", row(0, 500)).outcome == NOT_SHOWN
     assert lesson.band_measurement("x", "claim", row(1, 500)).outcome == NOT_SHOWN   # 1 token: within 2 se
+
+
+def fake_b(values: dict) -> dict:
+    """A (b) result with the given pass@1 per run and seed (the rest as training_comparison fills it)."""
+    runs = {name: [{"pass@1": x, "train_pass_rate": x, "cpu": 0.0} for x in xs]
+            for name, xs in values.items()}
+    return {"runs": runs, "sft_pass@1": [0.3, 0.3], "seeds": [0, 1], "n_eval": 8, "n_samples": 4,
+            "iterations": 2, "batch_size": 8}
+
+
+def test_training_verdicts_follow_the_paired_seed_rule():
+    """(b)'s comparisons: the paired difference over seeds against 2 se of it, each outcome reachable."""
+    b = fake_b({"on-policy": [0.60, 0.62], "bf16 logits, uncorrected": [0.61, 0.60],
+                "bf16 logits, TIS C=2": [0.50, 0.52], "stale by 2, uncorrected": [0.50, 0.51],
+                "stale by 2, TIS C=2": [0.55, 0.57]})
+    V = by_key(lesson.training_verdicts(b))
+    assert V["stale_hurts"].outcome == HOLDS                  # -0.105 +- 0.005
+    assert V["stale_tis_helps"].outcome == HOLDS              # +0.055 +- 0.005
+    assert V["bf16_hurts"].outcome == NOT_SHOWN               # -0.005 +- 0.015
+    assert V["bf16_tis_helps"].outcome == FAILS               # -0.095 +- 0.015
+    for v in V.values():                                      # the direction in words
+        assert any(w in v.because.split(" in pass@1")[0] for w in ("higher", "lower", "equal"))
+    out = lesson.training_table(b)
+    assert any("stale by 2, TIS C=2" in line and "0.550 (0.550)" in line for line in out)
