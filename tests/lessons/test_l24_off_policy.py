@@ -48,8 +48,8 @@ def expected(r) -> dict:
                               < 0.95 * rel("stale by 2", "IS, sequence", "spread")],
         "tis_biased": two[rel("stale by 2", "TIS C=1.2, sequence") > 0.05],
         "bf16_bias_below_noise": two[bf["bias"] < 0.1 * bf["spread"]],
-        "is_beats_uncorrected_stale": two[rel("stale by 2", "IS, sequence", "rel_rmse")
-                                          < 0.95 * rel("stale by 2", "uncorrected", "rel_rmse")],
+        "noise_beats_bias_stale": two[rel("stale by 2", "uncorrected", "rel_rmse")
+                                      < 0.95 * rel("stale by 2", "IS, sequence", "rel_rmse")],
         "mc_agrees": two[all(v["z"] <= 5 and abs(v["spread_ratio"] - 1) <= mc_tol
                              for v in r["mc"].values())],
         "control_is_bitwise": two[c["same sampler (control)"]["max_abs_log_ratio"] == 0.0],
