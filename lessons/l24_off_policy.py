@@ -274,14 +274,23 @@ def verdicts(r) -> list[Verdict]:
 
 
 def training_verdicts(b: dict) -> list[Verdict]:
-    """(b): pass@1 of the final policies, paired by seed (each seed's runs share the SFT policy)."""
-    runs = {name: [x["pass@1"] for x in rows] for name, rows in b["runs"].items()}
+    """(b): pass@1 of the final policies, paired by seed (each seed's runs share the SFT policy).
+    The noise is the larger of the paired seeds' standard error and the evaluation's: given the
+    problems, one pass@1 over P problems x n answers has a sampling variance of at most
+    p (1 - p) / (P n) (the per-problem rates' binomial variances, averaged, are below it)."""
+    runs = {name: np.array([x["pass@1"] for x in rows]) for name, rows in b["runs"].items()}
+    draws = b["n_eval"] * b["n_samples"]
 
     def paired(key, claim, a, z, expect):
-        return comparison(key, claim, compare_paired(runs[a], runs[z]), expect=expect,
-                          labels=(a, z), quantity="pass@1",
+        c = dict(compare_paired(runs[a], runs[z]))
+        var = lambda p: p * (1 - p) / draws                                  # noqa: E731
+        se_eval = float(np.sqrt(np.sum(var(runs[a]) + var(runs[z])))) / len(runs[a])
+        c["se"] = max(c["se"], se_eval)
+        return comparison(key, claim, c, expect=expect, labels=(a, z), quantity="pass@1",
                           values=(float(np.mean(runs[a])), float(np.mean(runs[z]))),
-                          noise="paired-seed")
+                          noise="paired seeds (or, when larger, the evaluation's sampling)",
+                          numbers={"seed se": compare_paired(runs[a], runs[z])["se"],
+                                   "evaluation se bound": se_eval})
 
     return [
         paired("stale_hurts", "(b) A sampler 2 iterations stale, uncorrected, lowers pass@1.",

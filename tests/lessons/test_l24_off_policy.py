@@ -121,12 +121,13 @@ def test_band_measurement_says_every_outcome():
     assert lesson.band_measurement("x", "claim", row(1, 500)).outcome == NOT_SHOWN   # 1 token: within 2 se
 
 
-def fake_b(values: dict) -> dict:
-    """A (b) result with the given pass@1 per run and seed (the rest as training_comparison fills it)."""
+def fake_b(values: dict, n_eval=100_000, n_samples=100) -> dict:
+    """A (b) result with the given pass@1 per run and seed (the rest as training_comparison fills it);
+    the default evaluation is so large that its sampling noise is negligible."""
     runs = {name: [{"pass@1": x, "train_pass_rate": x, "cpu": 0.0} for x in xs]
             for name, xs in values.items()}
-    return {"runs": runs, "sft_pass@1": [0.3, 0.3], "seeds": [0, 1], "n_eval": 8, "n_samples": 4,
-            "iterations": 2, "batch_size": 8}
+    return {"runs": runs, "sft_pass@1": [0.3, 0.3], "seeds": [0, 1], "n_eval": n_eval,
+            "n_samples": n_samples, "iterations": 2, "batch_size": 8}
 
 
 def test_training_verdicts_follow_the_paired_seed_rule():
@@ -141,5 +142,12 @@ def test_training_verdicts_follow_the_paired_seed_rule():
     assert V["bf16_tis_helps"].outcome == FAILS               # -0.095 +- 0.015
     for v in V.values():                                      # the direction in words
         assert any(w in v.because.split(" in pass@1")[0] for w in ("higher", "lower", "equal"))
+    # a small evaluation: its sampling noise (p (1 - p) / (P n) per run) is larger than the seeds'
+    small = by_key(lesson.training_verdicts(fake_b({k: [x["pass@1"] for x in r] for k, r in
+                                                    b["runs"].items()}, n_eval=16, n_samples=4)))
+    p = np.array([0.60, 0.62, 0.50, 0.51])                    # on-policy and stale, both seeds
+    se = np.sqrt(np.sum(p * (1 - p) / 64)) / 2
+    assert small["stale_hurts"].numbers["se"] == pytest.approx(se, rel=1e-12)
+    assert small["stale_hurts"].outcome == NOT_SHOWN and small["stale_tis_helps"].outcome == NOT_SHOWN
     out = lesson.training_table(b)
     assert any("stale by 2, TIS C=2" in line and "0.550 (0.550)" in line for line in out)
