@@ -1,6 +1,7 @@
 """Lesson 24 (b)'s study: the verifiable-reward trainer runs the corrected iteration when given a
 CorrectedConfig, and a run is judged by its own pass@1 on held-out problems."""
 import numpy as np
+import pytest
 
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.rlhf.corrected import CorrectedConfig, CorrectedRollout
@@ -42,3 +43,15 @@ def test_train_and_judge_is_the_policys_own_pass_at_1():
                             max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                             rng=np.random.default_rng([cfg.seed, 24, 2]), ks=(1,))
     assert r["pass@1"] == ev["pass@1"] and 0 <= r["train_pass_rate"] <= 1
+
+
+@pytest.mark.slow
+def test_training_comparison_runs_every_run_on_every_seed_and_feeds_the_lesson():
+    """The whole (b) at its smallest: the task's quick SFT (cached), one iteration per run; the
+    lesson's table and verdicts read what it returns."""
+    from lessons import l24_off_policy as lesson
+    b = opt.training_comparison(True, (0, 1), iterations=1, n_eval=4, n_samples=2, log=lambda *a: None)
+    assert set(b["runs"]) == set(opt.RUNS) and all(len(r) == 2 for r in b["runs"].values())
+    assert b["iterations"] == 1 and len(b["sft_pass@1"]) == 2
+    assert all(0 <= x["pass@1"] <= 1 for r in b["runs"].values() for x in r)
+    assert len(lesson.training_verdicts(b)) == 4 and len(lesson.training_table(b)) == 3 + len(opt.RUNS)
