@@ -456,7 +456,7 @@ def plot(r: dict, path) -> None:
                   marker="^", label="max |log r|" if k == 0 else None)
     d.axhline(BAND_HALF, color="grey", ls="--", label=f"log(1 + eps) = {BAND_HALF:.3f}")
     d.set_yscale("symlog", linthresh=1e-4)
-    d.set_ylim(bottom=0)
+    d.set_ylim(0, 2 * max(BAND_HALF, max(crow[k]["max_abs_log_ratio"] for k in labels)))
     d.set_xticks(np.arange(len(labels)), ticks, fontsize=8, rotation=30, ha="right")
     d.set_ylabel("|log r| = |log pi - log mu| (nats)")
     use = {k: crow[k]["mean_abs_log_ratio"] / BAND_HALF for k in labels}
