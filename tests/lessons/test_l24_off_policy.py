@@ -11,6 +11,8 @@ from minippo import kernels
 from minippo.studies.verdicts import FAILS, HOLDS, IDENTITY, NOT_SHOWN, by_key
 from tests.helpers import line_with, quick_runs
 
+pytestmark = pytest.mark.slow      # lesson runs on the shared SFT and RM stages (pytest -m slow)
+
 IDENTITIES = ("seq_is_unbiased", "control_is_bitwise", "topp_in_band")
 COVER = ("fp16 logits", "bf16 logits", "bf16 logits, truncated", "stale by 1", "stale by 2")
 
