@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from minippo.rlhf.corrected import CorrectedConfig
 from minippo.rlhf.grpo import GRPOConfig
 from minippo.rlhf.ppo_config import PPOConfig, renamed_fields
 from minippo.rlhf.ppo_knobs import KnobsConfig
@@ -53,7 +54,7 @@ def config_from_dict(d: dict):
     if not isinstance(d, dict):
         raise ValueError(f"`ppo_config` must be a dict of config fields, got {type(d).__name__}")
     d = renamed_fields(d)
-    for cls in (PPOConfig, GRPOConfig, KnobsConfig):
+    for cls in (PPOConfig, GRPOConfig, KnobsConfig, CorrectedConfig):
         if set(d) <= names(cls):
             return cls.from_dict(d)
     return _from_one_config(d)

@@ -54,6 +54,7 @@ from minippo.rlhf.checkpoint import save_model
 from minippo.rlhf.critic import ValueNorm, build_critic
 from minippo.rlhf.data.batches import encode_sequences, split_corpus
 from minippo.rlhf.data.corpus import PROMPTS, generate_corpus
+from minippo.rlhf.corrected import CorrectedConfig, CorrectedState, corrected_iteration
 from minippo.rlhf.data.gold import gold_scores
 from minippo.rlhf.generate import check_response_fits
 from minippo.rlhf.grpo import GRPOConfig, grpo_iteration
@@ -80,6 +81,8 @@ def iteration(state: PPOState, cfg):
         return grpo_iteration(state, cfg)
     if isinstance(cfg, KnobsConfig):
         return knobs_iteration(state, cfg)
+    if isinstance(cfg, CorrectedConfig):
+        return corrected_iteration(state, cfg)
     return ppo_iteration(state, cfg)
 
 
@@ -130,7 +133,7 @@ def make_state(cfg, sft_model: TinyGPT, reward_model, tokenizer, ptx_sequences=N
                   prompts=None if tokenizer is None else PromptTable.encode(tokenizer, prompts))
     if knobs:
         return KnobsState(**models, value_norm=ValueNorm(cfg.value_norm), ptx_sequences=ptx_sequences)
-    return PPOState(**models)
+    return CorrectedState(**models) if isinstance(cfg, CorrectedConfig) else PPOState(**models)
 
 
 class PPOTrainer(RunFolderTrainer):
