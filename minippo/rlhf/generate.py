@@ -128,6 +128,7 @@ def join_generations(parts, pad_id: int) -> Generation:
     response_mask = join(lambda g: g.response_mask, Tn, 0, False)                          # (B, Tn)
     return Generation(response=response, response_mask=response_mask,
                       logp=join(lambda g: g.logp, Tn, 0, False),
+                      logp_sampler=join(lambda g: g.logp_sampler, Tn, 0, False),
                       sequences=np.concatenate([prompt_ids, response], axis=1),
                       attn_mask=np.concatenate([prompt_mask, response_mask], axis=1),
                       ended=np.concatenate([g.ended[r] for g, r in picked]), prompt_len=Tp)

@@ -147,6 +147,7 @@ def test_joined_generations_keep_each_rows_tokens_and_logprobs():
                                           gen.sequences[r][gen.attn_mask[r] != 0])
             L = int(gen.response_mask[r].sum())
             np.testing.assert_array_equal(joined.logp[i, :L], gen.logp[r, :L])
+            np.testing.assert_array_equal(joined.logp_sampler[i, :L], gen.logp_sampler[r, :L])
         # the model's log-probs of the responses, recomputed in the joined batch: the same numbers up to the
         # float64 rounding of other matmul shapes (1e-12, far above 2e-16 per operation and far below a change)
         mine = response_logprobs(sft, joined.sequences, joined.attn_mask, joined.response, joined.prompt_len)
