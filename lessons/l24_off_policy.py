@@ -89,7 +89,7 @@ Exercises:
    check off_policy_weights` (the truncated and masked weights at both levels, graded by the
    project's checks).
 
-Questions: Q63, Q64.
+Questions: Q63, Q64, Q65.
 """
 from __future__ import annotations
 

@@ -35,8 +35,9 @@ def test_every_lesson_is_indexed_with_its_figure():
 
 def test_every_metric_is_in_the_glossary():
     from minippo.classic.ppo import METRICS
+    from minippo.rlhf.grpo import DAPO_GLOSSARY
     from minippo.rlhf.metrics import DPO_GLOSSARY, GLOSSARY
     from minippo.rlvr.trainer import GLOSSARY as RLVR_GLOSSARY
-    for name in list(GLOSSARY) + list(DPO_GLOSSARY) + list(RLVR_GLOSSARY) + [
+    for name in list(GLOSSARY) + list(DPO_GLOSSARY) + list(RLVR_GLOSSARY) + list(DAPO_GLOSSARY) + [
             m for m in METRICS if not m.startswith("losses/grad_norm_")]:
         assert f"`{name}`" in README, f"metric {name} is missing from the README glossary"
