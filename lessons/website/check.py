@@ -6,6 +6,7 @@ finished (``MathJax.startup.promise``), and must have:
 - no console error (Chromium's log at level SEVERE);
 - every equation typeset: each ``.math`` element holds a MathJax container, no MathJax error node
   (``mjx-merror``: a TeX error), and no raw ``$$``, ``\\(`` or ``\\[`` left in the text outside code;
+- no HTML comment shown as text (a Markdown comment whose ``--`` the renderer turned into a dash);
 - every image loaded (``complete`` and a natural width > 0, after scrolling it into view);
 - every internal link resolving: the file exists and, for ``page.html#id``, the page has that id;
 - nothing fetched from the network: every request Chromium made is ``file:``, ``data:`` or ``blob:``.
@@ -42,13 +43,14 @@ const done = arguments[arguments.length - 1];
   const imgs = Array.from(document.images);
   for (const im of imgs) { if (!im.complete) { im.scrollIntoView(); } }
   await Promise.all(imgs.map(im => im.complete ? null : new Promise(r => { im.onload = im.onerror = r; setTimeout(r, 5000); })));
-  const raw = [];
+  const raw = [], comments = [];
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT, {acceptNode: n =>
       n.parentElement.closest('pre, code, script, style, textarea, mjx-container, .highlight')
       ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
   while (walker.nextNode()) {
     const t = walker.currentNode.nodeValue;
     for (const d of ['$$', '\\(', '\\[']) { if (t.includes(d)) { raw.push(t.trim().slice(0, 80)); break; } }
+    if (/<!(--|\u2013)/.test(t)) { comments.push(t.trim().slice(0, 80)); }
   }
   const maths = Array.from(document.querySelectorAll('.math'));
   done({
@@ -58,6 +60,7 @@ const done = arguments[arguments.length - 1];
     errors: Array.from(document.querySelectorAll('mjx-merror, [data-mjx-error]')).map(
         e => (e.getAttribute('data-mjx-error') || e.textContent).slice(0, 80)),
     raw: raw,
+    comments: comments,
     images: imgs.map(im => ({src: im.currentSrc || im.src, ok: im.complete && im.naturalWidth > 0})),
     links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
   });
@@ -143,6 +146,7 @@ def check_page(drv, path: Path, site: Path, cache: dict) -> tuple[list[str], dic
     problems += [f"equation not typeset: {t!r}" for t in facts["untypeset"]]
     problems += [f"MathJax error: {t!r}" for t in facts["errors"]]
     problems += [f"raw TeX delimiters in the rendered text: {t!r}" for t in facts["raw"]]
+    problems += [f"an HTML comment shown as text: {t!r}" for t in facts["comments"]]
     problems += [f"image not loaded: {im['src']}" for im in facts["images"] if not im["ok"]]
     problems += sorted({p for href in facts["links"] if (p := link_problem(href, site, cache))})
     problems = list(dict.fromkeys(problems))                 # MathJax marks one error twice

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lessons import notebooks
+from lessons import notebooks, quote
 from lessons._common import REPO_ROOT
 
 DOCS = ("questions", "ppo_paper", "exercises", "to_trl")      # docs/<name>.md, in the sidebar's order
@@ -129,7 +129,11 @@ class Builder:
     def rewrite(self, text: str, repo_dir: str, page: str) -> str:
         """Links resolved against ``repo_dir`` (the folder of the file the text comes from) and pointed at the
         site, relative to ``page``; ``<img>`` tags as Markdown images; ``Q<n>`` linked to the bank; any other
-        ``<word>`` shown as text."""
+        ``<word>`` shown as text. The quoted-number markers of ``lessons/quote.py`` are HTML comments the
+        Markdown renderer would show (its typography turns ``--`` into a dash): only their values stay."""
+        text = quote.SPAN.sub(lambda m: m.group("text"), text)
+        text = re.sub(r"<!-- quote-block\n.*?\n-->\n", "", text, flags=re.S)
+
         def link(m: re.Match, label: str) -> str:
             bang, _, target = m.groups()
             if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):

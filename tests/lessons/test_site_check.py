@@ -4,7 +4,7 @@ A tiny fixture site is built with the site's own Sphinx configuration (``lessons
 page (inline and display math, an image, a link with an anchor) and one page per defect the check must catch:
 an equation with a brace left open (MathJax cannot find its end and leaves it raw), a TeX error (MathJax
 typesets an error message), a raw ``\\(`` MathJax never typeset, a missing image, a link to a missing page,
-a link to a missing anchor, a console error. Needs the ``docs`` extra and Debian's chromium + chromedriver;
+a link to a missing anchor, a console error, a quoted-number marker shown as text. Needs the ``docs`` extra and Debian's chromium + chromedriver;
 without them the tests skip, and ``MINIPPO_REQUIRE_SITE=1`` (set by .ci/run) turns that skip into a failure.
 """
 import base64
@@ -33,10 +33,13 @@ PAGES = {
     "missing_page": '# Missing page\n\n<a href="nowhere.html">a page that does not exist</a>\n',
     "missing_anchor": '# Missing anchor\n\n<a href="good.html#no-such-heading">no such heading</a>\n',
     "console_error": "# Console error\n\n<script>console.error('boom from the fixture');</script>\n",
+    # a quoted-number marker of lessons/quote.py escaped into text (as the site's sources escape any other
+    # <word>): the page shows it, its -- typeset as a dash
+    "shown_comment": "# Shown comment\n\nA value of &lt;!-- l01:variance_ratio .0f --&gt;6&lt;!-- end --&gt;x.\n",
 }
 EXPECTED = {"bad_equation": "equation not typeset", "tex_error": "MathJax error",
             "raw_delimiters": "raw TeX delimiters", "missing_image": "image not loaded", "missing_page": "link to a missing file", "missing_anchor": "link to a missing anchor",
-            "console_error": "console error"}
+            "console_error": "console error", "shown_comment": "an HTML comment shown as text"}
 
 
 @pytest.fixture(scope="module")
