@@ -103,11 +103,17 @@ def add_arguments(parser) -> None:
                         "estimator (grpo, dr_grpo, rloo, reinforce) runs `minippo grpo`; gae is PPO's")
 
 
-def cli_main(args) -> int:
-    cfg = ppo_config_from_args(args)
+def run_stage(args, cfg, stage: str, banner: str) -> int:
+    """Stage 3 from ``--sft`` and ``--rm`` with ``cfg`` into ``--out`` (default ``runs/<stage>-<timestamp>``),
+    ``banner`` naming what trains; what ``minippo ppo`` and ``minippo grpo`` run, then the summary."""
     resolve_model_dir(args.sft), resolve_model_dir(args.rm)         # a wrong path: one line, before the banner
-    out = Path(args.out) if args.out else Path("runs") / time.strftime("ppo-%Y%m%d-%H%M%S")
-    print(f"PPO from {args.sft} (policy, reference) and {args.rm} (reward model, critic) -> {out}")
+    out = Path(args.out) if args.out else Path("runs") / time.strftime(f"{stage}-%Y%m%d-%H%M%S")
+    print(f"{banner} -> {out}")
     trainer = run_ppo(cfg, args.sft, args.rm, out, resume=True, progress=not args.no_progress, **run_options(args))
     print_summary(out, trainer)
     return 0
+
+
+def cli_main(args) -> int:
+    return run_stage(args, ppo_config_from_args(args), "ppo",
+                     f"PPO from {args.sft} (policy, reference) and {args.rm} (reward model, critic)")
