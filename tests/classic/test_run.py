@@ -1,6 +1,7 @@
 """The `minippo classic` command (minippo.classic.run): metrics, dashboard and weights on disk, the last good
 weights kept when a run fails, the deprecated flag spellings, bad flags rejected."""
 import numpy as np
+import pytest
 
 from minippo.cli import main as minippo_main
 from minippo.io import load_checkpoint, read_metrics
@@ -73,6 +74,7 @@ def test_cli_failed_run_keeps_the_last_good_weights(tmp_path, capsys, monkeypatc
     assert "`save_every`" in capsys.readouterr().err
 
 
+@pytest.mark.slow      # two training runs; the fast suite keeps test_cli_writes_metrics_dashboard_and_weights
 def test_cli_old_spellings_still_work_and_print_the_new_flag(tmp_path, capsys, recwarn):
     out = tmp_path / "run"
     rc = minippo_main(["classic", "--total-timesteps", "1024", "--out", str(out), "--no-progress",

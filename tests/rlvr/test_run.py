@@ -114,6 +114,7 @@ def test_a_stage_made_with_another_config_is_refused_before_anything_is_written(
     assert files(out) == before
 
 
+@pytest.mark.slow      # the fast suite keeps one resume check: tests/rlhf/test_sft.py
 def test_resumed_ppo_equals_an_uninterrupted_run(tmp_path):
     full = tiny(tmp_path / "full")
     # the same run stopped after 3 PPO iterations (checkpoint at 2): the command resumes from iteration 2
@@ -134,6 +135,7 @@ def test_resumed_ppo_equals_an_uninterrupted_run(tmp_path):
     assert resumed["eval"] == full["eval"]
 
 
+@pytest.mark.slow      # the fast suite keeps one resume check: tests/rlhf/test_sft.py
 def test_resumed_sft_equals_an_uninterrupted_run(tmp_path, monkeypatch):
     full = tiny(tmp_path / "full")
     real, calls = TinyGPT.lm_loss_and_grads, {"n": 0}

@@ -109,6 +109,7 @@ def test_the_kl_losses_estimate_per_state_gradients_not_the_kl_gradient(world):
     np.testing.assert_allclose(ex.expected_kl_gradient_estimate(space, "reward k1", theta, theta, ref), gkl, atol=1e-12)
 
 
+@pytest.mark.slow      # a Monte Carlo check (hundreds of sampled batches): the slow suite
 @pytest.mark.parametrize("estimator", ex.KL_ESTIMATORS)
 def test_each_kl_estimator_converges_to_its_exact_expectation(world, estimator):
     space, ref, theta = world
@@ -130,6 +131,7 @@ def per_state_targets(space, ref, theta):
             "loss k2": P * pi * (np.log(pi) - np.log(q) - kl_s), "loss k3": P * (pi - q)}
 
 
+@pytest.mark.slow      # a Monte Carlo check (hundreds of sampled batches): the slow suite
 def test_kl_estimators_converge_to_what_theory_says_they_estimate(world):
     """Monte Carlo means (300 batches of 32 on-policy responses) against the per-state targets, and the power
     of the check: loss k3 is rejected as an estimate of grad KL(pi || pi_ref), loss k2 as one of the other
@@ -150,6 +152,7 @@ def test_kl_estimators_converge_to_what_theory_says_they_estimate(world):
     assert ex.bias_z(mc["loss k2"], targets["reward k1"]) > Z              # nor is the per-state one the full one
 
 
+@pytest.mark.slow      # a Monte Carlo check (hundreds of sampled batches): the slow suite
 def test_on_policy_k1_reward_estimates_the_gradient_of_j_minus_beta_kl(world):
     space, ref, theta = world
     R, beta = ex.length_reward(space), 0.3
@@ -160,6 +163,7 @@ def test_on_policy_k1_reward_estimates_the_gradient_of_j_minus_beta_kl(world):
     assert not close_in_norm(mc, ex.objective_gradient(space, theta, R))   # the KL part is seen: not grad J alone
 
 
+@pytest.mark.slow      # a Monte Carlo check (hundreds of sampled batches): the slow suite
 @pytest.mark.parametrize("loss_agg", ["seq-mean-token-mean", "seq-mean-token-sum-norm"])
 def test_group_updates_converge_to_their_exact_expectation(world, loss_agg):
     space, _, theta = world
@@ -173,7 +177,7 @@ def test_group_updates_converge_to_their_exact_expectation(world, loss_agg):
     assert up.expected_group_update(space, theta, R, G, "token-mean") is None
 
 
-def test_importance_sampling_identities_and_exact_ratio_moments(world):
+def test_importance_sampling_identities(world):
     space, _, theta = world
     rng = np.random.default_rng(6)
     old = theta + 0.3 * rng.standard_normal(theta.shape)
@@ -185,6 +189,15 @@ def test_importance_sampling_identities_and_exact_ratio_moments(world):
     np.testing.assert_allclose(whole["mean"], gJ, atol=1e-12)                 # pi/pi_old reweights exactly
     on = up.exact_ratio_moments(space, theta, theta, R, "token ratio", baseline=0.3, clip_eps=0.2)
     np.testing.assert_allclose(on["mean"], gJ, atol=1e-12)                    # on-policy, any fixed baseline
+
+
+@pytest.mark.slow      # a Monte Carlo check (hundreds of sampled batches): the slow suite
+def test_exact_ratio_moments_are_what_sampled_batches_give(world):
+    space, _, theta = world
+    rng = np.random.default_rng(6)
+    old = theta + 0.3 * rng.standard_normal(theta.shape)
+    R = ex.length_reward(space)
+    J_old = ex.objective(space, old, R)
     for est in up.RATIO_ESTIMATORS:
         m = up.exact_ratio_moments(space, theta, old, R, est, baseline=J_old, clip_eps=0.2, n=16)
         cf = []
