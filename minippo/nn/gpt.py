@@ -25,7 +25,8 @@ The layers are the NumPy ones of layers.py / attention.py; with the switch of ``
 (the default) the elementwise ones run as their numba twins in nn/_kernels.py.
 
 Speed (``minippo bench --only gpt kvcache``): float32, 2-D matrix products, those kernels, freed
-activation memory kept for the next step (``minippo.malloc``), decoding on one BLAS thread.
+activation memory kept for the next step (``minippo.malloc``). The callers that decode set one BLAS
+thread around it (``minippo.blas``: the trainers' iterations, ``generate_text``, the benchmark).
 """
 from __future__ import annotations
 
@@ -34,7 +35,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from minippo.blas import single_blas_thread
 from minippo.checks import (check_choice, check_fields, check_float_array, check_int_array, check_mask,
                             check_range)
 from minippo.malloc import keep_freed_memory
@@ -438,11 +438,8 @@ class TinyGPT:
         kv.n_real += m
         pos = np.maximum(kv.n_real - 1, 0)                          # (B,)
         x = (p["wte"][tokens] + p["wpe"][pos])[:, None, :]          # (B, 1, C)
-        # one row per sequence: products this small run faster on one BLAS thread (on a busy 2-core
-        # machine OpenBLAS's threads mostly wait for each other: ~7x slower decoding, measured)
-        with single_blas_thread():
-            for i in range(cfg.n_layer):
-                x = block_decode(x, p, f"h.{i}.", cfg.n_head, kv.k[i], kv.v[i], kv.key_mask, t)
-            kv.t = t + 1
-            x, _ = layernorm_forward(x[:, 0], p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (B, C)
-            return x @ p["wte"].T                                    # (B, V)
+        for i in range(cfg.n_layer):
+            x = block_decode(x, p, f"h.{i}.", cfg.n_head, kv.k[i], kv.v[i], kv.key_mask, t)
+        kv.t = t + 1
+        x, _ = layernorm_forward(x[:, 0], p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (B, C)
+        return x @ p["wte"].T                                    # (B, V)
