@@ -269,20 +269,16 @@ class TinyGPT:
         """
         self.check_params()
         idx, attn_mask = self._check_inputs(idx, attn_mask)
-        return self._forward(idx, attn_mask, scalar, logits)
-
-    def _forward(self, idx, attn_mask, scalar, want_logits=True):
-        """:meth:`forward` without the input checks."""
         p = self.params
         x, c_trunk = self._trunk(idx, attn_mask)
-        logits, c_head, values, c_scalar = None, None, None, None
-        if want_logits:
+        lm_logits, c_head, values, c_scalar = None, None, None, None
+        if logits:
             # logits = x @ wte.T    (the LM head is the token embedding, transposed)
-            logits, c_head = linear_forward(x, p["wte"].T, None)   # (B, T, V)
+            lm_logits, c_head = linear_forward(x, p["wte"].T, None)   # (B, T, V)
         if scalar:
             out, c_scalar = linear_forward(x, p["scalar_head.w"], p["scalar_head.b"])  # (B, T, 1)
             values = out[..., 0]                                # (B, T)
-        return logits, values, (c_trunk, c_head, c_scalar, idx.shape)
+        return lm_logits, values, (c_trunk, c_head, c_scalar, idx.shape)
 
     def backward(self, cache, dlogits=None, dscalar=None, scalar_into_trunk: bool = True) -> dict[str, np.ndarray]:
         """Gradients of every parameter given d loss / d logits and/or d loss / d scalar.
@@ -341,17 +337,16 @@ class TinyGPT:
     # language-modelling loss
     # ------------------------------------------------------------------------------------------
 
-    def _check_lm_inputs(self, idx, targets, mask, attn_mask):
-        self.check_params()
-        idx, attn_mask = self._check_inputs(idx, attn_mask)
-        targets = check_int_array("targets", targets, shape=idx.shape, low=0, high=self.cfg.vocab_size)
-        mask = check_mask("mask", mask, shape=idx.shape, layout="any")
-        return idx, targets, mask, attn_mask
+    def _check_lm_targets(self, idx, targets, mask):
+        """``targets`` and ``mask`` of an LM loss, like ``idx`` (which :meth:`forward` checked)."""
+        targets = check_int_array("targets", targets, shape=np.shape(idx), low=0, high=self.cfg.vocab_size)
+        mask = check_mask("mask", mask, shape=np.shape(idx), layout="any")
+        return targets, mask
 
     def lm_loss(self, idx, targets, mask, attn_mask=None) -> float:
         """Mean cross-entropy of ``targets`` over the ``mask == 1`` tokens (forward only)."""
-        idx, targets, mask, attn_mask = self._check_lm_inputs(idx, targets, mask, attn_mask)
-        logits, _, _ = self._forward(idx, attn_mask, False)
+        logits, _, _ = self.forward(idx, attn_mask)
+        targets, mask = self._check_lm_targets(idx, targets, mask)
         loss, _ = softmax_cross_entropy_forward(logits, targets, mask)
         return loss
 
@@ -370,8 +365,8 @@ class TinyGPT:
         loss : float
         grads : every key of ``params`` (the scalar head's are zeros)
         """
-        idx, targets, mask, attn_mask = self._check_lm_inputs(idx, targets, mask, attn_mask)
-        logits, _, cache = self._forward(idx, attn_mask, False)
+        logits, _, cache = self.forward(idx, attn_mask)
+        targets, mask = self._check_lm_targets(idx, targets, mask)
         loss, c_ce = softmax_cross_entropy_forward(logits, targets, mask)
         dlogits = softmax_cross_entropy_backward(1.0, c_ce)
         return loss, self.backward(cache, dlogits=dlogits)
