@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from minippo.blas import single_blas_thread
 from minippo.checks import check_range
 from minippo.rl.losses import kl_exact_from_logits, logprobs_from_logits
 from minippo.rlhf.data.gold import gold_scores
@@ -53,9 +52,8 @@ def evaluate_policy(policy, ref, reward_model, tokenizer, prompts: list[str], *,
     texts = []
     for i in range(0, len(prompts), batch_size):
         ids, mask = encode_prompts(tokenizer, list(prompts[i:i + batch_size]))               # (b, Tp)
-        with single_blas_thread():      # decoding's small products (minippo.rlhf.generate)
-            gen = generate(policy, ids, mask, max_new_tokens=max_new_tokens, rng=rng, temperature=temperature,
-                           eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
+        gen = generate(policy, ids, mask, max_new_tokens=max_new_tokens, rng=rng, temperature=temperature,
+                       eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
         m = gen.response_mask
         logits, _, _ = forward_response(policy, gen.sequences, gen.attn_mask, gen.prompt_len)   # (b, Tn, V)
         ref_logits, _, _ = forward_response(ref, gen.sequences, gen.attn_mask, gen.prompt_len)
