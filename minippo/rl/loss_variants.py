@@ -12,9 +12,9 @@ d_bt instead of n:
     "seq-mean-token-mean"      d_b = B |o_b|   GRPO (DeepSeekMath, arXiv:2402.03300, eq. (3))
     "seq-mean-token-sum-norm"  d = B norm_len  Dr. GRPO (arXiv:2503.20783): a constant
 
-so the gradient of an unclipped token reads ``-A r / d_bt``: :func:`aggregated_policy_loss`. The value
-losses aggregate their squared errors the same way (``(V - R) / d_bt`` the gradient of an
-unclipped token): :func:`aggregated_value_loss` and :func:`aggregated_clipped_value_loss`.
+so the gradient of an unclipped token reads ``-A r / d_bt``: :func:`aggregated_policy_loss`. The
+value losses aggregate their squared errors the same way (the gradient of an unclipped token reads
+``(V - R) / d_bt``): :func:`aggregated_value_loss` and :func:`aggregated_clipped_value_loss`.
 
 **Sequence-level ratio** (GSPO: Zheng et al. 2025, arXiv:2507.18071, eq. (5)). Every token of
 response b uses the length-normalised sequence ratio
@@ -31,8 +31,8 @@ clip does not bind: the same for every token of a row, 0 for a clipped response:
 Both return what :func:`~minippo.rl.losses.clipped_policy_loss` returns (``(loss, dlogp, stats)``,
 the same statistics, the same ``ValueError`` where ``r A`` has no finite value); with
 ``loss_agg="token-mean"`` :func:`aggregated_policy_loss` IS ``clipped_policy_loss`` (its kernel
-included), and the value variants are ``value_loss`` and ``clipped_value_loss``. The per-token case of a variant's tokens is :func:`~minippo.rl.losses.clip_cases` of its
-ratio.
+included), and the value variants are ``value_loss`` and ``clipped_value_loss``. The per-token
+case of a variant's tokens is :func:`~minippo.rl.losses.clip_cases` of its ratio.
 """
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ def _aggregated_value_terms(values, values_old, returns, mask, clip_eps, loss_ag
     clipped = np.zeros(valid.shape, dtype=bool)
     with np.errstate(over="ignore", invalid="ignore"):
         err = (v - R) ** 2                                                # (V - R)^2
-        if values_old is not None:        # the larger of the two errors; the clipped one is constant
+        if values_old is not None:      # the larger of the two errors; the clipped one is constant
             v_old = values_old.astype(np.float64)
             err_clipped = (v_old + np.clip(v - v_old, -clip_eps, clip_eps) - R) ** 2
             clipped = (np.abs(v - v_old) > clip_eps) & (err_clipped > err) & valid

@@ -16,10 +16,10 @@ k1/k2/k3 and the KL as a loss term are in :mod:`minippo.rl.kl`; L^KLPEN, eq. (8)
 Every loss returns ``(loss, d<input>, stats)``: the loss to MINIMISE (``-objective`` for the policy)
 and its analytic gradient. ``mask`` is 1 on valid tokens (rows right-padded), ``mask=None`` means
 all valid; means are token-level masked means over the whole batch (n valid tokens: a factor 1/n per
-token). Each body is its formula in NumPy; :func:`clipped_policy_loss` also has a compiled twin in ``rl/_kernels.py`` (one pass over
-the tokens), called by its first line while the switch of :mod:`minippo.kernels` is on (the
-default). The variants (GRPO's and Dr. GRPO's aggregations of L^CLIP and L^VF, GSPO's sequence
-ratio) are :mod:`minippo.rl.loss_variants`.
+token). Each body is its formula in NumPy; :func:`clipped_policy_loss` also has a compiled twin in
+``rl/_kernels.py`` (one pass over the tokens), called by its first line while the switch of
+:mod:`minippo.kernels` is on (the default). The variants (GRPO's and Dr. GRPO's aggregations of
+L^CLIP and L^VF, GSPO's sequence ratio) are :mod:`minippo.rl.loss_variants`.
 
 ## 1. The policy's distribution
 
