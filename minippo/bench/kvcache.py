@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from minippo.bench.report import Report, best_time
+from minippo.blas import single_blas_thread
 from minippo.nn.gpt import GPTConfig, TinyGPT
 
 B, PROMPT, NEW, L, H, C, V = 32, 16, 64, 4, 4, 128, 512
@@ -38,8 +39,9 @@ def bench(report: Report, quick: bool = False) -> None:
     def cached():
         logits, kv = model.prefill(prompts, prompt_mask)
         out = [logits]
-        for t in range(NEW - 1):
-            out.append(model.decode_step(kv, new[:, t]))
+        with single_blas_thread():      # as generate's callers decode (minippo.rlhf.generate)
+            for t in range(NEW - 1):
+                out.append(model.decode_step(kv, new[:, t]))
         return out
 
     def recompute():

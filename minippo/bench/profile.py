@@ -47,7 +47,7 @@ WRAPPED = (
     ("minippo.rlhf.generate", "generate", "part", "sampler"),
     ("minippo.nn.gpt", "TinyGPT.prefill", "part", "prefill"),
     ("minippo.nn.gpt", "TinyGPT.decode_step", "part", "decode"),
-    ("minippo.nn.gpt", "TinyGPT._forward", "part", "forward"),
+    ("minippo.nn.gpt", "TinyGPT.forward", "part", "forward"),
     ("minippo.nn.gpt", "TinyGPT.lm_loss_and_grads", "part", "forward"),
     ("minippo.nn.gpt", "TinyGPT.backward", "part", "backward"),
     ("minippo.nn.optim", "AdamW.step", "part", "optimizer"),

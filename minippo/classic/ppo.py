@@ -27,7 +27,6 @@ Legend: T steps per env, N envs, D observation features, A actions, B minibatch 
 """
 from __future__ import annotations
 
-import math
 import time
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from typing import Callable
 import numpy as np
 
 from minippo.blas import single_blas_thread
-from minippo.checks import check_range
+from minippo.checks import check_finite_values, check_range
 from minippo.classic.config import PPOConfig
 from minippo.classic.vec_env import SyncVectorEnv
 from minippo.nn.mlp import mlp_backward, mlp_forward, mlp_init
@@ -142,7 +141,9 @@ def train_ppo(make_env: Callable[[], object], total_timesteps: int, seed: int = 
                         part_norms.append([global_norm({k: g for k, g in grads.items() if k.startswith(prefix)})
                                            for prefix in (ACTOR, CRITIC)])
                         grad_norm = clip_grad_norm(grads, cfg.max_grad_norm)
-                        _raise_if_not_finite(dict(stats, **{"loss": loss, "losses/grad_norm": grad_norm}), epoch)
+                        check_finite_values(dict(stats, **{"loss": loss, "losses/grad_norm": grad_norm}),
+                                            f"in epoch {epoch} (lower `lr`, or check the environment's "
+                                            "rewards and observations)")
                         optimizer.step(grads, lr=lr_now)
                         clipfracs.append(stats["losses/clipfrac"])
                         grad_norms.append(grad_norm)
@@ -359,13 +360,6 @@ def ppo_loss_and_grads(params, obs, actions, logp_old, adv, returns, values_old,
         "losses/clipfrac": float(pg_stats["clipfrac"]),
     }
     return float(loss), grads, stats
-
-
-def _raise_if_not_finite(values: dict, epoch: int) -> None:
-    for name, v in values.items():
-        if not math.isfinite(v):
-            raise ValueError(f"`{name}` is {v} in epoch {epoch} (lower `lr`, or check the "
-                             f"environment's rewards and observations)")
 
 
 # ----------------------------------------------------------------------------------------------

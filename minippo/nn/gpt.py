@@ -25,7 +25,8 @@ The layers are the NumPy ones of layers.py / attention.py; with the switch of ``
 (the default) the elementwise ones run as their numba twins in nn/_kernels.py.
 
 Speed (``minippo bench --only gpt kvcache``): float32, 2-D matrix products, those kernels, freed
-activation memory kept for the next step (``minippo.malloc``), decoding on one BLAS thread.
+activation memory kept for the next step (``minippo.malloc``). The callers that decode set one BLAS
+thread around it (``minippo.blas``: the trainers' iterations, ``generate_text``, the benchmark).
 """
 from __future__ import annotations
 
@@ -34,7 +35,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from minippo.blas import single_blas_thread
 from minippo.checks import (check_choice, check_fields, check_float_array, check_int_array, check_mask,
                             check_range)
 from minippo.malloc import keep_freed_memory
@@ -269,20 +269,16 @@ class TinyGPT:
         """
         self.check_params()
         idx, attn_mask = self._check_inputs(idx, attn_mask)
-        return self._forward(idx, attn_mask, scalar, logits)
-
-    def _forward(self, idx, attn_mask, scalar, want_logits=True):
-        """:meth:`forward` without the input checks."""
         p = self.params
         x, c_trunk = self._trunk(idx, attn_mask)
-        logits, c_head, values, c_scalar = None, None, None, None
-        if want_logits:
+        lm_logits, c_head, values, c_scalar = None, None, None, None
+        if logits:
             # logits = x @ wte.T    (the LM head is the token embedding, transposed)
-            logits, c_head = linear_forward(x, p["wte"].T, None)   # (B, T, V)
+            lm_logits, c_head = linear_forward(x, p["wte"].T, None)   # (B, T, V)
         if scalar:
             out, c_scalar = linear_forward(x, p["scalar_head.w"], p["scalar_head.b"])  # (B, T, 1)
             values = out[..., 0]                                # (B, T)
-        return logits, values, (c_trunk, c_head, c_scalar, idx.shape)
+        return lm_logits, values, (c_trunk, c_head, c_scalar, idx.shape)
 
     def backward(self, cache, dlogits=None, dscalar=None, scalar_into_trunk: bool = True) -> dict[str, np.ndarray]:
         """Gradients of every parameter given d loss / d logits and/or d loss / d scalar.
@@ -341,17 +337,16 @@ class TinyGPT:
     # language-modelling loss
     # ------------------------------------------------------------------------------------------
 
-    def _check_lm_inputs(self, idx, targets, mask, attn_mask):
-        self.check_params()
-        idx, attn_mask = self._check_inputs(idx, attn_mask)
-        targets = check_int_array("targets", targets, shape=idx.shape, low=0, high=self.cfg.vocab_size)
-        mask = check_mask("mask", mask, shape=idx.shape, layout="any")
-        return idx, targets, mask, attn_mask
+    def _check_lm_targets(self, idx, targets, mask):
+        """``targets`` and ``mask`` of an LM loss, like ``idx`` (which :meth:`forward` checked)."""
+        targets = check_int_array("targets", targets, shape=np.shape(idx), low=0, high=self.cfg.vocab_size)
+        mask = check_mask("mask", mask, shape=np.shape(idx), layout="any")
+        return targets, mask
 
     def lm_loss(self, idx, targets, mask, attn_mask=None) -> float:
         """Mean cross-entropy of ``targets`` over the ``mask == 1`` tokens (forward only)."""
-        idx, targets, mask, attn_mask = self._check_lm_inputs(idx, targets, mask, attn_mask)
-        logits, _, _ = self._forward(idx, attn_mask, False)
+        logits, _, _ = self.forward(idx, attn_mask)
+        targets, mask = self._check_lm_targets(idx, targets, mask)
         loss, _ = softmax_cross_entropy_forward(logits, targets, mask)
         return loss
 
@@ -370,8 +365,8 @@ class TinyGPT:
         loss : float
         grads : every key of ``params`` (the scalar head's are zeros)
         """
-        idx, targets, mask, attn_mask = self._check_lm_inputs(idx, targets, mask, attn_mask)
-        logits, _, cache = self._forward(idx, attn_mask, False)
+        logits, _, cache = self.forward(idx, attn_mask)
+        targets, mask = self._check_lm_targets(idx, targets, mask)
         loss, c_ce = softmax_cross_entropy_forward(logits, targets, mask)
         dlogits = softmax_cross_entropy_backward(1.0, c_ce)
         return loss, self.backward(cache, dlogits=dlogits)
@@ -438,11 +433,8 @@ class TinyGPT:
         kv.n_real += m
         pos = np.maximum(kv.n_real - 1, 0)                          # (B,)
         x = (p["wte"][tokens] + p["wpe"][pos])[:, None, :]          # (B, 1, C)
-        # one row per sequence: products this small run faster on one BLAS thread (on a busy 2-core
-        # machine OpenBLAS's threads mostly wait for each other: ~7x slower decoding, measured)
-        with single_blas_thread():
-            for i in range(cfg.n_layer):
-                x = block_decode(x, p, f"h.{i}.", cfg.n_head, kv.k[i], kv.v[i], kv.key_mask, t)
-            kv.t = t + 1
-            x, _ = layernorm_forward(x[:, 0], p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (B, C)
-            return x @ p["wte"].T                                    # (B, V)
+        for i in range(cfg.n_layer):
+            x = block_decode(x, p, f"h.{i}.", cfg.n_head, kv.k[i], kv.v[i], kv.key_mask, t)
+        kv.t = t + 1
+        x, _ = layernorm_forward(x[:, 0], p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (B, C)
+        return x @ p["wte"].T                                    # (B, V)

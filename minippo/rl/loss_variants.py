@@ -1,5 +1,4 @@
-"""The variants of L^CLIP the critic-free family uses: other loss aggregations and GSPO's sequence
-ratio.
+"""The variants of L^CLIP and L^VF: other loss aggregations and GSPO's sequence ratio.
 
 Legend: B batch (responses), T tokens (right-padded), n valid tokens, |o_b| the valid tokens of row
 b.
@@ -13,7 +12,9 @@ d_bt instead of n:
     "seq-mean-token-mean"      d_b = B |o_b|   GRPO (DeepSeekMath, arXiv:2402.03300, eq. (3))
     "seq-mean-token-sum-norm"  d = B norm_len  Dr. GRPO (arXiv:2503.20783): a constant
 
-so the gradient of an unclipped token reads ``-A r / d_bt``: :func:`aggregated_policy_loss`.
+so the gradient of an unclipped token reads ``-A r / d_bt``: :func:`aggregated_policy_loss`. The
+value losses aggregate their squared errors the same way (the gradient of an unclipped token reads
+``(V - R) / d_bt``): :func:`aggregated_value_loss` and :func:`aggregated_clipped_value_loss`.
 
 **Sequence-level ratio** (GSPO: Zheng et al. 2025, arXiv:2507.18071, eq. (5)). Every token of
 response b uses the length-normalised sequence ratio
@@ -30,15 +31,18 @@ clip does not bind: the same for every token of a row, 0 for a clipped response:
 Both return what :func:`~minippo.rl.losses.clipped_policy_loss` returns (``(loss, dlogp, stats)``,
 the same statistics, the same ``ValueError`` where ``r A`` has no finite value); with
 ``loss_agg="token-mean"`` :func:`aggregated_policy_loss` IS ``clipped_policy_loss`` (its kernel
-included). The per-token case of a variant's tokens is :func:`~minippo.rl.losses.clip_cases` of its
-ratio.
+included), and the value variants are ``value_loss`` and ``clipped_value_loss``. The per-token
+case of a variant's tokens is :func:`~minippo.rl.losses.clip_cases` of its ratio.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from minippo.rl.losses import clip_band, clipped_policy_loss, objective_error, policy_stats
-from minippo.rl.masked import aggregation_denominator, masked_aggregate, token_inputs
+from minippo.checks import check_range
+from minippo.rl.losses import (clip_band, clipped_policy_loss, clipped_value_loss,
+                               gradient_overflow_error, objective_error, policy_stats,
+                               value_loss, value_overflow_error)
+from minippo.rl.masked import aggregation_denominator, masked_aggregate, masked_mean, token_inputs
 
 
 def aggregated_policy_loss(logp, logp_old, adv, mask=None, clip_eps=0.2, clip_eps_high=None, *,
@@ -106,3 +110,55 @@ def _clipped_terms(ratio, adv, valid, band):
     surr = np.where(valid, surr, 0.0)
     clipped = valid & (((adv > 0) & (ratio > hi)) | ((adv < 0) & (ratio < lo)))
     return surr, clipped, valid & ~clipped & (adv != 0)
+
+
+def aggregated_value_loss(values, returns, mask=None, *, loss_agg="token-mean", norm_len=None):
+    """L^VF = 0.5 (V - R)^2 aggregated by ``loss_agg`` (module docstring): the loss, dvalues
+    (``(V - R) / d_bt``, 0 on padding) and the statistics of :func:`~minippo.rl.losses.value_loss`,
+    which it is for "token-mean"."""
+    if loss_agg == "token-mean":
+        return value_loss(values, returns, mask)
+    (values, returns), mask = token_inputs(mask, values=values, returns=returns)
+    return _aggregated_value_terms(values, None, returns, mask, None, loss_agg, norm_len)
+
+
+def aggregated_clipped_value_loss(values, values_old, returns, mask=None, clip_eps=0.2, *,
+                                  loss_agg="token-mean", norm_len=None):
+    """The clipped L^VF, ``0.5 max((V - R)^2, (V_clip - R)^2)`` with V_clip = V_old +
+    clip(V - V_old, -eps, eps), aggregated by ``loss_agg``: the loss, dvalues (0 where the clipped
+    error is strictly the larger) and the statistics of
+    :func:`~minippo.rl.losses.clipped_value_loss`, which it is for "token-mean"."""
+    if loss_agg == "token-mean":
+        return clipped_value_loss(values, values_old, returns, mask, clip_eps)
+    check_range("clip_eps", clip_eps, 0, None, lo_open=True)
+    (values, values_old, returns), mask = token_inputs(
+        mask, values=values, values_old=values_old, returns=returns)
+    return _aggregated_value_terms(values, values_old, returns, mask, clip_eps, loss_agg, norm_len)
+
+
+def _aggregated_value_terms(values, values_old, returns, mask, clip_eps, loss_agg, norm_len):
+    """``(loss, dvalues, stats)`` of the two value variants on checked inputs (``values_old`` None:
+    not clipped); squares in float64."""
+    valid, n = mask == 1, int((mask == 1).sum())
+    d = aggregation_denominator(mask, loss_agg, norm_len)                 # (B, 1) or B L_max
+    names = ("values", "returns") if values_old is None else ("values", "values_old", "returns")
+    v, R = values.astype(np.float64), returns.astype(np.float64)
+    clipped = np.zeros(valid.shape, dtype=bool)
+    with np.errstate(over="ignore", invalid="ignore"):
+        err = (v - R) ** 2                                                # (V - R)^2
+        if values_old is not None:      # the larger of the two errors; the clipped one is constant
+            v_old = values_old.astype(np.float64)
+            err_clipped = (v_old + np.clip(v - v_old, -clip_eps, clip_eps) - R) ** 2
+            clipped = (np.abs(v - v_old) > clip_eps) & (err_clipped > err) & valid
+            err = np.maximum(err, err_clipped)
+        err = np.where(valid, err, 0.0)
+    if not np.isfinite(err).all():
+        raise value_overflow_error(err, values, returns, names)
+    loss = 0.5 * masked_aggregate(err, mask, loss_agg, norm_len)
+    with np.errstate(over="ignore"):
+        dvalues = np.where(clipped | ~valid, 0.0, (v - R) / d).astype(values.dtype)
+    if not np.isfinite(dvalues).all():
+        raise gradient_overflow_error(dvalues, values, returns, names)
+    vf_clipfrac = 0.0 if values_old is None else masked_mean(clipped.astype(values.dtype), mask)
+    return loss, dvalues, {"vf_clipfrac": vf_clipfrac, "values_mean": masked_mean(values, mask),
+                           "returns_mean": masked_mean(returns, mask), "n_tokens": n}

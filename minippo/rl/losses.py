@@ -16,12 +16,10 @@ k1/k2/k3 and the KL as a loss term are in :mod:`minippo.rl.kl`; L^KLPEN, eq. (8)
 Every loss returns ``(loss, d<input>, stats)``: the loss to MINIMISE (``-objective`` for the policy)
 and its analytic gradient. ``mask`` is 1 on valid tokens (rows right-padded), ``mask=None`` means
 all valid; means are token-level masked means over the whole batch (n valid tokens: a factor 1/n per
-token; the value losses also take the ``loss_agg`` divisors of
-:func:`minippo.rl.masked.aggregation_denominator`, 1/n then reads 1/d_bt). Each body is its formula
-in NumPy; :func:`clipped_policy_loss` also has a compiled twin in ``rl/_kernels.py`` (one pass over
-the tokens), called by its first line while the switch of :mod:`minippo.kernels` is on (the
-default). The variants of L^CLIP (GRPO's and Dr. GRPO's aggregations, GSPO's sequence ratio) are
-:mod:`minippo.rl.loss_variants`.
+token). Each body is its formula in NumPy; :func:`clipped_policy_loss` also has a compiled twin in
+``rl/_kernels.py`` (one pass over the tokens), called by its first line while the switch of
+:mod:`minippo.kernels` is on (the default). The variants (GRPO's and Dr. GRPO's aggregations of
+L^CLIP and L^VF, GSPO's sequence ratio) are :mod:`minippo.rl.loss_variants`.
 
 ## 1. The policy's distribution
 
@@ -80,7 +78,7 @@ import numpy as np
 from minippo import kernels
 from minippo._lazy import LazyModule
 from minippo.checks import check_float_array, check_int_array, check_range, check_same_shape
-from minippo.rl.masked import aggregation_denominator, masked_aggregate, masked_mean, token_inputs
+from minippo.rl.masked import masked_mean, token_inputs
 
 # the compiled twin of clipped_policy_loss; imported (with numba) at its first call, so `import
 # minippo` stays fast
@@ -330,8 +328,8 @@ def ratio_overflow_error(log_ratio, adv, pos, what="L^CLIP = r A", dtype=np.floa
 # 3. the value loss L^VF
 # ----------------------------------------------------------------------------------------------
 
-def _value_overflow_error(err, values, returns, names,
-                          what="a squared error beyond float64's range: no finite value loss"):
+def value_overflow_error(err, values, returns, names,
+                         what="a squared error beyond float64's range: no finite value loss"):
     """``ValueError`` naming the inputs where the float64 squared error (or the gradient in the
     values' dtype) has no finite value."""
     i = tuple(int(j) for j in np.argwhere(~np.isfinite(err))[0])
@@ -341,16 +339,16 @@ def _value_overflow_error(err, values, returns, names,
                       f"{returns[i].item()!r}) give {what}")
 
 
-def _gradient_overflow_error(dvalues, values, returns, names):
+def gradient_overflow_error(dvalues, values, returns, names):
     """The gradient ``(v - R) / n`` is finite in float64 but not in the values' dtype (float32
     beyond 3.4e38)."""
-    return _value_overflow_error(dvalues, values, returns, names,
-                                 "a gradient (values - returns) / n beyond the range of "
-                                 f"{dvalues.dtype}: no finite "
-                                 "gradient in that dtype (pass float64 values)")
+    return value_overflow_error(dvalues, values, returns, names,
+                                "a gradient (values - returns) / n beyond the range of "
+                                f"{dvalues.dtype}: no finite "
+                                "gradient in that dtype (pass float64 values)")
 
 
-def value_loss(values, returns, mask=None, *, loss_agg="token-mean", norm_len=None):
+def value_loss(values, returns, mask=None):
     """Unclipped value loss ``0.5 * masked_mean((values - returns)^2)``: L^VF of PPO paper eq. (9),
     with 0.5.
 
@@ -359,37 +357,31 @@ def value_loss(values, returns, mask=None, *, loss_agg="token-mean", norm_len=No
     values : (B, T) or (N,) V(s_t) from the critic being trained.
     returns : same shape, the regression targets R_t (adv + values_old).
     mask : 0/1 like ``values`` or None (all valid); 2-D masks must be right-padded.
-    loss_agg, norm_len : the aggregation (default token-mean),
-        :func:`minippo.rl.masked.aggregation_denominator`.
 
     Returns
     -------
-    loss : float. dvalues : like ``values``, ``(values - returns) / d`` (d = n for token-mean), 0 on
-        padding.
+    loss : float. dvalues : like ``values``, ``(values - returns) / n``, 0 on padding.
     stats : ``vf_clipfrac`` (0.0: nothing is clipped), ``values_mean``, ``returns_mean``,
     ``n_tokens``.
     """
     (values, returns), mask = token_inputs(mask, values=values, returns=returns)
     n = int((mask == 1).sum())
-    d = aggregation_denominator(mask, loss_agg, norm_len)
     with np.errstate(over="ignore", invalid="ignore"):
         error = values.astype(np.float64) - returns.astype(np.float64)   # V(s_t) - R_t, float64
         sq = np.where(mask == 1, error * error, 0.0)
     if not np.isfinite(sq).all():
-        raise _value_overflow_error(sq, values, returns, ("values", "returns"))
-    loss = 0.5 * masked_aggregate(sq, mask, loss_agg, norm_len)
+        raise value_overflow_error(sq, values, returns, ("values", "returns"))
+    loss = 0.5 * masked_mean(sq, mask)
     with np.errstate(over="ignore"):
-        dvalues = np.where(mask == 1, error / d, 0.0).astype(values.dtype)  # d(0.5 e^2)/dv = e, /d
+        dvalues = np.where(mask == 1, error / float(max(n, 1)), 0.0).astype(values.dtype)  # e / n
     if not np.isfinite(dvalues).all():
-        raise _gradient_overflow_error(dvalues, values, returns, ("values", "returns"))
+        raise gradient_overflow_error(dvalues, values, returns, ("values", "returns"))
     stats = {"vf_clipfrac": 0.0, "values_mean": masked_mean(values, mask),
              "returns_mean": masked_mean(returns, mask), "n_tokens": n}
     return loss, dvalues, stats
 
 
-def clipped_value_loss(values, values_old, returns, mask=None, clip_eps=0.2, *,
-                       loss_agg="token-mean",
-                       norm_len=None):
+def clipped_value_loss(values, values_old, returns, mask=None, clip_eps=0.2):
     """Clipped value loss ``0.5 * masked_mean(max((v - R)^2, (v_old + clip(v - v_old, -eps, eps) -
     R)^2))``.
 
@@ -404,8 +396,6 @@ def clipped_value_loss(values, values_old, returns, mask=None, clip_eps=0.2, *,
     mask : 0/1 like ``values`` or None; 2-D masks must be right-padded.
     clip_eps : > 0, in the units of the values (its own hyperparameter: ``clip_eps_value``
         in the trainers' configs).
-    loss_agg, norm_len : the aggregation (default token-mean),
-        :func:`minippo.rl.masked.aggregation_denominator`.
 
     Returns
     -------
@@ -418,7 +408,6 @@ def clipped_value_loss(values, values_old, returns, mask=None, clip_eps=0.2, *,
         mask, values=values, values_old=values_old, returns=returns)
     valid = mask == 1
     n = int(valid.sum())
-    d = aggregation_denominator(mask, loss_agg, norm_len)
     v, v_old, R = (a.astype(np.float64) for a in (values, values_old, returns))      # float64
     # the next four lines are the clipped value loss
     with np.errstate(over="ignore", invalid="ignore"):
@@ -427,17 +416,17 @@ def clipped_value_loss(values, values_old, returns, mask=None, clip_eps=0.2, *,
         err_clipped = (v_clipped - R) ** 2                            # (V_clip - R)^2
         err = np.where(valid, np.maximum(err_unclipped, err_clipped), 0.0)
     if not np.isfinite(err).all():
-        raise _value_overflow_error(err, values, returns, ("values", "values_old", "returns"))
-    loss = 0.5 * masked_aggregate(err, mask, loss_agg, norm_len)
+        raise value_overflow_error(err, values, returns, ("values", "values_old", "returns"))
+    loss = 0.5 * masked_mean(err, mask)
     # max() picks the clipped error only where it is strictly larger, which needs v outside the
     # band (inside it v_clipped = v up to rounding); v_clipped is then constant: no gradient
     outside = np.abs(v - v_old) > clip_eps
     clipped = outside & (err_clipped > err_unclipped) & valid
     with np.errstate(over="ignore"):
-        dvalues = np.where(clipped | ~valid, 0.0, (v - R) / d).astype(values.dtype)
+        dvalues = np.where(clipped | ~valid, 0.0, (v - R) / float(max(n, 1))).astype(values.dtype)
     if not np.isfinite(dvalues).all():
         names = ("values", "values_old", "returns")
-        raise _gradient_overflow_error(dvalues, values, returns, names)
+        raise gradient_overflow_error(dvalues, values, returns, names)
     stats = {"vf_clipfrac": masked_mean(clipped.astype(values.dtype), mask),
              "values_mean": masked_mean(values, mask), "returns_mean": masked_mean(returns, mask),
              "n_tokens": n}

@@ -49,6 +49,12 @@ numbers as the causal forward pass, one position at a time.
 
 **Sampling** uses one uniform number per row and step from the caller's ``rng``
 (``np.random.Generator``): the same seed gives the same samples.
+
+**One BLAS thread.** Decoding multiplies (B, C) by (C, 3C) matrices, where OpenBLAS's threads cost
+more than they save (~7x slower on a busy 2-core machine, measured). :func:`generate` does not set
+the thread count itself: its callers run it inside ``minippo.blas.single_blas_thread()`` (the
+trainers' iterations, :func:`generate_text`, the evaluations and studies), where the forward passes
+of the same rollout run too.
 """
 from __future__ import annotations
 
@@ -266,14 +272,6 @@ def generate(model, prompt_ids, prompt_mask, *, max_new_tokens: int, rng: np.ran
     """
     prompt_ids, prompt_mask = _validate(model, prompt_ids, prompt_mask, max_new_tokens, rng,
                                         temperature, top_k, top_p, eos_id, pad_id, logits_precision)
-    with single_blas_thread():      # (B, C) x (C, 3C) products: threads cost more than they save
-        return _generate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, top_k,
-                         top_p, eos_id, pad_id, logits_precision)
-
-
-def _generate(model, prompt_ids, prompt_mask, max_new_tokens, rng, temperature, top_k, top_p,
-              eos_id, pad_id, logits_precision=None):
-    """:func:`generate` after validation."""
     B, Tp = prompt_ids.shape
     dtype = np.dtype(model.cfg.dtype)
     response = np.full((B, max_new_tokens), pad_id, dtype=np.int64)    # (B, Tn_max)
@@ -344,9 +342,9 @@ def generate_text(model, tokenizer, prompts: list[str], *, rng: np.random.Genera
     ids, mask = encode_prompts(tokenizer, prompts)
     if max_new_tokens is None:
         max_new_tokens = model.cfg.block_size - ids.shape[1]
-    gen = generate(model, ids, mask, max_new_tokens=max_new_tokens, rng=rng,
-                   eos_id=tokenizer.eos_id,
-                   pad_id=tokenizer.pad_id, **sampling)
+    with single_blas_thread():      # (B, C) x (C, 3C) products: threads cost more than they save
+        gen = generate(model, ids, mask, max_new_tokens=max_new_tokens, rng=rng,
+                       eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id, **sampling)
     return tokenizer.decode_batch(gen.sequences), gen
 
 

@@ -38,7 +38,8 @@ from minippo.nn.optim import lr_at
 from minippo.rl.gae import gae
 from minippo.rl.kl import KL_KINDS, kl_estimate
 from minippo.rl.kl_control import KL_LR_MAX, KL_LR_MIN, kl_adaptive_lr
-from minippo.rl.losses import clipped_value_loss, logprobs_from_logits, value_loss
+from minippo.rl.loss_variants import aggregated_clipped_value_loss, aggregated_value_loss
+from minippo.rl.losses import logprobs_from_logits
 from minippo.rl.masked import LOSS_AGGS, masked_whiten
 from minippo.rlhf.critic import ValueNorm, init_bias_to_mean_score
 from minippo.rlhf.data.batches import lm_batch
@@ -374,10 +375,10 @@ def minibatch_loss_and_grads(state: KnobsState, mb: Rollout, cfg: KnobsConfig, p
         vn = state.value_norm                                   # the identity unless cfg.value_norm
         returns, values_old = vn.normalise(mb.returns), vn.normalise(mb.values)
         if cfg.value_clip:
-            vf_loss, dh, vstats = clipped_value_loss(h64, values_old, returns, mask,
-                                                     cfg.clip_eps_value, **agg)
+            vf_loss, dh, vstats = aggregated_clipped_value_loss(h64, values_old, returns, mask,
+                                                                cfg.clip_eps_value, **agg)
         else:
-            vf_loss, dh, vstats = value_loss(h64, returns, mask, **agg)
+            vf_loss, dh, vstats = aggregated_value_loss(h64, returns, mask, **agg)
         terms["loss/value"], vf_clipfrac = float(vf_loss), vstats["vf_clipfrac"]
         dhead = (cfg.vf_coef * dh).astype(head.dtype)
         if cfg.critic == "separate":

@@ -164,8 +164,9 @@ def sample_candidates(policy, tokenizer, prompts, n: int, rng: np.random.Generat
     parts = []
     for i in range(0, len(rows), batch_size):
         ids, mask = encode_prompts(tokenizer, rows[i:i + batch_size])          # (b, Tp)
-        gen = generate(policy, ids, mask, max_new_tokens=max_new_tokens, rng=rng, temperature=temperature,
-                       eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
+        with single_blas_thread():      # decoding's small products (minippo.rlhf.generate)
+            gen = generate(policy, ids, mask, max_new_tokens=max_new_tokens, rng=rng, temperature=temperature,
+                           eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
         parts.append(gen)
     # batches differ in prompt and response width: left-pad the prompts, right-pad the responses
     Tp = max(g.prompt_len for g in parts)

@@ -342,7 +342,7 @@ class PassCounter:
     """Count (and time) the passes real TinyGPT instances make, to check :func:`passes_per_iteration`.
 
     ``with PassCounter({"actor": trainer.actor, ...}) as pc: trainer.step()`` wraps each model's
-    ``_forward`` (every full pass: ``forward``, ``lm_loss``, ``lm_loss_and_grads``), ``backward``,
+    ``forward`` (every full pass: ``forward``, ``lm_loss``, ``lm_loss_and_grads``), ``backward``,
     ``prefill`` and ``decode_step`` on the instance, and restores them on exit. ``pc.counts`` has the
     layout of :func:`passes_per_iteration`; ``pc.seconds[name]`` the wall-clock seconds spent in each kind of
     call (``prefill``, ``decode``, ``forward``, ``backward``). A model given under two names (a shared critic IS
@@ -387,7 +387,7 @@ class PassCounter:
     def __enter__(self) -> "PassCounter":
         for name, model in self.models.items():
             c, t = self.counts[name], self.seconds[name]
-            self._wrap(model, "_forward", c, t, "forward", "forward", lambda a, k: np.shape(a[0])[0])   # idx (B, T)
+            self._wrap(model, "forward", c, t, "forward", "forward", lambda a, k: np.shape(a[0])[0])   # idx (B, T)
             self._wrap(model, "backward", c, t, "backward", "backward", lambda a, k: a[0][-1][0])   # cache[-1] = (B, T)
             self._wrap(model, "prefill", c, t, "prefill", "prefill")
             self._wrap(model, "decode_step", c, t, "decode", "decode")
@@ -414,7 +414,7 @@ class PassCounter:
 
     def __exit__(self, *exc) -> None:
         for model in self.models.values():
-            for method in ("_forward", "backward", "prefill", "decode_step"):
+            for method in ("forward", "backward", "prefill", "decode_step"):
                 vars(model).pop(method, None)
         for obj, method in self.methods.values():
             vars(obj).pop(method, None)

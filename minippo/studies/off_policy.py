@@ -274,10 +274,11 @@ def band_use(study, *, clip_eps: float, max_new_tokens: int, stale_iterations: i
     tok = dict(max_new_tokens=max_new_tokens, eos_id=study.tokenizer.eos_id,
                pad_id=study.tokenizer.pad_id)
     rows = {}
-    for name, options in RLHF_SAMPLERS.items():
-        gen = generate(study.sft, ids, mask, rng=np.random.default_rng([seed, 7]), **tok, **options)
-        rows[name] = band_stats(gen.logp, gen.logp_sampler, gen.response_mask, clip_eps)
-    gen = generate(study.sft, ids, mask, rng=np.random.default_rng([seed, 7]), **tok)
+    with single_blas_thread():      # decoding's small products (minippo.rlhf.generate)
+        for name, options in RLHF_SAMPLERS.items():
+            gen = generate(study.sft, ids, mask, rng=np.random.default_rng([seed, 7]), **tok, **options)
+            rows[name] = band_stats(gen.logp, gen.logp_sampler, gen.response_mask, clip_eps)
+        gen = generate(study.sft, ids, mask, rng=np.random.default_rng([seed, 7]), **tok)
     snapshots = []
     study.run(study.config(iterations=stale_iterations, max_new_tokens=max_new_tokens),
               callback=lambda trainer, rollout, record: snapshots.append(trainer.actor.copy()))

@@ -108,9 +108,9 @@ def kl_probe(policy, ref, tokenizer, prompts: list[str], *, rng: np.random.Gener
     ``logits_ref`` (B, Tn, V); ``lengths`` (B,); ``sequences`` and ``attn_mask`` (B, Tp + Tn).
     """
     ids, pmask = encode_prompts(tokenizer, list(prompts))                                  # (B, Tp)
-    gen = generate(policy, ids, pmask, max_new_tokens=max_new_tokens, rng=rng, temperature=temperature,
-                   top_k=top_k, top_p=top_p, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
     with single_blas_thread():
+        gen = generate(policy, ids, pmask, max_new_tokens=max_new_tokens, rng=rng, temperature=temperature,
+                       top_k=top_k, top_p=top_p, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
         logits, _, _ = forward_response(policy, gen.sequences, gen.attn_mask, gen.prompt_len)   # (B, Tn, V)
         logits_ref, _, _ = forward_response(ref, gen.sequences, gen.attn_mask, gen.prompt_len)
     logp, _ = logprobs_from_logits(logits, gen.response, temperature)                      # (B, Tn)

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from minippo.nn.gradcheck import assert_gradients
-from minippo.rl.loss_variants import aggregated_policy_loss, sequence_policy_loss
+from minippo.rl.loss_variants import (aggregated_clipped_value_loss, aggregated_policy_loss, aggregated_value_loss,
+                                      sequence_policy_loss)
 from minippo.rl.losses import (NEG_ABOVE, NEG_CLIPPED, NEG_INSIDE, PAD, POS_BELOW, POS_CLIPPED, POS_INSIDE,
                                clip_cases, clipped_policy_loss, clipped_value_loss, value_loss)
 from minippo.rl.masked import aggregation_denominator
@@ -149,17 +150,24 @@ def test_value_losses_aggregate_the_same_way(loss_agg):
     (values, values_old, returns), _ = random_batch(rng, 3, 6, 3)
     mask = right_padded_mask([6, 1, 4], 6)
     kw = dict(loss_agg=loss_agg, norm_len=8)
-    loss, dv, _ = value_loss(values, returns, mask, **kw)
+    loss, dv, _ = aggregated_value_loss(values, returns, mask, **kw)
     err = [[0.5 * (values[b, t] - returns[b, t]) ** 2 for t in range(6) if mask[b, t]] for b in range(3)]
     want = {"token-mean": sum(map(sum, err)) / sum(map(len, err)),        # the same aggregation, as loops
             "seq-mean-token-mean": np.mean([sum(e) / len(e) for e in err]),
             "seq-mean-token-sum-norm": sum(map(sum, err)) / (3 * 8)}[loss_agg]
     assert loss == pytest.approx(want, rel=1e-12)
-    assert_gradients(lambda: value_loss(values, returns, mask, **kw)[0], {"v": values}, {"v": dv}, tol=1e-7)
+    assert_gradients(lambda: aggregated_value_loss(values, returns, mask, **kw)[0], {"v": values}, {"v": dv}, tol=1e-7)
     values = values_old + np.where(np.abs(values - values_old) > 0.3, values - values_old, 0.5)  # off the kink
-    loss, dv, st = clipped_value_loss(values, values_old, returns, mask, 0.3, **kw)
+    loss, dv, st = aggregated_clipped_value_loss(values, values_old, returns, mask, 0.3, **kw)
     assert 0 < st["vf_clipfrac"] < 1
-    assert_gradients(lambda: clipped_value_loss(values, values_old, returns, mask, 0.3, **kw)[0], {"v": values},
+    v_clip = values_old + np.clip(values - values_old, -0.3, 0.3)
+    err = [[0.5 * max((values[b, t] - returns[b, t]) ** 2, (v_clip[b, t] - returns[b, t]) ** 2)
+            for t in range(6) if mask[b, t]] for b in range(3)]
+    want = {"token-mean": sum(map(sum, err)) / sum(map(len, err)),
+            "seq-mean-token-mean": np.mean([sum(e) / len(e) for e in err]),
+            "seq-mean-token-sum-norm": sum(map(sum, err)) / (3 * 8)}[loss_agg]
+    assert loss == pytest.approx(want, rel=1e-12)
+    assert_gradients(lambda: aggregated_clipped_value_loss(values, values_old, returns, mask, 0.3, **kw)[0], {"v": values},
                      {"v": dv}, tol=1e-7)
 
 

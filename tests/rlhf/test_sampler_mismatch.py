@@ -74,8 +74,8 @@ def plain_sampling(model, ids, mask, max_new_tokens, rng, top_k=0, top_p=1.0):
 def test_option_off_is_bitwise_the_plain_sampler(dtype, trunc):
     model = make_model(dtype=dtype, seed=1)
     ids, mask = left_padded_prompts(12, [1, 3, 5, 2, 4, 5], np.random.default_rng(3))
-    gen = generate(model, ids, mask, max_new_tokens=12, rng=np.random.default_rng(7), eos_id=EOS, **trunc)
-    with single_blas_thread():                                    # generate's own thread count: the same products
+    with single_blas_thread():                                    # one thread count for both: the same products
+        gen = generate(model, ids, mask, max_new_tokens=12, rng=np.random.default_rng(7), eos_id=EOS, **trunc)
         tokens, logp = plain_sampling(model, ids, mask, 12, np.random.default_rng(7), **trunc)
     np.testing.assert_array_equal(gen.response, tokens)
     np.testing.assert_array_equal(gen.logp, logp)

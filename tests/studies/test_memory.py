@@ -171,7 +171,7 @@ def test_passes_per_iteration_match_the_trainer(critic, ptx_coef):
         trainer.step()
     for m in models.values():
         if m is not None:
-            assert not {"_forward", "backward", "prefill", "decode_step"} & set(vars(m))    # restored
+            assert not {"forward", "backward", "prefill", "decode_step"} & set(vars(m))    # restored
     assert "update" not in vars(s.kl_ctl)
     decode_steps = trainer.last_rollout.response.shape[1] - 1
     assert pc.counts == passes_per_iteration(cfg, decode_steps)
