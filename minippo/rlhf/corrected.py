@@ -98,8 +98,9 @@ CORRECTION_FIELDS = tuple(f.name for f in fields(CorrectedConfig)
                           if f.name not in PPOConfig.__dataclass_fields__)
 #: the metrics a corrected iteration adds to the record (from ``off_policy_weights``'s stats)
 OFF_POLICY_GLOSSARY = {
-    "off_policy/truncated_frac": "share of the weights' units (tokens, or responses at sequence "
-                                 "level) whose pi_old / mu exceeded the cap and was truncated (tis)",
+    "off_policy/truncated_frac": "share of the weights' units (tokens, or responses at "
+                                 "sequence level) whose pi_old / mu exceeded the cap and was "
+                                 "truncated (tis)",
     "off_policy/masked_frac": "share of the units whose weight was masked to 0 (mis, icepop)",
     "off_policy/ess_frac": "effective sample size of the weights over their number, "
                            "(sum w)^2 / (n sum w^2), in (0, 1]",

@@ -62,7 +62,8 @@ DAPO_GLOSSARY = {
     "dapo/extra_samples": "responses sampled beyond batch_size by dynamic sampling (0 without it)",
     "dapo/overlong_penalty": "mean of DAPO's soft overlong punishment R_length over the batch, in "
                              "[-1, 0] (logged with overlong_max_len set)",
-    "dapo/overlong_share": "share of the batch's responses with R_length < 0 (overlong_max_len set)",
+    "dapo/overlong_share": "share of the batch's responses with R_length < 0 (overlong_max_len "
+                           "set)",
 }
 RATIO_LEVELS = ("token", "sequence")
 GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo")       # compare responses to one prompt: n >= 2
@@ -179,8 +180,8 @@ class GRPOConfig(ConfigMethods):
             check_range("overlong_max_len", self.overlong_max_len, 1, None, integer=True)
             check_range("overlong_cache_len", self.overlong_cache_len, 0, self.overlong_max_len)
         elif self.overlong_cache_len != 0:
-            raise ValueError(f"`overlong_cache_len` must be 0 while `overlong_max_len` is None (the "
-                             f"overlong punishment is off), got {self.overlong_cache_len}")
+            raise ValueError(f"`overlong_cache_len` must be 0 while `overlong_max_len` is None "
+                             f"(the overlong punishment is off), got {self.overlong_cache_len}")
         if self.dynamic_sampling and self.advantage_estimator not in GROUP_ESTIMATORS:
             raise ValueError(f"`dynamic_sampling` needs a group estimator {GROUP_ESTIMATORS} (it "
                              f"drops whole prompt groups), got {self.advantage_estimator!r}")

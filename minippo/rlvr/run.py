@@ -19,6 +19,13 @@ anything is assigned; Ctrl-C names what is kept. The evaluation runs again at ev
 ``summary_<method>.json`` and ``samples_<method>.md``, which belong to this command's run).
 
 ``--quick`` runs the same stages at CI size; the default is the course's size (about a minute of CPU).
+
+Two option groups change the RL stage's config (:func:`rl_config_from_args`), each for the methods it applies
+to: the corrected objective (``--logits-precision bfloat16 --stale-k 2 --correction tis --correction-cap 2``:
+:class:`~minippo.rlhf.corrected.CorrectedConfig`, ``--method ppo``) and DAPO's soft overlong punishment
+(``--overlong-max-len 6 --overlong-cache-len 2``: GRPOConfig, ``--method grpo | dr_grpo | rloo``); a flag the
+method does not take is a one-line error, exit status 2. The stage's stored config holds them, so the reuse rule
+refuses a folder made with other options.
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The corrected objective as one option group of the commands that train canonical PPO
 (``minippo rlvr``, ``minippo rlhf``, ``minippo ppo``)::
 
-    --logits-precision bfloat16 --stale-k 2 --correction tis --correction-level token --correction-cap 2
+    --logits-precision bfloat16 --stale-k 2 \
+    --correction tis --correction-level token --correction-cap 2
 
 The flags are the fields :class:`~minippo.rlhf.corrected.CorrectedConfig` adds to canonical PPO's
 config (:data:`~minippo.rlhf.corrected.CORRECTION_FIELDS`), built by :mod:`minippo.flags` (typed,

@@ -1,7 +1,9 @@
 """The ``minippo ppo`` command: stage 3 from an SFT folder and a reward-model folder; every field of
 PPOConfig and of the knobs (KnobsConfig) is a flag (``--update-epochs 4``, ``--kl-old-target none``:
 :mod:`minippo.flags`, grouped by the config's sections). With no knob's flag the run is canonical PPO
-(``PPOConfig``), with one it is PPO with the knobs; the renamed fields' old flags and
+(``PPOConfig``), with one it is PPO with the knobs; the corrected objective's flags (``--correction``,
+``--logits-precision``, ``--stale-k``: :mod:`minippo.rlhf.run.correction_cli`) make canonical PPO's config a
+``CorrectedConfig``; the renamed fields' old flags and
 ``--advantage-estimator`` (the critic-free family is ``minippo grpo`` now) still work for one release and
 print what they are called now."""
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """``minippo rlhf``: the command line of the main job (:func:`minippo.rlhf.run.pipeline.run_pipeline`).
 
 The few knobs a user changes are flags (:data:`STAGE3_KNOBS`, :data:`MODEL_KNOBS`): the length of stage 3, its
-batch, its learning rate, the KL target or coefficient, the size of the model, ``--method``. Every other field of
+batch, its learning rate, the KL target or coefficient, the size of the model, ``--method``, and the corrected
+objective's option group of the PPO stage (``--correction tis --correction-cap 2``,
+:mod:`minippo.rlhf.run.correction_cli`). Every other field of
 the four configs keeps its default, documented under the field in its dataclass (``minippo ppo --help``,
 ``minippo sft --help``, ``minippo rm --help`` and ``minippo dpo --help`` print them with their defaults), or
 comes from a JSON file, ``--config FILE``, one object per stage, field names as in the dataclasses::
