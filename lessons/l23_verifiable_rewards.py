@@ -39,7 +39,8 @@ Every verdict is computed from the numbers printed beside it: an identity (a) ho
 iteration; a comparison holds when the difference in the claimed direction is at least 2 standard errors of
 the seed noise (pooled over methods), fails at 2 s.e. the other way, else is not shown at this size.
 
-The figure (the default run, seed 0): (a) GRPO's on-policy loss and gradient norm over iterations beside the
+The figure (the committed one comes from --full, seed 0; its panels are the default run's, (e) is printed
+only): (a) GRPO's on-policy loss and gradient norm over iterations beside the
 rollouts' pass rate; (b) pass@k against k, SFT and each method; (c) the share of zero-variance groups drawn
 and trained on, with and without dynamic sampling; (d) the wrong answers' length.
 
