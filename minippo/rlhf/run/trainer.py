@@ -101,8 +101,7 @@ def iteration_record(state: PPOState, cfg, ro, update: dict, old_actor: TinyGPT 
         per_token = kl_exact_from_logits(*logits, cfg.temperature)                          # (B, Tn)
         record["objective/kl_exact"] = float(np.mean((per_token * ro.response_mask).sum(axis=1)))
     record.update(update_metrics(update, cfg.max_grad_norm))
-    # the critic-free family's (dapo/) and the corrected objective's (off_policy/)
-    record.update({k: v for k, v in update.items() if k.startswith(("dapo/", "off_policy/"))})
+    record.update({k: v for k, v in update.items() if k.startswith("dapo/")})    # the critic-free family's
     return record
 
 
