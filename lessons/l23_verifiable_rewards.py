@@ -27,12 +27,20 @@ problem and without a critic, and PPO with its critic (``minippo.rlvr.trainer``)
 (d) Dr. GRPO's length bias: GRPO's 1/|o_i| gives a wrong (A < 0) long answer less push per token than a short
     one, which the paper reports lengthens wrong answers; lesson 22 measured it exactly on a toy. Here:
     the mean length of the wrong answers after GRPO and after Dr. GRPO.
+(e) ``--full`` only: DAPO's soft overlong punishment (Yu et al. 2025, eq. (13); ``GRPOConfig.overlong_max_len``)
+    adds R_length(|o|) to each answer's 0/1 before the group advantages: 0 up to L_max - L_cache tokens, then
+    down to -1 at L_max, -1 beyond. GRPO with and without it, the same seeds, the same evaluation samples:
+    mean answer length and pass@1, at two budgets. DAPO's placement, L_max = 6 (the longest answer) and
+    L_cache = 2, punishes answers of 5 and 6 tokens, longer than any right one (3 or 4 tokens: a 2- or 3-digit
+    sum and EOS); a tight budget, L_max = 5, punishes 4-token answers by 0.5, the right answer to every sum of
+    100 or more among them.
 
 Every verdict is computed from the numbers printed beside it: an identity (a) holds on every seed and every
 iteration; a comparison holds when the difference in the claimed direction is at least 2 standard errors of
 the seed noise (pooled over methods), fails at 2 s.e. the other way, else is not shown at this size.
 
-The figure (the default run, seed 0): (a) GRPO's on-policy loss and gradient norm over iterations beside the
+The figure (the committed one comes from --full, seed 0; its panels are the default run's, (e) is printed
+only): (a) GRPO's on-policy loss and gradient norm over iterations beside the
 rollouts' pass rate; (b) pass@k against k, SFT and each method; (c) the share of zero-variance groups drawn
 and trained on, with and without dynamic sampling; (d) the wrong answers' length.
 
@@ -44,7 +52,7 @@ Exercises:
 3. Lower the teacher's ``carry_slip`` to 0.2 (a better SFT model): do more groups come out all right, and
    what does dynamic sampling then cost in samples?
 
-Questions: Q66, Q67, Q68, Q69, Q61, Q38, Q31.
+Questions: Q66, Q67, Q68, Q69, Q70, Q61, Q38, Q31.
 """
 from __future__ import annotations
 
@@ -68,6 +76,8 @@ COLORS = {"GRPO": "tab:red", "Dr. GRPO": "tab:orange", "RLOO": "tab:green", "PPO
           "GRPO + dynamic sampling": "tab:purple", "SFT": "black"}
 EPS32 = float(np.finfo(np.float32).eps)
 GRAD_FLOOR = 0.01          # (a): a gradient norm above this is "not 0" (the measured ones are O(1))
+#: (e): budget -> (its name, L_max below the longest answer (max_new_tokens = 6), L_cache)
+OVERLONG = {"dapo": ("DAPO's budget", 0, 2), "tight": ("a tight budget", 1, 2)}
 
 
 def sizes(quick: bool) -> dict:
@@ -86,7 +96,7 @@ def config(name: str, rl_seed: int, sz: dict):
     return rlvr_grpo_config(method, **common, **overrides)
 
 
-def run(quick: bool = False, seed: int = 0) -> dict:
+def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
     t0, c0 = time.perf_counter(), time.process_time()
     sz = sizes(quick)
     sft_cfg = TaskSFTConfig.quick(seed=seed) if quick else TaskSFTConfig(seed=seed)
@@ -117,9 +127,21 @@ def run(quick: bool = False, seed: int = 0) -> dict:
                 "drawn": sum(cfg.batch_size + r.get("dapo/extra_samples", 0) for r in recs),
                 "loss": [x["loss"] for x in res["on_policy"]], "grad_norm": [x["grad_norm"] for x in res["on_policy"]],
                 "max_rounds": getattr(cfg, "dynamic_max_rounds", 0)})
-    return {"sizes": sz, "quick": quick, "seed": seed, "rl_seeds": rl_seeds, "sft": evaluate(sft["model"], 0, 0),
-            "runs": runs, "group_size": probe.samples_per_prompt,
-            "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "cpu_sft": c_sft - c0}}
+    r = {"sizes": sz, "quick": quick, "full": full, "seed": seed, "rl_seeds": rl_seeds,
+         "sft": evaluate(sft["model"], 0, 0), "runs": runs, "group_size": probe.samples_per_prompt}
+    if full:          # (e): GRPO with DAPO's overlong punishment; the seeds and evaluation samples of runs["GRPO"]
+        r["overlong"] = {}
+        for budget, (name, below, cache_len) in OVERLONG.items():
+            max_len = probe.max_new_tokens - below
+            xs = r["overlong"][budget] = {"name": name, "max_len": max_len, "cache_len": cache_len, "runs": []}
+            for rl_seed in rl_seeds:
+                cfg = config("GRPO", rl_seed, sz).replace(overlong_max_len=max_len, overlong_cache_len=cache_len)
+                res = verifiable.train(sft, cfg)
+                xs["runs"].append({"eval": evaluate(res["policy"], rl_seed, 1), "cpu": res["cpu"],
+                                   "penalty": [x["dapo/overlong_penalty"] for x in res["records"]],
+                                   "share": [x["dapo/overlong_share"] for x in res["records"]]})
+    r["time"] = {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "cpu_sft": c_sft - c0}
+    return r
 
 
 def per_seed(r: dict, name: str, key: str) -> list[float]:
@@ -137,6 +159,40 @@ def pass_k_identity(e: dict) -> tuple[bool, float]:
     gap = abs(e["pass@1"] - np.mean(e["per_problem_right"]) / e["n_samples"])
     ks = [e[f"pass@{k}"] for k in KS]
     return bool(gap < 1e-12 and all(b >= a for a, b in zip(ks, ks[1:]))), float(gap)
+
+
+def mean_length(e: dict) -> float:
+    """The mean tokens of every answer of an evaluation, from its right and wrong answers' means."""
+    right = float(np.sum(e["per_problem_right"]))
+    total = e["n_problems"] * e["n_samples"]
+    parts = [(right, e["length_right"]), (total - right, e["length_wrong"])]
+    return sum(n * m for n, m in parts if n) / total
+
+
+def overlong_numbers(r: dict, budget: str) -> dict:
+    """(e): per seed, GRPO without and with the overlong punishment at ``budget``: mean answer length and
+    pass@1."""
+    off, on = r["runs"]["GRPO"], r["overlong"][budget]["runs"]
+    return {"length": ([mean_length(x["eval"]) for x in off], [mean_length(x["eval"]) for x in on]),
+            "pass@1": ([x["eval"]["pass@1"] for x in off], [x["eval"]["pass@1"] for x in on])}
+
+
+def overlong_verdicts(r: dict) -> list[Verdict]:
+    """(e)'s two claims at each budget, each within the seed noise pooled over the two arms."""
+    out = []
+    for budget in r["overlong"]:
+        nums, name = overlong_numbers(r, budget), r["overlong"][budget]["name"]
+        for key, claim, number, quantity, expect, words in (
+                ("shorter", "shortens GRPO's answers", "length", "mean answer length (tokens)", -1,
+                 ("longer", "shorter")),
+                ("pass1", "raises GRPO's pass@1", "pass@1", "pass@1", +1, ("higher", "lower"))):
+            a, b = nums[number]
+            noise_ab = pooled_seed_std([a, b])[0] if len(r["rl_seeds"]) > 1 else None
+            out.append(comparison(f"overlong_{key}_{budget}", f"DAPO's soft overlong punishment ({name}) {claim}.",
+                                  seed_compare(a, b, noise_ab), expect=expect,
+                                  labels=("GRPO", "GRPO + overlong punishment"), quantity=quantity,
+                                  values=(float(np.mean(a)), float(np.mean(b))), words=words))
+    return out
 
 
 def gain_per_1k(r: dict, name: str) -> list[float]:
@@ -201,7 +257,7 @@ def verdicts(r: dict) -> list[Verdict]:
                           expect=+1, labels=("Dr. GRPO", "GRPO"), quantity="wrong-answer length (tokens)",
                           values=(float(np.mean(lw["Dr. GRPO"])), float(np.mean(lw["GRPO"]))),
                           words=("longer", "shorter")))
-    return out
+    return out + (overlong_verdicts(r) if "overlong" in r else [])
 
 
 def _mean(x) -> str:
@@ -243,6 +299,21 @@ def narrative(r: dict) -> str:
     L.append(f"\n(d) Wrong answers' mean length: SFT {sft['length_wrong']:.3f}, GRPO {_mean(lw['GRPO'])}, Dr. GRPO "
              f"{_mean(lw['Dr. GRPO'])} tokens (answers here are 2-4 tokens; lesson 22 isolates the push exactly).")
     L.append(V["grpo_longer_wrong"].render("  "))
+    if "overlong" in r:
+        L.append("\n(e) DAPO's soft overlong punishment, GRPO's seeds, budget and evaluation samples:")
+        V_e = by_key(overlong_verdicts(r))
+        for budget, o in r["overlong"].items():
+            nums = overlong_numbers(r, budget)
+            L.append(f"    {o['name']}: L_max = {o['max_len']}, L_cache = {o['cache_len']} (answers of more than "
+                     f"{o['max_len'] - o['cache_len']} tokens punished); in training mean R_length "
+                     f"{np.mean([np.mean(x['penalty']) for x in o['runs']]):+.4f}, share of answers punished "
+                     f"{np.mean([np.mean(x['share']) for x in o['runs']]):.4f}")
+            for name, i in (("GRPO", 0), ("GRPO + overlong punishment", 1)):
+                L.append(f"      {name:<28s} mean answer length {_mean(nums['length'][i])}   pass@1 "
+                         f"{_mean(nums['pass@1'][i])}")
+            L += [V_e[f"overlong_{k}_{budget}"].render("  ") for k in ("shorter", "pass1")]
+    else:
+        L.append("\n(e) DAPO's soft overlong punishment is measured with --full.")
     t = r["time"]
     L.append(time_line(r) + f" (the SFT model: {t['cpu_sft']:.1f} s of it; cached after the first run)")
     return "\n".join(L)

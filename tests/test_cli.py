@@ -153,6 +153,11 @@ def test_every_typed_flag_of_every_command_refuses_a_bad_value_in_one_line(capsy
 def test_typed_options_cover_the_commands():
     commands = {c for c, _, _ in typed_options()}
     assert {"rlhf", "sft", "rm", "ppo", "dpo", "classic", "bench"} <= commands and len(typed_options()) > 100
+    flags = {(c, f) for c, _, f in typed_options()}
+    correction = ("--logits-precision", "--stale-k", "--correction", "--correction-level", "--correction-cap",
+                  "--correction-cap-low")
+    assert {(c, f) for c in ("rlvr", "rlhf", "ppo") for f in correction} <= flags      # issue 28's option group
+    assert {(c, f) for c in ("rlvr", "grpo") for f in ("--overlong-max-len", "--overlong-cache-len")} <= flags
 
 
 @pytest.mark.parametrize("argv, line", [
@@ -169,6 +174,19 @@ def test_typed_options_cover_the_commands():
     (["dpo", "--sft", "s", "--pairs", "p", "--quick", "--steps", "2"], "minippo dpo: error: --steps 2: "
      "`warmup_steps` must be in [0, 2), got 5\n"),
     (["classic", "--lr", "-1"], "minippo classic: error: --lr -1: `lr` must be in [0, inf), got -1.0\n"),
+    (["rlvr", "--correction", "@@"], "minippo rlvr: error: --correction @@: `correction` must be one of 'none', 'is', "
+                                     "'tis', 'mis', 'icepop'; got '@@'\n"),
+    (["rlvr", "--method", "grpo", "--stale-k", "2"], "minippo rlvr: error: --stale-k: the off-policy correction is an "
+     "option of canonical PPO (CorrectedConfig); --method grpo (GRPOConfig) does not take it\n"),
+    (["rlvr", "--overlong-max-len", "6"], "minippo rlvr: error: --overlong-max-len: DAPO's overlong punishment is an "
+     "option of the critic-free trainer (GRPOConfig: --method grpo, dr_grpo or rloo); --method ppo does not take it\n"),
+    (["rlhf", "--method", "dpo", "--logits-precision", "float16"], "minippo rlhf: error: --logits-precision: the "
+     "off-policy correction is an option of canonical PPO (CorrectedConfig); --method dpo (DPOConfig) does not take "
+     "it\n"),
+    (["grpo", "--sft", "s", "--rm", "r", "--overlong-max-len", "0"], "minippo grpo: error: --overlong-max-len 0: "
+     "`overlong_max_len` must be in [1, inf), got 0\n"),
+    (["ppo", "--sft", "s", "--rm", "r", "--correction", "mis"], "minippo ppo: error: --correction mis: "
+     "`correction_cap` must be a number, got None\n"),
     (["exercise", "start", "nosuch"], None),
     (["nosuch"], None),
 ])

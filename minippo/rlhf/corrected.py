@@ -33,6 +33,7 @@ run with ``stale_k > 0`` cannot resume (a ``ValueError`` says so).
 """
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, fields
 
@@ -83,9 +84,31 @@ class CorrectedConfig(PPOConfig):
         check_range("stale_k", self.stale_k, 0, None, integer=True)
         check_choice("correction", self.correction, MODES)
         check_choice("correction_level", self.correction_level, LEVELS)
-        # the bounds each mode takes: off_policy_weights names a wrong or missing one
-        off_policy_weights(np.zeros(1), np.zeros(1), mode=self.correction,
-                           level="token", cap=self.correction_cap, cap_low=self.correction_cap_low)
+        # the bounds each mode takes: off_policy_weights names a wrong or missing one (`cap`,
+        # `cap_low`), here by the field's name
+        try:
+            off_policy_weights(np.zeros(1), np.zeros(1), mode=self.correction, level="token",
+                               cap=self.correction_cap, cap_low=self.correction_cap_low)
+        except ValueError as exc:
+            raise ValueError(re.sub(r"`(cap|cap_low)`", r"`correction_\1`", str(exc))) from None
+
+
+#: the fields CorrectedConfig adds to PPOConfig: one option group of the commands (``--correction``)
+CORRECTION_FIELDS = tuple(f.name for f in fields(CorrectedConfig)
+                          if f.name not in PPOConfig.__dataclass_fields__)
+#: the metrics a corrected iteration adds to the record (from ``off_policy_weights``'s stats)
+OFF_POLICY_GLOSSARY = {
+    "off_policy/truncated_frac": "share of the weights' units (tokens, or responses at "
+                                 "sequence level) whose pi_old / mu exceeded the cap and was "
+                                 "truncated (tis)",
+    "off_policy/masked_frac": "share of the units whose weight was masked to 0 (mis, icepop)",
+    "off_policy/ess_frac": "effective sample size of the weights over their number, "
+                           "(sum w)^2 / (n sum w^2), in (0, 1]",
+    "off_policy/weight_mean": "mean weight w over the units (1 without correction)",
+    "off_policy/mismatch_kl": "k3 estimate of KL(mu || pi_old) per valid token: how far the "
+                              "sampler is from the trainer",
+    "off_policy/lag": "updates the sampler is behind the actor (stale_k once reached; 0 without)",
+}
 
 
 @dataclass
@@ -110,7 +133,8 @@ class CorrectedRollout(Rollout):
 def corrected_iteration(state: CorrectedState, cfg: CorrectedConfig):
     """Steps 1-6 of the module docstring. Returns the rollout (with ``logp_sampler`` and the
     weighted advantages) and the update as ``ppo_iteration`` does, plus ``off_policy``: the
-    weights' statistics (``off_policy_weights``) and ``lag``, the sampler's staleness."""
+    weights' statistics (``off_policy_weights``) and ``lag``, the sampler's staleness, of which
+    the metrics of :data:`OFF_POLICY_GLOSSARY` are copies."""
     # 1-2. batch_size prompts, one response each from the sampler mu, scored as PPO scores
     ro = sampled_rollout(state, cfg, sampler(state, cfg),
                          *state.prompts.draw(cfg.batch_size, state.rng))
@@ -140,8 +164,9 @@ def corrected_iteration(state: CorrectedState, cfg: CorrectedConfig):
     if cfg.stale_k:
         lag = state.versions.lag
         state.versions.push(state.actor)
-    return ro, {**update, "kl_coef": beta, "clock_update": clock,
-                "off_policy": {**wstats, "lag": lag}}
+    stats = {**wstats, "lag": lag}
+    return ro, {**update, "kl_coef": beta, "clock_update": clock, "off_policy": stats,
+                **{k: stats[k.split("/")[1]] for k in OFF_POLICY_GLOSSARY}}
 
 
 def sampler(state: CorrectedState, cfg: CorrectedConfig):

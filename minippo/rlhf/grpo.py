@@ -8,6 +8,7 @@ its tokens:
                 (``dynamic_sampling``, DAPO's: drop the groups whose scores are all equal
                 and sample B / n more prompts, round after round, until the batch is full)
     2. score    logp_old (actor), logp_ref (reference), score (RM); V = 0           ppo.score
+                (``overlong_max_len``: + DAPO's soft overlong punishment R_length, eq. (13))
     3. rewards  r_t = -beta kl_t, the score added on the last token; s = sum_t r_t
     4. A        GRPO       (s - mean_g s) / (std_g s + eps)    Shao et al. 2024 sec. 4.1.2
                 Dr. GRPO   s - mean_g s                        Liu et al. 2025 (arXiv:2503.20783)
@@ -36,9 +37,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minippo.checks import check_finite_values
+from minippo.checks import check_finite_values, check_range
 from minippo.nn.optim import lr_at
-from minippo.rl.dapo import zero_variance_groups, zero_variance_share
+from minippo.rl.dapo import overlong_penalty, zero_variance_groups, zero_variance_share
 from minippo.rl.group_advantages import batch_mean_advantages, grpo_advantages, rloo_advantages
 from minippo.rl.kl import KL_KINDS, kl_ref_loss
 from minippo.rl.loss_variants import aggregated_policy_loss, sequence_policy_loss
@@ -59,6 +60,10 @@ DAPO_GLOSSARY = {
     "dapo/zero_variance_share": "share of the prompt groups drawn whose scores are all equal (zero "
                                 "advantage; with dynamic sampling: of every round's groups)",
     "dapo/extra_samples": "responses sampled beyond batch_size by dynamic sampling (0 without it)",
+    "dapo/overlong_penalty": "mean of DAPO's soft overlong punishment R_length over the batch, in "
+                             "[-1, 0] (logged with overlong_max_len set)",
+    "dapo/overlong_share": "share of the batch's responses with R_length < 0 (overlong_max_len "
+                           "set)",
 }
 RATIO_LEVELS = ("token", "sequence")
 GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo")       # compare responses to one prompt: n >= 2
@@ -144,11 +149,20 @@ class GRPOConfig(ConfigMethods):
     """The cap on dynamic sampling: at most this many extra rounds of sampling per iteration (verl's
     cap: ``filter_groups.max_num_gen_batches``); >= 0. A batch still short at the cap is completed
     with dropped groups, the first drawn first (their advantages are 0)."""
+    overlong_max_len: int | None = None
+    """L_max of DAPO's soft overlong punishment R_length(|y|) (Yu et al. 2025, eq. (13)), added to
+    each response's score before the advantages: 0 up to L_max - L_cache tokens, down to -1 at
+    L_max, -1 beyond; >= 1 (DAPO: the longest response, ``max_new_tokens``); None = off.
+    :func:`minippo.rl.dapo.overlong_penalty`."""
+    overlong_cache_len: int = 0
+    """L_cache, the soft zone before ``overlong_max_len``, in [0, overlong_max_len] (0: only -1
+    beyond L_max); 0 when the punishment is off."""
 
     def __post_init__(self):
         check_config(self, ints={"iterations": 1, "seed": 0, "checkpoint_every": 1, "batch_size": 1,
                                  "samples_per_prompt": 1, "max_new_tokens": 1, "update_epochs": 1,
-                                 "minibatch_size": 1, "dynamic_max_rounds": 0},
+                                 "minibatch_size": 1, "dynamic_max_rounds": 0,
+                                 "overlong_cache_len": 0},
                      positive=("temperature", "clip_eps", "kl_ref_target", "kl_ref_horizon"),
                      nonneg=("lr", "ent_coef", "kl_ref_loss_coef", "missing_eos_penalty",
                              "kl_ref_coef"),
@@ -162,6 +176,12 @@ class GRPOConfig(ConfigMethods):
             raise ValueError(f"`samples_per_prompt` must be >= 2 for the group estimator "
                              f"{self.advantage_estimator!r} (it compares responses to the same "
                              "prompt)")
+        if self.overlong_max_len is not None:
+            check_range("overlong_max_len", self.overlong_max_len, 1, None, integer=True)
+            check_range("overlong_cache_len", self.overlong_cache_len, 0, self.overlong_max_len)
+        elif self.overlong_cache_len != 0:
+            raise ValueError(f"`overlong_cache_len` must be 0 while `overlong_max_len` is None "
+                             f"(the overlong punishment is off), got {self.overlong_cache_len}")
         if self.dynamic_sampling and self.advantage_estimator not in GROUP_ESTIMATORS:
             raise ValueError(f"`dynamic_sampling` needs a group estimator {GROUP_ESTIMATORS} (it "
                              f"drops whole prompt groups), got {self.advantage_estimator!r}")
@@ -176,6 +196,7 @@ def grpo_iteration(state: PPOState, cfg: GRPOConfig) -> tuple[Rollout, dict]:
                  (sample(state, cfg, *state.prompts.draw(cfg.num_prompts, state.rng,
                                                          repeat=cfg.samples_per_prompt)), {}))
     ro = score(state, cfg, gen, np.zeros(gen.response_mask.shape, dtype=np.float64))
+    ro.scores, overlong = overlong_shaped(ro.scores, ro.lengths, cfg)       # DAPO eq. (13), if on
     if not dapo and cfg.advantage_estimator in GROUP_ESTIMATORS:     # one round: the batch's share
         dapo = {"dapo/zero_variance_share": zero_variance_share(ro.scores, cfg.samples_per_prompt),
                 "dapo/extra_samples": 0}
@@ -192,12 +213,27 @@ def grpo_iteration(state: PPOState, cfg: GRPOConfig) -> tuple[Rollout, dict]:
     # 6. beta of the reward's penalty, from this rollout's KL per response
     state.kl_ctl.update(float(ro.kl.sum(axis=1).mean()), n_steps=cfg.batch_size)
     state.iteration += 1
-    return ro, {**update, "kl_coef": beta, "clock_update": clock, **dapo}
+    return ro, {**update, "kl_coef": beta, "clock_update": clock, **dapo, **overlong}
+
+
+def overlong_shaped(scores, lengths, cfg: GRPOConfig):
+    """``(scores + R_length, metrics)``: DAPO's soft overlong punishment (eq. (13),
+    :func:`minippo.rl.dapo.overlong_penalty`) of each response's length (B,) added to its score
+    (B,), the sequence reward the advantages are computed from, as verl's DAPO reward manager adds
+    it (``verl/workers/reward_manager/dapo.py``, ``reward += overlong_reward``); the metrics
+    ``dapo/overlong_penalty`` (mean R_length) and ``dapo/overlong_share`` (share of responses with
+    R_length < 0). ``(scores, {})`` when ``cfg.overlong_max_len`` is None."""
+    if cfg.overlong_max_len is None:
+        return scores, {}
+    penalty = overlong_penalty(lengths, cfg.overlong_max_len, cfg.overlong_cache_len)   # (B,)
+    return scores + penalty, {"dapo/overlong_penalty": float(penalty.mean()),
+                              "dapo/overlong_share": float(np.mean(penalty < 0))}
 
 
 def dynamic_sample(state: PPOState, cfg: GRPOConfig):
     """Step 1 with DAPO's dynamic sampling: rounds of ``num_prompts`` groups, each group's scores
-    (the reward model's, less the missing-EOS penalty: what :func:`score` gives) tested by
+    (the reward model's, less the missing-EOS penalty, plus the overlong punishment when on: what
+    the advantages are computed from) tested by
     :func:`~minippo.rl.dapo.zero_variance_groups`; the groups with a signal are kept in the order
     drawn until ``num_prompts`` of them, or ``cfg.dynamic_max_rounds`` extra rounds. Returns the
     batch's :class:`~minippo.rlhf.generate.Generation` and the metrics ``dapo/zero_variance_share``
@@ -210,6 +246,7 @@ def dynamic_sample(state: PPOState, cfg: GRPOConfig):
         ended = has_eos(gen.response, gen.response_mask, state.tokenizer.eos_id)        # (B,)
         scores = sequence_scores(rm, ended, gen.lengths,
                                  missing_eos_penalty=cfg.missing_eos_penalty)           # (B,)
+        scores, _ = overlong_shaped(scores, gen.lengths, cfg)      # what the advantages see
         zero = zero_variance_groups(scores, n)                                          # (G,)
         for g in range(G):                                     # group g is rows g*n .. g*n + n - 1
             (dropped if zero[g] else kept).append((gen, np.arange(g * n, (g + 1) * n)))

@@ -122,7 +122,8 @@ def update_metrics(update: dict, max_grad_norm: float | None = None) -> dict:
     """The ``policy/*``, ``loss/*``, ``val/clipfrac_avg``, ``val/ratio``, ``lr``, ``lr_max`` and ``early_stop_epoch``
     metrics of one update (what ``ppo_iteration`` and its variants return): ``history`` holds one dict per
     minibatch whose loss was computed (``grad_norm`` None for those not applied; a loss term a variant does
-    not have counts as 0), ``max_grad_norm`` the clip the steps were subject to (None: none)."""
+    not have counts as 0), ``max_grad_norm`` the clip the steps were subject to (None: none); the corrected
+    objective's ``off_policy/*`` (:data:`minippo.rlhf.corrected.OFF_POLICY_GLOSSARY`) pass through."""
     history = update["history"]
 
     def mean(key):
@@ -148,6 +149,7 @@ def update_metrics(update: dict, max_grad_norm: float | None = None) -> dict:
         "early_stop_epoch": update["early_stop_epoch"],
         "lr": update["lr"],
         "lr_max": update.get("lr_max", update["lr"] if norms else 0.0),
+        **{k: v for k, v in update.items() if k.startswith("off_policy/")},
     }
 
 

@@ -19,6 +19,13 @@ anything is assigned; Ctrl-C names what is kept. The evaluation runs again at ev
 ``summary_<method>.json`` and ``samples_<method>.md``, which belong to this command's run).
 
 ``--quick`` runs the same stages at CI size; the default is the course's size (about a minute of CPU).
+
+Two option groups change the RL stage's config (:func:`rl_config_from_args`), each for the methods it applies
+to: the corrected objective (``--logits-precision bfloat16 --stale-k 2 --correction tis --correction-cap 2``:
+:class:`~minippo.rlhf.corrected.CorrectedConfig`, ``--method ppo``) and DAPO's soft overlong punishment
+(``--overlong-max-len 6 --overlong-cache-len 2``: GRPOConfig, ``--method grpo | dr_grpo | rloo``); a flag the
+method does not take is a one-line error, exit status 2. The stage's stored config holds them, so the reuse rule
+refuses a folder made with other options.
 """
 from __future__ import annotations
 
@@ -30,13 +37,17 @@ import numpy as np
 
 from minippo.blas import single_blas_thread
 from minippo.checks import check_choice
-from minippo.flags import integer
+from minippo.checks import UsageError
+from minippo.flags import add_config_flags, flag, integer, replace_fields
 from minippo.io import atomic_write_text, has_checkpoint, read_metrics
 from minippo.rlhf.checkpoint import load_model, save_model
 from minippo.rlhf.lm_train import RESULT_NEUTRAL, fit_lm
+from minippo.rlhf.corrected import CorrectedConfig
 from minippo.rlhf.grpo import GRPOConfig
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.rm_train import stored_config
+from minippo.rlhf.run.configs import comparable, config_from_dict
+from minippo.rlhf.run.correction_cli import add_correction_flags, with_correction
 from minippo.rlhf.run.pipeline import peak_rss_mb
 from minippo.rlhf.run.trainer import RESUME_NEUTRAL
 from minippo.runs import check_no_run, check_stage_config, ensure_folder, run_lock, stage
@@ -48,6 +59,8 @@ from minippo.rlvr.verifier import Verifier, verify
 
 #: --method, and how the command names each: the critic-free family (minippo.rlhf.grpo), the canonical PPO
 METHODS = {"grpo": "GRPO", "dr_grpo": "Dr. GRPO", "rloo": "RLOO", "ppo": "PPO"}
+#: the GRPOConfig fields of DAPO's soft overlong punishment: flags of ``minippo rlvr``
+OVERLONG_FIELDS = ("overlong_max_len", "overlong_cache_len")
 SEED_EVAL = 13              # the evaluation's samples: np.random.default_rng([seed, SEED_EVAL, 1 or 2])
 
 
@@ -68,7 +81,7 @@ def check_method_config(method: str, rl_cfg) -> None:
     """``rl_cfg`` must configure ``method``: a PPOConfig for ``ppo``, a GRPOConfig of that
     ``advantage_estimator`` otherwise (a ``ValueError`` naming both)."""
     if method == "ppo":
-        ok = isinstance(rl_cfg, PPOConfig)
+        ok = isinstance(rl_cfg, PPOConfig)          # canonical, the knobs', or the corrected one
     else:
         ok = isinstance(rl_cfg, GRPOConfig) and rl_cfg.advantage_estimator == method
     if not ok:
@@ -124,18 +137,20 @@ def check_reuse(out: Path, method: str, sft_cfg: TaskSFTConfig, rl_cfg) -> None:
     """Every stage already in ``out`` (finished, or with a checkpoint to resume) must have been made with the
     requested config, else :class:`minippo.runs.ConfigMismatch` naming the stage, the fields and how to start
     fresh; only the stored JSON is read (the weights are checked when loaded). The RL stage of ``method`` is
-    ``out/<method>``; its stored config is read as the requested config's class (old field names translated)."""
+    ``out/<method>``; its stored config is read as its class and compared as a resume compares it
+    (:func:`minippo.rlhf.run.configs.comparable`: a run with ``--correction none`` and no mismatch
+    reuses a run without the flags; another correction is refused, naming the fields)."""
     stages = (("sft", "model", "sft_config", sft_cfg.to_dict(), RESULT_NEUTRAL),
               ("sft", "checkpoint", "sft_config", sft_cfg.to_dict(), RESULT_NEUTRAL),
-              (method, "policy", "ppo_config", rl_cfg.to_dict(), ("checkpoint_every",)),
-              (method, "checkpoint", "ppo_config", rl_cfg.to_dict(), RESUME_NEUTRAL))
+              (method, "policy", "ppo_config", comparable(rl_cfg), ("checkpoint_every",)),
+              (method, "checkpoint", "ppo_config", comparable(rl_cfg), RESUME_NEUTRAL))
     for name, sub, key, requested, ignore in stages:
         folder = out / name / sub
         if not has_checkpoint(folder):
             continue
         stored = stored_config(folder, key)
         if name == method:
-            stored = type(rl_cfg).from_dict(stored).to_dict()
+            stored = comparable(config_from_dict(stored))
         check_stage_config(out, ("sft", method), name, folder, stored, requested, ignore=ignore)
 
 
@@ -222,9 +237,17 @@ def _run(out: Path, quick, seed, method, progress, log, sft_cfg, rl_cfg, eval_cf
 def method_summary(cfg) -> str:
     """One line on what the RL stage's config trains with (the command's log)."""
     if isinstance(cfg, GRPOConfig):
+        overlong = ("" if cfg.overlong_max_len is None else f"; overlong punishment L_max = "
+                    f"{cfg.overlong_max_len}, L_cache = {cfg.overlong_cache_len}")
         return (f"groups of {cfg.samples_per_prompt} answers per problem, {cfg.advantage_estimator} advantages, "
-                f"loss {cfg.loss_agg}, KL loss {cfg.kl_ref_loss_coef:g} ({cfg.kl_ref_loss_estimator}); no critic")
-    return f"critic from the SFT trunk; KL penalty {cfg.kl_ref_controller} {cfg.kl_ref_coef:g}"
+                f"loss {cfg.loss_agg}, KL loss {cfg.kl_ref_loss_coef:g} ({cfg.kl_ref_loss_estimator}); no critic"
+                + overlong)
+    line = f"critic from the SFT trunk; KL penalty {cfg.kl_ref_controller} {cfg.kl_ref_coef:g}"
+    if isinstance(cfg, CorrectedConfig):
+        cap = "" if cfg.correction_cap is None else f", C = {cfg.correction_cap:g}"
+        line += (f"; sampler: logits {cfg.logits_precision or 'exact'}, {cfg.stale_k} updates stale; "
+                 f"correction {cfg.correction} ({cfg.correction_level}{cap})")
+    return line
 
 
 def evaluate(sft_model, policy, tokenizer, problems, n_samples: int, ppo_cfg, seed: int) -> dict:
@@ -289,10 +312,31 @@ def add_arguments(parser) -> None:
                         "critic-free grpo, dr_grpo, rloo (groups of 8 answers per problem); each trains in "
                         "<out>/<method> from the one SFT stage")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_correction_flags(parser)
+    add_config_flags(parser, GRPOConfig, only=OVERLONG_FIELDS, title="DAPO's soft overlong punishment, "
+                     "--method grpo | dr_grpo | rloo only (GRPOConfig fields)")
+
+
+
+def rl_config_from_args(args):
+    """The RL config ``minippo rlvr`` runs: :func:`stage_configs`'s for ``--method``, with the
+    corrected objective's flags (canonical PPO: :mod:`minippo.rlhf.run.correction_cli`) or DAPO's
+    overlong punishment's (the critic-free family) given; a flag the method does not take is a
+    one-line :class:`~minippo.checks.UsageError`."""
+    cfg = stage_configs(args.quick, args.seed, args.method)[1]
+    cfg = with_correction(args, cfg, f"--method {args.method}")
+    overlong = {n: getattr(args, n) for n in OVERLONG_FIELDS if getattr(args, n) is not None}
+    if overlong and not isinstance(cfg, GRPOConfig):
+        raise UsageError(f"{flag(next(iter(overlong)))}: DAPO's overlong punishment is an option of the "
+                         f"critic-free trainer (GRPOConfig: --method grpo, dr_grpo or rloo); --method "
+                         f"{args.method} does not take it")
+    return replace_fields(cfg, overlong) if overlong else cfg
 
 
 def cli_main(args) -> int:
+    rl_cfg = rl_config_from_args(args)          # a flag's mistake: one line, before anything is written
     out = Path(args.out) if args.out else Path("runs") / time.strftime("rlvr-%Y%m%d-%H%M%S")
     print(f"minippo rlvr -> {out}{' (quick)' if args.quick else ''}")
-    run_rlvr(out, quick=args.quick, seed=args.seed, method=args.method, progress=not args.no_progress)
+    run_rlvr(out, quick=args.quick, seed=args.seed, method=args.method, progress=not args.no_progress,
+             rl_cfg=rl_cfg)
     return 0

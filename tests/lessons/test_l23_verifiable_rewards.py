@@ -51,7 +51,17 @@ def expected_outcomes(r) -> dict:
     se_lw = pooled_std([after(m, "length_wrong") for m in budget]) * math.sqrt(2 / seeds)
     dyn = runs["GRPO + dynamic sampling"]
     cap = [x["max_rounds"] * B for x in dyn]
-    return {
+    out = {}
+    for tag, o in r.get("overlong", {}).items():               # (e), with --full: GRPO vs GRPO + R_length
+        def length(e):
+            c = sum(e["per_problem_right"])
+            t = e["n_problems"] * e["n_samples"]
+            return ((c * e["length_right"] if c else 0) + ((t - c) * e["length_wrong"] if t > c else 0)) / t
+        for key, f, expect in (("shorter", length, -1), ("pass1", lambda e: e["pass@1"], +1)):
+            a, b = [f(x["eval"]) for x in runs["GRPO"]], [f(x["eval"]) for x in o["runs"]]
+            se = pooled_std([a, b]) * math.sqrt(2 / seeds)
+            out[f"overlong_{key}_{tag}"] = expected_outcome(np.mean(b) - np.mean(a), se, expect)
+    return out | {
         "grpo_loss_zero": two[max(abs(v) for x in grpo for v in x["loss"]) <= tol],
         "grpo_grad_not_zero": two[min(g for x in grpo for g, z in zip(x["grad_norm"], x["zero_trained"])
                                       if z < 1) > 0.01],
@@ -102,3 +112,27 @@ def test_l23_identities_on_the_numpy_path():
     want = expected_outcomes(r)
     for k in IDENTITIES:
         assert want[k] == V[k].outcome == HOLDS, V[k].render()
+
+
+def test_l23_full_overlong_verdicts_follow_the_numbers():
+    """(e) at the quick size with --full: each verdict recomputed from the raw evaluations; the punishment's
+    metrics are what eq. (13) gives (mean in [-1, 0], share in [0, 1]); at DAPO's budget no quick answer is
+    long enough to be punished, so that run is GRPO's, bitwise: the same evaluation."""
+    r = lesson.run(quick=True, seed=0, full=True)
+    want, V = expected_outcomes(r), by_key(lesson.verdicts(r))
+    assert set(want) == set(V) and {k for k in V if k.startswith("overlong_")} == {
+        f"overlong_{k}_{b}" for k in ("shorter", "pass1") for b in lesson.OVERLONG}
+    for k, outcome in want.items():
+        assert V[k].outcome == outcome, V[k].render()
+    text = lesson.narrative(r)
+    for k in V:
+        assert all(line.strip() in text for line in V[k].render().splitlines())
+    for budget, o in r["overlong"].items():
+        assert o["max_len"] == 6 - lesson.OVERLONG[budget][1]
+        for x in o["runs"]:
+            assert all(-1 <= p <= 0 for p in x["penalty"]) and all(0 <= s <= 1 for s in x["share"])
+            assert all((p < 0) == (s > 0) for p, s in zip(x["penalty"], x["share"]))
+    dapo = r["overlong"]["dapo"]["runs"]
+    assert all(s == 0 for x in dapo for s in x["share"])
+    assert [x["eval"] for x in dapo] == [x["eval"] for x in r["runs"]["GRPO"]]
+    assert any(s > 0 for x in r["overlong"]["tight"]["runs"] for s in x["share"])

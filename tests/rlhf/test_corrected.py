@@ -107,3 +107,21 @@ def test_bad_options_name_the_field(kw, name):
 def test_config_round_trip():
     cfg = CorrectedConfig(**BASE, stale_k=2, correction="mis", correction_cap=2.0)
     assert config_from_dict(cfg.to_dict()) == cfg
+
+
+def test_the_record_holds_the_weights_statistics():
+    """Each iteration's record: off_policy/* are off_policy_weights' statistics of that rollout (recomputed
+    here from its logp_old and log mu) and the sampler's lag; a tight cap truncates some tokens."""
+    from minippo.rlhf.corrected import OFF_POLICY_GLOSSARY
+    cfg = CorrectedConfig(**BASE, logits_precision="bfloat16-truncate", stale_k=1, correction="tis",
+                          correction_cap=1.001)
+    sft, rm, tok = world()
+    tr = PPOTrainer(cfg, sft, rm, tok)
+    seen = []
+    records = [tr.step(callback=lambda t, ro, rec: seen.append(ro)) for _ in range(2)]
+    for it, (rec, ro) in enumerate(zip(records, seen)):
+        # the weights were computed before the update from the rollout's logp (pi_old) and logp_sampler (mu)
+        _, stats = off_policy_weights(ro.logp, ro.logp_sampler, ro.response_mask, mode="tis", cap=1.001)
+        assert {k: rec[k] for k in OFF_POLICY_GLOSSARY} == {**{f"off_policy/{k}": stats[k] for k in (
+            "truncated_frac", "masked_frac", "ess_frac", "weight_mean", "mismatch_kl")}, "off_policy/lag": it}
+    assert records[1]["off_policy/truncated_frac"] > 0

@@ -1,7 +1,8 @@
 """DAPO's dynamic sampling in the critic-free iteration (GRPOConfig.dynamic_sampling): a group whose scores are all
 equal is dropped and more groups are sampled until the batch is full; the cap on extra rounds is respected; off,
 the iteration is steps 1-6 of grpo.py called by hand, bitwise; the generations joined from several rounds keep
-each row's tokens and log-probabilities."""
+each row's tokens and log-probabilities; DAPO's soft overlong punishment, on, is eq. (13) computed by hand added
+to each score before the advantages (the filter sees it too)."""
 import numpy as np
 import pytest
 
@@ -109,28 +110,109 @@ def test_the_cap_on_extra_rounds_is_respected(monkeypatch):
     assert update0["dapo/extra_samples"] == 0                    # cap 0: one round, as without it
 
 
-@pytest.mark.parametrize("estimator", ["grpo", "rloo"])
-def test_off_is_the_iteration_called_by_hand_bitwise(estimator):
-    cfg = config(advantage_estimator=estimator, kl_ref_coef=0.1)
-    sft, rm, tok = world()
-    state, twin = state_of(cfg, sft, rm, tok, seed=3), state_of(cfg, sft, rm, tok, seed=3)
-    ro, update = grpo_iteration(state, cfg)
-    # steps 1-6 of the module docstring, one plain call each (the iteration before dynamic sampling)
+def by_hand(twin, cfg, penalty=None):
+    """Steps 1-6 of grpo.py's docstring on ``twin``, one plain call each (the iteration before dynamic
+    sampling and the overlong punishment); ``penalty(lengths) -> (B,)`` is added to the scores before the
+    rewards. Returns the rollout and the update's history."""
     gen = sample(twin, cfg, *twin.prompts.draw(cfg.num_prompts, twin.rng, repeat=cfg.samples_per_prompt))
     want = score(twin, cfg, gen, np.zeros(gen.response_mask.shape, dtype=np.float64))
+    if penalty is not None:
+        want.scores = want.scores + penalty(want.lengths)
     want.rewards, want.kl, want.non_score_reward = per_token_rewards(want.scores, want.logp, want.logp_ref,
                                                                      want.response_mask, twin.kl_ctl.value)
     want.adv = group_advantages(want.sequence_returns, want.response_mask, cfg).astype(np.float64)
     want.returns = (want.adv + want.values) * want.response_mask
-    hist = grpo_update(twin, want, cfg)["history"]
+    return want, grpo_update(twin, want, cfg)["history"]
+
+
+def assert_same_iteration(state, twin, ro, update, want, hist):
     for name, a in ro.arrays().items():
         np.testing.assert_array_equal(a, want.arrays()[name], err_msg=name)
     assert update["history"] == hist
     for k, v in state.actor.params.items():
         np.testing.assert_array_equal(v, twin.actor.params[k], err_msg=k)
-    assert update["dapo/extra_samples"] == 0
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo"])
+def test_off_is_the_iteration_called_by_hand_bitwise(estimator):
+    """Dynamic sampling and the overlong punishment off (their defaults): the iteration before them."""
+    cfg = config(advantage_estimator=estimator, kl_ref_coef=0.1)
+    assert cfg.overlong_max_len is None and not cfg.dynamic_sampling
+    sft, rm, tok = world()
+    state, twin = state_of(cfg, sft, rm, tok, seed=3), state_of(cfg, sft, rm, tok, seed=3)
+    ro, update = grpo_iteration(state, cfg)
+    assert_same_iteration(state, twin, ro, update, *by_hand(twin, cfg))
+    assert update["dapo/extra_samples"] == 0 and not any(k.startswith("dapo/overlong") for k in update)
     share = np.mean([all_equal(ro.scores[g * N:(g + 1) * N]) for g in range(G)])
     assert update["dapo/zero_variance_share"] == share
+
+
+# ---- DAPO's soft overlong punishment (GRPOConfig.overlong_max_len, overlong_cache_len) ----
+
+def r_length(y: int, max_len: int, cache_len: int) -> float:
+    """DAPO eq. (13), one response, its three cases written out."""
+    if y <= max_len - cache_len:
+        return 0.0
+    if y <= max_len:
+        return ((max_len - cache_len) - y) / cache_len
+    return -1.0
+
+
+def ending_world():
+    """The tiny world with a policy that ends its answer with probability about 0.34 at every token (the final
+    layer norm outputs a constant along the EOS embedding), so that answers of 1-6 tokens all occur."""
+    sft, rm, tok = world()
+    eos = sft.params["wte"][tok.eos_id]
+    sft.params["ln_f.w"][:] = 0.0
+    sft.params["ln_f.b"][:] = 5.0 * eos / (eos @ eos)          # logit of EOS 5, the others about 0
+    return sft, rm, tok
+
+
+def hand_penalty(lengths, max_len=5, cache_len=2):
+    return np.array([r_length(int(y), max_len, cache_len) for y in lengths])
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "dr_grpo"])
+def test_the_overlong_punishment_is_added_to_the_score_before_the_advantages(estimator):
+    """L_max = 5, L_cache = 2 on answers of 1-6 tokens: 0 up to 3 tokens, -0.5 at 4, -1 at 5, -1 at 6
+    (beyond L_max); the batch has lengths in all three zones. The iteration equals the steps called by hand
+    with R_length added to each score, bitwise; the metrics are R_length's mean and share < 0."""
+    cfg = config(advantage_estimator=estimator, overlong_max_len=5, overlong_cache_len=2)
+    sft, rm, tok = ending_world()
+    state, twin = state_of(cfg, sft, rm, tok, seed=4), state_of(cfg, sft, rm, tok, seed=4)
+    ro, update = grpo_iteration(state, cfg)
+    pen = hand_penalty(ro.lengths)
+    zones = {"within" if y <= 3 else "soft" if y <= 5 else "beyond" for y in ro.lengths}
+    assert zones == {"within", "soft", "beyond"}, f"lengths {ro.lengths.tolist()}: choose another seed"
+    want, hist = by_hand(twin, cfg, penalty=hand_penalty)
+    assert_same_iteration(state, twin, ro, update, want, hist)
+    np.testing.assert_array_equal(ro.scores, ro.rm_scores + pen)      # missing_eos_penalty is 0 here
+    assert update["dapo/overlong_penalty"] == pen.mean() and update["dapo/overlong_share"] == np.mean(pen < 0)
+
+
+def test_dynamic_sampling_filters_on_the_punished_scores():
+    """A reward model that gives every answer 0: a group carries a signal only through its lengths' R_length,
+    and the one-round filter's share of zero-variance groups is that of the hand-computed penalties."""
+    cfg = config(dynamic_sampling=True, dynamic_max_rounds=0, overlong_max_len=5, overlong_cache_len=2)
+    sft, _, tok = ending_world()
+    state = state_of(cfg, sft, PromptRule(constant=True), tok, seed=4)
+    ro, update = grpo_iteration(state, cfg)
+    pen = hand_penalty(ro.lengths)
+    share = np.mean([all_equal(pen[g * N:(g + 1) * N]) for g in range(G)])
+    assert 0 < share < 1 and update["dapo/zero_variance_share"] == share
+    np.testing.assert_array_equal(ro.scores, pen)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(overlong_max_len=0), r"`overlong_max_len` must be in \[1, inf\), got 0"),
+    (dict(overlong_max_len=4, overlong_cache_len=5), r"`overlong_cache_len` must be in \[0, 4\], got 5"),
+    (dict(overlong_cache_len=2), r"`overlong_cache_len` must be 0 while `overlong_max_len` is None"),
+    (dict(overlong_max_len=4, overlong_cache_len=-1), r"`overlong_cache_len` must be in \[0, inf\), got -1"),
+    (dict(overlong_max_len=4.5), r"`overlong_max_len` must be an integer"),
+])
+def test_the_overlong_fields_are_validated_naming_the_field(kw, match):
+    with pytest.raises(ValueError, match=match):
+        config(**kw)
 
 
 def test_joined_generations_keep_each_rows_tokens_and_logprobs():

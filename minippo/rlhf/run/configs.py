@@ -22,14 +22,15 @@ before issue 25 hold:
   it.
 
 :func:`comparable` is what a resume or a stage reuse compares: canonical PPO as the KnobsConfig of
-its values, so a ``minippo ppo`` run with every knob at its default resumes a canonical run and the
-other way round.
+its values with the corrected objective's fields (:class:`~minippo.rlhf.corrected.CorrectedConfig`),
+so a ``minippo ppo`` run with every knob and correction at its default resumes a canonical run
+and the other way round.
 """
 from __future__ import annotations
 
 from dataclasses import fields
 
-from minippo.rlhf.corrected import CorrectedConfig
+from minippo.rlhf.corrected import CORRECTION_FIELDS, CorrectedConfig
 from minippo.rlhf.grpo import GRPOConfig
 from minippo.rlhf.ppo_config import PPOConfig, renamed_fields
 from minippo.rlhf.ppo_knobs import KnobsConfig
@@ -93,8 +94,15 @@ def simplest(cfg: KnobsConfig):
 
 
 def comparable(cfg) -> dict:
-    """The dict a resume or a stage reuse compares: ``cfg.to_dict()``, canonical PPO's as the
-    KnobsConfig of its values (module docstring)."""
-    if type(cfg) is PPOConfig:
-        return KnobsConfig.from_dict(cfg.to_dict()).to_dict()
-    return cfg.to_dict()
+    """The dict a resume or a stage reuse compares: ``cfg.to_dict()``; for canonical PPO, the knobs
+    and the corrected objective, the KnobsConfig of the PPO fields plus the correction's fields
+    (:data:`~minippo.rlhf.corrected.CORRECTION_FIELDS`, at their defaults when ``cfg`` has none),
+    so a run with every knob or correction field at its default resumes a canonical run and the
+    other way round, and a run made with another correction is refused naming those fields."""
+    if isinstance(cfg, GRPOConfig):
+        return cfg.to_dict()
+    d = cfg.to_dict()
+    ppo = {k: v for k, v in d.items() if k not in CORRECTION_FIELDS}
+    knobs = ppo if isinstance(cfg, KnobsConfig) else KnobsConfig.from_dict(ppo).to_dict()
+    defaults = CorrectedConfig().to_dict()
+    return {**knobs, **{k: d.get(k, defaults[k]) for k in CORRECTION_FIELDS}}

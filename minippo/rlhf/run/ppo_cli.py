@@ -1,7 +1,9 @@
 """The ``minippo ppo`` command: stage 3 from an SFT folder and a reward-model folder; every field of
 PPOConfig and of the knobs (KnobsConfig) is a flag (``--update-epochs 4``, ``--kl-old-target none``:
 :mod:`minippo.flags`, grouped by the config's sections). With no knob's flag the run is canonical PPO
-(``PPOConfig``), with one it is PPO with the knobs; the renamed fields' old flags and
+(``PPOConfig``), with one it is PPO with the knobs; the corrected objective's flags (``--correction``,
+``--logits-precision``, ``--stale-k``: :mod:`minippo.rlhf.run.correction_cli`) make canonical PPO's config a
+``CorrectedConfig``; the renamed fields' old flags and
 ``--advantage-estimator`` (the critic-free family is ``minippo grpo`` now) still work for one release and
 print what they are called now."""
 from __future__ import annotations
@@ -18,6 +20,7 @@ from minippo.rlhf.grpo import ESTIMATORS, GRPOConfig
 from minippo.rlhf.ppo_config import RENAMED, PPOConfig
 from minippo.rlhf.ppo_knobs import KnobsConfig
 from minippo.rlhf.run.configs import RUN_OPTIONS, UNUSED_WITHOUT_CRITIC
+from minippo.rlhf.run.correction_cli import add_correction_flags, with_correction
 from minippo.rlhf.run.trainer import run_ppo
 
 
@@ -50,7 +53,8 @@ def run_options(args) -> dict:
 def ppo_config_from_args(args):
     """The config ``minippo ppo`` runs: canonical :class:`PPOConfig` unless a knob's flag is given
     (:class:`KnobsConfig`), or the deprecated ``--advantage-estimator`` of a critic-free estimator
-    (:class:`GRPOConfig`, ``minippo grpo``)."""
+    (:class:`GRPOConfig`, ``minippo grpo``); a correction flag makes canonical PPO's config a
+    :class:`~minippo.rlhf.corrected.CorrectedConfig` (:mod:`minippo.rlhf.run.correction_cli`)."""
     estimator = args.advantage_estimator
     if estimator == "gae":
         print("--advantage-estimator is deprecated: GAE is PPO's estimator (drop the flag)", file=sys.stderr)
@@ -69,12 +73,14 @@ def ppo_config_from_args(args):
             raise UsageError(f"{flag(extra[0])}: not an option of the critic-free family (minippo grpo)")
         base = GRPOConfig.quick(advantage_estimator=estimator) if args.quick else GRPOConfig(
             advantage_estimator=estimator)
-        return config_from_args(args, base, {o: n for o, n in RENAMED.items() if n in GRPOConfig.__dataclass_fields__})
+        cfg = config_from_args(args, base, {o: n for o, n in RENAMED.items() if n in GRPOConfig.__dataclass_fields__})
+        return with_correction(args, cfg, f"--advantage-estimator {estimator}")
     knobs = set(given_fields(args, KnobsConfig)) - set(given_fields(args, PPOConfig))
     knobs |= {new for old, new in RENAMED.items() if getattr(args, "deprecated_" + old, None) is not None
               and new not in PPOConfig.__dataclass_fields__}
     cls = KnobsConfig if knobs else PPOConfig
-    return config_from_args(args, cls.quick() if args.quick else cls(), RENAMED)
+    cfg = config_from_args(args, cls.quick() if args.quick else cls(), RENAMED)
+    return with_correction(args, cfg, f"PPO with the knobs, {flag(sorted(knobs)[0])}" if knobs else "PPO")
 
 
 def print_summary(out: Path, trainer) -> None:
@@ -99,6 +105,7 @@ def add_stage_arguments(parser, stage: str, cls) -> None:
 def add_arguments(parser) -> None:
     add_stage_arguments(parser, "ppo", PPOConfig)
     add_config_flags(parser, KnobsConfig, renamed=RENAMED)
+    add_correction_flags(parser)
     parser.add_argument("--advantage-estimator", default=None, metavar="NAME", help="deprecated: a critic-free "
                         "estimator (grpo, dr_grpo, rloo, reinforce) runs `minippo grpo`; gae is PPO's")
 

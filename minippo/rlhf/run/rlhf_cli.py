@@ -1,7 +1,9 @@
 """``minippo rlhf``: the command line of the main job (:func:`minippo.rlhf.run.pipeline.run_pipeline`).
 
 The few knobs a user changes are flags (:data:`STAGE3_KNOBS`, :data:`MODEL_KNOBS`): the length of stage 3, its
-batch, its learning rate, the KL target or coefficient, the size of the model, ``--method``. Every other field of
+batch, its learning rate, the KL target or coefficient, the size of the model, ``--method``, and the corrected
+objective's option group of the PPO stage (``--correction tis --correction-cap 2``,
+:mod:`minippo.rlhf.run.correction_cli`). Every other field of
 the four configs keeps its default, documented under the field in its dataclass (``minippo ppo --help``,
 ``minippo sft --help``, ``minippo rm --help`` and ``minippo dpo --help`` print them with their defaults), or
 comes from a JSON file, ``--config FILE``, one object per stage, field names as in the dataclasses::
@@ -23,6 +25,8 @@ from minippo.io import CorruptFileError, read_json
 from minippo.rlhf.dpo_config import DPOConfig
 from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.rm_train import RMConfig
+from minippo.rlhf.corrected import CORRECTION_FIELDS, CorrectedConfig
+from minippo.rlhf.run.correction_cli import add_correction_flags, with_correction
 from minippo.rlhf.run.pipeline import dpo_config, run_pipeline, stage_configs
 from minippo.rlhf.sft import SFTConfig
 from minippo.runs import ensure_folder
@@ -51,6 +55,7 @@ def add_arguments(parser) -> None:
                      "PPOConfig fields")
     add_config_flags(parser, DPOConfig, only=STAGE3_KNOBS["dpo"], title="stage 3 with --method dpo: DPOConfig "
                      "fields (and --lr)")
+    add_correction_flags(parser)
     add_config_flags(parser, SFTConfig, only=MODEL_KNOBS, title="the model's size: SFTConfig fields (the "
                      "reward model and the critic start from the SFT model)")
     parser.epilog = ("Every other field keeps its default: minippo sft / rm / ppo / dpo --help list them; set them "
@@ -73,8 +78,11 @@ def read_config_file(path, configs: dict) -> dict:
             raise UsageError(f"{path}: unknown stage {name!r}; this run's stages are {', '.join(configs)}")
         if not isinstance(fields, dict):
             raise UsageError(f"{path}: {name} must be an object of {type(configs[name]).__name__} fields")
+        cls = type(configs[name])
+        if cls is PPOConfig and set(fields) & set(CORRECTION_FIELDS):     # --print-config's, corrected
+            cls = CorrectedConfig
         try:
-            out[name] = type(configs[name]).from_dict({**configs[name].to_dict(), **fields})
+            out[name] = cls.from_dict({**configs[name].to_dict(), **fields})
         except (ValueError, TypeError) as exc:
             raise UsageError(f"{path}: {name}: {exc}") from None
     return out
@@ -96,6 +104,7 @@ def configs_from_args(args) -> dict:
     for stage, names in (("sft", MODEL_KNOBS), (args.method, STAGE3_KNOBS[args.method] + ("lr",))):
         given = {n: getattr(args, n) for n in dict.fromkeys(names) if getattr(args, n) is not None}
         configs[stage] = replace_fields(configs[stage], given)
+    configs[args.method] = with_correction(args, configs[args.method], f"--method {args.method}")
     return configs
 
 
