@@ -315,7 +315,8 @@ def extra_claims(r: dict) -> list[tuple[str, str, list[Verdict]]]:
           _xcv(ex, "more_prompts_help", f"Twice the prompts ({b2} against {b1}) give more gold.", b1, b2, "gold_mean",
                +1)]),
         ("A common claim: a critic that starts badly makes the advantages noisy (start it from the reward model)",
-         f"raw advantages (before whitening) at iteration 1, same samples: Var {np.exp(g('base', 'adv_var_first')):.3f} "
+         "raw advantages (before whitening) at iteration 1, same samples: Var "
+         f"{np.exp(g('base', 'adv_var_first')):.3f} "
          f"with the RM-initialised critic, {np.exp(g('critic from SFT', 'adv_var_first')):.3f} with the SFT-trunk "
          f"critic (head 0, bias at the mean score); explained variance {g('base', 'ev_first'):+.2f} vs "
          f"{g('critic from SFT', 'ev_first'):+.2f}; over the run Var {np.exp(g('base', 'adv_var')):.3f} vs "
@@ -353,8 +354,9 @@ def extra_claims(r: dict) -> list[tuple[str, str, list[Verdict]]]:
                    "bitwise the same after every run.", ex["rm_unchanged"], "holds when the sha256 of the reward "
                    "model's parameters is the same before and after the runs", {"unchanged": ex["rm_unchanged"]})]),
         ("A common claim: lower lambda when training oscillates, raise it when training is slow",
-         f"the grid's lambda runs ({r['sizes']['iterations']} iterations, seeds {list(r['sizes']['seeds'])}), the batch's "
-         f"RM score per iteration: oscillation (std of its change from one iteration to the next) 0.9 / 0.95 / 0.99: "
+         f"the grid's lambda runs ({r['sizes']['iterations']} iterations, seeds {list(r['sizes']['seeds'])}), the "
+         "batch's RM score per iteration: oscillation (std of its change from one iteration to the next) "
+         "0.9 / 0.95 / 0.99: "
          + " / ".join(f"{lam['osc'][k].mean():.3f}" for k in ("0.9", "0.95", "0.99"))
          + f"; iterations until its 3-iteration mean reaches {lam['level']:+.2f} (half-way from {lam['start']:+.2f} "
          f"to lambda 0.95's final {lam['end']:+.2f}; {r['sizes']['iterations'] + 1} = never): "

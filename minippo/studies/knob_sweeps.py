@@ -123,12 +123,12 @@ def run_extras(study, base: dict, seeds) -> dict:
 def lambda_dynamics(curves: dict[str, np.ndarray], base: str) -> dict:
     """Oscillation and speed of the reward curves (label -> (S, I) per-iteration mean score of the batch) of a
     lambda sweep. ``level``: half-way from the first iteration's mean over all curves to the mean of the
-    ``base`` curves' last quarter; per label and seed: ``osc`` (:func:`oscillation`) and ``speed``
+    ``base`` curves' last quarter; ``curves`` as given; per label and seed: ``osc`` (:func:`oscillation`) and ``speed``
     (:func:`iterations_to` that level)."""
     start = float(np.mean([c[:, 0].mean() for c in curves.values()]))
     b = curves[base]
     end = float(b[:, -max(1, b.shape[1] // 4):].mean())
     level = start + 0.5 * (end - start)
-    return {"level": level, "start": start, "end": end,
+    return {"level": level, "start": start, "end": end, "curves": curves,
             "osc": {k: oscillation(c) for k, c in curves.items()},
             "speed": {k: iterations_to(c, level) for k, c in curves.items()}}
