@@ -243,6 +243,7 @@ def claims(r: dict) -> list[tuple[str, str, list[Verdict]]]:
 
 
 XN = {"gold_mean": "gold", "kl_mean": "KL", "length_mean": "length", "adv_var_first": "log Var(A) at iteration 1",
+      "ev": "explained variance over the run",
       "adv_var": "log Var(A) over the run", "ev_first": "explained variance at iteration 1",
       "first_corr": "corr(A at token 1, score)"}
 
@@ -283,10 +284,9 @@ def extra_claims(r: dict) -> list[tuple[str, str, list[Verdict]]]:
          f"{esz['iterations']} iterations x {esz['batch_size']} responses, seeds {list(esz['seeds'])}: gold lr / {f:g} "
          f"/ base / x {f:g}: {g(lo):+.2f} / {g('base'):+.2f} / {g(hi):+.2f} (KL {g(lo, 'kl_mean'):.2f} / "
          f"{g('base', 'kl_mean'):.2f} / {g(hi, 'kl_mean'):.2f}); c1 / {f:g} / base {ex['vf_coef']:g} / x {f:g}: "
-         f"{g(c_lo):+.2f} / {g('base'):+.2f} / {g(c_hi):+.2f} (the critic's explained variance at iteration 1 "
-         f"{g(c_lo, 'ev_first'):.2f} / {g('base', 'ev_first'):.2f} / {g(c_hi, 'ev_first'):.2f}: it is measured "
-         "before the first update, so c1 cannot move it). Under AdamW a constant factor on a separate critic's loss "
-         "cancels; c1 only changes the critic's share of the global gradient-norm clip (Q12)",
+         f"{g(c_lo):+.2f} / {g('base'):+.2f} / {g(c_hi):+.2f} (the critic's explained variance averaged over the run "
+         f"{g(c_lo, 'ev'):+.2f} / {g('base', 'ev'):+.2f} / {g(c_hi, 'ev'):+.2f}). Under AdamW a constant factor on a "
+         "separate critic's loss cancels; c1 only changes the critic's share of the global gradient-norm clip (Q12)",
          [comparison("lr_more_sensitive_than_c1", f"The gold moves more over lr / {f:g} .. x {f:g} than over c1 / "
                      f"{f:g} .. x {f:g}.", spread, expect=+1, labels=("c1 range", "lr range"),
                      quantity="|gold(x 4) - gold(/ 4)|", values=(abs(g(c_hi) - g(c_lo)), abs(g(hi) - g(lo))),
@@ -329,7 +329,9 @@ def extra_claims(r: dict) -> list[tuple[str, str, list[Verdict]]]:
         ("A common claim: whitening the rewards fixes reward-model drift and length cheating, with 30% less "
          "advantage variance",
          f"whitened rewards vs the base: raw-advantage variance over the run x{ratio:.2f} (each in its own units: "
-         f"whitening divides the per-token rewards by their std); gold {g('whitened rewards'):+.2f} vs "
+         f"whitening divides the per-token rewards by their std); the share of the returns' variance the critic leaves "
+         f"in them, 1 - explained variance, {1 - g('whitened rewards', 'ev'):.2f} vs {1 - g('base', 'ev'):.2f} "
+         f"(free of units); gold {g('whitened rewards'):+.2f} vs "
          f"{g('base'):+.2f}, length {g('whitened rewards', 'length_mean'):.1f} vs {n_tok:.1f}",
          [measurement("whitening_cuts_30pct", "Whitening the rewards cuts the advantages' variance by 30% or more.",
                       float(np.log(ratio)), float(np.log(0.7)), "<=", "log(Var ratio)", se=se_w, fmt="+.2f",

@@ -101,8 +101,8 @@ def run_extras(study, base: dict, seeds) -> dict:
     """Train :func:`extra_variants` of ``base`` for ``seeds`` with :func:`advantage_record` and summarise each
     variant per seed: the evaluation (:data:`EVAL_KEYS`), ``adv_var_first`` (log of the raw advantages'
     variance at iteration 1), ``adv_var`` (its log averaged over the run's iterations), ``ev_first`` (the
-    critic's explained variance at iteration 1), ``first_corr`` (the first token's correlation with the score,
-    averaged over the run) and ``cpu`` (s per seed). ``rm_unchanged``: the reward model's parameters are
+    critic's explained variance at iteration 1), ``ev`` (averaged over the run), ``first_corr`` (the first
+    token's correlation with the score, averaged over the run) and ``cpu`` (s per seed). ``rm_unchanged``: the reward model's parameters are
     bitwise the same before and after every run (nothing differentiates the reward)."""
     rm_before = params_digest(study.reward_model)
     variants = extra_variants(base, study.config().vf_coef)
@@ -113,6 +113,7 @@ def run_extras(study, base: dict, seeds) -> dict:
         row = {k: np.array([float(e[k]) for e in v["eval"]]) for k in EVAL_KEYS}
         row.update(adv_var_first=log_var[:, 0], adv_var=log_var.mean(axis=1),
                    ev_first=seed_curves(v, "val/explained_variance")[:, 0],
+                   ev=seed_curves(v, "val/explained_variance").mean(axis=1),
                    first_corr=seed_curves(v, "adv/first_score_corr").mean(axis=1),
                    cpu=float(np.mean([t["cpu"] for t in v["time"]])))
         table[name] = row
