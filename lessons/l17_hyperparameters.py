@@ -21,6 +21,15 @@ because a fixed beta lets the KL run away or stalls the update; old data cannot 
 it exceeds about two standard errors of the seed noise, pooled over all variants
 (`minippo.studies.sweep_stats`).
 
+`--full` also runs the knobs beyond the grid (`minippo.studies.knob_sweeps`), at the default size (10
+iterations x 32 responses, lr 5e-4) on PPO seeds 0 and 1: the learning rate and c1 (vf_coef) divided and
+multiplied by 4; gamma 0.9 against 1; the batch as prompts x responses per prompt (32 x 1, 8 x 4, 16 x 4); a
+critic started from the SFT trunk instead of the reward model; whitened rewards; the terminal score alone (no
+KL term). It measures the raw advantages' variance (before PPO whitens them) and how well the final score
+reaches the first token, and, on the grid's lambda runs, the oscillation (std of the change of the batch's RM
+score from one iteration to the next) and the speed (iterations until its 3-iteration mean reaches half-way
+from the first iteration to lambda 0.95's final value) that the lambda rule of thumb speaks of.
+
 Paper: the clipped surrogate of the PPO paper (Schulman et al. 2017, arXiv:1707.06347) eq. (7), whose Table 1
 compares $\epsilon$ = 0.1, 0.2, 0.3 on MuJoCo (0.2 best); GAE (Schulman et al. 2016, arXiv:1506.02438)
 eq. (16); the adaptive KL coefficient of Ziegler et al. 2019 (arXiv:1909.08593) sec. 2.2.
@@ -28,7 +37,9 @@ eq. (16); the adaptive KL coefficient of Ziegler et al. 2019 (arXiv:1909.08593) 
 The figure (from --full: 30 iterations x 64 responses, lr 2e-4, 3 PPO seeds): one column per hyperparameter;
 rows: gold score and KL to the reference per response of the final policy (held-out prompts), the policy clip
 fraction and the approx KL of the updates (k3 of KL($\pi_{old} \| \pi$)) averaged over the run, each as one
-dot per seed and the mean as a line; the base run's value is shaded.
+dot per seed and the mean as a line; the base run's value is shaded. A fifth row shows the knobs beyond the
+grid: (f) gold against the lr and c1 factors, (g) gold of the other variants, (h) the raw advantages'
+variance, (i)-(j) the oscillation and speed of the lambda runs.
 
 Exercises:
 1. Make epsilon matter: raise lr to 2e-3 (or update_epochs to 16) and sweep clip_eps again. At which clip
@@ -412,7 +423,9 @@ def plot(r: dict, path) -> None:
     rows = (("gold_mean", "gold score (held-out prompts)"), ("kl_mean", "KL to the reference (nats / response)"),
             ("policy/clipfrac_avg", "policy clip fraction (run mean)"),
             ("policy/approxkl_avg", "approx KL of the updates (run mean, log)"))
-    fig, axes = plt.subplots(len(rows), len(table), figsize=(4.0 * len(table), 14), sharey="row")
+    extra = "extras" in r                       # --full: one more row, the knobs beyond the grid
+    fig, axes = plt.subplots(len(rows) + extra, len(table), figsize=(4.0 * len(table), 14 + 3.5 * extra),
+                             sharey="row")
     for j, (axis, points) in enumerate(table.items()):
         x = np.arange(len(points))
         for i, (key, ylabel) in enumerate(rows):
@@ -438,13 +451,68 @@ def plot(r: dict, path) -> None:
                 if key in ("gold_mean", "kl_mean"):
                     ax.legend(fontsize=8, loc="best")
         axes[0, j].set_title(f"({'abcde'[j]}) {axis}")
-        axes[-1, j].set_xlabel(axis)
+        axes[len(rows) - 1, j].set_xlabel(axis)
     sz = r["sizes"]
+    if extra:
+        _plot_extras(fig, axes[-1], r)
     fig.suptitle(f"One hyperparameter at a time from the base run (shaded): {sz['iterations']} iterations x "
                  f"{sz['batch_size']} responses, lr {sz['lr']:g}, {len(sz['seeds'])} PPO seeds (dots), mean (line); "
                  "clip fraction and approx KL averaged over the run", fontsize=12)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     save(fig, path)
+
+
+
+def _plot_extras(fig, row, r: dict) -> None:
+    """The --full row: (f) gold against the lr and c1 factors, (g) gold of the other variants, (h) the raw
+    advantages' variance, (i) lambda's oscillation and (j) iterations to the level; one dot per seed."""
+    ex, f = r["extras"], LR_FACTOR
+    t = ex["table"]
+    axes = []
+    for ax in row:                              # the grid's rows share y; these panels each have their own
+        spec = ax.get_subplotspec()
+        ax.remove()
+        axes.append(fig.add_subplot(spec))
+    dots = lambda ax, x, vals, **kw: ax.plot(np.full(len(vals), x) + np.linspace(-0.06, 0.06, len(vals)), vals,  # noqa
+                                             "o", alpha=0.6, ms=6, **kw)
+    ax = axes[0]
+    for knob, color in (("lr", "tab:blue"), ("c1", "tab:orange")):
+        names = (f"{knob} / {f:g}", "base", f"{knob} x {f:g}")
+        for k, name in enumerate(names):
+            dots(ax, k, t[name]["gold_mean"], color=color)
+        ax.plot(range(3), [t[n]["gold_mean"].mean() for n in names], "-", color=color, lw=2, label=knob)
+    ax.set_xticks(range(3), [f"/ {f:g}", "base", f"x {f:g}"])
+    ax.set_ylabel("gold score (held-out prompts)")
+    ax.legend(fontsize=8)
+    ax.set_title("(f) learning rate and c1")
+    b = ex["sizes"]["batch_size"]
+    names = ["base", f"gamma {GAMMA:g}", f"{b // GROUP} x {GROUP}", f"{2 * b // GROUP} x {GROUP}", "critic from SFT",
+             "whitened rewards", "score only"]
+    for k, name in enumerate(names):
+        dots(axes[1], k, t[name]["gold_mean"], color="tab:blue")
+    axes[1].axhline(r["reference"]["gold_mean"], color="k", ls="--", lw=1, label="SFT policy")
+    axes[1].set_xticks(range(len(names)), [n.replace(" ", "\n", 1) for n in names], fontsize=7)
+    axes[1].legend(fontsize=8)
+    axes[1].set_title(f"(g) gold; base = {b} x 1, gamma 1")
+    names = ["base", "critic from SFT", "whitened rewards"]
+    for key, color, lab in (("adv_var_first", "tab:red", "iteration 1"), ("adv_var", "tab:purple", "run mean")):
+        for k, name in enumerate(names):
+            dots(axes[2], k, np.exp(t[name][key]), color=color, label=lab if k == 0 else None)
+    axes[2].set_yscale("log")
+    axes[2].set_xticks(range(3), ["RM critic", "SFT critic", "whitened\nrewards"])
+    axes[2].set_ylabel("Var of the raw advantages")
+    axes[2].legend(fontsize=8)
+    axes[2].set_title("(h) advantages before whitening")
+    lam, labs = ex["lam"], ("0.9", "0.95", "0.99")
+    for ax, key, ylabel, title in ((axes[3], "osc", "std of the reward's change per iteration", "(i) oscillation"),
+                                   (axes[4], "speed", "iterations to the level", "(j) speed")):
+        for k, lab in enumerate(labs):
+            dots(ax, k, lam[key][lab], color="tab:green")
+        ax.plot(range(3), [lam[key][lab].mean() for lab in labs], "-", color="tab:green", lw=2)
+        ax.set_xticks(range(3), labs)
+        ax.set_xlabel("lambda")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{title} (the grid's lambda runs)")
 
 
 if __name__ == "__main__":

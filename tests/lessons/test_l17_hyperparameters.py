@@ -160,3 +160,9 @@ def test_l17_full_verdicts_follow_the_numbers(full_runs, seed):
 def test_l17_default_output_has_no_full_claims(runs):
     assert "extras" not in runs[0] and len(lesson.claims(runs[0])) == 7
     assert "lr / 4" not in runs["printed"] and "score only" not in runs["printed"]
+
+
+def test_l17_full_figure_has_the_extras_row(full_runs, tmp_path):
+    path = tmp_path / "l17_full.png"
+    lesson.plot(full_runs[0], path)
+    assert path.stat().st_size > 50_000
