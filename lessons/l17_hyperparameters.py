@@ -417,52 +417,6 @@ def main(argv=None) -> dict:
     return lesson_main(__doc__, __name__, run, narrative, plot, argv)
 
 
-def plot(r: dict, path) -> None:
-    plt = pyplot()
-    table = r["table"]
-    rows = (("gold_mean", "gold score (held-out prompts)"), ("kl_mean", "KL to the reference (nats / response)"),
-            ("policy/clipfrac_avg", "policy clip fraction (run mean)"),
-            ("policy/approxkl_avg", "approx KL of the updates (run mean, log)"))
-    extra = "extras" in r                       # --full: one more row, the knobs beyond the grid
-    fig, axes = plt.subplots(len(rows) + extra, len(table), figsize=(4.0 * len(table), 14 + 3.5 * extra),
-                             sharey="row")
-    for j, (axis, points) in enumerate(table.items()):
-        x = np.arange(len(points))
-        for i, (key, ylabel) in enumerate(rows):
-            ax = axes[i, j]
-            for k, p in enumerate(points):
-                vals = np.maximum(p[key], 1e-6) if key == "policy/approxkl_avg" else p[key]
-                ax.plot(np.full(len(vals), k) + np.linspace(-0.08, 0.08, len(vals)), vals, "o", color="tab:blue",
-                        alpha=0.6, ms=6)
-                if p["base"]:
-                    ax.axvspan(k - 0.3, k + 0.3, color="gold", alpha=0.25, lw=0)
-            floor = 1e-6 if key == "policy/approxkl_avg" else -np.inf      # a log axis cannot show 0
-            ax.plot(x, [max(p[key].mean(), floor) for p in points], "-", color="tab:blue", lw=2)
-            if key == "gold_mean":
-                ax.axhline(r["reference"]["gold_mean"], color="k", ls="--", lw=1, label="SFT policy")
-            if key == "kl_mean":
-                ax.axhline(KL_TARGET, color="crimson", ls=":", lw=1.2, label="adaptive target")
-            if key == "policy/approxkl_avg":
-                ax.set_yscale("log")
-            ax.set_xticks(x, [p["label"] for p in points])
-            ax.set_xlim(-0.5, len(points) - 0.5)
-            if j == 0:
-                ax.set_ylabel(ylabel)
-                if key in ("gold_mean", "kl_mean"):
-                    ax.legend(fontsize=8, loc="best")
-        axes[0, j].set_title(f"({'abcde'[j]}) {axis}")
-        axes[len(rows) - 1, j].set_xlabel(axis)
-    sz = r["sizes"]
-    if extra:
-        _plot_extras(fig, axes[-1], r)
-    fig.suptitle(f"One hyperparameter at a time from the base run (shaded): {sz['iterations']} iterations x "
-                 f"{sz['batch_size']} responses, lr {sz['lr']:g}, {len(sz['seeds'])} PPO seeds (dots), mean (line); "
-                 "clip fraction and approx KL averaged over the run", fontsize=12)
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
-    save(fig, path)
-
-
-
 def _plot_extras(fig, row, r: dict) -> None:
     """The --full row: (f) gold against the lr and c1 factors, (g) gold of the other variants, (h) the raw
     advantages' variance, (i) lambda's oscillation and (j) iterations to the level; one dot per seed."""
@@ -513,6 +467,52 @@ def _plot_extras(fig, row, r: dict) -> None:
         ax.set_xlabel("lambda")
         ax.set_ylabel(ylabel)
         ax.set_title(f"{title} (the grid's lambda runs)")
+
+
+def plot(r: dict, path) -> None:
+    plt = pyplot()
+    table = r["table"]
+    rows = (("gold_mean", "gold score (held-out prompts)"), ("kl_mean", "KL to the reference (nats / response)"),
+            ("policy/clipfrac_avg", "policy clip fraction (run mean)"),
+            ("policy/approxkl_avg", "approx KL of the updates (run mean, log)"))
+    extra = "extras" in r                       # --full: one more row, the knobs beyond the grid
+    fig, axes = plt.subplots(len(rows) + extra, len(table), figsize=(4.0 * len(table), 14 + 3.5 * extra),
+                             sharey="row")
+    for j, (axis, points) in enumerate(table.items()):
+        x = np.arange(len(points))
+        for i, (key, ylabel) in enumerate(rows):
+            ax = axes[i, j]
+            for k, p in enumerate(points):
+                vals = np.maximum(p[key], 1e-6) if key == "policy/approxkl_avg" else p[key]
+                ax.plot(np.full(len(vals), k) + np.linspace(-0.08, 0.08, len(vals)), vals, "o", color="tab:blue",
+                        alpha=0.6, ms=6)
+                if p["base"]:
+                    ax.axvspan(k - 0.3, k + 0.3, color="gold", alpha=0.25, lw=0)
+            floor = 1e-6 if key == "policy/approxkl_avg" else -np.inf      # a log axis cannot show 0
+            ax.plot(x, [max(p[key].mean(), floor) for p in points], "-", color="tab:blue", lw=2)
+            if key == "gold_mean":
+                ax.axhline(r["reference"]["gold_mean"], color="k", ls="--", lw=1, label="SFT policy")
+            if key == "kl_mean":
+                ax.axhline(KL_TARGET, color="crimson", ls=":", lw=1.2, label="adaptive target")
+            if key == "policy/approxkl_avg":
+                ax.set_yscale("log")
+            ax.set_xticks(x, [p["label"] for p in points])
+            ax.set_xlim(-0.5, len(points) - 0.5)
+            if j == 0:
+                ax.set_ylabel(ylabel)
+                if key in ("gold_mean", "kl_mean"):
+                    ax.legend(fontsize=8, loc="best")
+        axes[0, j].set_title(f"({'abcde'[j]}) {axis}")
+        axes[len(rows) - 1, j].set_xlabel(axis)
+    sz = r["sizes"]
+    if extra:
+        _plot_extras(fig, axes[-1], r)
+    fig.suptitle(f"One hyperparameter at a time from the base run (shaded): {sz['iterations']} iterations x "
+                 f"{sz['batch_size']} responses, lr {sz['lr']:g}, {len(sz['seeds'])} PPO seeds (dots), mean (line); "
+                 "clip fraction and approx KL averaged over the run", fontsize=12)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    save(fig, path)
+
 
 
 if __name__ == "__main__":
