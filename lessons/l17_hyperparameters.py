@@ -453,7 +453,7 @@ def _plot_extras(fig, row, r: dict) -> None:
         for k, name in enumerate(names):
             dots(axes[2], k, np.exp(t[name][key]), color=color, label=lab if k == 0 else None)
     axes[2].set_yscale("log")
-    axes[2].set_xticks(range(3), ["RM critic", "SFT critic", "whitened\nrewards"])
+    axes[2].set_xticks(range(3), ["RM critic", "SFT critic", "whitened rewards\n(own units)"])
     axes[2].set_ylabel("Var of the raw advantages")
     axes[2].legend(fontsize=8)
     axes[2].set_title("(h) advantages before whitening")
