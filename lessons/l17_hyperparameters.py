@@ -356,7 +356,8 @@ def extra_claims(r: dict) -> list[tuple[str, str, list[Verdict]]]:
          f"policy's {ref:+.2f} (KL to the reference {g('score only', 'kl_mean'):.2f} nats; with the KL term, the "
          f"base run: gold {g('base'):+.2f}, KL {g('base', 'kl_mean'):.2f}); corr(A at token 1, score) "
          f"{g('score only', 'first_corr'):+.2f}: GAE carries the score back to the first token. The reward is never "
-         "differentiated: the policy gradient is grad log pi x A, A computed from the score's value; the reward model's parameters after every run: "
+         "differentiated: the policy gradient is grad log pi x A, A computed from the score's value; the reward "
+         "model's parameters after every run: "
          + ("bitwise unchanged" if ex["rm_unchanged"] else "CHANGED"),
          [measurement("score_only_learns", "With only a terminal score (no shaping, no KL) the policy still learns: "
                       "more gold than the SFT policy.", g("score only"), ref, ">", "gold (score only)", se=se_g,
