@@ -75,7 +75,7 @@ Exercises:
 3. Make the policy tabular (n_features=None). Why does the true gain in (b) no longer fall for
    large steps? (Think of what a greedy step does when no parameters are shared.)
 
-Questions: Q7, Q8.
+Questions: Q7, Q8, Q70.
 """
 from __future__ import annotations
 

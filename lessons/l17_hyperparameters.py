@@ -49,7 +49,7 @@ Exercises:
 3. Sweep `lam` with the critic initialised from the SFT trunk (`critic_init="sft"`): with a worse
    critic, does lambda matter more? Why should it (bias of TD(0) vs variance of Monte Carlo, lesson 07)?
 
-Questions: Q52, Q54, Q55, Q56, Q57.
+Questions: Q52, Q54, Q55, Q56, Q57, Q72, Q73, Q74, Q75, Q76, Q77, Q78, Q79.
 """
 from __future__ import annotations
 
