@@ -34,6 +34,25 @@ $W + \alpha g$ ($g$ the gradient of $L^{CPI}$, eq. (1)); a TRPO step with KL bou
 gain $L^{CPI}$ promises on the batch, and the true gain $J(\text{new}) - J(\text{old})$ (exact, no sampling),
 as each method's step-size knob grows.
 
+TRPO's guarantee, and why PPO gives it up: TRPO paper Theorem 1 bounds the true return $\eta$ of any new
+policy $\tilde\pi$ by the surrogate $L_\pi(\tilde\pi) = \eta(\pi) + \sum_s \rho_\pi(s) \sum_a \tilde\pi(a \mid s)
+A_\pi(s, a)$ (its eq. (3)), in the KL form of its eq. (9):
+
+$$
+\eta(\tilde\pi) \ge L_\pi(\tilde\pi) - C\, D_{KL}^{max}(\pi, \tilde\pi), \qquad
+C = \frac{4 \epsilon \gamma}{(1 - \gamma)^2}, \quad \epsilon = \max_{s, a} |A_\pi(s, a)|
+$$
+
+with $D_{KL}^{max}$ the largest KL over the states. Maximising the right-hand side $M_i(\pi)$ at every
+iteration can only raise $\eta$, because $M_i(\pi_i) = \eta(\pi_i)$: $\eta(\pi_{i+1}) - \eta(\pi_i) \ge M_i(\pi_{i+1}) -
+M_i(\pi_i) \ge 0$ (its Algorithm 1): a monotonic-improvement guarantee, which no clipped objective has. The
+guarantee belongs to that penalised, max-KL problem; the practical TRPO replaces it by a constraint on the
+mean KL ($\delta$) estimated from samples, which the paper calls an approximation, and keeps only its spirit.
+Two cases this course meets: in a one-step (bandit) problem like this lesson's, $\gamma = 0$ gives $C = 0$ and
+$L_\pi = \eta$ exactly, so a step can only go wrong because $L$ is estimated on a finite batch (below); in
+RLHF, $\gamma = 1$ (one response is one episode, Q18) makes $C$ infinite: the bound says nothing there, and
+what keeps a step small is the trust region's KL itself (or PPO's clip and a KL watch, Q8).
+
 Why the surrogate lies: it is evaluated on the very batch the step was fitted to (so part of the promised
 gain is fitted noise, at every step size), and the ratio-weighted batch says less and less about policies
 far from the old one (lesson 02). Both grow with the KL.
@@ -56,7 +75,7 @@ Exercises:
 3. Make the policy tabular (n_features=None). Why does the true gain in (b) no longer fall for
    large steps? (Think of what a greedy step does when no parameters are shared.)
 
-Questions: Q7, Q8.
+Questions: Q7, Q8, Q71.
 """
 from __future__ import annotations
 

@@ -21,6 +21,15 @@ because a fixed beta lets the KL run away or stalls the update; old data cannot 
 it exceeds about two standard errors of the seed noise, pooled over all variants
 (`minippo.studies.sweep_stats`).
 
+`--full` also runs the knobs beyond the grid (`minippo.studies.knob_sweeps`), at the default size (10
+iterations x 32 responses, lr 5e-4) on PPO seeds 0 and 1: the learning rate and c1 (vf_coef) divided and
+multiplied by 4; gamma 0.9 against 1; the batch as prompts x responses per prompt (32 x 1, 8 x 4, 16 x 4); a
+critic started from the SFT trunk instead of the reward model; whitened rewards; the terminal score alone (no
+KL term). It measures the raw advantages' variance (before PPO whitens them) and how well the final score
+reaches the first token, and, on the grid's lambda runs, the oscillation (std of the change of the batch's RM
+score from one iteration to the next) and the speed (iterations until its 3-iteration mean reaches half-way
+from the first iteration to lambda 0.95's final value) that the lambda rule of thumb speaks of.
+
 Paper: the clipped surrogate of the PPO paper (Schulman et al. 2017, arXiv:1707.06347) eq. (7), whose Table 1
 compares $\epsilon$ = 0.1, 0.2, 0.3 on MuJoCo (0.2 best); GAE (Schulman et al. 2016, arXiv:1506.02438)
 eq. (16); the adaptive KL coefficient of Ziegler et al. 2019 (arXiv:1909.08593) sec. 2.2.
@@ -28,7 +37,9 @@ eq. (16); the adaptive KL coefficient of Ziegler et al. 2019 (arXiv:1909.08593) 
 The figure (from --full: 30 iterations x 64 responses, lr 2e-4, 3 PPO seeds): one column per hyperparameter;
 rows: gold score and KL to the reference per response of the final policy (held-out prompts), the policy clip
 fraction and the approx KL of the updates (k3 of KL($\pi_{old} \| \pi$)) averaged over the run, each as one
-dot per seed and the mean as a line; the base run's value is shaded.
+dot per seed and the mean as a line; the base run's value is shaded. A fifth row shows the knobs beyond the
+grid: (f) gold against the lr and c1 factors, (g) gold of the other variants, (h) the raw advantages'
+variance, (i)-(j) the oscillation and speed of the lambda runs.
 
 Exercises:
 1. Make epsilon matter: raise lr to 2e-3 (or update_epochs to 16) and sweep clip_eps again. At which clip
@@ -38,7 +49,7 @@ Exercises:
 3. Sweep `lam` with the critic initialised from the SFT trunk (`critic_init="sft"`): with a worse
    critic, does lambda matter more? Why should it (bias of TD(0) vs variance of Monte Carlo, lesson 07)?
 
-Questions: Q52, Q54, Q55, Q56, Q57.
+Questions: Q52, Q54, Q55, Q56, Q57, Q73, Q74, Q75, Q76, Q77, Q78, Q79, Q80.
 """
 from __future__ import annotations
 
@@ -46,10 +57,11 @@ import time
 
 import numpy as np
 
-from lessons._common import (Verdict, all_of, comparison, diff_text, lesson_main, measurement, pyplot, save,
-                             seed_compare, time_line)
+from lessons._common import (Verdict, all_of, comparison, diff_text, identity, lesson_main, measurement, pyplot,
+                             save, seed_compare, time_line)
+from minippo.studies.knob_sweeps import GAMMA, GROUP, LR_FACTOR, lambda_dynamics, run_extras
 from minippo.studies.study import Study
-from minippo.studies.sweep_stats import pooled_seed_std, seed_values
+from minippo.studies.sweep_stats import pooled_seed_std, seed_curves, seed_values
 
 KL_TARGET = 4.0
 
@@ -68,8 +80,8 @@ def axes_of(batch_size: int) -> dict:
 
 def sizes(quick: bool, full: bool) -> dict:
     """Run lengths: quick (smoke test), default (< 60 s) or full (the committed figure)."""
-    if quick:
-        return dict(iterations=2, batch_size=16, minibatch_size=4, lr=5e-4, seeds=(0, 1))
+    if quick:      # quick + full (the tests of the --full claims): 4 iterations, enough for a reward curve
+        return dict(iterations=4 if full else 2, batch_size=16, minibatch_size=4, lr=5e-4, seeds=(0, 1))
     if full:
         return dict(iterations=30, batch_size=64, minibatch_size=16, lr=2e-4, seeds=(0, 1, 2))
     return dict(iterations=10, batch_size=32, minibatch_size=8, lr=5e-4, seeds=(0, 1))
@@ -106,9 +118,36 @@ def run(quick: bool = False, seed: int = 0, full: bool = False) -> dict:
         noise.update({k: pooled_seed_std([seed_values(v, k, last=sz["iterations"]) for v in sweep.values()])[0]
                       for k in RUN_KEYS})
     cfg = study.config(**base)
-    return {"sizes": sz, "base": base, "reference": study.reference, "quick": quick, "full": full, "table": table,
-            "noise": noise, "kl_ref": {"coef": cfg.kl_ref_coef, "horizon": cfg.kl_ref_horizon},
-            "time": {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}}
+    out = {"sizes": sz, "base": base, "reference": study.reference, "quick": quick, "full": full, "table": table,
+           "noise": noise, "kl_ref": {"coef": cfg.kl_ref_coef, "horizon": cfg.kl_ref_horizon}}
+    if full:       # the knobs beyond the grid, at the default size on seeds 0 and 1, and lambda's dynamics
+        out["extras"] = full_extras(study, sweep, quick)
+    out["time"] = {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}
+    return out
+
+
+def extra_sizes(quick: bool) -> dict:
+    """The --full extras' base run: the default size (the quick size in the tests), PPO seeds 0 and 1."""
+    sz = sizes(quick, full=quick)
+    return dict(sz, seeds=(0, 1))
+
+
+def full_extras(study: Study, sweep: dict, quick: bool) -> dict:
+    """--full only: :func:`minippo.studies.knob_sweeps.run_extras` at :func:`extra_sizes`, with the seed noise of
+    every summary pooled over its variants, and the oscillation and speed of the grid's lambda runs' reward
+    curves (``objective/scores``: the RM score of each iteration's batch)."""
+    esz = extra_sizes(quick)
+    base = {k: esz[k] for k in ("iterations", "batch_size", "minibatch_size", "lr")}
+    ex = run_extras(study, base, esz["seeds"])
+    keys = [k for k in next(iter(ex["table"].values())) if k != "cpu"]
+    ex["noise"] = {k: pooled_seed_std([row[k] for row in ex["table"].values()])[0] for k in keys}
+    ex["sizes"] = esz
+    curves = {lab: seed_curves(sweep["base" if lab == "0.95" else f"lam={lab}"], "objective/scores")
+              for lab in ("0.9", "0.95", "0.99")}
+    dyn = lambda_dynamics(curves, "0.95")
+    dyn["noise"] = {k: pooled_seed_std(list(dyn[k].values()))[0] for k in ("osc", "speed")}
+    ex["lam"] = dyn
+    return ex
 
 
 def _row(r: dict, axis: str, label: str) -> dict:
@@ -211,7 +250,140 @@ def claims(r: dict) -> list[tuple[str, str, list[Verdict]]]:
                  "KL rises from 1 to 4 to 16 minibatches.", [_cv(r, "1 -> 4", "", m1, m4, AK, +1, "minibatches"),
                                                               _cv(r, "4 -> 16", "", m4, m16, AK, +1, "minibatches")])]),
     ]
-    return out
+    return out + (extra_claims(r) if "extras" in r else [])
+
+
+XN = {"gold_mean": "gold", "kl_mean": "KL", "length_mean": "length", "adv_var_first": "log Var(A) at iteration 1",
+      "ev": "explained variance over the run",
+      "adv_var": "log Var(A) over the run", "ev_first": "explained variance at iteration 1",
+      "first_corr": "corr(A at token 1, score)"}
+
+
+def _xcmp(ex: dict, a: str, b: str, key: str) -> dict:
+    """mean(b) - mean(a) of an extras summary with its seed noise pooled over the extras' variants."""
+    return seed_compare(ex["table"][a][key], ex["table"][b][key], ex["noise"][key])
+
+
+def _xcv(ex: dict, vkey: str, claim: str, a: str, b: str, key: str, expect: int, fmt: str = "+.3f",
+         words=("higher", "lower")) -> Verdict:
+    t = ex["table"]
+    return comparison(vkey, claim, _xcmp(ex, a, b, key), expect=expect, labels=(a, b), quantity=XN[key], fmt=fmt,
+                      values=(float(t[a][key].mean()), float(t[b][key].mean())), words=words)
+
+
+def extra_claims(r: dict) -> list[tuple[str, str, list[Verdict]]]:
+    """The --full claims: the knobs beyond the grid (:mod:`minippo.studies.knob_sweeps`) and lambda's dynamics."""
+    ex, t, f = r["extras"], r["extras"]["table"], LR_FACTOR
+    lo, hi, c_lo, c_hi = f"lr / {f:g}", f"lr x {f:g}", f"c1 / {f:g}", f"c1 x {f:g}"
+    g = lambda name, key="gold_mean": float(t[name][key].mean())                 # noqa: E731
+    esz, n_tok = ex["sizes"], g("base", "length_mean")
+    b1, b2 = (f"{m * esz['batch_size'] // GROUP} x {GROUP}" for m in (1, 2))
+    # the learning rate against c1: |gold(x f) - gold(/ f)| of each, se of a difference of two such contrasts
+    se1 = None if ex["noise"]["gold_mean"] is None else float(ex["noise"]["gold_mean"]
+                                                             * np.sqrt(4 / len(t["base"]["gold_mean"])))
+    spread = {"diff": abs(g(hi) - g(lo)) - abs(g(c_hi) - g(c_lo)), "se": se1}
+    ratio = float(np.exp(g("whitened rewards", "adv_var") - g("base", "adv_var")))
+    se_w = _xcmp(ex, "base", "whitened rewards", "adv_var")["se"]
+    ref = r["reference"]["gold_mean"]
+    S = len(t["base"]["gold_mean"])
+    se_g = float(ex["noise"]["gold_mean"] / np.sqrt(S))
+    lam = ex["lam"]
+    lam_c = {k: seed_compare(lam[k]["0.95"], lam[k][lab], lam["noise"][k]) for k, lab in (("osc", "0.9"),
+                                                                                         ("speed", "0.99"))}
+    return [
+        ("A common claim: the learning rate is the knob PPO is most sensitive to",
+         f"{esz['iterations']} iterations x {esz['batch_size']} responses, seeds {list(esz['seeds'])}: gold lr / {f:g} "
+         f"/ base / x {f:g}: {g(lo):+.2f} / {g('base'):+.2f} / {g(hi):+.2f} (KL {g(lo, 'kl_mean'):.2f} / "
+         f"{g('base', 'kl_mean'):.2f} / {g(hi, 'kl_mean'):.2f}); c1 / {f:g} / base {ex['vf_coef']:g} / x {f:g}: "
+         f"{g(c_lo):+.2f} / {g('base'):+.2f} / {g(c_hi):+.2f} (the critic's explained variance averaged over the run "
+         f"{g(c_lo, 'ev'):+.2f} / {g('base', 'ev'):+.2f} / {g(c_hi, 'ev'):+.2f}). Under AdamW a constant factor on a "
+         "separate critic's loss cancels; c1 only changes the critic's share of the global gradient-norm clip (Q12)",
+         [comparison("lr_more_sensitive_than_c1", f"The gold moves more over lr / {f:g} .. x {f:g} than over c1 / "
+                     f"{f:g} .. x {f:g}.", spread, expect=+1, labels=("c1 range", "lr range"),
+                     quantity="|gold(x 4) - gold(/ 4)|", values=(abs(g(c_hi) - g(c_lo)), abs(g(hi) - g(lo))),
+                     words=("larger", "smaller")),
+          _xcv(ex, "small_lr_learns_less", f"A learning rate {f:g}x smaller learns less in the same iterations.",
+               "base", lo, "gold_mean", -1)]),
+        ("A common claim: gamma = 1 in RLHF because a response has no time-step decay; gamma < 1 would only "
+         "shrink the score reaching the early tokens",
+         f"gamma {GAMMA:g} vs 1: gold {g(f'gamma {GAMMA:g}'):+.2f} vs {g('base'):+.2f}, length "
+         f"{g(f'gamma {GAMMA:g}', 'length_mean'):.1f} vs {n_tok:.1f} tokens; with the score at the end the first "
+         f"token's weight on it is gamma^(n-1) = {GAMMA ** (n_tok - 1):.2f} for n = {n_tok:.0f}; corr(A at token 1, "
+         f"score) {g(f'gamma {GAMMA:g}', 'first_corr'):+.2f} vs {g('base', 'first_corr'):+.2f}",
+         [_xcv(ex, "gamma_costs_gold", f"gamma = {GAMMA:g} gains less gold than gamma = 1.", "base",
+               f"gamma {GAMMA:g}", "gold_mean", -1),
+          _xcv(ex, "gamma_shortens", f"gamma = {GAMMA:g} makes the responses shorter (a discounted end score "
+               "favours reaching it sooner).", "base", f"gamma {GAMMA:g}", "length_mean", -1, "+.2f",
+               ("longer", "shorter"))]),
+        (f"A common claim: a batch of 64-128 prompts x 4-8 responses; fewer responses per prompt raise the variance",
+         f"same {esz['batch_size']} responses as {esz['batch_size']} x 1 (the base) or {b1}: gold {g('base'):+.2f} vs "
+         f"{g(b1):+.2f}; twice the prompts at {GROUP} each ({b2}, {2 * esz['batch_size']} responses, minibatches of "
+         f"batch / 4): gold {g(b2):+.2f}; CPU s per run {t['base']['cpu']:.1f} / {t[b1]['cpu']:.1f} / "
+         f"{t[b2]['cpu']:.1f}. PPO's critic is the baseline: several responses per prompt are what the critic-free "
+         "baselines need (Q61)",
+         [_xcv(ex, "group_beats_spread", f"At {esz['batch_size']} responses, {GROUP} per prompt beat 1 per prompt.",
+               "base", b1, "gold_mean", +1),
+          _xcv(ex, "more_prompts_help", f"Twice the prompts ({b2} against {b1}) give more gold.", b1, b2, "gold_mean",
+               +1)]),
+        ("A common claim: a critic that starts badly makes the advantages noisy (start it from the reward model)",
+         "raw advantages (before whitening) at iteration 1, same samples: Var "
+         f"{np.exp(g('base', 'adv_var_first')):.3f} "
+         f"with the RM-initialised critic, {np.exp(g('critic from SFT', 'adv_var_first')):.3f} with the SFT-trunk "
+         f"critic (head 0, bias at the mean score); explained variance {g('base', 'ev_first'):+.2f} vs "
+         f"{g('critic from SFT', 'ev_first'):+.2f}; over the run Var {np.exp(g('base', 'adv_var')):.3f} vs "
+         f"{np.exp(g('critic from SFT', 'adv_var')):.3f}; gold {g('base'):+.2f} vs {g('critic from SFT'):+.2f}. "
+         "The update sees whitened advantages (variance 1) either way: a bad critic shows up as noise in them, "
+         "not as scale",
+         [_xcv(ex, "bad_critic_noisier", "A critic started from the SFT trunk gives higher-variance advantages at "
+               "iteration 1 than one started from the reward model.", "base", "critic from SFT", "adv_var_first",
+               +1, "+.2f")]),
+        ("A common claim: whitening the rewards fixes reward-model drift and length cheating, with 30% less "
+         "advantage variance",
+         f"whitened rewards vs the base: raw-advantage variance over the run x{ratio:.2f} (each in its own units: "
+         f"whitening divides the per-token rewards by their std); the share of the returns' variance the critic leaves "
+         f"in them, 1 - explained variance, {1 - g('whitened rewards', 'ev'):.2f} vs {1 - g('base', 'ev'):.2f} "
+         f"(free of units); gold {g('whitened rewards'):+.2f} vs "
+         f"{g('base'):+.2f}, length {g('whitened rewards', 'length_mean'):.1f} vs {n_tok:.1f}",
+         [measurement("whitening_cuts_30pct", "Whitening the rewards cuts the advantages' variance by 30% or more.",
+                      float(np.log(ratio)), float(np.log(0.7)), "<=", "log(Var ratio)", se=se_w, fmt="+.2f",
+                      because=f"Var(A) with whitened rewards / without = {ratio:.2f} (log {np.log(ratio):+.2f} "
+                      f"+- {se_w:.2f}; 30% less is log 0.7 = {np.log(0.7):+.2f})"),
+          _xcv(ex, "whitening_shortens", "Whitening the rewards makes the responses shorter (less length cheating).",
+               "base", "whitened rewards", "length_mean", -1, "+.2f", ("longer", "shorter"))]),
+        ("A common claim: without reward shaping or a KL term in the reward 'the gradient cannot flow back' to the "
+         "tokens",
+         f"no KL term (beta 0), the score on the last token only: gold {g('score only'):+.2f} against the SFT "
+         f"policy's {ref:+.2f} (KL to the reference {g('score only', 'kl_mean'):.2f} nats; with the KL term, the "
+         f"base run: gold {g('base'):+.2f}, KL {g('base', 'kl_mean'):.2f}); corr(A at token 1, score) "
+         f"{g('score only', 'first_corr'):+.2f}: GAE carries the score back to the first token. The reward is never "
+         "differentiated: the policy gradient is grad log pi x A, A computed from the score's value; the reward "
+         "model's parameters after every run: "
+         + ("bitwise unchanged" if ex["rm_unchanged"] else "CHANGED"),
+         [measurement("score_only_learns", "With only a terminal score (no shaping, no KL) the policy still learns: "
+                      "more gold than the SFT policy.", g("score only"), ref, ">", "gold (score only)", se=se_g,
+                      fmt="+.3f"),
+          measurement("credit_reaches_token1", "The terminal score reaches the first token: its raw advantage "
+                      "correlates positively with the score.", g("score only", "first_corr"), 0.0, ">",
+                      "corr(A at token 1, score)", se=float(ex["noise"]["first_corr"] / np.sqrt(S)), fmt="+.3f"),
+          identity("rm_gets_no_gradient", "The reward model's parameters get no gradient from PPO: they are "
+                   "bitwise the same after every run.", ex["rm_unchanged"], "holds when the sha256 of the reward "
+                   "model's parameters is the same before and after the runs", {"unchanged": ex["rm_unchanged"]})]),
+        ("A common claim: lower lambda when training oscillates, raise it when training is slow",
+         f"the grid's lambda runs ({r['sizes']['iterations']} iterations, seeds {list(r['sizes']['seeds'])}), the "
+         "batch's RM score per iteration: oscillation (std of its change from one iteration to the next) "
+         "0.9 / 0.95 / 0.99: "
+         + " / ".join(f"{lam['osc'][k].mean():.3f}" for k in ("0.9", "0.95", "0.99"))
+         + f"; iterations until its 3-iteration mean reaches {lam['level']:+.2f} (half-way from {lam['start']:+.2f} "
+         f"to lambda 0.95's final {lam['end']:+.2f}; {r['sizes']['iterations'] + 1} = never): "
+         + " / ".join(f"{lam['speed'][k].mean():.1f}" for k in ("0.9", "0.95", "0.99")),
+         [comparison("lam09_oscillates_less", "lambda 0.9 oscillates less than 0.95.", lam_c["osc"], expect=-1,
+                     labels=("lambda 0.95", "lambda 0.9"), quantity="oscillation", fmt="+.3f",
+                     values=(float(lam["osc"]["0.95"].mean()), float(lam["osc"]["0.9"].mean()))),
+          comparison("lam099_faster", "lambda 0.99 reaches the level in fewer iterations than 0.95.", lam_c["speed"],
+                     expect=-1, labels=("lambda 0.95", "lambda 0.99"), quantity="iterations to the level",
+                     fmt="+.1f", values=(float(lam["speed"]["0.95"].mean()), float(lam["speed"]["0.99"].mean())),
+                     words=("more", "fewer"))]),
+    ]
 
 
 def verdicts(r: dict) -> list[Verdict]:
@@ -247,13 +419,67 @@ def main(argv=None) -> dict:
     return lesson_main(__doc__, __name__, run, narrative, plot, argv)
 
 
+def _plot_extras(fig, row, r: dict) -> None:
+    """The --full row: (f) gold against the lr and c1 factors, (g) gold of the other variants, (h) the raw
+    advantages' variance, (i) lambda's oscillation and (j) iterations to the level; one dot per seed."""
+    ex, f = r["extras"], LR_FACTOR
+    t = ex["table"]
+    axes = []
+    for ax in row:                              # the grid's rows share y; these panels each have their own
+        spec = ax.get_subplotspec()
+        ax.remove()
+        axes.append(fig.add_subplot(spec))
+    dots = lambda ax, x, vals, **kw: ax.plot(np.full(len(vals), x) + np.linspace(-0.06, 0.06, len(vals)), vals,  # noqa
+                                             "o", alpha=0.6, ms=6, **kw)
+    ax = axes[0]
+    for knob, color in (("lr", "tab:blue"), ("c1", "tab:orange")):
+        names = (f"{knob} / {f:g}", "base", f"{knob} x {f:g}")
+        for k, name in enumerate(names):
+            dots(ax, k, t[name]["gold_mean"], color=color)
+        ax.plot(range(3), [t[n]["gold_mean"].mean() for n in names], "-", color=color, lw=2, label=knob)
+    ax.set_xticks(range(3), [f"/ {f:g}", "base", f"x {f:g}"])
+    ax.set_ylabel("gold score (held-out prompts)")
+    ax.legend(fontsize=8)
+    ax.set_title("(f) learning rate and c1")
+    b = ex["sizes"]["batch_size"]
+    names = ["base", f"gamma {GAMMA:g}", f"{b // GROUP} x {GROUP}", f"{2 * b // GROUP} x {GROUP}", "critic from SFT",
+             "whitened rewards", "score only"]
+    for k, name in enumerate(names):
+        dots(axes[1], k, t[name]["gold_mean"], color="tab:blue")
+    axes[1].axhline(r["reference"]["gold_mean"], color="k", ls="--", lw=1, label="SFT policy")
+    axes[1].set_xticks(range(len(names)), [n.replace(" ", "\n", 1) for n in names], fontsize=7)
+    axes[1].legend(fontsize=8)
+    axes[1].set_title(f"(g) gold; base = {b} x 1, gamma 1")
+    names = ["base", "critic from SFT", "whitened rewards"]
+    for key, color, lab in (("adv_var_first", "tab:red", "iteration 1"), ("adv_var", "tab:purple", "run mean")):
+        for k, name in enumerate(names):
+            dots(axes[2], k, np.exp(t[name][key]), color=color, label=lab if k == 0 else None)
+    axes[2].set_yscale("log")
+    axes[2].set_xticks(range(3), ["RM critic", "SFT critic", "whitened rewards\n(own units)"])
+    axes[2].set_ylabel("Var of the raw advantages")
+    axes[2].legend(fontsize=8)
+    axes[2].set_title("(h) advantages before whitening")
+    lam, labs = ex["lam"], ("0.9", "0.95", "0.99")
+    for ax, key, ylabel, title in ((axes[3], "osc", "std of the reward's change per iteration", "(i) oscillation"),
+                                   (axes[4], "speed", "iterations to the level", "(j) speed")):
+        for k, lab in enumerate(labs):
+            dots(ax, k, lam[key][lab], color="tab:green")
+        ax.plot(range(3), [lam[key][lab].mean() for lab in labs], "-", color="tab:green", lw=2)
+        ax.set_xticks(range(3), labs)
+        ax.set_xlabel("lambda")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{title} (the grid's lambda runs)")
+
+
 def plot(r: dict, path) -> None:
     plt = pyplot()
     table = r["table"]
     rows = (("gold_mean", "gold score (held-out prompts)"), ("kl_mean", "KL to the reference (nats / response)"),
             ("policy/clipfrac_avg", "policy clip fraction (run mean)"),
             ("policy/approxkl_avg", "approx KL of the updates (run mean, log)"))
-    fig, axes = plt.subplots(len(rows), len(table), figsize=(4.0 * len(table), 14), sharey="row")
+    extra = "extras" in r                       # --full: one more row, the knobs beyond the grid
+    fig, axes = plt.subplots(len(rows) + extra, len(table), figsize=(4.0 * len(table), 14 + 3.5 * extra),
+                             sharey="row")
     for j, (axis, points) in enumerate(table.items()):
         x = np.arange(len(points))
         for i, (key, ylabel) in enumerate(rows):
@@ -279,13 +505,16 @@ def plot(r: dict, path) -> None:
                 if key in ("gold_mean", "kl_mean"):
                     ax.legend(fontsize=8, loc="best")
         axes[0, j].set_title(f"({'abcde'[j]}) {axis}")
-        axes[-1, j].set_xlabel(axis)
+        axes[len(rows) - 1, j].set_xlabel(axis)
     sz = r["sizes"]
+    if extra:
+        _plot_extras(fig, axes[-1], r)
     fig.suptitle(f"One hyperparameter at a time from the base run (shaded): {sz['iterations']} iterations x "
                  f"{sz['batch_size']} responses, lr {sz['lr']:g}, {len(sz['seeds'])} PPO seeds (dots), mean (line); "
                  "clip fraction and approx KL averaged over the run", fontsize=12)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     save(fig, path)
+
 
 
 if __name__ == "__main__":

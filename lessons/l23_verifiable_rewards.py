@@ -52,7 +52,7 @@ Exercises:
 3. Lower the teacher's ``carry_slip`` to 0.2 (a better SFT model): do more groups come out all right, and
    what does dynamic sampling then cost in samples?
 
-Questions: Q66, Q67, Q68, Q69, Q70, Q61, Q38, Q31.
+Questions: Q66, Q67, Q68, Q69, Q70, Q72, Q61, Q38, Q31.
 """
 from __future__ import annotations
 

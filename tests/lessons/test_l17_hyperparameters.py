@@ -78,3 +78,91 @@ def test_l17_verdicts_follow_the_numbers(runs, seed):
     assert V["minibatches_move_further"].outcome == all_parts((c("minibatches", "1", "4", ak), +1),
                                                               (c("minibatches", "4", "16", ak), +1))
     assert "seed 00" not in text.lower()
+
+
+# ---- the --full claims (lr and c1, gamma, prompts x responses, the critic's start, whitened rewards, the score
+# alone, lambda's dynamics), run at the quick size: lesson.run(quick=True, full=True)
+
+@pytest.fixture(scope="module")
+def full_runs():
+    return {s: lesson.run(quick=True, seed=s, full=True) for s in (0, 1)}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_l17_full_verdicts_follow_the_numbers(full_runs, seed):
+    import math
+
+    from minippo.studies.knob_sweeps import GAMMA, GROUP, LR_FACTOR
+    r = full_runs[seed]
+    ex, f = r["extras"], LR_FACTOR
+    t, noise = ex["table"], ex["noise"]
+    assert ex["sizes"]["seeds"] == (0, 1) and all(len(row["gold_mean"]) == 2 for row in t.values())
+    V = by_key(lesson.verdicts(r))
+    n_grid = len(lesson.claims({k: v for k, v in r.items() if k != "extras"}))
+    assert n_grid == 7 and len(lesson.claims(r)) == 14
+
+    def c(a, b, key="gold_mean"):
+        return compare(t[a][key], t[b][key], noise[key])
+
+    m = lambda name, key="gold_mean": t[name][key].mean()                     # noqa: E731
+    S = len(t["base"]["gold_mean"])
+    # the lr's contrast against c1's, each |mean(x f) - mean(/ f)|, se of the difference of two contrasts
+    spread = abs(m(f"lr x {f:g}") - m(f"lr / {f:g}")) - abs(m(f"c1 x {f:g}") - m(f"c1 / {f:g}"))
+    assert_comparison(V["lr_more_sensitive_than_c1"], {"diff": spread, "se": noise["gold_mean"] * math.sqrt(4 / S)},
+                      +1)
+    assert_comparison(V["small_lr_learns_less"], c("base", f"lr / {f:g}"), -1)
+    assert_comparison(V["gamma_costs_gold"], c("base", f"gamma {GAMMA:g}"), -1)
+    assert_comparison(V["gamma_shortens"], c("base", f"gamma {GAMMA:g}", "length_mean"), -1)
+    b = r["extras"]["sizes"]["batch_size"]
+    assert_comparison(V["group_beats_spread"], c("base", f"{b // GROUP} x {GROUP}"), +1)
+    assert_comparison(V["more_prompts_help"], c(f"{b // GROUP} x {GROUP}", f"{2 * b // GROUP} x {GROUP}"), +1)
+    assert_comparison(V["bad_critic_noisier"], c("base", "critic from SFT", "adv_var_first"), +1)
+    w = c("base", "whitened rewards", "adv_var")
+    assert_comparison(V["whitening_cuts_30pct"], {"diff": w["diff"] - math.log(0.7), "se": w["se"]}, -1)
+    assert_comparison(V["whitening_shortens"], c("base", "whitened rewards", "length_mean"), -1)
+    ref = r["reference"]["gold_mean"]
+    assert_comparison(V["score_only_learns"], {"diff": m("score only") - ref,
+                                               "se": noise["gold_mean"] / math.sqrt(S)}, +1)
+    assert_comparison(V["credit_reaches_token1"], {"diff": m("score only", "first_corr"),
+                                                   "se": noise["first_corr"] / math.sqrt(S)}, +1)
+    # an identity: holds on every seed (nothing differentiates the reward model)
+    assert V["rm_gets_no_gradient"].kind == "identity" and V["rm_gets_no_gradient"].outcome == HOLDS
+    # lambda's dynamics recomputed from the raw reward curves of the grid's runs
+    lam = ex["lam"]
+    curves = lam["curves"]
+    assert curves["0.95"].shape == (len(r["sizes"]["seeds"]), r["sizes"]["iterations"])
+    osc = {k: np.array([np.std(np.diff(row), ddof=1) for row in cv]) for k, cv in curves.items()}
+    for k in curves:
+        assert np.allclose(osc[k], lam["osc"][k], rtol=1e-12)
+    start = np.mean([cv[:, 0].mean() for cv in curves.values()])
+    last = max(1, curves["0.95"].shape[1] // 4)
+    level = start + 0.5 * (curves["0.95"][:, -last:].mean() - start)
+    assert np.isclose(level, lam["level"], rtol=1e-12)
+
+    def first_hit(row):                                     # 1-based iteration at the end of the 3-iteration window
+        for i in range(2, len(row)):
+            if row[i - 2:i + 1].mean() >= level:
+                return i + 1
+        return len(row) + 1
+    for k, cv in curves.items():
+        assert np.array_equal([first_hit(row) for row in cv], lam["speed"][k])
+    from minippo.studies.sweep_stats import pooled_seed_std
+    assert_comparison(V["lam09_oscillates_less"], compare(osc["0.95"], osc["0.9"],
+                                                          pooled_seed_std(list(osc.values()))[0]), -1)
+    sp = lam["speed"]
+    assert_comparison(V["lam099_faster"], compare(sp["0.95"], sp["0.99"], pooled_seed_std(list(sp.values()))[0]), -1)
+    text = lesson.narrative(r)
+    for v in lesson.verdicts(r):
+        assert v.render("    ") in text, v.key
+    assert "bitwise unchanged" in text
+
+
+def test_l17_default_output_has_no_full_claims(runs):
+    assert "extras" not in runs[0] and len(lesson.claims(runs[0])) == 7
+    assert "lr / 4" not in runs["printed"] and "score only" not in runs["printed"]
+
+
+def test_l17_full_figure_has_the_extras_row(full_runs, tmp_path):
+    path = tmp_path / "l17_full.png"
+    lesson.plot(full_runs[0], path)
+    assert path.stat().st_size > 50_000
