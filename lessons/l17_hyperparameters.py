@@ -447,7 +447,8 @@ def _plot_extras(fig, row, r: dict) -> None:
     for k, name in enumerate(names):
         dots(axes[1], k, t[name]["gold_mean"], color="tab:blue")
     axes[1].axhline(r["reference"]["gold_mean"], color="k", ls="--", lw=1, label="SFT policy")
-    axes[1].set_xticks(range(len(names)), [n.replace(" ", "\n", 1) for n in names], fontsize=7)
+    axes[1].set_xticks(range(len(names)), [n.replace(" ", "\n", 1) for n in names], fontsize=7,
+                       rotation=35, ha="right")
     axes[1].legend(fontsize=8)
     axes[1].set_title(f"(g) gold; base = {b} x 1, gamma 1")
     names = ["base", "critic from SFT", "whitened rewards"]
