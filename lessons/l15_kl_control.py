@@ -99,7 +99,7 @@ KL_OLD_ARMS = {                           # D, E: what happens when it does, on 
 
 
 def sizes(quick: bool, full: bool) -> dict:
-    """Run lengths: quick (smoke test), default (< 60 s) or full (the committed figure)."""
+    """Run lengths: quick (smoke test), default (classroom size), full (the committed figure)."""
     if quick:
         return dict(iterations=4, batch_size=16, minibatch_size=8, seeds=(0, 1), side_seeds=(0,), n_probe=32)
     if full:
@@ -350,6 +350,14 @@ def kl_old_arms(r: dict) -> dict:
     """Part E, per arm (beta 0, beta 1, early stop, adapt lr): :func:`minippo.studies.kl_control.update_kl_arms`."""
     return update_kl_arms({"no penalty": r["runs"]["no penalty"], "fixed beta 1": r["runs"]["fixed beta 1"],
                            "early stop": r["early_runs"], "adapt lr": r["adapt_runs"]}, TARGET_KL)
+
+
+def derived(r: dict) -> dict:
+    """What the narrative prints and docs/questions.md quotes that run() keeps per seed or per iteration: part
+    A's summary per control, part E's per arm, and each estimator's per-response bias +- se in part B."""
+    return {"summary": summary(r), "arms": kl_old_arms(r),
+            "estimator_bias": {name: {k: _estimator_bias(e["compare"][k], e["n_responses"])
+                                      for k in ("k1", "k2", "k3")} for name, e in r["estimators"].items()}}
 
 
 def _narrative_kl_old(r: dict) -> list[str]:

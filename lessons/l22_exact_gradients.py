@@ -101,7 +101,7 @@ RATIO_ROWS = (("token ratio", 1e9, None, "token ratio, no clip"),
 
 
 def sizes(quick: bool) -> dict:
-    """Monte Carlo batches and run lengths: quick (smoke test) or default (< 1 minute on 2 cores)."""
+    """Monte Carlo batches and run lengths: quick (smoke test) or default (the lesson's)."""
     if quick:
         return dict(batches=40, direction_batches=40, train_seeds=2, train_iterations=10, clip_seeds=3,
                     clip_iterations=6)
@@ -319,6 +319,15 @@ def verdicts(r) -> list[Verdict]:
 
 def _fmt(x) -> str:
     return "   n/a" if x is None else f"{x:6.3f}"
+
+
+def derived(r: dict) -> dict:
+    """What the verdicts print and the README quotes that run() does not return as a scalar: how many times
+    more tokens GSPO's band clips than PPO's token band in (d)."""
+    rows = r["d"]["rows"]
+    ppo = rows["token ratio, band 0.2 (PPO)"]["clipfrac"]
+    return {"gspo_over_ppo_clipfrac": rows["sequence ratio, band 3e-4/4e-4 (GSPO)"]["clipfrac"] / ppo
+            if ppo > 0 else float("inf")}
 
 
 def narrative(r: dict) -> str:

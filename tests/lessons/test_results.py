@@ -37,6 +37,7 @@ def test_every_results_file_is_fresh_and_belongs_to_a_target():
 def test_every_quoted_target_has_a_fresh_results_file():
     targets = quoted_targets()
     assert {"l01", "l08", "main"} <= set(targets), targets
+    assert {d for d, _ in marked_docs()} >= {"README.md", "questions.md"}
     problems = [msg for t in targets if (msg := res.staleness(t))]
     assert not problems, "\n".join(problems)
 
@@ -62,19 +63,34 @@ def test_every_marked_span_is_what_the_generator_writes():
 
 # ---------------------------------------------------------------- the check fails on an edited number
 
-def test_an_edited_number_fails_and_is_named(tmp_path):
-    bank = tmp_path / "questions.md"
-    shutil.copy(res.REPO_ROOT / "docs" / "questions.md", bank)
+def marked_docs() -> list[tuple[str, str]]:
+    """``(doc, target)`` for every results file a doc quotes a number from, outside code blocks."""
+    out = set()
+    for path in qt.doc_files():
+        for m in qt.SPAN.finditer(path.read_text(encoding="utf-8")):
+            if any(c.isdigit() for c in m["text"]):
+                out.add((path.name, m["spec"].split(":", 1)[0]))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("doc,target", marked_docs())
+def test_an_edited_number_fails_and_is_named(tmp_path, doc, target):
+    """For every doc and every lesson it quotes: one digit of the first number quoted from that lesson, edited,
+    is found, named by file and line, and put back by the generator."""
+    source = next(p for p in qt.doc_files() if p.name == doc)
+    bank = tmp_path / doc
+    shutil.copy(source, bank)
     assert qt.quote([bank], write=False) == ([], [])                   # the copy agrees
     text = bank.read_text(encoding="utf-8")
-    m = next(m for m in qt.SPAN.finditer(text) if m["spec"].startswith("l02:") and any(c.isdigit() for c in m["text"]))
+    m = next(m for m in qt.SPAN.finditer(text) if m["spec"].startswith(f"{target}:")
+             and any(c.isdigit() for c in m["text"]))
     i = m.start("text") + next(k for k, c in enumerate(m["text"]) if c.isdigit())
     edited = text[:i] + str((int(text[i]) + 1) % 10) + text[i + 1:]  # one digit of one quoted number
     bank.write_text(edited, encoding="utf-8")
     changes, problems = qt.quote([bank], write=False)
     line = text.count("\n", 0, m.start()) + 1
     assert problems == [] and len(changes) == 1, changes
-    assert changes[0].startswith(f"questions.md:{line}: ") and repr(m["text"]) in changes[0], changes[0]
+    assert changes[0].startswith(f"{doc}:{line}: ") and repr(m["text"]) in changes[0], changes[0]
     assert bank.read_text(encoding="utf-8") == edited                  # --check writes nothing
     changes, _ = qt.quote([bank])                                      # the generator puts it back
     assert bank.read_text(encoding="utf-8") == text and len(changes) == 1
