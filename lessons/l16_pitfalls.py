@@ -289,7 +289,11 @@ def derived(r: dict) -> dict:
     names = list(r["length"])
     length = {str(i): {"name": k, "length_mean": float(seed_values(r["length"][k], "length_mean").mean()),
                        **mean_terms(r["length"][k])} for i, k in enumerate(names)}
-    return {"summary": summary(r), "clamp": clamp_summary(r), "length_variants": length,
+    s, q = summary(r), clamp_summary(r)["variants"]
+    return {"summary": s, "clamp": clamp_summary(r), "length_variants": length,
+            "critic_mean": {name: {"gold": float(np.mean(x["gold"]))} for name, x in s.items()},
+            "clamp_mean": {name: {"err_end": float(np.mean(x["err_end"])), "gold": float(np.mean(x["gold"]))}
+                           for name, x in q.items()},
             "sft_long": {"length_mean": float(r["ref_long"]["length_mean"]), **r["ref_long"]["terms"]}}
 
 

@@ -321,15 +321,6 @@ def _fmt(x) -> str:
     return "   n/a" if x is None else f"{x:6.3f}"
 
 
-def derived(r: dict) -> dict:
-    """What the verdicts print and the README quotes that run() does not return as a scalar: how many times
-    more tokens GSPO's band clips than PPO's token band in (d)."""
-    rows = r["d"]["rows"]
-    ppo = rows["token ratio, band 0.2 (PPO)"]["clipfrac"]
-    return {"gspo_over_ppo_clipfrac": rows["sequence ratio, band 3e-4/4e-4 (GSPO)"]["clipfrac"] / ppo
-            if ppo > 0 else float("inf")}
-
-
 def narrative(r: dict) -> str:
     sz = r["sizes"]
     out = [f"A sequence space of {r['N']} responses (V = {V}, up to L = {L} tokens), a table of {r['S']} states x {V} "

@@ -216,14 +216,24 @@ def test_the_marker_grammar():
 # ---------------------------------------------------------------- what a results file holds
 
 def test_flatten_keeps_scalars_under_dotted_keys_and_names_what_it_leaves_out():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Config:
+        iterations: int = 10
+        betas: tuple = (0.9, 0.95)
+
     r = {"a": {0.95: 1.5, 1.0: np.float32(2.0), "n": np.int64(3)}, "rows": [{"x": 1}, {"x": 2}],
-         "curve": np.zeros(5), "zero_d": np.array(4.0), "long": list(range(100)), "none": None, "flag": True,
-         "pair": (0.1, 0.2), "obj": object()}
+         "curve": np.zeros(MAX := res.MAX_LIST + 1), "table": np.zeros((2, 2)), "seeds": np.array([0.5, 0.25]),
+         "zero_d": np.array(4.0), "long": list(range(100)), "none": None, "flag": True,
+         "pair": (0.1, 0.2), "obj": object(), "config": Config(), "config_class": Config}
     values, left = res.flatten(r)
-    assert values == {"a.0.95": 1.5, "a.1": 2.0, "a.n": 3, "rows.0.x": 1, "rows.1.x": 2, "zero_d": 4.0,
-                      "none": None, "flag": True, "pair.0": 0.1, "pair.1": 0.2}
-    assert type(values["a.n"]) is int and type(values["a.1"]) is float
-    assert left == {"curve": "array (5,)", "long": "list of 100", "obj": "object"}
+    assert values == {"a.0.95": 1.5, "a.1": 2.0, "a.n": 3, "rows.0.x": 1, "rows.1.x": 2, "seeds.0": 0.5,
+                      "seeds.1": 0.25, "zero_d": 4.0, "none": None, "flag": True, "pair.0": 0.1, "pair.1": 0.2,
+                      "config.iterations": 10, "config.betas.0": 0.9, "config.betas.1": 0.95}
+    assert type(values["a.n"]) is int and type(values["a.1"]) is float and type(values["seeds.0"]) is float
+    assert left == {"curve": f"array ({MAX},)", "table": "array (2, 2)", "long": "list of 100", "obj": "object",
+                    "config_class": "type"}
     with pytest.raises(res.ResultsError, match="appears twice"):
         res.flatten({"a.b": 1, "a": {"b": 2}})
 
@@ -340,6 +350,18 @@ def test_the_rerun_check_fails_when_a_quoted_value_moved(monkeypatch):
     assert "l08:summary.kl_old_target = 0.005.updates" in msg and "python -m lessons results 8" in msg
     monkeypatch.setattr(res, "run_target", lambda target, seed: dict(fake, values=committed["values"]))
     check_rerun("l08")                                                   # the committed values pass
+
+
+def test_each_verdicts_outcome_and_numbers_become_quotable_keys():
+    values, left = {"gold": 0.5}, {}
+    res.add_verdict_values(values, left, [{"key": "whiten", "outcome": "not shown at this size",
+                                           "numbers": {"diff": 0.2, "se": 0.09, "cases": [3, 4]}},
+                                          {"key": "lr0", "outcome": "holds", "numbers": {}}])
+    assert values == {"gold": 0.5, "verdict.whiten.outcome": "not shown at this size", "verdict.whiten.diff": 0.2,
+                      "verdict.whiten.se": 0.09, "verdict.whiten.cases.0": 3, "verdict.whiten.cases.1": 4,
+                      "verdict.lr0.outcome": "holds"} and left == {}
+    with pytest.raises(res.ResultsError, match="repeat keys of run"):
+        res.add_verdict_values({"verdict.lr0.outcome": "x"}, {}, [{"key": "lr0", "outcome": "holds", "numbers": {}}])
 
 
 def test_verdicts_are_stored_as_json_whatever_their_type():
