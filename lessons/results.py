@@ -15,9 +15,9 @@ One file per lesson, ``docs/results/lNN_<slug>.json``, and one for the main job,
 - ``values``: every scalar leaf of the reference run's ``run()`` dict, flattened to dotted keys
   (``summary.defaults.steps_to_475``; a list's items by index, float dict keys written as ``0.95``, a
   dataclass's fields by name: ``config.iterations``, a numeric vector of at most :data:`MAX_LIST` items (one
-  number per seed) like a list), plus
-  what the lesson's optional ``derived(results) -> dict`` adds (numbers it prints that ``run()`` does not
-  return as scalars), plus each verdict's outcome and numbers (``verdict.<key>.outcome``,
+  number per seed) like a list; per-iteration ``records`` left out: :data:`RECORDS`), plus what the lesson's
+  optional ``derived(results) -> dict`` adds (numbers it prints that ``run()`` does not return as scalars),
+  plus each verdict's outcome and numbers (``verdict.<key>.outcome``,
   ``verdict.<key>.<number>``: :func:`add_verdict_values`). Arrays and lists longer than :data:`MAX_LIST` are left
   out and named in ``left_out``;
 - ``cpu_dependent``: the target's numbers depend on the CPU (:data:`CPU_DEPENDENT`: float32 training,
@@ -80,6 +80,7 @@ DEFAULT_KERNELS = ("default", "Haswell", "Sandybridge")
 DEFAULT_SEEDS = (0, 1)
 MAX_LIST = 16               # longer lists and vectors are left out, like other arrays
 MAX_STR = 200
+RECORDS = ("records",)      # keys of per-iteration training logs, left out (a lesson quotes their summaries)
 REL_TOL, ABS_TOL = 1e-9, 1e-12   # float64 results of differently ordered sums (BLAS kernels) agree to this
 MEASURED = re.compile(r"(?:^|[._/])(?:time|timing|times|wall|cpu|seconds|rss)(?=$|[._/])|_s$|_mb$")
 
@@ -203,6 +204,9 @@ def flatten(obj, prefix: str = "", values: dict | None = None, left_out: dict | 
                                 f"list of {len(obj)}" if isinstance(obj, (list, tuple)) else type(obj).__name__)
         return values, left_out
     for k, v in items:
+        if k in RECORDS:                            # per-iteration training logs: thousands of numbers, quote summaries
+            left_out[f"{prefix}.{k}" if prefix else k] = "per-iteration records"
+            continue
         if "-->" in k or "\n" in k or k != k.strip():
             raise ResultsError(f"the key {k!r} under {prefix!r} cannot be quoted (no '-->', newline or edge spaces)")
         flatten(v, f"{prefix}.{k}" if prefix else k, values, left_out)

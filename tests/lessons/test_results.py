@@ -241,14 +241,15 @@ def test_flatten_keeps_scalars_under_dotted_keys_and_names_what_it_leaves_out():
     r = {"a": {0.95: 1.5, 1.0: np.float32(2.0), "n": np.int64(3)}, "rows": [{"x": 1}, {"x": 2}],
          "curve": np.zeros(MAX := res.MAX_LIST + 1), "table": np.zeros((2, 2)), "seeds": np.array([0.5, 0.25]),
          "zero_d": np.array(4.0), "long": list(range(100)), "none": None, "flag": True,
-         "pair": (0.1, 0.2), "obj": object(), "config": Config(), "config_class": Config}
+         "pair": (0.1, 0.2), "obj": object(), "config": Config(), "config_class": Config,
+         "run": {"records": [{"loss": 1.0}], "final": 0.5}}
     values, left = res.flatten(r)
     assert values == {"a.0.95": 1.5, "a.1": 2.0, "a.n": 3, "rows.0.x": 1, "rows.1.x": 2, "seeds.0": 0.5,
                       "seeds.1": 0.25, "zero_d": 4.0, "none": None, "flag": True, "pair.0": 0.1, "pair.1": 0.2,
-                      "config.iterations": 10, "config.betas.0": 0.9, "config.betas.1": 0.95}
+                      "config.iterations": 10, "config.betas.0": 0.9, "config.betas.1": 0.95, "run.final": 0.5}
     assert type(values["a.n"]) is int and type(values["a.1"]) is float and type(values["seeds.0"]) is float
     assert left == {"curve": f"array ({MAX},)", "table": "array (2, 2)", "long": "list of 100", "obj": "object",
-                    "config_class": "type"}
+                    "config_class": "type", "run.records": "per-iteration records"}
     with pytest.raises(res.ResultsError, match="appears twice"):
         res.flatten({"a.b": 1, "a": {"b": 2}})
 
