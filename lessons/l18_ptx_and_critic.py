@@ -151,15 +151,16 @@ def _per_kl(v: dict) -> str:
 
 def derived(r: dict) -> dict:
     """What the narrative prints and docs/questions.md quotes that run() keeps per seed: each PPO-ptx
-    coefficient's and each critic's mean over the seeds, and the value loss's share of the trunk's gradient
-    without stop-gradient."""
+    coefficient's and each critic's mean over the seeds, the value loss's share of the trunk's gradient
+    without stop-gradient, and LLaMA-7B's memory per critic arrangement in GB."""
     def means(v: dict) -> dict:
         return {k: float(np.mean(v[k])) for k in ("gold", "kl", "lm_loss", "tax", "ev", "value_loss") if k in v}
 
     nosg = r["critics"]["shared, no stop-gradient"]
     return {"ptx_mean": {f"{k:g}": means(v) for k, v in r["ptx"].items()},
             "critic_mean": {name: means(v) for name, v in r["critics"].items()},
-            "no_stop_gradient_share": float(np.mean([x["share"] for x in nosg["split"]]))}
+            "no_stop_gradient_share": float(np.mean([x["share"] for x in nosg["split"]])),
+            "memory_7b_gb": {k: m["7b_total"] / GB for k, m in r["memory"].items()}}
 
 
 def narrative(r: dict) -> str:
