@@ -7,9 +7,9 @@ elsewhere): a student's run never modifies the repository.
 ``python -m lessons all`` is the maintainer's command: it regenerates every committed figure in
 ``figures/``, each lesson at the size that produced its committed figure (``--full`` for the RLHF
 studies 13 and 15-21, which say so in their docstrings; lessons without a larger version ignore the
-flag). It takes about an hour of CPU on 2 cores. ``python -m lessons 13 --figures`` does the same for
-one lesson. ``--quick`` runs the seconds-long versions instead (figures go to a temporary folder);
-``--default`` the classroom sizes (each under a minute; figures to ``runs/figures/``).
+flag). ``python -m lessons 13 --figures`` does the same for one lesson. ``--quick`` runs the seconds-long versions instead (figures go to a temporary folder);
+``--default`` the classroom sizes (figures to ``runs/figures/``; each one's CPU seconds, beside the matmul
+GFLOP/s of the machine that measured them: README, "How long each lesson takes").
 
 ``python -m lessons verdicts --seeds 0 1 [--quick]`` prints every lesson's verdicts as one table (claim, class,
 rule, outcome per seed; ``lessons/verdict_table.py``).
@@ -36,19 +36,18 @@ from lessons import notebooks, verdict_table
 from lessons._common import RUN_FIGURES_DIR, interrupted
 from minippo.cli import Parser
 from minippo.flags import integer
-from minippo.rlhf.run.pipeline import BUILD_SECONDS
 
 USAGE = f"""
 Run one lesson (default size, figure in {RUN_FIGURES_DIR}, git-ignored):
   python -m lessons 4                        # or: python -m lessons.l04_clip_objective
   python -m lessons 4 --quick                # the seconds-long version (figure in your own temporary folder)
   python -m lessons.l04_clip_objective --out DIR   # the figure in DIR
-Every default run takes under a minute on 2 cores, except the first RLHF lesson (09, 11, 13-21, 24) you run: it
-first builds the SFT policy and reward model they share into runs/cache/ (about {BUILD_SECONDS[False]} s more, once;
-it says so before it starts), unless `minippo rlhf` (default config, seed 0, into runs/) already made them: then
+Each default run's CPU seconds: README, "How long each lesson takes". The first RLHF lesson (09, 11, 13-21, 24)
+you run first builds the SFT policy and reward model they share into runs/cache/ (once; it says so before it
+starts), unless `minippo rlhf` (default config, seed 0, into runs/) already made them: then
 they are copied from that run.
 Every verdict the lessons print, as one table: python -m lessons verdicts --seeds 0 1 --quick
-Maintainers: python -m lessons all  (regenerates the committed figures/, about an hour)."""
+Maintainers: python -m lessons all  (regenerates the committed figures/: the --full sizes)."""
 
 
 def discover() -> list[str]:

@@ -128,6 +128,14 @@ def run(quick: bool = False, seed: int = 0) -> dict:
             "missing_eos_penalty": cfg.missing_eos_penalty, "old_vs_ref": old_vs_ref}
 
 
+def derived(r: dict) -> dict:
+    """What the narrative prints and docs/questions.md quotes that run() keeps inside arrays: the row's padding
+    columns, its return and reward-to-go at the first token, and its three printed transitions as text."""
+    ret, rew = r["arrays"]["returns"], r["arrays"]["rewards"]
+    return {"n_padding": r["Tn"] - r["n_tokens"], "return_at_first": float(ret[0]),
+            "reward_to_go_at_first": float(rew[:r["n_tokens"]].sum())}
+
+
 def narrative(r: dict) -> str:
     L = ["Text generation as an MDP: state = prompt + tokens so far, action = next token, transition = append it, "
          "reward = the score at the end (plus -beta * kl_t per token)."]

@@ -55,7 +55,8 @@ from minippo.rlhf.generate import generate_text, show_sample
 from minippo.rlhf.data.gold import gold_breakdown, gold_scores
 from minippo.rlhf.sft import SFTConfig, init_model, sample_and_judge, train_sft
 
-# the lesson's SFT: the pipeline's model (`minippo sft`) with 1000 steps instead of 1500, ~20 s on one core
+# the lesson's SFT: the pipeline's model (`minippo sft`) with 1000 steps instead of 1500 (its CPU seconds,
+# beside the machine's matmul GFLOP/s: README, "How long each lesson takes")
 LESSON_SFT = SFTConfig(steps=1000, eval_interval=25, ckpt_interval=1000, n_samples=128)
 QUICK_SFT = SFTConfig(corpus_size=1200, heldout_frac=0.1, vocab_size=160, n_layer=1, n_head=2, n_embd=32,
                       batch_size=16, steps=60, lr=5e-3, warmup_steps=5, eval_interval=10, ckpt_interval=60,

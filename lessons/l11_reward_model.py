@@ -143,6 +143,14 @@ def verdicts(r: dict) -> list[Verdict]:
     ]
 
 
+def derived(r: dict) -> dict:
+    """What the narrative prints and docs/questions.md quotes that run() keeps inside arrays or its config:
+    the fresh samples' scores before (raw) and after normalisation, and the responses sampled per prompt."""
+    return {"responses_per_prompt": r["config"].responses_per_prompt,
+            "fresh_raw_mean": float(r["fresh_raw"].mean()), "fresh_raw_std": float(r["fresh_raw"].std()),
+            "fresh_score_mean": float(r["fresh_score"].mean()), "fresh_score_std": float(r["fresh_score"].std())}
+
+
 def narrative(r: dict) -> str:
     L = []
     c = r["config"]

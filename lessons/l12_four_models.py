@@ -270,6 +270,20 @@ def controller_cost(r: dict) -> dict:
             "ref_forward_s": ref_s, "step_s": step_s, "negligible": max(update_s.values()) < 1e-3 * step_s}
 
 
+def derived(r: dict) -> dict:
+    """What the narrative prints and docs/questions.md quotes in other units than run() keeps them: LLaMA-7B's
+    memory per model (separate critic, no checkpointing) and resident state in GB, the (B, T, V) pitfalls in
+    GB, and Q34's controller costs (us, ms, the share of the step in percent)."""
+    sep = r["seven"][("separate", False)]
+    q = controller_cost(r)
+    return {"num_minibatches": r["ppo"].num_minibatches, "seven_gb": {x.name: x.total / GB for x in sep},
+            "seven_static_gb": static_bytes(sep) / GB,
+            "pitfall_gb": {k: v / GB for k, v in r["pitfall"].items()},
+            "timing": {"controller_update_us": {k: v * 1e6 for k, v in q["update_s"].items()},
+                       "reference_forward_ms": q["ref_forward_s"] * 1e3, "step_s": q["step_s"],
+                       "controller_share_of_step_pct": 100 * max(q["update_s"].values()) / q["step_s"]}}
+
+
 def controller_lines(r: dict) -> list[str]:
     """The narrative of Q34: what an adaptive KL coefficient costs, counted and timed."""
     ctl, q = r["controllers"], controller_cost(r)

@@ -87,7 +87,8 @@ def eps_key(task: str, eps: float) -> str:
 
 
 def sizes(quick: bool, full: bool) -> dict:
-    """Run lengths: quick (smoke test), default (< 60 s) or full (the committed figure); ``eps``: part 5's sweep."""
+    """Run lengths: quick (smoke test), default (classroom size), full (the committed figure);
+    ``eps``: part 5's sweep."""
     if quick:
         return dict(iterations=4, batch_size=16, minibatch_size=8, seeds=(0, 1),
                     eps=dict(iterations=2, batch_size=16, minibatch_size=8, seeds=(0, 1)))
@@ -215,6 +216,12 @@ def eps_table(r: dict) -> dict:
 def eps_verdict(r: dict) -> dict:
     """Part 5's comparisons (:func:`minippo.studies.eps_by_task.eps_verdict`)."""
     return _eps_verdict(eps_table(r), TASKS, EPS)
+
+
+def derived(r: dict) -> dict:
+    """What the narrative prints and docs/questions.md quotes that run() keeps per seed or per iteration: the
+    summary per shaping (and the ratio statistics), part 5's table and its comparisons."""
+    return {"summary": summary(r), "eps": eps_table(r), "eps_compare": eps_verdict(r)}
 
 
 def _narrative_eps(r: dict) -> list[str]:

@@ -225,6 +225,16 @@ def ablation_verdicts(r: dict) -> dict:
     return out
 
 
+def derived(r: dict) -> dict:
+    """What the narrative prints and docs/questions.md quotes that run() keeps per seed or inside arrays: part
+    3's table (each variant's mean over the seeds), its seed noise and its comparisons (difference +- se), and
+    the minibatches per epoch of the config."""
+    q = ablation_table(r)
+    return {"num_minibatches": r["config"].num_minibatches,
+            "ablation": {name: {k: float(np.mean(x)) for k, x in row.items()} for name, row in q["table"].items()},
+            "ablation_noise": q["noise"], "ablation_compare": ablation_verdicts(r)}
+
+
 def _narrative_ablations(r: dict) -> list[str]:
     """Part 3: advantage whitening (Q22) and gradient clipping (Q23), each off, against the seed noise."""
     q, v, az = ablation_table(r), ablation_verdicts(r), r["ablation_sizes"]

@@ -99,7 +99,7 @@ KL_OLD_ARMS = {                           # D, E: what happens when it does, on 
 
 
 def sizes(quick: bool, full: bool) -> dict:
-    """Run lengths: quick (smoke test), default (< 60 s) or full (the committed figure)."""
+    """Run lengths: quick (smoke test), default (classroom size), full (the committed figure)."""
     if quick:
         return dict(iterations=4, batch_size=16, minibatch_size=8, seeds=(0, 1), side_seeds=(0,), n_probe=32)
     if full:
@@ -350,6 +350,28 @@ def kl_old_arms(r: dict) -> dict:
     """Part E, per arm (beta 0, beta 1, early stop, adapt lr): :func:`minippo.studies.kl_control.update_kl_arms`."""
     return update_kl_arms({"no penalty": r["runs"]["no penalty"], "fixed beta 1": r["runs"]["fixed beta 1"],
                            "early stop": r["early_runs"], "adapt lr": r["adapt_runs"]}, TARGET_KL)
+
+
+def derived(r: dict) -> dict:
+    """What the narrative prints and docs/questions.md quotes that run() keeps per seed or per iteration: part
+    A's summary per control, part D's early stops, part E's table per arm, and each estimator's per-response
+    bias +- se in part B."""
+    a, early = kl_old_arms(r), r["early_runs"]
+    stops = [rec["early_stop_epoch"] for recs in early["records"] for rec in recs]
+    fired = [e for e in stops if e is not None]
+    upd_none = _curve(r["runs"]["no penalty"], "probe/update_kl", len(early["records"]))
+    upd_early = _curve(early, "probe/update_kl")
+    return {"summary": summary(r), "arms": a,
+            "arm_table": {name: {"update_kl_geomean": float(10 ** x["after"].mean()), "lr_end": float(x["lr"][:, -1].mean()),
+                                 "lr_max": float(x["lr_max"].max()), "gold": float(x["gold"].mean()),
+                                 "kl_ref": float(x["kl_ref"].mean())} for name, x in a.items()},
+            "early_stop": {"fired": len(fired), "updates": len(stops),
+                           "by_epoch": {str(ep): fired.count(ep) for ep in sorted(set(fired))},
+                           "update_kl_first": {"without": float(upd_none[:, 0].mean()), "with": float(upd_early[:, 0].mean())},
+                           "update_kl_later": {"without": float(upd_none[:, 1:].mean()),
+                                               "with": float(upd_early[:, 1:].mean())}},
+            "estimator_bias": {name: {k: _estimator_bias(e["compare"][k], e["n_responses"])
+                                      for k in ("k1", "k2", "k3")} for name, e in r["estimators"].items()}}
 
 
 def _narrative_kl_old(r: dict) -> list[str]:

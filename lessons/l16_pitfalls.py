@@ -105,7 +105,7 @@ TEMPS = (0.5, 0.6, 0.7, 0.85, 1.0, 1.15, 1.3, 1.5, 2.0)
 
 
 def sizes(quick: bool, full: bool) -> dict:
-    """Run lengths: quick (smoke test), default (< 60 s) or full (the committed figure)."""
+    """Run lengths: quick (smoke test), default (classroom size), full (the committed figure)."""
     if quick:
         return dict(iterations=3, batch_size=16, minibatch_size=8, seeds=(0, 1), long_iterations=4, long_seeds=(0,))
     if full:
@@ -280,6 +280,21 @@ def critic_noise(s: dict, key: str) -> float | None:
     critics; None with one seed."""
     groups = [x[key] for x in s.values()]
     return pooled_seed_std(groups)[0] if min(len(g) for g in groups) > 1 else None
+
+
+def derived(r: dict) -> dict:
+    """What the narrative prints and docs/questions.md quotes that run() keeps per seed or per iteration: part
+    A's critic summary, Q47's clamp summary, and part B's length variants (by position: their names hold the
+    fitted penalty) with their mean length, gold and sentiment over the seeds."""
+    names = list(r["length"])
+    length = {str(i): {"name": k, "length_mean": float(seed_values(r["length"][k], "length_mean").mean()),
+                       **mean_terms(r["length"][k])} for i, k in enumerate(names)}
+    s, q = summary(r), clamp_summary(r)["variants"]
+    return {"summary": s, "clamp": clamp_summary(r), "length_variants": length,
+            "critic_mean": {name: {"gold": float(np.mean(x["gold"]))} for name, x in s.items()},
+            "clamp_mean": {name: {"err_end": float(np.mean(x["err_end"])), "gold": float(np.mean(x["gold"]))}
+                           for name, x in q.items()},
+            "sft_long": {"length_mean": float(r["ref_long"]["length_mean"]), **r["ref_long"]["terms"]}}
 
 
 def narrative(r: dict) -> str:

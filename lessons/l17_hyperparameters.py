@@ -79,7 +79,7 @@ def axes_of(batch_size: int) -> dict:
 
 
 def sizes(quick: bool, full: bool) -> dict:
-    """Run lengths: quick (smoke test), default (< 60 s) or full (the committed figure)."""
+    """Run lengths: quick (smoke test), default (classroom size), full (the committed figure)."""
     if quick:      # quick + full (the tests of the --full claims): 4 iterations, enough for a reward curve
         return dict(iterations=4 if full else 2, batch_size=16, minibatch_size=4, lr=5e-4, seeds=(0, 1))
     if full:

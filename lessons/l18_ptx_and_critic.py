@@ -29,7 +29,7 @@ The critic arrangements (`PPOConfig.critic`; `minippo.rlhf.critic`):
 * shared, no stop-gradient: the value loss also flows into the actor's trunk (weighted by $c_1$ = vf_coef).
 
 The figure (the committed one comes from --full: 60 iterations x 64 responses, 3 PPO seeds, PPO-ptx
-coefficients 0, 0.1, 0.3, 1, 3 and a KL-matched control; the default, < 60 s, runs 16 iterations x 32
+coefficients 0, 0.1, 0.3, 1, 3 and a KL-matched control; the default runs 16 iterations x 32
 responses, 2 seeds, coefficients 0, 0.3, 1): (a) the alignment tax and (b) the gold score of fresh samples
 against ptx_coef, one dot per seed; (c) the tax and (d) the gold score against the KL to the reference,
 every run of the lesson (runs without PPO-ptx in grey: they show what KL alone buys); (e) explained variance
@@ -70,7 +70,7 @@ BIG_B, BIG_T = 4, 2048                 # the 7B extrapolation's batch (lesson 12
 
 
 def sizes(quick: bool, full: bool) -> dict:
-    """Run lengths: quick (smoke test), default (< 60 s) or full (the committed figure)."""
+    """Run lengths: quick (smoke test), default (classroom size), full (the committed figure)."""
     if quick:
         return dict(iterations=4, batch_size=16, minibatch_size=8, seeds=(0, 1), ptx=(0.0, 1.0))
     if full:
@@ -147,6 +147,20 @@ def _per_kl(v: dict) -> str:
     """Tax per nat of KL (blank when the run hardly moved: the ratio is then noise)."""
     kl = np.mean(v["kl"])
     return f"{np.mean(v['tax']) / kl:.4f}" if kl > 0.1 else "-"
+
+
+def derived(r: dict) -> dict:
+    """What the narrative prints and docs/questions.md quotes that run() keeps per seed: each PPO-ptx
+    coefficient's and each critic's mean over the seeds, the value loss's share of the trunk's gradient
+    without stop-gradient, and LLaMA-7B's memory per critic arrangement in GB."""
+    def means(v: dict) -> dict:
+        return {k: float(np.mean(v[k])) for k in ("gold", "kl", "lm_loss", "tax", "ev", "value_loss") if k in v}
+
+    nosg = r["critics"]["shared, no stop-gradient"]
+    return {"ptx_mean": {f"{k:g}": means(v) for k, v in r["ptx"].items()},
+            "critic_mean": {name: means(v) for name, v in r["critics"].items()},
+            "no_stop_gradient_share": float(np.mean([x["share"] for x in nosg["split"]])),
+            "memory_7b_gb": {k: m["7b_total"] / GB for k, m in r["memory"].items()}}
 
 
 def narrative(r: dict) -> str:

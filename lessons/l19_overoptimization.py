@@ -215,6 +215,24 @@ def narrative(r: dict) -> str:
     return "\n".join(lines)
 
 
+def derived(r: dict) -> dict:
+    """What the narrative prints and docs/questions.md quotes that run() keeps in curves: per reward model and
+    method (``bon``, ``rl``) the gold at d = 0, at its peak and at the end, the proxy at the gold's peak and at
+    the end, sqrt(KL) there; the largest KL PPO reached; best-of-n against the gold itself."""
+    s = r["summary"]
+
+    def points(m: dict) -> dict:
+        k = m["peak"]
+        return {"gold_start": float(m["gold"][0]), "gold_peak": float(m["gold"][k]), "gold_end": float(m["gold"][-1]),
+                "rm_peak": float(m["rm"][k]), "rm_end": float(m["rm"][-1]), "d_peak": float(m["d"][k]),
+                "d_end": float(m["d"][-1])}
+
+    out = {name: {method: points(x[method]) for method in ("bon", "rl")} for name, x in s.items()}
+    g = r["bon_gold"]["gold"]
+    return {"curves": out, "rl_kl_end_max": max(float(x["rl"]["d"][-1]) ** 2 for x in s.values()),
+            "bon_gold_self": {"start": float(g[0]), "end": float(g[-1])}}
+
+
 def _point(m: dict, k: int) -> tuple[float, float]:
     """(gold, its standard error) of a curve at checkpoint ``k``."""
     return float(m["gold"][k]), float(m["gold_sem"][k])

@@ -39,11 +39,12 @@ prompts x 4), for the same number of iterations; the lesson reports the generate
 (lengths differ by method).
 
 The figure (the committed one comes from --full: 60 iterations, 3 PPO seeds, and GRPO with beta 0.2 as a
-fifth method; the default, < 60 s, runs 20 iterations and 2 seeds): (a) gold score against KL to the
-reference of fresh samples, one point per method and seed, SFT at the origin; (b) gold score of the training
-rollouts and (c) their KL over iterations (mean over seeds); (d) measured CPU time per iteration, rollout and
-update (wall as dots); (e) memory of the models for LLaMA-7B: four models against three; (f) how much of the
-score's spread each baseline removes on the last rollout of the group methods.
+fifth method: 3 times the default's iterations and 1.5 times its seeds; the default runs 20 iterations and 2
+seeds): (a) gold score against KL to the reference of fresh samples, one point per method and seed, SFT at the
+origin; (b) gold score of the training rollouts and (c) their KL over iterations (mean over seeds); (d) measured
+CPU time per iteration, rollout and update (wall as dots); (e) memory of the models for LLaMA-7B: four models
+against three; (f) how much of the score's spread each baseline removes on the last rollout of the group
+methods.
 
 Exercises:
 1. Set `samples_per_prompt = 8` (8 prompts x 8): does the leave-one-out baseline get better or worse
@@ -88,7 +89,7 @@ MARKERS = {"PPO (GAE + critic)": "o", "GRPO": "s", "RLOO": "^", "REINFORCE (batc
 
 
 def sizes(quick: bool, full: bool) -> dict:
-    """Run lengths: quick (smoke test), default (< 60 s) or full (the committed figure)."""
+    """Run lengths: quick (smoke test), default (classroom size), full (the committed figure)."""
     if quick:
         return dict(iterations=4, batch_size=16, minibatch_size=8, seeds=(0, 1))
     if full:
@@ -159,6 +160,18 @@ def _curve(records: list[list[dict]], key: str) -> np.ndarray:
 
 def _ms(x) -> str:
     return f"{np.mean(x):+.3f} +- {np.std(x):.3f}" if len(x) > 1 else f"{np.mean(x):+.3f}"
+
+
+def derived(r: dict) -> dict:
+    """What the narrative prints and docs/questions.md quotes that run() keeps per seed: each method's gold and
+    KL (mean over the seeds), its CPU seconds per iteration as a share of PPO's, and the memory of LLaMA-7B with
+    and without a critic in GB."""
+    S, ppo = r["summary"], "PPO (GAE + critic)"
+    cpu_ppo = float(np.mean(S[ppo]["cpu_per_it"]))
+    return {"method_mean": {n: {"gold": float(np.mean(S[n]["gold"])), "kl": float(np.mean(S[n]["kl"])),
+                                "cpu_share_of_ppo": float(np.mean(S[n]["cpu_per_it"])) / cpu_ppo}
+                            for n in r["methods"]},
+            "memory_7b_gb": {k: r["memory"][k]["7b_total"] / GB for k in ("separate", "none")}}
 
 
 def narrative(r: dict) -> str:

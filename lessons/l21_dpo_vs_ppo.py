@@ -40,7 +40,7 @@ in no pair).
 
 The figure (the committed one comes from ``--full``: beta in {0.03, 0.1, 0.3, 1}, KL targets in {1, 2, 4, 8}
 nats, 3 seeds per setting, PPO 40 iterations x 64 responses, DPO 300 steps x 8 prompts (~224 pairs), 128
-evaluation prompts; 36 runs, 676 s of CPU, 33 minutes wall on 2 cores shared with other jobs): (a) gold against
+evaluation prompts; 36 runs): (a) gold against
 exact KL for every checkpoint (dots) and each method's frontier (mean over seeds, band = seed range); (b) the
 implicit reward of DPO beside the reward model: accuracy on the held-out pairs (against the labels and the
 gold order) and within-prompt correlation with gold; (c) the change of log pi(y_w) and log pi(y_l) of pairs

@@ -101,7 +101,7 @@ RATIO_ROWS = (("token ratio", 1e9, None, "token ratio, no clip"),
 
 
 def sizes(quick: bool) -> dict:
-    """Monte Carlo batches and run lengths: quick (smoke test) or default (< 1 minute on 2 cores)."""
+    """Monte Carlo batches and run lengths: quick (smoke test) or default (the lesson's)."""
     if quick:
         return dict(batches=40, direction_batches=40, train_seeds=2, train_iterations=10, clip_seeds=3,
                     clip_iterations=6)

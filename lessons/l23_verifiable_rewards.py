@@ -81,7 +81,7 @@ OVERLONG = {"dapo": ("DAPO's budget", 0, 2), "tight": ("a tight budget", 1, 2)}
 
 
 def sizes(quick: bool) -> dict:
-    """quick: the smoke test's; default: the lesson's (< 60 s of CPU with the SFT model cached)."""
+    """quick: the smoke test's; default: the lesson's (the SFT model is cached after the first run)."""
     if quick:
         return dict(iterations=4, batch_size=32, minibatch_size=16, n_eval=16, n_samples=64, rl_seeds=2)
     return dict(iterations=30, batch_size=64, minibatch_size=32, n_eval=128, n_samples=64, rl_seeds=2)
@@ -258,6 +258,19 @@ def verdicts(r: dict) -> list[Verdict]:
                           values=(float(np.mean(lw["Dr. GRPO"])), float(np.mean(lw["GRPO"]))),
                           words=("longer", "shorter")))
     return out + (overlong_verdicts(r) if "overlong" in r else [])
+
+
+def derived(r: dict) -> dict:
+    """What the narrative prints and docs/questions.md quotes that run() keeps per seed: each optimiser's
+    pass@1 and pass@64 after RL (mean over the RL seeds), their smallest and largest over the four on one
+    budget, and the pass@1 gained per 1000 answers sampled (each RL seed)."""
+    k = max(KS)
+    after = {name: float(np.mean(per_seed(r, name, "pass@1"))) for name in r["runs"]}
+    drop = {name: r["sft"][f"pass@{k}"] - float(np.mean(per_seed(r, name, f"pass@{k}"))) for name in BUDGET}
+    return {"pass1_after": after, "pass1_after_min": min(after[n] for n in BUDGET),
+            "pass1_after_max": max(after[n] for n in BUDGET),
+            f"pass{k}_drop": drop, f"pass{k}_drop_min": min(drop.values()), f"pass{k}_drop_max": max(drop.values()),
+            "gain_per_1k": {name: gain_per_1k(r, name) for name in ("GRPO", "GRPO + dynamic sampling")}}
 
 
 def _mean(x) -> str:

@@ -49,7 +49,7 @@ Monte Carlo run of the library's own code (`rloo_advantages`, `off_policy_weight
     rounded to fp16, to bf16 (nearest, and truncated toward zero) at an offset the softmax ignores
     and the rounding does not (a language model's logits sit far from 0), top-p 0.9, top-k 3, and
     the policy one and two updates stale.
-(b) `--full` only (minutes of CPU): PPO against the verifier (`minippo rlvr`'s config, run by
+(b) `--full` only (10 training runs of `minippo rlvr`'s size): PPO against the verifier (`minippo rlvr`'s config, run by
     `minippo.rlhf.corrected`) with the sampler's logits rounded to bf16, or the sampler 2
     iterations stale, each without correction and with token-level TIS (C = 2, the weight
     pi_old / mu, as TRL applies it), and the on-policy run; each final policy's own pass@1 on
@@ -329,6 +329,16 @@ def band_measurement(key: str, claim: str, row: dict) -> Verdict:
 
 def _cell(x) -> str:
     return f"{x:7.3f}" if x >= 1e-3 or x == 0 else f"{x:7.0e}"
+
+
+def derived(r: dict) -> dict:
+    """What the narrative prints and docs/questions.md quotes that run() keeps per cell: the Monte Carlo
+    check's smallest and largest bias_z and measured / exact spread, and (c)'s fewest and most tokens."""
+    zs = [v["z"] for v in r["mc"].values()]
+    ratios = [v["spread_ratio"] for v in r["mc"].values()]
+    tokens = [row["n_tokens"] for row in r["c"]["rows"].values()]
+    return {"mc_z_min": min(zs), "mc_z_max": max(zs), "mc_spread_ratio_min": min(ratios),
+            "mc_spread_ratio_max": max(ratios), "band_tokens_min": min(tokens), "band_tokens_max": max(tokens)}
 
 
 def narrative(r: dict) -> str:

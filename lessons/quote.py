@@ -22,6 +22,9 @@ in the comment just above it, with ``{SOURCE:KEY FORMAT}`` placeholders (one run
     held-out loss 1.481 nats/token
     ```
 
+``<!-- quote-times -->`` ... ``<!-- end-times -->`` holds the table of how long each lesson took (one row per
+results file: CPU and wall seconds of its reference run beside the matmul GFLOP/s measured around it).
+
 What it refuses (the command lists every problem and writes nothing): a results file that is missing or stale;
 an unknown key; a format that does not apply; and, outside a code block, a plain quote of a value whose digits
 differ between the runs of its file (times and memory aside: they are the reference run's, quoted beside the
@@ -47,6 +50,9 @@ OPENER = re.compile(r"<!-- (?:l\d\d|main):")
 BLOCK = re.compile(r"<!-- quote-block\n(?P<template>.*?)\n-->\n(?P<fence>```[^\n]*)\n(?P<body>.*?)\n```",
                    re.S)
 PLACEHOLDER = re.compile(r"\{(?P<spec>(?:l\d\d|main):[^{}\n]+)\}")
+TIMES = re.compile(r"<!-- quote-times -->\n(?P<body>.*?)<!-- end-times -->", re.S)
+TIMES_HEAD = ("| lesson | CPU s | wall s | matmul GFLOP/s | load average | measured |\n"
+              "|---|---|---|---|---|---|\n")
 
 
 def doc_files(root: Path = REPO_ROOT) -> list[Path]:
@@ -153,6 +159,19 @@ def render(q: Quote, sources: Sources, in_block: bool = False) -> str:
     return f"{text} ({inner})"
 
 
+def times_table(sources: Sources) -> str:
+    """The table of every lesson's results file: its reference run's CPU and wall seconds, the matmul GFLOP/s
+    and load average measured around it, the date (lessons without a results file have no row)."""
+    rows = []
+    for target in res.all_targets():
+        if target == res.MAIN or not res.results_path(target, sources.directory).is_file():
+            continue
+        d = sources.get(target)
+        rows.append(f"| {target[1:]} | {d['time']['cpu']:.1f} | {d['time']['wall']:.1f} | "
+                    f"{d['machine']['matmul_gflops']:.0f} | {d['machine']['load_average']:.1f} | {d['date']} |\n")
+    return TIMES_HEAD + "".join(rows)
+
+
 def rewrite(text: str, name: str, sources: Sources) -> tuple[str, list[str], list[str]]:
     """``(new_text, changes, problems)`` for one file: every marked span and block written from the results;
     ``changes`` and ``problems`` are ``name:line: ...`` lines."""
@@ -191,7 +210,19 @@ def rewrite(text: str, name: str, sources: Sources) -> tuple[str, list[str], lis
             changes.append(f"{name}:{line(m.start('body'))}: the code block under the quote-block template")
         return f"<!-- quote-block\n{m['template']}\n-->\n{m['fence']}\n{body}\n```"
 
-    out = BLOCK.sub(block, text)
+    def times(m: re.Match) -> str:
+        try:
+            body = times_table(sources)
+        except (KeyError, res.ResultsError) as exc:
+            problems.append(f"{name}:{line(m.start())}: <!-- quote-times -->: {exc.args[0] if exc.args else exc}")
+            return m[0]
+        if body != m["body"]:
+            changes.append(f"{name}:{line(m.start())}: the table under <!-- quote-times -->")
+        return f"<!-- quote-times -->\n{body}<!-- end-times -->"
+
+    out = TIMES.sub(times, text)
+    current[0] = out
+    out = BLOCK.sub(block, out)
     current[0] = out
     out = SPAN.sub(span, out)
     # markers the two patterns did not consume: an opener without its end, or an end without an opener

@@ -13,9 +13,13 @@ One file per lesson, ``docs/results/lNN_<slug>.json``, and one for the main job,
   best of the reference kernel's, with the load average then: a busy machine reads low), the date;
   ``time``: the CPU and wall seconds of the reference run's ``run()``;
 - ``values``: every scalar leaf of the reference run's ``run()`` dict, flattened to dotted keys
-  (``summary.defaults.steps_to_475``; a list's items by index, float dict keys written as ``0.95``), plus
-  what the lesson's optional ``derived(results) -> dict`` adds (numbers it prints that ``run()`` does not
-  return as scalars). Arrays and lists longer than :data:`MAX_LIST` are left out and named in ``left_out``;
+  (``summary.defaults.steps_to_475``; a list's items by index, float dict keys written as ``0.95``, a
+  dataclass's fields by name: ``config.iterations``, a numeric vector of at most :data:`MAX_LIST` items (one
+  number per seed) like a list; per-iteration ``records`` left out: :data:`RECORDS`), plus what the lesson's
+  optional ``derived(results) -> dict`` adds (numbers it prints that ``run()`` does not return as scalars),
+  plus each verdict's outcome and numbers (``verdict.<key>.outcome``,
+  ``verdict.<key>.<number>``: :func:`add_verdict_values`). Arrays and lists longer than :data:`MAX_LIST` are left
+  out and named in ``left_out``;
 - ``cpu_dependent``: the target's numbers depend on the CPU (:data:`CPU_DEPENDENT`: float32 training,
   CartPole). Each run is a subprocess with ``OPENBLAS_CORETYPE`` set: every target runs on seed 0 under every
   kernel given (default ``default Haswell Sandybridge``), a CPU-dependent one also on every other seed given
@@ -62,11 +66,21 @@ CPU_DEPENDENT = {
     "l08": "CartPole: float32 MLPs whose rounding follows the OpenBLAS kernel and the CPU's SIMD code "
            "(NumPy, numba); an episode amplifies one flipped action",
     MAIN: "float32 TinyGPT training (SFT, reward model, PPO) and the text sampled from it",
+    # l12 (untrained weights: counts and bytes) and l22 (exact float64 sums) do not depend on the CPU
+    "l09": "a few float32 PPO iterations on the cached SFT policy and reward model (float32 TinyGPT training)",
+    "l10": "float32 TinyGPT SFT training and the text sampled from it",
+    "l11": "float32 reward-model training on pairs sampled from a float32-trained SFT policy",
+    **{f"l{n}": "float32 TinyGPT training: the cached SFT policy and reward model, then PPO (or GRPO, RLOO, "
+                "DPO, ...) runs and the text sampled from them"
+       for n in (13, 14, 15, 16, 17, 18, 19, 20, 21)},
+    "l23": "float32 TinyGPT training: SFT on the sums task, then GRPO, Dr. GRPO, RLOO and PPO runs",
+    "l24": "the float32-trained RLHF SFT policy (part (a)'s sampler mismatch) and, at --full, PPO training",
 }
 DEFAULT_KERNELS = ("default", "Haswell", "Sandybridge")
 DEFAULT_SEEDS = (0, 1)
-MAX_LIST = 16               # longer lists are left out, like arrays
+MAX_LIST = 16               # longer lists and vectors are left out, like other arrays
 MAX_STR = 200
+RECORDS = ("records",)      # keys of per-iteration training logs, left out (a lesson quotes their summaries)
 REL_TOL, ABS_TOL = 1e-9, 1e-12   # float64 results of differently ordered sums (BLAS kernels) agree to this
 MEASURED = re.compile(r"(?:^|[._/])(?:time|timing|times|wall|cpu|seconds|rss)(?=$|[._/])|_s$|_mb$")
 
@@ -164,14 +178,19 @@ def scalar(x):
 
 
 def flatten(obj, prefix: str = "", values: dict | None = None, left_out: dict | None = None):
-    """``(values, left_out)``: the scalar leaves of ``obj`` under dotted keys, and what was left out (key ->
+    """``(values, left_out)``: the scalar leaves of ``obj`` (dicts, short lists and tuples, and dataclasses such as
+    a config, by field) under dotted keys, and what was left out (key ->
     why: an array's shape, a long list's length, another type). A key twice is a ``ResultsError``."""
     values = {} if values is None else values
     left_out = {} if left_out is None else left_out
     if isinstance(obj, dict):
         items = [(key_text(k), v) for k, v in obj.items()]
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):      # a config: its fields
+        items = [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)]
     elif isinstance(obj, (list, tuple)) and len(obj) <= MAX_LIST:
         items = [(str(i), v) for i, v in enumerate(obj)]
+    elif isinstance(obj, np.ndarray) and obj.ndim == 1 and obj.size <= MAX_LIST and obj.dtype.kind in "biuf":
+        items = [(str(i), v) for i, v in enumerate(obj)]       # a short vector (one number per seed) like a list
     elif isinstance(obj, np.ndarray) and obj.ndim == 0:
         return flatten(obj.item(), prefix, values, left_out)
     else:
@@ -185,6 +204,9 @@ def flatten(obj, prefix: str = "", values: dict | None = None, left_out: dict | 
                                 f"list of {len(obj)}" if isinstance(obj, (list, tuple)) else type(obj).__name__)
         return values, left_out
     for k, v in items:
+        if k in RECORDS:                            # per-iteration training logs: thousands of numbers, quote summaries
+            left_out[f"{prefix}.{k}" if prefix else k] = "per-iteration records"
+            continue
         if "-->" in k or "\n" in k or k != k.strip():
             raise ResultsError(f"the key {k!r} under {prefix!r} cannot be quoted (no '-->', newline or edge spaces)")
         flatten(v, f"{prefix}.{k}" if prefix else k, values, left_out)
@@ -258,8 +280,21 @@ def run_target(target: str, seed: int) -> dict:
         values.update(extra)
         left_out.update(extra_left)
     verdicts = [verdict_record(v) for v in mod.verdicts(results)] if hasattr(mod, "verdicts") else None
+    add_verdict_values(values, left_out, verdicts or [])
     return {"seed": seed, "values": values, "left_out": left_out, "verdicts": verdicts, "time": seconds,
             "machine": dict(machine(), matmul_gflops=max(peaks)[0], load_average=max(peaks)[1])}
+
+
+def add_verdict_values(values: dict, left_out: dict, verdicts: list[dict]) -> None:
+    """Each verdict's outcome and the numbers its rule used, as quotable keys ``verdict.<key>.outcome`` and
+    ``verdict.<key>.<number>`` (the words "holds" and the difference +- s.e. the narrative prints beside it)."""
+    extra, extra_left = flatten({"verdict": {v["key"]: {"outcome": v["outcome"], **(v.get("numbers") or {})}
+                                             for v in verdicts}})
+    twice = sorted(set(extra) & set(values))
+    if twice:
+        raise ResultsError(f"the verdicts' keys repeat keys of run() or derived(): {', '.join(twice)}")
+    values.update(extra)
+    left_out.update(extra_left)
 
 
 def size_of(mod) -> str:

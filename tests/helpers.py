@@ -102,3 +102,17 @@ def assert_printed(lesson, runs) -> None:
     for v in lesson.verdicts(runs[0]):
         for line in v.render().splitlines():                  # a lesson may indent the block
             assert line.strip() in runs["printed"], v.key
+
+
+def assert_derived(lesson, r: dict, printed: str, shown: dict) -> None:
+    """``lesson.derived(r)``, the numbers a results file keeps besides run()'s scalars (``lessons/results.py``):
+    every key flattens without clashing with run()'s, and each ``shown`` key (dotted) formatted with its format
+    is a number the narrative printed."""
+    from lessons import results as res
+
+    values, _ = res.flatten(r)
+    extra, _ = res.flatten(lesson.derived(r))
+    assert extra and not set(extra) & set(values), sorted(set(extra) & set(values))
+    for key, spec in shown.items():
+        text = format(extra[key], spec)
+        assert text in printed, f"derived {key} = {text} is not in the narrative"

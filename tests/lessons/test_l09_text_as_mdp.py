@@ -5,7 +5,7 @@ import pytest
 from lessons import l09_text_as_mdp as lesson
 from minippo import kernels
 from minippo.studies.verdicts import HOLDS, IDENTITY, by_key
-from tests.helpers import assert_printed, quick_runs
+from tests.helpers import assert_derived, assert_printed, quick_runs
 
 pytestmark = pytest.mark.slow      # lesson runs on the shared SFT and RM stages (pytest -m slow)
 
@@ -59,3 +59,8 @@ def test_l09_verdicts_follow_the_numbers(runs, seed):
     c, o = r["checks"], r["old_vs_ref"]
     assert ("no_eos_penalised" in V) == (r["n_no_eos"] > 0) and ("kl_is_k1" in V)
     assert V["old_is_not_ref"].holds == (o["frac_differ"] > 0)
+
+
+def test_l09_derived_is_what_the_narrative_prints(runs):
+    """derived(): the numbers the results file keeps besides run()'s scalars (docs/results, the quoted docs)."""
+    assert_derived(lesson, runs[0], runs["printed"], {'reward_to_go_at_first': '+.4f'})

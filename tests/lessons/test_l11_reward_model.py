@@ -5,7 +5,7 @@ import pytest
 
 from lessons import l11_reward_model as lesson
 from minippo.studies.verdicts import HOLDS, by_key
-from tests.helpers import assert_comparison, assert_printed, assert_verdict, quick_runs
+from tests.helpers import assert_comparison, assert_derived, assert_printed, assert_verdict, quick_runs
 
 pytestmark = pytest.mark.slow      # lesson runs on the shared SFT and RM stages (pytest -m slow)
 
@@ -54,3 +54,8 @@ def test_l11_verdicts(runs, seed):
     lo, hi = np.flatnonzero(n > 0)[[0, -1]]
     se = np.hypot(np.sqrt(acc[lo] * (1 - acc[lo]) / n[lo]), np.sqrt(acc[hi] * (1 - acc[hi]) / n[hi]))
     assert_comparison(V["small_gaps_hardest"], {"diff": acc[hi] - acc[lo], "se": se}, +1)
+
+
+def test_l11_derived_is_what_the_narrative_prints(runs):
+    """derived(): the numbers the results file keeps besides run()'s scalars (docs/results, the quoted docs)."""
+    assert_derived(lesson, runs[0], runs["printed"], {'fresh_raw_mean': '+.3f', 'fresh_score_std': '.3f'})

@@ -7,7 +7,7 @@ import pytest
 from lessons import l12_four_models as lesson
 from minippo import kernels
 from minippo.studies.verdicts import HOLDS, by_key
-from tests.helpers import assert_printed, assert_verdict, quick_runs
+from tests.helpers import assert_derived, assert_printed, assert_verdict, quick_runs
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +83,8 @@ def test_l12_verdicts_follow_the_numbers(runs, seed):
     step = min(c["step_time"]["wall"] for c in ctl.values())
     cheap = max(c["controller"]["median_s"] for c in ctl.values()) < 1e-3 * step
     assert V["adaptive_beta_free"].holds == (same and cheap)
+
+
+def test_l12_derived_is_what_the_narrative_prints(runs):
+    """derived(): the numbers the results file keeps besides run()'s scalars (docs/results, the quoted docs)."""
+    assert_derived(lesson, runs[0], runs["printed"], {'seven_static_gb': '.1f', 'timing.reference_forward_ms': '.1f'})

@@ -8,7 +8,7 @@ import pytest
 from lessons import l13_reward_shaping as lesson
 from minippo.studies.sweep_stats import compare, compare_interaction, pooled_seed_std
 from minippo.studies.verdicts import FAILS, HOLDS, NOT_SHOWN, by_key
-from tests.helpers import assert_comparison, assert_one_of, assert_printed, expected_outcome, quick_runs
+from tests.helpers import assert_comparison, assert_derived, assert_one_of, assert_printed, expected_outcome, quick_runs
 
 pytestmark = pytest.mark.slow      # lesson runs on the shared SFT and RM stages (pytest -m slow)
 
@@ -97,3 +97,8 @@ def test_l13_verdicts_follow_the_numbers(runs, seed):
         assert_one_of(text, "Yet the task changes", {"with": "the direction of 'wider for longer'",
                                                       "against": "the opposite of 'wider for longer'",
                                                       "mixed": "mixed directions"}, key)
+
+
+def test_l13_derived_is_what_the_narrative_prints(runs):
+    """derived(): the numbers the results file keeps besides run()'s scalars (docs/results, the quoted docs)."""
+    assert_derived(lesson, runs[0], runs["printed"], {'summary.kl_final.ev': '+.2f'})

@@ -6,7 +6,7 @@ import pytest
 from lessons import l14_rlhf_ppo as lesson
 from minippo.studies.sweep_stats import compare, compare_interaction, pooled_seed_std
 from minippo.studies.verdicts import FAILS, HOLDS, NOT_SHOWN, by_key
-from tests.helpers import assert_comparison, assert_printed, expected_outcome, quick_runs
+from tests.helpers import assert_comparison, assert_derived, assert_printed, expected_outcome, quick_runs
 
 pytestmark = pytest.mark.slow      # lesson runs on the shared SFT and RM stages (pytest -m slow)
 
@@ -78,3 +78,8 @@ def test_l14_verdicts_follow_the_numbers(runs, seed):
     parts = [expected_outcome(k["diff"], k["se"], +1), expected_outcome(c["diff"], c["se"], -1)]
     want = HOLDS if HOLDS in parts else FAILS if set(parts) == {FAILS} else NOT_SHOWN
     assert V["grad_clip_matters"].outcome == want
+
+
+def test_l14_derived_is_what_the_narrative_prints(runs):
+    """derived(): the numbers the results file keeps besides run()'s scalars (docs/results, the quoted docs)."""
+    assert_derived(lesson, runs[0], runs["printed"], {'ablation.defaults.gold_mean': '+.3f'})

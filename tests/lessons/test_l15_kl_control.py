@@ -12,7 +12,7 @@ from minippo.rl.kl import kl_estimate
 from minippo.rl.losses import log_softmax
 from minippo.studies.kl_moments import kl_estimator_moments
 from minippo.studies.verdicts import HOLDS, by_key
-from tests.helpers import assert_comparison, assert_printed, assert_verdict, quick_runs
+from tests.helpers import assert_comparison, assert_derived, assert_printed, assert_verdict, quick_runs
 
 pytestmark = pytest.mark.slow      # lesson runs on the shared SFT and RM stages (pytest -m slow)
 
@@ -136,3 +136,8 @@ def test_l15_verdicts_follow_the_numbers(runs, seed):
     lr_max = lesson._curve(r["adapt_runs"], "lr_max").max()
     assert_verdict(text, "Q45. The KL-adapted lr", lr_max > r["base"]["lr"], "x the configured rate",
                    "never above the configured rate")
+
+
+def test_l15_derived_is_what_the_narrative_prints(runs):
+    """derived(): the numbers the results file keeps besides run()'s scalars (docs/results, the quoted docs)."""
+    assert_derived(lesson, runs[0], runs["printed"], {'summary.no penalty.kl': '.2f', 'arm_table.no penalty.update_kl_geomean': '.3f'})

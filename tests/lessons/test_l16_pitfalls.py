@@ -8,7 +8,7 @@ from lessons import l16_pitfalls as lesson
 from minippo.blas import blas_core_name
 from minippo.studies.sweep_stats import compare, compare_paired, pooled_seed_std
 from minippo.studies.verdicts import FAILS, HOLDS, NOT_SHOWN, by_key
-from tests.helpers import assert_comparison, assert_printed, expected_outcome, quick_runs
+from tests.helpers import assert_comparison, assert_derived, assert_printed, expected_outcome, quick_runs
 
 pytestmark = pytest.mark.slow      # lesson runs on the shared SFT and RM stages (pytest -m slow)
 
@@ -137,3 +137,8 @@ def test_l16_lr_zero_identities_on_the_numpy_path(seed):
     assert ck["params_unchanged"] and ck["stats"]["same forward (the trainer)"]["max_abs_log_ratio"] == 0.0
     assert ck["verdict"]["verdict"] in ("bitwise", "rounding") and ck["first_minibatch"]["clipfrac"] == 0.0
     assert all(v.outcome == HOLDS for v in lesson.lr_zero_verdicts(ck))
+
+
+def test_l16_derived_is_what_the_narrative_prints(runs):
+    """derived(): the numbers the results file keeps besides run()'s scalars (docs/results, the quoted docs)."""
+    assert_derived(lesson, runs[0], runs["printed"], {'length_variants.1.length_mean': '.1f'})

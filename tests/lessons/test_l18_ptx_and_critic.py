@@ -5,7 +5,7 @@ import pytest
 from lessons import l18_ptx_and_critic as lesson
 from minippo.studies.sweep_stats import compare, pooled_seed_std
 from minippo.studies.verdicts import FAILS, HOLDS, NOT_SHOWN, by_key
-from tests.helpers import assert_comparison, assert_printed, expected_outcome, quick_runs
+from tests.helpers import assert_comparison, assert_derived, assert_printed, expected_outcome, quick_runs
 
 pytestmark = pytest.mark.slow      # lesson runs on the shared SFT and RM stages (pytest -m slow)
 
@@ -65,3 +65,8 @@ def test_l18_verdicts_follow_the_numbers(runs, seed):
     assert_comparison(V["rm_init_explains_more"], c(sft, sep, "ev"), +1)
     text = lesson.narrative(r)
     assert "seed 00" not in text.lower() and "追问" not in text
+
+
+def test_l18_derived_is_what_the_narrative_prints(runs):
+    """derived(): the numbers the results file keeps besides run()'s scalars (docs/results, the quoted docs)."""
+    assert_derived(lesson, runs[0], runs["printed"], {'ptx_mean.0.gold': '+.3f'})

@@ -4,7 +4,7 @@ import pytest
 
 from lessons import l19_overoptimization as lesson
 from minippo.studies.verdicts import FAILS, HOLDS, NOT_SHOWN, by_key
-from tests.helpers import assert_comparison, assert_printed, expected_outcome, quick_runs
+from tests.helpers import assert_comparison, assert_derived, assert_printed, expected_outcome, quick_runs
 
 pytestmark = pytest.mark.slow      # lesson runs on the shared SFT and RM stages (pytest -m slow)
 
@@ -71,3 +71,8 @@ def test_l19_verdicts_follow_the_numbers(runs, seed):
     assert V["ppo_drifts_to_penalised"].holds == (prof[f"PPO end ({r['strong']})"]["penalty"] > prof["SFT"]["penalty"])
     text = lesson.narrative(r)
     assert "seed 00" not in text.lower() and "固定" not in text
+
+
+def test_l19_derived_is_what_the_narrative_prints(runs):
+    """derived(): the numbers the results file keeps besides run()'s scalars (docs/results, the quoted docs)."""
+    assert_derived(lesson, runs[0], runs["printed"], {'bon_gold_self.end': '+.2f'})

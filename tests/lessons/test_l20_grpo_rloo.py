@@ -5,7 +5,7 @@ import pytest
 from lessons import l20_grpo_rloo as lesson
 from minippo.studies.sweep_stats import compare, pooled_seed_std
 from minippo.studies.verdicts import FAILS, HOLDS, NOT_SHOWN, by_key
-from tests.helpers import assert_comparison, assert_one_of, assert_printed, expected_outcome, quick_runs
+from tests.helpers import assert_comparison, assert_derived, assert_one_of, assert_printed, expected_outcome, quick_runs
 
 pytestmark = pytest.mark.slow      # lesson runs on the shared SFT and RM stages (pytest -m slow)
 
@@ -82,3 +82,8 @@ def test_l20_verdicts_follow_the_numbers(runs, seed):
             assert_one_of(text, f"  {n}: gold vs PPO", {1: "above PPO beyond", -1: "below PPO beyond",
                                                         0: "within the seed noise"}, key)
     assert "seed 00" not in text.lower() and "误区" not in text
+
+
+def test_l20_derived_is_what_the_narrative_prints(runs):
+    """derived(): the numbers the results file keeps besides run()'s scalars (docs/results, the quoted docs)."""
+    assert_derived(lesson, runs[0], runs["printed"], {'method_mean.PPO (GAE + critic).kl': '.2f'})

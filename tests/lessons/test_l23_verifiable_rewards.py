@@ -9,7 +9,7 @@ import pytest
 from lessons import l23_verifiable_rewards as lesson
 from minippo import kernels
 from minippo.studies.verdicts import FAILS, HOLDS, IDENTITY, NOT_SHOWN, by_key
-from tests.helpers import expected_outcome
+from tests.helpers import assert_derived, expected_outcome
 
 pytestmark = pytest.mark.slow      # lesson runs on the task's SFT model (pytest -m slow)
 
@@ -102,6 +102,7 @@ def test_l23_quick_verdicts_follow_the_numbers(tmp_path, capsys, seed):
     sft = r["sft"]
     assert f"{'SFT':<24s}" + "".join(f"{sft[f'pass@{k}']:16.3f}" for k in (1, 4, 16, 64)) in out
     assert f"{r['time']['cpu']:.1f} s CPU" in out
+    assert_derived(lesson, r, out, {"pass1_after.GRPO": ".3f", "pass1_after.PPO": ".3f"})
 
 
 def test_l23_identities_on_the_numpy_path():

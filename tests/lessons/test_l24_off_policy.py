@@ -9,7 +9,7 @@ import pytest
 from lessons import l24_off_policy as lesson
 from minippo import kernels
 from minippo.studies.verdicts import FAILS, HOLDS, IDENTITY, NOT_SHOWN, by_key
-from tests.helpers import line_with, quick_runs
+from tests.helpers import assert_derived, line_with, quick_runs
 
 pytestmark = pytest.mark.slow      # lesson runs on the shared SFT and RM stages (pytest -m slow)
 
@@ -153,3 +153,8 @@ def test_training_verdicts_follow_the_paired_seed_rule():
     assert small["stale_hurts"].outcome == NOT_SHOWN and small["stale_tis_helps"].outcome == NOT_SHOWN
     out = lesson.training_table(b)
     assert any("stale by 2, TIS C=2" in line and "0.550 (0.550)" in line for line in out)
+
+
+def test_l24_derived_is_what_the_narrative_prints(runs):
+    """derived(): the numbers the results file keeps besides run()'s scalars (docs/results, the quoted docs)."""
+    assert_derived(lesson, runs[0], runs["printed"], {'mc_z_max': '+.1f'})

@@ -37,6 +37,7 @@ def test_every_results_file_is_fresh_and_belongs_to_a_target():
 def test_every_quoted_target_has_a_fresh_results_file():
     targets = quoted_targets()
     assert {"l01", "l08", "main"} <= set(targets), targets
+    assert {d for d, _ in marked_docs()} >= {"README.md", "questions.md"}
     problems = [msg for t in targets if (msg := res.staleness(t))]
     assert not problems, "\n".join(problems)
 
@@ -62,19 +63,34 @@ def test_every_marked_span_is_what_the_generator_writes():
 
 # ---------------------------------------------------------------- the check fails on an edited number
 
-def test_an_edited_number_fails_and_is_named(tmp_path):
-    bank = tmp_path / "questions.md"
-    shutil.copy(res.REPO_ROOT / "docs" / "questions.md", bank)
+def marked_docs() -> list[tuple[str, str]]:
+    """``(doc, target)`` for every results file a doc quotes a number from, outside code blocks."""
+    out = set()
+    for path in qt.doc_files():
+        for m in qt.SPAN.finditer(path.read_text(encoding="utf-8")):
+            if any(c.isdigit() for c in m["text"]):
+                out.add((path.name, m["spec"].split(":", 1)[0]))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("doc,target", marked_docs())
+def test_an_edited_number_fails_and_is_named(tmp_path, doc, target):
+    """For every doc and every lesson it quotes: one digit of the first number quoted from that lesson, edited,
+    is found, named by file and line, and put back by the generator."""
+    source = next(p for p in qt.doc_files() if p.name == doc)
+    bank = tmp_path / doc
+    shutil.copy(source, bank)
     assert qt.quote([bank], write=False) == ([], [])                   # the copy agrees
     text = bank.read_text(encoding="utf-8")
-    m = next(m for m in qt.SPAN.finditer(text) if m["spec"].startswith("l02:") and any(c.isdigit() for c in m["text"]))
+    m = next(m for m in qt.SPAN.finditer(text) if m["spec"].startswith(f"{target}:")
+             and any(c.isdigit() for c in m["text"]))
     i = m.start("text") + next(k for k, c in enumerate(m["text"]) if c.isdigit())
     edited = text[:i] + str((int(text[i]) + 1) % 10) + text[i + 1:]  # one digit of one quoted number
     bank.write_text(edited, encoding="utf-8")
     changes, problems = qt.quote([bank], write=False)
     line = text.count("\n", 0, m.start()) + 1
     assert problems == [] and len(changes) == 1, changes
-    assert changes[0].startswith(f"questions.md:{line}: ") and repr(m["text"]) in changes[0], changes[0]
+    assert changes[0].startswith(f"{doc}:{line}: ") and repr(m["text"]) in changes[0], changes[0]
     assert bank.read_text(encoding="utf-8") == edited                  # --check writes nothing
     changes, _ = qt.quote([bank])                                      # the generator puts it back
     assert bank.read_text(encoding="utf-8") == text and len(changes) == 1
@@ -171,6 +187,21 @@ def test_a_block_is_written_from_its_template_and_may_quote_one_run(tmp_path):
     assert qt.rewrite(new, "doc.md", s)[1] == []                       # written once: nothing left to change
 
 
+def test_the_times_table_has_one_row_per_results_file_and_refuses_a_stale_one(tmp_path):
+    for target, cpu in (("l04", 0.61), ("l08", 35.64)):
+        data = {"target": target, "date": "2026-12-03", "time": {"cpu": cpu, "wall": 2 * cpu},
+                "machine": {"matmul_gflops": 101.4, "load_average": 2.04}}
+        res.results_path(target, tmp_path).write_text(json.dumps(data), encoding="utf-8")
+    text = "intro\n<!-- quote-times -->\n| old |\n<!-- end-times -->\nafter"
+    new, changes, problems = qt.rewrite(text, "doc.md", qt.Sources(tmp_path, check_fresh=False))
+    assert not problems and changes == ["doc.md:2: the table under <!-- quote-times -->"]
+    assert new == ("intro\n<!-- quote-times -->\n" + qt.TIMES_HEAD + "| 04 | 0.6 | 1.2 | 101 | 2.0 | 2026-12-03 |\n"
+                   "| 08 | 35.6 | 71.3 | 101 | 2.0 | 2026-12-03 |\n<!-- end-times -->\nafter")
+    assert qt.rewrite(new, "doc.md", qt.Sources(tmp_path, check_fresh=False))[1] == []
+    _, _, problems = qt.rewrite(text, "doc.md", qt.Sources(tmp_path))       # made from another source: stale
+    assert len(problems) == 1 and "l04_clip_objective.json is stale" in problems[0]
+
+
 def test_a_stale_or_missing_results_file_names_the_source_and_the_command(tmp_path):
     target = "l04"
     shutil.copy(res.results_path(target), tmp_path / res.results_path(target).name)
@@ -200,14 +231,25 @@ def test_the_marker_grammar():
 # ---------------------------------------------------------------- what a results file holds
 
 def test_flatten_keeps_scalars_under_dotted_keys_and_names_what_it_leaves_out():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Config:
+        iterations: int = 10
+        betas: tuple = (0.9, 0.95)
+
     r = {"a": {0.95: 1.5, 1.0: np.float32(2.0), "n": np.int64(3)}, "rows": [{"x": 1}, {"x": 2}],
-         "curve": np.zeros(5), "zero_d": np.array(4.0), "long": list(range(100)), "none": None, "flag": True,
-         "pair": (0.1, 0.2), "obj": object()}
+         "curve": np.zeros(MAX := res.MAX_LIST + 1), "table": np.zeros((2, 2)), "seeds": np.array([0.5, 0.25]),
+         "zero_d": np.array(4.0), "long": list(range(100)), "none": None, "flag": True,
+         "pair": (0.1, 0.2), "obj": object(), "config": Config(), "config_class": Config,
+         "run": {"records": [{"loss": 1.0}], "final": 0.5}}
     values, left = res.flatten(r)
-    assert values == {"a.0.95": 1.5, "a.1": 2.0, "a.n": 3, "rows.0.x": 1, "rows.1.x": 2, "zero_d": 4.0,
-                      "none": None, "flag": True, "pair.0": 0.1, "pair.1": 0.2}
-    assert type(values["a.n"]) is int and type(values["a.1"]) is float
-    assert left == {"curve": "array (5,)", "long": "list of 100", "obj": "object"}
+    assert values == {"a.0.95": 1.5, "a.1": 2.0, "a.n": 3, "rows.0.x": 1, "rows.1.x": 2, "seeds.0": 0.5,
+                      "seeds.1": 0.25, "zero_d": 4.0, "none": None, "flag": True, "pair.0": 0.1, "pair.1": 0.2,
+                      "config.iterations": 10, "config.betas.0": 0.9, "config.betas.1": 0.95, "run.final": 0.5}
+    assert type(values["a.n"]) is int and type(values["a.1"]) is float and type(values["seeds.0"]) is float
+    assert left == {"curve": f"array ({MAX},)", "table": "array (2, 2)", "long": "list of 100", "obj": "object",
+                    "config_class": "type", "run.records": "per-iteration records"}
     with pytest.raises(res.ResultsError, match="appears twice"):
         res.flatten({"a.b": 1, "a": {"b": 2}})
 
@@ -324,6 +366,18 @@ def test_the_rerun_check_fails_when_a_quoted_value_moved(monkeypatch):
     assert "l08:summary.kl_old_target = 0.005.updates" in msg and "python -m lessons results 8" in msg
     monkeypatch.setattr(res, "run_target", lambda target, seed: dict(fake, values=committed["values"]))
     check_rerun("l08")                                                   # the committed values pass
+
+
+def test_each_verdicts_outcome_and_numbers_become_quotable_keys():
+    values, left = {"gold": 0.5}, {}
+    res.add_verdict_values(values, left, [{"key": "whiten", "outcome": "not shown at this size",
+                                           "numbers": {"diff": 0.2, "se": 0.09, "cases": [3, 4]}},
+                                          {"key": "lr0", "outcome": "holds", "numbers": {}}])
+    assert values == {"gold": 0.5, "verdict.whiten.outcome": "not shown at this size", "verdict.whiten.diff": 0.2,
+                      "verdict.whiten.se": 0.09, "verdict.whiten.cases.0": 3, "verdict.whiten.cases.1": 4,
+                      "verdict.lr0.outcome": "holds"} and left == {}
+    with pytest.raises(res.ResultsError, match="repeat keys of run"):
+        res.add_verdict_values({"verdict.lr0.outcome": "x"}, {}, [{"key": "lr0", "outcome": "holds", "numbers": {}}])
 
 
 def test_verdicts_are_stored_as_json_whatever_their_type():
