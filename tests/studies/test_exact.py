@@ -177,13 +177,18 @@ def test_group_updates_converge_to_their_exact_expectation(world, loss_agg):
     assert up.expected_group_update(space, theta, R, G, "token-mean") is None
 
 
-def test_importance_sampling_identities(world):
+def old_policy(world):
+    """theta, an older policy 0.3 away, the length reward, J(old), and the generator that made it (continued)."""
     space, _, theta = world
     rng = np.random.default_rng(6)
     old = theta + 0.3 * rng.standard_normal(theta.shape)
     R = ex.length_reward(space)
+    return space, theta, old, R, ex.objective(space, old, R), rng
+
+
+def test_importance_sampling_identities(world):
+    space, theta, old, R, J_old, _ = old_policy(world)
     gJ = ex.objective_gradient(space, theta, R)
-    J_old = ex.objective(space, old, R)
     unclipped = dict(baseline=J_old, clip_eps=1e9)
     whole = up.exact_ratio_moments(space, theta, old, R, "whole-response ratio", **unclipped)
     np.testing.assert_allclose(whole["mean"], gJ, atol=1e-12)                 # pi/pi_old reweights exactly
@@ -193,11 +198,7 @@ def test_importance_sampling_identities(world):
 
 @pytest.mark.slow      # a Monte Carlo check (hundreds of sampled batches): the slow suite
 def test_exact_ratio_moments_are_what_sampled_batches_give(world):
-    space, _, theta = world
-    rng = np.random.default_rng(6)
-    old = theta + 0.3 * rng.standard_normal(theta.shape)
-    R = ex.length_reward(space)
-    J_old = ex.objective(space, old, R)
+    space, theta, old, R, J_old, rng = old_policy(world)
     for est in up.RATIO_ESTIMATORS:
         m = up.exact_ratio_moments(space, theta, old, R, est, baseline=J_old, clip_eps=0.2, n=16)
         cf = []
