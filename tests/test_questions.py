@@ -113,6 +113,13 @@ def test_the_bank_is_numbered_and_every_entry_is_backed():
     assert not problems, "docs/questions.md:\n" + "\n".join(problems)
 
 
+def test_no_title_holds_an_angle_bracket():
+    """The site links a question as {ref}`Q<n>. title <q<n>>`: a '<' or '>' in the title ends the role's text
+    early and the site's build fails (it did for "gamma < 1")."""
+    bad = [f"Q{n}: {title}" for n, title, _ in entries(BANK.read_text(encoding="utf-8")) if set(title) & set("<>")]
+    assert not bad, "titles with '<' or '>' (write 'below', 'above'):\n" + "\n".join(bad)
+
+
 def test_every_cited_question_exists():
     numbers = {n for n, _, _ in entries(BANK.read_text(encoding="utf-8"))}
     texts = {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in citing_files()}
