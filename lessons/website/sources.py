@@ -133,6 +133,7 @@ class Builder:
         Markdown renderer would show (its typography turns ``--`` into a dash): only their values stay."""
         text = quote.SPAN.sub(lambda m: m.group("text"), text)
         text = re.sub(r"<!-- quote-block\n.*?\n-->\n", "", text, flags=re.S)
+        text = quote.TIMES.sub(lambda m: m.group("body"), text)       # the generated table of times
 
         def link(m: re.Match, label: str) -> str:
             bang, _, target = m.groups()
