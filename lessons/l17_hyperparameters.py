@@ -257,6 +257,7 @@ XN = {"gold_mean": "gold", "kl_mean": "KL", "length_mean": "length", "adv_var_fi
       "ev": "explained variance over the run",
       "adv_var": "log Var(A) over the run", "ev_first": "explained variance at iteration 1",
       "first_corr": "corr(A at token 1, score)"}
+XS = {"gold_mean": "gold", "kl_mean": "kl", "length_mean": "length"}     # derived()'s short names of the XN keys
 
 
 def _xcmp(ex: dict, a: str, b: str, key: str) -> dict:
@@ -389,6 +390,46 @@ def extra_claims(r: dict) -> list[tuple[str, str, list[Verdict]]]:
 def verdicts(r: dict) -> list[Verdict]:
     """Every verdict of :func:`claims`, in order."""
     return [v for _, _, vs in claims(r) for v in vs]
+
+
+SHORT = {GOLD: "gold", KL: "kl", "length_mean": "length", CF: "clipfrac", AK: "approx_kl", "kl_coef": "beta_end"}
+
+
+def derived(r: dict) -> dict:
+    """What the narrative prints and docs/questions.md quotes that run() keeps per seed: each grid point's mean
+    over the seeds (``mean.<axis>.<label>.gold``), the base run's response length and the first token's weight
+    lambda^(n-1) on the final score, and the comparisons printed without a verdict; at --full also each extra
+    variant's mean (``extras_mean.<variant>.<key>``; a variance as exp of its mean log, as printed), the lambda
+    runs' oscillation and speed averaged over the seeds, and the lr and c1 ranges."""
+    n_tok = float(_row(r, "lam", "0.95")["length_mean"].mean())
+    out = {"mean": {axis: {p["label"]: {SHORT[k]: float(p[k].mean()) for k in SHORT} for p in points}
+                    for axis, points in r["table"].items()},
+           "n_tokens": n_tok,
+           "first_weight": {lab: float(float(lab) ** (n_tok - 1)) for lab in ("0.9", "0.95", "0.99")},
+           "compare": {"minibatches_4_16_gold": _cmp(r, _row(r, "minibatches", "4"), _row(r, "minibatches", "16")),
+                       "epochs_4_8_gold": _cmp(r, _row(r, "update_epochs", "4"), _row(r, "update_epochs", "8"))}}
+    if "extras" not in r:
+        return out
+    ex, f = r["extras"], LR_FACTOR
+    t = ex["table"]
+    g = lambda name, key="gold_mean": float(t[name][key].mean())                 # noqa: E731
+    logs = ("adv_var_first", "adv_var")
+    out["extras_mean"] = {name: {XS.get(k, k): float(np.exp(row[k].mean()) if k in logs else row[k].mean())
+                                 for k in XN} for name, row in t.items()}
+    n_x = g("base", "length_mean")
+    out["extras_derived"] = {
+        "n_tokens": n_x, "gamma_first_weight": float(GAMMA ** (n_x - 1)),
+        "lr_range": abs(g(f"lr x {f:g}") - g(f"lr / {f:g}")), "c1_range": abs(g(f"c1 x {f:g}") - g(f"c1 / {f:g}")),
+        "lr_kl_ratio": g(f"lr x {f:g}", "kl_mean") / g(f"lr / {f:g}", "kl_mean"),
+        "whitened_var_ratio": float(np.exp(g("whitened rewards", "adv_var") - g("base", "adv_var"))),
+        "log_0.7": float(np.log(0.7)),
+        "unexplained": {name: 1 - g(name, "ev") for name in t},
+        "compare": {"whitened_gold": _xcmp(ex, "base", "whitened rewards", "gold_mean"),
+                    "critic_sft_gold": _xcmp(ex, "base", "critic from SFT", "gold_mean"),
+                    "gamma_gold": _xcmp(ex, "base", f"gamma {GAMMA:g}", "gold_mean")},
+        "lam_osc": {k: float(v.mean()) for k, v in ex["lam"]["osc"].items()},
+        "lam_speed": {k: float(v.mean()) for k, v in ex["lam"]["speed"].items()}}
+    return out
 
 
 def narrative(r: dict) -> str:

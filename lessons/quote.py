@@ -45,11 +45,12 @@ from typing import NamedTuple
 from lessons import results as res
 from lessons._common import REPO_ROOT
 
-SPAN = re.compile(r"<!-- (?P<spec>(?:l\d\d|main):[^\n]*?) -->(?P<text>.*?)<!-- end -->", re.S)
-OPENER = re.compile(r"<!-- (?:l\d\d|main):")
+SOURCE = r"(?:l\d\d(?:-full)?|main)"       # a results file: l07, l17-full (the lesson's --full results), main
+SPAN = re.compile(rf"<!-- (?P<spec>{SOURCE}:[^\n]*?) -->(?P<text>.*?)<!-- end -->", re.S)
+OPENER = re.compile(rf"<!-- {SOURCE}:")
 BLOCK = re.compile(r"<!-- quote-block\n(?P<template>.*?)\n-->\n(?P<fence>```[^\n]*)\n(?P<body>.*?)\n```",
                    re.S)
-PLACEHOLDER = re.compile(r"\{(?P<spec>(?:l\d\d|main):[^{}\n]+)\}")
+PLACEHOLDER = re.compile(rf"\{{(?P<spec>{SOURCE}:[^{{}}\n]+)\}}")
 TIMES = re.compile(r"<!-- quote-times -->\n(?P<body>.*?)<!-- end-times -->", re.S)
 TIMES_HEAD = ("| lesson | CPU s | wall s | matmul GFLOP/s | load average | measured |\n"
               "|---|---|---|---|---|---|\n")
@@ -163,11 +164,12 @@ def times_table(sources: Sources) -> str:
     """The table of every lesson's results file: its reference run's CPU and wall seconds, the matmul GFLOP/s
     and load average measured around it, the date (lessons without a results file have no row)."""
     rows = []
-    for target in res.all_targets():
+    for target in res.all_targets(full=True):
         if target == res.MAIN or not res.results_path(target, sources.directory).is_file():
             continue
         d = sources.get(target)
-        rows.append(f"| {target[1:]} | {d['time']['cpu']:.1f} | {d['time']['wall']:.1f} | "
+        name = res.lesson_of(target)[1:] + (" --full" if res.is_full(target) else "")
+        rows.append(f"| {name} | {d['time']['cpu']:.1f} | {d['time']['wall']:.1f} | "
                     f"{d['machine']['matmul_gflops']:.0f} | {d['machine']['load_average']:.1f} | {d['date']} |\n")
     return TIMES_HEAD + "".join(rows)
 
@@ -280,12 +282,20 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m lessons quote", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="write nothing; list what would change (exit 1 if "
                         "anything would, or any marker has a problem)")
-    parser.add_argument("--keys", metavar="N", help="list the keys of one results file (a lesson number, or "
-                        "'main') with their values and ranges")
+    parser.add_argument("--keys", metavar="N", help="list the keys of one results file (a lesson number, "
+                        "'main', or lNN-full) with their values and ranges")
+    parser.add_argument("--full", action="store_true", help="with --keys N: the lesson's --full results file")
     args = parser.parse_args(argv)
+    if args.full and args.keys is None:
+        parser.error("--full goes with --keys N (the markers name their file: <!-- l17-full:KEY FORMAT -->)")
     if args.keys is not None:
-        target = res.MAIN if args.keys == res.MAIN else f"l{int(args.keys.lstrip('lL')):02d}"
         try:
+            if args.keys == res.MAIN or res.is_full(args.keys):
+                target = res.name_target(args.keys, args.full)
+            elif args.keys.lstrip("lL").isdigit():
+                target = res.name_target(f"l{int(args.keys.lstrip('lL')):02d}", args.full)
+            else:
+                raise res.ResultsError(f"--keys {args.keys}: expected a lesson number, 'main' or lNN-full")
             data = res.load(target)
         except res.ResultsError as exc:
             print(f"error: {exc}", file=sys.stderr)

@@ -76,6 +76,12 @@ CPU_DEPENDENT = {
     "l23": "float32 TinyGPT training: SFT on the sums task, then GRPO, Dr. GRPO, RLOO and PPO runs",
     "l24": "the float32-trained RLHF SFT policy (part (a)'s sampler mismatch) and, at --full, PPO training",
 }
+#: lessons with a second results file at ``--full`` (target ``lNN-full``, file ``lNN_<slug>_full.json``), and the
+#: study modules their --full part uses beyond the lesson file: the file's hash covers them too
+FULL = {
+    "l17": ("minippo/studies/knob_sweeps.py",),
+}
+FULL_SUFFIX = "-full"
 DEFAULT_KERNELS = ("default", "Haswell", "Sandybridge")
 DEFAULT_SEEDS = (0, 1)
 MAX_LIST = 16               # longer lists and vectors are left out, like other arrays
@@ -91,32 +97,62 @@ class ResultsError(ValueError):
 
 # ---------------------------------------------------------------- targets and files
 
-def target_of(module_name: str) -> str:
-    """``l08`` for ``lessons.l08_ppo_cartpole``; ``main`` for the main job."""
-    return MAIN if module_name == MAIN else module_name.rsplit(".", 1)[-1][:3]
+def target_of(module_name: str, full: bool = False) -> str:
+    """``l08`` for ``lessons.l08_ppo_cartpole`` (``l17-full`` with ``full``); ``main`` for the main job."""
+    if module_name == MAIN:
+        return MAIN
+    return module_name.rsplit(".", 1)[-1][:3] + (FULL_SUFFIX if full else "")
+
+
+def is_full(target: str) -> bool:
+    """Whether ``target`` names a lesson's ``--full`` results (``l17-full``)."""
+    return target.endswith(FULL_SUFFIX)
+
+
+def lesson_of(target: str) -> str:
+    """The lesson target of a ``--full`` one (``l17`` for ``l17-full``); any other target unchanged."""
+    return target[:-len(FULL_SUFFIX)] if is_full(target) else target
+
+
+def full_target(target: str) -> str:
+    """``l17-full`` for ``l17``: a one-line ``ResultsError`` when the lesson has no ``--full`` results."""
+    if target not in FULL:
+        raise ResultsError(f"{target} has no --full results: lessons with them are "
+                           f"{', '.join(int(t[1:]).__str__() for t in FULL)} (lessons/results.py FULL)")
+    return target + FULL_SUFFIX
 
 
 def module_of(target: str) -> str:
-    """``lessons.l08_ppo_cartpole`` for ``l08`` (the lesson files of the repository)."""
-    found = sorted((REPO_ROOT / "lessons").glob(f"{target}_*.py"))
-    if not re.fullmatch(r"l\d\d", target) or len(found) != 1:
-        raise ResultsError(f"no lesson {target!r}: targets are l01 ... l{len(all_targets()) - 1:02d} and 'main'")
+    """``lessons.l08_ppo_cartpole`` for ``l08`` and ``l08-full`` (the lesson files of the repository)."""
+    lesson = lesson_of(target)
+    found = sorted((REPO_ROOT / "lessons").glob(f"{lesson}_*.py"))
+    if not re.fullmatch(r"l\d\d", lesson) or len(found) != 1:
+        raise ResultsError(f"no lesson {target!r}: targets are l01 ... l{len(all_targets()) - 1:02d}, 'main' and "
+                           + ", ".join(full_target(t) for t in FULL))
+    if is_full(target):
+        full_target(lesson)                 # a lesson without --full results: the error names the ones with
     return f"lessons.{found[0].stem}"
 
 
-def all_targets() -> list[str]:
-    return [p.stem[:3] for p in sorted((REPO_ROOT / "lessons").glob("l[0-9][0-9]_*.py"))] + [MAIN]
+def all_targets(full: bool = False) -> list[str]:
+    """Every lesson and ``main``; with ``full``, also the ``--full`` targets of :data:`FULL`."""
+    lessons = [p.stem[:3] for p in sorted((REPO_ROOT / "lessons").glob("l[0-9][0-9]_*.py"))]
+    return lessons + [MAIN] + ([t + FULL_SUFFIX for t in lessons if t in FULL] if full else [])
 
 
 def results_path(target: str, directory: Path | None = None) -> Path:
-    name = MAIN_FILE if target == MAIN else module_of(target).rsplit(".", 1)[-1]
+    """``docs/results/lNN_<slug>.json``; ``lNN_<slug>_full.json`` for ``lNN-full``; ``main_rlhf.json``."""
+    name = MAIN_FILE if target == MAIN else module_of(target).rsplit(".", 1)[-1] + ("_full" if is_full(target) else "")
     return Path(directory or RESULTS_DIR) / f"{name}.json"
 
 
 def source_files(target: str) -> list[Path]:
+    """What the target's hash covers: the lesson file (and, for ``lNN-full``, the study modules FULL lists);
+    the main job's pipeline modules."""
     if target == MAIN:
         return [REPO_ROOT / p for p in MAIN_SOURCES]
-    return [REPO_ROOT / "lessons" / f"{module_of(target).rsplit('.', 1)[-1]}.py"]
+    lesson = REPO_ROOT / "lessons" / f"{module_of(target).rsplit('.', 1)[-1]}.py"
+    return [lesson] + ([REPO_ROOT / p for p in FULL[lesson_of(target)]] if is_full(target) else [])
 
 
 def current_hash(target: str, files: list[Path] | None = None) -> str:
@@ -125,7 +161,9 @@ def current_hash(target: str, files: list[Path] | None = None) -> str:
 
 
 def regenerate_command(target: str) -> str:
-    return f"python -m lessons results {MAIN if target == MAIN else int(target[1:])}"
+    if target == MAIN:
+        return f"python -m lessons results {MAIN}"
+    return f"python -m lessons results {int(lesson_of(target)[1:])}" + (" --full" if is_full(target) else "")
 
 
 def load(target: str, directory: Path | None = None) -> dict:
@@ -259,7 +297,8 @@ def run_main(seed: int) -> dict:
 
 
 def run_target(target: str, seed: int) -> dict:
-    """Run ``target`` once in this process at its results size: values, left_out, verdicts, time, machine."""
+    """Run ``target`` once in this process at its size (``lNN-full``: ``run(full=True)``): values, left_out,
+    verdicts, time, machine."""
     from minippo.blas import blas_core_name
     print(f"OpenBLAS kernel: {blas_core_name()}", flush=True)
     mod = None if target == MAIN else importlib.import_module(module_of(target))
@@ -268,7 +307,7 @@ def run_target(target: str, seed: int) -> dict:
     if mod is None:
         results = run_main(seed)
     else:
-        results = mod.run(quick=False, seed=seed, **({"full": True} if size_of(mod) == "full" else {}))
+        results = mod.run(quick=False, seed=seed, **({"full": True} if is_full(target) else {}))
     seconds = {"cpu": time.process_time() - cpu, "wall": time.perf_counter() - t}
     peaks.append(matmul_peak())
     values, left_out = flatten(results)
@@ -295,15 +334,6 @@ def add_verdict_values(values: dict, left_out: dict, verdicts: list[dict]) -> No
         raise ResultsError(f"the verdicts' keys repeat keys of run() or derived(): {', '.join(twice)}")
     values.update(extra)
     left_out.update(extra_left)
-
-
-def size_of(mod) -> str:
-    """The size whose numbers the docs quote: ``default`` unless the lesson sets ``RESULTS_SIZE = "full"``
-    (for numbers that exist only at ``--full``)."""
-    size = getattr(mod, "RESULTS_SIZE", "default")
-    if size not in ("default", "full"):
-        raise ResultsError(f"{mod.__name__}.RESULTS_SIZE must be 'default' or 'full', got {size!r}")
-    return size
 
 
 def run_in_subprocess(target: str, seed: int, kernel: str, log=print) -> dict:
@@ -373,10 +403,10 @@ def generate(target: str, seeds=DEFAULT_SEEDS, kernels=DEFAULT_KERNELS, director
     seeds, kernels = list(seeds), list(kernels)
     if 0 not in seeds:
         raise ResultsError(f"--seeds {seeds}: seed 0 is the reference run whose numbers the docs quote")
-    dependent = target in CPU_DEPENDENT
+    dependent = lesson_of(target) in CPU_DEPENDENT
     seeds = [0] + [s for s in seeds if s != 0] if dependent else [0]
     log(f"{target}: {len(kernels)} OpenBLAS kernel(s) x {len(seeds)} seed(s)"
-        + (f" (depends on the CPU: {CPU_DEPENDENT[target]})" if dependent else " (seed 0 only)"))
+        + (f" (depends on the CPU: {CPU_DEPENDENT[lesson_of(target)]})" if dependent else " (seed 0 only)"))
     source = current_hash(target)
     runs, done = [], set()
     for kernel in kernels:
@@ -396,14 +426,14 @@ def generate(target: str, seeds=DEFAULT_SEEDS, kernels=DEFAULT_KERNELS, director
     mod = None if target == MAIN else importlib.import_module(module_of(target))
     data = {
         "target": target, "module": MAIN if mod is None else mod.__name__,
-        "size": "default" if mod is None else size_of(mod), "seed": 0, "command": regenerate_command(target),
+        "size": "full" if is_full(target) else "default", "seed": 0, "command": regenerate_command(target),
         "source_sha256": source, "date": datetime.date.today().isoformat(),
         # the matmul peak, measured before and after each run: on a shared machine the best of the reference
         # kernel's measurements, with the load average at that measurement
         "machine": max((r["machine"] for r in runs if r["kernel"] == ref["kernel"]),
                        key=lambda m: m["matmul_gflops"]),
         "time": ref["time"],
-        "cpu_dependent": dependent, "why_cpu_dependent": CPU_DEPENDENT.get(target),
+        "cpu_dependent": dependent, "why_cpu_dependent": CPU_DEPENDENT.get(lesson_of(target)),
         "runs": [{"kernel": r["kernel"], "seed": r["seed"], "cpu_s": round(r["time"]["cpu"], 2),
                   "wall_s": round(r["time"]["wall"], 2), "matmul_gflops": r["machine"]["matmul_gflops"],
                   "load_average": r["machine"]["load_average"],
@@ -429,18 +459,25 @@ def main(argv: list[str], resolve=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lessons results", description=__doc__.split("\n\n")[0])
     parser.add_argument("which", nargs="+", help="lesson numbers or slugs, 'main' (minippo rlhf), 'all' "
                         "(every lesson and main), 'stale' (those missing or stale)")
+    parser.add_argument("--full", action="store_true",
+                        help="the lessons' --full results (lNN_<slug>_full.json, lessons in FULL): a lesson named "
+                             "means its --full file; 'all' and 'stale' add the --full files to the others")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS),
                         help="seeds of the CPU-dependent targets (0 is the reference; default 0 1)")
     parser.add_argument("--kernels", nargs="+", default=list(DEFAULT_KERNELS),
                         help="OpenBLAS kernels, each run under OPENBLAS_CORETYPE (default: default Haswell "
                              "Sandybridge; 'default' = the CPU's own choice, run first: the reference)")
     args = parser.parse_args(argv)
-    if "stale" in args.which:
-        targets = [t for t in all_targets() if staleness(t) is not None]
-    elif "all" in args.which:
-        targets = all_targets()
-    else:
-        targets = [MAIN if w == MAIN else target_of(resolve(w)) if resolve else w for w in args.which]
+    try:
+        if "stale" in args.which:
+            targets = [t for t in all_targets(args.full) if staleness(t) is not None]
+        elif "all" in args.which:
+            targets = all_targets(args.full)
+        else:
+            targets = [name_target(w, args.full, resolve) for w in args.which]
+    except ResultsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     t0 = time.process_time()
     for target in targets:
         try:
@@ -451,6 +488,20 @@ def main(argv: list[str], resolve=None) -> int:
     print(f"{len(targets)} results file(s) written ({time.process_time() - t0:.1f} s CPU in this process; "
           "the runs' own CPU seconds are above)")
     return 0
+
+
+def name_target(word: str, full: bool, resolve=None) -> str:
+    """The target a word of the command line names: ``main``; ``l17-full`` as written; a lesson number or slug
+    (``resolve``: to its module), with ``full`` its ``--full`` target (a ``ResultsError`` if it has none)."""
+    if word == MAIN:
+        if full:
+            raise ResultsError("main has no --full results (its file is `minippo rlhf` at its default size)")
+        return MAIN
+    if is_full(word):
+        module_of(word)                               # an unknown lesson, or one without --full results
+        return word
+    target = target_of(resolve(word)) if resolve else word
+    return full_target(target) if full else target
 
 
 def child(argv: list[str]) -> int:
