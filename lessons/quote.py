@@ -6,8 +6,9 @@ Markdown) and written by this generator, never by hand:
     <!-- l07:bias.0.pg .2f -->1.10<!-- end -->
     <!-- l08:summary.defaults.steps_to_475 d range -->90460 (64604 to 106240 over 3 BLAS kernels x 2 seeds)<!-- end -->
 
-``l07`` (``lNN``, or ``main`` for ``minippo rlhf``) names the results file (``lessons/results.py``); then the
-key (``python -m lessons quote --keys 7`` lists them with their values; ``@machine.cpu``, ``@time.cpu``,
+``l07`` (``lNN``; ``lNN-full`` for a lesson's ``--full`` results; ``main`` for ``minippo rlhf``) names the
+results file (``lessons/results.py``); then the key (``python -m lessons quote --keys 7`` lists them with their
+values, ``--keys 17 --full`` those of ``l17-full``; ``@machine.cpu``, ``@time.cpu``,
 ``@date`` name fields of the file itself); then a Python format spec (``.3f``, ``+.2f``, ``,d``, ``.1%``,
 ``.2g``, ``s``). ``range`` (or ``range=FORMAT`` for the bounds) follows a CPU-dependent value with the range
 measured over the OpenBLAS kernels and seeds of its file.
@@ -23,7 +24,8 @@ in the comment just above it, with ``{SOURCE:KEY FORMAT}`` placeholders (one run
     ```
 
 ``<!-- quote-times -->`` ... ``<!-- end-times -->`` holds the table of how long each lesson took (one row per
-results file: CPU and wall seconds of its reference run beside the matmul GFLOP/s measured around it).
+results file: CPU and wall seconds of its reference run beside the matmul GFLOP/s measured around it; a
+lesson's ``--full`` file is its own row, ``17 --full``).
 
 What it refuses (the command lists every problem and writes nothing): a results file that is missing or stale;
 an unknown key; a format that does not apply; and, outside a code block, a plain quote of a value whose digits

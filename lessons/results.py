@@ -2,12 +2,18 @@
 numbers the docs quote (``lessons/quote.py`` writes them into the Markdown).
 
 One file per lesson, ``docs/results/lNN_<slug>.json``, and one for the main job, ``docs/results/main_rlhf.json``
-(``minippo rlhf`` at its default size: what the README's example output shows). Each holds
+(``minippo rlhf`` at its default size: what the README's example output shows). A lesson listed in :data:`FULL`
+has a second file for its ``--full`` size (the size of its committed figure), ``docs/results/lNN_<slug>_full.json``:
+its target is ``lNN-full`` (``python -m lessons results 17 --full``; markers ``<!-- l17-full:KEY FORMAT -->``).
+``all`` and ``stale`` add the ``--full`` files only with ``--full``: they are slow to make, and the reruns of the
+tests (``pytest -m rerun``) never rerun them: their staleness is their hash. Each file holds
 
-- ``target`` (``l08``, ``main``), ``size`` (``default``: what a student running the lesson sees) and ``seed``
-  (0: the reference run, whose numbers the docs quote), ``command`` (what regenerates the file);
-- ``source_sha256``: the sha256 of the lesson's source (the main job: of its pipeline modules), as for the
-  notebooks (``lessons.notebooks.source_hash``); the file is stale once the source changes (:func:`staleness`);
+- ``target`` (``l08``, ``l17-full``, ``main``), ``size`` (``default``: what a student running the lesson sees;
+  ``full`` for ``lNN-full``) and ``seed`` (0: the reference run, whose numbers the docs quote), ``command``
+  (what regenerates the file);
+- ``source_sha256``: the sha256 of the lesson's source (``lNN-full``: of the lesson and the study modules its
+  --full part uses, listed in :data:`FULL`; the main job: of its pipeline modules), as for the notebooks
+  (``lessons.notebooks.source_hash``); the file is stale once one of them changes (:func:`staleness`);
 - ``machine``: CPU model, cores, the OpenBLAS kernel (``minippo.blas.blas_core_name()``), numba on or off,
   the float32 matmul GFLOP/s that ``minippo bench --only matmul`` measures (before and after each run; the
   best of the reference kernel's, with the load average then: a busy machine reads low), the date;

@@ -228,6 +228,68 @@ def test_the_marker_grammar():
         qt.parse("l01:.3f")
 
 
+def test_a_full_target_has_its_own_file_command_and_hash_over_its_study_modules(tmp_path):
+    assert "l17" in res.FULL and res.all_targets(full=True)[-len(res.FULL):] == [f"{t}-full" for t in res.FULL]
+    assert not any(res.is_full(t) for t in res.all_targets())              # only with --full
+    assert res.results_path("l17-full").name == "l17_hyperparameters_full.json"
+    assert res.results_path("l17").name == "l17_hyperparameters.json"
+    assert res.regenerate_command("l17-full") == "python -m lessons results 17 --full"
+    files = res.source_files("l17-full")
+    assert files[0] == res.source_files("l17")[0] and [str(p.relative_to(res.REPO_ROOT)) for p in files[1:]] == \
+        list(res.FULL["l17"])
+    assert res.current_hash("l17-full") != res.current_hash("l17")
+    copies = []
+    for p in files:                                        # edited copies: the lesson and its study module
+        copies.append(tmp_path / p.name)
+        shutil.copy(p, copies[-1])
+    data = {"target": "l17-full", "source_sha256": res.current_hash("l17-full", copies), "values": {}}
+    res.results_path("l17-full", tmp_path).write_text(json.dumps(data), encoding="utf-8")
+    assert res.staleness("l17-full", tmp_path, copies) is None
+    copies[1].write_text(copies[1].read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
+    msg = res.staleness("l17-full", tmp_path, copies)
+    assert "l17_hyperparameters_full.json is stale" in msg and "knob_sweeps.py" in msg
+    assert "`python -m lessons results 17 --full`" in msg
+    assert res.staleness("l17", tmp_path) is not None          # the default file is another file
+    assert res.module_of("l17-full") == res.module_of("l17") == "lessons.l17_hyperparameters"
+
+
+def test_full_for_a_lesson_without_a_full_part_is_a_one_line_error(capsys):
+    from lessons.__main__ import main
+    for argv in (["results", "5", "--full"], ["results", "l05-full"], ["results", "main", "--full"],
+                 ["quote", "--keys", "5", "--full"]):
+        assert main(argv) == 1, argv
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and "\n" not in err and "--full results" in err, (argv, err)
+    with pytest.raises(res.ResultsError, match="l05 has no --full results: lessons with them are 17"):
+        res.name_target("5", True, lambda w: "lessons.l05_penalty_vs_clip")
+    assert res.name_target("17", True, lambda w: "lessons.l17_hyperparameters") == "l17-full"
+    assert res.name_target("l17-full", False) == "l17-full" and res.name_target("main", False) == "main"
+
+
+def test_a_full_target_in_markers_blocks_and_the_times_table(tmp_path):
+    q = qt.parse("l17-full:extras_mean.base.gold +.2f range")
+    assert (q.target, q.key, q.fmt, q.range_fmt) == ("l17-full", "extras_mean.base.gold", "+.2f", "+.2f")
+    for target, gold, cpu in (("l17", 0.4, 90.0), ("l17-full", 0.78, 570.0)):
+        data = {"target": target, "date": "2026-12-06", "time": {"cpu": cpu, "wall": 2 * cpu},
+                "machine": {"matmul_gflops": 101.4, "load_average": 2.04},
+                "runs": [{"kernel": "Haswell", "seed": 0}, {"kernel": "Haswell", "seed": 1}],
+                "values": {"gold": gold}, "ranges": {"gold": {"min": gold - 0.1, "max": gold, "missing": 0}}}
+        res.results_path(target, tmp_path).write_text(json.dumps(data), encoding="utf-8")
+    text = ("a <!-- l17:gold +.2f range -->x<!-- end -->, b <!-- l17-full:gold +.2f range -->y<!-- end -->\n"
+            "<!-- quote-block\ngold {l17-full:gold +.3f}\n-->\n```\nold\n```\n"
+            "<!-- quote-times -->\n<!-- end-times -->\n")
+    new, changes, problems = qt.rewrite(text, "doc.md", qt.Sources(tmp_path, check_fresh=False))
+    assert not problems and len(changes) == 4, (problems, changes)
+    assert new.startswith("a <!-- l17:gold +.2f range -->+0.40 (+0.30 to +0.40 over 1 BLAS kernel x 2 seeds)"
+                          "<!-- end -->, b <!-- l17-full:gold +.2f range -->+0.78 (+0.68 to +0.78 over 1 BLAS "
+                          "kernel x 2 seeds)<!-- end -->\n")
+    assert "```\ngold +0.780\n```" in new
+    assert ("| 17 | 90.0 | 180.0 | 101 | 2.0 | 2026-12-06 |\n"
+            "| 17 --full | 570.0 | 1140.0 | 101 | 2.0 | 2026-12-06 |") in new
+    rest = qt.BLOCK.sub("", qt.SPAN.sub("", new))
+    assert not qt.OPENER.search(rest) and "<!-- end -->" not in rest
+
+
 # ---------------------------------------------------------------- what a results file holds
 
 def test_flatten_keeps_scalars_under_dotted_keys_and_names_what_it_leaves_out():
@@ -300,8 +362,12 @@ def check_rerun(target: str) -> None:
 
 
 def _split_targets():
+    """The quoted targets by the CPU seconds of their file; a lesson's --full file is never rerun (too slow): its
+    staleness is its hash."""
     cheap, costly = [], []
     for t in quoted_targets():
+        if res.is_full(t):
+            continue
         path = res.results_path(t)
         cpu = json.loads(path.read_text(encoding="utf-8"))["time"]["cpu"] if path.is_file() else math.inf
         (cheap if cpu < CHEAP_CPU_S else costly).append(t)
@@ -321,6 +387,11 @@ def test_a_rerun_of_a_cheap_lesson_gives_its_quoted_numbers(target):
 @pytest.mark.parametrize("target", COSTLY)
 def test_a_rerun_gives_the_quoted_numbers(target):
     check_rerun(target)
+
+
+def test_no_rerun_selects_a_full_target():
+    assert not [t for t in CHEAP + COSTLY if res.is_full(t)]
+    assert set(CHEAP + COSTLY) == {t for t in quoted_targets() if not res.is_full(t)}
 
 
 # ---------------------------------------------------------------- the commands
