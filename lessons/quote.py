@@ -8,8 +8,9 @@ Markdown) and written by this generator, never by hand:
 
 ``l07`` (``lNN``; ``lNN-full`` for a lesson's ``--full`` results; ``main`` for ``minippo rlhf``) names the
 results file (``lessons/results.py``); then the key (``python -m lessons quote --keys 7`` lists them with their
-values, ``--keys 17 --full`` those of ``l17-full``; ``@machine.cpu``, ``@time.cpu``,
-``@date`` name fields of the file itself); then a Python format spec (``.3f``, ``+.2f``, ``,d``, ``.1%``,
+values, ``--keys 17 --full`` those of ``l17-full``; ``@machine.cpu``, ``@time.cpu``, ``@date`` name fields of
+the file itself, ``@runs.1.outcomes.<key>`` a verdict's outcome in the file's second run: a verdict word that
+differs between the runs is quoted run by run); then a Python format spec (``.3f``, ``+.2f``, ``,d``, ``.1%``,
 ``.2g``, ``s``). ``range`` (or ``range=FORMAT`` for the bounds) follows a CPU-dependent value with the range
 measured over the OpenBLAS kernels and seeds of its file.
 
@@ -108,13 +109,17 @@ class Sources:
 
 
 def lookup(data: dict, key: str):
-    """The value of ``key`` in a results file (``@a.b``: the file's own field ``data[a][b]``)."""
+    """The value of ``key`` in a results file (``@a.b``: the file's own field ``data[a][b]``; a number indexes a
+    list: ``@runs.1.outcomes.<verdict key>``, the verdict's outcome in the file's second run)."""
     if key.startswith("@"):
         node = data
         for part in key[1:].split("."):
-            if not isinstance(node, dict) or part not in node:
+            if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            elif isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
                 raise KeyError(f"{key}: the results file has no field {key[1:]!r}")
-            node = node[part]
         return node
     if key in data["values"]:
         return data["values"][key]

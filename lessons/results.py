@@ -173,10 +173,18 @@ def regenerate_command(target: str) -> str:
 
 
 def load(target: str, directory: Path | None = None) -> dict:
+    """The target's results file; each of its ``runs`` gets ``outcomes``, verdict key -> that run's outcome (read
+    from its ``verdict_outcomes``, in the order of ``verdicts``): the docs quote a verdict word that differs
+    between the runs per run, ``@runs.1.outcomes.<key>``."""
     path = results_path(target, directory)
     if not path.is_file():
         raise ResultsError(f"{path.name}: no results for {target}; make them with `{regenerate_command(target)}`")
-    return json.loads(path.read_text(encoding="utf-8"))
+    data = json.loads(path.read_text(encoding="utf-8"))
+    keys = [v.get("key") for v in data.get("verdicts") or []]
+    for run in data.get("runs", []):
+        if run.get("verdict_outcomes") is not None and len(run["verdict_outcomes"]) == len(keys):
+            run["outcomes"] = dict(zip(keys, run["verdict_outcomes"]))
+    return data
 
 
 def staleness(target: str, directory: Path | None = None, files: list[Path] | None = None) -> str | None:

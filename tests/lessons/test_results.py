@@ -253,6 +253,27 @@ def test_a_full_target_has_its_own_file_command_and_hash_over_its_study_modules(
     assert res.module_of("l17-full") == res.module_of("l17") == "lessons.l17_hyperparameters"
 
 
+def test_a_verdict_word_that_differs_between_runs_is_quoted_run_by_run(tmp_path):
+    data = {"target": "l04", "runs": [{"kernel": "Haswell", "seed": 0, "verdict_outcomes": ["holds", "holds"]},
+                                      {"kernel": "Haswell", "seed": 1,
+                                       "verdict_outcomes": ["holds", "not shown at this size"]}],
+            "verdicts": [{"key": "a", "outcome": "holds"}, {"key": "b", "outcome": "holds"}],
+            "values": {"verdict.a.outcome": "holds", "verdict.b.outcome": "holds"},
+            "ranges": {"verdict.b.outcome": {"values": ['"holds"', '"not shown at this size"']}}}
+    res.results_path("l04", tmp_path).write_text(json.dumps(data), encoding="utf-8")
+    s = qt.Sources(tmp_path, check_fresh=False)
+    assert s.get("l04")["runs"][1]["outcomes"] == {"a": "holds", "b": "not shown at this size"}
+    text = ("<!-- l04:verdict.a.outcome s -->x<!-- end -->; <!-- l04:@runs.0.outcomes.b s -->x<!-- end --> on seed 0, "
+            "<!-- l04:@runs.1.outcomes.b s -->x<!-- end --> on seed 1")
+    new, _, problems = qt.rewrite(text, "doc.md", s)
+    assert not problems and qt.SPAN.sub(lambda m: m["text"], new) == \
+        "holds; holds on seed 0, not shown at this size on seed 1"
+    _, _, problems = qt.rewrite("<!-- l04:verdict.b.outcome s -->x<!-- end -->", "doc.md", s)
+    assert len(problems) == 1 and "quote it with `range`" in problems[0]       # differs: refused plainly
+    _, _, problems = qt.rewrite("<!-- l04:@runs.2.outcomes.b s -->x<!-- end -->", "doc.md", s)
+    assert len(problems) == 1 and "no field 'runs.2.outcomes.b'" in problems[0]
+
+
 def test_full_for_a_lesson_without_a_full_part_is_a_one_line_error(capsys):
     from lessons.__main__ import main
     for argv in (["results", "5", "--full"], ["results", "l05-full"], ["results", "main", "--full"],
