@@ -412,8 +412,10 @@ def ranges(runs: list[dict]) -> dict:
 
 
 def generate(target: str, seeds=DEFAULT_SEEDS, kernels=DEFAULT_KERNELS, directory: Path | None = None,
-             log=print) -> Path:
-    """Run ``target`` under every kernel (and, when it depends on the CPU, every seed) and write its file."""
+             log=print, jobs: int = 1) -> Path:
+    """Run ``target`` under every kernel (and, when it depends on the CPU, every seed) and write its file
+    (``jobs``: the seeds of one kernel run as that many subprocesses at once; each run's CPU seconds are its
+    own, its wall seconds longer when the runs share the cores)."""
     seeds, kernels = list(seeds), list(kernels)
     if 0 not in seeds:
         raise ResultsError(f"--seeds {seeds}: seed 0 is the reference run whose numbers the docs quote")
@@ -427,8 +429,12 @@ def generate(target: str, seeds=DEFAULT_SEEDS, kernels=DEFAULT_KERNELS, director
         if kernel.lower() in done:
             log(f"  {kernel}: already run (the default kernel)")
             continue
-        for seed in seeds:
-            runs.append(run_in_subprocess(target, seed, kernel, log))
+        if jobs > 1:                  # the seeds of one kernel side by side: the same CPU seconds, sooner
+            from concurrent.futures import ThreadPoolExecutor
+            with ThreadPoolExecutor(min(jobs, len(seeds))) as pool:
+                runs += list(pool.map(lambda seed: run_in_subprocess(target, seed, kernel, log), seeds))
+        else:
+            runs += [run_in_subprocess(target, seed, kernel, log) for seed in seeds]
         done |= {kernel.lower(), runs[-1]["kernel"].lower()}
     ref = runs[0]
     for run in runs[1:]:
@@ -473,6 +479,9 @@ def main(argv: list[str], resolve=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lessons results", description=__doc__.split("\n\n")[0])
     parser.add_argument("which", nargs="+", help="lesson numbers or slugs, 'main' (minippo rlhf), 'all' "
                         "(every lesson and main), 'stale' (those missing or stale)")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="run the seeds of one kernel as N subprocesses at once (default 1; the CPU seconds "
+                             "recorded are each run's own)")
     parser.add_argument("--full", action="store_true",
                         help="the lessons' --full results (lNN_<slug>_full.json, lessons in FULL): a lesson named "
                              "means its --full file; 'all' and 'stale' add the --full files to the others")
@@ -495,7 +504,7 @@ def main(argv: list[str], resolve=None) -> int:
     t0 = time.process_time()
     for target in targets:
         try:
-            generate(target, args.seeds, args.kernels)
+            generate(target, args.seeds, args.kernels, jobs=args.jobs)
         except ResultsError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

@@ -433,6 +433,31 @@ def test_generate_runs_each_kernel_in_a_subprocess_and_checks_the_kernel(tmp_pat
         res.generate("l08", seeds=[1], directory=tmp_path)
 
 
+def test_jobs_run_the_seeds_side_by_side_and_keep_their_order(tmp_path, monkeypatch):
+    import threading
+    import time
+    started = []
+
+    def fake(target, seed, kernel, log):
+        started.append(seed)
+        time.sleep(0.3 if seed == 0 else 0.0)                 # seed 0 finishes last: the file keeps it first
+        return {"seed": seed, "kernel": "Haswell", "values": {"gold": 0.5 + seed}, "left_out": {}, "verdicts": None,
+                "time": {"cpu": 1.0, "wall": 1.0}, "machine": {"matmul_gflops": 100.0, "load_average": 1.0},
+                "thread": threading.get_ident()}
+
+    monkeypatch.setattr(res, "run_in_subprocess", fake)
+    data = json.loads(res.generate("l17", seeds=[0, 1], kernels=["default"], directory=tmp_path, log=lambda *a: None,
+                                   jobs=2).read_text(encoding="utf-8"))
+    assert sorted(started) == [0, 1] and [r["seed"] for r in data["runs"]] == [0, 1]
+    assert data["values"] == {"gold": 0.5} and data["ranges"] == {"gold": {"min": 0.5, "max": 1.5, "missing": 0}}
+    assert data["size"] == "default" and data["target"] == "l17"
+    data = json.loads(res.generate("l17-full", seeds=[0, 1], kernels=["default"], directory=tmp_path,
+                                   log=lambda *a: None).read_text(encoding="utf-8"))
+    assert data["size"] == "full" and data["command"] == "python -m lessons results 17 --full"
+    assert data["source_sha256"] == res.current_hash("l17-full")
+    assert (tmp_path / "l17_hyperparameters_full.json").is_file()
+
+
 def test_the_commands_are_reached_from_python_m_lessons(capsys):
     from lessons.__main__ import main
     assert main(["quote", "--check"]) == 0
