@@ -6,7 +6,8 @@ import pytest
 from lessons import l17_hyperparameters as lesson
 from minippo.studies.sweep_stats import compare
 from minippo.studies.verdicts import FAILS, HOLDS, NOT_SHOWN, by_key
-from tests.helpers import assert_comparison, assert_printed, assert_verdict, expected_outcome, quick_runs
+from tests.helpers import (assert_comparison, assert_derived, assert_printed, assert_verdict, expected_outcome,
+                           quick_runs)
 
 pytestmark = pytest.mark.slow      # lesson runs on the shared SFT and RM stages (pytest -m slow)
 
@@ -166,3 +167,20 @@ def test_l17_full_figure_has_the_extras_row(full_runs, tmp_path):
     path = tmp_path / "l17_full.png"
     lesson.plot(full_runs[0], path)
     assert path.stat().st_size > 50_000
+
+
+def test_l17_derived_is_what_the_narrative_prints(runs, full_runs):
+    """derived(): the numbers the results files keep besides run()'s scalars (docs/results, the quoted docs)."""
+    assert_derived(lesson, runs[0], runs["printed"], {"mean.clip_eps.0.1.gold": "+.3f", "mean.lam.0.99.kl": ".2f",
+                                                      "mean.update_epochs.8.approx_kl": ".4f",
+                                                      "mean.minibatches.16.clipfrac": ".3f", "n_tokens": ".0f",
+                                                      "first_weight.0.9": ".2f"})
+    assert "extras_mean" not in lesson.derived(runs[0])
+    r = full_runs[0]
+    assert_derived(lesson, r, lesson.narrative(r), {"extras_mean.base.adv_var_first": ".3f",
+                                                    "extras_mean.critic from SFT.adv_var": ".3f",
+                                                    "extras_derived.whitened_var_ratio": ".2f",
+                                                    "extras_derived.gamma_first_weight": ".2f",
+                                                    "extras_derived.lam_osc.0.9": ".3f",
+                                                    "extras_derived.lam_speed.0.99": ".1f",
+                                                    "extras_mean.score only.first_corr": "+.2f"})
