@@ -86,6 +86,8 @@ CPU_DEPENDENT = {
 #: study modules their --full part uses beyond the lesson file: the file's hash covers them too
 FULL = {
     "l17": ("minippo/studies/knob_sweeps.py",),
+    "l23": ("minippo/studies/verifiable.py",),
+    "l24": ("minippo/studies/off_policy_training.py",),
 }
 FULL_SUFFIX = "-full"
 DEFAULT_KERNELS = ("default", "Haswell", "Sandybridge")
