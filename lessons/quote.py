@@ -169,9 +169,10 @@ def render(q: Quote, sources: Sources, in_block: bool = False) -> str:
 
 def times_table(sources: Sources) -> str:
     """The table of every lesson's results file: its reference run's CPU and wall seconds, the matmul GFLOP/s
-    and load average measured around it, the date (lessons without a results file have no row)."""
+    and load average measured around it, the date (lessons without a results file have no row; a lesson's
+    ``--full`` file, its own row under the lesson's)."""
     rows = []
-    for target in res.all_targets(full=True):
+    for target in sorted(res.all_targets(full=True), key=lambda t: (res.lesson_of(t), res.is_full(t))):
         if target == res.MAIN or not res.results_path(target, sources.directory).is_file():
             continue
         d = sources.get(target)
