@@ -82,7 +82,7 @@ MAX_LIST = 16               # longer lists and vectors are left out, like other 
 MAX_STR = 200
 RECORDS = ("records",)      # keys of per-iteration training logs, left out (a lesson quotes their summaries)
 REL_TOL, ABS_TOL = 1e-9, 1e-12   # float64 results of differently ordered sums (BLAS kernels) agree to this
-MEASURED = re.compile(r"(?:^|[._/])(?:time|timing|times|wall|cpu|seconds|rss)(?=$|[._/])|_s$|_mb$")
+MEASURED = re.compile(r"(?:^|[._/])(?:time|timing|times|wall|cpu|cpu_share\w*|seconds|rss)(?=$|[._/])|_s$|_mb$")
 
 
 class ResultsError(ValueError):

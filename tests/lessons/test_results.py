@@ -263,7 +263,8 @@ def test_kernel_runs_must_agree_to_float64_rounding_and_ranges_span_the_runs():
             {"values": {"g": 0.4, "s": 12, "t": "a"}}]
     assert res.ranges(runs) == {"g": {"min": 0.4, "max": 0.7, "missing": 0}, "s": {"min": 10, "max": 12, "missing": 1},
                                 "t": {"values": ['"a"', '"b"']}}
-    assert [k for k in ("time.cpu", "summary.defaults.wall_time", "seconds.sft", "peak_rss_mb", "step_s")
+    assert [k for k in ("time.cpu", "summary.defaults.wall_time", "seconds.sft", "peak_rss_mb", "step_s",
+                                "method_mean.GRPO.cpu_share_of_ppo")
             if not res.is_measured(k)] == []
     assert not any(res.is_measured(k) for k in ("total_timesteps", "steps_to_475", "epochs_skipped"))
 
