@@ -149,14 +149,26 @@ def render(q: Quote, sources: Sources, in_block: bool = False) -> str:
         raise ValueError("a code block shows one run's output: no `range` there")
     if spread is not None and "values" in spread:
         raise ValueError(f"{q.target}:{q.key} has no numeric range in its results")
-    kernels = len({r["kernel"] for r in data["runs"]})
-    seeds = len({r["seed"] for r in data["runs"]})
-    over = f"over {kernels} BLAS kernel{'s' * (kernels != 1)} x {seeds} seed{'s' * (seeds != 1)}"
+    over = runs_text(data)
     lo, hi = (fmt(spread[k], q.range_fmt, q.key) for k in ("min", "max")) if spread else (text, text)
     inner = f"the same {over}" if lo == hi else f"{lo} to {hi} {over}"
     if spread and spread["missing"]:
         inner += f"; no value in {spread['missing']} of {len(data['runs'])} runs"
     return f"{text} ({inner})"
+
+
+def runs_text(data: dict) -> str:
+    """``over 3 BLAS kernels x 2 seeds`` (one CPU); ``over 6 runs: 2 CPUs, 2 BLAS kernels, seeds 0-1`` when
+    runs on another CPU were added (``python -m lessons results N --add-machine``)."""
+    runs = data["runs"]
+    kernels = len({r["kernel"] for r in runs})
+    seeds = sorted({r["seed"] for r in runs})
+    cpus = len({res.run_cpu(data, r) for r in runs})
+    k_text = f"{kernels} BLAS kernel{'s' * (kernels != 1)}"
+    if cpus == 1:
+        return f"over {k_text} x {len(seeds)} seed{'s' * (len(seeds) != 1)}"
+    s_text = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}"
+    return f"over {len(runs)} runs: {cpus} CPUs, {k_text}, {s_text}"
 
 
 def times_table(sources: Sources) -> str:

@@ -26,8 +26,14 @@ One file per lesson, ``docs/results/lNN_<slug>.json``, and one for the main job,
   (default ``0 1``: on another CPU such a run drifts apart like another seed). ``ranges`` holds, for each key
   whose value is not the same in every run, its min and max over the runs (``missing``: runs without a
   number there; a non-numeric key: its distinct values). Keys absent from it are the same in every run;
-- ``runs``: each run's kernel, seed, CPU and wall seconds and matmul GFLOP/s; ``verdicts``: what the
+- ``runs``: each run's CPU model, kernel, seed, CPU and wall seconds and matmul GFLOP/s; ``verdicts``: what the
   lesson's ``verdicts(results)`` returns, when it has one (the outcomes of every run beside it).
+
+On another CPU a CPU-dependent target rounds differently even under the same kernel and lands anywhere in the
+seed noise, so its rerun may fall outside ranges measured on one machine. ``python -m lessons results N
+--add-machine`` (:func:`add_machine`) runs it on this machine (seed 0 under its own kernel unless ``--seeds`` /
+``--kernels`` say otherwise) and adds those runs to the file, which keeps its reference run: the ranges widen to
+cover them, and the quotes say over how many CPUs they were measured.
 
 Keys naming a measurement of the run itself (times, peak memory: :data:`MEASURED`) vary from run to run;
 they are quoted as the reference run's, next to the machine's GFLOP/s, and never checked for equality.
@@ -82,7 +88,7 @@ MAX_LIST = 16               # longer lists and vectors are left out, like other 
 MAX_STR = 200
 RECORDS = ("records",)      # keys of per-iteration training logs, left out (a lesson quotes their summaries)
 REL_TOL, ABS_TOL = 1e-9, 1e-12   # float64 results of differently ordered sums (BLAS kernels) agree to this
-MEASURED = re.compile(r"(?:^|[._/])(?:time|timing|times|wall|cpu|seconds|rss)(?=$|[._/])|_s$|_mb$")
+MEASURED = re.compile(r"(?:^|[._/])(?:time|timing|times|wall|cpu|cpu_share\w*|seconds|rss)(?=$|[._/])|_s$|_mb$")
 
 
 class ResultsError(ValueError):
@@ -404,11 +410,7 @@ def generate(target: str, seeds=DEFAULT_SEEDS, kernels=DEFAULT_KERNELS, director
                        key=lambda m: m["matmul_gflops"]),
         "time": ref["time"],
         "cpu_dependent": dependent, "why_cpu_dependent": CPU_DEPENDENT.get(target),
-        "runs": [{"kernel": r["kernel"], "seed": r["seed"], "cpu_s": round(r["time"]["cpu"], 2),
-                  "wall_s": round(r["time"]["wall"], 2), "matmul_gflops": r["machine"]["matmul_gflops"],
-                  "load_average": r["machine"]["load_average"],
-                  "verdict_outcomes": None if r["verdicts"] is None else
-                  [v.get("outcome") for v in r["verdicts"]]} for r in runs],
+        "runs": [run_record(r) for r in runs],
         "verdicts": ref["verdicts"],
         "values": ref["values"],
         "ranges": ranges(runs),
@@ -419,6 +421,73 @@ def generate(target: str, seeds=DEFAULT_SEEDS, kernels=DEFAULT_KERNELS, director
     from minippo.io import atomic_write_text
     atomic_write_text(path, json.dumps(data, indent=1) + "\n")
     log(f"  -> {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path}")
+    return path
+
+
+def merged_ranges(data: dict, new_runs: list[dict]) -> dict:
+    """The file's ``ranges`` widened to cover ``new_runs`` too (a key absent from ``ranges`` had the reference
+    value in every earlier run)."""
+    old = data["ranges"]
+    merged = {}
+    for key, ref in data["values"].items():
+        seen = [r["values"].get(key) for r in new_runs]
+        spread = old.get(key)
+        if spread is None:
+            both = ranges([{"values": {key: ref}}] + [{"values": {key: x}} for x in seen]).get(key)
+            if both is not None:
+                merged[key] = both
+            continue
+        if "values" in spread:
+            merged[key] = {"values": sorted(set(spread["values"]) | {json.dumps(x) for x in seen})}
+            continue
+        nums = [x for x in seen if isinstance(x, (int, float)) and not isinstance(x, bool)
+                and not (isinstance(x, float) and math.isnan(x))]
+        merged[key] = {"min": min([spread["min"], *nums]), "max": max([spread["max"], *nums]),
+                       "missing": spread["missing"] + len(seen) - len(nums)}
+    return merged
+
+
+def run_record(r: dict) -> dict:
+    """One run as its file lists it (its values are in ``values``, the reference run's, and ``ranges``)."""
+    return {"cpu": r["machine"]["cpu"], "kernel": r["kernel"], "seed": r["seed"], "cpu_s": round(r["time"]["cpu"], 2),
+            "wall_s": round(r["time"]["wall"], 2), "matmul_gflops": r["machine"]["matmul_gflops"],
+            "load_average": r["machine"]["load_average"],
+            "verdict_outcomes": None if r["verdicts"] is None else [v.get("outcome") for v in r["verdicts"]]}
+
+
+def run_cpu(data: dict, run: dict) -> str:
+    """The CPU of a listed run (files made before runs named theirs: the reference machine's)."""
+    return run.get("cpu", data["machine"]["cpu"])
+
+
+def add_machine(target: str, seeds=(0,), kernels=("default",), directory: Path | None = None, log=print) -> Path:
+    """Run a CPU-dependent ``target`` on this machine and add the runs to its file: the reference run and its
+    values stay; ``runs`` lists the new ones with their CPU, and ``ranges`` widen to cover them. Another CPU
+    rounds float32 training differently (README, "What is bitwise"), so a rerun there lands anywhere in the seed
+    noise; once its runs are in the file, the quoted ranges hold for it too."""
+    if target not in CPU_DEPENDENT:
+        raise ResultsError(f"{target} does not depend on the CPU: its numbers are the same on every machine "
+                           f"(regenerate it with `{regenerate_command(target)}`)")
+    problem = staleness(target, directory)
+    if problem:
+        raise ResultsError(problem)
+    data = load(target, directory)
+    from minippo.blas import blas_core_name
+    here, own = cpu_model(), (blas_core_name() if "OPENBLAS_CORETYPE" not in os.environ else None)
+    for kernel in kernels:
+        name = own if kernel == "default" else kernel
+        for seed in seeds:
+            if any(run_cpu(data, r) == here and r["kernel"].lower() == (name or "").lower() and r["seed"] == seed
+                   for r in data["runs"]):
+                raise ResultsError(f"{results_path(target, directory).name} already has seed {seed} on {here} "
+                                   f"with OpenBLAS kernel {name}: nothing added (nothing is replaced)")
+    runs = [run_in_subprocess(target, seed, kernel, log) for kernel in kernels for seed in seeds]
+    data["ranges"] = merged_ranges(data, runs)
+    data["runs"] = [dict(r, cpu=run_cpu(data, r)) for r in data["runs"]] + [run_record(r) for r in runs]
+    path = results_path(target, directory)
+    from minippo.io import atomic_write_text
+    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+    log(f"  -> {path.name}: {len(runs)} run(s) on {here} added")
     return path
 
 
@@ -434,7 +503,23 @@ def main(argv: list[str], resolve=None) -> int:
     parser.add_argument("--kernels", nargs="+", default=list(DEFAULT_KERNELS),
                         help="OpenBLAS kernels, each run under OPENBLAS_CORETYPE (default: default Haswell "
                              "Sandybridge; 'default' = the CPU's own choice, run first: the reference)")
+    parser.add_argument("--add-machine", action="store_true",
+                        help="keep the file and add this machine's runs (default: seed 0 under its own kernel) to "
+                             "its runs and ranges: for a CPU-dependent lesson on a CPU its file does not list yet")
     args = parser.parse_args(argv)
+    if args.add_machine:
+        seeds = args.seeds if "--seeds" in argv else [0]
+        kernels = args.kernels if "--kernels" in argv else ["default"]
+        targets = ([t for t in all_targets() if t in CPU_DEPENDENT and results_path(t).is_file()]
+                   if "all" in args.which else
+                   [MAIN if w == MAIN else target_of(resolve(w)) if resolve else w for w in args.which])
+        for target in targets:
+            try:
+                add_machine(target, seeds, kernels)
+            except ResultsError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+        return 0
     if "stale" in args.which:
         targets = [t for t in all_targets() if staleness(t) is not None]
     elif "all" in args.which:

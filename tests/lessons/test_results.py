@@ -158,6 +158,44 @@ def test_spans_are_rendered_with_their_format_and_range(tmp_path):
     assert rendered(s, "l08:time.cpu .1f") == "3.0"               # a measurement: the reference run's
 
 
+def test_runs_on_another_cpu_widen_the_ranges_and_are_named_in_the_quote(tmp_path, monkeypatch):
+    s = fake_results(tmp_path)
+    data = json.loads(res.results_path("l08", tmp_path).read_text(encoding="utf-8"))
+    new_run = {"kernel": "Haswell", "seed": 0, "time": {"cpu": 5.0, "wall": 6.0}, "verdicts": None,
+               "machine": {"cpu": "another CPU", "matmul_gflops": 50.0, "load_average": 1.0},
+               "values": {"gold": 0.35, "steps": 80, "same": 7.0, "time.cpu": 9.0, "label": "c"}}
+    merged = res.merged_ranges(data, [new_run])
+    assert merged["gold"] == {"min": 0.2, "max": 0.35, "missing": 0}          # widened
+    assert merged["steps"] == {"min": 80, "max": 120, "missing": 1}
+    assert merged["same"] == {"min": 7.0, "max": 7.0, "missing": 0}
+    assert merged["label"] == {"values": ['"a"', '"b"', '"c"']}
+    data2 = dict(data, values=dict(data["values"], fresh=1.0), ranges={})     # every earlier run printed 1.0
+    assert res.merged_ranges(data2, [dict(new_run, values={"fresh": 1.5})])["fresh"] == {
+        "min": 1.0, "max": 1.5, "missing": 0}
+    data["ranges"], data["runs"] = merged, data["runs"] + [res.run_record(new_run)]
+    res.results_path("l08", tmp_path).write_text(json.dumps(data), encoding="utf-8")
+    s = qt.Sources(tmp_path, check_fresh=False)
+    assert rendered(s, "l08:gold +.3f range=.2f") == "+0.250 (0.20 to 0.35 over 5 runs: 2 CPUs, 2 BLAS kernels, seeds 0, 1)"
+    assert [res.run_cpu(data, r) for r in data["runs"]] == ["a CPU"] * 4 + ["another CPU"]
+
+
+def test_adding_a_machine_refuses_a_cpu_independent_lesson_and_a_run_it_already_has(tmp_path, monkeypatch):
+    with pytest.raises(res.ResultsError, match="does not depend on the CPU"):
+        res.add_machine("l04", directory=tmp_path)
+    target = "l24"
+    shutil.copy(res.results_path(target), tmp_path / res.results_path(target).name)
+    data = res.load(target, tmp_path)
+    ref = data["runs"][0]
+    monkeypatch.setattr(res, "cpu_model", lambda: data["machine"]["cpu"])
+    monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
+    monkeypatch.setattr("minippo.blas.blas_core_name", lambda: ref["kernel"])
+    monkeypatch.setattr(res, "run_in_subprocess", lambda *a, **k: pytest.fail("must refuse before running"))
+    before = res.results_path(target, tmp_path).read_bytes()
+    with pytest.raises(res.ResultsError, match=r"already has seed 0 .* nothing added \(nothing is replaced\)"):
+        res.add_machine(target, directory=tmp_path)
+    assert res.results_path(target, tmp_path).read_bytes() == before
+
+
 def test_every_rule_is_enforced_with_a_message_naming_the_place(tmp_path):
     s = fake_results(tmp_path)
     assert "no key 'los'" in problem(s, "a\n<!-- l04:los .3f -->1<!-- end -->") and "did you mean loss" in \
@@ -263,7 +301,8 @@ def test_kernel_runs_must_agree_to_float64_rounding_and_ranges_span_the_runs():
             {"values": {"g": 0.4, "s": 12, "t": "a"}}]
     assert res.ranges(runs) == {"g": {"min": 0.4, "max": 0.7, "missing": 0}, "s": {"min": 10, "max": 12, "missing": 1},
                                 "t": {"values": ['"a"', '"b"']}}
-    assert [k for k in ("time.cpu", "summary.defaults.wall_time", "seconds.sft", "peak_rss_mb", "step_s")
+    assert [k for k in ("time.cpu", "summary.defaults.wall_time", "seconds.sft", "peak_rss_mb", "step_s",
+                                "method_mean.GRPO.cpu_share_of_ppo")
             if not res.is_measured(k)] == []
     assert not any(res.is_measured(k) for k in ("total_timesteps", "steps_to_475", "epochs_skipped"))
 
@@ -294,9 +333,15 @@ def check_rerun(target: str) -> None:
         if not ok:
             problems.append(f"{where}: {target}:{q.key} = {got!r}, expected {rule}")
     assert checked > 0
+    here = (run["machine"].get("cpu"), run["machine"].get("blas_kernel"))
+    measured = {(res.run_cpu(data, r), r["kernel"]) for r in data["runs"]}
+    why = ("" if here in measured or not data["cpu_dependent"] else
+           f"; this CPU and kernel ({here[0]}, {here[1]}) are not among its file's runs ({sorted(measured)}): on a "
+           f"new CPU a CPU-dependent lesson lands anywhere in the seed noise; add this machine's runs with "
+           f"`python -m lessons results {target[1:] if target != res.MAIN else target} --add-machine`")
     assert not problems, (f"a rerun of {target} (seed 0, OpenBLAS kernel {run['machine']['blas_kernel']}) no "
                           f"longer gives the quoted numbers; regenerate with `{res.regenerate_command(target)}` "
-                          "and `python -m lessons quote`:\n" + "\n".join(problems))
+                          f"and `python -m lessons quote`{why}:\n" + "\n".join(problems))
 
 
 def _split_targets():
