@@ -10,7 +10,9 @@ Markdown) and written by this generator, never by hand:
 key (``python -m lessons quote --keys 7`` lists them with their values; ``@machine.cpu``, ``@time.cpu``,
 ``@date`` name fields of the file itself); then a Python format spec (``.3f``, ``+.2f``, ``,d``, ``.1%``,
 ``.2g``, ``s``). ``range`` (or ``range=FORMAT`` for the bounds) follows a CPU-dependent value with the range
-measured over the OpenBLAS kernels and seeds of its file.
+measured over the OpenBLAS kernels and seeds of its file; on words that differ between the runs (a verdict's
+outcome: ``<!-- l13:verdict.kl_final_better.outcome s range -->``) it names each, the reference run's first:
+``holds (holds or not shown at this size, over 1 BLAS kernel x 2 seeds)``.
 
 A fenced code block (a command's output) cannot hide a comment, so it is written whole from a template kept
 in the comment just above it, with ``{SOURCE:KEY FORMAT}`` placeholders (one run's output: no range there):
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import re
 import sys
 from dataclasses import dataclass
@@ -147,9 +150,13 @@ def render(q: Quote, sources: Sources, in_block: bool = False) -> str:
         return text
     if in_block:
         raise ValueError("a code block shows one run's output: no `range` there")
-    if spread is not None and "values" in spread:
-        raise ValueError(f"{q.target}:{q.key} has no numeric range in its results")
     over = runs_text(data)
+    if spread is not None and "values" in spread:       # words that differ between runs (a verdict's outcome)
+        words = [json.loads(v) for v in spread["values"]]
+        if not all(isinstance(w, str) for w in words):
+            raise ValueError(f"{q.target}:{q.key} has no numeric range in its results")
+        ordered = [text] + [w for w in words if w != text]
+        return f"{text} ({' or '.join(ordered)}, {over})"
     lo, hi = (fmt(spread[k], q.range_fmt, q.key) for k in ("min", "max")) if spread else (text, text)
     inner = f"the same {over}" if lo == hi else f"{lo} to {hi} {over}"
     if spread and spread["missing"]:

@@ -120,12 +120,12 @@ def fake_results(tmp_path):
     independent = dict(common, target="l04", cpu_dependent=False, ranges={},
                        values={"loss": 0.123456, "n": 3, "none": None, "name with space.x": 2.5})
     dependent = dict(common, target="l08", cpu_dependent=True,
-                     values={"gold": 0.25, "steps": 100, "same": 7.0, "time.cpu": 3.0, "label": "a"},
+                     values={"gold": 0.25, "steps": 100, "same": 7.0, "time.cpu": 3.0, "label": "a", "mixed": "x"},
                      ranges={"gold": {"min": 0.2, "max": 0.3, "missing": 0},
                              "steps": {"min": 90, "max": 120, "missing": 1},
                              "same": {"min": 7.0, "max": 7.0, "missing": 0},
                              "time.cpu": {"min": 2.0, "max": 4.0, "missing": 0},
-                             "label": {"values": ['"a"', '"b"']}})
+                             "label": {"values": ['"a"', '"b"']}, "mixed": {"values": ['"x"', "true"]}})
     for data in (independent, dependent):
         res.results_path(data["target"], tmp_path).write_text(json.dumps(data), encoding="utf-8")
     return qt.Sources(tmp_path, check_fresh=False)
@@ -156,6 +156,7 @@ def test_spans_are_rendered_with_their_format_and_range(tmp_path):
     assert rendered(s, "l08:same .0f") == "7"                     # every run prints these digits
     assert rendered(s, "l08:gold .0f") == "0"                     # 0.2 ... 0.3 all print "0"
     assert rendered(s, "l08:time.cpu .1f") == "3.0"               # a measurement: the reference run's
+    assert rendered(s, "l08:label s range") == "a (a or b, over 2 BLAS kernels x 2 seeds)"   # words of a verdict
 
 
 def test_runs_on_another_cpu_widen_the_ranges_and_are_named_in_the_quote(tmp_path, monkeypatch):
@@ -207,7 +208,7 @@ def test_every_rule_is_enforced_with_a_message_naming_the_place(tmp_path):
     assert "prints other digits in other runs" in problem(s, "<!-- l08:gold .3f -->1<!-- end -->")
     assert "(0.200 to 0.300): quote it with `range`" in problem(s, "<!-- l08:gold .3f -->1<!-- end -->")
     assert "prints other digits in other runs" in problem(s, "<!-- l08:label s -->a<!-- end -->")
-    assert "no numeric range" in problem(s, "<!-- l08:label s range -->a<!-- end -->")
+    assert "no numeric range" in problem(s, "<!-- l08:mixed s range -->x<!-- end -->")
     assert "no results for l05" in problem(s, "<!-- l05:x .1f -->1<!-- end -->")
     assert "is not closed" in problem(s, "<!-- l04:loss .3f -->1 <!-- l04:n d -->3<!-- end -->")
     assert "has no <!-- end -->" in problem(s, "text <!-- l04:loss .3f -->0.123 and more")
