@@ -6,7 +6,7 @@ Markdown) and written by this generator, never by hand:
     <!-- l07:bias.0.pg .2f -->1.10<!-- end -->
     <!-- l08:summary.defaults.steps_to_475 d range -->90460 (64604 to 106240 over 3 BLAS kernels x 2 seeds)<!-- end -->
 
-``l07`` (``lNN``, or ``main`` for ``minippo rlhf``) names the results file (``lessons/results.py``); then the
+``l07`` (``lNN``, or a job: ``main`` for ``minippo rlhf``, ``rlvr`` for ``minippo rlvr``) names the results file (``lessons/results.py``); then the
 key (``python -m lessons quote --keys 7`` lists them with their values; ``@machine.cpu``, ``@time.cpu``,
 ``@date`` name fields of the file itself); then a Python format spec (``.3f``, ``+.2f``, ``,d``, ``.1%``,
 ``.2g``, ``s``). ``range`` (or ``range=FORMAT`` for the bounds) follows a CPU-dependent value with the range
@@ -48,11 +48,12 @@ from typing import NamedTuple
 from lessons import results as res
 from lessons._common import REPO_ROOT
 
-SPAN = re.compile(r"<!-- (?P<spec>(?:l\d\d|main):[^\n]*?) -->(?P<text>.*?)<!-- end -->", re.S)
-OPENER = re.compile(r"<!-- (?:l\d\d|main):")
+SOURCE = r"(?:l\d\d|" + "|".join(res.JOBS) + ")"         # a lesson's results file or a job's (main, rlvr)
+SPAN = re.compile(rf"<!-- (?P<spec>{SOURCE}:[^\n]*?) -->(?P<text>.*?)<!-- end -->", re.S)
+OPENER = re.compile(rf"<!-- {SOURCE}:")
 BLOCK = re.compile(r"<!-- quote-block\n(?P<template>.*?)\n-->\n(?P<fence>```[^\n]*)\n(?P<body>.*?)\n```",
                    re.S)
-PLACEHOLDER = re.compile(r"\{(?P<spec>(?:l\d\d|main):[^{}\n]+)\}")
+PLACEHOLDER = re.compile(rf"\{{(?P<spec>{SOURCE}:[^{{}}\n]+)\}}")
 TIMES = re.compile(r"<!-- quote-times -->\n(?P<body>.*?)<!-- end-times -->", re.S)
 TIMES_HEAD = ("| lesson | CPU s | wall s | matmul GFLOP/s | load average | measured |\n"
               "|---|---|---|---|---|---|\n")
@@ -183,7 +184,7 @@ def times_table(sources: Sources) -> str:
     and load average measured around it, the date (lessons without a results file have no row)."""
     rows = []
     for target in res.all_targets():
-        if target == res.MAIN or not res.results_path(target, sources.directory).is_file():
+        if target in res.JOBS or not res.results_path(target, sources.directory).is_file():
             continue
         d = sources.get(target)
         rows.append(f"| {target[1:]} | {d['time']['cpu']:.1f} | {d['time']['wall']:.1f} | "
@@ -299,11 +300,11 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m lessons quote", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="write nothing; list what would change (exit 1 if "
                         "anything would, or any marker has a problem)")
-    parser.add_argument("--keys", metavar="N", help="list the keys of one results file (a lesson number, or "
-                        "'main') with their values and ranges")
+    parser.add_argument("--keys", metavar="N", help="list the keys of one results file (a lesson number, "
+                        "'main' or 'rlvr') with their values and ranges")
     args = parser.parse_args(argv)
     if args.keys is not None:
-        target = res.MAIN if args.keys == res.MAIN else f"l{int(args.keys.lstrip('lL')):02d}"
+        target = args.keys if args.keys in res.JOBS else f"l{int(args.keys.lstrip('lL')):02d}"
         try:
             data = res.load(target)
         except res.ResultsError as exc:

@@ -1,8 +1,10 @@
 """``python -m lessons results``: what each lesson computed, kept in ``docs/results/``, the one source of the
 numbers the docs quote (``lessons/quote.py`` writes them into the Markdown).
 
-One file per lesson, ``docs/results/lNN_<slug>.json``, and one for the main job, ``docs/results/main_rlhf.json``
-(``minippo rlhf`` at its default size: what the README's example output shows). Each holds
+One file per lesson, ``docs/results/lNN_<slug>.json``, and one per job beside them (:data:`JOBS`): the main job,
+``docs/results/main_rlhf.json`` (``minippo rlhf`` at its default size: what the README's example output shows),
+and ``docs/results/rlvr_methods.json`` (``minippo rlvr`` at its default size, every ``--method``: the README's
+table; :func:`run_rlvr_methods`, :func:`rlvr_across_runs`). Each holds
 
 - ``target`` (``l08``, ``main``), ``size`` (``default``: what a student running the lesson sees) and ``seed``
   (0: the reference run, whose numbers the docs quote), ``command`` (what regenerates the file);
@@ -37,6 +39,14 @@ cover them, and the quotes say over how many CPUs they were measured.
 
 Keys naming a measurement of the run itself (times, peak memory: :data:`MEASURED`) vary from run to run;
 they are quoted as the reference run's, next to the machine's GFLOP/s, and never checked for equality.
+
+A table of one row per seed (the ``rlvr`` job's) quotes each seed's run, not only the reference run: for such a
+job (:data:`ACROSS_RUNS`) ``values`` also holds, for each run under the reference kernel, its values under
+``seed.<S>.<key>`` (and its matmul GFLOP/s and load average), and the counts and extremes taken over those runs
+(``across.<key>``: "pass@64 falls in N of M runs"). Each such key is one run's number, or a number of all of
+them, named as such: it has no range and is quoted plainly. A rerun of seed 0 (``tests/lessons/test_results.py``)
+checks ``seed.0.<key>`` as ``<key>``, within its range over the runs; it cannot check another seed's keys or the
+counts over the runs.
 """
 from __future__ import annotations
 
@@ -49,6 +59,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -67,6 +78,17 @@ MAIN_SOURCES = ("minippo/rlhf/run/pipeline.py", "minippo/rlhf/sft.py", "minippo/
                 "minippo/rlhf/rm_train.py",
                 "minippo/rlhf/ppo.py", "minippo/rlhf/ppo_config.py", "minippo/rlhf/run/trainer.py",
                 "minippo/rlhf/run/evaluate.py")
+RLVR = "rlvr"                                  # `minippo rlvr` at its default size, every --method, one SFT stage
+RLVR_FILE = "rlvr_methods"
+RLVR_SOURCES = ("minippo/rlvr/run.py", "minippo/rlvr/task.py", "minippo/rlvr/tokenizer.py",
+                "minippo/rlvr/verifier.py", "minippo/rlvr/evaluate.py", "minippo/rlvr/trainer.py",
+                "minippo/rlhf/lm_train.py", "minippo/rlhf/ppo.py", "minippo/rlhf/ppo_config.py",
+                "minippo/rlhf/grpo.py")
+RLVR_METHODS = ("grpo", "dr_grpo", "rloo", "ppo")   # `minippo rlvr --method M`, in the README table's order
+RLVR_GROUP = ("grpo", "dr_grpo", "rloo")            # the critic-free family
+RLVR_HIGH_LR = 3e-4         # the lr that over-updated GRPO (README): one more GRPO run at it, from the same SFT stage
+#: the jobs beside the lessons: target -> (results file name, the source files its hash covers)
+JOBS = {MAIN: (MAIN_FILE, MAIN_SOURCES), RLVR: (RLVR_FILE, RLVR_SOURCES)}
 #: targets whose numbers depend on the CPU, and why: they are run on several seeds too (ranges over kernels x seeds)
 CPU_DEPENDENT = {
     "l08": "CartPole: float32 MLPs whose rounding follows the OpenBLAS kernel and the CPU's SIMD code "
@@ -80,6 +102,7 @@ CPU_DEPENDENT = {
                 "DPO, ...) runs and the text sampled from them"
        for n in (13, 14, 15, 16, 17, 18, 19, 20, 21)},
     "l23": "float32 TinyGPT training: SFT on the sums task, then GRPO, Dr. GRPO, RLOO and PPO runs",
+    RLVR: "float32 TinyGPT training: SFT on the sums task, then GRPO, Dr. GRPO, RLOO and PPO runs (minippo rlvr)",
     "l24": "the float32-trained RLHF SFT policy (part (a)'s sampler mismatch) and, at --full, PPO training",
 }
 DEFAULT_KERNELS = ("default", "Haswell", "Sandybridge")
@@ -98,30 +121,31 @@ class ResultsError(ValueError):
 # ---------------------------------------------------------------- targets and files
 
 def target_of(module_name: str) -> str:
-    """``l08`` for ``lessons.l08_ppo_cartpole``; ``main`` for the main job."""
-    return MAIN if module_name == MAIN else module_name.rsplit(".", 1)[-1][:3]
+    """``l08`` for ``lessons.l08_ppo_cartpole``; a job's name (``main``, ``rlvr``) for itself."""
+    return module_name if module_name in JOBS else module_name.rsplit(".", 1)[-1][:3]
 
 
 def module_of(target: str) -> str:
     """``lessons.l08_ppo_cartpole`` for ``l08`` (the lesson files of the repository)."""
     found = sorted((REPO_ROOT / "lessons").glob(f"{target}_*.py"))
     if not re.fullmatch(r"l\d\d", target) or len(found) != 1:
-        raise ResultsError(f"no lesson {target!r}: targets are l01 ... l{len(all_targets()) - 1:02d} and 'main'")
+        raise ResultsError(f"no lesson {target!r}: targets are l01 ... l{len(all_targets()) - len(JOBS):02d} and "
+                           + " and ".join(repr(j) for j in JOBS))
     return f"lessons.{found[0].stem}"
 
 
 def all_targets() -> list[str]:
-    return [p.stem[:3] for p in sorted((REPO_ROOT / "lessons").glob("l[0-9][0-9]_*.py"))] + [MAIN]
+    return [p.stem[:3] for p in sorted((REPO_ROOT / "lessons").glob("l[0-9][0-9]_*.py"))] + list(JOBS)
 
 
 def results_path(target: str, directory: Path | None = None) -> Path:
-    name = MAIN_FILE if target == MAIN else module_of(target).rsplit(".", 1)[-1]
+    name = JOBS[target][0] if target in JOBS else module_of(target).rsplit(".", 1)[-1]
     return Path(directory or RESULTS_DIR) / f"{name}.json"
 
 
 def source_files(target: str) -> list[Path]:
-    if target == MAIN:
-        return [REPO_ROOT / p for p in MAIN_SOURCES]
+    if target in JOBS:
+        return [REPO_ROOT / p for p in JOBS[target][1]]
     return [REPO_ROOT / "lessons" / f"{module_of(target).rsplit('.', 1)[-1]}.py"]
 
 
@@ -131,7 +155,7 @@ def current_hash(target: str, files: list[Path] | None = None) -> str:
 
 
 def regenerate_command(target: str) -> str:
-    return f"python -m lessons results {MAIN if target == MAIN else int(target[1:])}"
+    return f"python -m lessons results {target if target in JOBS else int(target[1:])}"
 
 
 def load(target: str, directory: Path | None = None) -> dict:
@@ -264,15 +288,103 @@ def run_main(seed: int) -> dict:
     return dict(summary, config={"sft": sft.to_dict(), "rm": rm.to_dict(), "ppo": ppo_cfg})
 
 
+def run_rlvr_methods(seed: int) -> dict:
+    """``minippo rlvr --method M --seed seed`` for every M of :data:`RLVR_METHODS`, with one ``--out``, a temporary
+    folder: the command's own function (:func:`minippo.rlvr.run.run_rlvr`, its default configs), so the first
+    method trains the SFT stage and the others reuse it, as the command does. Then one more GRPO run from that
+    SFT stage at lr :data:`RLVR_HIGH_LR` (``grpo_high_lr``: why the critic-free family trains at 1e-4).
+
+    Per method: pass@1, 4, 16, 64 after RL (``pass1`` ...), the paired change of pass@1 over the held-out problems
+    and its standard error, the mean lengths of the right and wrong answers, the well-formed share, and the CPU
+    and wall seconds of its RL stage plus evaluation (``cpu_s``, ``wall_s``); ``sft``: the same numbers of the SFT
+    policy (one evaluation: every method samples the one SFT model with the same seed and temperature; a
+    difference is an error) and the CPU seconds of the SFT stage; the configs."""
+    from minippo.rlvr.evaluate import KS
+    from minippo.rlvr.run import run_rlvr, stage_configs
+    from minippo.rlvr.trainer import rlvr_grpo_config
+
+    def scores(ev: dict) -> dict:
+        return dict({f"pass{k}": ev[f"pass@{k}"] for k in KS}, length_right=ev["length_right"],
+                    length_wrong=ev["length_wrong"], formed=ev["formed"], all_right=ev["all_right"],
+                    all_wrong=ev["all_wrong"])
+
+    out = {"teacher_accuracy": None, "sft": None}
+    config = {"sft": stage_configs(False, seed)[0].to_dict(), "eval": stage_configs(False, seed)[2]}
+    quiet = lambda *a: None                                                             # noqa: E731
+    with tempfile.TemporaryDirectory() as folder:
+        runs = [(m, Path(folder) / "run", m, None) for m in RLVR_METHODS]
+        runs.append(("grpo_high_lr", Path(folder) / "high_lr", "grpo", rlvr_grpo_config(seed=seed, lr=RLVR_HIGH_LR)))
+        for name, where, method, rl_cfg in runs:
+            if name == "grpo_high_lr":                   # its own folder (the grpo stage is taken), the same SFT stage
+                shutil.copytree(Path(folder) / "run" / "sft", where / "sft",
+                                ignore=shutil.ignore_patterns(".minippo.lock"))
+            s = run_rlvr(where, seed=seed, method=method, progress=False, log=quiet, rl_cfg=rl_cfg)
+            ev, cpu, wall = s["eval"], s["cpu_seconds"], s["seconds"]
+            if out["sft"] is None:
+                out["teacher_accuracy"] = s["teacher_accuracy"]
+                out["sft"] = dict(scores(ev["sft"]), cpu_s=cpu["sft"], wall_s=wall["sft"])
+            elif scores(ev["sft"]) != {k: v for k, v in out["sft"].items() if not is_measured(k)}:
+                raise ResultsError(f"rlvr seed {seed}: the SFT policy's evaluation differs under --method {method}")
+            out[name] = dict(scores(ev["rl"]), pass1_change=ev["pass@1_change"], pass1_change_se=ev["pass@1_change_se"],
+                             cpu_s=cpu["rl"] + cpu["eval"], wall_s=wall["rl"] + wall["eval"])
+            config[name] = (rl_cfg or stage_configs(False, seed, method)[1]).to_dict()
+    return dict(out, config=config)
+
+
+def rlvr_across_runs(runs: list[dict]) -> dict:
+    """The ``rlvr`` job's numbers over its runs (one per seed, under the reference kernel): each run's values as
+    ``seed.<S>.<key>`` (configs aside) with its matmul GFLOP/s and load average, and ``across.<key>``: in how many
+    of the method x seed runs RL raised pass@1 (above 0; by more than 2 standard errors), passed the teacher,
+    lowered pass@64 (and the largest fall: its method, seed, before and after), the range of the paired change of
+    PPO and of the critic-free family, on how many seeds PPO raised pass@1 the most, and on how many GRPO at
+    lr :data:`RLVR_HIGH_LR` ended below GRPO at its own lr."""
+    out = {}
+    for r in runs:
+        for k, v in r["values"].items():
+            if not k.startswith("config."):
+                out[f"seed.{r['seed']}.{k}"] = v
+        out[f"seed.{r['seed']}.matmul_gflops"] = r["machine"]["matmul_gflops"]
+        out[f"seed.{r['seed']}.load_average"] = r["machine"]["load_average"]
+    rows = [(r["seed"], m, r["values"]) for r in runs for m in RLVR_METHODS]       # one per method x seed
+    falls = [(v["sft.pass64"] - v[f"{m}.pass64"], s, m, v) for s, m, v in rows]
+    drop, seed, method, v = max(falls, key=lambda x: x[0])
+    ppo = [v["ppo.pass1_change"] for _, m, v in rows if m == "ppo"]
+    group = [v[f"{m}.pass1_change"] for _, m, v in rows if m in RLVR_GROUP]
+    out.update({f"across.{k}": x for k, x in {
+        "runs": len(rows), "seeds": len(runs),
+        "pass1_rises_runs": sum(v[f"{m}.pass1_change"] > 0 for _, m, v in rows),
+        "pass1_rises_2se_runs": sum(v[f"{m}.pass1_change"] > 2 * v[f"{m}.pass1_change_se"] for _, m, v in rows),
+        "pass1_above_teacher_runs": sum(v[f"{m}.pass1"] > v["teacher_accuracy"] for _, m, v in rows),
+        "pass1_after_min": min(v[f"{m}.pass1"] for _, m, v in rows),
+        "pass1_after_max": max(v[f"{m}.pass1"] for _, m, v in rows),
+        "teacher_accuracy_min": min(r["values"]["teacher_accuracy"] for r in runs),
+        "teacher_accuracy_max": max(r["values"]["teacher_accuracy"] for r in runs),
+        "pass64_falls_runs": sum(d > 0 for d, *_ in falls),
+        "pass64_rises_runs": sum(d < 0 for d, *_ in falls),
+        "pass64_drop_max": drop, "pass64_drop_max_seed": seed, "pass64_drop_max_method": method,
+        "pass64_drop_max_sft": v["sft.pass64"], "pass64_drop_max_rl": v[f"{method}.pass64"],
+        "ppo_change_min": min(ppo), "ppo_change_max": max(ppo),
+        "group_change_min": min(group), "group_change_max": max(group),
+        "ppo_most_seeds": sum(r["values"]["ppo.pass1_change"] > max(r["values"][f"{m}.pass1_change"]
+                                                                   for m in RLVR_GROUP) for r in runs),
+        "high_lr_lower_seeds": sum(r["values"]["grpo_high_lr.pass1"] < r["values"]["grpo.pass1"] for r in runs),
+    }.items()})
+    return out
+
+
+#: jobs whose file also holds numbers over their runs (module docstring): target -> the function that makes them
+ACROSS_RUNS = {RLVR: rlvr_across_runs}
+
+
 def run_target(target: str, seed: int) -> dict:
     """Run ``target`` once in this process at its results size: values, left_out, verdicts, time, machine."""
     from minippo.blas import blas_core_name
     print(f"OpenBLAS kernel: {blas_core_name()}", flush=True)
-    mod = None if target == MAIN else importlib.import_module(module_of(target))
+    mod = None if target in JOBS else importlib.import_module(module_of(target))
     peaks = [matmul_peak()]                       # before and after the run: the better of the two is kept
     t, cpu = time.perf_counter(), time.process_time()
     if mod is None:
-        results = run_main(seed)
+        results = run_main(seed) if target == MAIN else run_rlvr_methods(seed)
     else:
         results = mod.run(quick=False, seed=seed, **({"full": True} if size_of(mod) == "full" else {}))
     seconds = {"cpu": time.process_time() - cpu, "wall": time.perf_counter() - t}
@@ -399,9 +511,9 @@ def generate(target: str, seeds=DEFAULT_SEEDS, kernels=DEFAULT_KERNELS, director
             log(f"  note: {len(diff)} value(s) differ between OpenBLAS kernels {ref['kernel']} and {run['kernel']} "
                 f"beyond float64 rounding (quoted plainly only where every run prints the same digits): "
                 + "; ".join(diff[:5]) + (" ..." if len(diff) > 5 else ""))
-    mod = None if target == MAIN else importlib.import_module(module_of(target))
+    mod = None if target in JOBS else importlib.import_module(module_of(target))
     data = {
-        "target": target, "module": MAIN if mod is None else mod.__name__,
+        "target": target, "module": target if mod is None else mod.__name__,
         "size": "default" if mod is None else size_of(mod), "seed": 0, "command": regenerate_command(target),
         "source_sha256": source, "date": datetime.date.today().isoformat(),
         # the matmul peak, measured before and after each run: on a shared machine the best of the reference
@@ -416,6 +528,8 @@ def generate(target: str, seeds=DEFAULT_SEEDS, kernels=DEFAULT_KERNELS, director
         "ranges": ranges(runs),
         "left_out": ref["left_out"],
     }
+    if target in ACROSS_RUNS:                         # one row per seed: each run's values, and counts over them
+        data["values"] = dict(ref["values"], **ACROSS_RUNS[target]([r for r in runs if r["kernel"] == ref["kernel"]]))
     path = results_path(target, directory)
     path.parent.mkdir(parents=True, exist_ok=True)
     from minippo.io import atomic_write_text
@@ -496,8 +610,8 @@ def add_machine(target: str, seeds=(0,), kernels=("default",), directory: Path |
 def main(argv: list[str], resolve=None) -> int:
     """``python -m lessons results WHICH ... [--seeds 0 1] [--kernels default Haswell Sandybridge]``."""
     parser = argparse.ArgumentParser(prog="python -m lessons results", description=__doc__.split("\n\n")[0])
-    parser.add_argument("which", nargs="+", help="lesson numbers or slugs, 'main' (minippo rlhf), 'all' "
-                        "(every lesson and main), 'stale' (those missing or stale)")
+    parser.add_argument("which", nargs="+", help="lesson numbers or slugs, 'main' (minippo rlhf), 'rlvr' "
+                        "(minippo rlvr, every method), 'all' (every lesson and job), 'stale' (those missing or stale)")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS),
                         help="seeds of the CPU-dependent targets (0 is the reference; default 0 1)")
     parser.add_argument("--kernels", nargs="+", default=list(DEFAULT_KERNELS),
@@ -525,7 +639,7 @@ def main(argv: list[str], resolve=None) -> int:
     elif "all" in args.which:
         targets = all_targets()
     else:
-        targets = [MAIN if w == MAIN else target_of(resolve(w)) if resolve else w for w in args.which]
+        targets = [w if w in JOBS else target_of(resolve(w)) if resolve else w for w in args.which]
     t0 = time.process_time()
     for target in targets:
         try:
