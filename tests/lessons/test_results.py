@@ -320,9 +320,14 @@ def check_rerun(target: str) -> None:
     for where, q, _, in_block in qt.quoted_keys():
         if q.target != target or q.key.startswith("@") or res.is_measured(q.key):
             continue                                   # the file's own fields; times and memory of one run
+        key = q.key
+        if target in res.ACROSS_RUNS and key.startswith("seed.0."):
+            key, in_block = key[len("seed.0."):], True     # seed 0's run: within the range over the runs
+        elif target in res.ACROSS_RUNS and key.startswith(("seed.", "across.")):
+            continue                                   # another seed's run, a count over the runs: not a rerun's
         checked += 1
-        got, want = run["values"].get(q.key), data["values"][q.key]
-        spread = data["ranges"].get(q.key)
+        got, want = run["values"].get(key), data["values"][key]
+        spread = data["ranges"].get(key)
         if spread and "min" in spread and (q.range_fmt is not None or in_block):
             edges = {qt.fmt(spread[k], q.fmt, q.key) for k in ("min", "max")}
             ok = isinstance(got, (int, float)) and (spread["min"] <= got <= spread["max"]
@@ -442,3 +447,94 @@ def test_verdicts_are_stored_as_json_whatever_their_type():
     assert res.verdict_record(namedtuple("N", "claim outcome")("c", "not shown at this size")) == \
         {"claim": "c", "outcome": "not shown at this size"}
     assert res.verdict_record({"claim": "c", "outcome": "does not hold"})["outcome"] == "does not hold"
+
+
+# ---------------------------------------------------------------- the rlvr job: one row per seed
+
+def test_the_rlvr_job_is_a_target_with_its_file_and_the_modules_it_runs():
+    assert "rlvr" in res.all_targets() and res.target_of("rlvr") == "rlvr" and "rlvr" in res.CPU_DEPENDENT
+    assert res.results_path("rlvr") == res.RESULTS_DIR / "rlvr_methods.json"
+    assert res.regenerate_command("rlvr") == "python -m lessons results rlvr"
+    files = [p.relative_to(res.REPO_ROOT).as_posix() for p in res.source_files("rlvr")]
+    assert {f"minippo/rlvr/{m}.py" for m in ("run", "task", "tokenizer", "verifier", "evaluate", "trainer")} | \
+        {"minippo/rlhf/grpo.py", "minippo/rlhf/ppo.py"} <= set(files)
+    assert all(p.is_file() for p in res.source_files("rlvr"))
+    assert res.RLVR_METHODS == ("grpo", "dr_grpo", "rloo", "ppo")            # `minippo rlvr --method`'s choices
+    from minippo.rlvr.run import METHODS
+    assert set(res.RLVR_METHODS) == set(METHODS)
+
+
+def test_an_rlvr_module_edited_makes_its_file_stale(tmp_path):
+    shutil.copy(res.results_path("rlvr"), tmp_path / "rlvr_methods.json")
+    copies = []
+    for p in res.source_files("rlvr"):
+        copies.append(tmp_path / p.relative_to(res.REPO_ROOT).as_posix().replace("/", "_"))
+        shutil.copy(p, copies[-1])
+    assert res.staleness("rlvr", tmp_path, copies) is None
+    run = next(p for p in copies if p.name == "minippo_rlvr_run.py")
+    run.write_text(run.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
+    msg = res.staleness("rlvr", tmp_path, copies)
+    assert "rlvr_methods.json is stale" in msg and "`python -m lessons results rlvr`" in msg
+
+
+def test_the_rlvr_file_holds_each_seeds_run_and_its_markers_resolve():
+    data = res.load("rlvr")
+    seeds = sorted(r["seed"] for r in data["runs"])
+    assert seeds == [0, 1] and data["values"]["across.seeds"] == 2 and data["values"]["across.runs"] == 8
+    for k, v in data["values"].items():                        # seed 0's row is the reference run's values
+        if k.startswith("seed.0.") and not res.is_measured(k) and "matmul" not in k and "load_average" not in k:
+            assert data["values"][k[len("seed.0."):]] == v, k
+    assert not any(k.startswith(("seed.", "across.")) for k in data["ranges"])   # one run's number, or all runs'
+    s = qt.Sources()
+    assert rendered(s, "rlvr:seed.1.ppo.pass1 .3f") == f"{data['values']['seed.1.ppo.pass1']:.3f}"
+    assert rendered(s, "rlvr:across.pass64_falls_runs d") == str(data["values"]["across.pass64_falls_runs"])
+    assert rendered(s, "rlvr:seed.1.grpo.cpu_s .0f") == f"{data['values']['seed.1.grpo.cpu_s']:.0f}"
+    if "ppo.pass1" in data["ranges"]:                          # the reference value alone: with its range only
+        assert "quote it with `range`" in problem(s, "<!-- rlvr:ppo.pass1 .3f -->?<!-- end -->")
+        assert "over 1 BLAS kernel x 2 seeds" in rendered(s, "rlvr:ppo.pass1 .3f range")
+
+
+def fake_rlvr_run(seed: int, change: dict, sft64: float, rl64: dict) -> dict:
+    values = {"teacher_accuracy": 0.6, "sft.pass64": sft64, "grpo_high_lr.pass1": 0.5}
+    for m in res.RLVR_METHODS:
+        values.update({f"{m}.pass1": 0.4 + change[m], f"{m}.pass1_change": change[m], f"{m}.pass1_change_se": 0.02,
+                       f"{m}.pass64": rl64[m]})
+    values["config.ppo.lr"] = 3e-4
+    return {"seed": seed, "values": values, "machine": {"matmul_gflops": 100.0 + seed, "load_average": 2.0}}
+
+
+def test_the_rlvr_counts_are_taken_over_every_method_and_seed():
+    runs = [fake_rlvr_run(0, {"grpo": 0.25, "dr_grpo": 0.21, "rloo": 0.03, "ppo": 0.3}, 0.99,
+                          {"grpo": 0.97, "dr_grpo": 0.99, "rloo": 0.98, "ppo": 0.92}),
+            fake_rlvr_run(1, {"grpo": 0.05, "dr_grpo": 0.35, "rloo": 0.22, "ppo": 0.3}, 0.95,
+                          {"grpo": 0.96, "dr_grpo": 0.94, "rloo": 0.95, "ppo": 0.93})]
+    a = res.rlvr_across_runs(runs)
+    assert a["seed.1.dr_grpo.pass1_change"] == 0.35 and a["seed.1.matmul_gflops"] == 101.0
+    assert not any(k.startswith("seed.0.config.") for k in a)
+    got = {k[len("across."):]: v for k, v in a.items() if k.startswith("across.")}
+    assert got["runs"] == 8 and got["seeds"] == 2 and got["pass1_rises_runs"] == 8
+    assert got["pass1_rises_2se_runs"] == 7                           # rloo seed 0: +0.03 < 2 x 0.02
+    assert got["pass1_above_teacher_runs"] == 6                       # 0.4 + change > 0.6: change > 0.2
+    assert got["pass64_falls_runs"] == 5 and got["pass64_rises_runs"] == 1
+    assert (got["pass64_drop_max_method"], got["pass64_drop_max_seed"]) == ("ppo", 0)
+    assert got["pass64_drop_max"] == pytest.approx(0.07) and got["pass64_drop_max_rl"] == 0.92
+    assert (got["ppo_change_min"], got["ppo_change_max"], got["group_change_min"], got["group_change_max"]) == \
+        (0.3, 0.3, 0.03, 0.35)
+    assert got["ppo_most_seeds"] == 1                                 # seed 1: Dr. GRPO's +0.35 beats +0.3
+    assert got["high_lr_lower_seeds"] == 1                            # 0.5 at 3e-4: below 0.65, above 0.45
+
+
+def test_a_rerun_of_the_rlvr_job_checks_seed_0s_row_within_its_range(monkeypatch):
+    committed = res.load("rlvr")
+    quoted = [x.quote.key for x in qt.quoted_keys() if x.quote.target == "rlvr"]
+    assert any(k.startswith("seed.1.") for k in quoted) and any(k.startswith("across.") for k in quoted)
+    ref = {k: v for k, v in committed["values"].items() if not k.startswith(("seed.", "across."))}
+    fake = {"values": ref, "machine": {"blas_kernel": "X"}}
+    monkeypatch.setattr(res, "run_target", lambda target, seed: fake)
+    check_rerun("rlvr")                                                 # the reference run's values pass
+    key = next(k[len("seed.0."):] for k in quoted if k.startswith("seed.0.") and not res.is_measured(k)
+               and k[len("seed.0."):] in committed["ranges"])
+    moved = dict(ref, **{key: committed["ranges"][key]["max"] + 0.1})
+    monkeypatch.setattr(res, "run_target", lambda target, seed: dict(fake, values=moved))
+    with pytest.raises(AssertionError, match=f"rlvr:seed.0.{key} = .*expected within"):
+        check_rerun("rlvr")
