@@ -336,7 +336,8 @@ def rlvr_across_runs(runs: list[dict]) -> dict:
     ``seed.<S>.<key>`` (configs aside) with its matmul GFLOP/s and load average, and ``across.<key>``: in how many
     of the method x seed runs RL raised pass@1 (above 0; by more than 2 standard errors), passed the teacher,
     lowered pass@64 (and the largest fall: its method, seed, before and after), the range of the paired change of
-    PPO and of the critic-free family, on how many seeds PPO raised pass@1 the most, and on how many GRPO at
+    PPO and of the critic-free family and of its standard error, on how many seeds PPO raised pass@1 the most and
+    its lead over the best critic-free method (smallest and largest over the seeds), and on how many seeds GRPO at
     lr :data:`RLVR_HIGH_LR` ended below GRPO at its own lr."""
     out = {}
     for r in runs:
@@ -350,6 +351,8 @@ def rlvr_across_runs(runs: list[dict]) -> dict:
     drop, seed, method, v = max(falls, key=lambda x: x[0])
     ppo = [v["ppo.pass1_change"] for _, m, v in rows if m == "ppo"]
     group = [v[f"{m}.pass1_change"] for _, m, v in rows if m in RLVR_GROUP]
+    # per seed: PPO's change minus the largest change of the critic-free family (> 0: PPO gained the most)
+    leads = [r["values"]["ppo.pass1_change"] - max(r["values"][f"{m}.pass1_change"] for m in RLVR_GROUP) for r in runs]
     out.update({f"across.{k}": x for k, x in {
         "runs": len(rows), "seeds": len(runs),
         "pass1_rises_runs": sum(v[f"{m}.pass1_change"] > 0 for _, m, v in rows),
@@ -365,8 +368,10 @@ def rlvr_across_runs(runs: list[dict]) -> dict:
         "pass64_drop_max_sft": v["sft.pass64"], "pass64_drop_max_rl": v[f"{method}.pass64"],
         "ppo_change_min": min(ppo), "ppo_change_max": max(ppo),
         "group_change_min": min(group), "group_change_max": max(group),
-        "ppo_most_seeds": sum(r["values"]["ppo.pass1_change"] > max(r["values"][f"{m}.pass1_change"]
-                                                                   for m in RLVR_GROUP) for r in runs),
+        "change_se_min": min(v[f"{m}.pass1_change_se"] for _, m, v in rows),
+        "change_se_max": max(v[f"{m}.pass1_change_se"] for _, m, v in rows),
+        "ppo_most_seeds": sum(lead > 0 for lead in leads),
+        "ppo_lead_min": min(leads), "ppo_lead_max": max(leads),
         "high_lr_lower_seeds": sum(r["values"]["grpo_high_lr.pass1"] < r["values"]["grpo.pass1"] for r in runs),
     }.items()})
     return out

@@ -521,6 +521,8 @@ def test_the_rlvr_counts_are_taken_over_every_method_and_seed():
     assert (got["ppo_change_min"], got["ppo_change_max"], got["group_change_min"], got["group_change_max"]) == \
         (0.3, 0.3, 0.03, 0.35)
     assert got["ppo_most_seeds"] == 1                                 # seed 1: Dr. GRPO's +0.35 beats +0.3
+    assert (got["ppo_lead_min"], got["ppo_lead_max"]) == pytest.approx((-0.05, 0.05))
+    assert got["change_se_min"] == got["change_se_max"] == 0.02
     assert got["high_lr_lower_seeds"] == 1                            # 0.5 at 3e-4: below 0.65, above 0.45
 
 
