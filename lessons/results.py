@@ -37,7 +37,8 @@ seed noise, so its rerun may fall outside ranges measured on one machine. ``pyth
 ``--kernels`` say otherwise) and adds those runs to the file, which keeps its reference run: the ranges widen to
 cover them, and the quotes say over how many CPUs they were measured.
 
-Keys naming a measurement of the run itself (times, peak memory: :data:`MEASURED`) vary from run to run;
+Keys naming a measurement of the run itself (times, peak memory, the matmul GFLOP/s and load average around it:
+:data:`MEASURED`) vary from run to run;
 they are quoted as the reference run's, next to the machine's GFLOP/s, and never checked for equality.
 
 A table of one row per seed (the ``rlvr`` job's) quotes each seed's run, not only the reference run: for such a
@@ -111,7 +112,8 @@ MAX_LIST = 16               # longer lists and vectors are left out, like other 
 MAX_STR = 200
 RECORDS = ("records",)      # keys of per-iteration training logs, left out (a lesson quotes their summaries)
 REL_TOL, ABS_TOL = 1e-9, 1e-12   # float64 results of differently ordered sums (BLAS kernels) agree to this
-MEASURED = re.compile(r"(?:^|[._/])(?:time|timing|times|wall|cpu|cpu_share\w*|seconds|rss)(?=$|[._/])|_s$|_mb$")
+MEASURED = re.compile(r"(?:^|[._/])(?:time|timing|times|wall|cpu|cpu_share\w*|seconds|rss|matmul_gflops|load_average)"
+                      r"(?=$|[._/])|_s$|_mb$")
 
 
 class ResultsError(ValueError):

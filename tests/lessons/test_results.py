@@ -303,7 +303,7 @@ def test_kernel_runs_must_agree_to_float64_rounding_and_ranges_span_the_runs():
     assert res.ranges(runs) == {"g": {"min": 0.4, "max": 0.7, "missing": 0}, "s": {"min": 10, "max": 12, "missing": 1},
                                 "t": {"values": ['"a"', '"b"']}}
     assert [k for k in ("time.cpu", "summary.defaults.wall_time", "seconds.sft", "peak_rss_mb", "step_s",
-                                "method_mean.GRPO.cpu_share_of_ppo")
+                        "method_mean.GRPO.cpu_share_of_ppo", "seed.1.matmul_gflops", "seed.0.load_average")
             if not res.is_measured(k)] == []
     assert not any(res.is_measured(k) for k in ("total_timesteps", "steps_to_475", "epochs_skipped"))
 
@@ -482,7 +482,7 @@ def test_the_rlvr_file_holds_each_seeds_run_and_its_markers_resolve():
     seeds = sorted(r["seed"] for r in data["runs"])
     assert seeds == [0, 1] and data["values"]["across.seeds"] == 2 and data["values"]["across.runs"] == 8
     for k, v in data["values"].items():                        # seed 0's row is the reference run's values
-        if k.startswith("seed.0.") and not res.is_measured(k) and "matmul" not in k and "load_average" not in k:
+        if k.startswith("seed.0.") and not res.is_measured(k):
             assert data["values"][k[len("seed.0."):]] == v, k
     assert not any(k.startswith(("seed.", "across.")) for k in data["ranges"])   # one run's number, or all runs'
     s = qt.Sources()
