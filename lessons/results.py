@@ -47,7 +47,7 @@ job (:data:`ACROSS_RUNS`) ``values`` also holds, for each run under the referenc
 (``across.<key>``: "pass@64 falls in N of M runs"). Each such key is one run's number, or a number of all of
 them, named as such: it has no range and is quoted plainly. A rerun of seed 0 (``tests/lessons/test_results.py``)
 checks ``seed.0.<key>`` as ``<key>``, within its range over the runs; it cannot check another seed's keys or the
-counts over the runs.
+counts over the runs. Runs added by ``--add-machine`` widen the ranges of the reference run's keys only.
 """
 from __future__ import annotations
 
@@ -551,6 +551,8 @@ def merged_ranges(data: dict, new_runs: list[dict]) -> dict:
     old = data["ranges"]
     merged = {}
     for key, ref in data["values"].items():
+        if data.get("target") in ACROSS_RUNS and key.startswith(("seed.", "across.")):
+            continue                    # one run's number, or a count over the runs: a new run does not widen it
         seen = [r["values"].get(key) for r in new_runs]
         spread = old.get(key)
         if spread is None:
@@ -633,7 +635,7 @@ def main(argv: list[str], resolve=None) -> int:
         kernels = args.kernels if "--kernels" in argv else ["default"]
         targets = ([t for t in all_targets() if t in CPU_DEPENDENT and results_path(t).is_file()]
                    if "all" in args.which else
-                   [MAIN if w == MAIN else target_of(resolve(w)) if resolve else w for w in args.which])
+                   [w if w in JOBS else target_of(resolve(w)) if resolve else w for w in args.which])
         for target in targets:
             try:
                 add_machine(target, seeds, kernels)

@@ -344,7 +344,7 @@ def check_rerun(target: str) -> None:
     why = ("" if here in measured or not data["cpu_dependent"] else
            f"; this CPU and kernel ({here[0]}, {here[1]}) are not among its file's runs ({sorted(measured)}): on a "
            f"new CPU a CPU-dependent lesson lands anywhere in the seed noise; add this machine's runs with "
-           f"`python -m lessons results {target[1:] if target != res.MAIN else target} --add-machine`")
+           f"`python -m lessons results {target if target in res.JOBS else target[1:]} --add-machine`")
     assert not problems, (f"a rerun of {target} (seed 0, OpenBLAS kernel {run['machine']['blas_kernel']}) no "
                           f"longer gives the quoted numbers; regenerate with `{res.regenerate_command(target)}` "
                           f"and `python -m lessons quote`{why}:\n" + "\n".join(problems))
@@ -540,3 +540,12 @@ def test_a_rerun_of_the_rlvr_job_checks_seed_0s_row_within_its_range(monkeypatch
     monkeypatch.setattr(res, "run_target", lambda target, seed: dict(fake, values=moved))
     with pytest.raises(AssertionError, match=f"rlvr:seed.0.{key} = .*expected within"):
         check_rerun("rlvr")
+
+
+def test_runs_added_on_another_machine_leave_the_rlvr_jobs_per_seed_keys_as_they_are():
+    data = res.load("rlvr")
+    ref = {k: v for k, v in data["values"].items() if not k.startswith(("seed.", "across."))}
+    new_run = {"values": dict(ref, **{"ppo.pass1": 0.99})}
+    merged = res.merged_ranges(data, [new_run])
+    assert merged["ppo.pass1"]["max"] == 0.99                         # the reference run's key widens
+    assert not any(k.startswith(("seed.", "across.")) for k in merged)  # one run's number, or all runs': no range
