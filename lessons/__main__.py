@@ -151,7 +151,7 @@ def results_main(argv: list[str]) -> int:
 
 
 def write_results(which: list[str]) -> int:
-    """After a regeneration of figures: the results files of the same lessons (``all``: and of the main job),
+    """After a regeneration of figures: the results files of the same lessons (``all``: and of the jobs),
     as ``python -m lessons results`` writes them (default size, its default kernels and seeds)."""
     print(f"\n######## results files: python -m lessons results {' '.join(which)} ########", flush=True)
     return results_main(["results", *which])

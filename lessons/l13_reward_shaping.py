@@ -220,8 +220,24 @@ def eps_verdict(r: dict) -> dict:
 
 def derived(r: dict) -> dict:
     """What the narrative prints and docs/questions.md quotes that run() keeps per seed or per iteration: the
-    summary per shaping (and the ratio statistics), part 5's table and its comparisons."""
-    return {"summary": summary(r), "eps": eps_table(r), "eps_compare": eps_verdict(r)}
+    summary per shaping (and the ratio statistics, with the std of log R independent tokens would give), part
+    5's table, its means over the seeds and its comparisons, and the quantiles of R for independent in-band
+    ratios (``iid.mean length``: as many tokens as the mean response, ``iid.50 tokens``)."""
+    s, q = summary(r), eps_table(r)
+    s["ratios"]["independent_log_R_std"] = float(np.sqrt(r["n_mean"]) * s["ratios"]["token_log_ratio_std"])
+    for sh in SHAPINGS:
+        s[sh]["eval_gold_std"] = float(np.std(s[sh]["eval_gold_seeds"]))
+    means = {task: {e: {k: float(np.mean(v)) for k, v in x.items()} for e, x in t.items()}
+             for task, t in q["table"].items()}
+    clipfrac = [x["policy/clipfrac_avg"] for t in means.values() for x in t.values()]
+    iid = {}
+    for n_tok, R in r["iid"].items():
+        qs = np.quantile(R, [0.05, 0.5, 0.95])
+        iid["50 tokens" if n_tok == 50 else "mean length"] = {
+            "n": n_tok, "q05": float(qs[0]), "median": float(qs[1]), "q95": float(qs[2]), "max": float(R.max()),
+            "outside": float(np.mean(np.abs(R - 1) > 0.2))}
+    return {"summary": s, "eps": q, "eps_mean": means, "eps_clipfrac_min": min(clipfrac),
+            "eps_clipfrac_max": max(clipfrac), "eps_compare": eps_verdict(r), "iid": iid}
 
 
 def _narrative_eps(r: dict) -> list[str]:

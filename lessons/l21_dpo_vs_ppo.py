@@ -226,6 +226,40 @@ def verdicts(r: dict) -> list[Verdict]:
     return out
 
 
+def derived(r: dict) -> dict:
+    """What the narrative prints and docs/questions.md quotes that run() keeps per seed, per checkpoint or under
+    pairs of names: per method (``DPO``, ``PPO (RM)``, ``PPO-GT``) the gold and exact KL of the last checkpoint
+    and its best gold (means over settings and seeds) and its frontier at half and at all of the largest KL the
+    three reached in every seed (``reach_kl``); per pair of methods how many matched KL values put the first
+    above, below or within 2 s.e. of the second; DPO's implicit reward and the reward model as orderers of the
+    held-out pairs; and the change of the chosen and rejected log-probs at the end of training (seed 0)."""
+    reach = min(f[2] for m in METHODS for f in r["fronts"][m])
+    methods = {}
+    for m in METHODS:
+        last = [run_["points"][-1] for per_seed in r["runs"][m].values() for run_ in per_seed]
+        best = [max(run_["points"], key=lambda p: p["gold"]) for per_seed in r["runs"][m].values() for run_ in per_seed]
+        methods[SHORT[m]] = {"end_gold": float(np.mean([p["gold"] for p in last])),
+                             "end_kl": float(np.mean([p["kl"] for p in last])),
+                             "best_gold": float(np.mean([p["gold"] for p in best])),
+                             "best_kl": float(np.mean([p["kl"] for p in best])),
+                             **{f"front_at_{w}": float(np.mean([front_at(f, [x])[0] for f in r["fronts"][m]]))
+                                for w, x in (("half_reach", reach / 2), ("reach", reach))}}
+    pairs = {}
+    for a, b in PAIRS:
+        words = [point_word(v) for v in frontier_parts(r, a, b)]
+        pairs[f"{SHORT[a]} vs {SHORT[b]}"] = {"above": words.count("above"), "below": words.count("below"),
+                                              "within": words.count("within 2 s.e."), "n": len(words),
+                                              "kl_max": float(r["compare"][(a, b)]["kl"][-1])}
+    imp = r["implicit"]
+    best = max(imp, key=lambda n: imp[n]["dpo"]["accuracy"])
+    shifts = {name: {k: float(per_seed[0]["shifts"][-1][k]) for k in ("chosen", "rejected", "chosen_fell", "both_fell")}
+              for name, per_seed in r["runs"]["DPO"].items()}
+    return {"reach_kl": float(reach), "methods": methods, "pairs": pairs,
+            "implicit_best": {"beta": best, "accuracy": float(imp[best]["dpo"]["accuracy"]),
+                              "rm_accuracy": float(next(iter(imp.values()))["rm"]["accuracy"])},
+            "shift_end": shifts}
+
+
 def _fmt(vals) -> str:
     """``+0.31 [+0.29, +0.33]``: the mean over seeds and the seed range (``n/a`` where a seed did not get there)."""
     vals = np.asarray(vals, dtype=np.float64)

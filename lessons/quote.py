@@ -6,13 +6,15 @@ Markdown) and written by this generator, never by hand:
     <!-- l07:bias.0.pg .2f -->1.10<!-- end -->
     <!-- l08:summary.defaults.steps_to_475 d range -->90460 (64604 to 106240 over 3 BLAS kernels x 2 seeds)<!-- end -->
 
-``l07`` (``lNN``; ``lNN-full`` for a lesson's ``--full`` results; ``main`` for ``minippo rlhf``) names the
-results file (``lessons/results.py``); then the key (``python -m lessons quote --keys 7`` lists them with their
-values, ``--keys 17 --full`` those of ``l17-full``; ``@machine.cpu``, ``@time.cpu``, ``@date`` name fields of
-the file itself, ``@runs.1.outcomes.<key>`` a verdict's outcome in the file's second run: a verdict word that
-differs between the runs is quoted run by run); then a Python format spec (``.3f``, ``+.2f``, ``,d``, ``.1%``,
+``l07`` (``lNN``; ``lNN-full`` for a lesson's ``--full`` results; or a job: ``main`` for ``minippo rlhf``,
+``rlvr`` for ``minippo rlvr``) names the results file (``lessons/results.py``); then the key (``python -m lessons
+quote --keys 7`` lists them with their values, ``--keys 17 --full`` those of ``l17-full``; ``@machine.cpu``,
+``@time.cpu``, ``@date`` name fields of the file itself, ``@runs.1.outcomes.<key>`` a verdict's outcome in the
+file's second run); then a Python format spec (``.3f``, ``+.2f``, ``,d``, ``.1%``,
 ``.2g``, ``s``). ``range`` (or ``range=FORMAT`` for the bounds) follows a CPU-dependent value with the range
-measured over the OpenBLAS kernels and seeds of its file.
+measured over the OpenBLAS kernels and seeds of its file; on words that differ between the runs (a verdict's
+outcome: ``<!-- l13:verdict.kl_final_better.outcome s range -->``) it names each, the reference run's first:
+``holds (holds or not shown at this size, over 1 BLAS kernel x 2 seeds)``.
 
 A fenced code block (a command's output) cannot hide a comment, so it is written whole from a template kept
 in the comment just above it, with ``{SOURCE:KEY FORMAT}`` placeholders (one run's output: no range there):
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import re
 import sys
 from dataclasses import dataclass
@@ -48,7 +51,8 @@ from typing import NamedTuple
 from lessons import results as res
 from lessons._common import REPO_ROOT
 
-SOURCE = r"(?:l\d\d(?:-full)?|main)"       # a results file: l07, l17-full (the lesson's --full results), main
+SOURCE = r"(?:l\d\d(?:-full)?|" + "|".join(res.JOBS) + ")"     # a lesson's results file (l07; l17-full: its --full
+#                                                                 results) or a job's (main, rlvr)
 SPAN = re.compile(rf"<!-- (?P<spec>{SOURCE}:[^\n]*?) -->(?P<text>.*?)<!-- end -->", re.S)
 OPENER = re.compile(rf"<!-- {SOURCE}:")
 BLOCK = re.compile(r"<!-- quote-block\n(?P<template>.*?)\n-->\n(?P<fence>```[^\n]*)\n(?P<body>.*?)\n```",
@@ -155,16 +159,32 @@ def render(q: Quote, sources: Sources, in_block: bool = False) -> str:
         return text
     if in_block:
         raise ValueError("a code block shows one run's output: no `range` there")
-    if spread is not None and "values" in spread:
-        raise ValueError(f"{q.target}:{q.key} has no numeric range in its results")
-    kernels = len({r["kernel"] for r in data["runs"]})
-    seeds = len({r["seed"] for r in data["runs"]})
-    over = f"over {kernels} BLAS kernel{'s' * (kernels != 1)} x {seeds} seed{'s' * (seeds != 1)}"
+    over = runs_text(data)
+    if spread is not None and "values" in spread:       # words that differ between runs (a verdict's outcome)
+        words = [json.loads(v) for v in spread["values"]]
+        if not all(isinstance(w, str) for w in words):
+            raise ValueError(f"{q.target}:{q.key} has no numeric range in its results")
+        ordered = [text] + [w for w in words if w != text]
+        return f"{text} ({' or '.join(ordered)}, {over})"
     lo, hi = (fmt(spread[k], q.range_fmt, q.key) for k in ("min", "max")) if spread else (text, text)
     inner = f"the same {over}" if lo == hi else f"{lo} to {hi} {over}"
     if spread and spread["missing"]:
         inner += f"; no value in {spread['missing']} of {len(data['runs'])} runs"
     return f"{text} ({inner})"
+
+
+def runs_text(data: dict) -> str:
+    """``over 3 BLAS kernels x 2 seeds`` (one CPU); ``over 6 runs: 2 CPUs, 2 BLAS kernels, seeds 0-1`` when
+    runs on another CPU were added (``python -m lessons results N --add-machine``)."""
+    runs = data["runs"]
+    kernels = len({r["kernel"] for r in runs})
+    seeds = sorted({r["seed"] for r in runs})
+    cpus = len({res.run_cpu(data, r) for r in runs})
+    k_text = f"{kernels} BLAS kernel{'s' * (kernels != 1)}"
+    if cpus == 1:
+        return f"over {k_text} x {len(seeds)} seed{'s' * (len(seeds) != 1)}"
+    s_text = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}"
+    return f"over {len(runs)} runs: {cpus} CPUs, {k_text}, {s_text}"
 
 
 def times_table(sources: Sources) -> str:
@@ -173,7 +193,7 @@ def times_table(sources: Sources) -> str:
     ``--full`` file, its own row under the lesson's)."""
     rows = []
     for target in sorted(res.all_targets(full=True), key=lambda t: (res.lesson_of(t), res.is_full(t))):
-        if target == res.MAIN or not res.results_path(target, sources.directory).is_file():
+        if target in res.JOBS or not res.results_path(target, sources.directory).is_file():
             continue
         d = sources.get(target)
         name = res.lesson_of(target)[1:] + (" --full" if res.is_full(target) else "")
@@ -291,19 +311,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--check", action="store_true", help="write nothing; list what would change (exit 1 if "
                         "anything would, or any marker has a problem)")
     parser.add_argument("--keys", metavar="N", help="list the keys of one results file (a lesson number, "
-                        "'main', or lNN-full) with their values and ranges")
+                        "'main', 'rlvr', or lNN-full) with their values and ranges")
     parser.add_argument("--full", action="store_true", help="with --keys N: the lesson's --full results file")
     args = parser.parse_args(argv)
     if args.full and args.keys is None:
         parser.error("--full goes with --keys N (the markers name their file: <!-- l17-full:KEY FORMAT -->)")
     if args.keys is not None:
         try:
-            if args.keys == res.MAIN or res.is_full(args.keys):
+            if args.keys in res.JOBS or res.is_full(args.keys):
                 target = res.name_target(args.keys, args.full)
             elif args.keys.lstrip("lL").isdigit():
                 target = res.name_target(f"l{int(args.keys.lstrip('lL')):02d}", args.full)
             else:
-                raise res.ResultsError(f"--keys {args.keys}: expected a lesson number, 'main' or lNN-full")
+                raise res.ResultsError(f"--keys {args.keys}: expected a lesson number, a job ('main', 'rlvr') or "
+                                       "lNN-full")
             data = res.load(target)
         except res.ResultsError as exc:
             print(f"error: {exc}", file=sys.stderr)

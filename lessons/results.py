@@ -1,12 +1,14 @@
 """``python -m lessons results``: what each lesson computed, kept in ``docs/results/``, the one source of the
 numbers the docs quote (``lessons/quote.py`` writes them into the Markdown).
 
-One file per lesson, ``docs/results/lNN_<slug>.json``, and one for the main job, ``docs/results/main_rlhf.json``
-(``minippo rlhf`` at its default size: what the README's example output shows). A lesson listed in :data:`FULL`
-has a second file for its ``--full`` size (the size of its committed figure), ``docs/results/lNN_<slug>_full.json``:
-its target is ``lNN-full`` (``python -m lessons results 17 --full``; markers ``<!-- l17-full:KEY FORMAT -->``).
-``all`` and ``stale`` add the ``--full`` files only with ``--full``: they are slow to make, and the reruns of the
-tests (``pytest -m rerun``) never rerun them: their staleness is their hash. Each file holds
+One file per lesson, ``docs/results/lNN_<slug>.json``, and one per job beside them (:data:`JOBS`): the main job,
+``docs/results/main_rlhf.json`` (``minippo rlhf`` at its default size: what the README's example output shows),
+and ``docs/results/rlvr_methods.json`` (``minippo rlvr`` at its default size, every ``--method``: the README's
+table; :func:`run_rlvr_methods`, :func:`rlvr_across_runs`). A lesson listed in :data:`FULL` has a second file
+for its ``--full`` size (the size of its committed figure), ``docs/results/lNN_<slug>_full.json``: its target is
+``lNN-full`` (``python -m lessons results 17 --full``; markers ``<!-- l17-full:KEY FORMAT -->``). ``all`` and
+``stale`` add the ``--full`` files only with ``--full``: they are slow to make, and the reruns of the tests
+(``pytest -m rerun``) never rerun them: their staleness is their hash. Each file holds
 
 - ``target`` (``l08``, ``l17-full``, ``main``), ``size`` (``default``: what a student running the lesson sees;
   ``full`` for ``lNN-full``) and ``seed`` (0: the reference run, whose numbers the docs quote), ``command``
@@ -32,11 +34,26 @@ tests (``pytest -m rerun``) never rerun them: their staleness is their hash. Eac
   (default ``0 1``: on another CPU such a run drifts apart like another seed). ``ranges`` holds, for each key
   whose value is not the same in every run, its min and max over the runs (``missing``: runs without a
   number there; a non-numeric key: its distinct values). Keys absent from it are the same in every run;
-- ``runs``: each run's kernel, seed, CPU and wall seconds and matmul GFLOP/s; ``verdicts``: what the
+- ``runs``: each run's CPU model, kernel, seed, CPU and wall seconds and matmul GFLOP/s; ``verdicts``: what the
   lesson's ``verdicts(results)`` returns, when it has one (the outcomes of every run beside it).
 
-Keys naming a measurement of the run itself (times, peak memory: :data:`MEASURED`) vary from run to run;
+On another CPU a CPU-dependent target rounds differently even under the same kernel and lands anywhere in the
+seed noise, so its rerun may fall outside ranges measured on one machine. ``python -m lessons results N
+--add-machine`` (:func:`add_machine`) runs it on this machine (seed 0 under its own kernel unless ``--seeds`` /
+``--kernels`` say otherwise) and adds those runs to the file, which keeps its reference run: the ranges widen to
+cover them, and the quotes say over how many CPUs they were measured.
+
+Keys naming a measurement of the run itself (times, peak memory, the matmul GFLOP/s and load average around it:
+:data:`MEASURED`) vary from run to run;
 they are quoted as the reference run's, next to the machine's GFLOP/s, and never checked for equality.
+
+A table of one row per seed (the ``rlvr`` job's) quotes each seed's run, not only the reference run: for such a
+job (:data:`ACROSS_RUNS`) ``values`` also holds, for each run under the reference kernel, its values under
+``seed.<S>.<key>`` (and its matmul GFLOP/s and load average), and the counts and extremes taken over those runs
+(``across.<key>``: "pass@64 falls in N of M runs"). Each such key is one run's number, or a number of all of
+them, named as such: it has no range and is quoted plainly. A rerun of seed 0 (``tests/lessons/test_results.py``)
+checks ``seed.0.<key>`` as ``<key>``, within its range over the runs; it cannot check another seed's keys or the
+counts over the runs. Runs added by ``--add-machine`` widen the ranges of the reference run's keys only.
 """
 from __future__ import annotations
 
@@ -49,6 +66,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -67,6 +85,17 @@ MAIN_SOURCES = ("minippo/rlhf/run/pipeline.py", "minippo/rlhf/sft.py", "minippo/
                 "minippo/rlhf/rm_train.py",
                 "minippo/rlhf/ppo.py", "minippo/rlhf/ppo_config.py", "minippo/rlhf/run/trainer.py",
                 "minippo/rlhf/run/evaluate.py")
+RLVR = "rlvr"                                  # `minippo rlvr` at its default size, every --method, one SFT stage
+RLVR_FILE = "rlvr_methods"
+RLVR_SOURCES = ("minippo/rlvr/run.py", "minippo/rlvr/task.py", "minippo/rlvr/tokenizer.py",
+                "minippo/rlvr/verifier.py", "minippo/rlvr/evaluate.py", "minippo/rlvr/trainer.py",
+                "minippo/rlhf/lm_train.py", "minippo/rlhf/ppo.py", "minippo/rlhf/ppo_config.py",
+                "minippo/rlhf/grpo.py")
+RLVR_METHODS = ("grpo", "dr_grpo", "rloo", "ppo")   # `minippo rlvr --method M`, in the README table's order
+RLVR_GROUP = ("grpo", "dr_grpo", "rloo")            # the critic-free family
+RLVR_HIGH_LR = 3e-4         # the lr that over-updated GRPO (README): one more GRPO run at it, from the same SFT stage
+#: the jobs beside the lessons: target -> (results file name, the source files its hash covers)
+JOBS = {MAIN: (MAIN_FILE, MAIN_SOURCES), RLVR: (RLVR_FILE, RLVR_SOURCES)}
 #: targets whose numbers depend on the CPU, and why: they are run on several seeds too (ranges over kernels x seeds)
 CPU_DEPENDENT = {
     "l08": "CartPole: float32 MLPs whose rounding follows the OpenBLAS kernel and the CPU's SIMD code "
@@ -80,6 +109,7 @@ CPU_DEPENDENT = {
                 "DPO, ...) runs and the text sampled from them"
        for n in (13, 14, 15, 16, 17, 18, 19, 20, 21)},
     "l23": "float32 TinyGPT training: SFT on the sums task, then GRPO, Dr. GRPO, RLOO and PPO runs",
+    RLVR: "float32 TinyGPT training: SFT on the sums task, then GRPO, Dr. GRPO, RLOO and PPO runs (minippo rlvr)",
     "l24": "the float32-trained RLHF SFT policy (part (a)'s sampler mismatch) and, at --full, PPO training",
 }
 #: lessons with a second results file at ``--full`` (target ``lNN-full``, file ``lNN_<slug>_full.json``), and the
@@ -96,7 +126,8 @@ MAX_LIST = 16               # longer lists and vectors are left out, like other 
 MAX_STR = 200
 RECORDS = ("records",)      # keys of per-iteration training logs, left out (a lesson quotes their summaries)
 REL_TOL, ABS_TOL = 1e-9, 1e-12   # float64 results of differently ordered sums (BLAS kernels) agree to this
-MEASURED = re.compile(r"(?:^|[._/])(?:time|timing|times|wall|cpu|seconds|rss)(?=$|[._/])|_s$|_mb$")
+MEASURED = re.compile(r"(?:^|[._/])(?:time|timing|times|wall|cpu|cpu_share\w*|seconds|rss|matmul_gflops|load_average)"
+                      r"(?=$|[._/])|_s$|_mb$")
 
 
 class ResultsError(ValueError):
@@ -106,9 +137,10 @@ class ResultsError(ValueError):
 # ---------------------------------------------------------------- targets and files
 
 def target_of(module_name: str, full: bool = False) -> str:
-    """``l08`` for ``lessons.l08_ppo_cartpole`` (``l17-full`` with ``full``); ``main`` for the main job."""
-    if module_name == MAIN:
-        return MAIN
+    """``l08`` for ``lessons.l08_ppo_cartpole`` (``l17-full`` with ``full``); a job's name (``main``, ``rlvr``)
+    for itself."""
+    if module_name in JOBS:
+        return module_name
     return module_name.rsplit(".", 1)[-1][:3] + (FULL_SUFFIX if full else "")
 
 
@@ -126,7 +158,7 @@ def full_target(target: str) -> str:
     """``l17-full`` for ``l17``: a one-line ``ResultsError`` when the lesson has no ``--full`` results."""
     if target not in FULL:
         raise ResultsError(f"{target} has no --full results: lessons with them are "
-                           f"{', '.join(int(t[1:]).__str__() for t in FULL)} (lessons/results.py FULL)")
+                           f"{', '.join(str(int(t[1:])) for t in FULL)} (lessons/results.py FULL)")
     return target + FULL_SUFFIX
 
 
@@ -135,30 +167,33 @@ def module_of(target: str) -> str:
     lesson = lesson_of(target)
     found = sorted((REPO_ROOT / "lessons").glob(f"{lesson}_*.py"))
     if not re.fullmatch(r"l\d\d", lesson) or len(found) != 1:
-        raise ResultsError(f"no lesson {target!r}: targets are l01 ... l{len(all_targets()) - 1:02d}, 'main' and "
-                           + ", ".join(full_target(t) for t in FULL))
+        raise ResultsError(f"no lesson {target!r}: targets are l01 ... l{len(all_targets()) - len(JOBS):02d}, "
+                           + ", ".join(repr(j) for j in JOBS) + " and " + ", ".join(full_target(t) for t in FULL))
     if is_full(target):
         full_target(lesson)                 # a lesson without --full results: the error names the ones with
     return f"lessons.{found[0].stem}"
 
 
 def all_targets(full: bool = False) -> list[str]:
-    """Every lesson and ``main``; with ``full``, also the ``--full`` targets of :data:`FULL`."""
+    """Every lesson and job; with ``full``, also the ``--full`` targets of :data:`FULL`."""
     lessons = [p.stem[:3] for p in sorted((REPO_ROOT / "lessons").glob("l[0-9][0-9]_*.py"))]
-    return lessons + [MAIN] + ([t + FULL_SUFFIX for t in lessons if t in FULL] if full else [])
+    return lessons + list(JOBS) + ([t + FULL_SUFFIX for t in lessons if t in FULL] if full else [])
 
 
 def results_path(target: str, directory: Path | None = None) -> Path:
-    """``docs/results/lNN_<slug>.json``; ``lNN_<slug>_full.json`` for ``lNN-full``; ``main_rlhf.json``."""
-    name = MAIN_FILE if target == MAIN else module_of(target).rsplit(".", 1)[-1] + ("_full" if is_full(target) else "")
+    """``docs/results/lNN_<slug>.json``; ``lNN_<slug>_full.json`` for ``lNN-full``; a job's own file."""
+    if target in JOBS:
+        name = JOBS[target][0]
+    else:
+        name = module_of(target).rsplit(".", 1)[-1] + ("_full" if is_full(target) else "")
     return Path(directory or RESULTS_DIR) / f"{name}.json"
 
 
 def source_files(target: str) -> list[Path]:
     """What the target's hash covers: the lesson file (and, for ``lNN-full``, the study modules FULL lists);
-    the main job's pipeline modules."""
-    if target == MAIN:
-        return [REPO_ROOT / p for p in MAIN_SOURCES]
+    a job's modules."""
+    if target in JOBS:
+        return [REPO_ROOT / p for p in JOBS[target][1]]
     lesson = REPO_ROOT / "lessons" / f"{module_of(target).rsplit('.', 1)[-1]}.py"
     return [lesson] + ([REPO_ROOT / p for p in FULL[lesson_of(target)]] if is_full(target) else [])
 
@@ -169,8 +204,8 @@ def current_hash(target: str, files: list[Path] | None = None) -> str:
 
 
 def regenerate_command(target: str) -> str:
-    if target == MAIN:
-        return f"python -m lessons results {MAIN}"
+    if target in JOBS:
+        return f"python -m lessons results {target}"
     return f"python -m lessons results {int(lesson_of(target)[1:])}" + (" --full" if is_full(target) else "")
 
 
@@ -312,16 +347,109 @@ def run_main(seed: int) -> dict:
     return dict(summary, config={"sft": sft.to_dict(), "rm": rm.to_dict(), "ppo": ppo_cfg})
 
 
+def run_rlvr_methods(seed: int) -> dict:
+    """``minippo rlvr --method M --seed seed`` for every M of :data:`RLVR_METHODS`, with one ``--out``, a temporary
+    folder: the command's own function (:func:`minippo.rlvr.run.run_rlvr`, its default configs), so the first
+    method trains the SFT stage and the others reuse it, as the command does. Then one more GRPO run from that
+    SFT stage at lr :data:`RLVR_HIGH_LR` (``grpo_high_lr``: why the critic-free family trains at 1e-4).
+
+    Per method: pass@1, 4, 16, 64 after RL (``pass1`` ...), the paired change of pass@1 over the held-out problems
+    and its standard error, the mean lengths of the right and wrong answers, the well-formed share, and the CPU
+    and wall seconds of its RL stage plus evaluation (``cpu_s``, ``wall_s``); ``sft``: the same numbers of the SFT
+    policy (one evaluation: every method samples the one SFT model with the same seed and temperature; a
+    difference is an error) and the CPU seconds of the SFT stage; the configs."""
+    from minippo.rlvr.evaluate import KS
+    from minippo.rlvr.run import run_rlvr, stage_configs
+    from minippo.rlvr.trainer import rlvr_grpo_config
+
+    def scores(ev: dict) -> dict:
+        return dict({f"pass{k}": ev[f"pass@{k}"] for k in KS}, length_right=ev["length_right"],
+                    length_wrong=ev["length_wrong"], formed=ev["formed"], all_right=ev["all_right"],
+                    all_wrong=ev["all_wrong"])
+
+    out = {"teacher_accuracy": None, "sft": None}
+    config = {"sft": stage_configs(False, seed)[0].to_dict(), "eval": stage_configs(False, seed)[2]}
+    quiet = lambda *a: None                                                             # noqa: E731
+    with tempfile.TemporaryDirectory() as folder:
+        runs = [(m, Path(folder) / "run", m, None) for m in RLVR_METHODS]
+        runs.append(("grpo_high_lr", Path(folder) / "high_lr", "grpo", rlvr_grpo_config(seed=seed, lr=RLVR_HIGH_LR)))
+        for name, where, method, rl_cfg in runs:
+            if name == "grpo_high_lr":                   # its own folder (the grpo stage is taken), the same SFT stage
+                shutil.copytree(Path(folder) / "run" / "sft", where / "sft",
+                                ignore=shutil.ignore_patterns(".minippo.lock"))
+            s = run_rlvr(where, seed=seed, method=method, progress=False, log=quiet, rl_cfg=rl_cfg)
+            ev, cpu, wall = s["eval"], s["cpu_seconds"], s["seconds"]
+            if out["sft"] is None:
+                out["teacher_accuracy"] = s["teacher_accuracy"]
+                out["sft"] = dict(scores(ev["sft"]), cpu_s=cpu["sft"], wall_s=wall["sft"])
+            elif scores(ev["sft"]) != {k: v for k, v in out["sft"].items() if not is_measured(k)}:
+                raise ResultsError(f"rlvr seed {seed}: the SFT policy's evaluation differs under --method {method}")
+            out[name] = dict(scores(ev["rl"]), pass1_change=ev["pass@1_change"], pass1_change_se=ev["pass@1_change_se"],
+                             cpu_s=cpu["rl"] + cpu["eval"], wall_s=wall["rl"] + wall["eval"])
+            config[name] = (rl_cfg or stage_configs(False, seed, method)[1]).to_dict()
+    return dict(out, config=config)
+
+
+def rlvr_across_runs(runs: list[dict]) -> dict:
+    """The ``rlvr`` job's numbers over its runs (one per seed, under the reference kernel): each run's values as
+    ``seed.<S>.<key>`` (configs aside) with its matmul GFLOP/s and load average, and ``across.<key>``: in how many
+    of the method x seed runs RL raised pass@1 (above 0; by more than 2 standard errors), passed the teacher,
+    lowered pass@64 (and the largest fall: its method, seed, before and after), the range of the paired change of
+    PPO and of the critic-free family and of its standard error, on how many seeds PPO raised pass@1 the most and
+    its lead over the best critic-free method (smallest and largest over the seeds), and on how many seeds GRPO at
+    lr :data:`RLVR_HIGH_LR` ended below GRPO at its own lr."""
+    out = {}
+    for r in runs:
+        for k, v in r["values"].items():
+            if not k.startswith("config."):
+                out[f"seed.{r['seed']}.{k}"] = v
+        out[f"seed.{r['seed']}.matmul_gflops"] = r["machine"]["matmul_gflops"]
+        out[f"seed.{r['seed']}.load_average"] = r["machine"]["load_average"]
+    rows = [(r["seed"], m, r["values"]) for r in runs for m in RLVR_METHODS]       # one per method x seed
+    falls = [(v["sft.pass64"] - v[f"{m}.pass64"], s, m, v) for s, m, v in rows]
+    drop, seed, method, v = max(falls, key=lambda x: x[0])
+    ppo = [v["ppo.pass1_change"] for _, m, v in rows if m == "ppo"]
+    group = [v[f"{m}.pass1_change"] for _, m, v in rows if m in RLVR_GROUP]
+    # per seed: PPO's change minus the largest change of the critic-free family (> 0: PPO gained the most)
+    leads = [r["values"]["ppo.pass1_change"] - max(r["values"][f"{m}.pass1_change"] for m in RLVR_GROUP) for r in runs]
+    out.update({f"across.{k}": x for k, x in {
+        "runs": len(rows), "seeds": len(runs),
+        "pass1_rises_runs": sum(v[f"{m}.pass1_change"] > 0 for _, m, v in rows),
+        "pass1_rises_2se_runs": sum(v[f"{m}.pass1_change"] > 2 * v[f"{m}.pass1_change_se"] for _, m, v in rows),
+        "pass1_above_teacher_runs": sum(v[f"{m}.pass1"] > v["teacher_accuracy"] for _, m, v in rows),
+        "pass1_after_min": min(v[f"{m}.pass1"] for _, m, v in rows),
+        "pass1_after_max": max(v[f"{m}.pass1"] for _, m, v in rows),
+        "teacher_accuracy_min": min(r["values"]["teacher_accuracy"] for r in runs),
+        "teacher_accuracy_max": max(r["values"]["teacher_accuracy"] for r in runs),
+        "pass64_falls_runs": sum(d > 0 for d, *_ in falls),
+        "pass64_rises_runs": sum(d < 0 for d, *_ in falls),
+        "pass64_drop_max": drop, "pass64_drop_max_seed": seed, "pass64_drop_max_method": method,
+        "pass64_drop_max_sft": v["sft.pass64"], "pass64_drop_max_rl": v[f"{method}.pass64"],
+        "ppo_change_min": min(ppo), "ppo_change_max": max(ppo),
+        "group_change_min": min(group), "group_change_max": max(group),
+        "change_se_min": min(v[f"{m}.pass1_change_se"] for _, m, v in rows),
+        "change_se_max": max(v[f"{m}.pass1_change_se"] for _, m, v in rows),
+        "ppo_most_seeds": sum(lead > 0 for lead in leads),
+        "ppo_lead_min": min(leads), "ppo_lead_max": max(leads),
+        "high_lr_lower_seeds": sum(r["values"]["grpo_high_lr.pass1"] < r["values"]["grpo.pass1"] for r in runs),
+    }.items()})
+    return out
+
+
+#: jobs whose file also holds numbers over their runs (module docstring): target -> the function that makes them
+ACROSS_RUNS = {RLVR: rlvr_across_runs}
+
+
 def run_target(target: str, seed: int) -> dict:
     """Run ``target`` once in this process at its size (``lNN-full``: ``run(full=True)``): values, left_out,
     verdicts, time, machine."""
     from minippo.blas import blas_core_name
     print(f"OpenBLAS kernel: {blas_core_name()}", flush=True)
-    mod = None if target == MAIN else importlib.import_module(module_of(target))
+    mod = None if target in JOBS else importlib.import_module(module_of(target))
     peaks = [matmul_peak()]                       # before and after the run: the better of the two is kept
     t, cpu = time.perf_counter(), time.process_time()
     if mod is None:
-        results = run_main(seed)
+        results = run_main(seed) if target == MAIN else run_rlvr_methods(seed)
     else:
         results = mod.run(quick=False, seed=seed, **({"full": True} if is_full(target) else {}))
     seconds = {"cpu": time.process_time() - cpu, "wall": time.perf_counter() - t}
@@ -445,9 +573,9 @@ def generate(target: str, seeds=DEFAULT_SEEDS, kernels=DEFAULT_KERNELS, director
             log(f"  note: {len(diff)} value(s) differ between OpenBLAS kernels {ref['kernel']} and {run['kernel']} "
                 f"beyond float64 rounding (quoted plainly only where every run prints the same digits): "
                 + "; ".join(diff[:5]) + (" ..." if len(diff) > 5 else ""))
-    mod = None if target == MAIN else importlib.import_module(module_of(target))
+    mod = None if target in JOBS else importlib.import_module(module_of(target))
     data = {
-        "target": target, "module": MAIN if mod is None else mod.__name__,
+        "target": target, "module": target if mod is None else mod.__name__,
         "size": "full" if is_full(target) else "default", "seed": 0, "command": regenerate_command(target),
         "source_sha256": source, "date": datetime.date.today().isoformat(),
         # the matmul peak, measured before and after each run: on a shared machine the best of the reference
@@ -456,16 +584,14 @@ def generate(target: str, seeds=DEFAULT_SEEDS, kernels=DEFAULT_KERNELS, director
                        key=lambda m: m["matmul_gflops"]),
         "time": ref["time"],
         "cpu_dependent": dependent, "why_cpu_dependent": CPU_DEPENDENT.get(lesson_of(target)),
-        "runs": [{"kernel": r["kernel"], "seed": r["seed"], "cpu_s": round(r["time"]["cpu"], 2),
-                  "wall_s": round(r["time"]["wall"], 2), "matmul_gflops": r["machine"]["matmul_gflops"],
-                  "load_average": r["machine"]["load_average"],
-                  "verdict_outcomes": None if r["verdicts"] is None else
-                  [v.get("outcome") for v in r["verdicts"]]} for r in runs],
+        "runs": [run_record(r) for r in runs],
         "verdicts": ref["verdicts"],
         "values": ref["values"],
         "ranges": ranges(runs),
         "left_out": ref["left_out"],
     }
+    if target in ACROSS_RUNS:                         # one row per seed: each run's values, and counts over them
+        data["values"] = dict(ref["values"], **ACROSS_RUNS[target]([r for r in runs if r["kernel"] == ref["kernel"]]))
     path = results_path(target, directory)
     path.parent.mkdir(parents=True, exist_ok=True)
     from minippo.io import atomic_write_text
@@ -474,13 +600,82 @@ def generate(target: str, seeds=DEFAULT_SEEDS, kernels=DEFAULT_KERNELS, director
     return path
 
 
+def merged_ranges(data: dict, new_runs: list[dict]) -> dict:
+    """The file's ``ranges`` widened to cover ``new_runs`` too (a key absent from ``ranges`` had the reference
+    value in every earlier run)."""
+    old = data["ranges"]
+    merged = {}
+    for key, ref in data["values"].items():
+        if data.get("target") in ACROSS_RUNS and key.startswith(("seed.", "across.")):
+            continue                    # one run's number, or a count over the runs: a new run does not widen it
+        seen = [r["values"].get(key) for r in new_runs]
+        spread = old.get(key)
+        if spread is None:
+            both = ranges([{"values": {key: ref}}] + [{"values": {key: x}} for x in seen]).get(key)
+            if both is not None:
+                merged[key] = both
+            continue
+        if "values" in spread:
+            merged[key] = {"values": sorted(set(spread["values"]) | {json.dumps(x) for x in seen})}
+            continue
+        nums = [x for x in seen if isinstance(x, (int, float)) and not isinstance(x, bool)
+                and not (isinstance(x, float) and math.isnan(x))]
+        merged[key] = {"min": min([spread["min"], *nums]), "max": max([spread["max"], *nums]),
+                       "missing": spread["missing"] + len(seen) - len(nums)}
+    return merged
+
+
+def run_record(r: dict) -> dict:
+    """One run as its file lists it (its values are in ``values``, the reference run's, and ``ranges``)."""
+    return {"cpu": r["machine"]["cpu"], "kernel": r["kernel"], "seed": r["seed"], "cpu_s": round(r["time"]["cpu"], 2),
+            "wall_s": round(r["time"]["wall"], 2), "matmul_gflops": r["machine"]["matmul_gflops"],
+            "load_average": r["machine"]["load_average"],
+            "verdict_outcomes": None if r["verdicts"] is None else [v.get("outcome") for v in r["verdicts"]]}
+
+
+def run_cpu(data: dict, run: dict) -> str:
+    """The CPU of a listed run (files made before runs named theirs: the reference machine's)."""
+    return run.get("cpu", data["machine"]["cpu"])
+
+
+def add_machine(target: str, seeds=(0,), kernels=("default",), directory: Path | None = None, log=print) -> Path:
+    """Run a CPU-dependent ``target`` on this machine and add the runs to its file: the reference run and its
+    values stay; ``runs`` lists the new ones with their CPU, and ``ranges`` widen to cover them. Another CPU
+    rounds float32 training differently (README, "What is bitwise"), so a rerun there lands anywhere in the seed
+    noise; once its runs are in the file, the quoted ranges hold for it too."""
+    if lesson_of(target) not in CPU_DEPENDENT:
+        raise ResultsError(f"{target} does not depend on the CPU: its numbers are the same on every machine "
+                           f"(regenerate it with `{regenerate_command(target)}`)")
+    problem = staleness(target, directory)
+    if problem:
+        raise ResultsError(problem)
+    data = load(target, directory)
+    from minippo.blas import blas_core_name
+    here, own = cpu_model(), (blas_core_name() if "OPENBLAS_CORETYPE" not in os.environ else None)
+    for kernel in kernels:
+        name = own if kernel == "default" else kernel
+        for seed in seeds:
+            if any(run_cpu(data, r) == here and r["kernel"].lower() == (name or "").lower() and r["seed"] == seed
+                   for r in data["runs"]):
+                raise ResultsError(f"{results_path(target, directory).name} already has seed {seed} on {here} "
+                                   f"with OpenBLAS kernel {name}: nothing added (nothing is replaced)")
+    runs = [run_in_subprocess(target, seed, kernel, log) for kernel in kernels for seed in seeds]
+    data["ranges"] = merged_ranges(data, runs)
+    data["runs"] = [dict(r, cpu=run_cpu(data, r)) for r in data["runs"]] + [run_record(r) for r in runs]
+    path = results_path(target, directory)
+    from minippo.io import atomic_write_text
+    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+    log(f"  -> {path.name}: {len(runs)} run(s) on {here} added")
+    return path
+
+
 # ---------------------------------------------------------------- the command
 
 def main(argv: list[str], resolve=None) -> int:
     """``python -m lessons results WHICH ... [--seeds 0 1] [--kernels default Haswell Sandybridge]``."""
     parser = argparse.ArgumentParser(prog="python -m lessons results", description=__doc__.split("\n\n")[0])
-    parser.add_argument("which", nargs="+", help="lesson numbers or slugs, 'main' (minippo rlhf), 'all' "
-                        "(every lesson and main), 'stale' (those missing or stale)")
+    parser.add_argument("which", nargs="+", help="lesson numbers or slugs, 'main' (minippo rlhf), 'rlvr' "
+                        "(minippo rlvr, every method), 'all' (every lesson and job), 'stale' (those missing or stale)")
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="run the seeds of one kernel as N subprocesses at once (default 1; the CPU seconds "
                              "recorded are each run's own)")
@@ -492,8 +687,20 @@ def main(argv: list[str], resolve=None) -> int:
     parser.add_argument("--kernels", nargs="+", default=list(DEFAULT_KERNELS),
                         help="OpenBLAS kernels, each run under OPENBLAS_CORETYPE (default: default Haswell "
                              "Sandybridge; 'default' = the CPU's own choice, run first: the reference)")
+    parser.add_argument("--add-machine", action="store_true",
+                        help="keep the file and add this machine's runs (default: seed 0 under its own kernel) to "
+                             "its runs and ranges: for a CPU-dependent lesson on a CPU its file does not list yet")
     args = parser.parse_args(argv)
     try:
+        if args.add_machine:
+            seeds = args.seeds if "--seeds" in argv else [0]
+            kernels = args.kernels if "--kernels" in argv else ["default"]
+            targets = ([t for t in all_targets(args.full)
+                        if lesson_of(t) in CPU_DEPENDENT and results_path(t).is_file()]
+                       if "all" in args.which else [name_target(w, args.full, resolve) for w in args.which])
+            for target in targets:
+                add_machine(target, seeds, kernels)
+            return 0
         if "stale" in args.which:
             targets = [t for t in all_targets(args.full) if staleness(t) is not None]
         elif "all" in args.which:
@@ -502,7 +709,7 @@ def main(argv: list[str], resolve=None) -> int:
             targets = [name_target(w, args.full, resolve) for w in args.which]
     except ResultsError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if args.add_machine else 1
     t0 = time.process_time()
     for target in targets:
         try:
@@ -516,12 +723,13 @@ def main(argv: list[str], resolve=None) -> int:
 
 
 def name_target(word: str, full: bool, resolve=None) -> str:
-    """The target a word of the command line names: ``main``; ``l17-full`` as written; a lesson number or slug
-    (``resolve``: to its module), with ``full`` its ``--full`` target (a ``ResultsError`` if it has none)."""
-    if word == MAIN:
+    """The target a word of the command line names: a job (``main``, ``rlvr``); ``l17-full`` as written; a lesson
+    number or slug (``resolve``: to its module), with ``full`` its ``--full`` target (a ``ResultsError`` if it has
+    none)."""
+    if word in JOBS:
         if full:
-            raise ResultsError("main has no --full results (its file is `minippo rlhf` at its default size)")
-        return MAIN
+            raise ResultsError(f"{word} has no --full results (a job's file is its default size)")
+        return word
     if is_full(word):
         module_of(word)                               # an unknown lesson, or one without --full results
         return word

@@ -69,3 +69,16 @@ def test_a_missing_function_is_skipped(monkeypatch):
     monkeypatch.setattr(profile, "WRAPPED", profile.WRAPPED + (("fake_run", "gone", "stage", "X"),))
     with profile.Profiler().installed():
         pass
+
+
+def test_every_wrapped_function_exists():
+    """A renamed function would leave its row silently empty (the rollout's and the held-out loss's did)."""
+    import importlib
+    missing = []
+    for module_name, attr, _, label in profile.WRAPPED:
+        owner = importlib.import_module(module_name)
+        for part in attr.split("."):
+            owner = getattr(owner, part, None)
+        if owner is None:
+            missing.append(f"{module_name}.{attr} ({label})")
+    assert not missing, "profile.WRAPPED names functions that do not exist: " + ", ".join(missing)

@@ -33,7 +33,7 @@ from collections import defaultdict
 WRAPPED = (
     ("minippo.rlhf.sft", "train_sft", "stage", "SFT steps"),
     ("minippo.rlhf.sft", "_prepare", "stage", "corpus, tokenizer"),
-    ("minippo.rlhf.sft", "heldout_loss", "stage", "SFT held-out loss"),
+    ("minippo.rlhf.lm_train", "heldout_loss", "stage", "SFT held-out loss"),
     ("minippo.rlhf.sft", "sample_and_judge", "stage", "SFT samples"),
     ("minippo.rlhf.rm_train", "train_reward_model", "stage", "RM other"),
     ("minippo.rlhf.rm_train", "make_preference_pairs", "stage", "RM pair sampling"),
@@ -41,7 +41,7 @@ WRAPPED = (
     ("minippo.rlhf.rm_train", "evaluate_pairs", "stage", "RM held-out eval"),
     ("minippo.rlhf.rm_train", "sample_policy", "stage", "RM fresh samples"),
     ("minippo.rlhf.run.trainer", "run_ppo", "stage", "PPO other"),
-    ("minippo.rlhf.ppo", "collect_experience", "stage", "PPO rollout"),
+    ("minippo.rlhf.ppo", "rollout", "stage", "PPO rollout"),
     ("minippo.rlhf.ppo", "ppo_update", "stage", "PPO update"),
     ("minippo.rlhf.run.pipeline", "evaluate_stages", "stage", "evaluation"),
     ("minippo.rlhf.generate", "generate", "part", "sampler"),

@@ -18,7 +18,8 @@ writing anything, naming the stage, the fields and how to start fresh; checkpoin
 anything is assigned; Ctrl-C names what is kept. The evaluation runs again at every call (it writes only
 ``summary_<method>.json`` and ``samples_<method>.md``, which belong to this command's run).
 
-``--quick`` runs the same stages at CI size; the default is the course's size (about a minute of CPU).
+``--quick`` runs the same stages at CI size; the default is the course's size (its CPU seconds: README,
+"Verifiable rewards").
 
 Two option groups change the RL stage's config (:func:`rl_config_from_args`), each for the methods it applies
 to: the corrected objective (``--logits-precision bfloat16 --stale-k 2 --correction tis --correction-cap 2``:

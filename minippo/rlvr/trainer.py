@@ -68,8 +68,8 @@ def rlvr_grpo_config(estimator: str = "grpo", quick: bool = False, **overrides) 
 
     The same budget as :func:`rlvr_ppo_config`: 128 answers per iteration (16 problems x a group of 8), minibatches
     of 32, 4 epochs, the same iterations, answers of at most 6 tokens, no missing-EOS penalty; a constant lr of
-    1e-4, not PPO's 3e-4 (measured with ``minippo rlvr --method grpo``, seeds 0 and 1: pass@1 0.577 and 0.506
-    after RL at 3e-4, 0.690 and 0.616 at 1e-4; the rollouts' pass rate swings at 3e-4).
+    1e-4, not PPO's 3e-4 (GRPO at 3e-4 ends with a lower pass@1 on seeds 0 and 1: README, "Verifiable rewards",
+    measured by ``python -m lessons results rlvr``, keys ``grpo_high_lr.*``; the rollouts' pass rate swings at 3e-4).
     Each estimator with its paper's loss: GRPO's 1/|o| per answer (``seq-mean-token-mean``), Dr. GRPO's constant
     (``seq-mean-token-sum-norm``, Liu et al. 2025) and RLOO's too (its REINFORCE gradient is that of an answer's
     summed log-probability). No KL penalty in the reward (``kl_ref_coef`` 0): a reward of 0/1 plus a KL term is

@@ -146,8 +146,9 @@ class Study:
                     out[name]["eval"].append(self.evaluate(r["trainer"].actor, reward_model=reward_model,
                                                            max_new_tokens=cfg.max_new_tokens,
                                                            temperature=cfg.temperature))
-                if extra is not None:
-                    out[name]["extra"].append(extra(r))
+                if extra is not None:   # one BLAS thread, like training and evaluation
+                    with single_blas_thread():
+                        out[name]["extra"].append(extra(r))
                 log(f"  {name} seed {s}: gold {r['records'][-1]['gold/score']:+.3f} "
                     f"KL {r['records'][-1]['objective/kl']:.2f}")
         return out

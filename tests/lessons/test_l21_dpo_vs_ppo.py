@@ -5,7 +5,7 @@ import pytest
 
 from lessons import l21_dpo_vs_ppo as lesson
 from minippo.studies.verdicts import FAILS, HOLDS, NOT_SHOWN, by_key
-from tests.helpers import assert_comparison, expected_outcome
+from tests.helpers import assert_comparison, assert_derived, expected_outcome
 
 pytestmark = pytest.mark.slow      # lesson runs on the shared SFT and RM stages (pytest -m slow)
 
@@ -109,3 +109,17 @@ def test_l21_quick_verdicts_follow_the_numbers(tmp_path, capsys, seed):
         assert f"({word};" in line_with(out, f"  {name:<10s}", "trained-on pairs")
         assert s["margin"] > 0                     # what DPO pushes: the chosen-minus-rejected log-ratio rose
     assert f"{r['time']['wall']:.1f} s wall" in out
+    # derived(): the numbers the results file keeps (docs/results, the quoted docs), recomputed from the checkpoints
+    first = next(iter(r["runs"]["DPO"]))
+    assert_derived(lesson, r, out, {"implicit_best.rm_accuracy": ".3f", "implicit_best.accuracy": ".3f",
+                                    f"shift_end.{first}.chosen": "+.2f", f"shift_end.{first}.rejected": "+.2f"})
+    d = lesson.derived(r)
+    for m in lesson.METHODS:
+        last = [runs[k]["points"][-1] for runs in r["runs"][m].values() for k in range(S)]
+        np.testing.assert_allclose(d["methods"][short[m]]["end_gold"], np.mean([p["gold"] for p in last]), rtol=1e-12)
+        np.testing.assert_allclose(d["methods"][short[m]]["end_kl"], np.mean([p["kl"] for p in last]), rtol=1e-12)
+    for a, b in lesson.PAIRS:
+        c = d["pairs"][f"{short[a]} vs {short[b]}"]
+        assert c["above"] + c["below"] + c["within"] == c["n"] <= len(r["compare"][(a, b)]["kl"])
+        want = FAILS if c["below"] else HOLDS if c["above"] == c["n"] else NOT_SHOWN
+        assert V[f"frontier[{short[a]} > {short[b]}]"].outcome == want

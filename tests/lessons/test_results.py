@@ -121,12 +121,12 @@ def fake_results(tmp_path):
     independent = dict(common, target="l04", cpu_dependent=False, ranges={},
                        values={"loss": 0.123456, "n": 3, "none": None, "name with space.x": 2.5})
     dependent = dict(common, target="l08", cpu_dependent=True,
-                     values={"gold": 0.25, "steps": 100, "same": 7.0, "time.cpu": 3.0, "label": "a"},
+                     values={"gold": 0.25, "steps": 100, "same": 7.0, "time.cpu": 3.0, "label": "a", "mixed": "x"},
                      ranges={"gold": {"min": 0.2, "max": 0.3, "missing": 0},
                              "steps": {"min": 90, "max": 120, "missing": 1},
                              "same": {"min": 7.0, "max": 7.0, "missing": 0},
                              "time.cpu": {"min": 2.0, "max": 4.0, "missing": 0},
-                             "label": {"values": ['"a"', '"b"']}})
+                             "label": {"values": ['"a"', '"b"']}, "mixed": {"values": ['"x"', "true"]}})
     for data in (independent, dependent):
         res.results_path(data["target"], tmp_path).write_text(json.dumps(data), encoding="utf-8")
     return qt.Sources(tmp_path, check_fresh=False)
@@ -157,6 +157,45 @@ def test_spans_are_rendered_with_their_format_and_range(tmp_path):
     assert rendered(s, "l08:same .0f") == "7"                     # every run prints these digits
     assert rendered(s, "l08:gold .0f") == "0"                     # 0.2 ... 0.3 all print "0"
     assert rendered(s, "l08:time.cpu .1f") == "3.0"               # a measurement: the reference run's
+    assert rendered(s, "l08:label s range") == "a (a or b, over 2 BLAS kernels x 2 seeds)"   # words of a verdict
+
+
+def test_runs_on_another_cpu_widen_the_ranges_and_are_named_in_the_quote(tmp_path, monkeypatch):
+    s = fake_results(tmp_path)
+    data = json.loads(res.results_path("l08", tmp_path).read_text(encoding="utf-8"))
+    new_run = {"kernel": "Haswell", "seed": 0, "time": {"cpu": 5.0, "wall": 6.0}, "verdicts": None,
+               "machine": {"cpu": "another CPU", "matmul_gflops": 50.0, "load_average": 1.0},
+               "values": {"gold": 0.35, "steps": 80, "same": 7.0, "time.cpu": 9.0, "label": "c"}}
+    merged = res.merged_ranges(data, [new_run])
+    assert merged["gold"] == {"min": 0.2, "max": 0.35, "missing": 0}          # widened
+    assert merged["steps"] == {"min": 80, "max": 120, "missing": 1}
+    assert merged["same"] == {"min": 7.0, "max": 7.0, "missing": 0}
+    assert merged["label"] == {"values": ['"a"', '"b"', '"c"']}
+    data2 = dict(data, values=dict(data["values"], fresh=1.0), ranges={})     # every earlier run printed 1.0
+    assert res.merged_ranges(data2, [dict(new_run, values={"fresh": 1.5})])["fresh"] == {
+        "min": 1.0, "max": 1.5, "missing": 0}
+    data["ranges"], data["runs"] = merged, data["runs"] + [res.run_record(new_run)]
+    res.results_path("l08", tmp_path).write_text(json.dumps(data), encoding="utf-8")
+    s = qt.Sources(tmp_path, check_fresh=False)
+    assert rendered(s, "l08:gold +.3f range=.2f") == "+0.250 (0.20 to 0.35 over 5 runs: 2 CPUs, 2 BLAS kernels, seeds 0, 1)"
+    assert [res.run_cpu(data, r) for r in data["runs"]] == ["a CPU"] * 4 + ["another CPU"]
+
+
+def test_adding_a_machine_refuses_a_cpu_independent_lesson_and_a_run_it_already_has(tmp_path, monkeypatch):
+    with pytest.raises(res.ResultsError, match="does not depend on the CPU"):
+        res.add_machine("l04", directory=tmp_path)
+    target = "l24"
+    shutil.copy(res.results_path(target), tmp_path / res.results_path(target).name)
+    data = res.load(target, tmp_path)
+    ref = data["runs"][0]
+    monkeypatch.setattr(res, "cpu_model", lambda: data["machine"]["cpu"])
+    monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
+    monkeypatch.setattr("minippo.blas.blas_core_name", lambda: ref["kernel"])
+    monkeypatch.setattr(res, "run_in_subprocess", lambda *a, **k: pytest.fail("must refuse before running"))
+    before = res.results_path(target, tmp_path).read_bytes()
+    with pytest.raises(res.ResultsError, match=r"already has seed 0 .* nothing added \(nothing is replaced\)"):
+        res.add_machine(target, directory=tmp_path)
+    assert res.results_path(target, tmp_path).read_bytes() == before
 
 
 def test_every_rule_is_enforced_with_a_message_naming_the_place(tmp_path):
@@ -170,7 +209,7 @@ def test_every_rule_is_enforced_with_a_message_naming_the_place(tmp_path):
     assert "prints other digits in other runs" in problem(s, "<!-- l08:gold .3f -->1<!-- end -->")
     assert "(0.200 to 0.300): quote it with `range`" in problem(s, "<!-- l08:gold .3f -->1<!-- end -->")
     assert "prints other digits in other runs" in problem(s, "<!-- l08:label s -->a<!-- end -->")
-    assert "no numeric range" in problem(s, "<!-- l08:label s range -->a<!-- end -->")
+    assert "no numeric range" in problem(s, "<!-- l08:mixed s range -->x<!-- end -->")
     assert "no results for l05" in problem(s, "<!-- l05:x .1f -->1<!-- end -->")
     assert "is not closed" in problem(s, "<!-- l04:loss .3f -->1 <!-- l04:n d -->3<!-- end -->")
     assert "has no <!-- end -->" in problem(s, "text <!-- l04:loss .3f -->0.123 and more")
@@ -293,7 +332,7 @@ def test_a_full_target_in_markers_blocks_and_the_times_table(tmp_path):
     assert (q.target, q.key, q.fmt, q.range_fmt) == ("l17-full", "extras_mean.base.gold", "+.2f", "+.2f")
     for target, gold, cpu in (("l17", 0.4, 90.0), ("l17-full", 0.78, 570.0)):
         data = {"target": target, "date": "2026-12-06", "time": {"cpu": cpu, "wall": 2 * cpu},
-                "machine": {"matmul_gflops": 101.4, "load_average": 2.04},
+                "machine": {"cpu": "X", "matmul_gflops": 101.4, "load_average": 2.04},
                 "runs": [{"kernel": "Haswell", "seed": 0}, {"kernel": "Haswell", "seed": 1}],
                 "values": {"gold": gold}, "ranges": {"gold": {"min": gold - 0.1, "max": gold, "missing": 0}}}
         res.results_path(target, tmp_path).write_text(json.dumps(data), encoding="utf-8")
@@ -347,7 +386,8 @@ def test_kernel_runs_must_agree_to_float64_rounding_and_ranges_span_the_runs():
             {"values": {"g": 0.4, "s": 12, "t": "a"}}]
     assert res.ranges(runs) == {"g": {"min": 0.4, "max": 0.7, "missing": 0}, "s": {"min": 10, "max": 12, "missing": 1},
                                 "t": {"values": ['"a"', '"b"']}}
-    assert [k for k in ("time.cpu", "summary.defaults.wall_time", "seconds.sft", "peak_rss_mb", "step_s")
+    assert [k for k in ("time.cpu", "summary.defaults.wall_time", "seconds.sft", "peak_rss_mb", "step_s",
+                        "method_mean.GRPO.cpu_share_of_ppo", "seed.1.matmul_gflops", "seed.0.load_average")
             if not res.is_measured(k)] == []
     assert not any(res.is_measured(k) for k in ("total_timesteps", "steps_to_475", "epochs_skipped"))
 
@@ -364,9 +404,14 @@ def check_rerun(target: str) -> None:
     for where, q, _, in_block in qt.quoted_keys():
         if q.target != target or q.key.startswith("@") or res.is_measured(q.key):
             continue                                   # the file's own fields; times and memory of one run
+        key = q.key
+        if target in res.ACROSS_RUNS and key.startswith("seed.0."):
+            key, in_block = key[len("seed.0."):], True     # seed 0's run: within the range over the runs
+        elif target in res.ACROSS_RUNS and key.startswith(("seed.", "across.")):
+            continue                                   # another seed's run, a count over the runs: not a rerun's
         checked += 1
-        got, want = run["values"].get(q.key), data["values"][q.key]
-        spread = data["ranges"].get(q.key)
+        got, want = run["values"].get(key), data["values"][key]
+        spread = data["ranges"].get(key)
         if spread and "min" in spread and (q.range_fmt is not None or in_block):
             edges = {qt.fmt(spread[k], q.fmt, q.key) for k in ("min", "max")}
             ok = isinstance(got, (int, float)) and (spread["min"] <= got <= spread["max"]
@@ -378,9 +423,15 @@ def check_rerun(target: str) -> None:
         if not ok:
             problems.append(f"{where}: {target}:{q.key} = {got!r}, expected {rule}")
     assert checked > 0
+    here = (run["machine"].get("cpu"), run["machine"].get("blas_kernel"))
+    measured = {(res.run_cpu(data, r), r["kernel"]) for r in data["runs"]}
+    why = ("" if here in measured or not data["cpu_dependent"] else
+           f"; this CPU and kernel ({here[0]}, {here[1]}) are not among its file's runs ({sorted(measured)}): on a "
+           f"new CPU a CPU-dependent lesson lands anywhere in the seed noise; add this machine's runs with "
+           f"`python -m lessons results {target if target in res.JOBS else target[1:]} --add-machine`")
     assert not problems, (f"a rerun of {target} (seed 0, OpenBLAS kernel {run['machine']['blas_kernel']}) no "
                           f"longer gives the quoted numbers; regenerate with `{res.regenerate_command(target)}` "
-                          "and `python -m lessons quote`:\n" + "\n".join(problems))
+                          f"and `python -m lessons quote`{why}:\n" + "\n".join(problems))
 
 
 def _split_targets():
@@ -443,7 +494,8 @@ def test_jobs_run_the_seeds_side_by_side_and_keep_their_order(tmp_path, monkeypa
         started.append(seed)
         time.sleep(0.3 if seed == 0 else 0.0)                 # seed 0 finishes last: the file keeps it first
         return {"seed": seed, "kernel": "Haswell", "values": {"gold": 0.5 + seed}, "left_out": {}, "verdicts": None,
-                "time": {"cpu": 1.0, "wall": 1.0}, "machine": {"matmul_gflops": 100.0, "load_average": 1.0},
+                "time": {"cpu": 1.0, "wall": 1.0},
+                "machine": {"cpu": "X", "matmul_gflops": 100.0, "load_average": 1.0},
                 "thread": threading.get_ident()}
 
     monkeypatch.setattr(res, "run_in_subprocess", fake)
@@ -514,3 +566,105 @@ def test_verdicts_are_stored_as_json_whatever_their_type():
     assert res.verdict_record(namedtuple("N", "claim outcome")("c", "not shown at this size")) == \
         {"claim": "c", "outcome": "not shown at this size"}
     assert res.verdict_record({"claim": "c", "outcome": "does not hold"})["outcome"] == "does not hold"
+
+
+# ---------------------------------------------------------------- the rlvr job: one row per seed
+
+def test_the_rlvr_job_is_a_target_with_its_file_and_the_modules_it_runs():
+    assert "rlvr" in res.all_targets() and res.target_of("rlvr") == "rlvr" and "rlvr" in res.CPU_DEPENDENT
+    assert res.results_path("rlvr") == res.RESULTS_DIR / "rlvr_methods.json"
+    assert res.regenerate_command("rlvr") == "python -m lessons results rlvr"
+    files = [p.relative_to(res.REPO_ROOT).as_posix() for p in res.source_files("rlvr")]
+    assert {f"minippo/rlvr/{m}.py" for m in ("run", "task", "tokenizer", "verifier", "evaluate", "trainer")} | \
+        {"minippo/rlhf/grpo.py", "minippo/rlhf/ppo.py"} <= set(files)
+    assert all(p.is_file() for p in res.source_files("rlvr"))
+    assert res.RLVR_METHODS == ("grpo", "dr_grpo", "rloo", "ppo")            # `minippo rlvr --method`'s choices
+    from minippo.rlvr.run import METHODS
+    assert set(res.RLVR_METHODS) == set(METHODS)
+
+
+def test_an_rlvr_module_edited_makes_its_file_stale(tmp_path):
+    shutil.copy(res.results_path("rlvr"), tmp_path / "rlvr_methods.json")
+    copies = []
+    for p in res.source_files("rlvr"):
+        copies.append(tmp_path / p.relative_to(res.REPO_ROOT).as_posix().replace("/", "_"))
+        shutil.copy(p, copies[-1])
+    assert res.staleness("rlvr", tmp_path, copies) is None
+    run = next(p for p in copies if p.name == "minippo_rlvr_run.py")
+    run.write_text(run.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
+    msg = res.staleness("rlvr", tmp_path, copies)
+    assert "rlvr_methods.json is stale" in msg and "`python -m lessons results rlvr`" in msg
+
+
+def test_the_rlvr_file_holds_each_seeds_run_and_its_markers_resolve():
+    data = res.load("rlvr")
+    seeds = sorted(r["seed"] for r in data["runs"])
+    assert seeds == [0, 1] and data["values"]["across.seeds"] == 2 and data["values"]["across.runs"] == 8
+    for k, v in data["values"].items():                        # seed 0's row is the reference run's values
+        if k.startswith("seed.0.") and not res.is_measured(k):
+            assert data["values"][k[len("seed.0."):]] == v, k
+    assert not any(k.startswith(("seed.", "across.")) for k in data["ranges"])   # one run's number, or all runs'
+    s = qt.Sources()
+    assert rendered(s, "rlvr:seed.1.ppo.pass1 .3f") == f"{data['values']['seed.1.ppo.pass1']:.3f}"
+    assert rendered(s, "rlvr:across.pass64_falls_runs d") == str(data["values"]["across.pass64_falls_runs"])
+    assert rendered(s, "rlvr:seed.1.grpo.cpu_s .0f") == f"{data['values']['seed.1.grpo.cpu_s']:.0f}"
+    if "ppo.pass1" in data["ranges"]:                          # the reference value alone: with its range only
+        assert "quote it with `range`" in problem(s, "<!-- rlvr:ppo.pass1 .3f -->?<!-- end -->")
+        assert "over 1 BLAS kernel x 2 seeds" in rendered(s, "rlvr:ppo.pass1 .3f range")
+
+
+def fake_rlvr_run(seed: int, change: dict, sft64: float, rl64: dict) -> dict:
+    values = {"teacher_accuracy": 0.6, "sft.pass64": sft64, "grpo_high_lr.pass1": 0.5}
+    for m in res.RLVR_METHODS:
+        values.update({f"{m}.pass1": 0.4 + change[m], f"{m}.pass1_change": change[m], f"{m}.pass1_change_se": 0.02,
+                       f"{m}.pass64": rl64[m]})
+    values["config.ppo.lr"] = 3e-4
+    return {"seed": seed, "values": values, "machine": {"matmul_gflops": 100.0 + seed, "load_average": 2.0}}
+
+
+def test_the_rlvr_counts_are_taken_over_every_method_and_seed():
+    runs = [fake_rlvr_run(0, {"grpo": 0.25, "dr_grpo": 0.21, "rloo": 0.03, "ppo": 0.3}, 0.99,
+                          {"grpo": 0.97, "dr_grpo": 0.99, "rloo": 0.98, "ppo": 0.92}),
+            fake_rlvr_run(1, {"grpo": 0.05, "dr_grpo": 0.35, "rloo": 0.22, "ppo": 0.3}, 0.95,
+                          {"grpo": 0.96, "dr_grpo": 0.94, "rloo": 0.95, "ppo": 0.93})]
+    a = res.rlvr_across_runs(runs)
+    assert a["seed.1.dr_grpo.pass1_change"] == 0.35 and a["seed.1.matmul_gflops"] == 101.0
+    assert not any(k.startswith("seed.0.config.") for k in a)
+    got = {k[len("across."):]: v for k, v in a.items() if k.startswith("across.")}
+    assert got["runs"] == 8 and got["seeds"] == 2 and got["pass1_rises_runs"] == 8
+    assert got["pass1_rises_2se_runs"] == 7                           # rloo seed 0: +0.03 < 2 x 0.02
+    assert got["pass1_above_teacher_runs"] == 6                       # 0.4 + change > 0.6: change > 0.2
+    assert got["pass64_falls_runs"] == 5 and got["pass64_rises_runs"] == 1
+    assert (got["pass64_drop_max_method"], got["pass64_drop_max_seed"]) == ("ppo", 0)
+    assert got["pass64_drop_max"] == pytest.approx(0.07) and got["pass64_drop_max_rl"] == 0.92
+    assert (got["ppo_change_min"], got["ppo_change_max"], got["group_change_min"], got["group_change_max"]) == \
+        (0.3, 0.3, 0.03, 0.35)
+    assert got["ppo_most_seeds"] == 1                                 # seed 1: Dr. GRPO's +0.35 beats +0.3
+    assert (got["ppo_lead_min"], got["ppo_lead_max"]) == pytest.approx((-0.05, 0.05))
+    assert got["change_se_min"] == got["change_se_max"] == 0.02
+    assert got["high_lr_lower_seeds"] == 1                            # 0.5 at 3e-4: below 0.65, above 0.45
+
+
+def test_a_rerun_of_the_rlvr_job_checks_seed_0s_row_within_its_range(monkeypatch):
+    committed = res.load("rlvr")
+    quoted = [x.quote.key for x in qt.quoted_keys() if x.quote.target == "rlvr"]
+    assert any(k.startswith("seed.1.") for k in quoted) and any(k.startswith("across.") for k in quoted)
+    ref = {k: v for k, v in committed["values"].items() if not k.startswith(("seed.", "across."))}
+    fake = {"values": ref, "machine": {"blas_kernel": "X"}}
+    monkeypatch.setattr(res, "run_target", lambda target, seed: fake)
+    check_rerun("rlvr")                                                 # the reference run's values pass
+    key = next(k[len("seed.0."):] for k in quoted if k.startswith("seed.0.") and not res.is_measured(k)
+               and k[len("seed.0."):] in committed["ranges"])
+    moved = dict(ref, **{key: committed["ranges"][key]["max"] + 0.1})
+    monkeypatch.setattr(res, "run_target", lambda target, seed: dict(fake, values=moved))
+    with pytest.raises(AssertionError, match=f"rlvr:seed.0.{key} = .*expected within"):
+        check_rerun("rlvr")
+
+
+def test_runs_added_on_another_machine_leave_the_rlvr_jobs_per_seed_keys_as_they_are():
+    data = res.load("rlvr")
+    ref = {k: v for k, v in data["values"].items() if not k.startswith(("seed.", "across."))}
+    new_run = {"values": dict(ref, **{"ppo.pass1": 0.99})}
+    merged = res.merged_ranges(data, [new_run])
+    assert merged["ppo.pass1"]["max"] == 0.99                         # the reference run's key widens
+    assert not any(k.startswith(("seed.", "across.")) for k in merged)  # one run's number, or all runs': no range
