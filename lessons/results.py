@@ -115,6 +115,7 @@ CPU_DEPENDENT = {
 #: lessons with a second results file at ``--full`` (target ``lNN-full``, file ``lNN_<slug>_full.json``), and the
 #: study modules their --full part uses beyond the lesson file: the file's hash covers them too
 FULL = {
+    "l13": ("minippo/studies/eps_by_task.py",),
     "l17": ("minippo/studies/knob_sweeps.py",),
     "l23": ("minippo/studies/verifiable.py",),
     "l24": ("minippo/studies/off_policy_training.py",),
