@@ -59,8 +59,8 @@ BLOCK = re.compile(r"<!-- quote-block\n(?P<template>.*?)\n-->\n(?P<fence>```[^\n
                    re.S)
 PLACEHOLDER = re.compile(rf"\{{(?P<spec>{SOURCE}:[^{{}}\n]+)\}}")
 TIMES = re.compile(r"<!-- quote-times -->\n(?P<body>.*?)<!-- end-times -->", re.S)
-TIMES_HEAD = ("| lesson | CPU s | wall s | matmul GFLOP/s | load average | measured |\n"
-              "|---|---|---|---|---|---|\n")
+TIMES_HEAD = ("| lesson | CPU s | wall s | matmul GFLOP/s | load average | CPU | measured |\n"
+              "|---|---|---|---|---|---|---|\n")
 
 
 def doc_files(root: Path = REPO_ROOT) -> list[Path]:
@@ -189,7 +189,7 @@ def runs_text(data: dict) -> str:
 
 def times_table(sources: Sources) -> str:
     """The table of every lesson's results file: its reference run's CPU and wall seconds, the matmul GFLOP/s
-    and load average measured around it, the date (lessons without a results file have no row; a lesson's
+    and load average measured around it, the CPU it ran on, the date (lessons without a results file have no row; a lesson's
     ``--full`` file, its own row under the lesson's)."""
     rows = []
     for target in sorted(res.all_targets(full=True), key=lambda t: (res.lesson_of(t), res.is_full(t))):
@@ -198,7 +198,8 @@ def times_table(sources: Sources) -> str:
         d = sources.get(target)
         name = res.lesson_of(target)[1:] + (" --full" if res.is_full(target) else "")
         rows.append(f"| {name} | {d['time']['cpu']:.1f} | {d['time']['wall']:.1f} | "
-                    f"{d['machine']['matmul_gflops']:.0f} | {d['machine']['load_average']:.1f} | {d['date']} |\n")
+                    f"{d['machine']['matmul_gflops']:.0f} | {d['machine']['load_average']:.1f} | "
+                    f"{d['machine'].get('cpu', '?')} | {d['date']} |\n")
     return TIMES_HEAD + "".join(rows)
 
 

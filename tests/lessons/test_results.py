@@ -230,13 +230,13 @@ def test_a_block_is_written_from_its_template_and_may_quote_one_run(tmp_path):
 def test_the_times_table_has_one_row_per_results_file_and_refuses_a_stale_one(tmp_path):
     for target, cpu in (("l04", 0.61), ("l08", 35.64)):
         data = {"target": target, "date": "2026-12-03", "time": {"cpu": cpu, "wall": 2 * cpu},
-                "machine": {"matmul_gflops": 101.4, "load_average": 2.04}}
+                "machine": {"matmul_gflops": 101.4, "load_average": 2.04, "cpu": "a CPU"}}
         res.results_path(target, tmp_path).write_text(json.dumps(data), encoding="utf-8")
     text = "intro\n<!-- quote-times -->\n| old |\n<!-- end-times -->\nafter"
     new, changes, problems = qt.rewrite(text, "doc.md", qt.Sources(tmp_path, check_fresh=False))
     assert not problems and changes == ["doc.md:2: the table under <!-- quote-times -->"]
-    assert new == ("intro\n<!-- quote-times -->\n" + qt.TIMES_HEAD + "| 04 | 0.6 | 1.2 | 101 | 2.0 | 2026-12-03 |\n"
-                   "| 08 | 35.6 | 71.3 | 101 | 2.0 | 2026-12-03 |\n<!-- end-times -->\nafter")
+    assert new == ("intro\n<!-- quote-times -->\n" + qt.TIMES_HEAD + "| 04 | 0.6 | 1.2 | 101 | 2.0 | a CPU | 2026-12-03 |\n"
+                   "| 08 | 35.6 | 71.3 | 101 | 2.0 | a CPU | 2026-12-03 |\n<!-- end-times -->\nafter")
     assert qt.rewrite(new, "doc.md", qt.Sources(tmp_path, check_fresh=False))[1] == []
     _, _, problems = qt.rewrite(text, "doc.md", qt.Sources(tmp_path))       # made from another source: stale
     assert len(problems) == 1 and "l04_clip_objective.json is stale" in problems[0]
@@ -346,8 +346,8 @@ def test_a_full_target_in_markers_blocks_and_the_times_table(tmp_path):
                           "<!-- end -->, b <!-- l17-full:gold +.2f range -->+0.78 (+0.68 to +0.78 over 1 BLAS "
                           "kernel x 2 seeds)<!-- end -->\n")
     assert "```\ngold +0.780\n```" in new
-    assert ("| 17 | 90.0 | 180.0 | 101 | 2.0 | 2026-12-06 |\n"
-            "| 17 --full | 570.0 | 1140.0 | 101 | 2.0 | 2026-12-06 |") in new
+    assert ("| 17 | 90.0 | 180.0 | 101 | 2.0 | X | 2026-12-06 |\n"
+            "| 17 --full | 570.0 | 1140.0 | 101 | 2.0 | X | 2026-12-06 |") in new
     rest = qt.BLOCK.sub("", qt.SPAN.sub("", new))
     assert not qt.OPENER.search(rest) and "<!-- end -->" not in rest
 
