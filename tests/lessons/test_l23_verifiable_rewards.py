@@ -118,7 +118,8 @@ def test_l23_identities_on_the_numpy_path():
 def test_l23_full_overlong_verdicts_follow_the_numbers():
     """(e) at the quick size with --full: each verdict recomputed from the raw evaluations; the punishment's
     metrics are what eq. (13) gives (mean in [-1, 0], share in [0, 1]); at DAPO's budget no quick answer is
-    long enough to be punished, so that run is GRPO's, bitwise: the same evaluation."""
+    long enough to be punished on the Xeon, and a run with no punished answer is GRPO's, bitwise: the same
+    evaluation (on the AMD EPYC a quick answer reaches that budget: its run differs, as it should)."""
     r = lesson.run(quick=True, seed=0, full=True)
     want, V = expected_outcomes(r), by_key(lesson.verdicts(r))
     assert set(want) == set(V) and {k for k in V if k.startswith("overlong_")} == {
@@ -134,6 +135,7 @@ def test_l23_full_overlong_verdicts_follow_the_numbers():
             assert all(-1 <= p <= 0 for p in x["penalty"]) and all(0 <= s <= 1 for s in x["share"])
             assert all((p < 0) == (s > 0) for p, s in zip(x["penalty"], x["share"]))
     dapo = r["overlong"]["dapo"]["runs"]
-    assert all(s == 0 for x in dapo for s in x["share"])
-    assert [x["eval"] for x in dapo] == [x["eval"] for x in r["runs"]["GRPO"]]
+    for x, grpo in zip(dapo, r["runs"]["GRPO"], strict=True):
+        if all(s == 0 for s in x["share"]):       # no answer punished: the run is GRPO's, bitwise
+            assert x["eval"] == grpo["eval"]
     assert any(s > 0 for x in r["overlong"]["tight"]["runs"] for s in x["share"])
