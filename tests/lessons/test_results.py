@@ -418,6 +418,9 @@ def check_rerun(target: str) -> None:
             ok = isinstance(got, (int, float)) and (spread["min"] <= got <= spread["max"]
                                                     or qt.fmt(got, q.fmt, q.key) in edges)
             rule = f"within [{spread['min']!r}, {spread['max']!r}]"
+        elif spread and "values" in spread and q.range_fmt is not None:    # words quoted with every run's word
+            ok = json.dumps(got) in spread["values"]
+            rule = f"one of {', '.join(spread['values'])}"
         else:
             ok = got is not None and want is not None and qt.fmt(got, q.fmt, q.key) == qt.fmt(want, q.fmt, q.key)
             rule = f"the digits of {want!r} ({q.fmt})"
@@ -537,6 +540,22 @@ def test_the_rerun_check_fails_when_a_quoted_value_moved(monkeypatch):
     assert "l08:summary.kl_old_target = 0.005.updates" in msg and "python -m lessons results 8" in msg
     monkeypatch.setattr(res, "run_target", lambda target, seed: dict(fake, values=committed["values"]))
     check_rerun("l08")                                                   # the committed values pass
+
+
+def test_the_rerun_check_accepts_any_word_of_a_ranged_verdict_and_no_other(monkeypatch):
+    committed = res.load("l15")
+    key = "verdict.q44_stop_bounds_update.outcome"
+    words = [json.loads(w) for w in committed["ranges"][key]["values"]]
+    assert len(words) == 2, words                       # the Xeon's and the EPYC's runs disagree
+    for word in words:                                   # either run's word passes
+        fake = {"values": dict(committed["values"], **{key: word}), "machine": {"blas_kernel": "X"}}
+        monkeypatch.setattr(res, "run_target", lambda target, seed: fake)
+        check_rerun("l15")
+    other = ({"holds", "does not hold", "not shown at this size"} - set(words)).pop()
+    fake = {"values": dict(committed["values"], **{key: other}), "machine": {"blas_kernel": "X"}}
+    monkeypatch.setattr(res, "run_target", lambda target, seed: fake)
+    with pytest.raises(AssertionError, match=f"l15:{key} = '{other}', expected one of"):
+        check_rerun("l15")
 
 
 def test_each_verdicts_outcome_and_numbers_become_quotable_keys():
