@@ -523,6 +523,12 @@ def differences(ref: dict, other: dict) -> list[str]:
             if k not in ref or k not in other or not same(ref[k], other[k])]
 
 
+def numbers(xs: list) -> list:
+    """The numbers among ``xs`` (no booleans, no NaN): what a range spans; the others count as missing."""
+    return [x for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool)
+            and not (isinstance(x, float) and math.isnan(x))]
+
+
 def ranges(runs: list[dict]) -> dict:
     """Per key of the reference run whose value is not the same in every run: the min and max of its numeric
     values over ``runs`` (``missing``: runs without a number there), or the distinct values of a non-numeric
@@ -533,8 +539,7 @@ def ranges(runs: list[dict]) -> dict:
         if all(x == ref or (isinstance(x, float) and isinstance(ref, float) and math.isnan(x) and math.isnan(ref))
                for x in seen):
             continue
-        nums = [x for x in seen if isinstance(x, (int, float)) and not isinstance(x, bool)
-                and not (isinstance(x, float) and math.isnan(x))]
+        nums = numbers(seen)
         if nums and (ref is None or isinstance(ref, (int, float)) and not isinstance(ref, bool)):
             out[key] = {"min": min(nums), "max": max(nums), "missing": len(seen) - len(nums)}
         else:
@@ -593,11 +598,18 @@ def generate(target: str, seeds=DEFAULT_SEEDS, kernels=DEFAULT_KERNELS, director
     }
     if target in ACROSS_RUNS:                         # one row per seed: each run's values, and counts over them
         data["values"] = dict(ref["values"], **ACROSS_RUNS[target]([r for r in runs if r["kernel"] == ref["kernel"]]))
+    path = write(target, data, directory)
+    log(f"  -> {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path}")
+    return path
+
+
+def write(target: str, data: dict, directory: Path | None = None) -> Path:
+    """Write a results file whole, atomically (:func:`minippo.io.atomic_write_text`): a failed write leaves the
+    previous file as it was."""
+    from minippo.io import atomic_write_text
     path = results_path(target, directory)
     path.parent.mkdir(parents=True, exist_ok=True)
-    from minippo.io import atomic_write_text
     atomic_write_text(path, json.dumps(data, indent=1) + "\n")
-    log(f"  -> {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path}")
     return path
 
 
@@ -619,8 +631,7 @@ def merged_ranges(data: dict, new_runs: list[dict]) -> dict:
         if "values" in spread:
             merged[key] = {"values": sorted(set(spread["values"]) | {json.dumps(x) for x in seen})}
             continue
-        nums = [x for x in seen if isinstance(x, (int, float)) and not isinstance(x, bool)
-                and not (isinstance(x, float) and math.isnan(x))]
+        nums = numbers(seen)
         merged[key] = {"min": min([spread["min"], *nums]), "max": max([spread["max"], *nums]),
                        "missing": spread["missing"] + len(seen) - len(nums)}
     return merged
@@ -663,9 +674,7 @@ def add_machine(target: str, seeds=(0,), kernels=("default",), directory: Path |
     runs = [run_in_subprocess(target, seed, kernel, log) for kernel in kernels for seed in seeds]
     data["ranges"] = merged_ranges(data, runs)
     data["runs"] = [dict(r, cpu=run_cpu(data, r)) for r in data["runs"]] + [run_record(r) for r in runs]
-    path = results_path(target, directory)
-    from minippo.io import atomic_write_text
-    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+    path = write(target, data, directory)
     log(f"  -> {path.name}: {len(runs)} run(s) on {here} added")
     return path
 
