@@ -8,12 +8,13 @@ prints the main job's table inside the bench.
 How it measures. While the run executes, a few functions are wrapped (nothing else changes, and the
 wrappers are removed at the end). Each wrapper opens a *stage* (SFT, its held-out evaluation and samples;
 the reward model's pair sampling, training steps and evaluation; the PPO rollout and update; the final
-evaluation) or a *part* (``prefill`` and ``decode`` of the KV cache, the sampler around them, a model's
-``forward`` (with its loss for ``lm_loss_and_grads``), ``backward``, the AdamW ``optimizer`` step). At each
-entry and exit the wall clock (``time.perf_counter``) and the process's CPU clock (``time.process_time``: all
-threads) are read, and the time since the previous reading is charged to the innermost open stage and part,
-so every second is counted once. Time in no part is ``other``: Python, batching, copies, the PPO loss
-functions, metrics, checkpoints, I/O. CPU / wall above 1 means BLAS used both cores.
+evaluation) or a *part* (``prefill`` (with the forward pass it runs) and ``decode`` of the KV cache,
+the sampler around them, a model's ``forward`` (with its loss for ``lm_loss_and_grads``), ``backward``,
+the AdamW ``optimizer`` step). At each entry and exit the wall clock (``time.perf_counter``) and the
+process's CPU clock (``time.process_time``: all threads) are read, and the time since the previous
+reading is charged to the innermost open stage and part, so every second is counted once. Time in no
+part is ``other``: Python, batching, copies, the PPO loss functions, metrics, checkpoints, I/O.
+CPU / wall above 1 means BLAS used both cores.
 """
 from __future__ import annotations
 
@@ -78,6 +79,8 @@ class Profiler:
 
         @functools.wraps(fn)
         def timed(*args, **kwargs):
+            if kind == "part" and self.parts[-1] == "prefill":   # its forward pass is the prefill
+                return fn(*args, **kwargs)
             self._charge()
             stack.append(label)
             self.calls[(kind, label)] += 1

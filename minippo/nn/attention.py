@@ -1,5 +1,6 @@
-"""Causal multi-head self-attention with a padding mask (forward, backward, KV-cache step), and the
-pre-LN transformer block built around it: ``x += attn(ln_1(x)); x += mlp(ln_2(x))``.
+"""Causal multi-head self-attention with a padding mask (forward with or without a KV cache,
+backward), and the pre-LN transformer block built around it: ``x += attn(ln_1(x));
+x += mlp(ln_2(x))``.
 
 Legend: B batch, T tokens (queries), S keys (S = T in a full pass, S = tokens so far when
 decoding), C channels, H heads, hs = C / H head size.
@@ -31,8 +32,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from minippo.nn.layers import (gelu_backward, gelu_forward, layernorm_backward, layernorm_forward, linear_backward,
-                               linear_forward, masked_softmax_backward, masked_softmax_forward)
+from minippo.nn.layers import (gelu_backward, gelu_forward, layernorm_backward, layernorm_forward,
+                               linear_backward, linear_forward, masked_softmax_backward,
+                               masked_softmax_forward)
 
 LN_EPS = 1e-5   # LayerNorm's epsilon (GPT-2)
 
@@ -86,7 +88,7 @@ def sdpa_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarra
     ----------
     q : (B, H, T, hs)
     k, v : (B, H, S, hs)
-    allowed : bool (B, T, S) or (1, T, S), shared by the heads; every row must allow at least one key
+    allowed : bool (B, T, S) or (1, T, S), shared by the heads; every row allows at least one key
 
     Returns
     -------
@@ -95,7 +97,7 @@ def sdpa_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarra
     """
     B, H, T, hs = q.shape
     scale = 1.0 / math.sqrt(hs)
-    scores = q @ k.swapaxes(-1, -2)               # (B, H, T, S) batched matmul, one BLAS call per head
+    scores = q @ k.swapaxes(-1, -2)               # (B, H, T, S) one BLAS call per (batch, head)
     # att = softmax(scale * scores + M), M = -inf where not allowed (in place on scores)
     att, _ = masked_softmax_forward(scores, allowed, scale)
     y = np.empty((B, T, H, hs), dtype=v.dtype).transpose(0, 2, 1, 3)   # (B, H, T, hs) view
@@ -136,8 +138,9 @@ def merge_heads(y: np.ndarray) -> np.ndarray:
 
 
 def attention_forward(x: np.ndarray, w_attn: np.ndarray, b_attn: np.ndarray, w_proj: np.ndarray,
-                      b_proj: np.ndarray, n_head: int, allowed: np.ndarray):
-    """Causal multi-head self-attention (GPT-2's ``attn`` sublayer).
+                      b_proj: np.ndarray, n_head: int, allowed: np.ndarray, kv=None):
+    """Causal multi-head self-attention (GPT-2's ``attn`` sublayer), over the whole sequence or,
+    with a KV cache, over the new tokens only.
 
     Parameters
     ----------
@@ -145,23 +148,34 @@ def attention_forward(x: np.ndarray, w_attn: np.ndarray, b_attn: np.ndarray, w_p
     w_attn : (C, 3C), b_attn : (3C,)   the q, k, v projections side by side (``c_attn``)
     w_proj : (C, C), b_proj : (C,)     the output projection (``c_proj``)
     n_head : H, dividing C
-    allowed : (B, T, T) bool from :func:`attention_allowed` (or (1, T, T) causal only)
+    allowed : (B, T, S) bool: from :func:`attention_allowed` (S = T; or (1, T, T) causal only),
+        or, with ``kv``, which of the S = t + T cached keys each new token may see
+    kv : None, or ``(k_cache, v_cache, t)`` of a KV cache (B, H, S_max, hs) filled up to slot
+        t - 1: this call's keys and values are written at slots t .. t + T - 1 (in place) and the
+        queries attend to slots 0 .. t + T - 1 (decoding: T = 1, the same numbers as row t of
+        the full pass)
 
     Returns
     -------
     out : (B, T, C)
-    cache : AttentionCache; ``cache.sdpa.k``, ``cache.sdpa.v`` are this layer's keys and values
-        (B, H, T, hs), which a KV cache stores
+    cache : AttentionCache; ``cache.sdpa.k``, ``cache.sdpa.v`` are the keys and values attended
+        to (B, H, S, hs), which a KV cache stores
     """
     qkv, c_attn = linear_forward(x, w_attn, b_attn)   # (B, T, 3C)
     q, k, v = split_heads(qkv, n_head)                # each (B, H, T, hs)
+    if kv is not None:                                # append to the cache, attend to all of it
+        k_cache, v_cache, t = kv
+        T = x.shape[1]
+        k_cache[:, :, t:t + T], v_cache[:, :, t:t + T] = k, v
+        k, v = k_cache[:, :, :t + T], v_cache[:, :, :t + T]      # (B, H, t + T, hs)
     y, c_sdpa = sdpa_forward(q, k, v, allowed)        # (B, H, T, hs)
     out, c_proj = linear_forward(merge_heads(y), w_proj, b_proj)  # (B, T, C)
     return out, AttentionCache(c_attn, c_sdpa, c_proj)
 
 
 def attention_backward(dout: np.ndarray, cache):
-    """Backward of :func:`attention_forward`; returns ``(dx, dw_attn, db_attn, dw_proj, db_proj)``."""
+    """Backward of :func:`attention_forward`; returns ``(dx, dw_attn, db_attn, dw_proj,
+    db_proj)``."""
     c_attn, c_sdpa, c_proj = cache
     # out = merge(y) @ w_proj + b_proj
     dy, dw_proj, db_proj = linear_backward(dout, c_proj)   # (B, T, C)
@@ -181,87 +195,44 @@ def attention_backward(dout: np.ndarray, cache):
 
 
 # ----------------------------------------------------------------------------------------------
-# KV cache: one new token per row, attending to the stored keys and values
-# ----------------------------------------------------------------------------------------------
-
-def attention_decode(x: np.ndarray, w_attn: np.ndarray, b_attn: np.ndarray, w_proj: np.ndarray,
-                     b_proj: np.ndarray, n_head: int, k_cache: np.ndarray, v_cache: np.ndarray,
-                     key_mask: np.ndarray, t: int) -> np.ndarray:
-    """Attention for the token at position ``t`` given keys/values of positions ``0..t-1``.
-
-    The same computation as row ``t`` of :func:`attention_forward`, without recomputing the prefix:
-    the new token's k, v are written into ``k_cache[:, :, t]``, ``v_cache[:, :, t]`` (in place),
-    and its query attends to the keys ``0..t`` allowed by ``key_mask`` (plus itself).
-
-    Parameters
-    ----------
-    x : (B, 1, C) the new token's input
-    k_cache, v_cache : (B, H, S_max, hs), filled up to ``t - 1``
-    key_mask : (B, S_max) 0/1, already holding the new token's entry at ``t``
-    t : the new token's slot
-
-    Returns
-    -------
-    out : (B, 1, C)
-    """
-    qkv, _ = linear_forward(x, w_attn, b_attn)         # (B, 1, 3C)
-    q, k, v = split_heads(qkv, n_head)                 # each (B, H, 1, hs)
-    k_cache[:, :, t:t + 1] = k
-    v_cache[:, :, t:t + 1] = v
-    # allowed[b, 0, 0, j] = key_mask[b, j] or j == t   (j <= t is implied by the slice)
-    allowed = key_mask[:, None, :t + 1] != 0          # (B, 1, t+1)
-    allowed[..., t] = True
-    y, _ = sdpa_forward(q, k_cache[:, :, :t + 1], v_cache[:, :, :t + 1], allowed)  # (B, H, 1, hs)
-    out, _ = linear_forward(merge_heads(y), w_proj, b_proj)  # (B, 1, C)
-    return out
-
-
-# ----------------------------------------------------------------------------------------------
 # one transformer block (pre-LN): x += attn(ln_1(x)); x += mlp(ln_2(x))
 # ----------------------------------------------------------------------------------------------
 
-def block_forward(x, p, prefix, n_head, allowed):
-    """One pre-LN block; ``p[prefix + name]`` are its parameters. Returns ``(x, cache)``."""
+def block_forward(x, p, prefix, n_head, allowed, kv=None):
+    """One pre-LN block; ``p[prefix + name]`` are its parameters, ``kv`` this layer's KV cache
+    (:func:`attention_forward`). Returns ``(x, cache)``."""
     h, c_ln1 = layernorm_forward(x, p[prefix + "ln_1.w"], p[prefix + "ln_1.b"], LN_EPS)
     a, c_attn = attention_forward(h, p[prefix + "attn.c_attn.w"], p[prefix + "attn.c_attn.b"],
-                                  p[prefix + "attn.c_proj.w"], p[prefix + "attn.c_proj.b"], n_head, allowed)
+                                  p[prefix + "attn.c_proj.w"], p[prefix + "attn.c_proj.b"],
+                                  n_head, allowed, kv)
     x = x + a                                                        # residual 1
     h, c_ln2 = layernorm_forward(x, p[prefix + "ln_2.w"], p[prefix + "ln_2.b"], LN_EPS)
     h, c_fc = linear_forward(h, p[prefix + "mlp.c_fc.w"], p[prefix + "mlp.c_fc.b"])   # (B, T, 4C)
     h, c_gelu = gelu_forward(h)
-    m, c_mproj = linear_forward(h, p[prefix + "mlp.c_proj.w"], p[prefix + "mlp.c_proj.b"])  # (B, T, C)
+    m, c_mproj = linear_forward(h, p[prefix + "mlp.c_proj.w"],
+                                p[prefix + "mlp.c_proj.b"])                   # (B, T, C)
     x = x + m                                                        # residual 2
     return x, BlockCache(c_ln1, c_attn, c_ln2, c_fc, c_gelu, c_mproj)
 
 
 def block_backward(dx, cache, prefix, grads):
-    """Backward of :func:`block_forward`: fills ``grads[prefix + name]`` and returns d loss / d x_in."""
+    """Backward of :func:`block_forward`: fills ``grads[prefix + name]`` and returns
+    d loss / d x_in."""
     c_ln1, c_attn, c_ln2, c_fc, c_gelu, c_mproj = cache
     # x = x + m: the residual passes dx through unchanged, and dm = dx
     # m = h @ mlp.c_proj.w + b
-    dh, grads[prefix + "mlp.c_proj.w"], grads[prefix + "mlp.c_proj.b"] = linear_backward(dx, c_mproj)
+    dh, grads[prefix + "mlp.c_proj.w"], grads[prefix + "mlp.c_proj.b"] = linear_backward(
+        dx, c_mproj)
     # h = gelu(h)
     dh = gelu_backward(dh, c_gelu)
     # h = ln_2(x) @ mlp.c_fc.w + b
     dh, grads[prefix + "mlp.c_fc.w"], grads[prefix + "mlp.c_fc.b"] = linear_backward(dh, c_fc)
     # h = ln_2(x)
     dh, grads[prefix + "ln_2.w"], grads[prefix + "ln_2.b"] = layernorm_backward(dh, c_ln2)
-    dx = dx + dh                                                     # x fed the skip and ln_2: summed
+    dx = dx + dh                                       # x fed the skip and ln_2: summed
     # x = x + attn(ln_1(x))
     (dh, grads[prefix + "attn.c_attn.w"], grads[prefix + "attn.c_attn.b"],
-     grads[prefix + "attn.c_proj.w"], grads[prefix + "attn.c_proj.b"]) = attention_backward(dx, c_attn)
+     grads[prefix + "attn.c_proj.w"], grads[prefix + "attn.c_proj.b"]) = attention_backward(
+        dx, c_attn)
     dh, grads[prefix + "ln_1.w"], grads[prefix + "ln_1.b"] = layernorm_backward(dh, c_ln1)
-    return dx + dh                                                   # x fed the skip and ln_1: summed
-
-
-def block_decode(x, p, prefix, n_head, k_cache, v_cache, key_mask, t):
-    """:func:`block_forward` for one new token per row, reading and extending the KV cache."""
-    h, _ = layernorm_forward(x, p[prefix + "ln_1.w"], p[prefix + "ln_1.b"], LN_EPS)
-    x = x + attention_decode(h, p[prefix + "attn.c_attn.w"], p[prefix + "attn.c_attn.b"],
-                             p[prefix + "attn.c_proj.w"], p[prefix + "attn.c_proj.b"], n_head,
-                             k_cache, v_cache, key_mask, t)
-    h, _ = layernorm_forward(x, p[prefix + "ln_2.w"], p[prefix + "ln_2.b"], LN_EPS)
-    h, _ = linear_forward(h, p[prefix + "mlp.c_fc.w"], p[prefix + "mlp.c_fc.b"])
-    h, _ = gelu_forward(h)
-    m, _ = linear_forward(h, p[prefix + "mlp.c_proj.w"], p[prefix + "mlp.c_proj.b"])
-    return x + m
+    return dx + dh                                     # x fed the skip and ln_1: summed

@@ -11,7 +11,7 @@ The network (GPT-2, Radford et al. 2019; pre-LayerNorm blocks as in nanoGPT / ll
         x  = x + mlp(ln_2(x))                       mlp(h) = gelu(h W_fc + b) W_proj + b
     x      = ln_f(x)
     logits = x @ wte.T                              (B, T, V) LM head tied to the token embedding
-    scalar = x @ scalar_head.w + scalar_head.b      (B, T)    values (critic) or scores (reward model)
+    scalar = x @ scalar_head.w + scalar_head.b      (B, T)    values (critic) or scores (the RM)
 
 Padding: ``attn_mask`` (B, T) is 1 on real tokens, 0 on padding (left padding of prompts, right
 padding of responses, or both). Because positions count only real tokens and padded keys are never
@@ -32,22 +32,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-from minippo.checks import (check_choice, check_fields, check_float_array, check_int_array, check_mask,
-                            check_range)
+from minippo.checks import (check_choice, check_fields, check_float_array, check_int_array,
+                            check_mask, check_range)
 from minippo.malloc import keep_freed_memory
-from minippo.nn.attention import LN_EPS, attention_allowed, block_backward, block_decode, block_forward
-from minippo.nn.layers import (embedding_backward, embedding_forward, layernorm_backward, layernorm_forward,
-                               linear_backward, linear_forward, softmax_cross_entropy_backward,
-                               softmax_cross_entropy_forward)
+from minippo.nn.attention import LN_EPS, attention_allowed, block_backward, block_forward
+from minippo.nn.layers import (embedding_backward, embedding_forward, layernorm_backward,
+                               layernorm_forward, linear_backward, linear_forward,
+                               softmax_cross_entropy_backward, softmax_cross_entropy_forward)
 
 
 MAX_BLOCK_SIZE = 4096
-"""Longest block_size: attention materialises (B, H, T, T) scores (64 MiB per head and row at T = 4096)."""
+"""Longest block_size: attention materialises (B, H, T, T) scores (64 MiB per head and row at
+T = 4096)."""
 MAX_PARAMS = 2 ** 28
-"""Most parameters a TinyGPT may have (268M: 1 GiB in float32, 4 GiB with gradients and Adam's two moments)."""
+"""Most parameters a TinyGPT may have (268M: 1 GiB in float32, 4 GiB with gradients and Adam's two
+moments)."""
 
 
 @dataclass
@@ -67,21 +70,23 @@ class GPTConfig:
     dtype: str = "float32"
     """``"float32"`` (fast, the default) or ``"float64"`` (gradient checks)."""
     init_std: float = 0.02
-    """Standard deviation of the GPT-2 normal initialisation, in (0, 1] (0.02 in GPT-2; weights of std 1e30
-    overflow float32 in the first matrix product)."""
+    """Standard deviation of the GPT-2 normal initialisation, in (0, 1] (0.02 in GPT-2; weights of
+    std 1e30 overflow float32 in the first matrix product)."""
 
     def __post_init__(self):
         for name in ("vocab_size", "n_layer", "n_head", "n_embd"):
             check_range(name, getattr(self, name), 1, None, integer=True)
         check_range("block_size", self.block_size, 1, MAX_BLOCK_SIZE, integer=True)
         if self.n_embd % self.n_head:
-            raise ValueError(f"`n_embd` (={self.n_embd}) must be divisible by `n_head` (={self.n_head})")
+            raise ValueError(f"`n_embd` (={self.n_embd}) must be divisible by `n_head` "
+                             f"(={self.n_head})")
         check_choice("dtype", self.dtype, ("float32", "float64"))
         check_range("init_std", self.init_std, 0, 1, lo_open=True)
         n = sum(math.prod(shape) for shape in param_shapes(self).values())
         if n > MAX_PARAMS:
-            raise ValueError(f"`vocab_size`, `n_embd` and `n_layer` give {n:,} parameters, more than a TinyGPT may "
-                             f"have ({MAX_PARAMS:,}: parameters, gradients and Adam moments must fit in memory)")
+            raise ValueError(f"`vocab_size`, `n_embd` and `n_layer` give {n:,} parameters, more "
+                             f"than a TinyGPT may have ({MAX_PARAMS:,}: parameters, gradients and "
+                             f"Adam moments must fit in memory)")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -111,8 +116,9 @@ def param_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:
 
 
 def init_params(cfg: GPTConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """GPT-2 initialisation: weights ~ N(0, init_std), the residual projections (``c_proj``) scaled by
-    1/sqrt(2 L), biases 0, LayerNorm gain 1 / bias 0, scalar head 0 (so a new critic predicts 0).
+    """GPT-2 initialisation: weights ~ N(0, init_std), the residual projections (``c_proj``)
+    scaled by 1/sqrt(2 L), biases 0, LayerNorm gain 1 / bias 0, scalar head 0 (so a new critic
+    predicts 0).
 
     Drawn in float64 in a fixed order and then cast, so float32 and float64 models of one seed hold
     the same numbers up to rounding.
@@ -124,7 +130,9 @@ def init_params(cfg: GPTConfig, rng: np.random.Generator) -> dict[str, np.ndarra
         elif name.endswith("ln_1.w") or name.endswith("ln_2.w") or name == "ln_f.w":
             p = np.ones(shape)
         else:
-            std = cfg.init_std / np.sqrt(2 * cfg.n_layer) if name.endswith("c_proj.w") else cfg.init_std
+            std = cfg.init_std
+            if name.endswith("c_proj.w"):
+                std = cfg.init_std / np.sqrt(2 * cfg.n_layer)
             p = rng.normal(0.0, std, size=shape)
         params[name] = p.astype(cfg.dtype)
     return params
@@ -151,6 +159,19 @@ class KVCache:
                        self.n_real[rows], self.t)
 
 
+class GPTCache(NamedTuple):
+    """What :meth:`TinyGPT.backward` needs from :meth:`TinyGPT.forward`: the caches of the two
+    embeddings, of the L blocks and of ln_f, ``x`` = ln_f's output (B, T, C) that the heads read,
+    and the caches of the LM head and the scalar head (None when not computed)."""
+    tok: tuple
+    pos: tuple
+    blocks: list
+    ln_f: tuple
+    x: np.ndarray
+    head: tuple | None
+    scalar: tuple | None
+
+
 class TinyGPT:
     """A GPT-2 style decoder whose parameters live in the plain dict ``self.params``.
 
@@ -164,7 +185,8 @@ class TinyGPT:
     rng : np.random.Generator to draw the initialisation from instead of ``seed``
     """
 
-    def __init__(self, cfg: GPTConfig, seed: int | None = None, *, rng: np.random.Generator | None = None):
+    def __init__(self, cfg: GPTConfig, seed: int | None = None, *,
+                 rng: np.random.Generator | None = None):
         if not isinstance(cfg, GPTConfig):
             raise ValueError(f"`cfg` must be a GPTConfig, got {type(cfg).__name__}")
         if rng is not None and seed is not None:
@@ -176,18 +198,21 @@ class TinyGPT:
             raise ValueError(f"`rng` must be a np.random.Generator, got {type(rng).__name__}")
         self.cfg = cfg
         self.params: dict[str, np.ndarray] = init_params(cfg, rng)
-        keep_freed_memory()            # reuse freed activation memory across steps (minippo/malloc.py)
+        keep_freed_memory()            # reuse freed activation memory across steps (malloc.py)
 
     @classmethod
     def from_params(cls, cfg: GPTConfig, params: dict[str, np.ndarray]) -> "TinyGPT":
-        """A model using the given arrays (cast to ``cfg.dtype`` if needed; names and shapes checked)."""
+        """A model using the given arrays (cast to ``cfg.dtype`` if needed; names and shapes
+        checked)."""
         model = cls.__new__(cls)
         model.cfg = cfg
         keep_freed_memory()
         missing = set(param_shapes(cfg)) ^ set(params)
         if missing:
-            raise ValueError(f"`params` must have exactly the keys of param_shapes(cfg); differing: {sorted(missing)}")
-        model.params = {k: np.asarray(params[k]).astype(cfg.dtype, copy=False) for k in param_shapes(cfg)}
+            raise ValueError(f"`params` must have exactly the keys of param_shapes(cfg); "
+                             f"differing: {sorted(missing)}")
+        model.params = {k: np.asarray(params[k]).astype(cfg.dtype, copy=False)
+                        for k in param_shapes(cfg)}
         model.check_params()
         return model
 
@@ -203,7 +228,8 @@ class TinyGPT:
     # ------------------------------------------------------------------------------------------
 
     def check_params(self) -> None:
-        """Every parameter present, of the right shape and dtype, and finite (else ValueError naming it)."""
+        """Every parameter present, of the right shape and dtype, and finite (else ValueError
+        naming it)."""
         shapes = param_shapes(self.cfg)
         missing = set(shapes) - set(self.params)
         if missing:
@@ -211,45 +237,15 @@ class TinyGPT:
         dtype = np.dtype(self.cfg.dtype)
         for name, shape in shapes.items():
             p = self.params[name]
-            # the common case in two lines (this runs at every forward); anything else: the full check
+            # the common case in two lines (this runs at every forward); else: the full check
             ok = isinstance(p, np.ndarray) and p.dtype == dtype and p.shape == shape
             if not (ok and np.isfinite(p).all()):
-                check_float_array(f"params[{name!r}]", p, shape=shape, dtype=dtype)   # names what is wrong
-
-    def _check_inputs(self, idx, attn_mask):
-        idx = check_int_array("idx", idx, ndim=2, low=0, high=self.cfg.vocab_size)
-        if idx.shape[1] > self.cfg.block_size:
-            raise ValueError(f"`idx` has T={idx.shape[1]} tokens but the model's block_size is {self.cfg.block_size}")
-        if idx.shape[1] == 0:
-            raise ValueError("`idx` must have at least one token per row, got shape (B, 0)")
-        if attn_mask is not None:
-            attn_mask = check_mask("attn_mask", attn_mask, shape=idx.shape, layout="any")
-        return idx, attn_mask
+                # names what is wrong
+                check_float_array(f"params[{name!r}]", p, shape=shape, dtype=dtype)
 
     # ------------------------------------------------------------------------------------------
     # forward / backward
     # ------------------------------------------------------------------------------------------
-
-    def _trunk(self, idx, attn_mask):
-        """Embeddings, the L blocks and ln_f: returns ``(x (B, T, C), cache)``."""
-        p, cfg = self.params, self.cfg
-        B, T = idx.shape
-        if attn_mask is None:
-            pos = np.broadcast_to(np.arange(T), (B, T))       # (B, T)
-            allowed = np.tri(T, dtype=bool)[None]              # (1, T, T) causal only
-        else:
-            # position ids count real tokens only: padding does not shift a real token's position
-            pos = np.maximum(np.cumsum(attn_mask != 0, axis=1) - 1, 0)  # (B, T)
-            allowed = attention_allowed(attn_mask)             # (B, T, T)
-        tok, c_tok = embedding_forward(idx, p["wte"])          # (B, T, C)
-        pe, c_pos = embedding_forward(pos, p["wpe"])           # (B, T, C)
-        x = tok + pe
-        blocks = []
-        for i in range(cfg.n_layer):
-            x, c_block = block_forward(x, p, f"h.{i}.", cfg.n_head, allowed)
-            blocks.append(c_block)
-        x, c_lnf = layernorm_forward(x, p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (B, T, C)
-        return x, (c_tok, c_pos, blocks, c_lnf)
 
     def forward(self, idx, attn_mask=None, scalar: bool = False, logits: bool = True):
         """Logits (and optionally the scalar head) for every position.
@@ -265,12 +261,33 @@ class TinyGPT:
         -------
         logits : (B, T, V), or None when ``logits=False``
         scalar : (B, T) or None
-        cache : for :meth:`backward`
+        cache : GPTCache, for :meth:`backward`
         """
         self.check_params()
-        idx, attn_mask = self._check_inputs(idx, attn_mask)
-        p = self.params
-        x, c_trunk = self._trunk(idx, attn_mask)
+        idx = check_int_array("idx", idx, ndim=2, low=0, high=self.cfg.vocab_size)
+        if idx.shape[1] > self.cfg.block_size:
+            raise ValueError(f"`idx` has T={idx.shape[1]} tokens but the model's block_size is "
+                             f"{self.cfg.block_size}")
+        if idx.shape[1] == 0:
+            raise ValueError("`idx` must have at least one token per row, got shape (B, 0)")
+        p, cfg = self.params, self.cfg
+        B, T = idx.shape
+        if attn_mask is None:
+            pos = np.broadcast_to(np.arange(T), (B, T))       # (B, T)
+            allowed = np.tri(T, dtype=bool)[None]              # (1, T, T) causal only
+        else:
+            attn_mask = check_mask("attn_mask", attn_mask, shape=idx.shape, layout="any")
+            # position ids count real tokens only: padding does not shift a real token's position
+            pos = np.maximum(np.cumsum(attn_mask != 0, axis=1) - 1, 0)  # (B, T)
+            allowed = attention_allowed(attn_mask)             # (B, T, T)
+        tok, c_tok = embedding_forward(idx, p["wte"])          # (B, T, C)
+        pe, c_pos = embedding_forward(pos, p["wpe"])           # (B, T, C)
+        x = tok + pe
+        blocks = []
+        for i in range(cfg.n_layer):
+            x, c_block = block_forward(x, p, f"h.{i}.", cfg.n_head, allowed)
+            blocks.append(c_block)
+        x, c_lnf = layernorm_forward(x, p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (B, T, C)
         lm_logits, c_head, values, c_scalar = None, None, None, None
         if logits:
             # logits = x @ wte.T    (the LM head is the token embedding, transposed)
@@ -278,9 +295,10 @@ class TinyGPT:
         if scalar:
             out, c_scalar = linear_forward(x, p["scalar_head.w"], p["scalar_head.b"])  # (B, T, 1)
             values = out[..., 0]                                # (B, T)
-        return lm_logits, values, (c_trunk, c_head, c_scalar, idx.shape)
+        return lm_logits, values, GPTCache(c_tok, c_pos, blocks, c_lnf, x, c_head, c_scalar)
 
-    def backward(self, cache, dlogits=None, dscalar=None, scalar_into_trunk: bool = True) -> dict[str, np.ndarray]:
+    def backward(self, cache, dlogits=None, dscalar=None,
+                 scalar_into_trunk: bool = True) -> dict[str, np.ndarray]:
         """Gradients of every parameter given d loss / d logits and/or d loss / d scalar.
 
         Parameters
@@ -288,14 +306,15 @@ class TinyGPT:
         cache : from :meth:`forward`
         dlogits : (B, T, V) or None
         dscalar : (B, T) or None (needs ``forward(..., scalar=True)``)
-        scalar_into_trunk : False = stop-gradient: ``dscalar`` reaches only ``scalar_head.*`` (a critic
-            head sharing the actor's trunk without pushing on it)
+        scalar_into_trunk : False = stop-gradient: ``dscalar`` reaches only ``scalar_head.*`` (a
+            critic head sharing the actor's trunk without pushing on it)
 
         Returns
         -------
         grads : the keys of ``params`` (zeros where a parameter got no gradient)
         """
-        c_trunk, c_head, c_scalar, (B, T) = cache
+        c_head, c_scalar = cache.head, cache.scalar
+        B, T = cache.x.shape[:2]
         cfg, p = self.cfg, self.params
         dt = np.dtype(cfg.dtype)
         C = cfg.n_embd
@@ -305,7 +324,8 @@ class TinyGPT:
         if dlogits is not None:
             if c_head is None:
                 raise ValueError("`dlogits` needs the logits: call forward(..., logits=True)")
-            dlogits = check_float_array("dlogits", dlogits, shape=(B, T, cfg.vocab_size)).astype(dt, copy=False)
+            dlogits = check_float_array("dlogits", dlogits, shape=(B, T, cfg.vocab_size))
+            dlogits = dlogits.astype(dt, copy=False)
             # logits = x @ wte.T  ->  dx = dlogits @ wte,  d(wte.T) = x.T @ dlogits
             dx_head, dwte_t, _ = linear_backward(dlogits, c_head)
             dx += dx_head
@@ -315,21 +335,21 @@ class TinyGPT:
                 raise ValueError("`dscalar` needs the scalar head: call forward(..., scalar=True)")
             dscalar = check_float_array("dscalar", dscalar, shape=(B, T)).astype(dt, copy=False)
             # scalar = x @ w + b
-            dx_scalar, grads["scalar_head.w"], grads["scalar_head.b"] = linear_backward(dscalar[..., None], c_scalar)
+            dx_scalar, grads["scalar_head.w"], grads["scalar_head.b"] = linear_backward(
+                dscalar[..., None], c_scalar)
             if scalar_into_trunk:
                 dx += dx_scalar              # fan-out of x into the two heads: summed here
-        c_tok, c_pos, blocks, c_lnf = c_trunk
         # x = ln_f(x)
-        dx, grads["ln_f.w"], grads["ln_f.b"] = layernorm_backward(dx, c_lnf)
+        dx, grads["ln_f.w"], grads["ln_f.b"] = layernorm_backward(dx, cache.ln_f)
         for i in reversed(range(cfg.n_layer)):
-            dx = block_backward(dx, blocks[i], f"h.{i}.", grads)
+            dx = block_backward(dx, cache.blocks[i], f"h.{i}.", grads)
         # x = wte[idx] + wpe[pos]
-        dwte_emb = embedding_backward(dx, c_tok)                # (V, C)
-        grads["wpe"] = embedding_backward(dx, c_pos)             # (T_block, C) rows >= T stay 0
+        dwte_emb = embedding_backward(dx, cache.tok)            # (V, C)
+        grads["wpe"] = embedding_backward(dx, cache.pos)             # (T_block, C) rows >= T stay 0
         # wte is used twice (embedding and LM head): its gradient is the sum of both uses
         grads["wte"] = dwte_emb if dwte_head is None else dwte_emb + dwte_head
         for k, g in grads.items():
-            if g is None:                                        # e.g. the scalar head when dscalar is None
+            if g is None:                        # e.g. the scalar head when dscalar is None
                 grads[k] = np.zeros(p[k].shape, dtype=dt)
         return grads
 
@@ -339,7 +359,8 @@ class TinyGPT:
 
     def _check_lm_targets(self, idx, targets, mask):
         """``targets`` and ``mask`` of an LM loss, like ``idx`` (which :meth:`forward` checked)."""
-        targets = check_int_array("targets", targets, shape=np.shape(idx), low=0, high=self.cfg.vocab_size)
+        targets = check_int_array("targets", targets, shape=np.shape(idx), low=0,
+                                  high=self.cfg.vocab_size)
         mask = check_mask("mask", mask, shape=np.shape(idx), layout="any")
         return targets, mask
 
@@ -385,27 +406,27 @@ class TinyGPT:
 
         Returns
         -------
-        logits_last : (B, V) the logits at the last position (equal to ``forward``'s ``logits[:, -1]``)
+        logits_last : (B, V) the logits at the last position (``forward``'s ``logits[:, -1]``)
         kv : KVCache for :meth:`decode_step`
         """
-        self.check_params()
-        idx, attn_mask = self._check_inputs(idx, attn_mask)
+        _, _, cache = self.forward(idx, attn_mask, logits=False)   # checks idx, attn_mask, params
         cfg, p = self.cfg, self.params
-        B, T = idx.shape
+        B, T = cache.x.shape[:2]
         H, hs = cfg.n_head, cfg.n_embd // cfg.n_head
-        x, (_, _, blocks, _) = self._trunk(idx, attn_mask)
         kv = KVCache(k=[], v=[], key_mask=np.zeros((B, cfg.block_size), dtype=np.int8),
                      n_real=np.zeros(B, dtype=np.int64), t=T)
-        for c_block in blocks:                                     # each layer's BlockCache
+        for c_block in cache.blocks:                               # each layer's BlockCache
             kbuf = np.zeros((B, H, cfg.block_size, hs), dtype=cfg.dtype)
             vbuf = np.zeros_like(kbuf)
             kbuf[:, :, :T], vbuf[:, :, :T] = c_block.attn.sdpa.k, c_block.attn.sdpa.v   # (B,H,T,hs)
             kv.k.append(kbuf)
             kv.v.append(vbuf)
-        am = np.ones((B, T), dtype=np.int8) if attn_mask is None else (attn_mask != 0).astype(np.int8)
+        am = np.ones((B, T), dtype=np.int8)
+        if attn_mask is not None:
+            am = (np.asarray(attn_mask) != 0).astype(np.int8)
         kv.key_mask[:, :T] = am
         kv.n_real[:] = am.sum(axis=1)
-        logits_last = x[:, -1] @ p["wte"].T                         # (B, V)
+        logits_last = cache.x[:, -1] @ p["wte"].T                         # (B, V)
         return logits_last, kv
 
     def decode_step(self, kv: KVCache, tokens, attn_mask=None) -> np.ndarray:
@@ -416,7 +437,8 @@ class TinyGPT:
         (e.g. after a row's EOS). Parameters are checked at :meth:`prefill`, not at every step.
         """
         if not isinstance(kv, KVCache):
-            raise ValueError(f"`kv` must be the KVCache returned by prefill, got {type(kv).__name__}")
+            raise ValueError(f"`kv` must be the KVCache returned by prefill, got "
+                             f"{type(kv).__name__}")
         cfg, p = self.cfg, self.params
         B = kv.key_mask.shape[0]
         tokens = check_int_array("tokens", tokens, shape=(B,), low=0, high=cfg.vocab_size)
@@ -424,17 +446,22 @@ class TinyGPT:
         if attn_mask is not None:
             if np.shape(attn_mask) != (B,):
                 raise ValueError(f"`attn_mask` must have shape ({B},), got {np.shape(attn_mask)}")
-            m = (check_mask("attn_mask", np.asarray(attn_mask)[None], layout="any")[0] != 0).astype(np.int8)
+            m = check_mask("attn_mask", np.asarray(attn_mask)[None], layout="any")[0]
+            m = (m != 0).astype(np.int8)
         t = kv.t
         if t >= cfg.block_size:
-            raise ValueError(f"`kv` already holds {t} positions = block_size; cannot decode another token")
+            raise ValueError(f"`kv` already holds {t} positions = block_size; cannot decode "
+                             "another token")
         # the same position rule as forward: max(cumsum(attn_mask) - 1, 0)
         kv.key_mask[:, t] = m
         kv.n_real += m
         pos = np.maximum(kv.n_real - 1, 0)                          # (B,)
         x = (p["wte"][tokens] + p["wpe"][pos])[:, None, :]          # (B, 1, C)
+        # the new token sees the real keys so far and itself (j <= t is the slice)
+        allowed = kv.key_mask[:, None, :t + 1] != 0                 # (B, 1, t + 1)
+        allowed[..., t] = True
         for i in range(cfg.n_layer):
-            x = block_decode(x, p, f"h.{i}.", cfg.n_head, kv.k[i], kv.v[i], kv.key_mask, t)
+            x, _ = block_forward(x, p, f"h.{i}.", cfg.n_head, allowed, kv=(kv.k[i], kv.v[i], t))
         kv.t = t + 1
         x, _ = layernorm_forward(x[:, 0], p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (B, C)
         return x @ p["wte"].T                                    # (B, V)

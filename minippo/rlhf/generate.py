@@ -110,15 +110,17 @@ class Generation:
 
 
 def join_generations(parts, pad_id: int) -> Generation:
-    """One :class:`Generation` of the rows ``rows`` of each ``(gen, rows)`` of ``parts``, in order: the
-    prompts left-padded and the responses right-padded to the longest real prompt and response kept
-    (a column no kept row uses goes). What dynamic sampling (:mod:`minippo.rlhf.grpo`) builds its batch
-    with from several rounds of sampling; a row's real tokens, and so its logits, do not change."""
+    """One :class:`Generation` of the rows ``rows`` of each ``(gen, rows)`` of ``parts``, in order:
+    the prompts left-padded and the responses right-padded to the longest real prompt and response
+    kept (a column no kept row uses goes). What dynamic sampling (:mod:`minippo.rlhf.grpo`) builds
+    its batch with from several rounds of sampling; a row's real tokens, and so its logits, do not
+    change."""
     picked = [(g, np.asarray(rows, dtype=np.int64)) for g, rows in parts]
-    Tp = max(int(g.attn_mask[r, :g.prompt_len].sum(axis=1).max()) for g, r in picked)   # longest prompt
-    Tn = max(int(g.response_mask[r].sum(axis=1).max()) for g, r in picked)            # longest response
+    # the longest real prompt and the longest response kept
+    Tp = max(int(g.attn_mask[r, :g.prompt_len].sum(axis=1).max()) for g, r in picked)
+    Tn = max(int(g.response_mask[r].sum(axis=1).max()) for g, r in picked)
 
-    def fit(a, width, fill, left):                   # (b, w) -> (b, width): pad or drop unused columns
+    def fit(a, width, fill, left):          # (b, w) -> (b, width): pad or drop unused columns
         w = a.shape[1]
         if w >= width:
             return a[:, w - width:] if left else a[:, :width]

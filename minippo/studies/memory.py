@@ -368,29 +368,40 @@ class PassCounter:
         self.split, self.before = split, None
 
     @staticmethod
-    def _wrap(obj, method, count: dict, seconds: dict, key: str, seconds_key: str, rows=None):
-        """Replace ``obj.method`` by a wrapper adding 1 to ``count[key]`` (and the rows to ``count[key + "_rows"]``)
-        and its duration to ``seconds[seconds_key]``."""
+    def _wrap(obj, method, count: dict, seconds: dict, key: str, seconds_key: str, rows=None,
+              busy=None):
+        """Replace ``obj.method`` by a wrapper adding 1 to ``count[key]`` (and the rows to
+        ``count[key + "_rows"]``) and its duration to ``seconds[seconds_key]``. ``busy`` (a list
+        shared by the wrappers of one model) holds True while one of them runs: a pass inside
+        another pass of the same model (the forward pass a prefill runs) is part of that pass,
+        not counted again."""
         inner = getattr(obj, method)                                # the bound class method
+        busy = [False] if busy is None else busy
 
         def counted(*args, **kwargs):
+            if busy[0]:
+                return inner(*args, **kwargs)
             count[key] += 1
             if rows is not None:
                 count[key + "_rows"] += rows(args, kwargs)
             t0 = time.perf_counter()
+            busy[0] = True
             try:
                 return inner(*args, **kwargs)
             finally:
+                busy[0] = False
                 seconds[seconds_key] += time.perf_counter() - t0
         setattr(obj, method, counted)                               # an instance attribute shadows it
 
     def __enter__(self) -> "PassCounter":
         for name, model in self.models.items():
-            c, t = self.counts[name], self.seconds[name]
-            self._wrap(model, "forward", c, t, "forward", "forward", lambda a, k: np.shape(a[0])[0])   # idx (B, T)
-            self._wrap(model, "backward", c, t, "backward", "backward", lambda a, k: a[0][-1][0])   # cache[-1] = (B, T)
-            self._wrap(model, "prefill", c, t, "prefill", "prefill")
-            self._wrap(model, "decode_step", c, t, "decode", "decode")
+            c, t, busy = self.counts[name], self.seconds[name], [False]
+            self._wrap(model, "forward", c, t, "forward", "forward",
+                       lambda a, k: np.shape(a[0])[0], busy)                  # idx (B, T)
+            self._wrap(model, "backward", c, t, "backward", "backward",
+                       lambda a, k: a[0].x.shape[0], busy)                    # cache.x (B, T, C)
+            self._wrap(model, "prefill", c, t, "prefill", "prefill", busy=busy)
+            self._wrap(model, "decode_step", c, t, "decode", "decode", busy=busy)
         for name, (obj, method) in self.methods.items():
             calls = self.method_calls[name]
             self._wrap(obj, method, calls, calls, "calls", "seconds")

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from minippo.nn.attention import (attention_allowed, attention_backward, attention_decode, attention_forward,
+from minippo.nn.attention import (attention_allowed, attention_backward, attention_forward,
                                   merge_heads, split_heads)
 from minippo.nn.gradcheck import assert_gradients
 
@@ -104,10 +104,10 @@ def test_decode_step_matches_full_forward():
     hs = C // H
     k_cache, v_cache = np.zeros((B, H, T, hs)), np.zeros((B, H, T, hs))
     for t in range(T):
-        key_mask = np.zeros((B, T), dtype=np.int8)
-        key_mask[:, :t + 1] = ATTN_MASK[:, :t + 1]
-        out = attention_decode(p["x"][:, t:t + 1], p["w_attn"], p["b_attn"], p["w_proj"], p["b_proj"], H,
-                               k_cache, v_cache, key_mask, t)
+        allowed_t = ATTN_MASK[:, None, :t + 1] != 0          # (B, 1, t + 1) real keys so far
+        allowed_t[..., t] = True                             # and itself
+        out, _ = attention_forward(p["x"][:, t:t + 1], p["w_attn"], p["b_attn"], p["w_proj"], p["b_proj"],
+                                   H, allowed_t, kv=(k_cache, v_cache, t))
         np.testing.assert_allclose(out[:, 0], full[:, t], rtol=1e-12, atol=1e-12)
 
 
