@@ -53,9 +53,11 @@ class CartPoleEnv:
     x_threshold = 2.4
 
     def __init__(self, max_episode_steps: int = 500):
-        if isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, (int, np.integer)) \
+        if isinstance(max_episode_steps, bool) \
+                or not isinstance(max_episode_steps, (int, np.integer)) \
                 or max_episode_steps < 1:
-            raise ValueError(f"`max_episode_steps` must be an integer >= 1, got {max_episode_steps!r}")
+            raise ValueError(f"`max_episode_steps` must be an integer >= 1, "
+                             f"got {max_episode_steps!r}")
         self.max_episode_steps = int(max_episode_steps)
         # observation bounds as in Gymnasium: twice the termination limits, velocities unbounded
         high = np.array([self.x_threshold * 2, np.inf, self.theta_threshold_radians * 2, np.inf],
@@ -95,7 +97,8 @@ class CartPoleEnv:
         force = self.force_mag if action == 1 else -self.force_mag
         costheta, sintheta = math.cos(theta), math.sin(theta)
         # the next three lines are the cart-pole equations of motion (Florian 2007, eqs. 23-24
-        # with zero friction): angular acceleration of the pole, then linear acceleration of the cart
+        # with zero friction): angular acceleration of the pole, then linear acceleration of
+        # the cart
         temp = (force + self.polemass_length * (theta_dot * theta_dot) * sintheta) / self.total_mass
         thetaacc = (self.gravity * sintheta - costheta * temp) / (
             self.length * (4.0 / 3.0 - self.masspole * (costheta * costheta) / self.total_mass))
@@ -109,7 +112,8 @@ class CartPoleEnv:
         self.elapsed_steps += 1
 
         terminated = bool(x < -self.x_threshold or x > self.x_threshold
-                          or theta < -self.theta_threshold_radians or theta > self.theta_threshold_radians)
+                          or theta < -self.theta_threshold_radians
+                          or theta > self.theta_threshold_radians)
         truncated = self.elapsed_steps >= self.max_episode_steps
         self._done = terminated or truncated
         return np.array(self.state, dtype=np.float32), 1.0, terminated, truncated, {}

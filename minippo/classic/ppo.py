@@ -1,4 +1,5 @@
-"""Classic PPO (CleanRL's ``ppo.py``, discrete actions) as one loop: read :func:`train_ppo` top to bottom.
+"""Classic PPO (CleanRL's ``ppo.py``, discrete actions) as one loop: read :func:`train_ppo`
+top to bottom.
 
 It makes the envs, the agent and the optimizer, then runs Algorithm 1 of the PPO paper (Schulman et
 al. 2017, arXiv:1707.06347), one update per iteration:
@@ -9,14 +10,15 @@ al. 2017, arXiv:1707.06347), one update per iteration:
 3. bootstrap + GAE: V(s_t), V(s_{t+1}) of the true next state, advantages and returns
    (:func:`rollout_advantages`, with :func:`minippo.rl.gae.gae_classic`);
 4. flatten the (T, N) batch to T*N transitions; log pi_old(a_t|s_t) in one call;
-5. ``update_epochs`` epochs, each a shuffle into ``num_minibatches`` minibatches: the loss of eq. (9)
-   with its gradient by hand (:func:`ppo_loss_and_grads`), the global grad norm clipped, one AdamW
-   step; after an epoch, stop early when the approx KL exceeds ``kl_old_target``;
+5. ``update_epochs`` epochs, each a shuffle into ``num_minibatches`` minibatches: the loss of
+   eq. (9) with its gradient by hand (:func:`ppo_loss_and_grads`), the global grad norm clipped,
+   one AdamW step; after an epoch, stop early when the approx KL exceeds ``kl_old_target``;
 6. CleanRL's metrics (:data:`METRICS`), handed to ``callback``.
 
 The pieces the loop calls follow it in this file, in the order it calls them. The formulas are in
 :mod:`minippo.rl.gae` and :mod:`minippo.rl.losses`, the two networks are :mod:`minippo.nn.mlp`.
-Nothing here parses flags or writes files: the ``minippo classic`` command is :mod:`minippo.classic.run`.
+Nothing here parses flags or writes files: the ``minippo classic`` command is
+:mod:`minippo.classic.run`.
 
 One deliberate difference from CleanRL: its ``ppo.py`` sets ``next_done = terminated | truncated``
 and so treats the 500-step time limit as a terminal state; here truncated episodes bootstrap with
@@ -41,17 +43,18 @@ from minippo.classic.vec_env import SyncVectorEnv
 from minippo.nn.mlp import mlp_backward, mlp_forward, mlp_init
 from minippo.nn.optim import AdamW, clip_grad_norm, global_norm, lr_at
 from minippo.rl.gae import gae_classic
-from minippo.rl.losses import (clipped_policy_loss, clipped_value_loss, entropy_backward, entropy_from_logits,
-                               logprobs_backward, logprobs_from_logits, value_loss)
+from minippo.rl.losses import (clipped_policy_loss, clipped_value_loss, entropy_backward,
+                               entropy_from_logits, logprobs_backward, logprobs_from_logits,
+                               value_loss)
 from minippo.rl.masked import explained_variance, masked_whiten
 
 #: the per-update metrics, in the order the dashboard shows them
-METRICS = ("charts/episodic_return", "charts/mean_return_last20", "losses/policy_loss", "losses/value_loss",
-           "losses/entropy", "losses/approx_kl", "losses/old_approx_kl", "losses/clipfrac",
-           "losses/explained_variance", "losses/grad_norm", "losses/grad_norm_actor", "losses/grad_norm_critic",
-           "charts/learning_rate")
+METRICS = ("charts/episodic_return", "charts/mean_return_last20", "losses/policy_loss",
+           "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/old_approx_kl",
+           "losses/clipfrac", "losses/explained_variance", "losses/grad_norm",
+           "losses/grad_norm_actor", "losses/grad_norm_critic", "charts/learning_rate")
 
-ACTOR, CRITIC = "actor.", "critic."        # the two networks' key prefixes in the one parameter dict
+ACTOR, CRITIC = "actor.", "critic."    # the two networks' key prefixes in the one parameter dict
 
 
 def train_ppo(make_env: Callable[[], object], total_timesteps: int, seed: int = 0, *,
@@ -66,9 +69,9 @@ def train_ppo(make_env: Callable[[], object], total_timesteps: int, seed: int = 
         ``total_timesteps // (num_envs * num_steps)`` updates (as CleanRL).
     seed : seeds the envs (copy i gets ``seed + i``), the initial weights, the action sampling
         and the minibatch shuffling (one ``np.random.default_rng(seed)``).
-    callback : ``callback(record, params)``, called after every completed update with that update's
-        metrics dict and the current weights (finite: a bad number stops the run before the step that
-        would apply it), e.g. to save a checkpoint.
+    callback : ``callback(record, params)``, called after every completed update with that
+        update's metrics dict and the current weights (finite: a bad number stops the run before
+        the step that would apply it), e.g. to save a checkpoint.
     **hyperparameters : fields of :class:`~minippo.classic.config.PPOConfig`.
 
     Returns
@@ -107,7 +110,7 @@ def train_ppo(make_env: Callable[[], object], total_timesteps: int, seed: int = 
             logits, _ = actor_logits(params, obs, check=False)
             return sample_actions(logits, rng)
 
-        next_obs, _ = envs.reset(seed=seed)                                                  # (N, D)
+        next_obs, _ = envs.reset(seed=seed)                                                 # (N, D)
         ep_returns, ep_steps, ep_lengths, history = [], [], [], []
         global_step, t_start = 0, time.perf_counter()
         for update in range(num_updates):
@@ -122,40 +125,52 @@ def train_ppo(make_env: Callable[[], object], total_timesteps: int, seed: int = 
                 ep_lengths.append(length)
             global_step += batch_size
             try:                                           # a bad number below names this update
-                # 3. bootstrap + GAE: truncated episodes bootstrap with V(s_T), terminated ones do not
-                values, _, adv, returns = rollout_advantages(ro, lambda o: critic_values(params, o)[0],
-                                                             cfg.gamma, cfg.lam)              # (T, N) each
+                # 3. bootstrap + GAE: truncated episodes bootstrap with V(s_T), terminated
+                # ones do not
+                values, _, adv, returns = rollout_advantages(ro,
+                                                             lambda o: critic_values(params, o)[0],
+                                                             cfg.gamma, cfg.lam)      # (T, N) each
                 # 4. flatten (T, N) -> (T*N,); logp_old of the frozen policy, in one batched call
-                b_obs = ro.obs.reshape(-1, obs_dim)                                           # (T*N, D)
-                b_actions, b_adv, b_returns, b_values = (a.reshape(-1) for a in (ro.actions, adv, returns, values))
-                b_logp_old, _ = logprobs_from_logits(actor_logits(params, b_obs)[0], b_actions)  # (T*N,)
-                # 5. K epochs x minibatches of eq. (9): loss and gradient, clip the global norm, AdamW
+                b_obs = ro.obs.reshape(-1, obs_dim)                                       # (T*N, D)
+                b_actions, b_adv, b_returns, b_values = (a.reshape(-1) for a in (ro.actions, adv,
+                                                                                  returns, values))
+                b_logp_old, _ = logprobs_from_logits(actor_logits(params, b_obs)[0],
+                                                     b_actions)                           # (T*N,)
+                # 5. K epochs x minibatches of eq. (9): loss and gradient, clip the global
+                # norm, AdamW
                 stats, early_stop, clipfracs, grad_norms, part_norms = {}, None, [], [], []
                 for epoch in range(cfg.update_epochs):
-                    order = rng.permutation(batch_size)                                      # (T*N,)
+                    order = rng.permutation(batch_size)                                     # (T*N,)
                     for start in range(0, batch_size, minibatch_size):
                         mb = order[start:start + minibatch_size]                             # (B,)
-                        loss, grads, stats = ppo_loss_and_grads(params, b_obs[mb], b_actions[mb], b_logp_old[mb],
-                                                                b_adv[mb], b_returns[mb], b_values[mb], cfg)
-                        # the norms before clipping: actor and critic apart, then the global one (clipped)
-                        part_norms.append([global_norm({k: g for k, g in grads.items() if k.startswith(prefix)})
+                        loss, grads, stats = ppo_loss_and_grads(params, b_obs[mb], b_actions[mb],
+                                                                b_logp_old[mb], b_adv[mb],
+                                                                b_returns[mb], b_values[mb], cfg)
+                        # the norms before clipping: actor and critic apart, then the global one
+                        # (clipped)
+                        part_norms.append([global_norm({k: g for k, g in grads.items()
+                                                        if k.startswith(prefix)})
                                            for prefix in (ACTOR, CRITIC)])
                         grad_norm = clip_grad_norm(grads, cfg.max_grad_norm)
-                        check_finite_values(dict(stats, **{"loss": loss, "losses/grad_norm": grad_norm}),
-                                            f"in epoch {epoch} (lower `lr`, or check the environment's "
-                                            "rewards and observations)")
+                        check_finite_values(dict(stats, **{"loss": loss,
+                                                           "losses/grad_norm": grad_norm}),
+                                            f"in epoch {epoch} (lower `lr`, or check the "
+                                            "environment's rewards and observations)")
                         optimizer.step(grads, lr=lr_now)
                         clipfracs.append(stats["losses/clipfrac"])
                         grad_norms.append(grad_norm)
-                    # CleanRL's target-KL check after each epoch (recorded only when epochs are skipped)
-                    if cfg.kl_old_target is not None and stats["losses/approx_kl"] > cfg.kl_old_target \
+                    # CleanRL's target-KL check after each epoch (recorded only when epochs are
+                    # skipped)
+                    if cfg.kl_old_target is not None \
+                            and stats["losses/approx_kl"] > cfg.kl_old_target \
                             and epoch < cfg.update_epochs - 1:
                         early_stop = epoch
                         break
             except ValueError as exc:
-                raise ValueError(f"training stopped at update {update} (global step {global_step}): {exc}") from exc
-            # 6. CleanRL's logging: losses, entropy and KLs of the LAST minibatch (the KL compared with
-            # kl_old_target); clip fraction and grad norms averaged over all minibatches
+                raise ValueError(f"training stopped at update {update} "
+                                 f"(global step {global_step}): {exc}") from exc
+            # 6. CleanRL's logging: losses, entropy and KLs of the LAST minibatch (the KL compared
+            # with kl_old_target); clip fraction and grad norms averaged over all minibatches
             finished = [ret for _, _, ret, _ in ro.episodes]
             record = dict(stats)
             record.update({
@@ -167,7 +182,8 @@ def train_ppo(make_env: Callable[[], object], total_timesteps: int, seed: int = 
                 "early_stop_epoch": early_stop,
                 "epochs": epoch + 1,
                 "charts/episodic_return": float(np.mean(finished)) if finished else None,
-                "charts/mean_return_last20": float(np.mean(ep_returns[-20:])) if ep_returns else None,
+                "charts/mean_return_last20": (float(np.mean(ep_returns[-20:])) if ep_returns
+                                              else None),
                 "charts/episodes": len(ep_returns),
                 "charts/learning_rate": lr_now,
                 "update": update,
@@ -189,15 +205,16 @@ def train_ppo(make_env: Callable[[], object], total_timesteps: int, seed: int = 
 
 
 # ----------------------------------------------------------------------------------------------
-# the agent: actor D -> 64 -> tanh -> 64 -> tanh -> A (logits of pi(a|s)), critic D -> ... -> 1 (V(s))
+# the agent: actor D -> 64 -> tanh -> 64 -> tanh -> A (logits of pi(a|s)),
+#            critic D -> ... -> 1 (V(s))
 # ----------------------------------------------------------------------------------------------
 
 def init_agent(obs_dim: int, n_actions: int, rng: np.random.Generator, hidden_size: int = 64,
                dtype=np.float64) -> dict[str, np.ndarray]:
-    """Actor and critic in one dict (``actor.{i}.w|b``, ``critic.{i}.w|b``: AdamW and the global grad
-    norm see both, as CleanRL's single optimizer does), with CleanRL's orthogonal init: gain sqrt(2)
-    on hidden layers, 0.01 on the actor's output (a near-uniform first policy), 1.0 on the critic's
-    output; zero biases."""
+    """Actor and critic in one dict (``actor.{i}.w|b``, ``critic.{i}.w|b``: AdamW and the global
+    grad norm see both, as CleanRL's single optimizer does), with CleanRL's orthogonal init: gain
+    sqrt(2) on hidden layers, 0.01 on the actor's output (a near-uniform first policy), 1.0 on the
+    critic's output; zero biases."""
     params = mlp_init([obs_dim, hidden_size, hidden_size, n_actions], rng, out_gain=0.01,
                       prefix=ACTOR, dtype=dtype)
     params.update(mlp_init([obs_dim, hidden_size, hidden_size, 1], rng, out_gain=1.0,
@@ -217,7 +234,8 @@ def critic_values(params, obs, *, check: bool = True):
 
 
 def sample_actions(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Draw one action per row from ``softmax(logits)`` by inverting the CDF with one uniform each."""
+    """Draw one action per row from ``softmax(logits)`` by inverting the CDF with one uniform
+    each."""
     z = logits - logits.max(axis=1, keepdims=True)                    # (B, A) stable softmax
     probs = np.exp(z)
     probs /= probs.sum(axis=1, keepdims=True)
@@ -241,7 +259,8 @@ class Rollout:
     truncated: np.ndarray    # (T, N)    bool, step t hit the time limit
     final_obs: np.ndarray    # (T, N, D) the true s_{t+1} (before auto-reset)
     next_obs: np.ndarray     # (N, D)    where the next rollout starts (= obs of row T)
-    episodes: list = field(default_factory=list)  # (step index t, env n, return, length) per finished episode
+    episodes: list = field(default_factory=list)  # (step index t, env n, return, length) per
+                                                  # finished episode
 
 
 def collect_rollout(envs, policy: Callable[[np.ndarray], np.ndarray], next_obs: np.ndarray,
@@ -252,13 +271,13 @@ def collect_rollout(envs, policy: Callable[[np.ndarray], np.ndarray], next_obs: 
 
     Every row holds one transition: s_t, a_t, r_t, the flags the env returned for a_t and the TRUE
     next state s_{t+1} (``final_obs``, before any auto-reset). Hence the done-index convention:
-    ``terminated[t]`` masks V(final_obs[t]); ``terminated[t] or truncated[t]`` stops GAE between rows
-    t and t+1. (CleanRL stores ``dones[t+1]`` next to the *next* observation: the same information,
-    shifted by one row.) In the TD residual delta_t = r_t + gamma V(s_{t+1}) - V(s_t) (GAE paper,
-    Schulman et al. 2016, arXiv:1506.02438, sec. 3): terminated means s_{t+1} is terminal, V = 0;
-    truncated means only the clock ran out, s_{t+1} is an ordinary state, V(final_obs) is used.
-    Treating truncation as termination (CleanRL's ``ppo.py`` does) teaches the critic that a pole
-    still balanced at step 500 is worth nothing.
+    ``terminated[t]`` masks V(final_obs[t]); ``terminated[t] or truncated[t]`` stops GAE between
+    rows t and t+1. (CleanRL stores ``dones[t+1]`` next to the *next* observation: the same
+    information, shifted by one row.) In the TD residual delta_t = r_t + gamma V(s_{t+1}) - V(s_t)
+    (GAE paper, Schulman et al. 2016, arXiv:1506.02438, sec. 3): terminated means s_{t+1} is
+    terminal, V = 0; truncated means only the clock ran out, s_{t+1} is an ordinary state,
+    V(final_obs) is used. Treating truncation as termination (CleanRL's ``ppo.py`` does) teaches the
+    critic that a pole still balanced at step 500 is worth nothing.
     """
     n = envs.num_envs
     obs_dim = next_obs.shape[-1]
@@ -276,19 +295,21 @@ def collect_rollout(envs, policy: Callable[[np.ndarray], np.ndarray], next_obs: 
         nxt, rewards[t], terminated[t], truncated[t], info = envs.step(actions[t])
         final_obs[t] = info["final_obs"]
         for i in np.flatnonzero(info["final_mask"]):
-            episodes.append((t, int(i), float(info["episode_return"][i]), int(info["episode_length"][i])))
+            episodes.append((t, int(i), float(info["episode_return"][i]),
+                             int(info["episode_length"][i])))
         current = nxt.astype(np.float64)
     return Rollout(obs, actions, rewards, terminated, truncated, final_obs, current, episodes)
 
 
-def rollout_advantages(rollout: Rollout, value_fn: Callable[[np.ndarray], np.ndarray], gamma: float, lam: float):
-    """``(values, next_values, adv, returns)``, each (T, N): V(s_t), V(s_{t+1}) of the TRUE next state
-    (``final_obs``; equal to ``values[t + 1]`` where step t neither terminated nor truncated), and GAE
-    from :func:`minippo.rl.gae.gae_classic`.
+def rollout_advantages(rollout: Rollout, value_fn: Callable[[np.ndarray], np.ndarray],
+                       gamma: float, lam: float):
+    """``(values, next_values, adv, returns)``, each (T, N): V(s_t), V(s_{t+1}) of the TRUE next
+    state (``final_obs``; equal to ``values[t + 1]`` where step t neither terminated nor truncated),
+    and GAE from :func:`minippo.rl.gae.gae_classic`.
 
-    ``value_fn(obs (M, D)) -> (M,)`` is the critic, called once on all T*N observations and once on all
-    T*N true next observations: the critic is frozen during the rollout, so these batched calls give
-    the numbers a step-by-step evaluation would.
+    ``value_fn(obs (M, D)) -> (M,)`` is the critic, called once on all T*N observations and once on
+    all T*N true next observations: the critic is frozen during the rollout, so these batched calls
+    give the numbers a step-by-step evaluation would.
     """
     T, N, D = rollout.obs.shape
     values = value_fn(rollout.obs.reshape(T * N, D)).reshape(T, N)                # (T, N)
@@ -303,9 +324,10 @@ def rollout_advantages(rollout: Rollout, value_fn: Callable[[np.ndarray], np.nda
 # ----------------------------------------------------------------------------------------------
 
 def ppo_loss_and_grads(params, obs, actions, logp_old, adv, returns, values_old, config):
-    """Eq. (9) of the PPO paper as a loss to minimise, ``L^CLIP_loss + c1 L^VF - c2 mean(H[pi(.|s_t)])``,
-    on one minibatch, its gradient with respect to every parameter (the chain rule written out:
-    d loss / d logits of policy and entropy into the actor, c1 d L^VF / d values into the critic), and stats.
+    """Eq. (9) of the PPO paper as a loss to minimise,
+    ``L^CLIP_loss + c1 L^VF - c2 mean(H[pi(.|s_t)])``, on one minibatch, its gradient with respect
+    to every parameter (the chain rule written out: d loss / d logits of policy and entropy into
+    the actor, c1 d L^VF / d values into the critic), and stats.
 
     Parameters
     ----------
@@ -336,7 +358,8 @@ def ppo_loss_and_grads(params, obs, actions, logp_old, adv, returns, values_old,
     # critic: L^VF, clipped around the rollout's values or plain
     values, critic_cache = critic_values(params, obs)                 # (B,)
     if config.value_clip:
-        v_loss, dvalues, _ = clipped_value_loss(values, values_old, returns, clip_eps=config.clip_eps_value)
+        v_loss, dvalues, _ = clipped_value_loss(values, values_old, returns,
+                                                clip_eps=config.clip_eps_value)
     else:
         v_loss, dvalues, _ = value_loss(values, returns)
     entropy = float(ent.mean())
@@ -356,7 +379,8 @@ def ppo_loss_and_grads(params, obs, actions, logp_old, adv, returns, values_old,
         "losses/value_loss": float(v_loss),
         "losses/entropy": entropy,
         "losses/approx_kl": float(pg_stats["approx_kl"]),
-        "losses/old_approx_kl": float(np.mean(logp_old - logp)),     # k1 = mean(-log r), CleanRL's old_approx_kl
+        # k1 = mean(-log r), CleanRL's old_approx_kl
+        "losses/old_approx_kl": float(np.mean(logp_old - logp)),
         "losses/clipfrac": float(pg_stats["clipfrac"]),
     }
     return float(loss), grads, stats

@@ -57,12 +57,14 @@ class Box:
     unbounded on both sides, a shifted exponential on half-bounded ones.
     """
 
-    def __init__(self, low: np.ndarray, high: np.ndarray, dtype=np.float32, seed: int | None = None):
+    def __init__(self, low: np.ndarray, high: np.ndarray, dtype=np.float32,
+                 seed: int | None = None):
         self.dtype = np.dtype(dtype)
         self.low = np.asarray(low, dtype=self.dtype)      # (D,)
         self.high = np.asarray(high, dtype=self.dtype)    # (D,)
         if self.low.shape != self.high.shape:
-            raise ValueError(f"`low` has shape {self.low.shape} but `high` has shape {self.high.shape}")
+            raise ValueError(f"`low` has shape {self.low.shape} but `high` has shape "
+                             f"{self.high.shape}")
         if (self.low > self.high).any():
             raise ValueError("`low` must be <= `high` everywhere")
         self.shape = self.low.shape

@@ -33,7 +33,8 @@ from minippo.checks import check_int_array, check_range
 
 
 class SyncVectorEnv:
-    """Step ``num_envs`` envs made by ``make_env`` one after the other, auto-resetting finished ones.
+    """Step ``num_envs`` envs made by ``make_env`` one after the other, auto-resetting
+    finished ones.
 
     Parameters
     ----------
@@ -44,13 +45,15 @@ class SyncVectorEnv:
     def __init__(self, make_env: Callable[[], object], num_envs: int):
         check_range("num_envs", num_envs, 1, None, integer=True)
         if not callable(make_env):
-            raise TypeError(f"`make_env` must be a zero-argument callable returning an env, got {make_env!r}")
+            raise TypeError(f"`make_env` must be a zero-argument callable returning an env, "
+                            f"got {make_env!r}")
         self.envs = [make_env() for _ in range(num_envs)]
         self.num_envs = int(num_envs)
         self.single_observation_space = self.envs[0].observation_space
         self.single_action_space = self.envs[0].action_space
         if not hasattr(self.single_action_space, "n"):
-            raise ValueError("`make_env` must build an env with a discrete action space (one with `.n`)")
+            raise ValueError("`make_env` must build an env with a discrete action space "
+                             "(one with `.n`)")
         self.obs_dtype = np.dtype(getattr(self.single_observation_space, "dtype", np.float32))
         self._returns = np.zeros(self.num_envs)                   # (N,) running episode return
         self._lengths = np.zeros(self.num_envs, dtype=np.int64)   # (N,) running episode length
@@ -107,7 +110,8 @@ class SyncVectorEnv:
             "episode_length": episode_length,
             "env_infos": env_infos,
         }
-        return np.stack(obs).astype(self.obs_dtype, copy=False), rewards, terminated, truncated, info
+        return (np.stack(obs).astype(self.obs_dtype, copy=False), rewards, terminated, truncated,
+                info)
 
     def close(self) -> None:
         for env in self.envs:

@@ -1,4 +1,5 @@
-"""The multilayer perceptron of classic control: linear -> tanh -> ... -> linear, hand-written backprop.
+"""The multilayer perceptron of classic control: linear -> tanh -> ... -> linear, hand-written
+backprop.
 
 CleanRL's CartPole agent is two such networks, ``4 -> 64 -> 64 -> 2`` (actor: action logits) and
 ``4 -> 64 -> 64 -> 1`` (critic: the state value), each initialised orthogonally (Saxe et al. 2014)
@@ -21,7 +22,8 @@ from minippo.checks import check_float_array, check_range
 from minippo.nn.layers import linear_backward, linear_forward, tanh_backward, tanh_forward
 
 
-def orthogonal(d_in: int, d_out: int, gain: float, rng: np.random.Generator, dtype=np.float64) -> np.ndarray:
+def orthogonal(d_in: int, d_out: int, gain: float, rng: np.random.Generator,
+               dtype=np.float64) -> np.ndarray:
     """A ``(d_in, d_out)`` weight with orthonormal rows or columns, times ``gain``.
 
     The recipe of ``torch.nn.init.orthogonal_``: QR-decompose a Gaussian matrix of shape
@@ -40,8 +42,10 @@ def orthogonal(d_in: int, d_out: int, gain: float, rng: np.random.Generator, dty
 
 
 def mlp_init(sizes: Sequence[int], rng: np.random.Generator, *, out_gain: float,
-             hidden_gain: float = math.sqrt(2.0), prefix: str = "", dtype=np.float64) -> dict[str, np.ndarray]:
-    """Orthogonally initialised weights and zero biases for layer widths ``sizes = [Din, H, ..., Dout]``."""
+             hidden_gain: float = math.sqrt(2.0), prefix: str = "",
+             dtype=np.float64) -> dict[str, np.ndarray]:
+    """Orthogonally initialised weights and zero biases for layer widths
+    ``sizes = [Din, H, ..., Dout]``."""
     if len(sizes) < 2:
         raise ValueError(f"`sizes` needs at least an input and an output width, got {list(sizes)}")
     params = {}
@@ -63,7 +67,8 @@ def mlp_num_layers(params: Mapping[str, np.ndarray], prefix: str = "") -> int:
     return n
 
 
-def mlp_forward(params: Mapping[str, np.ndarray], x: np.ndarray, prefix: str = "", *, check: bool = True):
+def mlp_forward(params: Mapping[str, np.ndarray], x: np.ndarray, prefix: str = "", *,
+                check: bool = True):
     """``out = W_{L-1} tanh(... tanh(x W_0 + b_0) ...) + b_{L-1}`` (no nonlinearity on the output).
 
     Parameters
@@ -92,7 +97,8 @@ def mlp_forward(params: Mapping[str, np.ndarray], x: np.ndarray, prefix: str = "
 
 
 def mlp_backward(dout: np.ndarray, cache):
-    """Backward of :func:`mlp_forward`: ``(dx (B, Din), grads)`` with ``grads`` keyed like ``params``."""
+    """Backward of :func:`mlp_forward`: ``(dx (B, Din), grads)`` with ``grads`` keyed like
+    ``params``."""
     prefix, caches = cache
     grads = {}
     dh = dout                                                      # (B, Dout)
