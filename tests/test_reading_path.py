@@ -167,6 +167,7 @@ def test_one_cartpole_update_reads_in_few_files():
     outside = [f for f in path if not f.startswith("nn/") and f not in CLASSIC_ENV]
     assert "classic/ppo.py" in path and "nn/optim.py" in path, "the update measured must include its steps"
     assert len(outside) <= CLASSIC_BOUNDS["files_outside_nn_env"], show("one CartPole update", path)
+    assert not long_lines(path), "\n".join(long_lines(path))
 
 
 if __name__ == "__main__":
