@@ -326,8 +326,14 @@ def main(argv: list[str]) -> int:
             else:
                 raise res.ResultsError(f"--keys {args.keys}: expected a lesson number, a job ('main', 'rlvr') or "
                                        "lNN-full")
+            if target not in res.JOBS:
+                res.module_of(target)                # a lesson that does not exist: the error names them
+        except res.ResultsError as exc:          # the command line names no target: 2
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        try:
             data = res.load(target)
-        except res.ResultsError as exc:
+        except res.ResultsError as exc:          # the target's file is missing or stale: 1
             print(f"error: {exc}", file=sys.stderr)
             return 1
         for key, value in data["values"].items():

@@ -717,9 +717,9 @@ def main(argv: list[str], resolve=None) -> int:
             targets = all_targets(args.full)
         else:
             targets = [name_target(w, args.full, resolve) for w in args.which]
-    except ResultsError as exc:
+    except ResultsError as exc:          # a target the command line names wrongly, or refused: 2
         print(f"error: {exc}", file=sys.stderr)
-        return 2 if args.add_machine else 1
+        return 2
     t0 = time.process_time()
     for target in targets:
         try:

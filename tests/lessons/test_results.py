@@ -318,9 +318,16 @@ def test_full_for_a_lesson_without_a_full_part_is_a_one_line_error(capsys):
     from lessons.__main__ import main
     for argv in (["results", "5", "--full"], ["results", "l05-full"], ["results", "main", "--full"],
                  ["quote", "--keys", "5", "--full"]):
-        assert main(argv) == 1, argv
+        assert main(argv) == 2, argv              # a command-line mistake: exit 2, one line
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: ") and "\n" not in err and "--full results" in err, (argv, err)
+    for argv in (["quote", "--keys", "99"], ["quote", "--keys", "nosuch"]):
+        assert main(argv) == 2, argv              # a target that does not exist: named, exit 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and "\n" not in err, (argv, err)
+    with pytest.raises(SystemExit) as exit_:      # the lesson resolver's parser.error: also exit 2
+        main(["results", "l99"])
+    assert exit_.value.code == 2 and "no lesson matches 'l99'" in capsys.readouterr().err
     with pytest.raises(res.ResultsError, match="l05 has no --full results: lessons with them are "
                        + ", ".join(t[1:] for t in res.FULL)):
         res.name_target("5", True, lambda w: "lessons.l05_penalty_vs_clip")
