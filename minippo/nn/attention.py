@@ -92,7 +92,7 @@ def sdpa_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarra
 
     Returns
     -------
-    y : (B, H, T, hs), a view of memory laid out (B, T, H, hs): :func:`merge_heads` needs no copy
+    y : (B, H, T, hs), a view of memory laid out (B, T, H, hs): merging the heads needs no copy
     cache : SDPACache
     """
     B, H, T, hs = q.shape
@@ -123,20 +123,6 @@ def sdpa_backward(dy: np.ndarray, cache):
 # the sublayer: qkv = x W_attn + b; heads; sdpa; merge; out = y W_proj + b
 # ----------------------------------------------------------------------------------------------
 
-def split_heads(qkv: np.ndarray, n_head: int):
-    """(B, T, 3C) -> three (B, H, T, hs) views (no copy): q, k, v."""
-    B, T, C3 = qkv.shape
-    C = C3 // 3
-    heads = qkv.reshape(B, T, 3, n_head, C // n_head).transpose(2, 0, 3, 1, 4)  # (3, B, H, T, hs)
-    return heads[0], heads[1], heads[2]
-
-
-def merge_heads(y: np.ndarray) -> np.ndarray:
-    """(B, H, T, hs) -> (B, T, C), contiguous."""
-    B, H, T, hs = y.shape
-    return np.ascontiguousarray(y.transpose(0, 2, 1, 3)).reshape(B, T, H * hs)
-
-
 def attention_forward(x: np.ndarray, w_attn: np.ndarray, b_attn: np.ndarray, w_proj: np.ndarray,
                       b_proj: np.ndarray, n_head: int, allowed: np.ndarray, kv=None):
     """Causal multi-head self-attention (GPT-2's ``attn`` sublayer), over the whole sequence or,
@@ -161,15 +147,18 @@ def attention_forward(x: np.ndarray, w_attn: np.ndarray, b_attn: np.ndarray, w_p
     cache : AttentionCache; ``cache.sdpa.k``, ``cache.sdpa.v`` are the keys and values attended
         to (B, H, S, hs), which a KV cache stores
     """
+    B, T, C = x.shape
     qkv, c_attn = linear_forward(x, w_attn, b_attn)   # (B, T, 3C)
-    q, k, v = split_heads(qkv, n_head)                # each (B, H, T, hs)
+    # split the heads: three (B, H, T, hs) views of qkv, no copy
+    q, k, v = qkv.reshape(B, T, 3, n_head, C // n_head).transpose(2, 0, 3, 1, 4)
     if kv is not None:                                # append to the cache, attend to all of it
         k_cache, v_cache, t = kv
-        T = x.shape[1]
         k_cache[:, :, t:t + T], v_cache[:, :, t:t + T] = k, v
         k, v = k_cache[:, :, :t + T], v_cache[:, :, :t + T]      # (B, H, t + T, hs)
     y, c_sdpa = sdpa_forward(q, k, v, allowed)        # (B, H, T, hs)
-    out, c_proj = linear_forward(merge_heads(y), w_proj, b_proj)  # (B, T, C)
+    # merge the heads: (B, T, C), a copy-free reshape (y is laid out (B, T, H, hs))
+    y = np.ascontiguousarray(y.transpose(0, 2, 1, 3)).reshape(B, T, C)
+    out, c_proj = linear_forward(y, w_proj, b_proj)   # (B, T, C)
     return out, AttentionCache(c_attn, c_sdpa, c_proj)
 
 
@@ -184,7 +173,7 @@ def attention_backward(dout: np.ndarray, cache):
     dy_heads = dy.reshape(B, T, H, C // H).transpose(0, 2, 1, 3)  # (B, H, T, hs) = d merge(y)
     # y = sdpa(q, k, v)
     dq, dk, dv = sdpa_backward(dy_heads, c_sdpa)
-    # q, k, v = split_heads(qkv): write the three gradients back side by side
+    # q, k, v = the heads of qkv: write the three gradients back side by side
     dqkv = np.empty((B, T, 3, H, C // H), dtype=dy.dtype)   # (B, T, 3, H, hs)
     dqkv[:, :, 0] = dq.transpose(0, 2, 1, 3)
     dqkv[:, :, 1] = dk.transpose(0, 2, 1, 3)

@@ -338,6 +338,13 @@ def passes_per_iteration(cfg, decode_steps: int | None = None) -> dict[str, dict
     return out
 
 
+def _backward_rows(args, kwargs) -> int:
+    """B of a ``backward(cache, dlogits=None, dscalar=None)`` call: the rows of the gradient it is
+    given (dlogits (B, T, V) or dscalar (B, T)), whatever the model's cache holds."""
+    given = [kwargs.get("dlogits"), kwargs.get("dscalar"), *args[1:3]]
+    return next(int(np.shape(g)[0]) for g in given if g is not None)
+
+
 class PassCounter:
     """Count (and time) the passes real TinyGPT instances make, to check :func:`passes_per_iteration`.
 
@@ -398,8 +405,7 @@ class PassCounter:
             c, t, busy = self.counts[name], self.seconds[name], [False]
             self._wrap(model, "forward", c, t, "forward", "forward",
                        lambda a, k: np.shape(a[0])[0], busy)                  # idx (B, T)
-            self._wrap(model, "backward", c, t, "backward", "backward",
-                       lambda a, k: a[0].x.shape[0], busy)                    # cache.x (B, T, C)
+            self._wrap(model, "backward", c, t, "backward", "backward", _backward_rows, busy)
             self._wrap(model, "prefill", c, t, "prefill", "prefill", busy=busy)
             self._wrap(model, "decode_step", c, t, "decode", "decode", busy=busy)
         for name, (obj, method) in self.methods.items():

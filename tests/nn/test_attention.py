@@ -5,8 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from minippo.nn.attention import (attention_allowed, attention_backward, attention_forward,
-                                  merge_heads, split_heads)
+from minippo.nn.attention import attention_allowed, attention_backward, attention_forward
 from minippo.nn.gradcheck import assert_gradients
 
 # one row of each kind: no padding, left padding, right padding, both
@@ -63,13 +62,6 @@ def test_forward_matches_loop_reference():
     p = _params()
     out, _ = _forward(p, attention_allowed(ATTN_MASK))
     np.testing.assert_allclose(out, _loop_reference(p, ATTN_MASK), rtol=1e-12, atol=1e-12)
-
-
-def test_split_merge_heads_roundtrip():
-    qkv = np.arange(2 * 3 * 12, dtype=float).reshape(2, 3, 12)
-    q, k, v = split_heads(qkv, 2)
-    assert q.shape == (2, 2, 3, 2)
-    np.testing.assert_array_equal(merge_heads(k), qkv[..., 4:8])
 
 
 def test_gradients_with_padding_mask():
