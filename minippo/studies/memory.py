@@ -340,9 +340,10 @@ def passes_per_iteration(cfg, decode_steps: int | None = None) -> dict[str, dict
 
 def _backward_rows(args, kwargs) -> int:
     """B of a ``backward(cache, dlogits=None, dscalar=None)`` call: the rows of the gradient it is
-    given (dlogits (B, T, V) or dscalar (B, T)), whatever the model's cache holds."""
+    given (dlogits (B, T, V) or dscalar (B, T); 0 without either), whatever the model's cache
+    holds."""
     given = [kwargs.get("dlogits"), kwargs.get("dscalar"), *args[1:3]]
-    return next(int(np.shape(g)[0]) for g in given if g is not None)
+    return next((int(np.shape(g)[0]) for g in given if g is not None), 0)
 
 
 class PassCounter:
