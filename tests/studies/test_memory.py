@@ -181,3 +181,11 @@ def test_passes_per_iteration_match_the_trainer(critic, ptx_coef):
     assert ("critic" in pc.counts) == (critic == "separate")
     with pytest.raises(ValueError, match="`decode_steps`"):
         passes_per_iteration(cfg, cfg.max_new_tokens)
+
+
+def test_a_backward_s_rows_are_read_from_the_gradient_it_is_given():
+    from minippo.studies.memory import _backward_rows
+    cache = ("any cache, e.g. a clamped critic's (cache, inside)", None)
+    assert _backward_rows((cache,), {"dscalar": np.zeros((3, 5))}) == 3
+    assert _backward_rows((cache, np.zeros((4, 2, 7))), {}) == 4          # dlogits by position
+    assert _backward_rows((cache,), {"dlogits": None, "dscalar": None}) == 0
