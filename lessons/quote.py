@@ -174,7 +174,7 @@ def render(q: Quote, sources: Sources, in_block: bool = False) -> str:
 
 
 def runs_text(data: dict) -> str:
-    """``over 3 BLAS kernels x 2 seeds`` (one CPU); ``over 6 runs: 2 CPUs, 2 BLAS kernels, seeds 0-1`` when
+    """``over 3 BLAS kernels x 2 seeds`` (one CPU); ``over 6 runs: 2 CPUs, 2 BLAS kernels, seeds 0, 1`` when
     runs on another CPU were added (``python -m lessons results N --add-machine``)."""
     runs = data["runs"]
     kernels = len({r["kernel"] for r in runs})
@@ -326,8 +326,6 @@ def main(argv: list[str]) -> int:
             else:
                 raise res.ResultsError(f"--keys {args.keys}: expected a lesson number, a job ('main', 'rlvr') or "
                                        "lNN-full")
-            if target not in res.JOBS:
-                res.module_of(target)                # a lesson that does not exist: the error names them
         except res.ResultsError as exc:          # the command line names no target: 2
             print(f"error: {exc}", file=sys.stderr)
             return 2

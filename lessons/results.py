@@ -741,10 +741,12 @@ def name_target(word: str, full: bool, resolve=None) -> str:
             raise ResultsError(f"{word} has no --full results (a job's file is its default size)")
         return word
     if is_full(word):
-        module_of(word)                               # an unknown lesson, or one without --full results
-        return word
-    target = target_of(resolve(word)) if resolve else word
-    return full_target(target) if full else target
+        target = word
+    else:
+        target = target_of(resolve(word)) if resolve else word
+        target = full_target(target) if full else target
+    module_of(target)                     # an unknown lesson, or one without --full results: named, refused
+    return target
 
 
 def child(argv: list[str]) -> int:
