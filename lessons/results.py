@@ -369,7 +369,8 @@ def run_rlvr_methods(seed: int) -> dict:
                     all_wrong=ev["all_wrong"])
 
     out = {"teacher_accuracy": None, "sft": None}
-    config = {"sft": stage_configs(False, seed)[0].to_dict(), "eval": stage_configs(False, seed)[2]}
+    sft_cfg, _, eval_cfg = stage_configs(False, seed)
+    config = {"sft": sft_cfg.to_dict(), "eval": eval_cfg}
     quiet = lambda *a: None                                                             # noqa: E731
     with tempfile.TemporaryDirectory() as folder:
         runs = [(m, Path(folder) / "run", m, None) for m in RLVR_METHODS]
