@@ -199,5 +199,4 @@ def sampled_rollout(state: PPOState, cfg: CorrectedConfig, sampler, prompt_ids,
     _, values, _ = forward_response(state.critic, gen.sequences, gen.attn_mask, gen.prompt_len,
                                     scalar=True)                                   # (B, Tn) V(s_t)
     ro = score(state, cfg, gen, values.astype(np.float64))
-    return CorrectedRollout(**{f.name: getattr(ro, f.name) for f in fields(ro)},
-                            logp_sampler=gen.logp_sampler)
+    return CorrectedRollout(**ro.arrays(), logp_sampler=gen.logp_sampler)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import io
 import random
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -67,6 +67,11 @@ class Rollout:
     non_score_reward: np.ndarray | None = None
     adv: np.ndarray | None = None
     returns: np.ndarray | None = None
+    # what the models read, set from the fields above when the rollout is built (as in Generation)
+    sequences: np.ndarray = field(init=False, repr=False)   # (B, T) prompt_ids ++ response
+    attn_mask: np.ndarray = field(init=False, repr=False)   # (B, T) prompt_mask ++ response_mask
+    batch_size: int = field(init=False)     # B
+    prompt_len: int = field(init=False)     # Tp: the column of ``sequences`` where responses start
 
     def __post_init__(self):
         m = self.response_mask != 0
@@ -74,27 +79,11 @@ class Rollout:
             a = getattr(self, name)
             if a is not None:
                 setattr(self, name, np.where(m, a, 0).astype(a.dtype, copy=False))
+        self.sequences = np.concatenate([self.prompt_ids, self.response], axis=1)
+        self.attn_mask = np.concatenate([self.prompt_mask, self.response_mask], axis=1)
+        self.batch_size, self.prompt_len = self.prompt_ids.shape
 
-    # ---- shapes and derived arrays ------------------------------------------------------------
-    @property
-    def batch_size(self) -> int:
-        return self.response.shape[0]
-
-    @property
-    def prompt_len(self) -> int:
-        """Tp: the column of ``sequences`` where the response starts."""
-        return self.prompt_ids.shape[1]
-
-    @property
-    def sequences(self) -> np.ndarray:
-        """(B, Tp + Tn) ``prompt_ids ++ response``."""
-        return np.concatenate([self.prompt_ids, self.response], axis=1)
-
-    @property
-    def attn_mask(self) -> np.ndarray:
-        """(B, Tp + Tn) ``prompt_mask ++ response_mask``."""
-        return np.concatenate([self.prompt_mask, self.response_mask], axis=1)
-
+    # ---- derived arrays -----------------------------------------------------------------------
     @property
     def lengths(self) -> np.ndarray:
         """(B,) response tokens per row (EOS included)."""
@@ -120,12 +109,13 @@ class Rollout:
     def take(self, idx) -> "Rollout":
         """The sub-batch of rows ``idx`` (a minibatch); arrays are copies, None stays None."""
         idx = np.asarray(idx)
-        arrays = {f.name: getattr(self, f.name) for f in fields(self)}
+        arrays = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
         return replace(self, **{k: (None if a is None else a[idx]) for k, a in arrays.items()})
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """Every stored array by name (None fields left out)."""
-        arrays = {f.name: getattr(self, f.name) for f in fields(self)}
+        """Every stored array by name (None fields and the derived ``sequences``, ``attn_mask`` left
+        out)."""
+        arrays = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
         return {k: a for k, a in arrays.items() if a is not None}
 
     def save_npz(self, path) -> None:

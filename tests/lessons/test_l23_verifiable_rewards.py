@@ -119,7 +119,8 @@ def test_l23_full_overlong_verdicts_follow_the_numbers():
     """(e) at the quick size with --full: each verdict recomputed from the raw evaluations; the punishment's
     metrics are what eq. (13) gives (mean in [-1, 0], share in [0, 1]); at DAPO's budget no quick answer is
     long enough to be punished on the Xeon, and a run with no punished answer is GRPO's, bitwise: the same
-    evaluation (on the AMD EPYC a quick answer reaches that budget: its run differs, as it should)."""
+    evaluation (on the AMD EPYC a quick answer reaches that budget: its run differs, as it should; the identity
+    is shown on every CPU by tests/rlhf/test_dynamic_sampling.py::test_a_budget_no_answer_reaches_is_grpo_bitwise)."""
     r = lesson.run(quick=True, seed=0, full=True)
     want, V = expected_outcomes(r), by_key(lesson.verdicts(r))
     assert set(want) == set(V) and {k for k in V if k.startswith("overlong_")} == {

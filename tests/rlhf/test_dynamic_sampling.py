@@ -190,6 +190,25 @@ def test_the_overlong_punishment_is_added_to_the_score_before_the_advantages(est
     assert update["dapo/overlong_penalty"] == pen.mean() and update["dapo/overlong_share"] == np.mean(pen < 0)
 
 
+def test_a_budget_no_answer_reaches_is_grpo_bitwise():
+    """L_max - L_cache = max_new_tokens: no answer can be punished (R_length = 0 up to L_max - L_cache,
+    the longest answers sit on that edge), so the iteration is GRPO's without the punishment, bitwise: the
+    rollout, the update's history and the parameters after it; only the two dapo/overlong metrics are added,
+    both 0. (Lesson 23's --full run shows this on a CPU where no quick answer reaches DAPO's budget; this test
+    shows it on every CPU.)"""
+    off = config()
+    on = config(overlong_max_len=off.max_new_tokens + 2, overlong_cache_len=2)
+    sft, rm, tok = ending_world()
+    state, twin = state_of(on, sft, rm, tok, seed=4), state_of(off, sft, rm, tok, seed=4)
+    ro, update = grpo_iteration(state, on)
+    want, want_update = grpo_iteration(twin, off)
+    assert ro.lengths.max() == off.max_new_tokens, "no answer on the edge: choose another seed"
+    assert update["dapo/overlong_penalty"] == 0.0 and update["dapo/overlong_share"] == 0.0
+    assert_same_iteration(state, twin, ro, update, want, want_update["history"])
+    assert {k: v for k, v in update.items() if not k.startswith(("dapo/overlong", "clock"))} == {
+        k: v for k, v in want_update.items() if not k.startswith("clock")}
+
+
 def test_dynamic_sampling_filters_on_the_punished_scores():
     """A reward model that gives every answer 0: a group carries a signal only through its lengths' R_length,
     and the one-round filter's share of zero-variance groups is that of the hand-computed penalties."""

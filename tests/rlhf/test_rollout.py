@@ -73,6 +73,13 @@ def test_take_and_minibatches():
     sub = ro.take([1])
     assert sub.batch_size == 1 and sub.rewards is None
     np.testing.assert_array_equal(sub.response, ro.response[1:])
+    # what the models read is built from the rows taken, and is not a stored field of its own
+    for r in (ro, sub):
+        np.testing.assert_array_equal(r.sequences, np.concatenate([r.prompt_ids, r.response], axis=1))
+        np.testing.assert_array_equal(r.attn_mask,
+                                      np.concatenate([r.prompt_mask, r.response_mask], axis=1))
+        assert (r.batch_size, r.prompt_len) == r.prompt_ids.shape
+    assert not {"sequences", "attn_mask", "batch_size", "prompt_len"} & set(ro.arrays())
     rng = np.random.default_rng(3)
     mbs = minibatches(12, 4, rng)
     assert len(mbs) == 3 and sorted(np.concatenate(mbs).tolist()) == list(range(12))
