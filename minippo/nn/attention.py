@@ -39,20 +39,15 @@ from minippo.nn.layers import (gelu_backward, gelu_forward, layernorm_backward, 
 LN_EPS = 1e-5   # LayerNorm's epsilon (GPT-2)
 
 
-class SDPACache(NamedTuple):
-    """What :func:`sdpa_backward` needs: q (B, H, T, hs), k, v (B, H, S, hs), att (B, H, T, S)."""
+class AttentionCache(NamedTuple):
+    """What :func:`attention_backward` needs: the caches of the two linear layers, and q (B, H, T,
+    hs), k, v (B, H, S, hs) (the keys and values attended to, which a KV cache stores) and att
+    (B, H, T, S) of the core."""
+    c_attn: tuple
     q: np.ndarray
     k: np.ndarray
     v: np.ndarray
     att: np.ndarray
-    scale: float
-
-
-class AttentionCache(NamedTuple):
-    """What :func:`attention_backward` needs: the caches of the two linear layers and of the core
-    (whose k, v a KV cache stores)."""
-    c_attn: tuple
-    sdpa: SDPACache
     c_proj: tuple
 
 
@@ -78,49 +73,8 @@ def attention_allowed(attn_mask: np.ndarray, T: int | None = None) -> np.ndarray
 
 
 # ----------------------------------------------------------------------------------------------
-# the core: y = softmax(q k^T / sqrt(hs) masked) v, on (B, H, T, hs) arrays
-# ----------------------------------------------------------------------------------------------
-
-def sdpa_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarray):
-    """Masked scaled dot-product attention on every (batch, head) at once.
-
-    Parameters
-    ----------
-    q : (B, H, T, hs)
-    k, v : (B, H, S, hs)
-    allowed : bool (B, T, S) or (1, T, S), shared by the heads; every row allows at least one key
-
-    Returns
-    -------
-    y : (B, H, T, hs), a view of memory laid out (B, T, H, hs): merging the heads needs no copy
-    cache : SDPACache
-    """
-    B, H, T, hs = q.shape
-    scale = 1.0 / math.sqrt(hs)
-    scores = q @ k.swapaxes(-1, -2)               # (B, H, T, S) one BLAS call per (batch, head)
-    # att = softmax(scale * scores + M), M = -inf where not allowed (in place on scores)
-    att, _ = masked_softmax_forward(scores, allowed, scale)
-    y = np.empty((B, T, H, hs), dtype=v.dtype).transpose(0, 2, 1, 3)   # (B, H, T, hs) view
-    np.matmul(att, v, out=y)                      # y = att @ v
-    return y, SDPACache(q, k, v, att, scale)
-
-
-def sdpa_backward(dy: np.ndarray, cache):
-    """Backward of :func:`sdpa_forward`; returns ``(dq, dk, dv)``."""
-    q, k, v, att, scale = cache                   # SDPACache
-    # y = att @ v  ->  datt = dy @ v.T,  dv = att.T @ dy
-    datt = dy @ v.swapaxes(-1, -2)                # (B, H, T, S)
-    dv = att.swapaxes(-1, -2) @ dy                # (B, H, S, hs)
-    # att = softmax(scale * scores + M)  ->  dscores (in place on datt)
-    ds = masked_softmax_backward(datt, att, scale)
-    # scores = q @ k.T  ->  dq = dscores @ k,  dk = dscores.T @ q
-    dq = ds @ k                                   # (B, H, T, hs)
-    dk = ds.swapaxes(-1, -2) @ q                  # (B, H, S, hs)
-    return dq, dk, dv
-
-
-# ----------------------------------------------------------------------------------------------
-# the sublayer: qkv = x W_attn + b; heads; sdpa; merge; out = y W_proj + b
+# the sublayer: qkv = x W_attn + b; heads; y = softmax(q k^T / sqrt(hs) + M) v; merge;
+# out = y W_proj + b
 # ----------------------------------------------------------------------------------------------
 
 def attention_forward(x: np.ndarray, w_attn: np.ndarray, b_attn: np.ndarray, w_proj: np.ndarray,
@@ -144,35 +98,45 @@ def attention_forward(x: np.ndarray, w_attn: np.ndarray, b_attn: np.ndarray, w_p
     Returns
     -------
     out : (B, T, C)
-    cache : AttentionCache; ``cache.sdpa.k``, ``cache.sdpa.v`` are the keys and values attended
-        to (B, H, S, hs), which a KV cache stores
+    cache : AttentionCache; ``cache.k``, ``cache.v`` are the keys and values attended to
+        (B, H, S, hs), which a KV cache stores
     """
     B, T, C = x.shape
+    hs = C // n_head
     qkv, c_attn = linear_forward(x, w_attn, b_attn)   # (B, T, 3C)
     # split the heads: three (B, H, T, hs) views of qkv, no copy
-    q, k, v = qkv.reshape(B, T, 3, n_head, C // n_head).transpose(2, 0, 3, 1, 4)
+    q, k, v = qkv.reshape(B, T, 3, n_head, hs).transpose(2, 0, 3, 1, 4)
     if kv is not None:                                # append to the cache, attend to all of it
         k_cache, v_cache, t = kv
         k_cache[:, :, t:t + T], v_cache[:, :, t:t + T] = k, v
         k, v = k_cache[:, :, :t + T], v_cache[:, :, :t + T]      # (B, H, t + T, hs)
-    y, c_sdpa = sdpa_forward(q, k, v, allowed)        # (B, H, T, hs)
-    # merge the heads: (B, T, C), a copy-free reshape (y is laid out (B, T, H, hs))
-    y = np.ascontiguousarray(y.transpose(0, 2, 1, 3)).reshape(B, T, C)
-    out, c_proj = linear_forward(y, w_proj, b_proj)   # (B, T, C)
-    return out, AttentionCache(c_attn, c_sdpa, c_proj)
+    scores = q @ k.swapaxes(-1, -2)               # (B, H, T, S) one BLAS call per (batch, head)
+    # att = softmax(scores / sqrt(hs) + M), M = -inf where not allowed (in place on scores)
+    att, _ = masked_softmax_forward(scores, allowed, 1.0 / math.sqrt(hs))
+    # y = att @ v, written into memory laid out (B, T, H, hs): merging the heads is a reshape
+    y = np.empty((B, T, n_head, hs), dtype=v.dtype)
+    np.matmul(att, v, out=y.transpose(0, 2, 1, 3))                      # (B, H, T, hs) view
+    out, c_proj = linear_forward(y.reshape(B, T, C), w_proj, b_proj)   # (B, T, C)
+    return out, AttentionCache(c_attn, q, k, v, att, c_proj)
 
 
 def attention_backward(dout: np.ndarray, cache):
     """Backward of :func:`attention_forward`; returns ``(dx, dw_attn, db_attn, dw_proj,
     db_proj)``."""
-    c_attn, c_sdpa, c_proj = cache
+    c_attn, q, k, v, att, c_proj = cache               # AttentionCache
     # out = merge(y) @ w_proj + b_proj
     dy, dw_proj, db_proj = linear_backward(dout, c_proj)   # (B, T, C)
     B, T, C = dy.shape
-    H = c_sdpa.q.shape[1]
-    dy_heads = dy.reshape(B, T, H, C // H).transpose(0, 2, 1, 3)  # (B, H, T, hs) = d merge(y)
-    # y = sdpa(q, k, v)
-    dq, dk, dv = sdpa_backward(dy_heads, c_sdpa)
+    H = q.shape[1]
+    dy = dy.reshape(B, T, H, C // H).transpose(0, 2, 1, 3)  # (B, H, T, hs) = d merge(y)
+    # y = att @ v  ->  datt = dy @ v.T,  dv = att.T @ dy
+    datt = dy @ v.swapaxes(-1, -2)                    # (B, H, T, S)
+    dv = att.swapaxes(-1, -2) @ dy                    # (B, H, S, hs)
+    # att = softmax(scores / sqrt(hs) + M)  ->  dscores (in place on datt)
+    ds = masked_softmax_backward(datt, att, 1.0 / math.sqrt(C // H))
+    # scores = q @ k.T  ->  dq = dscores @ k,  dk = dscores.T @ q
+    dq = ds @ k                                       # (B, H, T, hs)
+    dk = ds.swapaxes(-1, -2) @ q                      # (B, H, S, hs)
     # q, k, v = the heads of qkv: write the three gradients back side by side
     dqkv = np.empty((B, T, 3, H, C // H), dtype=dy.dtype)   # (B, T, 3, H, hs)
     dqkv[:, :, 0] = dq.transpose(0, 2, 1, 3)

@@ -418,7 +418,7 @@ class TinyGPT:
         for c_block in cache.blocks:                               # each layer's BlockCache
             kbuf = np.zeros((B, H, cfg.block_size, hs), dtype=cfg.dtype)
             vbuf = np.zeros_like(kbuf)
-            kbuf[:, :, :T], vbuf[:, :, :T] = c_block.attn.sdpa.k, c_block.attn.sdpa.v   # (B,H,T,hs)
+            kbuf[:, :, :T], vbuf[:, :, :T] = c_block.attn.k, c_block.attn.v   # (B,H,T,hs)
             kv.k.append(kbuf)
             kv.v.append(vbuf)
         am = np.ones((B, T), dtype=np.int8)
