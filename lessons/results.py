@@ -41,7 +41,10 @@ On another CPU a CPU-dependent target rounds differently even under the same ker
 seed noise, so its rerun may fall outside ranges measured on one machine. ``python -m lessons results N
 --add-machine`` (:func:`add_machine`) runs it on this machine (seed 0 under its own kernel unless ``--seeds`` /
 ``--kernels`` say otherwise) and adds those runs to the file, which keeps its reference run: the ranges widen to
-cover them, and the quotes say over how many CPUs they were measured.
+cover them, and the quotes say over how many CPUs they were measured. A change of a target's source that moves no
+number keeps its file, runs from other CPUs included: ``python -m lessons results N --unchanged-since REV``
+(:mod:`lessons.restamp`) runs seed 0 from the commit REV the file was made from and from the current source, and
+gives the file the current source's hash only if every number is the same, bit for bit.
 
 Keys naming a measurement of the run itself (times, peak memory, the matmul GFLOP/s and load average around it:
 :data:`MEASURED`) vary from run to run;
@@ -482,17 +485,25 @@ def add_verdict_values(values: dict, left_out: dict, verdicts: list[dict]) -> No
     left_out.update(extra_left)
 
 
-def run_in_subprocess(target: str, seed: int, kernel: str, log=print) -> dict:
-    """:func:`run_target` in a fresh Python with ``OPENBLAS_CORETYPE=kernel`` (``default``: unset, the CPU's
-    own choice); checks that OpenBLAS selected that kernel."""
+def tree_env(tree: Path, kernel: str = "default") -> dict:
+    """The environment of a run of the checkout ``tree`` (its ``lessons`` and ``minippo`` first on the path)
+    with ``OPENBLAS_CORETYPE=kernel`` (``default``: unset, the CPU's own choice)."""
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tree)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     if kernel != "default":
         env["OPENBLAS_CORETYPE"] = kernel
+    return env
+
+
+def run_in_subprocess(target: str, seed: int, kernel: str, log=print, tree: Path = REPO_ROOT) -> dict:
+    """:func:`run_target` in a fresh Python with ``OPENBLAS_CORETYPE=kernel`` (``default``: unset, the CPU's
+    own choice), from the checkout ``tree`` (default: this one); checks that OpenBLAS selected that kernel."""
+    env = tree_env(tree, kernel)
     with tempfile.TemporaryDirectory() as folder:
         out, log_file = Path(folder) / "run.json", Path(folder) / "run.log"
         with open(log_file, "w") as f:
             proc = subprocess.run([sys.executable, "-m", "lessons.results", "--child", target, str(seed),
-                                   str(out)], env=env, stdout=f, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+                                   str(out)], env=env, stdout=f, stderr=subprocess.STDOUT, cwd=tree)
         text = log_file.read_text(errors="replace")
         if proc.returncode != 0:
             raise ResultsError(f"{target} seed {seed} under OPENBLAS_CORETYPE={kernel} failed "
@@ -701,8 +712,24 @@ def main(argv: list[str], resolve=None) -> int:
     parser.add_argument("--add-machine", action="store_true",
                         help="keep the file and add this machine's runs (default: seed 0 under its own kernel) to "
                              "its runs and ranges: for a CPU-dependent lesson on a CPU its file does not list yet")
+    parser.add_argument("--unchanged-since", metavar="REV",
+                        help="keep the file through a change of its source that moves no number: seed 0 runs from "
+                             "the commit REV the file was made from and from the current source; only if every "
+                             "number is the same, bit for bit, does the file take the current source's hash "
+                             "(lessons/restamp.py)")
     args = parser.parse_args(argv)
     try:
+        if args.unchanged_since is not None:
+            from lessons.restamp import NumbersMoved, restamp
+            targets = ([t for t in all_targets(args.full) if staleness(t) is not None] if "stale" in args.which
+                       else [name_target(w, args.full, resolve) for w in args.which])
+            for target in targets:
+                try:
+                    restamp(target, args.unchanged_since, jobs=args.jobs)
+                except NumbersMoved as exc:              # measured, and refused: 1, as a failed generation
+                    print(f"error: {exc}", file=sys.stderr)
+                    return 1
+            return 0
         if args.add_machine:
             seeds = args.seeds if "--seeds" in argv else [0]
             kernels = args.kernels if "--kernels" in argv else ["default"]

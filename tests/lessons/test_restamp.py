@@ -1,0 +1,113 @@
+"""``python -m lessons results N --unchanged-since REV`` (lessons/restamp.py): a results file takes the current
+source's hash only when a run from REV and a run from the current source give every number bit for bit; a number
+that moved, a file not made from REV, a fresh file or an unknown commit is refused and the file is not touched."""
+import contextlib
+import json
+import math
+import shutil
+
+import pytest
+
+from lessons import restamp as rs
+from lessons import results as res
+
+TARGET = "l04"
+
+
+def run_record(values, cpu=1.0):
+    return {"seed": 0, "kernel": "Haswell", "values": dict(values), "left_out": {}, "verdicts": None,
+            "time": {"cpu": cpu, "wall": cpu}, "machine": {"cpu": "X", "matmul_gflops": 100.0, "load_average": 1.0}}
+
+
+@pytest.fixture
+def stale_copy(tmp_path, monkeypatch):
+    """A copy of l04's file in ``tmp_path`` whose source hash is that of 'the old source' (not the current one),
+    with the checkout, the import check and REV's hash replaced by stand-ins; returns ``(path, runs)``, where
+    ``runs`` lists the trees the runs came from."""
+    path = res.results_path(TARGET, tmp_path)
+    shutil.copy(res.results_path(TARGET), path)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["source_sha256"] = "old"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    runs = []
+
+    @contextlib.contextmanager
+    def checkout(commit):
+        yield tmp_path / "tree-of-" / commit
+
+    monkeypatch.setattr(rs, "checkout", checkout)
+    monkeypatch.setattr(rs, "check_imports", lambda tree: None)
+    monkeypatch.setattr(rs, "source_hash_at", lambda target, commit: "old")
+    monkeypatch.setattr(rs, "commit_of", lambda rev: "c0ffee" * 6 + "c0ff")
+    return path, runs
+
+
+def fake_runs(monkeypatch, runs, old_values, new_values):
+    def run(target, seed, kernel, log, tree=res.REPO_ROOT):
+        runs.append(tree)
+        return run_record(new_values if tree == res.REPO_ROOT else old_values, cpu=len(runs))
+    monkeypatch.setattr(res, "run_in_subprocess", run)
+
+
+def test_the_same_numbers_give_the_file_the_current_hash_and_keep_everything_else(stale_copy, monkeypatch):
+    path, runs = stale_copy
+    before = json.loads(path.read_text(encoding="utf-8"))
+    values = {"a": 0.1, "b": [1, 2], "c": float("nan"), "time.cpu": 3.0}
+    fake_runs(monkeypatch, runs, values, dict(values, **{"time.cpu": 9.0}))     # a measurement may differ
+    tmp_dir = path.parent
+    rs.restamp(TARGET, "HEAD~1", tmp_dir, log=lambda *a: None)
+    after = json.loads(path.read_text(encoding="utf-8"))
+    assert runs[0] != res.REPO_ROOT and runs[1] == res.REPO_ROOT          # one run from REV's tree, one from here
+    assert after["source_sha256"] == res.current_hash(TARGET)
+    assert {k: v for k, v in after.items() if k not in ("source_sha256", "restamps")} == \
+        {k: v for k, v in before.items() if k != "source_sha256"}
+    (stamp,) = after["restamps"]
+    assert stamp["from_source_sha256"] == "old" and stamp["to_source_sha256"] == res.current_hash(TARGET)
+    assert stamp["cpu_s"] == [1.0, 2.0] and stamp["values_compared"] == 4 and stamp["kernel"] == "Haswell"
+    assert res.staleness(TARGET, tmp_dir) is None
+
+
+@pytest.mark.parametrize("old, new, named", [
+    ({"a": 0.1}, {"a": math.nextafter(0.1, 1.0)}, f"a: 0.1 -> {math.nextafter(0.1, 1.0)!r}"),   # one ulp
+    ({"a": 1}, {"a": 1.0}, "a: 1 -> 1.0"),                                            # another type
+    ({"a": 1.0}, {"a": 1.0, "b": 2.0}, "b: '(missing)' -> 2.0"),                      # a new key
+])
+def test_a_number_that_moved_refuses_and_leaves_the_file_untouched(stale_copy, monkeypatch, old, new, named):
+    path, runs = stale_copy
+    before = path.read_bytes()
+    fake_runs(monkeypatch, runs, old, new)
+    with pytest.raises(rs.NumbersMoved, match="regenerate it with") as exc:
+        rs.restamp(TARGET, "HEAD~1", path.parent, log=lambda *a: None)
+    assert named in str(exc.value)
+    assert path.read_bytes() == before
+
+
+def test_a_file_not_made_from_rev_or_fresh_is_refused(stale_copy, monkeypatch):
+    path, runs = stale_copy
+    before = path.read_bytes()
+    monkeypatch.setattr(rs, "source_hash_at", lambda target, commit: "another")
+    with pytest.raises(res.ResultsError, match="was not made from the source at HEAD~3"):
+        rs.restamp(TARGET, "HEAD~3", path.parent, log=lambda *a: None)
+    assert path.read_bytes() == before and runs == []
+    with pytest.raises(res.ResultsError, match="is fresh .* nothing to restamp"):
+        rs.restamp(TARGET, "HEAD")                                     # the committed file, made from this source
+
+
+def test_the_command_refuses_an_unknown_commit_in_one_line(capsys, monkeypatch):
+    monkeypatch.setattr(res, "staleness", lambda *a, **k: "stale")
+    monkeypatch.setattr(rs, "restamp", lambda target, rev, **k: rs.commit_of(rev))
+    assert res.main(["l04", "--unchanged-since", "no-such-commit"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --unchanged-since no-such-commit: not a commit of this repository"]
+
+
+def test_a_checkout_of_head_runs_its_own_code_and_hashes_as_the_committed_source():
+    """The real worktree: a run from it imports its own lessons and minippo, and REV's hash of a lesson's source
+    is read from git (HEAD: the committed text, which a clean checkout has on disk)."""
+    commit = rs.commit_of("HEAD")
+    with rs.checkout(commit) as tree:
+        rs.check_imports(tree)
+        assert (tree / "lessons" / "l04_clip_objective.py").is_file()
+    assert not tree.exists()
+    committed = rs.git("show", f"{commit}:lessons/l04_clip_objective.py")
+    assert rs.source_hash_at(TARGET, commit) == res.source_hash(committed, "")
