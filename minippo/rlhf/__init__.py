@@ -9,14 +9,15 @@ The folder reads as the pipeline (``minippo rlhf`` runs it all, :mod:`.run.pipel
     rm_train.py      stage 2: training and normalising it (``minippo rm``)
     generate.py      sampling with the KV cache (full-softmax log-probs, one temperature)
     ppo.py           stage 3: ONE canonical PPO iteration, top to bottom (rollout -> rewards -> GAE -> K epochs
-                     x minibatches of eq. (9) -> KL controller); ppo_config.py its 25 hyperparameters
+                     x minibatches of eq. (9) -> KL controller), and at its end the experience buffer (Rollout: the
+                     per-token 7-tuple, ``to_table``), the prompts and the minibatches; ppo_config.py its
+                     25 hyperparameters
     grpo.py          stage 3 without a critic: ONE iteration of the group family (GRPO, Dr. GRPO, RLOO,
                      REINFORCE; clip-higher, GSPO's ratio, the KL as a loss), its GRPOConfig (``minippo grpo``)
     ppo_knobs.py     PPO with the knobs the lessons turn (KnobsConfig: shaping, PPO-ptx, shared critic,
                      value normalisation, the KL-adapted lr, ...): ``minippo ppo`` with a knob's flag
     dpo.py           stage 3 without RL: ONE DPO step on the reward model's preference pairs (``minippo dpo``);
                      dpo_config.py its hyperparameters
-    rollout.py       the experience buffer: the per-token 7-tuple, minibatches, ``to_table``
     critic.py        which network is the critic, its initialisation, value normalisation
     metrics.py       the glossary of every logged metric and how an iteration's numbers are summarised
     checkpoint.py    a model folder (safetensors + JSON + tokenizer), saved atomically; load_model
@@ -44,8 +45,8 @@ _LAZY = {
     "PPOTrainer": "minippo.rlhf.run.trainer",
     "run_ppo": "minippo.rlhf.run.trainer",
     "load_stages": "minippo.rlhf.run.trainer",
-    "Rollout": "minippo.rlhf.rollout",
-    "minibatches": "minippo.rlhf.rollout",
+    "Rollout": "minippo.rlhf.ppo",
+    "minibatches": "minippo.rlhf.ppo",
     "per_token_rewards": "minippo.rlhf.ppo",
     "sequence_scores": "minippo.rlhf.reward_model",
     "GLOSSARY": "minippo.rlhf.metrics",

@@ -45,9 +45,9 @@ from minippo.rl.masked import masked_whiten
 from minippo.rl.off_policy import LEVELS, MODES, off_policy_weights
 from minippo.rlhf.critic import init_bias_to_mean_score
 from minippo.rlhf.generate import LOGIT_PRECISIONS, generate
-from minippo.rlhf.ppo import PPOState, forward_response, per_token_rewards, ppo_update, score
+from minippo.rlhf.ppo import (PPOState, Rollout, forward_response, per_token_rewards, ppo_update,
+                              score)
 from minippo.rlhf.ppo_config import PPOConfig
-from minippo.rlhf.rollout import Rollout
 from minippo.rlhf.stale import StalePolicy
 
 

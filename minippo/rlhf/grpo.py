@@ -47,12 +47,10 @@ from minippo.rl.losses import (entropy_backward, entropy_from_logits, logprobs_b
                                logprobs_from_logits)
 from minippo.rl.masked import LOSS_AGGS, aggregation_denominator, masked_aggregate, masked_mean
 from minippo.rlhf.generate import join_generations
-from minippo.rlhf.ppo import (PPOState, backward_response, forward_response, optimizer_step,
-                              per_token_rewards,
-                              sample, score)
+from minippo.rlhf.ppo import (PPOState, Rollout, backward_response, epoch_minibatches,
+                              forward_response, optimizer_step, per_token_rewards, sample, score)
 from minippo.rlhf.reward_model import has_eos, sequence_scores
 from minippo.rlhf.ppo_config import KL_CONTROLLERS, LR_SCHEDULES, ConfigMethods, check_config
-from minippo.rlhf.rollout import Rollout, epoch_minibatches
 
 ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce")
 #: the metrics an iteration of a group estimator adds to the record (``dynamic_sampling`` or not)

@@ -45,12 +45,11 @@ from minippo.rlhf.critic import ValueNorm, init_bias_to_mean_score
 from minippo.rlhf.data.batches import lm_batch
 from minippo.rlhf.generate import generate
 from minippo.rlhf.grpo import RATIO_LEVELS, actor_loss
-from minippo.rlhf.ppo import (PPOState, backward_response, forward_response, optimizer_step,
-                              per_token_rewards,
+from minippo.rlhf.ppo import (PPOState, Rollout, backward_response, epoch_minibatches,
+                              forward_response, optimizer_step, per_token_rewards,
                               response_logprobs)
 from minippo.rlhf.ppo_config import ADAM, PPOConfig, check_config
 from minippo.rlhf.reward_model import has_eos, last_token_index, sequence_scores
-from minippo.rlhf.rollout import Rollout, epoch_minibatches
 
 SHAPINGS = ("kl_final", "uniform")
 CRITICS = ("separate", "shared", "none")

@@ -84,7 +84,7 @@ def recompute_logp(model, rollout, *, temperature: float, mode: str = "same", ex
     Parameters
     ----------
     model : TinyGPT (the actor)
-    rollout : :class:`minippo.rlhf.rollout.Rollout`
+    rollout : :class:`minippo.rlhf.ppo.Rollout`
     temperature : > 0, the temperature of the log-softmax (the rollout's own for a correct recompute)
     mode : one of :data:`RECOMPUTE_MODES` (see the module docstring)
     extra_pad : pad columns added in front of the prompts for ``"repadded"``; >= 1

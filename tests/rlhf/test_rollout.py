@@ -9,7 +9,7 @@ from minippo.rlhf.data.gold import gold_scores
 from minippo.rlhf.metrics import rollout_metrics
 from minippo.rlhf.ppo import per_token_rewards, rollout
 from minippo.rlhf.ppo_knobs import knobs_rollout
-from minippo.rlhf.rollout import Rollout, minibatches
+from minippo.rlhf.ppo import Rollout, minibatches
 
 EOS, PAD = 2, 0
 
@@ -146,7 +146,7 @@ def test_the_prompt_table_draws_what_sample_prompts_and_encode_prompts_give(seed
     left padding, and the same draws from the generator as sampling the strings and encoding them."""
     from minippo.rlhf.data.corpus import PROMPTS, sample_prompts
     from minippo.rlhf.generate import encode_prompts
-    from minippo.rlhf.rollout import PromptTable
+    from minippo.rlhf.ppo import PromptTable
     _, _, tok = world()
     table = PromptTable.encode(tok, PROMPTS)
     rng_a, rng_b = np.random.default_rng(seed), np.random.default_rng(seed)

@@ -59,12 +59,11 @@ from minippo.rlhf.data.gold import gold_scores
 from minippo.rlhf.generate import check_response_fits
 from minippo.rlhf.grpo import GRPOConfig, grpo_iteration
 from minippo.rlhf.metrics import first_minibatch, rollout_metrics, update_metrics
-from minippo.rlhf.ppo import PPOState, forward_response, ppo_iteration
+from minippo.rlhf.ppo import PPOState, PromptTable, forward_response, ppo_iteration
 from minippo.rlhf.ppo_config import ADAM, PPOConfig
 from minippo.rlhf.ppo_knobs import KnobsConfig, KnobsState, knobs_iteration
 from minippo.rlhf.reward_model import RewardModel
 from minippo.rlhf.rm_train import load_sft
-from minippo.rlhf.rollout import PromptTable
 from minippo.rlhf.run.configs import comparable, config_from_dict
 from minippo.runs import RunFolderTrainer, assign_arrays, check_same_config
 

@@ -21,7 +21,7 @@ from minippo.rlhf.grpo import GRPOConfig
 from minippo.rlhf.metrics import update_metrics
 from minippo.rlhf.ppo import forward_response
 from minippo.rlhf.ppo_knobs import KnobsConfig, KnobsState, knobs_update, minibatch_loss_and_grads
-from minippo.rlhf.rollout import Rollout
+from minippo.rlhf.ppo import Rollout
 from minippo.rlhf import ppo, ppo_knobs
 from minippo.rlhf.run.configs import config_from_dict
 from minippo.rlhf.run.trainer import PPOTrainer
