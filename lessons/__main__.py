@@ -24,7 +24,8 @@ default size (``all`` and ``--figures`` write them too, after the figures); ``py
 --full`` the second file of a lesson with a ``--full`` part (lessons 17, 23, 24: ``FULL`` in
 ``lessons/results.py``), ``docs/results/l17_hyperparameters_full.json`` (not written by ``all`` or
 ``--figures``: slow); ``python -m lessons quote`` fills the numbers the docs quote from those files
-(``lessons/results.py``, ``lessons/quote.py``).
+(``lessons/results.py``, ``lessons/quote.py``); ``python -m lessons restamp N --since REV`` keeps a results file
+through a change of its source that moves no number (``lessons/restamp.py``).
 """
 from __future__ import annotations
 
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["site"]:
         from lessons import website      # the site's generator (its Sphinx import is lazy too)
         return website.main(argv[1:], discover())
-    if argv[:1] in (["results"], ["quote"]):
+    if argv[:1] in (["results"], ["quote"], ["restamp"]):
         return results_main(argv)
     parser = Parser(prog="python -m lessons", description=__doc__)
     parser.add_argument("which", nargs="*", help="'all', or lesson numbers / slugs; empty lists them; "
@@ -142,11 +143,13 @@ def run_lessons(chosen: list[str], args, regenerate: bool) -> int:
 
 
 def results_main(argv: list[str]) -> int:
-    """``python -m lessons results ...`` (``lessons/results.py``) and ``python -m lessons quote ...``
-    (``lessons/quote.py``)."""
-    from lessons import quote, results
+    """``python -m lessons results ...`` (``lessons/results.py``), ``python -m lessons quote ...``
+    (``lessons/quote.py``) and ``python -m lessons restamp ...`` (``lessons/restamp.py``)."""
+    from lessons import quote, restamp, results
     if argv[0] == "quote":
         return quote.main(argv[1:])
+    if argv[0] == "restamp":
+        return restamp.main(argv[1:], lambda key: resolve(key, discover()))
     return results.main(argv[1:], lambda key: resolve(key, discover()))
 
 

@@ -1,5 +1,5 @@
-"""``python -m lessons results TARGET --unchanged-since REV``: keep a results file through a change of its source
-that moves no number.
+"""``python -m lessons restamp TARGET... --since REV``: keep a results file through a change of its source that
+moves no number.
 
 A results file is stale once its source changes (:func:`lessons.results.staleness`), and regenerating it reruns
 every kernel and seed on this machine: a file whose runs were measured on another CPU would lose them. When the
@@ -21,6 +21,7 @@ could agree here by chance, which thousands of float32 training steps make impla
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime
 import json
@@ -51,7 +52,7 @@ def commit_of(rev: str) -> str:
     try:
         return git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
     except res.ResultsError:
-        raise res.ResultsError(f"--unchanged-since {rev}: not a commit of this repository") from None
+        raise res.ResultsError(f"--since {rev}: not a commit of this repository") from None
 
 
 def source_hash_at(target: str, commit: str) -> str:
@@ -141,3 +142,30 @@ def restamp(target: str, rev: str, directory: Path | None = None, log=print, job
     res.write(target, data, directory)
     log(f"  -> {path.name}: the same {len(new['values'])} values bit for bit; its source hash is the current one")
     return path
+
+
+def main(argv: list[str], resolve=None) -> int:
+    """``python -m lessons restamp WHICH... --since REV [--jobs 2] [--full]``: exit 0 when every file named is
+    restamped, 1 when a number moved (that file is left as it was), 2 when the command line names something wrong
+    or a file cannot be restamped (fresh, or not made from REV)."""
+    parser = argparse.ArgumentParser(prog="python -m lessons restamp", description=__doc__.split("\n\n")[0])
+    parser.add_argument("which", nargs="+", help="lesson numbers or slugs, 'main', 'rlvr', or 'stale' (every stale "
+                        "file)")
+    parser.add_argument("--since", required=True, metavar="REV",
+                        help="the commit the files were made from (their source hash is that commit's)")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="2: the two runs of a target side by side (default 1)")
+    parser.add_argument("--full", action="store_true", help="the lessons' --full results files")
+    args = parser.parse_args(argv)
+    try:
+        targets = ([t for t in res.all_targets(args.full) if res.staleness(t) is not None] if "stale" in args.which
+                   else [res.name_target(w, args.full, resolve) for w in args.which])
+        for target in targets:
+            restamp(target, args.since, jobs=args.jobs)
+    except NumbersMoved as exc:                  # measured, and refused: 1, as a failed generation
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except res.ResultsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0

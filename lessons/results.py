@@ -42,7 +42,7 @@ seed noise, so its rerun may fall outside ranges measured on one machine. ``pyth
 --add-machine`` (:func:`add_machine`) runs it on this machine (seed 0 under its own kernel unless ``--seeds`` /
 ``--kernels`` say otherwise) and adds those runs to the file, which keeps its reference run: the ranges widen to
 cover them, and the quotes say over how many CPUs they were measured. A change of a target's source that moves no
-number keeps its file, runs from other CPUs included: ``python -m lessons results N --unchanged-since REV``
+number keeps its file, runs from other CPUs included: ``python -m lessons restamp N --since REV``
 (:mod:`lessons.restamp`) runs seed 0 from the commit REV the file was made from and from the current source, and
 gives the file the current source's hash only if every number is the same, bit for bit.
 
@@ -712,24 +712,8 @@ def main(argv: list[str], resolve=None) -> int:
     parser.add_argument("--add-machine", action="store_true",
                         help="keep the file and add this machine's runs (default: seed 0 under its own kernel) to "
                              "its runs and ranges: for a CPU-dependent lesson on a CPU its file does not list yet")
-    parser.add_argument("--unchanged-since", metavar="REV",
-                        help="keep the file through a change of its source that moves no number: seed 0 runs from "
-                             "the commit REV the file was made from and from the current source; only if every "
-                             "number is the same, bit for bit, does the file take the current source's hash "
-                             "(lessons/restamp.py)")
     args = parser.parse_args(argv)
     try:
-        if args.unchanged_since is not None:
-            from lessons.restamp import NumbersMoved, restamp
-            targets = ([t for t in all_targets(args.full) if staleness(t) is not None] if "stale" in args.which
-                       else [name_target(w, args.full, resolve) for w in args.which])
-            for target in targets:
-                try:
-                    restamp(target, args.unchanged_since, jobs=args.jobs)
-                except NumbersMoved as exc:              # measured, and refused: 1, as a failed generation
-                    print(f"error: {exc}", file=sys.stderr)
-                    return 1
-            return 0
         if args.add_machine:
             seeds = args.seeds if "--seeds" in argv else [0]
             kernels = args.kernels if "--kernels" in argv else ["default"]

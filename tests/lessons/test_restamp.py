@@ -1,4 +1,4 @@
-"""``python -m lessons results N --unchanged-since REV`` (lessons/restamp.py): a results file takes the current
+"""``python -m lessons restamp N --since REV`` (lessons/restamp.py): a results file takes the current
 source's hash only when a run from REV and a run from the current source give every number bit for bit; a number
 that moved, a file not made from REV, a fresh file or an unknown commit is refused and the file is not touched."""
 import contextlib
@@ -93,12 +93,15 @@ def test_a_file_not_made_from_rev_or_fresh_is_refused(stale_copy, monkeypatch):
         rs.restamp(TARGET, "HEAD")                                     # the committed file, made from this source
 
 
-def test_the_command_refuses_an_unknown_commit_in_one_line(capsys, monkeypatch):
-    monkeypatch.setattr(res, "staleness", lambda *a, **k: "stale")
-    monkeypatch.setattr(rs, "restamp", lambda target, rev, **k: rs.commit_of(rev))
-    assert res.main(["l04", "--unchanged-since", "no-such-commit"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: --unchanged-since no-such-commit: not a commit of this repository"]
+def test_the_command_refuses_in_one_line_with_exit_2(capsys, monkeypatch):
+    from lessons.__main__ import main
+    assert main(["restamp", "4", "--since", "HEAD"]) == 2                 # the committed file is fresh
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: l04_clip_objective.json is fresh (made from the current source): nothing to restamp"]
+    monkeypatch.setattr(res, "current_hash", lambda target, files=None: "new")       # as if l04 had changed
+    assert main(["restamp", "4", "--since", "no-such-commit"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: --since no-such-commit: not a commit of this repository"]
 
 
 def test_a_checkout_of_head_runs_its_own_code_and_hashes_as_the_committed_source():
