@@ -17,10 +17,11 @@ both ways.
 
 Why: in plain NumPy every line of GELU, LayerNorm or a softmax is a separate pass over memory with a
 fresh temporary, and at TinyGPT's sizes those passes cost as much as the matrix products (profile
-with ``minippo bench --only gpt``: the step with these kernels is ~1.3x faster than with the NumPy
-layers). Each kernel below does one layer's forward or backward in one to three passes. Transcendentals (exp, tanh) are
-left to NumPy's vectorised ``np.exp`` / ``np.tanh``, which on x86 are several times faster than
-numba's scalar libm calls (no Intel SVML here).
+with ``minippo bench --only gpt``, which prints the step's time with these kernels against the NumPy
+layers: "fused kernels vs NumPy layers"). Each kernel below does one layer's forward or backward in
+one to three passes. Transcendentals (exp, tanh) are left to NumPy's vectorised ``np.exp`` /
+``np.tanh``, which on x86 are several times faster than numba's scalar libm calls (no Intel SVML
+here).
 
 The kernels are serial. ``prange`` marks the loops whose iterations are independent (each row is
 written by one iteration only), so ``parallel=True`` would be safe; but on a 2-core machine the
