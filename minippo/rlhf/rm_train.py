@@ -67,7 +67,9 @@ class RMConfig:
     """Train on at most this many of the non-held-out prompts (None = all of them), >= 1."""
     label_temperature: float = 0.1
     """tau of the simulated human, P(a > b) = sigmoid((gold_a - gold_b) / tau), >= 0 (0 = noiseless).
-    0.1 gives ~9 % of the SFT pairs the label against gold: the best possible held-out accuracy is ~0.93."""
+    0.1 labels some SFT pairs against gold, so even the best possible reward model disagrees with some
+    held-out labels: lesson 11 measures how many pairs (its labels' agreement with gold) and that best
+    possible accuracy (Bayes)."""
     temperature: float = 1.0
     """Sampling temperature of the SFT policy for the pairs and the fresh samples, > 0 (PPO's too)."""
     max_new_tokens: int = 40
