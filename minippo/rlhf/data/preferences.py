@@ -17,9 +17,9 @@ pair of them compared):
        P(a preferred over b) = sigmoid((g_a - g_b) / tau)               (the "label probability")
 
    drawn with a seeded ``np.random.Generator``, each pair independently. tau = 0 is a noiseless human
-   (always the higher gold; a tie is a coin flip). The noise is deliberate: with tau = 0.1 about 5-9 %
-   of SFT pairs get the label against gold, so no reward model agrees with the labels on every held-out
-   pair (the Bayes-optimal accuracy, measured on SFT pairs: ~0.93 at tau = 0.1, ~0.96 at 0.05, ~0.88 at 0.2);
+   (always the higher gold; a tie is a coin flip). The noise is deliberate: with tau = 0.1 some SFT
+   pairs get the label against gold, so even the best possible reward model disagrees with some held-out
+   labels (lesson 11 measures how many, and that best possible accuracy: the Bayes-optimal one);
 4. the winner is ``chosen`` (y_w in InstructGPT eq. (1)), the loser ``rejected`` (y_l).
 
 A pair whose two full texts are identical carries no information (a gold tie, so the label is a coin
