@@ -92,10 +92,9 @@ def same_bits(a, b) -> bool:
 
 
 def differences(old: dict, new: dict) -> list[str]:
-    """What differs between two runs' records (values, the runs' measurements aside; keys left out; verdicts)."""
-    keys = sorted(k for k in set(old["values"]) | set(new["values"]) if not res.is_measured(k))
-    out = [f"{k}: {old['values'].get(k, '(missing)')!r} -> {new['values'].get(k, '(missing)')!r}" for k in keys
-           if k not in old["values"] or k not in new["values"] or not same_bits(old["values"][k], new["values"][k])]
+    """What differs between two runs' records, bit for bit: values (the runs' measurements aside:
+    :func:`lessons.results.differences`), keys left out, verdicts."""
+    out = res.differences(old["values"], new["values"], equal=same_bits)
     if old["left_out"] != new["left_out"]:
         out.append(f"left_out: {old['left_out']!r} -> {new['left_out']!r}")
     if json.dumps(old["verdicts"]) != json.dumps(new["verdicts"]):
@@ -120,14 +119,13 @@ def restamp(target: str, rev: str, directory: Path | None = None, log=print, job
     log(f"{target}: seed 0 from {rev} ({commit[:12]}) and from the current source, this CPU's own kernel")
     with checkout(commit) as tree:
         check_imports(tree)
-        runs = [lambda: res.run_in_subprocess(target, 0, "default", log, tree=tree),
-                lambda: res.run_in_subprocess(target, 0, "default", log)]
-        if jobs > 1:
+        run = lambda source: res.run_in_subprocess(target, 0, "default", log, tree=source)   # noqa: E731
+        if jobs > 1:                                        # REV's run and this source's, side by side
             from concurrent.futures import ThreadPoolExecutor
             with ThreadPoolExecutor(2) as pool:
-                old, new = pool.map(lambda run: run(), runs)
+                old, new = pool.map(run, (tree, REPO_ROOT))
         else:
-            old, new = (run() for run in runs)
+            old, new = run(tree), run(REPO_ROOT)
     moved = differences(old, new)
     if moved:
         raise NumbersMoved(f"{target}: {len(moved)} number(s) moved between {rev} and the current source, so "

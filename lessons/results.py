@@ -528,11 +528,12 @@ def same(a, b) -> bool:
     return a == b and type(a) is type(b)
 
 
-def differences(ref: dict, other: dict) -> list[str]:
-    """The keys (measurements of the run aside) whose values differ between two runs' ``values``."""
+def differences(ref: dict, other: dict, equal=same) -> list[str]:
+    """The keys (measurements of the run aside) whose values differ between two runs' ``values``: not ``equal``
+    (default :func:`same`, to float64 rounding; ``lessons.restamp`` asks for the same bits)."""
     keys = sorted((set(ref) | set(other)) - {k for k in set(ref) | set(other) if is_measured(k)})
     return [f"{k}: {ref.get(k, '(missing)')!r} vs {other.get(k, '(missing)')!r}" for k in keys
-            if k not in ref or k not in other or not same(ref[k], other[k])]
+            if k not in ref or k not in other or not equal(ref[k], other[k])]
 
 
 def numbers(xs: list) -> list:

@@ -68,9 +68,9 @@ def test_the_same_numbers_give_the_file_the_current_hash_and_keep_everything_els
 
 
 @pytest.mark.parametrize("old, new, named", [
-    ({"a": 0.1}, {"a": math.nextafter(0.1, 1.0)}, f"a: 0.1 -> {math.nextafter(0.1, 1.0)!r}"),   # one ulp
-    ({"a": 1}, {"a": 1.0}, "a: 1 -> 1.0"),                                            # another type
-    ({"a": 1.0}, {"a": 1.0, "b": 2.0}, "b: '(missing)' -> 2.0"),                      # a new key
+    ({"a": 0.1}, {"a": math.nextafter(0.1, 1.0)}, f"a: 0.1 vs {math.nextafter(0.1, 1.0)!r}"),   # one ulp
+    ({"a": 1}, {"a": 1.0}, "a: 1 vs 1.0"),                                            # another type
+    ({"a": 1.0}, {"a": 1.0, "b": 2.0}, "b: '(missing)' vs 2.0"),                      # a new key
 ])
 def test_a_number_that_moved_refuses_and_leaves_the_file_untouched(stale_copy, monkeypatch, old, new, named):
     path, runs = stale_copy
