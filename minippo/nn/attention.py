@@ -127,18 +127,18 @@ def attention_backward(dout: np.ndarray, cache):
     # out = merge(y) @ w_proj + b_proj
     dy, dw_proj, db_proj = linear_backward(dout, c_proj)   # (B, T, C)
     B, T, C = dy.shape
-    H = q.shape[1]
-    dy = dy.reshape(B, T, H, C // H).transpose(0, 2, 1, 3)  # (B, H, T, hs) = d merge(y)
+    H, hs = q.shape[1], q.shape[3]
+    dy = dy.reshape(B, T, H, hs).transpose(0, 2, 1, 3)      # (B, H, T, hs) = d merge(y)
     # y = att @ v  ->  datt = dy @ v.T,  dv = att.T @ dy
     datt = dy @ v.swapaxes(-1, -2)                    # (B, H, T, S)
     dv = att.swapaxes(-1, -2) @ dy                    # (B, H, S, hs)
     # att = softmax(scores / sqrt(hs) + M)  ->  dscores (in place on datt)
-    ds = masked_softmax_backward(datt, att, 1.0 / math.sqrt(C // H))
+    ds = masked_softmax_backward(datt, att, 1.0 / math.sqrt(hs))
     # scores = q @ k.T  ->  dq = dscores @ k,  dk = dscores.T @ q
     dq = ds @ k                                       # (B, H, T, hs)
     dk = ds.swapaxes(-1, -2) @ q                      # (B, H, S, hs)
     # q, k, v = the heads of qkv: write the three gradients back side by side
-    dqkv = np.empty((B, T, 3, H, C // H), dtype=dy.dtype)   # (B, T, 3, H, hs)
+    dqkv = np.empty((B, T, 3, H, hs), dtype=dy.dtype)       # (B, T, 3, H, hs)
     dqkv[:, :, 0] = dq.transpose(0, 2, 1, 3)
     dqkv[:, :, 1] = dk.transpose(0, 2, 1, 3)
     dqkv[:, :, 2] = dv.transpose(0, 2, 1, 3)
