@@ -296,13 +296,13 @@ def optimizer_step(state: PPOState, g_actor: dict, g_critic: dict, lr: float, cr
         state.opt_critic.step(g_critic, lr=critic_lr)
     return norm
 
+
 # --------------------------------------------------------------------------------------------
 # the experience buffer: the per-token 7-tuple (Q25), the prompts, the minibatches
 # --------------------------------------------------------------------------------------------
 
 PER_TOKEN = ("logp", "logp_ref", "values", "rewards", "kl", "non_score_reward", "adv", "returns",
              "gen_logp")
-PER_ROW = ("rm_scores", "scores", "ended")
 
 
 @dataclass
