@@ -12,7 +12,7 @@ import numpy as np
 
 from minippo import kernels
 from minippo._lazy import LazyModule
-from minippo.checks import check_choice, check_float_array, check_range
+from minippo.checks import check_float_array, check_range
 
 _kernels = LazyModule("minippo.nn._kernels")     # the compiled update, loaded at its first call
 
@@ -159,7 +159,8 @@ def lr_at(step: int, total_steps: int, lr: float, *, warmup_steps: int = 0,
     check_range("warmup_steps", warmup_steps, 0, None, integer=True)
     check_range("lr", lr, 0, None)
     check_range("min_lr", min_lr, 0, None)
-    check_choice("schedule", schedule, ("constant", "linear", "cosine"))
+    if schedule not in ("constant", "linear", "cosine"):
+        raise ValueError(f"`schedule` must be 'constant', 'linear' or 'cosine', got {schedule!r}")
     if warmup_steps and step < warmup_steps:
         return lr * (step + 1) / warmup_steps
     if schedule == "constant":
@@ -168,6 +169,4 @@ def lr_at(step: int, total_steps: int, lr: float, *, warmup_steps: int = 0,
     frac = min(1.0, (step - warmup_steps) / span)
     if schedule == "linear":
         return lr + (min_lr - lr) * frac
-    if schedule == "cosine":
-        return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * frac))
-    raise ValueError(f"`schedule` must be 'constant', 'linear' or 'cosine', got {schedule!r}")
+    return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * frac))       # "cosine"

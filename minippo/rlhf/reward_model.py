@@ -190,21 +190,21 @@ class RewardModel:
         dscalar[np.arange(shape[0]), last] = draw
         return self.model.backward(c_model, dscalar=dscalar)
 
-    def raw_score(self, sequences, attn_mask, batch_size: int = 256) -> np.ndarray:
-        """(B,) float64 unnormalised scores r(x, y), ``batch_size`` rows of similar length at a
-        time."""
+    def score(self, sequences, attn_mask, batch_size: int = 256) -> np.ndarray:
+        """(B,) float64 normalised scores ``gain * r(x, y) + bias`` (what PPO uses as the reward),
+        ``batch_size`` rows of similar length at a time."""
         sequences = check_int_array("sequences", sequences, ndim=2)
         attn_mask = check_mask("attn_mask", attn_mask, shape=sequences.shape, layout="any")
         check_range("batch_size", batch_size, 1, None, integer=True)
-        out = np.empty(sequences.shape[0], dtype=np.float64)
+        raw = np.empty(sequences.shape[0], dtype=np.float64)              # (B,) r(x, y)
         for rows, T in length_chunks(attn_mask, batch_size):
-            out[rows] = self.forward(sequences[rows, :T], attn_mask[rows, :T])[0]
-        return out
+            raw[rows] = self.forward(sequences[rows, :T], attn_mask[rows, :T])[0]
+        return self.gain * raw + self.bias
 
-    def score(self, sequences, attn_mask, batch_size: int = 256) -> np.ndarray:
-        """(B,) float64 normalised scores ``gain * raw_score + bias`` (what PPO uses as the reward).
-        """
-        return self.gain * self.raw_score(sequences, attn_mask, batch_size) + self.bias
+    def raw_score(self, sequences, attn_mask, batch_size: int = 256) -> np.ndarray:
+        """(B,) float64 unnormalised scores r(x, y): :meth:`score` of this network with gain 1 and
+        bias 0."""
+        return RewardModel(self.model).score(sequences, attn_mask, batch_size)
 
     def normalize(self, sequences, attn_mask) -> tuple[float, float]:
         """Set gain and bias so that the scores of these reference-policy samples have mean 0, std
