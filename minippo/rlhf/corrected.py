@@ -197,6 +197,6 @@ def sampled_rollout(state: PPOState, cfg: CorrectedConfig, sampler, prompt_ids,
                    rng=state.rng, temperature=cfg.temperature, eos_id=state.tokenizer.eos_id,
                    pad_id=state.tokenizer.pad_id, logits_precision=cfg.logits_precision)
     _, values, _ = forward_response(state.critic, gen.sequences, gen.attn_mask, gen.prompt_len,
-                                    scalar=True)                                   # (B, Tn) V(s_t)
+                                    scalar=True, logits=False)                     # (B, Tn) V(s_t)
     ro = score(state, cfg, gen, values.astype(np.float64))
     return CorrectedRollout(**ro.arrays(), logp_sampler=gen.logp_sampler)

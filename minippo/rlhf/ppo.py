@@ -120,7 +120,7 @@ def rollout(state: PPOState, cfg: PPOConfig, prompt_ids, prompt_mask) -> Rollout
     the reward model (the score)."""
     gen = sample(state, cfg, prompt_ids, prompt_mask)
     _, values, _ = forward_response(state.critic, gen.sequences, gen.attn_mask, gen.prompt_len,
-                                    scalar=True)                                   # (B, Tn) V(s_t)
+                                    scalar=True, logits=False)                     # (B, Tn) V(s_t)
     return score(state, cfg, gen, values.astype(np.float64))
 
 
@@ -151,13 +151,17 @@ def score(state: PPOState, cfg: PPOConfig, gen, values) -> Rollout:
                    gen_logp=gen.logp)
 
 
-def forward_response(model, sequences, attn_mask, prompt_len: int, *, scalar: bool = False):
-    """``(logits (B, Tn, V), values (B, Tn) or None, cache)`` of ``model`` at the columns that
-    predict the response tokens (Tp - 1 .. T - 2: the module docstring); the last token is never
-    an input."""
-    logits, values, cache = model.forward(sequences[:, :-1], attn_mask[:, :-1], scalar=scalar)
+def forward_response(model, sequences, attn_mask, prompt_len: int, *, scalar: bool = False,
+                     logits: bool = True):
+    """``(logits (B, Tn, V) or None, values (B, Tn) or None, cache)`` of ``model`` at the columns
+    that predict the response tokens (Tp - 1 .. T - 2: the module docstring); the last token is
+    never an input. ``scalar``: the values head; ``logits=False``: no LM head (a critic)."""
+    lm_logits, values, cache = model.forward(sequences[:, :-1], attn_mask[:, :-1], scalar=scalar,
+                                             logits=logits)
     cols = slice(prompt_len - 1, None)
-    return logits[:, cols], (values[:, cols] if scalar else None), (cache, prompt_len, logits.shape)
+    response_logits = lm_logits[:, cols] if logits else None                  # (B, Tn, V)
+    response_values = values[:, cols] if scalar else None                     # (B, Tn)
+    return response_logits, response_values, (cache, prompt_len, sequences[:, :-1].shape)
 
 
 def response_logprobs(model, sequences, attn_mask, response, prompt_len: int,
@@ -172,11 +176,11 @@ def backward_response(model, cache, dlogits=None, dvalues=None, *,
                       scalar_into_trunk: bool = True) -> dict:
     """Parameter gradients from d loss / d logits (B, Tn, V) and / or d loss / d values (B, Tn) at
     the response columns: zeros go to the prompt columns, then ``TinyGPT.backward``."""
-    model_cache, prompt_len, (B, Tm1, V) = cache
+    model_cache, prompt_len, (B, Tm1) = cache
     cols = slice(prompt_len - 1, None)
     full_dlogits = full_dvalues = None
     if dlogits is not None:
-        full_dlogits = np.zeros((B, Tm1, V), dtype=dlogits.dtype)        # (B, T-1, V)
+        full_dlogits = np.zeros((B, Tm1, dlogits.shape[-1]), dtype=dlogits.dtype)   # (B, T-1, V)
         full_dlogits[:, cols] = dlogits
     if dvalues is not None:
         full_dvalues = np.zeros((B, Tm1), dtype=dvalues.dtype)           # (B, T-1)
@@ -269,7 +273,8 @@ def minibatch_loss_and_grads(state: PPOState, mb: Rollout, cfg: PPOConfig):
         dlogits += entropy_backward(dent.astype(logits.dtype), c_ent)
     grads_actor = backward_response(state.actor, cache, dlogits=dlogits)
     # the critic: the clipped squared error of its values against the returns
-    _, values, c_cache = forward_response(state.critic, seqs, attn, Tp, scalar=True)  # (B, Tn)
+    _, values, c_cache = forward_response(state.critic, seqs, attn, Tp, scalar=True,
+                                          logits=False)                             # (B, Tn)
     vf_loss, dvalues, vstats = clipped_value_loss(values.astype(np.float64), mb.values,
                                                   mb.returns, mask, cfg.clip_eps_value)
     grads_critic = backward_response(state.critic, c_cache,

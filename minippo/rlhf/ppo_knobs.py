@@ -257,7 +257,7 @@ def knobs_rollout(state: KnobsState, cfg: KnobsConfig, prompt_ids, prompt_mask) 
     logp, _ = logprobs_from_logits(logits, gen.response, cfg.temperature)                  # (B, Tn)
     logp_ref = response_logprobs(state.ref, seqs, attn, gen.response, Tp, cfg.temperature)
     if cfg.critic == "separate":
-        _, head, _ = forward_response(state.critic, seqs, attn, Tp, scalar=True)           # (B, Tn)
+        _, head, _ = forward_response(state.critic, seqs, attn, Tp, scalar=True, logits=False)
     values = (state.value_norm.denormalise(head) if cfg.critic != "none"
               else np.zeros(mask.shape, dtype=np.float64))                                  # V(s_t)
     rm_scores = state.reward_model.score(seqs, attn)                                          # (B,)
@@ -369,7 +369,8 @@ def minibatch_loss_and_grads(state: KnobsState, mb: Rollout, cfg: KnobsConfig, p
     if cfg.critic != "none":
         if cfg.critic == "separate":
             # (B, Tn)
-            _, head, c_cache = forward_response(state.critic, seqs, attn, Tp, scalar=True)
+            _, head, c_cache = forward_response(state.critic, seqs, attn, Tp, scalar=True,
+                                                logits=False)
         h64 = head.astype(np.float64)
         vn = state.value_norm                                   # the identity unless cfg.value_norm
         returns, values_old = vn.normalise(mb.returns), vn.normalise(mb.values)
