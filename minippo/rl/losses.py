@@ -97,8 +97,9 @@ def log_softmax(logits, temperature=1.0):
                          f"{logits.shape}")
     check_range("temperature", temperature, 0, None, lo_open=True)
     z = logits / logits.dtype.type(temperature)                       # z, (..., V)
-    z = z - z.max(axis=-1, keepdims=True)                             # shift: the largest exp is 1
-    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))          # (..., V)
+    z -= z.max(axis=-1, keepdims=True)                                # shift: the largest exp is 1
+    z -= np.log(np.exp(z).sum(axis=-1, keepdims=True))                # (..., V) (in place: z is ours)
+    return z
 
 
 def logprobs_from_logits(logits, actions, temperature=1.0):
