@@ -17,6 +17,22 @@ def test_log_softmax_matches_naive_and_is_stable():
     np.testing.assert_allclose(np.exp(log_softmax(logits, 0.5)).sum(-1), 1.0, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_log_softmax_works_on_its_own_copy(dtype, temperature):
+    """log_softmax shifts and normalises in place, on its own z = logits / T: the caller's logits are left as
+    they were, and the result is the textbook three lines' bit for bit (the same IEEE operations)."""
+    logits = (np.random.default_rng(1).standard_normal((4, 5, 9)) * 3).astype(dtype)
+    before = logits.copy()
+    z = logits / logits.dtype.type(temperature)
+    z = z - z.max(axis=-1, keepdims=True)
+    textbook = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    out = log_softmax(logits, temperature)
+    np.testing.assert_array_equal(logits, before)
+    assert out.dtype == dtype and not np.shares_memory(out, logits)
+    np.testing.assert_array_equal(out, textbook)          # same machine, same shapes, same operations: exact
+
+
 def test_one_temperature_everywhere():
     rng = np.random.default_rng(1)
     logits = rng.standard_normal((5, 6))

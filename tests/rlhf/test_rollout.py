@@ -155,3 +155,27 @@ def test_the_prompt_table_draws_what_sample_prompts_and_encode_prompts_give(seed
     np.testing.assert_array_equal(ids, want_ids)
     np.testing.assert_array_equal(mask, want_mask)
     assert rng_a.integers(0, 2**32) == rng_b.integers(0, 2**32)            # the generators moved alike
+
+
+def test_a_critic_forward_without_the_lm_head_gives_the_same_values_and_gradients():
+    """``forward_response(..., logits=False)`` (what the critic runs) skips the LM head and nothing else: the
+    values and every gradient of the value loss are the same bits as with the logits computed; the logits
+    are None."""
+    from minippo.rlhf.ppo import backward_response, forward_response
+
+    sft, rm, tok = world()
+    cfg = tiny_config()
+    state = state_of(cfg, sft, rm, tok)
+    ro = rollout(state, cfg, *encode_prompts(tok, ["the film", "i", "the acting was", "a"] * 2))
+    dvalues = np.random.default_rng(3).standard_normal(ro.response_mask.shape).astype(np.float32)
+    out = {}
+    for logits in (True, False):
+        lm, values, cache = forward_response(state.critic, ro.sequences, ro.attn_mask, ro.prompt_len,
+                                             scalar=True, logits=logits)
+        assert (lm is None) != logits and values.shape == ro.response_mask.shape
+        out[logits] = values, backward_response(state.critic, cache, dvalues=dvalues)
+    np.testing.assert_array_equal(out[True][0], out[False][0])            # same machine, same shapes: exact
+    assert out[True][1].keys() == out[False][1].keys()
+    for k, g in out[True][1].items():
+        np.testing.assert_array_equal(g, out[False][1][k], err_msg=k)
+    assert np.abs(out[False][1]["wte"]).max() > 0                          # the trunk gets a gradient
