@@ -96,9 +96,9 @@ def log_softmax(logits, temperature=1.0):
         raise ValueError("`logits` must have a non-empty last (vocab) axis, got shape "
                          f"{logits.shape}")
     check_range("temperature", temperature, 0, None, lo_open=True)
-    z = logits / logits.dtype.type(temperature)                       # z, (..., V)
+    z = logits / logits.dtype.type(temperature)                       # z, (..., V): a new array
     z -= z.max(axis=-1, keepdims=True)                                # shift: the largest exp is 1
-    z -= np.log(np.exp(z).sum(axis=-1, keepdims=True))                # (..., V) (in place: z is ours)
+    z -= np.log(np.exp(z).sum(axis=-1, keepdims=True))                # (..., V), in place
     return z
 
 
