@@ -159,8 +159,9 @@ def lr_at(step: int, total_steps: int, lr: float, *, warmup_steps: int = 0,
     check_range("warmup_steps", warmup_steps, 0, None, integer=True)
     check_range("lr", lr, 0, None)
     check_range("min_lr", min_lr, 0, None)
-    if schedule not in ("constant", "linear", "cosine"):
-        raise ValueError(f"`schedule` must be 'constant', 'linear' or 'cosine', got {schedule!r}")
+    if schedule not in ("constant", "linear", "cosine"):        # the words of check_choice
+        raise ValueError("`schedule` must be one of 'constant', 'linear', 'cosine'; got "
+                         f"{schedule!r}")
     if warmup_steps and step < warmup_steps:
         return lr * (step + 1) / warmup_steps
     if schedule == "constant":
