@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["site"]:
         from lessons import website      # the site's generator (its Sphinx import is lazy too)
         return website.main(argv[1:], discover())
+    if argv[:1] == ["times"]:
+        from lessons import times
+        return times.main(argv[1:], discover(), lambda key: resolve(key, discover()))
     if argv[:1] in (["results"], ["quote"], ["restamp"]):
         return results_main(argv)
     parser = Parser(prog="python -m lessons", description=__doc__)
