@@ -28,7 +28,9 @@ in the comment just above it, with ``{SOURCE:KEY FORMAT}`` placeholders (one run
 
 ``<!-- quote-times -->`` ... ``<!-- end-times -->`` holds the table of how long each lesson took (one row per
 results file: CPU and wall seconds of its reference run beside the matmul GFLOP/s measured around it; a
-lesson's ``--full`` file is its own row, ``17 --full``).
+lesson's ``--full`` file is its own row, ``17 --full``). ``<!-- quote-lesson-times -->`` ...
+``<!-- end-lesson-times -->`` holds the one-session measurement of ``python -m lessons times --save``
+(``docs/lesson_times.json``: every lesson, the shared stages' first build and the main job; ``lessons/times.py``).
 
 What it refuses (the command lists every problem and writes nothing): a results file that is missing or stale;
 an unknown key; a format that does not apply; and, outside a code block, a plain quote of a value whose digits
@@ -49,6 +51,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from lessons import results as res
+from lessons import times
 from lessons._common import REPO_ROOT
 
 SOURCE = r"(?:l\d\d(?:-full)?|" + "|".join(res.JOBS) + ")"     # a lesson's results file (l07; l17-full: its --full
@@ -59,6 +62,7 @@ BLOCK = re.compile(r"<!-- quote-block\n(?P<template>.*?)\n-->\n(?P<fence>```[^\n
                    re.S)
 PLACEHOLDER = re.compile(rf"\{{(?P<spec>{SOURCE}:[^{{}}\n]+)\}}")
 TIMES = re.compile(r"<!-- quote-times -->\n(?P<body>.*?)<!-- end-times -->", re.S)
+LESSON_TIMES = re.compile(r"<!-- quote-lesson-times -->\n(?P<body>.*?)<!-- end-lesson-times -->", re.S)
 TIMES_HEAD = ("| lesson | CPU s | wall s | matmul GFLOP/s | load average | CPU | measured |\n"
               "|---|---|---|---|---|---|---|\n")
 
@@ -96,8 +100,17 @@ def parse(spec: str) -> Quote:
 class Sources:
     """The results files, each loaded once; a missing or stale file is a ``ResultsError``."""
 
-    def __init__(self, directory: Path | None = None, check_fresh: bool = True):
+    def __init__(self, directory: Path | None = None, check_fresh: bool = True, times_file: Path | None = None):
         self.directory, self.check_fresh, self.cache = directory, check_fresh, {}
+        self.times_file = times.TIMES_FILE if times_file is None else Path(times_file)
+
+    def lesson_times(self) -> str:
+        """The caption and table of ``python -m lessons times --save``'s file (a ``ResultsError`` when missing)."""
+        if not self.times_file.is_file():
+            raise res.ResultsError(f"{self.times_file.name} is missing: `python -m lessons times --save` "
+                                   "measures it")
+        d = json.loads(self.times_file.read_text(encoding="utf-8"))
+        return times.caption(d) + "\n\n" + times.table(d)
 
     def get(self, target: str) -> dict:
         if target not in self.cache:
@@ -241,7 +254,7 @@ def rewrite(text: str, name: str, sources: Sources) -> tuple[str, list[str], lis
             changes.append(f"{name}:{line(m.start('body'))}: the code block under the quote-block template")
         return f"<!-- quote-block\n{m['template']}\n-->\n{m['fence']}\n{body}\n```"
 
-    def times(m: re.Match) -> str:
+    def times_(m: re.Match) -> str:
         try:
             body = times_table(sources)
         except (KeyError, res.ResultsError) as exc:
@@ -251,7 +264,20 @@ def rewrite(text: str, name: str, sources: Sources) -> tuple[str, list[str], lis
             changes.append(f"{name}:{line(m.start())}: the table under <!-- quote-times -->")
         return f"<!-- quote-times -->\n{body}<!-- end-times -->"
 
-    out = TIMES.sub(times, text)
+    def lesson_times(m: re.Match) -> str:
+        try:
+            body = sources.lesson_times()
+        except (KeyError, ValueError, res.ResultsError) as exc:
+            problems.append(f"{name}:{line(m.start())}: <!-- quote-lesson-times -->: "
+                            f"{exc.args[0] if exc.args else exc}")
+            return m[0]
+        if body != m["body"]:
+            changes.append(f"{name}:{line(m.start())}: the table under <!-- quote-lesson-times -->")
+        return f"<!-- quote-lesson-times -->\n{body}<!-- end-lesson-times -->"
+
+    out = TIMES.sub(times_, text)
+    current[0] = out
+    out = LESSON_TIMES.sub(lesson_times, out)
     current[0] = out
     out = BLOCK.sub(block, out)
     current[0] = out

@@ -1,0 +1,98 @@
+"""``python -m lessons times``: the rows it measures, the table the README quotes from its file, and its errors.
+
+No lesson is run: ``timed`` is checked on two one-line Python commands, and the row logic with a stand-in
+``timed`` that builds a cache folder the way the first RLHF lesson of a fresh clone does."""
+import json
+import sys
+
+import pytest
+
+from lessons import __main__ as lessons_main
+from lessons import quote as qt
+from lessons import times
+
+DATA = {"date": "2026-12-06", "commit": "abc1234",
+        "machine": {"cores": 2, "cpu": "AMD EPYC", "blas_kernel": "Haswell"},
+        "before": {"matmul_gflops": 150.0, "load_average": 0.3},
+        "after": {"matmul_gflops": 175.0, "load_average": 1.2},
+        "rows": [{"what": "09, first run (builds runs/cache/main-x)", "command": "python -m lessons 09",
+                  "cpu_s": 70.0, "wall_s": 71.0},
+                 {"what": "09", "command": "python -m lessons 09", "cpu_s": 8.0, "wall_s": 8.5},
+                 {"what": "minippo rlhf", "command": "minippo rlhf", "cpu_s": 88.04, "wall_s": 88.5}]}
+
+
+def test_the_table_scales_cpu_seconds_by_the_higher_matmul_reading_to_140():
+    assert times.peak(DATA) == 175.0
+    table = times.table(DATA).splitlines()
+    assert table[0] == "| run | CPU s | wall s | CPU s at 140 GFLOP/s |"
+    # 70 x 175 / 140 = 87.5 -> 88 (round half to even does not apply: 87.5 is exact, ".0f" gives 88)
+    assert table[2] == "| 09, first run (builds runs/cache/main-x) | 70.0 | 71.0 | 88 |"
+    assert table[3] == "| 09 | 8.0 | 8.5 | 10 |"                  # 8 x 1.25 = 10
+    assert table[4] == "| minippo rlhf | 88.0 | 88.5 | 110 |"        # 88.04 x 1.25 = 110.05
+    assert times.caption(DATA) == (
+        "Measured 2026-12-06 (commit abc1234) on a 2-core AMD EPYC (OpenBLAS Haswell kernel): matmul 150 GFLOP/s "
+        "before and 175 after (load average 0.3 and 1.2); the last column scales by 175 / 140.")
+
+
+def test_timed_measures_a_child_and_names_a_failing_one(tmp_path):
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass"
+    row = times.timed([sys.executable, "-c", spin], tmp_path / "ok.log")
+    assert set(row) == {"cpu_s", "wall_s"} and row["cpu_s"] >= 0.2 and row["wall_s"] >= 0.2 * 0.5
+    with pytest.raises(RuntimeError, match=r"exited with status 3; its output: .*bad\.log"):
+        times.timed([sys.executable, "-c", "print('oops'); raise SystemExit(3)"], tmp_path / "bad.log")
+    assert (tmp_path / "bad.log").read_text() == "oops\n"
+
+
+def test_a_lesson_that_builds_a_cache_gets_a_first_run_row_and_a_warm_row(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setattr(times, "CACHE_DIR", cache)
+    monkeypatch.setattr(times, "reading", lambda: {"matmul_gflops": 140.0, "load_average": 0.0})
+    calls = []
+
+    def fake_timed(command, log_path):
+        calls.append(command[3])                  # the lesson number of [python, -m, lessons, N, --out, DIR]
+        if command[3] == "09" and not (cache / "main-seed0").exists():
+            (cache / "main-seed0").mkdir()        # the cold run builds the shared stages
+            return {"cpu_s": 70.0, "wall_s": 70.0}
+        return {"cpu_s": 8.0, "wall_s": 8.0}
+
+    monkeypatch.setattr(times, "timed", fake_timed)
+    d = times.measure(["lessons.l04_clip_objective", "lessons.l09_text_as_mdp", "lessons.l11_reward_model"],
+                      main_job=False, log=lambda *a: None)
+    assert calls == ["04", "09", "09", "11"]     # 09 twice: cold, then warm; 11 finds the cache warm
+    assert [(r["what"], r["cpu_s"]) for r in d["rows"]] == [
+        ("04", 8.0), ("09, first run (builds runs/cache/main-seed0)", 70.0), ("09", 8.0), ("11", 8.0)]
+    assert d["before"] == d["after"] == {"matmul_gflops": 140.0, "load_average": 0.0}
+
+
+def test_quote_writes_the_lesson_times_marker_from_the_file_and_names_the_command_when_it_is_missing(tmp_path):
+    text = "intro\n<!-- quote-lesson-times -->\nold\n<!-- end-lesson-times -->\nafter"
+    f = tmp_path / "lesson_times.json"
+    missing = qt.Sources(tmp_path, check_fresh=False, times_file=f)
+    new, changes, problems = qt.rewrite(text, "doc.md", missing)
+    assert new == text and changes == []
+    assert problems == ["doc.md:2: <!-- quote-lesson-times -->: lesson_times.json is missing: "
+                        "`python -m lessons times --save` measures it"]
+    f.write_text(json.dumps(DATA), encoding="utf-8")
+    sources = qt.Sources(tmp_path, check_fresh=False, times_file=f)
+    new, changes, problems = qt.rewrite(text, "doc.md", sources)
+    assert not problems and changes == ["doc.md:2: the table under <!-- quote-lesson-times -->"]
+    assert new == ("intro\n<!-- quote-lesson-times -->\n" + times.caption(DATA) + "\n\n" + times.table(DATA)
+                   + "<!-- end-lesson-times -->\nafter")
+    assert qt.rewrite(new, "doc.md", sources)[1] == []              # written once: nothing left to change
+
+
+def test_the_committed_file_holds_every_lesson_and_the_main_job():
+    d = json.loads(times.TIMES_FILE.read_text(encoding="utf-8"))
+    lessons = [n.split(".")[1][1:3] for n in lessons_main.discover()]
+    assert [r["what"] for r in d["rows"] if " " not in r["what"]] == lessons
+    assert d["rows"][-1]["what"] == "minippo rlhf"
+    assert all(r["cpu_s"] > 0 and r["wall_s"] > 0 for r in d["rows"])
+
+
+def test_save_refuses_a_partial_measurement(capsys):
+    with pytest.raises(SystemExit) as exc:
+        lessons_main.main(["times", "04", "--save"])
+    assert exc.value.code == 2
+    assert "--save: the file holds every lesson and the main job" in capsys.readouterr().err
