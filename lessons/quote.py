@@ -28,9 +28,11 @@ in the comment just above it, with ``{SOURCE:KEY FORMAT}`` placeholders (one run
 
 ``<!-- quote-times -->`` ... ``<!-- end-times -->`` holds the table of how long each lesson took (one row per
 results file: CPU and wall seconds of its reference run beside the matmul GFLOP/s measured around it; a
-lesson's ``--full`` file is its own row, ``17 --full``). ``<!-- quote-lesson-times -->`` ...
-``<!-- end-lesson-times -->`` holds the one-session measurement of ``python -m lessons times --save``
-(``docs/lesson_times.json``: every lesson, the shared stages' first build and the main job; ``lessons/times.py``).
+lesson's ``--full`` file is its own row, ``17 --full``). Two more blocks are written from
+the file a measuring command saved (:data:`GENERATED`): ``<!-- quote-lesson-times -->`` ... ``<!-- end-lesson-times
+-->`` from ``python -m lessons times --save`` (``docs/lesson_times.json``: every lesson, the shared stages' first
+build and the main job; ``lessons/times.py``), ``<!-- quote-bench -->`` ... ``<!-- end-bench -->`` from ``minippo
+bench --save docs/bench.json`` (what the bench printed, as a code block under one caption line).
 
 What it refuses (the command lists every problem and writes nothing): a results file that is missing or stale;
 an unknown key; a format that does not apply; and, outside a code block, a plain quote of a value whose digits
@@ -62,9 +64,31 @@ BLOCK = re.compile(r"<!-- quote-block\n(?P<template>.*?)\n-->\n(?P<fence>```[^\n
                    re.S)
 PLACEHOLDER = re.compile(rf"\{{(?P<spec>{SOURCE}:[^{{}}\n]+)\}}")
 TIMES = re.compile(r"<!-- quote-times -->\n(?P<body>.*?)<!-- end-times -->", re.S)
-LESSON_TIMES = re.compile(r"<!-- quote-lesson-times -->\n(?P<body>.*?)<!-- end-lesson-times -->", re.S)
+GENERATED_BLOCK = re.compile(r"<!-- quote-(?P<name>lesson-times|bench) -->\n(?P<body>.*?)<!-- end-(?P=name) -->",
+                             re.S)
 TIMES_HEAD = ("| lesson | CPU s | wall s | matmul GFLOP/s | load average | CPU | measured |\n"
               "|---|---|---|---|---|---|---|\n")
+
+
+def bench_block(d: dict) -> str:
+    """``minippo bench --save``'s file as one caption line and the lines the bench printed, in a code block."""
+    m = d["machine"]
+    lines = list(d["lines"])
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    return (f"`{d['command']}` on {d['date']}, on a {m['cores']}-core {m['cpu']} (OpenBLAS {m['blas_kernel']} "
+            f"kernel; Python {m['python']}, NumPy {m['numpy']}):\n\n```text\n" + "\n".join(lines) + "\n```\n")
+
+
+def lesson_times_block(d: dict) -> str:
+    """``python -m lessons times --save``'s file as its caption and table."""
+    return times.caption(d) + "\n\n" + times.table(d)
+
+
+#: quote-<name> -> (the file, the command that measures it, its rendering)
+GENERATED = {"lesson-times": (times.TIMES_FILE, "python -m lessons times --save", lesson_times_block),
+             "bench": (REPO_ROOT / "docs" / "bench.json", "minippo bench --save docs/bench.json",
+                       bench_block)}
 
 
 def doc_files(root: Path = REPO_ROOT) -> list[Path]:
@@ -100,17 +124,16 @@ def parse(spec: str) -> Quote:
 class Sources:
     """The results files, each loaded once; a missing or stale file is a ``ResultsError``."""
 
-    def __init__(self, directory: Path | None = None, check_fresh: bool = True, times_file: Path | None = None):
+    def __init__(self, directory: Path | None = None, check_fresh: bool = True, files: dict | None = None):
         self.directory, self.check_fresh, self.cache = directory, check_fresh, {}
-        self.times_file = times.TIMES_FILE if times_file is None else Path(times_file)
+        self.files = {name: Path(g[0]) for name, g in GENERATED.items()} | {k: Path(v) for k, v in (files or {}).items()}
 
-    def lesson_times(self) -> str:
-        """The caption and table of ``python -m lessons times --save``'s file (a ``ResultsError`` when missing)."""
-        if not self.times_file.is_file():
-            raise res.ResultsError(f"{self.times_file.name} is missing: `python -m lessons times --save` "
-                                   "measures it")
-        d = json.loads(self.times_file.read_text(encoding="utf-8"))
-        return times.caption(d) + "\n\n" + times.table(d)
+    def generated(self, name: str) -> str:
+        """The text of the ``quote-<name>`` block from its measured file (a ``ResultsError`` when missing)."""
+        path, command, render = self.files[name], GENERATED[name][1], GENERATED[name][2]
+        if not path.is_file():
+            raise res.ResultsError(f"{path.name} is missing: `{command}` measures it")
+        return render(json.loads(path.read_text(encoding="utf-8")))
 
     def get(self, target: str) -> dict:
         if target not in self.cache:
@@ -264,20 +287,20 @@ def rewrite(text: str, name: str, sources: Sources) -> tuple[str, list[str], lis
             changes.append(f"{name}:{line(m.start())}: the table under <!-- quote-times -->")
         return f"<!-- quote-times -->\n{body}<!-- end-times -->"
 
-    def lesson_times(m: re.Match) -> str:
+    def generated(m: re.Match) -> str:
+        marker = f"<!-- quote-{m['name']} -->"
         try:
-            body = sources.lesson_times()
+            body = sources.generated(m["name"])
         except (KeyError, ValueError, res.ResultsError) as exc:
-            problems.append(f"{name}:{line(m.start())}: <!-- quote-lesson-times -->: "
-                            f"{exc.args[0] if exc.args else exc}")
+            problems.append(f"{name}:{line(m.start())}: {marker}: {exc.args[0] if exc.args else exc}")
             return m[0]
         if body != m["body"]:
-            changes.append(f"{name}:{line(m.start())}: the table under <!-- quote-lesson-times -->")
-        return f"<!-- quote-lesson-times -->\n{body}<!-- end-lesson-times -->"
+            changes.append(f"{name}:{line(m.start())}: the block under {marker}")
+        return f"{marker}\n{body}<!-- end-{m['name']} -->"
 
     out = TIMES.sub(times_, text)
     current[0] = out
-    out = LESSON_TIMES.sub(lesson_times, out)
+    out = GENERATED_BLOCK.sub(generated, out)
     current[0] = out
     out = BLOCK.sub(block, out)
     current[0] = out

@@ -80,6 +80,7 @@ import numpy as np
 
 from lessons._common import REPO_ROOT
 from lessons.notebooks import source_hash
+from minippo.bench.report import cpu_model
 
 RESULTS_DIR = REPO_ROOT / "docs" / "results"
 MAIN = "main"                                  # the main job, `minippo rlhf` at its default size
@@ -314,16 +315,6 @@ def verdict_record(v) -> dict:
 
 
 # ---------------------------------------------------------------- one run (in a subprocess)
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
 
 def machine() -> dict:
     from minippo import kernels

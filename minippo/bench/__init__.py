@@ -12,12 +12,20 @@ Sections live in their own modules and are imported only when run:
 ``minippo bench --only gae clip`` runs a subset; ``--quick`` uses fewer repetitions.
 ``minippo bench --only profile`` (not in the default run: it trains the whole main job) prints where
 the time of ``minippo rlhf`` goes (:mod:`minippo.bench.profile`; ``--quick``: at CI size).
+``--save FILE`` also writes the run as JSON: the command, the date, the machine, every line printed and
+every target (the README's "Measured numbers" quote ``docs/bench.json``, written by ``minippo bench
+--save docs/bench.json`` in a venv with the hf extra: ``python -m lessons quote``).
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib
+import json
+import os
+import sys
 import time
+from pathlib import Path
 
 from minippo.bench.report import Report
 
@@ -43,10 +51,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip", nargs="+", choices=list(SECTIONS), default=[], metavar="SECTION",
                         help="skip these sections (cartpole takes minutes; profile runs only with --only)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (noisier numbers)")
+    parser.add_argument("--save", default=None, metavar="FILE",
+                        help="also write the run (command, date, machine, every line, the targets) as JSON")
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The ``minippo bench`` command that ``args`` come from (what ``--save`` records)."""
+    words = ["minippo bench"]
+    words += ["--only", *args.only] if args.only else []
+    words += ["--skip", *args.skip] if args.skip else []
+    words += ["--quick"] if args.quick else []
+    words += ["--save", args.save] if args.save is not None else []
+    return " ".join(words)
 
 
 def cli_main(args: argparse.Namespace) -> int:
     names = args.only or [s for s in SECTIONS if s not in args.skip and s not in ON_REQUEST]
+    save = None if args.save is None else Path(args.save)
+    if save is not None and not save.parent.is_dir():
+        print(f"minippo bench: error: --save {args.save}: the folder {save.parent} does not exist",
+              file=sys.stderr)
+        return 2
+    if save is not None and save.is_dir():
+        print(f"minippo bench: error: --save {args.save}: a folder; expected a file name", file=sys.stderr)
+        return 2
     report = Report()
     t0 = time.perf_counter()
     for name in names:
@@ -54,4 +82,10 @@ def cli_main(args: argparse.Namespace) -> int:
         report.section_start(name)
         module.bench(report, quick=args.quick)
     report.summary(time.perf_counter() - t0)
+    if save is not None:
+        record = report.record(command_line(args), datetime.date.today().isoformat())
+        tmp = save.with_name(save.name + ".tmp")
+        tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, save)                  # a run that fails before this line leaves FILE as it was
+        print(f"written: {save}")
     return 0

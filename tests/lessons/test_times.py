@@ -69,15 +69,15 @@ def test_a_lesson_that_builds_a_cache_gets_a_first_run_row_and_a_warm_row(tmp_pa
 def test_quote_writes_the_lesson_times_marker_from_the_file_and_names_the_command_when_it_is_missing(tmp_path):
     text = "intro\n<!-- quote-lesson-times -->\nold\n<!-- end-lesson-times -->\nafter"
     f = tmp_path / "lesson_times.json"
-    missing = qt.Sources(tmp_path, check_fresh=False, times_file=f)
+    missing = qt.Sources(tmp_path, check_fresh=False, files={"lesson-times": f})
     new, changes, problems = qt.rewrite(text, "doc.md", missing)
     assert new == text and changes == []
     assert problems == ["doc.md:2: <!-- quote-lesson-times -->: lesson_times.json is missing: "
                         "`python -m lessons times --save` measures it"]
     f.write_text(json.dumps(DATA), encoding="utf-8")
-    sources = qt.Sources(tmp_path, check_fresh=False, times_file=f)
+    sources = qt.Sources(tmp_path, check_fresh=False, files={"lesson-times": f})
     new, changes, problems = qt.rewrite(text, "doc.md", sources)
-    assert not problems and changes == ["doc.md:2: the table under <!-- quote-lesson-times -->"]
+    assert not problems and changes == ["doc.md:2: the block under <!-- quote-lesson-times -->"]
     assert new == ("intro\n<!-- quote-lesson-times -->\n" + times.caption(DATA) + "\n\n" + times.table(DATA)
                    + "<!-- end-lesson-times -->\nafter")
     assert qt.rewrite(new, "doc.md", sources)[1] == []              # written once: nothing left to change
