@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from lessons._common import REPO_ROOT
+from lessons.results import machine, matmul_peak
 
 TIMES_FILE = REPO_ROOT / "docs" / "lesson_times.json"
 CACHE_DIR = REPO_ROOT / "runs" / "cache"
@@ -60,14 +61,12 @@ def cache_folders() -> set[str]:
 
 def reading() -> dict:
     """The matmul GFLOP/s and the 1-minute load average now."""
-    from lessons.results import matmul_peak
     gflops, load = matmul_peak()
     return {"matmul_gflops": gflops, "load_average": load}
 
 
 def measure(lessons: list[str], main_job: bool, log=print) -> dict:
     """Every row (module docstring), the machine and the readings around them."""
-    from lessons.results import machine
     before, rows = reading(), []
     with tempfile.TemporaryDirectory(prefix="minippo-times-") as tmp:
         tmp = Path(tmp)

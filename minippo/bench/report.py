@@ -9,6 +9,8 @@ from typing import Callable
 
 import numpy as np
 
+from minippo.blas import blas_core_name
+
 
 def best_time(fn: Callable[[], object], *, repeat: int = 5, number: int = 1, warmup: int = 1) -> float:
     """Best-of-``repeat`` wall time of ``number`` calls of ``fn``, in seconds per call.
@@ -87,7 +89,6 @@ class Report:
 
     def record(self, command: str, date: str) -> dict:
         """What ``--save`` writes: the command, the date, the machine, every printed line and target."""
-        from minippo.blas import blas_core_name
         return {"command": command, "date": date,
                 "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "blas_kernel": blas_core_name(),
                             "python": platform.python_version(), "numpy": np.__version__},
