@@ -134,6 +134,7 @@ class Builder:
         text = quote.SPAN.sub(lambda m: m.group("text"), text)
         text = re.sub(r"<!-- quote-block\n.*?\n-->\n", "", text, flags=re.S)
         text = quote.TIMES.sub(lambda m: m.group("body"), text)       # the generated table of times
+        text = quote.GENERATED_BLOCK.sub(lambda m: m.group("body"), text)   # lesson times, the bench run
 
         def link(m: re.Match, label: str) -> str:
             bang, _, target = m.groups()

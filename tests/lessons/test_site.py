@@ -102,13 +102,18 @@ def test_links_are_rewritten_for_the_site_and_code_is_left_alone():
 
 def test_the_generated_markers_leave_only_their_values():
     """The quote generator's markers are HTML comments, which the site's Markdown would show as text: a quoted
-    number, a quoted code block's template and the table of times keep only what they hold."""
+    number, a quoted code block's template, the tables of times and the bench run keep only what they hold."""
     b = sources.Builder(LESSONS)
     text = ("A ratio of <!-- l01:variance_ratio .1f -->6.3<!-- end -->x.\n\n<!-- quote-block\nx {l01:steps d}\n-->\n"
-            "```\nx 150\n```\n\n<!-- quote-times -->\n| lesson | CPU s |\n|---|---|\n| 01 | 17.2 |\n<!-- end-times -->\n")
+            "```\nx 150\n```\n\n<!-- quote-times -->\n| lesson | CPU s |\n|---|---|\n| 01 | 17.2 |\n<!-- end-times -->\n"
+            "<!-- quote-lesson-times -->\nMeasured here.\n\n| run | CPU s |\n|---|---|\n| 04 | 2.0 |\n"
+            "<!-- end-lesson-times -->\n<!-- quote-bench -->\n`minippo bench`:\n\n```text\n== matmul ==\n```\n"
+            "<!-- end-bench -->\n")
     out = b.rewrite(text, "", "readme.md")
     assert "<!--" not in out and "-->" not in out, out
     assert "A ratio of 6.3x." in out and "```\nx 150\n```" in out and "| 01 | 17.2 |" in out
+    assert "Measured here.\n\n| run | CPU s |\n|---|---|\n| 04 | 2.0 |\n" in out
+    assert "`minippo bench`:\n\n```text\n== matmul ==\n```\n" in out
 
 
 def test_a_stale_notebook_is_refused(monkeypatch):
