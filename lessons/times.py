@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from pathlib import Path
 
 from lessons._common import REPO_ROOT
 from lessons.results import machine, matmul_peak
+from minippo.io import atomic_write_text
 
 TIMES_FILE = REPO_ROOT / "docs" / "lesson_times.json"
 CACHE_DIR = REPO_ROOT / "runs" / "cache"
@@ -102,7 +102,7 @@ def peak(d: dict) -> float:
 def table(d: dict) -> str:
     """The markdown table of ``d``'s rows (what the README quotes)."""
     g = peak(d)
-    lines = ["| run | CPU s | wall s | CPU s at 140 GFLOP/s |", "|---|---|---|---|"]
+    lines = [f"| run | CPU s | wall s | CPU s at {REFERENCE_GFLOPS:.0f} GFLOP/s |", "|---|---|---|---|"]
     for r in d["rows"]:
         lines.append(f"| {r['what']} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | "
                      f"{r['cpu_s'] * g / REFERENCE_GFLOPS:.0f} |")
@@ -115,7 +115,7 @@ def caption(d: dict) -> str:
     return (f"Measured {d['date']} (commit {d['commit']}) on a {d['machine']['cores']}-core {d['machine']['cpu']} "
             f"(OpenBLAS {d['machine']['blas_kernel']} kernel): matmul {b['matmul_gflops']:.0f} GFLOP/s before and "
             f"{a['matmul_gflops']:.0f} after (load average {b['load_average']:.1f} and {a['load_average']:.1f}); "
-            f"the last column scales by {peak(d):.0f} / 140.")
+            f"the last column scales by {peak(d):.0f} / {REFERENCE_GFLOPS:.0f}.")
 
 
 def main(argv: list[str], names: list[str], resolve) -> int:
@@ -134,8 +134,6 @@ def main(argv: list[str], names: list[str], resolve) -> int:
         return 1
     print("\n" + caption(d) + "\n\n" + table(d), end="")
     if args.save:
-        tmp = TIMES_FILE.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(d, indent=1) + "\n")
-        os.replace(tmp, TIMES_FILE)
+        atomic_write_text(TIMES_FILE, json.dumps(d, indent=1) + "\n")
         print(f"written: {TIMES_FILE.relative_to(REPO_ROOT)}")
     return 0

@@ -25,6 +25,23 @@ def test_a_bad_save_path_is_refused_before_anything_runs(capsys, tmp_path):
                                  f"{tmp_path / 'no'} does not exist\n")
     assert cli.main(["bench", "--only", "matmul", "--save", str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"minippo bench: error: --save {tmp_path}: a folder; expected a file name\n"
+    other = tmp_path / "metrics.json"                 # a file the bench did not write is never overwritten
+    other.write_text('{"loss": 1.5}\n')
+    assert cli.main(["bench", "--only", "matmul", "--save", str(other)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == (f"minippo bench: error: --save {other}: exists and is not a file `minippo bench "
+                                 "--save` wrote; it is left as it is (choose another name)\n")
+    assert other.read_text() == '{"loss": 1.5}\n'
+
+
+def test_save_replaces_its_own_earlier_record(capsys, tmp_path):
+    f = tmp_path / "bench.json"
+    assert cli.main(["bench", "--only", "matmul", "--quick", "--save", str(f)]) == 0
+    first = json.loads(f.read_text(encoding="utf-8"))
+    assert cli.main(["bench", "--only", "matmul", "--quick", "--save", str(f)]) == 0
+    capsys.readouterr()
+    second = json.loads(f.read_text(encoding="utf-8"))
+    assert second["command"] == first["command"] and len(second["lines"]) == len(first["lines"])
 
 
 def test_the_readme_block_is_the_caption_and_the_printed_lines(tmp_path):

@@ -22,12 +22,12 @@ import argparse
 import datetime
 import importlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 from minippo.bench.report import Report
+from minippo.io import atomic_write_text
 
 # section name -> module defining ``bench(report: Report, quick: bool) -> None``
 SECTIONS: dict[str, str] = {
@@ -65,6 +65,16 @@ def command_line(args: argparse.Namespace) -> str:
     return " ".join(words)
 
 
+def is_bench_record(path: Path) -> bool:
+    """Is ``path`` a JSON file that ``--save`` wrote (the only kind it replaces)?"""
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return (isinstance(d, dict) and {"command", "date", "machine", "lines", "targets"} <= set(d)
+            and str(d["command"]).startswith("minippo bench"))
+
+
 def cli_main(args: argparse.Namespace) -> int:
     names = args.only or [s for s in SECTIONS if s not in args.skip and s not in ON_REQUEST]
     save = None if args.save is None else Path(args.save)
@@ -75,6 +85,10 @@ def cli_main(args: argparse.Namespace) -> int:
     if save is not None and save.is_dir():
         print(f"minippo bench: error: --save {args.save}: a folder; expected a file name", file=sys.stderr)
         return 2
+    if save is not None and save.exists() and not is_bench_record(save):
+        print(f"minippo bench: error: --save {args.save}: exists and is not a file `minippo bench --save` "
+              "wrote; it is left as it is (choose another name)", file=sys.stderr)
+        return 2
     report = Report()
     t0 = time.perf_counter()
     for name in names:
@@ -84,8 +98,7 @@ def cli_main(args: argparse.Namespace) -> int:
     report.summary(time.perf_counter() - t0)
     if save is not None:
         record = report.record(command_line(args), datetime.date.today().isoformat())
-        tmp = save.with_name(save.name + ".tmp")
-        tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, save)                  # a run that fails before this line leaves FILE as it was
+        # atomic: a run that fails before this line leaves FILE as it was
+        atomic_write_text(save, json.dumps(record, indent=1) + "\n")
         print(f"written: {save}")
     return 0

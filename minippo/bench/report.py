@@ -92,6 +92,6 @@ class Report:
         return {"command": command, "date": date,
                 "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "blas_kernel": blas_core_name(),
                             "python": platform.python_version(), "numpy": np.__version__},
-                "lines": [line for line in self.lines],
+                "lines": list(self.lines),
                 "targets": [{"label": label, "measured": ratio, "target": target, "met": ok}
                             for label, ratio, target, ok in self.targets]}
