@@ -22,6 +22,12 @@ Which key ``j`` may query ``i`` look at? (``attn_mask``: 1 = real token, 0 = pad
   padded position (it is never an allowed key of another query), so its output only matters if
   the caller puts it into a loss: callers mask padded positions out of every loss.
 
+Padding-free rows (``RealTokens``): only attention mixes positions. Every other layer of a block
+(LayerNorm, the linears, GELU, the residual adds) works row by row, so TinyGPT runs them on the N
+real tokens only, an (N, C) array, and attention puts its q, k, v back on the (B, T) grid
+(``scatter``, zeros at the padding) and takes the real rows of its output (``gather``). The padded
+rows, up to half of a batch of short sentences, cost no matrix product.
+
 Layer API as in ``layers.py``: ``out, cache = attention_forward(...)``,
 ``dx, *dparams = attention_backward(dout, cache)``.
 """
@@ -39,16 +45,39 @@ from minippo.nn.layers import (gelu_backward, gelu_forward, layernorm_backward, 
 LN_EPS = 1e-5   # LayerNorm's epsilon (GPT-2)
 
 
+class RealTokens(NamedTuple):
+    """Where the N real tokens of a (B, T) batch sit: ``rows`` (N,) their flat indices ``b * T + t``
+    in increasing order, or None when every position is real (N = B T)."""
+    rows: np.ndarray | None
+    B: int
+    T: int
+
+    def gather(self, a: np.ndarray) -> np.ndarray:
+        """(B, T, ...) -> (N, ...): the real tokens' rows (a reshape when every position is real)."""
+        a = a.reshape(self.B * self.T, *a.shape[2:])
+        return a if self.rows is None else a[self.rows]
+
+    def scatter(self, a: np.ndarray) -> np.ndarray:
+        """(N, ...) -> (B, T, ...): back on the grid, zeros at the padding (the backward of
+        ``gather``, and ``gather`` is the backward of this)."""
+        if self.rows is None:
+            return a.reshape(self.B, self.T, *a.shape[1:])
+        out = np.zeros((self.B * self.T, *a.shape[1:]), dtype=a.dtype)
+        out[self.rows] = a
+        return out.reshape(self.B, self.T, *a.shape[1:])
+
+
 class AttentionCache(NamedTuple):
     """What :func:`attention_backward` needs: the caches of the two linear layers, and q (B, H, T,
     hs), k, v (B, H, S, hs) (the keys and values attended to, which a KV cache stores) and att
-    (B, H, T, S) of the core."""
+    (B, H, T, S) of the core, and the RealTokens of a padding-free call (else None)."""
     c_attn: tuple
     q: np.ndarray
     k: np.ndarray
     v: np.ndarray
     att: np.ndarray
     c_proj: tuple
+    tokens: RealTokens | None
 
 
 class BlockCache(NamedTuple):
@@ -78,13 +107,14 @@ def attention_allowed(attn_mask: np.ndarray, T: int | None = None) -> np.ndarray
 # ----------------------------------------------------------------------------------------------
 
 def attention_forward(x: np.ndarray, w_attn: np.ndarray, b_attn: np.ndarray, w_proj: np.ndarray,
-                      b_proj: np.ndarray, n_head: int, allowed: np.ndarray, kv=None):
+                      b_proj: np.ndarray, n_head: int, allowed: np.ndarray, kv=None,
+                      tokens: RealTokens | None = None):
     """Causal multi-head self-attention (GPT-2's ``attn`` sublayer), over the whole sequence or,
     with a KV cache, over the new tokens only.
 
     Parameters
     ----------
-    x : (B, T, C)
+    x : (B, T, C); with ``tokens``: (N, C), the real tokens only
     w_attn : (C, 3C), b_attn : (3C,)   the q, k, v projections side by side (``c_attn``)
     w_proj : (C, C), b_proj : (C,)     the output projection (``c_proj``)
     n_head : H, dividing C
@@ -94,16 +124,19 @@ def attention_forward(x: np.ndarray, w_attn: np.ndarray, b_attn: np.ndarray, w_p
         t - 1: this call's keys and values are written at slots t .. t + T - 1 (in place) and the
         queries attend to slots 0 .. t + T - 1 (decoding: T = 1, the same numbers as row t of
         the full pass)
+    tokens : None, or where the rows of ``x`` sit on the (B, T) grid (padding-free rows)
 
     Returns
     -------
-    out : (B, T, C)
+    out : like ``x``
     cache : AttentionCache; ``cache.k``, ``cache.v`` are the keys and values attended to
         (B, H, S, hs), which a KV cache stores
     """
-    B, T, C = x.shape
+    qkv, c_attn = linear_forward(x, w_attn, b_attn)   # (B, T, 3C), or (N, 3C) real tokens only
+    if tokens is not None:
+        qkv = tokens.scatter(qkv)                     # (B, T, 3C), zeros at the padding
+    B, T, C = qkv.shape[0], qkv.shape[1], qkv.shape[2] // 3
     hs = C // n_head
-    qkv, c_attn = linear_forward(x, w_attn, b_attn)   # (B, T, 3C)
     # split the heads: three (B, H, T, hs) views of qkv, no copy
     q, k, v = qkv.reshape(B, T, 3, n_head, hs).transpose(2, 0, 3, 1, 4)
     if kv is not None:                                # append to the cache, attend to all of it
@@ -116,18 +149,23 @@ def attention_forward(x: np.ndarray, w_attn: np.ndarray, b_attn: np.ndarray, w_p
     # y = att @ v, written into memory laid out (B, T, H, hs): merging the heads is a reshape
     y = np.empty((B, T, n_head, hs), dtype=v.dtype)
     np.matmul(att, v, out=y.transpose(0, 2, 1, 3))                      # (B, H, T, hs) view
-    out, c_proj = linear_forward(y.reshape(B, T, C), w_proj, b_proj)   # (B, T, C)
-    return out, AttentionCache(c_attn, q, k, v, att, c_proj)
+    y = y.reshape(B, T, C)                                              # merge the heads
+    if tokens is not None:
+        y = tokens.gather(y)                                            # (N, C)
+    out, c_proj = linear_forward(y, w_proj, b_proj)                    # like x
+    return out, AttentionCache(c_attn, q, k, v, att, c_proj, tokens)
 
 
 def attention_backward(dout: np.ndarray, cache):
     """Backward of :func:`attention_forward`; returns ``(dx, dw_attn, db_attn, dw_proj,
     db_proj)``."""
-    c_attn, q, k, v, att, c_proj = cache               # AttentionCache
+    c_attn, q, k, v, att, c_proj, tokens = cache       # AttentionCache
     # out = merge(y) @ w_proj + b_proj
-    dy, dw_proj, db_proj = linear_backward(dout, c_proj)   # (B, T, C)
-    B, T, C = dy.shape
-    H, hs = q.shape[1], q.shape[3]
+    dy, dw_proj, db_proj = linear_backward(dout, c_proj)   # like dout
+    B, H, T, hs = q.shape
+    C = H * hs
+    if tokens is not None:                             # y = gather(y_grid)
+        dy = tokens.scatter(dy)                        # (B, T, C), zeros at the padding
     dy = dy.reshape(B, T, H, hs).transpose(0, 2, 1, 3)      # (B, H, T, hs) = d merge(y)
     # y = att @ v  ->  datt = dy @ v.T,  dv = att.T @ dy
     datt = dy @ v.swapaxes(-1, -2)                    # (B, H, T, S)
@@ -142,8 +180,11 @@ def attention_backward(dout: np.ndarray, cache):
     dqkv[:, :, 0] = dq.transpose(0, 2, 1, 3)
     dqkv[:, :, 1] = dk.transpose(0, 2, 1, 3)
     dqkv[:, :, 2] = dv.transpose(0, 2, 1, 3)
+    dqkv = dqkv.reshape(B, T, 3 * C)
+    if tokens is not None:                             # qkv_grid = scatter(qkv)
+        dqkv = tokens.gather(dqkv)                     # (N, 3C)
     # qkv = x @ w_attn + b_attn
-    dx, dw_attn, db_attn = linear_backward(dqkv.reshape(B, T, 3 * C), c_attn)
+    dx, dw_attn, db_attn = linear_backward(dqkv, c_attn)
     return dx, dw_attn, db_attn, dw_proj, db_proj
 
 
@@ -151,19 +192,20 @@ def attention_backward(dout: np.ndarray, cache):
 # one transformer block (pre-LN): x += attn(ln_1(x)); x += mlp(ln_2(x))
 # ----------------------------------------------------------------------------------------------
 
-def block_forward(x, p, prefix, n_head, allowed, kv=None):
-    """One pre-LN block; ``p[prefix + name]`` are its parameters, ``kv`` this layer's KV cache
-    (:func:`attention_forward`). Returns ``(x, cache)``."""
+def block_forward(x, p, prefix, n_head, allowed, kv=None, tokens=None):
+    """One pre-LN block; ``p[prefix + name]`` are its parameters, ``kv`` this layer's KV cache,
+    ``tokens`` the grid of padding-free rows ``x`` (N, C) (:func:`attention_forward`). Returns
+    ``(x, cache)``."""
     h, c_ln1 = layernorm_forward(x, p[prefix + "ln_1.w"], p[prefix + "ln_1.b"], LN_EPS)
     a, c_attn = attention_forward(h, p[prefix + "attn.c_attn.w"], p[prefix + "attn.c_attn.b"],
                                   p[prefix + "attn.c_proj.w"], p[prefix + "attn.c_proj.b"],
-                                  n_head, allowed, kv)
+                                  n_head, allowed, kv, tokens)
     x = x + a                                                        # residual 1
     h, c_ln2 = layernorm_forward(x, p[prefix + "ln_2.w"], p[prefix + "ln_2.b"], LN_EPS)
-    h, c_fc = linear_forward(h, p[prefix + "mlp.c_fc.w"], p[prefix + "mlp.c_fc.b"])   # (B, T, 4C)
+    h, c_fc = linear_forward(h, p[prefix + "mlp.c_fc.w"], p[prefix + "mlp.c_fc.b"])   # (..., 4C)
     h, c_gelu = gelu_forward(h)
     m, c_mproj = linear_forward(h, p[prefix + "mlp.c_proj.w"],
-                                p[prefix + "mlp.c_proj.b"])                   # (B, T, C)
+                                p[prefix + "mlp.c_proj.b"])                   # (..., C)
     x = x + m                                                        # residual 2
     return x, BlockCache(c_ln1, c_attn, c_ln2, c_fc, c_gelu, c_mproj)
 

@@ -1,11 +1,12 @@
 """TinyGPT: a GPT-2 style decoder with hand-written backprop, a scalar head, and a KV cache.
 
-Legend: B batch, T tokens, C channels (n_embd), V vocab, H heads, L layers (n_layer), hs = C / H.
+Legend: B batch, T tokens, N real tokens (B T without padding), C channels (n_embd), V vocab,
+H heads, L layers (n_layer), hs = C / H.
 
 The network (GPT-2, Radford et al. 2019; pre-LayerNorm blocks as in nanoGPT / llm.c)::
 
     pos    = max(cumsum(attn_mask) - 1, 0)          position ids skip the padding
-    x      = wte[idx] + wpe[pos]                    (B, T, C)
+    x      = wte[idx] + wpe[pos]                    (N, C) the N real tokens only
     for each of the L blocks:
         x  = x + attn(ln_1(x))                      causal, padded keys masked (attention.py)
         x  = x + mlp(ln_2(x))                       mlp(h) = gelu(h W_fc + b) W_proj + b
@@ -15,8 +16,12 @@ The network (GPT-2, Radford et al. 2019; pre-LayerNorm blocks as in nanoGPT / ll
 
 Padding: ``attn_mask`` (B, T) is 1 on real tokens, 0 on padding (left padding of prompts, right
 padding of responses, or both). Because positions count only real tokens and padded keys are never
-attended to, a real token's logits do not depend on how much padding precedes it. Padded positions
-produce finite numbers that mean nothing; callers mask them out of every loss (see attention.py).
+attended to, a real token's logits do not depend on how much padding precedes it.
+
+Padding-free rows: only attention mixes positions, so every other layer runs on the N real tokens
+alone, an (N, C) array (``RealTokens`` in attention.py); attention and the outputs put them back on
+the (B, T) grid. Padded positions get logits and scalars 0, numbers that mean nothing; callers mask
+them out of every loss. Without padding N = B T and nothing is gathered.
 
 Every gradient is written by hand; ``backward`` mirrors ``forward`` line by line in reverse, and the
 two fan-outs (the tied ``wte``, and ``x`` feeding both heads) are summed in one visible place each.
@@ -39,7 +44,8 @@ import numpy as np
 from minippo.checks import (check_choice, check_fields, check_float_array, check_int_array,
                             check_mask, check_range)
 from minippo.malloc import keep_freed_memory
-from minippo.nn.attention import LN_EPS, attention_allowed, block_backward, block_forward
+from minippo.nn.attention import (LN_EPS, RealTokens, attention_allowed, block_backward,
+                                  block_forward)
 from minippo.nn.layers import (embedding_backward, embedding_forward, layernorm_backward,
                                layernorm_forward, linear_backward, linear_forward,
                                softmax_cross_entropy_backward, softmax_cross_entropy_forward)
@@ -161,8 +167,10 @@ class KVCache:
 
 class GPTCache(NamedTuple):
     """What :meth:`TinyGPT.backward` needs from :meth:`TinyGPT.forward`: the caches of the two
-    embeddings, of the L blocks and of ln_f, ``x`` = ln_f's output (B, T, C) that the heads read,
-    and the caches of the LM head and the scalar head (None when not computed)."""
+    embeddings, of the L blocks and of ln_f, ``x`` = ln_f's output (N, C) that the heads read,
+    the caches of the LM head and the scalar head (None when not computed), and where the N real
+    tokens sit on the (B, T) grid."""
+    tokens: RealTokens
     tok: tuple
     pos: tuple
     blocks: list
@@ -272,6 +280,7 @@ class TinyGPT:
             raise ValueError("`idx` must have at least one token per row, got shape (B, 0)")
         p, cfg = self.params, self.cfg
         B, T = idx.shape
+        rows = None                                            # every position is real
         if attn_mask is None:
             pos = np.broadcast_to(np.arange(T), (B, T))       # (B, T)
             allowed = np.tri(T, dtype=bool)[None]              # (1, T, T) causal only
@@ -280,22 +289,27 @@ class TinyGPT:
             # position ids count real tokens only: padding does not shift a real token's position
             pos = np.maximum(np.cumsum(attn_mask != 0, axis=1) - 1, 0)  # (B, T)
             allowed = attention_allowed(attn_mask)             # (B, T, T)
-        tok, c_tok = embedding_forward(idx, p["wte"])          # (B, T, C)
-        pe, c_pos = embedding_forward(pos, p["wpe"])           # (B, T, C)
+            if not attn_mask.all():
+                rows = np.flatnonzero(attn_mask.reshape(-1))   # (N,) the real tokens
+        tokens = RealTokens(rows, B, T)
+        tok, c_tok = embedding_forward(tokens.gather(idx), p["wte"])   # (N, C)
+        pe, c_pos = embedding_forward(tokens.gather(pos), p["wpe"])    # (N, C)
         x = tok + pe
         blocks = []
         for i in range(cfg.n_layer):
-            x, c_block = block_forward(x, p, f"h.{i}.", cfg.n_head, allowed)
+            x, c_block = block_forward(x, p, f"h.{i}.", cfg.n_head, allowed, tokens=tokens)
             blocks.append(c_block)
-        x, c_lnf = layernorm_forward(x, p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (B, T, C)
+        x, c_lnf = layernorm_forward(x, p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (N, C)
         lm_logits, c_head, values, c_scalar = None, None, None, None
         if logits:
             # logits = x @ wte.T    (the LM head is the token embedding, transposed)
-            lm_logits, c_head = linear_forward(x, p["wte"].T, None)   # (B, T, V)
+            out, c_head = linear_forward(x, p["wte"].T, None)          # (N, V)
+            lm_logits = tokens.scatter(out)                             # (B, T, V)
         if scalar:
-            out, c_scalar = linear_forward(x, p["scalar_head.w"], p["scalar_head.b"])  # (B, T, 1)
-            values = out[..., 0]                                # (B, T)
-        return lm_logits, values, GPTCache(c_tok, c_pos, blocks, c_lnf, x, c_head, c_scalar)
+            out, c_scalar = linear_forward(x, p["scalar_head.w"], p["scalar_head.b"])  # (N, 1)
+            values = tokens.scatter(out[:, 0])                          # (B, T)
+        return lm_logits, values, GPTCache(tokens, c_tok, c_pos, blocks, c_lnf, x, c_head,
+                                           c_scalar)
 
     def backward(self, cache, dlogits=None, dscalar=None,
                  scalar_into_trunk: bool = True) -> dict[str, np.ndarray]:
@@ -313,19 +327,18 @@ class TinyGPT:
         -------
         grads : the keys of ``params`` (zeros where a parameter got no gradient)
         """
-        c_head, c_scalar = cache.head, cache.scalar
-        B, T = cache.x.shape[:2]
+        c_head, c_scalar, tokens = cache.head, cache.scalar, cache.tokens
+        B, T = tokens.B, tokens.T
         cfg, p = self.cfg, self.params
         dt = np.dtype(cfg.dtype)
-        C = cfg.n_embd
         grads = {k: None for k in param_shapes(cfg)}
-        dx = np.zeros((B, T, C), dtype=dt)                      # d loss / d ln_f(x)
+        dx = np.zeros_like(cache.x)                             # (N, C) d loss / d ln_f(x)
         dwte_head = None
         if dlogits is not None:
             if c_head is None:
                 raise ValueError("`dlogits` needs the logits: call forward(..., logits=True)")
             dlogits = check_float_array("dlogits", dlogits, shape=(B, T, cfg.vocab_size))
-            dlogits = dlogits.astype(dt, copy=False)
+            dlogits = tokens.gather(dlogits.astype(dt, copy=False))   # (N, V) logits = scatter
             # logits = x @ wte.T  ->  dx = dlogits @ wte,  d(wte.T) = x.T @ dlogits
             dx_head, dwte_t, _ = linear_backward(dlogits, c_head)
             dx += dx_head
@@ -336,14 +349,14 @@ class TinyGPT:
             dscalar = check_float_array("dscalar", dscalar, shape=(B, T)).astype(dt, copy=False)
             # scalar = x @ w + b
             dx_scalar, grads["scalar_head.w"], grads["scalar_head.b"] = linear_backward(
-                dscalar[..., None], c_scalar)
+                tokens.gather(dscalar)[:, None], c_scalar)
             if scalar_into_trunk:
                 dx += dx_scalar              # fan-out of x into the two heads: summed here
         # x = ln_f(x)
         dx, grads["ln_f.w"], grads["ln_f.b"] = layernorm_backward(dx, cache.ln_f)
         for i in reversed(range(cfg.n_layer)):
             dx = block_backward(dx, cache.blocks[i], f"h.{i}.", grads)
-        # x = wte[idx] + wpe[pos]
+        # x = wte[idx] + wpe[pos]     (at the real tokens)
         dwte_emb = embedding_backward(dx, cache.tok)            # (V, C)
         grads["wpe"] = embedding_backward(dx, cache.pos)             # (T_block, C) rows >= T stay 0
         # wte is used twice (embedding and LM head): its gradient is the sum of both uses
@@ -411,7 +424,7 @@ class TinyGPT:
         """
         _, _, cache = self.forward(idx, attn_mask, logits=False)   # checks idx, attn_mask, params
         cfg, p = self.cfg, self.params
-        B, T = cache.x.shape[:2]
+        B, T = cache.tokens.B, cache.tokens.T
         H, hs = cfg.n_head, cfg.n_embd // cfg.n_head
         kv = KVCache(k=[], v=[], key_mask=np.zeros((B, cfg.block_size), dtype=np.int8),
                      n_real=np.zeros(B, dtype=np.int64), t=T)
@@ -426,7 +439,7 @@ class TinyGPT:
             am = (np.asarray(attn_mask) != 0).astype(np.int8)
         kv.key_mask[:, :T] = am
         kv.n_real[:] = am.sum(axis=1)
-        logits_last = cache.x[:, -1] @ p["wte"].T                         # (B, V)
+        logits_last = cache.tokens.scatter(cache.x)[:, -1] @ p["wte"].T   # (B, V)
         return logits_last, kv
 
     def decode_step(self, kv: KVCache, tokens, attn_mask=None) -> np.ndarray:
