@@ -53,7 +53,8 @@ class RealTokens(NamedTuple):
     T: int
 
     def gather(self, a: np.ndarray) -> np.ndarray:
-        """(B, T, ...) -> (N, ...): the real tokens' rows (a reshape when every position is real)."""
+        """(B, T, ...) -> (N, ...): the real tokens' rows (a reshape when every position is
+        real)."""
         a = a.reshape(self.B * self.T, *a.shape[2:])
         return a if self.rows is None else a[self.rows]
 

@@ -117,10 +117,16 @@ def logprobs_from_logits(logits, actions, temperature=1.0):
     cache : what :func:`logprobs_backward` needs (the probabilities, the actions, T).
     """
     logq = log_softmax(logits, temperature)                           # (..., V)
+    return logprobs_from_logq(logq, np.exp(logq), actions, temperature)
+
+
+def logprobs_from_logq(logq, probs, actions, temperature=1.0):
+    """:func:`logprobs_from_logits` given ``logq = log_softmax(logits / T)`` and ``probs =
+    exp(logq)`` (..., V) already computed (the PPO loss reads them for the entropy too)."""
     V = logq.shape[-1]
     actions = check_int_array("actions", actions, shape=logq.shape[:-1], low=0, high=V)
     logp = np.take_along_axis(logq, actions[..., None], axis=-1)[..., 0]    # (...)
-    return logp, (np.exp(logq), actions, float(temperature))
+    return logp, (probs, actions, float(temperature))
 
 
 def logprobs_backward(dlogp, cache):
@@ -141,7 +147,12 @@ def entropy_from_logits(logits, temperature=1.0):
     The entropy bonus of PPO paper eq. (9) is ``c2 * mean(H)``.
     """
     logq = log_softmax(logits, temperature)                           # (..., V)
-    probs = np.exp(logq)                                              # (..., V)
+    return entropy_from_logq(logq, np.exp(logq), temperature)
+
+
+def entropy_from_logq(logq, probs, temperature=1.0):
+    """:func:`entropy_from_logits` given ``logq = log_softmax(logits / T)`` and
+    ``probs = exp(logq)``."""
     ent = -np.sum(probs * logq, axis=-1)                              # (...)
     return ent, (probs, logq, ent, float(temperature))
 

@@ -43,8 +43,8 @@ from minippo.rl.dapo import overlong_penalty, zero_variance_groups, zero_varianc
 from minippo.rl.group_advantages import batch_mean_advantages, grpo_advantages, rloo_advantages
 from minippo.rl.kl import KL_KINDS, kl_ref_loss
 from minippo.rl.loss_variants import aggregated_policy_loss, sequence_policy_loss
-from minippo.rl.losses import (entropy_backward, entropy_from_logits, logprobs_backward,
-                               logprobs_from_logits)
+from minippo.rl.losses import (entropy_backward, entropy_from_logq, log_softmax,
+                               logprobs_backward, logprobs_from_logq)
 from minippo.rl.masked import LOSS_AGGS, aggregation_denominator, masked_aggregate, masked_mean
 from minippo.rlhf.generate import join_generations
 from minippo.rlhf.ppo import (PPOState, Rollout, backward_response, epoch_minibatches,
@@ -309,12 +309,14 @@ def actor_loss(state: PPOState, mb: Rollout, cfg, *, scalar: bool = False):
     agg = dict(loss_agg=cfg.loss_agg, norm_len=cfg.max_new_tokens)
     logits, head, cache = forward_response(state.actor, mb.sequences, mb.attn_mask, mb.prompt_len,
                                            scalar=scalar)
-    logp, c_logp = logprobs_from_logits(logits, mb.response, cfg.temperature)              # (B, Tn)
+    logq = log_softmax(logits, cfg.temperature)        # (B, Tn, V) log pi(.|s_t), for both terms
+    probs = np.exp(logq)                               # (B, Tn, V) pi(.|s_t)
+    logp, c_logp = logprobs_from_logq(logq, probs, mb.response, cfg.temperature)           # (B, Tn)
     policy_loss = sequence_policy_loss if cfg.ratio_level == "sequence" else aggregated_policy_loss
     pg_loss, dlogp, pstats = policy_loss(logp, mb.logp.astype(logp.dtype),
                                          mb.adv.astype(logp.dtype), mask,
                                          cfg.clip_eps, cfg.clip_eps_high, **agg)
-    ent, c_ent = entropy_from_logits(logits, cfg.temperature)                              # (B, Tn)
+    ent, c_ent = entropy_from_logq(logq, probs, cfg.temperature)                           # (B, Tn)
     ent_agg = masked_aggregate(ent, mask, **agg)
     terms = {"loss/policy": pg_loss, "loss/entropy": -ent_agg, "loss/kl": 0.0}
     if cfg.kl_ref_loss_coef > 0:

@@ -57,7 +57,8 @@ from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW, clip_grad_norm, global_norm, lr_at
 from minippo.rl.gae import gae
 from minippo.rl.losses import (clipped_policy_loss, clipped_value_loss, entropy_backward,
-                               entropy_from_logits, logprobs_backward, logprobs_from_logits)
+                               entropy_from_logq, log_softmax, logprobs_backward,
+                               logprobs_from_logits, logprobs_from_logq)
 from minippo.rl.masked import masked_mean, masked_whiten
 from minippo.rlhf.critic import init_bias_to_mean_score
 from minippo.rlhf.generate import generate
@@ -262,10 +263,12 @@ def minibatch_loss_and_grads(state: PPOState, mb: Rollout, cfg: PPOConfig):
     seqs, attn, Tp, mask = mb.sequences, mb.attn_mask, mb.prompt_len, mb.response_mask
     # the actor: L^CLIP and the entropy bonus, their gradient d loss / d logits
     logits, _, cache = forward_response(state.actor, seqs, attn, Tp)               # (B, Tn, V)
-    logp, c_logp = logprobs_from_logits(logits, mb.response, cfg.temperature)       # (B, Tn)
+    logq = log_softmax(logits, cfg.temperature)        # (B, Tn, V) log pi(.|s_t), for both terms
+    probs = np.exp(logq)                               # (B, Tn, V) pi(.|s_t)
+    logp, c_logp = logprobs_from_logq(logq, probs, mb.response, cfg.temperature)    # (B, Tn)
     pg_loss, dlogp, pstats = clipped_policy_loss(logp, mb.logp.astype(logp.dtype),
                                                  mb.adv.astype(logp.dtype), mask, cfg.clip_eps)
-    ent, c_ent = entropy_from_logits(logits, cfg.temperature)                       # (B, Tn)
+    ent, c_ent = entropy_from_logq(logq, probs, cfg.temperature)                    # (B, Tn)
     ent_mean = masked_mean(ent, mask)
     dlogits = logprobs_backward(dlogp.astype(logits.dtype), c_logp)                 # (B, Tn, V)
     if cfg.ent_coef > 0:
