@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 
 from minippo import GPTConfig, TinyGPT, kernels
+from minippo.nn import attention
+from minippo.nn.attention import RealTokens
 from minippo.nn.gpt import param_shapes
 from minippo.nn.gradcheck import assert_gradients
 from minippo.nn.optim import AdamW
@@ -146,6 +148,40 @@ def test_left_padding_does_not_change_real_logits():
         logits3, values3, _ = model.forward(padded, am, scalar=True)
         np.testing.assert_allclose(logits3[:, 3:], logits0, rtol=0, atol=1e-12)
         assert np.all(np.isfinite(logits3)) and np.all(np.isfinite(values3))
+
+
+def test_real_tokens_gather_and_scatter_are_each_others_backward():
+    rng = np.random.default_rng(21)
+    rows = np.array([1, 2, 4, 5, 7])                              # B=2, T=4: three pads
+    tokens = RealTokens(rows, 2, 4)
+    a, g = rng.standard_normal((2, 4, 3)), rng.standard_normal((5, 3))
+    assert tokens.gather(a).shape == (5, 3)
+    np.testing.assert_array_equal(tokens.gather(a), a.reshape(8, 3)[rows])
+    grid = tokens.scatter(g)
+    assert grid.shape == (2, 4, 3) and np.all(grid.reshape(8, 3)[[0, 3, 6]] == 0)
+    np.testing.assert_array_equal(tokens.gather(grid), g)
+    # <scatter(g), a> = <g, gather(a)>: each is the other's transpose (float64 rounding only)
+    assert np.sum(grid * a) == pytest.approx(np.sum(g * tokens.gather(a)), rel=1e-12)
+    full = RealTokens(None, 2, 4)                                 # no padding: reshapes, no copy
+    assert np.shares_memory(full.gather(a), a) and np.shares_memory(full.scatter(a.reshape(8, 3)), a)
+
+
+def test_the_row_wise_layers_see_only_the_real_tokens(monkeypatch):
+    model = tiny_model(8, block_size=8)
+    idx, _, _, attn_mask = batch(seed=22)
+    seen = []
+    original = attention.linear_forward
+
+    def counting(x, w, b):
+        seen.append(x.reshape(-1, x.shape[-1]).shape[0])
+        return original(x, w, b)
+    monkeypatch.setattr(attention, "linear_forward", counting)
+    logits, values, _ = model.forward(idx, attn_mask, scalar=True)
+    n_real = int(attn_mask.sum())
+    assert n_real < attn_mask.size and seen and set(seen) == {n_real}
+    # the padded positions' outputs are zeros: numbers that mean nothing, masked by every caller
+    assert np.all(logits[attn_mask == 0] == 0) and np.all(values[attn_mask == 0] == 0)
+    assert np.all(logits[attn_mask == 1] != 0)
 
 
 def test_padding_on_both_sides_and_no_gradient_to_pads():
