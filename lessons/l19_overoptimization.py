@@ -410,7 +410,7 @@ def plot(r: dict, path) -> None:
     c.set_xlabel("reward-model training pairs (log scale)")
     c.set_ylabel("mean gold score")
     c.set_title("(c) gold at the peak and at the end vs RM data")
-    c.legend(fontsize=8, loc="lower right")
+    c.legend(fontsize=8, loc="best")           # where the lines are not (they move with the seed)
     for method, col in (("bon", "tab:green"), ("rl", "tab:purple")):
         label = f"best-of-{N}" if method == "bon" else "PPO"
         c2.plot(pairs, [s[method]["d"][s[method]["peak"]] for s in r["summary"].values()], "-o", color=col,

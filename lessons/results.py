@@ -85,16 +85,20 @@ from minippo.bench.report import cpu_model
 RESULTS_DIR = REPO_ROOT / "docs" / "results"
 MAIN = "main"                                  # the main job, `minippo rlhf` at its default size
 MAIN_FILE = "main_rlhf"
+#: the model every trained number goes through: TinyGPT, its layers and their numba twins, the log-probs
+#: (a change there moves the numbers as surely as one in the algorithm: issue 30's padding-free rows)
+MODEL_SOURCES = ("minippo/nn/gpt.py", "minippo/nn/attention.py", "minippo/nn/layers.py",
+                 "minippo/nn/_kernels.py", "minippo/rl/losses.py")
 MAIN_SOURCES = ("minippo/rlhf/run/pipeline.py", "minippo/rlhf/sft.py", "minippo/rlhf/lm_train.py",
                 "minippo/rlhf/rm_train.py",
                 "minippo/rlhf/ppo.py", "minippo/rlhf/ppo_config.py", "minippo/rlhf/run/trainer.py",
-                "minippo/rlhf/run/evaluate.py")
+                "minippo/rlhf/run/evaluate.py", *MODEL_SOURCES)
 RLVR = "rlvr"                                  # `minippo rlvr` at its default size, every --method, one SFT stage
 RLVR_FILE = "rlvr_methods"
 RLVR_SOURCES = ("minippo/rlvr/run.py", "minippo/rlvr/task.py", "minippo/rlvr/tokenizer.py",
                 "minippo/rlvr/verifier.py", "minippo/rlvr/evaluate.py", "minippo/rlvr/trainer.py",
                 "minippo/rlhf/lm_train.py", "minippo/rlhf/ppo.py", "minippo/rlhf/ppo_config.py",
-                "minippo/rlhf/grpo.py")
+                "minippo/rlhf/grpo.py", *MODEL_SOURCES)
 RLVR_METHODS = ("grpo", "dr_grpo", "rloo", "ppo")   # `minippo rlvr --method M`, in the README table's order
 RLVR_GROUP = ("grpo", "dr_grpo", "rloo")            # the critic-free family
 RLVR_HIGH_LR = 3e-4         # the lr that over-updated GRPO (README): one more GRPO run at it, from the same SFT stage
