@@ -127,10 +127,13 @@ def count_passes(cfg: PPOConfig, tok, sft, rm, *, peak: bool = True) -> dict:
         finally:
             tracemalloc.stop()
         shape, (B, T) = ModelShape.from_gpt_config(sft.cfg), (mb.sequences.shape[0], mb.sequences.shape[1] - 1)
-        # what one minibatch adds: actor + critic caches, the actor's (B, T, V) arrays, both models' gradients
-        out["update_estimate"] = (2 * activation_bytes(shape, B, T) + 2 * 4 * param_count(shape)
+        # what one minibatch adds: actor + critic caches (row-wise layers on the N real tokens only),
+        # the actor's (B, T, V) arrays, both models' gradients
+        N = int(np.count_nonzero(mb.attn_mask[:, :-1]))
+        out["update_estimate"] = (2 * activation_bytes(shape, B, T, n_real=N) + 2 * 4 * param_count(shape)
                                   + logits_bytes(B, T, shape.vocab_size, 4, VOCAB_ARRAYS_TRAIN))
         out["update_BT"] = (B, T)
+        out["update_N"] = N
     return out
 
 
@@ -231,7 +234,8 @@ def narrative(r: dict) -> str:
              f"so in our code each frozen forward of the batch builds the training caches and drops them "
              f"({rows['actor'].activations / B * cfg.batch_size / 1e6:.0f} MB at B={cfg.batch_size}, T={T}).")
     (Bu, Tu) = ps["update_BT"]
-    L.append(f"tracemalloc peak of one real update minibatch (B={Bu}, T={Tu}): {ps['update_peak'] / 1e6:.1f} MB; "
+    L.append(f"tracemalloc peak of one real update minibatch (B={Bu}, T={Tu}, {ps['update_N']} real tokens): "
+             f"{ps['update_peak'] / 1e6:.1f} MB; "
              f"estimate (2 caches + {VOCAB_ARRAYS_TRAIN} (B,T,V) arrays + 2 gradient sets): "
              f"{ps['update_estimate'] / 1e6:.1f} MB. Rollout buffer of {cfg.batch_size} responses: "
              f"{ps['buffer_nbytes'] / 1e3:.0f} KB; KV cache for generation: {r['tiny_kv'] / 1e6:.2f} MB.")

@@ -71,14 +71,14 @@ class RealTokens(NamedTuple):
 class AttentionCache(NamedTuple):
     """What :func:`attention_backward` needs: the caches of the two linear layers, and q (B, H, T,
     hs), k, v (B, H, S, hs) (the keys and values attended to, which a KV cache stores) and att
-    (B, H, T, S) of the core, and the RealTokens of a padding-free call (else None)."""
+    (B, H, T, S) of the core, and the RealTokens of the call."""
     c_attn: tuple
     q: np.ndarray
     k: np.ndarray
     v: np.ndarray
     att: np.ndarray
     c_proj: tuple
-    tokens: RealTokens | None
+    tokens: RealTokens
 
 
 class BlockCache(NamedTuple):
@@ -108,14 +108,14 @@ def attention_allowed(attn_mask: np.ndarray, T: int | None = None) -> np.ndarray
 # ----------------------------------------------------------------------------------------------
 
 def attention_forward(x: np.ndarray, w_attn: np.ndarray, b_attn: np.ndarray, w_proj: np.ndarray,
-                      b_proj: np.ndarray, n_head: int, allowed: np.ndarray, kv=None,
-                      tokens: RealTokens | None = None):
+                      b_proj: np.ndarray, n_head: int, allowed: np.ndarray, tokens: RealTokens,
+                      kv=None):
     """Causal multi-head self-attention (GPT-2's ``attn`` sublayer), over the whole sequence or,
     with a KV cache, over the new tokens only.
 
     Parameters
     ----------
-    x : (B, T, C); with ``tokens``: (N, C), the real tokens only
+    x : (N, C) the rows of the real tokens only (N = B T without padding)
     w_attn : (C, 3C), b_attn : (3C,)   the q, k, v projections side by side (``c_attn``)
     w_proj : (C, C), b_proj : (C,)     the output projection (``c_proj``)
     n_head : H, dividing C
@@ -125,17 +125,16 @@ def attention_forward(x: np.ndarray, w_attn: np.ndarray, b_attn: np.ndarray, w_p
         t - 1: this call's keys and values are written at slots t .. t + T - 1 (in place) and the
         queries attend to slots 0 .. t + T - 1 (decoding: T = 1, the same numbers as row t of
         the full pass)
-    tokens : None, or where the rows of ``x`` sit on the (B, T) grid (padding-free rows)
+    tokens : where the rows of ``x`` sit on the (B, T) grid (:class:`RealTokens`)
 
     Returns
     -------
-    out : like ``x``
+    out : (N, C) like ``x``
     cache : AttentionCache; ``cache.k``, ``cache.v`` are the keys and values attended to
         (B, H, S, hs), which a KV cache stores
     """
-    qkv, c_attn = linear_forward(x, w_attn, b_attn)   # (B, T, 3C), or (N, 3C) real tokens only
-    if tokens is not None:
-        qkv = tokens.scatter(qkv)                     # (B, T, 3C), zeros at the padding
+    qkv, c_attn = linear_forward(x, w_attn, b_attn)   # (N, 3C)
+    qkv = tokens.scatter(qkv)                         # (B, T, 3C), zeros at the padding
     B, T, C = qkv.shape[0], qkv.shape[1], qkv.shape[2] // 3
     hs = C // n_head
     # split the heads: three (B, H, T, hs) views of qkv, no copy
@@ -150,10 +149,8 @@ def attention_forward(x: np.ndarray, w_attn: np.ndarray, b_attn: np.ndarray, w_p
     # y = att @ v, written into memory laid out (B, T, H, hs): merging the heads is a reshape
     y = np.empty((B, T, n_head, hs), dtype=v.dtype)
     np.matmul(att, v, out=y.transpose(0, 2, 1, 3))                      # (B, H, T, hs) view
-    y = y.reshape(B, T, C)                                              # merge the heads
-    if tokens is not None:
-        y = tokens.gather(y)                                            # (N, C)
-    out, c_proj = linear_forward(y, w_proj, b_proj)                    # like x
+    y = tokens.gather(y.reshape(B, T, C))                 # merge the heads; the real rows (N, C)
+    out, c_proj = linear_forward(y, w_proj, b_proj)                    # (N, C)
     return out, AttentionCache(c_attn, q, k, v, att, c_proj, tokens)
 
 
@@ -162,11 +159,10 @@ def attention_backward(dout: np.ndarray, cache):
     db_proj)``."""
     c_attn, q, k, v, att, c_proj, tokens = cache       # AttentionCache
     # out = merge(y) @ w_proj + b_proj
-    dy, dw_proj, db_proj = linear_backward(dout, c_proj)   # like dout
+    dy, dw_proj, db_proj = linear_backward(dout, c_proj)   # (N, C)
     B, H, T, hs = q.shape
     C = H * hs
-    if tokens is not None:                             # y = gather(y_grid)
-        dy = tokens.scatter(dy)                        # (B, T, C), zeros at the padding
+    dy = tokens.scatter(dy)                            # y = gather(y_grid): (B, T, C), 0 at padding
     dy = dy.reshape(B, T, H, hs).transpose(0, 2, 1, 3)      # (B, H, T, hs) = d merge(y)
     # y = att @ v  ->  datt = dy @ v.T,  dv = att.T @ dy
     datt = dy @ v.swapaxes(-1, -2)                    # (B, H, T, S)
@@ -181,9 +177,7 @@ def attention_backward(dout: np.ndarray, cache):
     dqkv[:, :, 0] = dq.transpose(0, 2, 1, 3)
     dqkv[:, :, 1] = dk.transpose(0, 2, 1, 3)
     dqkv[:, :, 2] = dv.transpose(0, 2, 1, 3)
-    dqkv = dqkv.reshape(B, T, 3 * C)
-    if tokens is not None:                             # qkv_grid = scatter(qkv)
-        dqkv = tokens.gather(dqkv)                     # (N, 3C)
+    dqkv = tokens.gather(dqkv.reshape(B, T, 3 * C))   # qkv_grid = scatter(qkv): (N, 3C)
     # qkv = x @ w_attn + b_attn
     dx, dw_attn, db_attn = linear_backward(dqkv, c_attn)
     return dx, dw_attn, db_attn, dw_proj, db_proj
@@ -193,20 +187,20 @@ def attention_backward(dout: np.ndarray, cache):
 # one transformer block (pre-LN): x += attn(ln_1(x)); x += mlp(ln_2(x))
 # ----------------------------------------------------------------------------------------------
 
-def block_forward(x, p, prefix, n_head, allowed, kv=None, tokens=None):
-    """One pre-LN block; ``p[prefix + name]`` are its parameters, ``kv`` this layer's KV cache,
-    ``tokens`` the grid of padding-free rows ``x`` (N, C) (:func:`attention_forward`). Returns
-    ``(x, cache)``."""
+def block_forward(x, p, prefix, n_head, allowed, tokens, kv=None):
+    """One pre-LN block on the rows ``x`` (N, C) of the real tokens, whose places on the (B, T)
+    grid ``tokens`` holds; ``p[prefix + name]`` are its parameters, ``kv`` this layer's KV cache
+    (:func:`attention_forward`). Returns ``(x, cache)``."""
     h, c_ln1 = layernorm_forward(x, p[prefix + "ln_1.w"], p[prefix + "ln_1.b"], LN_EPS)
     a, c_attn = attention_forward(h, p[prefix + "attn.c_attn.w"], p[prefix + "attn.c_attn.b"],
                                   p[prefix + "attn.c_proj.w"], p[prefix + "attn.c_proj.b"],
-                                  n_head, allowed, kv, tokens)
+                                  n_head, allowed, tokens, kv)
     x = x + a                                                        # residual 1
     h, c_ln2 = layernorm_forward(x, p[prefix + "ln_2.w"], p[prefix + "ln_2.b"], LN_EPS)
-    h, c_fc = linear_forward(h, p[prefix + "mlp.c_fc.w"], p[prefix + "mlp.c_fc.b"])   # (..., 4C)
+    h, c_fc = linear_forward(h, p[prefix + "mlp.c_fc.w"], p[prefix + "mlp.c_fc.b"])   # (N, 4C)
     h, c_gelu = gelu_forward(h)
     m, c_mproj = linear_forward(h, p[prefix + "mlp.c_proj.w"],
-                                p[prefix + "mlp.c_proj.b"])                   # (..., C)
+                                p[prefix + "mlp.c_proj.b"])                   # (N, C)
     x = x + m                                                        # residual 2
     return x, BlockCache(c_ln1, c_attn, c_ln2, c_fc, c_gelu, c_mproj)
 

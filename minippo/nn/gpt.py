@@ -297,7 +297,7 @@ class TinyGPT:
         x = tok + pe
         blocks = []
         for i in range(cfg.n_layer):
-            x, c_block = block_forward(x, p, f"h.{i}.", cfg.n_head, allowed, tokens=tokens)
+            x, c_block = block_forward(x, p, f"h.{i}.", cfg.n_head, allowed, tokens)
             blocks.append(c_block)
         x, c_lnf = layernorm_forward(x, p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (N, C)
         lm_logits, c_head, values, c_scalar = None, None, None, None
@@ -469,12 +469,13 @@ class TinyGPT:
         kv.key_mask[:, t] = m
         kv.n_real += m
         pos = np.maximum(kv.n_real - 1, 0)                          # (B,)
-        x = (p["wte"][tokens] + p["wpe"][pos])[:, None, :]          # (B, 1, C)
+        x = p["wte"][tokens] + p["wpe"][pos]                        # (B, C): one row per sequence
+        grid = RealTokens(None, B, 1)                               # every new token has a row
         # the new token sees the real keys so far and itself (j <= t is the slice)
         allowed = kv.key_mask[:, None, :t + 1] != 0                 # (B, 1, t + 1)
         allowed[..., t] = True
         for i in range(cfg.n_layer):
-            x, _ = block_forward(x, p, f"h.{i}.", cfg.n_head, allowed, kv=(kv.k[i], kv.v[i], t))
+            x, _ = block_forward(x, p, f"h.{i}.", cfg.n_head, allowed, grid, (kv.k[i], kv.v[i], t))
         kv.t = t + 1
-        x, _ = layernorm_forward(x[:, 0], p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (B, C)
+        x, _ = layernorm_forward(x, p["ln_f.w"], p["ln_f.b"], LN_EPS)   # (B, C)
         return x @ p["wte"].T                                    # (B, V)

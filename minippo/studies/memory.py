@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minippo.checks import check_choice, check_range
+from minippo.checks import check_choice, check_mask, check_range
 from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW
 from minippo.rlhf.grpo import GRPOConfig
@@ -170,7 +170,8 @@ def block_cache_per_token(shape: ModelShape, T: int) -> dict[str, int]:
             "mlp": (3 if shape.family == "gpt2" else 4) * F}
 
 
-def activation_bytes(shape: ModelShape, B: int, T: int, itemsize: int = 4, *, mode: str = "train") -> int:
+def activation_bytes(shape: ModelShape, B: int, T: int, itemsize: int = 4, *, mode: str = "train",
+                     n_real: int | None = None) -> int:
     """Bytes of activations of one pass over (B, T) tokens (logits excluded: see :func:`logits_bytes`).
 
     mode : ``"train"`` everything a forward pass keeps for backward (TinyGPT's caches: the token and
@@ -179,18 +180,26 @@ def activation_bytes(shape: ModelShape, B: int, T: int, itemsize: int = 4, *, mo
         ``"forward"`` a forward-only pass: one block's working set (nothing is kept for backward),
         what a framework's no-grad mode needs. TinyGPT has no such mode: its frozen forward passes
         build the ``"train"`` caches and drop them when the call returns.
+    n_real : the real (not padding) tokens of the batch, N <= B T; None: all B T are real.
+        TinyGPT runs every row-wise layer on the N real tokens only (padding-free rows); only
+        attention's q, k, v and weights sit on the whole (B, T) grid; the cache also keeps the
+        real tokens' grid indices.
     """
     check_choice("mode", mode, ("train", "checkpointed", "forward"))
     for name, v in (("B", B), ("T", T), ("itemsize", itemsize)):
         check_range(name, v, 1, None, integer=True)
+    N = B * T if n_real is None else n_real
+    check_range("n_real", N, 1, B * T, integer=True)
     C, L = shape.n_embd, shape.n_layer
-    block = sum(block_cache_per_token(shape, T).values())         # values per token per block
+    terms = block_cache_per_token(shape, T)                        # values per token per block
+    grid = terms["qkv"] + terms["attention probs"]                 # per (B, T) position
+    row = sum(terms.values()) - grid                               # per real token
     ids = (2 if shape.family == "gpt2" else 1) * 8                 # int64 token (and position) ids, bytes
+    ids += 8 if N < B * T else 0                                   # the real tokens' int64 grid indices
     head = 2 * C + 1                                               # ln_f: xhat, rstd, output
-    per_token = {"train": L * block + head,
-                 "checkpointed": L * C + block + head,
-                 "forward": block + head}[mode]
-    return int(B * T * (per_token * itemsize + ids))
+    blocks = {"train": L, "checkpointed": 1, "forward": 1}[mode]   # blocks whose caches are held
+    per_real = blocks * row + head + (L * C if mode == "checkpointed" else 0)
+    return int(B * T * blocks * grid * itemsize + N * (per_real * itemsize + ids))
 
 
 def logits_bytes(B: int, T: int, V: int, itemsize: int = 4, n_arrays: int = 1) -> int:
@@ -458,8 +467,9 @@ def _unique_arrays(obj, skip_ids, found):
     return found
 
 
-def measure_tinygpt(cfg, B: int, T: int, *, seed: int = 0) -> dict[str, int]:
-    """Bytes of real arrays of a TinyGPT of config ``cfg`` (a ``GPTConfig``) on a (B, T) batch.
+def measure_tinygpt(cfg, B: int, T: int, *, seed: int = 0, attn_mask=None) -> dict[str, int]:
+    """Bytes of real arrays of a TinyGPT of config ``cfg`` (a ``GPTConfig``) on a (B, T) batch
+    (``attn_mask``: its (B, T) 0/1 padding mask; None: every token is real).
 
     Returns ``params`` (``num_params``), ``weights`` (nbytes of ``params``), ``grads`` (of the
     gradients ``backward`` returns), ``adam`` (AdamW's m and v), ``activations`` (distinct buffers
@@ -471,7 +481,9 @@ def measure_tinygpt(cfg, B: int, T: int, *, seed: int = 0) -> dict[str, int]:
     rng = np.random.default_rng(seed)
     model = TinyGPT(cfg, rng=rng)
     idx = rng.integers(0, cfg.vocab_size, size=(B, T))             # (B, T)
-    attn_mask = np.ones((B, T), dtype=np.int64)
+    if attn_mask is None:
+        attn_mask = np.ones((B, T), dtype=np.int64)
+    check_mask("attn_mask", attn_mask, shape=(B, T), layout="any")
     logits, values, cache = model.forward(idx, attn_mask, scalar=True)
     skip = {id(p) for p in model.params.values()}
     acts = sum(a.nbytes for a in _unique_arrays(cache, skip, {}).values())

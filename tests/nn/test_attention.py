@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from minippo.nn.attention import attention_allowed, attention_backward, attention_forward
+from minippo.nn.attention import RealTokens, attention_allowed, attention_backward, attention_forward
 from minippo.nn.gradcheck import assert_gradients
 
 # one row of each kind: no padding, left padding, right padding, both
@@ -23,8 +23,18 @@ def _params(seed=0):
             "b_proj": rng.standard_normal(C) * 0.1}
 
 
-def _forward(p, allowed):
-    return attention_forward(p["x"], p["w_attn"], p["b_attn"], p["w_proj"], p["b_proj"], H, allowed)
+def _forward(p, allowed, tokens=RealTokens(None, B, T)):
+    """Attention on the grid x (B, T, C): every position a row (``tokens`` None rows), or only the
+    real ones (padding-free rows); returns out on the grid (zeros at rows not computed)."""
+    out, cache = attention_forward(tokens.gather(p["x"]), p["w_attn"], p["b_attn"], p["w_proj"],
+                                   p["b_proj"], H, allowed, tokens)
+    return tokens.scatter(out), cache
+
+
+def _backward(dout, cache):
+    """attention_backward from d out on the grid (B, T, C); dx back on the grid."""
+    dx, *dparams = attention_backward(cache.tokens.gather(dout), cache)
+    return (cache.tokens.scatter(dx), *dparams)
 
 
 def _loop_reference(p, attn_mask):
@@ -69,7 +79,7 @@ def test_gradients_with_padding_mask():
     allowed = attention_allowed(ATTN_MASK)
     R = np.random.default_rng(2).standard_normal((B, T, C))
     out, cache = _forward(p, allowed)
-    dx, dwa, dba, dwp, dbp = attention_backward(R, cache)
+    dx, dwa, dba, dwp, dbp = _backward(R, cache)
     grads = {"x": dx, "w_attn": dwa, "b_attn": dba, "w_proj": dwp, "b_proj": dbp}
     # the loss includes padded positions too: backward is the exact gradient of the forward
     assert_gradients(lambda: float(np.sum(_forward(p, allowed)[0] * R)), p, grads, tol=1e-7)
@@ -80,7 +90,7 @@ def test_padding_gets_no_gradient_from_real_positions():
     allowed = attention_allowed(ATTN_MASK)
     R = np.random.default_rng(4).standard_normal((B, T, C)) * ATTN_MASK[..., None]   # loss on real tokens only
     out, cache = _forward(p, allowed)
-    dx = attention_backward(R, cache)[0]
+    dx = _backward(R, cache)[0]
     assert np.all(dx[ATTN_MASK == 0] == 0.0)
     assert np.all(np.isfinite(out))
     # and the real outputs do not change whatever sits at the padded positions
@@ -98,9 +108,9 @@ def test_decode_step_matches_full_forward():
     for t in range(T):
         allowed_t = ATTN_MASK[:, None, :t + 1] != 0          # (B, 1, t + 1) real keys so far
         allowed_t[..., t] = True                             # and itself
-        out, _ = attention_forward(p["x"][:, t:t + 1], p["w_attn"], p["b_attn"], p["w_proj"], p["b_proj"],
-                                   H, allowed_t, kv=(k_cache, v_cache, t))
-        np.testing.assert_allclose(out[:, 0], full[:, t], rtol=1e-12, atol=1e-12)
+        out, _ = attention_forward(p["x"][:, t], p["w_attn"], p["b_attn"], p["w_proj"], p["b_proj"],
+                                   H, allowed_t, RealTokens(None, B, 1), kv=(k_cache, v_cache, t))
+        np.testing.assert_allclose(out, full[:, t], rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -108,4 +118,21 @@ def test_dtype_is_kept(dtype):
     p = {k: v.astype(dtype) for k, v in _params(6).items()}
     out, cache = _forward(p, attention_allowed(ATTN_MASK))
     assert out.dtype == dtype
-    assert all(g.dtype == dtype for g in attention_backward(out, cache))
+    assert all(g.dtype == dtype for g in _backward(out, cache))
+
+
+def test_padding_free_rows_match_the_grid():
+    """On the N real rows only (the padded rows never computed): the same real outputs as the
+    whole-grid call, and the exact gradient of its own forward (float64 central differences)."""
+    p = _params(7)
+    allowed = attention_allowed(ATTN_MASK)
+    real = RealTokens(np.flatnonzero(ATTN_MASK), B, T)
+    full, _ = _forward(p, allowed)
+    out, cache = _forward(p, allowed, real)
+    assert cache.c_attn[0].shape == (int(ATTN_MASK.sum()), C)          # q, k, v from N rows
+    np.testing.assert_allclose(out[ATTN_MASK == 1], full[ATTN_MASK == 1], rtol=1e-12, atol=1e-12)
+    assert np.all(out[ATTN_MASK == 0] == 0.0)
+    R = np.random.default_rng(8).standard_normal((B, T, C))
+    dx, dwa, dba, dwp, dbp = _backward(R, cache)
+    grads = {"x": dx, "w_attn": dwa, "b_attn": dba, "w_proj": dwp, "b_proj": dbp}
+    assert_gradients(lambda: float(np.sum(_forward(p, allowed, real)[0] * R)), p, grads, tol=1e-7)

@@ -43,6 +43,28 @@ def test_byte_counts_match_real_arrays(cfg, B, T):
         assert actor.activations == m["activations"]
 
 
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_padded_cache_bytes_match_real_arrays(cfg):
+    """With padding, the row-wise layers keep the N real tokens only and attention keeps the whole
+    (B, T) grid: the cache has exactly ``activation_bytes(..., n_real=N)`` bytes."""
+    B, T = 3, 7
+    mask = np.ones((B, T), dtype=np.int64)
+    mask[0, :3] = 0                                  # left padding
+    mask[2, 5:] = 0                                  # right padding
+    N, item, shape = int(mask.sum()), np.dtype(cfg.dtype).itemsize, ModelShape.from_gpt_config(cfg)
+    padded = measure_tinygpt(cfg, B, T, attn_mask=mask)["activations"]
+    assert padded == activation_bytes(shape, B, T, item, n_real=N)
+    assert padded < measure_tinygpt(cfg, B, T)["activations"] == activation_bytes(shape, B, T, item)
+
+
+def test_activation_bytes_n_real_checked():
+    shape = ModelShape.from_gpt_config(CONFIGS[0])
+    with pytest.raises(ValueError, match="n_real"):
+        activation_bytes(shape, 2, 5, n_real=11)
+    with pytest.raises(ValueError, match="attn_mask"):
+        measure_tinygpt(CONFIGS[0], 2, 5, attn_mask=np.ones((2, 4)))
+
+
 def test_gpt2_block_cache_is_20C_plus_2_plus_HT():
     shape = ModelShape(2, 96, 4, 512, 64)
     assert sum(block_cache_per_token(shape, 50).values()) == 20 * 96 + 2 + 4 * 50
