@@ -35,6 +35,10 @@ Activations of a training pass are counted as TinyGPT keeps them, per token and 
 
 With gradient checkpointing (the usual fix, Q33) only each block's input (C per token) is kept and one
 block's caches are rebuilt at a time during backward.
+
+With padding, TinyGPT keeps less: its row-wise layers run on the N real tokens only, so every term
+above counts N tokens except q, k, v and the probabilities, which attention keeps on the whole (B, T)
+grid (``activation_bytes(..., n_real=N)``).
 """
 from __future__ import annotations
 
