@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from minippo.checks import check_choice, check_mask, check_range
+from minippo.checks import check_choice, check_range
 from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW
 from minippo.rlhf.grpo import GRPOConfig
@@ -201,8 +201,9 @@ def activation_bytes(shape: ModelShape, B: int, T: int, itemsize: int = 4, *, mo
     ids = (2 if shape.family == "gpt2" else 1) * 8                 # int64 token (and position) ids, bytes
     ids += 8 if N < B * T else 0                                   # the real tokens' int64 grid indices
     head = 2 * C + 1                                               # ln_f: xhat, rstd, output
-    blocks = {"train": L, "checkpointed": 1, "forward": 1}[mode]   # blocks whose caches are held
-    per_real = blocks * row + head + (L * C if mode == "checkpointed" else 0)
+    # the blocks whose caches are held, and what else is kept per real token (each block's input)
+    blocks, inputs = {"train": (L, 0), "checkpointed": (1, L * C), "forward": (1, 0)}[mode]
+    per_real = blocks * row + inputs + head
     return int(B * T * blocks * grid * itemsize + N * (per_real * itemsize + ids))
 
 
@@ -487,7 +488,6 @@ def measure_tinygpt(cfg, B: int, T: int, *, seed: int = 0, attn_mask=None) -> di
     idx = rng.integers(0, cfg.vocab_size, size=(B, T))             # (B, T)
     if attn_mask is None:
         attn_mask = np.ones((B, T), dtype=np.int64)
-    check_mask("attn_mask", attn_mask, shape=(B, T), layout="any")
     logits, values, cache = model.forward(idx, attn_mask, scalar=True)
     skip = {id(p) for p in model.params.values()}
     acts = sum(a.nbytes for a in _unique_arrays(cache, skip, {}).values())

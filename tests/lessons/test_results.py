@@ -551,9 +551,11 @@ def test_the_rerun_check_fails_when_a_quoted_value_moved(monkeypatch):
 
 def test_the_rerun_check_accepts_any_word_of_a_ranged_verdict_and_no_other(monkeypatch):
     # a quoted verdict whose two committed runs print different words (the first the docs quote)
-    target, key = next((q.target, q.key) for _, q, _, _ in qt.quoted_keys()
-                       if q.key.startswith("verdict.") and q.key.endswith(".outcome")
-                       and len(res.load(q.target)["ranges"].get(q.key, {}).get("values", [])) == 2)
+    ranged = [(q.target, q.key) for _, q, _, _ in qt.quoted_keys()
+              if q.key.startswith("verdict.") and q.key.endswith(".outcome")
+              and len(res.load(q.target)["ranges"].get(q.key, {}).get("values", [])) == 2]
+    assert ranged, "no quoted verdict's committed runs print two different words"
+    target, key = ranged[0]
     committed = res.load(target)
     words = [json.loads(w) for w in committed["ranges"][key]["values"]]
     for word in words:                                   # either run's word passes
