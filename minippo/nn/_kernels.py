@@ -30,8 +30,12 @@ bench step took 98 ms with these serial kernels and 296 ms with ``parallel=True`
 (alternating measurements in one process), and small inputs (gradient checks, decoding) paid the
 thread start-up on every call.
 
-Kernels compute in the dtype of their inputs (constants are made with ``x.dtype.type``), so float32
-stays float32 and float64 gradient checks run through these very kernels. Numba rules (CONTRIBUTING.md):
+Kernels compute in the dtype of their inputs (constants are made with ``x.dtype.type``), so float64
+gradient checks run through these very kernels. One exception: compiled, LayerNorm's two kernels
+divide a row's float32 sum by the integer C, which numba promotes to float64; the row's mean,
+variance and 1/std, and the products that use them, then run in float64 and are rounded to float32
+where they are stored (under ``NUMBA_DISABLE_JIT=1``, NumPy's rules keep them float32). The parity
+tests' float32 tolerance covers both. Numba rules (CONTRIBUTING.md):
 ``@njit(cache=True)``, no ``fastmath``; ``NUMBA_DISABLE_JIT=1`` runs every kernel as plain Python.
 """
 from __future__ import annotations
@@ -124,7 +128,7 @@ def _layernorm_forward_kernel(x, w, b, eps, out, xhat, rstd):
     N, C = x.shape
     one = x.dtype.type(1)
     for r in prange(N):
-        mean = _sum4(x[r]) / C
+        mean = _sum4(x[r]) / C                     # float64: / the integer C (module docstring)
         rs = one / np.sqrt(_sumsq4(x[r], mean) / C + eps)
         rstd[r] = rs
         for c in range(C):
@@ -142,7 +146,7 @@ def _layernorm_backward_kernel(dout, xhat, rstd, w, dx):
     for r in prange(N):
         for c in range(C):
             g[c] = dout[r, c] * w[c]
-        mg, mgx = _sum4(g) / C, _dot4(g, xhat[r]) / C
+        mg, mgx = _sum4(g) / C, _dot4(g, xhat[r]) / C   # float64 (module docstring)
         for c in range(C):
             dx[r, c] = rstd[r] * (g[c] - mg - xhat[r, c] * mgx)
 

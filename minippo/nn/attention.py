@@ -164,19 +164,18 @@ def attention_backward(dout: np.ndarray, cache):
     C = H * hs
     dy = tokens.scatter(dy)                            # y = gather(y_grid): (B, T, C), 0 at padding
     dy = dy.reshape(B, T, H, hs).transpose(0, 2, 1, 3)      # (B, H, T, hs) = d merge(y)
+    # q, k, v are the heads of qkv: their gradients go side by side into one (B, T, 3C) array,
+    # written by the products below through three (B, H, T, hs) views (as y in the forward)
+    dqkv = np.empty((B, T, 3, H, hs), dtype=dy.dtype)
+    dq, dk, dv = dqkv.transpose(2, 0, 3, 1, 4)
     # y = att @ v  ->  datt = dy @ v.T,  dv = att.T @ dy
     datt = dy @ v.swapaxes(-1, -2)                    # (B, H, T, S)
-    dv = att.swapaxes(-1, -2) @ dy                    # (B, H, S, hs)
+    np.matmul(att.swapaxes(-1, -2), dy, out=dv)       # (B, H, S, hs)
     # att = softmax(scores / sqrt(hs) + M)  ->  dscores (in place on datt)
     ds = masked_softmax_backward(datt, att, 1.0 / math.sqrt(hs))
     # scores = q @ k.T  ->  dq = dscores @ k,  dk = dscores.T @ q
-    dq = ds @ k                                       # (B, H, T, hs)
-    dk = ds.swapaxes(-1, -2) @ q                      # (B, H, S, hs)
-    # q, k, v = the heads of qkv: write the three gradients back side by side
-    dqkv = np.empty((B, T, 3, H, hs), dtype=dy.dtype)       # (B, T, 3, H, hs)
-    dqkv[:, :, 0] = dq.transpose(0, 2, 1, 3)
-    dqkv[:, :, 1] = dk.transpose(0, 2, 1, 3)
-    dqkv[:, :, 2] = dv.transpose(0, 2, 1, 3)
+    np.matmul(ds, k, out=dq)                          # (B, H, T, hs)
+    np.matmul(ds.swapaxes(-1, -2), q, out=dk)         # (B, H, S, hs)
     dqkv = tokens.gather(dqkv.reshape(B, T, 3 * C))   # qkv_grid = scatter(qkv): (N, 3C)
     # qkv = x @ w_attn + b_attn
     dx, dw_attn, db_attn = linear_backward(dqkv, c_attn)

@@ -204,3 +204,31 @@ def test_adamw_dispatches_to_its_kernel_only_with_the_switch_on(monkeypatch):
     with kernels.use_kernels(True):
         opt.step({"w": np.ones(3, np.float32)})
     assert len(calls) == 1 and calls[0][0] is p["w"]
+
+
+def _sums_of_four_lanes(a, dtype):
+    """Per row, in ``dtype``: the four interleaved sums of ``_sum4`` (lane j adds columns j, j + 4,
+    ...; the row length a multiple of 4), combined as (s0 + s1) + (s2 + s3)."""
+    acc = np.zeros((a.shape[0], 4), dtype=dtype)
+    for i in range(0, a.shape[1], 4):
+        acc += a[:, i:i + 4].astype(dtype)
+    return (acc[:, 0] + acc[:, 1]) + (acc[:, 2] + acc[:, 3])
+
+
+def test_layernorm_kernel_statistics_dtype_is_what_the_module_docstring_says():
+    """Compiled, LayerNorm's forward kernel keeps a float32 row's mean, variance, 1/std and the
+    normalised values in float64 (numba promotes ``sum / C``); without the JIT, in float32. The
+    kernel is replayed in NumPy in that dtype, in the kernel's summation order: equal bit for bit."""
+    from numba import config
+    stats = np.float32 if config.DISABLE_JIT else np.float64
+    x, w, b = _data(np.float32, 64, 32, scale=3.0) + 1, _data(np.float32, 32, seed=1), _data(
+        np.float32, 32, seed=2)
+    out, (xhat, rstd, _) = K.layernorm_forward(x, w, b, 1e-5)
+    C = stats(x.shape[1])
+    mean = _sums_of_four_lanes(x, np.float32).astype(stats) / C                 # (N,)
+    d = x.astype(stats) - mean[:, None]
+    rs = stats(1) / np.sqrt(_sums_of_four_lanes(d * d, stats) / C + stats(np.float32(1e-5)))
+    xh = d * rs[:, None]
+    np.testing.assert_array_equal(rstd[:, 0], rs.astype(np.float32))
+    np.testing.assert_array_equal(xhat, xh.astype(np.float32))
+    np.testing.assert_array_equal(out, (xh * w.astype(stats) + b.astype(stats)).astype(np.float32))
