@@ -210,17 +210,19 @@ def render(q: Quote, sources: Sources, in_block: bool = False) -> str:
 
 
 def runs_text(data: dict) -> str:
-    """``over 3 BLAS kernels x 2 seeds`` (one CPU); ``over 6 runs: 2 CPUs, 2 BLAS kernels, seeds 0, 1`` when
-    runs on another CPU were added (``python -m lessons results N --add-machine``)."""
+    """``over 3 BLAS kernels x 2 seeds`` (one CPU, every seed under every kernel); else the runs counted,
+    ``over 6 runs: 2 CPUs, 2 BLAS kernels, seeds 0, 1`` or ``over 3 runs: 2 BLAS kernels, seeds 0, 1``
+    (runs added by ``python -m lessons results N --add-machine``: another CPU, or seed 0 only under its
+    kernel; a CPU is told apart by its model name)."""
     runs = data["runs"]
     kernels = len({r["kernel"] for r in runs})
     seeds = sorted({r["seed"] for r in runs})
     cpus = len({res.run_cpu(data, r) for r in runs})
     k_text = f"{kernels} BLAS kernel{'s' * (kernels != 1)}"
-    if cpus == 1:
+    if cpus == 1 and len(runs) == kernels * len(seeds):
         return f"over {k_text} x {len(seeds)} seed{'s' * (len(seeds) != 1)}"
     s_text = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}"
-    return f"over {len(runs)} runs: {cpus} CPUs, {k_text}, {s_text}"
+    return f"over {len(runs)} runs: " + ", ".join([f"{cpus} CPUs"] * (cpus > 1) + [k_text, s_text])
 
 
 def times_table(sources: Sources) -> str:

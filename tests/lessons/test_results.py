@@ -179,6 +179,11 @@ def test_runs_on_another_cpu_widen_the_ranges_and_are_named_in_the_quote(tmp_pat
     s = qt.Sources(tmp_path, check_fresh=False)
     assert rendered(s, "l08:gold +.3f range=.2f") == "+0.250 (0.20 to 0.35 over 5 runs: 2 CPUs, 2 BLAS kernels, seeds 0, 1)"
     assert [res.run_cpu(data, r) for r in data["runs"]] == ["a CPU"] * 4 + ["another CPU"]
+    # the same CPU's name under a kernel it ran seed 0 only with: not a kernel x seed grid, the runs counted
+    data["runs"][-1] = dict(data["runs"][-1], cpu="a CPU", kernel="Sandybridge")
+    res.results_path("l08", tmp_path).write_text(json.dumps(data), encoding="utf-8")
+    s = qt.Sources(tmp_path, check_fresh=False)
+    assert rendered(s, "l08:gold +.3f range=.2f") == "+0.250 (0.20 to 0.35 over 5 runs: 3 BLAS kernels, seeds 0, 1)"
 
 
 def test_adding_a_machine_refuses_a_cpu_independent_lesson_and_a_run_it_already_has(tmp_path, monkeypatch):
@@ -629,7 +634,8 @@ def test_an_rlvr_module_edited_makes_its_file_stale(tmp_path):
 
 def test_the_rlvr_file_holds_each_seeds_run_and_its_markers_resolve():
     data = res.load("rlvr")
-    seeds = sorted(r["seed"] for r in data["runs"])
+    ref_kernel = data["runs"][0]["kernel"]        # the counts are over the reference kernel's runs
+    seeds = sorted(r["seed"] for r in data["runs"] if r["kernel"] == ref_kernel)
     assert seeds == [0, 1] and data["values"]["across.seeds"] == 2 and data["values"]["across.runs"] == 8
     for k, v in data["values"].items():                        # seed 0's row is the reference run's values
         if k.startswith("seed.0.") and not res.is_measured(k):
@@ -641,7 +647,7 @@ def test_the_rlvr_file_holds_each_seeds_run_and_its_markers_resolve():
     assert rendered(s, "rlvr:seed.1.grpo.cpu_s .0f") == f"{data['values']['seed.1.grpo.cpu_s']:.0f}"
     if "ppo.pass1" in data["ranges"]:                          # the reference value alone: with its range only
         assert "quote it with `range`" in problem(s, "<!-- rlvr:ppo.pass1 .3f -->?<!-- end -->")
-        assert "over 1 BLAS kernel x 2 seeds" in rendered(s, "rlvr:ppo.pass1 .3f range")
+        assert qt.runs_text(data) in rendered(s, "rlvr:ppo.pass1 .3f range")
 
 
 def fake_rlvr_run(seed: int, change: dict, sft64: float, rl64: dict) -> dict:
