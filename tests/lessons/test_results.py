@@ -634,8 +634,9 @@ def test_an_rlvr_module_edited_makes_its_file_stale(tmp_path):
 
 def test_the_rlvr_file_holds_each_seeds_run_and_its_markers_resolve():
     data = res.load("rlvr")
-    ref_kernel = data["runs"][0]["kernel"]        # the counts are over the reference kernel's runs
-    seeds = sorted(r["seed"] for r in data["runs"] if r["kernel"] == ref_kernel)
+    ref = data["runs"][0]                         # the counts are over the reference CPU and kernel's runs
+    seeds = sorted(r["seed"] for r in data["runs"]
+                   if (res.run_cpu(data, r), r["kernel"]) == (res.run_cpu(data, ref), ref["kernel"]))
     assert seeds == [0, 1] and data["values"]["across.seeds"] == 2 and data["values"]["across.runs"] == 8
     for k, v in data["values"].items():                        # seed 0's row is the reference run's values
         if k.startswith("seed.0.") and not res.is_measured(k):
