@@ -1,5 +1,5 @@
-"""``python -m lessons times [N ...] [--save]``: how long each lesson, the shared stages and the main job take,
-measured in one session on this machine.
+"""``python -m lessons times [N ...] [--repeat K] [--save]``: how long each lesson, the shared stages and the
+main job take, measured in one session on this machine.
 
 Each lesson's default run is a fresh ``python -m lessons N`` process, as a student starts it (its imports and its
 numba cache load included; the figure goes to a temporary folder). Its CPU seconds are the process's user +
@@ -8,12 +8,20 @@ system time (``resource.getrusage(RUSAGE_CHILDREN)``: every thread), its wall se
 The shared stages. The first RLHF lesson of a fresh clone builds the SFT policy and reward model it shares with
 the others into ``runs/cache/``, and lesson 23 the verifier task's SFT model. A lesson whose run creates a folder
 under ``runs/cache/`` is run a second time: its first run is the row "N, first run (builds runs/cache/NAME)", the
-second its own row, with the cache warm. Last, ``minippo rlhf`` at its default size runs into a temporary folder.
+second its own row, with the cache warm. The row "runs/cache/NAME alone" is each first run minus the warm runs'
+median: what building the stages costs. Last, ``minippo rlhf`` at its default size runs into a temporary folder.
+
+``--repeat K`` runs every row K times, one process after the other: a row's numbers are then the median of its K
+runs and, beside it, their lowest and highest (on a shared machine the same run's CPU seconds differ by a tenth or
+more from one run to the next). A first run is repeated by deleting the cache folders that this same call's first
+run created (never one it found) and running the lesson again.
 
 The float32 matmul GFLOP/s (``minippo bench --only matmul``) and the load average are read before and after.
 CPU seconds scale about inversely with the GFLOP/s: the column "at 140" is ``CPU s x GFLOP/s / 140``, the CPU
-seconds expected where the matmul reads 140 GFLOP/s (the laptop the course is timed for). ``--save`` writes
-``docs/lesson_times.json``, which the README's table is quoted from (``python -m lessons quote``).
+seconds expected where the matmul reads 140 GFLOP/s (the laptop the course is timed for). The last column compares
+it with the course's targets there (:data:`TARGETS`): "met" when every run's scaled seconds are within the target,
+"missed" when none is, "not shown" when the runs fall on both sides. ``--save`` writes ``docs/lesson_times.json``,
+which the README's table is quoted from (``python -m lessons quote``).
 """
 from __future__ import annotations
 
@@ -21,6 +29,8 @@ import argparse
 import datetime
 import json
 import resource
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,6 +45,9 @@ TIMES_FILE = REPO_ROOT / "docs" / "lesson_times.json"
 CACHE_DIR = REPO_ROOT / "runs" / "cache"
 #: the GFLOP/s of the laptop the course's times are scaled to (issue: "every lesson within a minute")
 REFERENCE_GFLOPS = 140.0
+#: CPU seconds at REFERENCE_GFLOPS that a row should stay within (issue "fast on a slow laptop"): each lesson's
+#: default run with the shared stages cached, building those stages, and the main job
+TARGETS = {"lesson": 45.0, "stages": 60.0, "main": 60.0}
 
 
 def children_cpu() -> float:
@@ -65,32 +78,55 @@ def reading() -> dict:
     return {"matmul_gflops": gflops, "load_average": load}
 
 
-def measure(lessons: list[str], main_job: bool, log=print) -> dict:
-    """Every row (module docstring), the machine and the readings around them."""
+def summary(what: str, command: str, runs: list[dict]) -> dict:
+    """A row: the median CPU and wall seconds of ``runs`` and the runs themselves."""
+    return {"what": what, "command": command,
+            "cpu_s": round(statistics.median(r["cpu_s"] for r in runs), 2),
+            "wall_s": round(statistics.median(r["wall_s"] for r in runs), 2), "runs": runs}
+
+
+def measure(lessons: list[str], main_job: bool, repeat: int = 1, log=print) -> dict:
+    """Every row (module docstring), each run ``repeat`` times, the machine and the readings around them."""
     before, rows = reading(), []
     with tempfile.TemporaryDirectory(prefix="minippo-times-") as tmp:
         tmp = Path(tmp)
         for name in lessons:
             number = name.split(".")[1][1:3]
             command = [sys.executable, "-m", "lessons", number, "--out", str(tmp / "figures")]
-            built = cache_folders()
-            row = timed(command, tmp / f"{number}.log")
-            built = sorted(cache_folders() - built)
-            if built:                        # this run built a shared stage: time the lesson again, warm
-                rows.append({"what": f"{number}, first run (builds runs/cache/{', '.join(built)})",
-                             "command": f"python -m lessons {number}", **row})
-                log(f"{rows[-1]['what']}: {row['cpu_s']:.1f} s CPU, {row['wall_s']:.1f} s wall")
-                row = timed(command, tmp / f"{number}-warm.log")
-            rows.append({"what": number, "command": f"python -m lessons {number}", **row})
-            log(f"{number}: {row['cpu_s']:.1f} s CPU, {row['wall_s']:.1f} s wall")
+            found = cache_folders()
+            runs = [timed(command, tmp / f"{number}.log")]
+            built = sorted(cache_folders() - found)
+            if built:                        # this run built a shared stage: build it again, then time it warm
+                for _ in range(repeat - 1):
+                    for folder in built:     # made by this call's first run, so ours to delete
+                        shutil.rmtree(CACHE_DIR / folder)
+                    runs.append(timed(command, tmp / f"{number}.log"))
+                    if sorted(cache_folders() - found) != built:
+                        raise RuntimeError(f"`{' '.join(command)}` built {sorted(cache_folders() - found)} on a "
+                                           f"repeated first run, {built} on the first")
+                first = summary(f"{number}, first run (builds runs/cache/{', '.join(built)})",
+                                f"python -m lessons {number}", runs)
+                rows.append(first)
+                log(f"{first['what']}: {first['cpu_s']:.1f} s CPU, {first['wall_s']:.1f} s wall")
+                runs = []
+            runs += [timed(command, tmp / f"{number}-warm.log") for _ in range(repeat - len(runs))]
+            warm = summary(number, f"python -m lessons {number}", runs)
+            rows.append(warm)
+            log(f"{number}: {warm['cpu_s']:.1f} s CPU, {warm['wall_s']:.1f} s wall")
+            if built:                        # the build alone: each first run minus the warm runs' median
+                rows.append(summary(f"runs/cache/{', '.join(built)} alone (first run - warm run)",
+                                    f"python -m lessons {number}",
+                                    [{k: round(r[k] - warm[k], 2) for k in ("cpu_s", "wall_s")}
+                                     for r in first["runs"]]))
         if main_job:
-            command = [sys.executable, "-m", "minippo", "rlhf", "--no-progress", "--out", str(tmp / "main")]
-            rows.append({"what": "minippo rlhf", "command": "minippo rlhf", **timed(command, tmp / "main.log")})
+            runs = [timed([sys.executable, "-m", "minippo", "rlhf", "--no-progress", "--out", str(tmp / f"main{i}")],
+                          tmp / "main.log") for i in range(repeat)]
+            rows.append(summary("minippo rlhf", "minippo rlhf", runs))
             log(f"minippo rlhf: {rows[-1]['cpu_s']:.1f} s CPU, {rows[-1]['wall_s']:.1f} s wall")
     after = reading()
     commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip() or None
-    return {"date": datetime.date.today().isoformat(), "commit": commit, "machine": machine(),
+    return {"date": datetime.date.today().isoformat(), "commit": commit, "machine": machine(), "repeat": repeat,
             "before": before, "after": after, "rows": rows}
 
 
@@ -99,36 +135,74 @@ def peak(d: dict) -> float:
     return max(d["before"]["matmul_gflops"], d["after"]["matmul_gflops"])
 
 
+def target(row: dict) -> float:
+    """The row's target in CPU seconds at REFERENCE_GFLOPS (:data:`TARGETS`); None for a first run, which
+    is a lesson plus a build."""
+    if row["what"] == "minippo rlhf":
+        return TARGETS["main"]
+    if row["what"].startswith("runs/cache/"):
+        return TARGETS["stages"]
+    return None if "first run" in row["what"] else TARGETS["lesson"]
+
+
+def spread(values: list[float], median: float, fmt: str) -> str:
+    """``median`` alone for one run; ``median (lowest-highest)`` for several."""
+    if len(values) == 1:
+        return format(median, fmt)
+    return f"{median:{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
+
+
 def table(d: dict) -> str:
-    """The markdown table of ``d``'s rows (what the README quotes)."""
-    g = peak(d)
-    lines = [f"| run | CPU s | wall s | CPU s at {REFERENCE_GFLOPS:.0f} GFLOP/s |", "|---|---|---|---|"]
+    """The markdown table of ``d``'s rows (what the README quotes). A row without ``runs`` (a file saved
+    before ``--repeat``) is one run."""
+    g = peak(d) / REFERENCE_GFLOPS
+    lines = [f"| run | CPU s | wall s | CPU s at {REFERENCE_GFLOPS:.0f} GFLOP/s | target at "
+             f"{REFERENCE_GFLOPS:.0f} |", "|---|---|---|---|---|"]
     for r in d["rows"]:
-        lines.append(f"| {r['what']} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | "
-                     f"{r['cpu_s'] * g / REFERENCE_GFLOPS:.0f} |")
+        runs = r.get("runs") or [r]
+        scaled = [x["cpu_s"] * g for x in runs]
+        cap = target(r)
+        if cap is None:
+            verdict = ""
+        elif max(scaled) <= cap:
+            verdict = f"<= {cap:.0f}: met"
+        elif min(scaled) > cap:
+            verdict = f"<= {cap:.0f}: missed"
+        else:
+            verdict = f"<= {cap:.0f}: not shown (runs on both sides)"
+        lines.append(f"| {r['what']} | {spread([x['cpu_s'] for x in runs], r['cpu_s'], '.1f')} | "
+                     f"{spread([x['wall_s'] for x in runs], r['wall_s'], '.1f')} | "
+                     f"{spread(scaled, r['cpu_s'] * g, '.0f')} | {verdict} |")
     return "\n".join(lines) + "\n"
 
 
 def caption(d: dict) -> str:
-    """One line: where and when the table was measured."""
+    """One line: where and when the table was measured, and how many runs each row is."""
     b, a = d["before"], d["after"]
+    k = d.get("repeat", 1)
+    runs = (f"; each row is the median of {k} runs, their lowest and highest in brackets" if k > 1 else
+            "; each row is one run")
     return (f"Measured {d['date']} (commit {d['commit']}) on a {d['machine']['cores']}-core {d['machine']['cpu']} "
             f"(OpenBLAS {d['machine']['blas_kernel']} kernel): matmul {b['matmul_gflops']:.0f} GFLOP/s before and "
             f"{a['matmul_gflops']:.0f} after (load average {b['load_average']:.1f} and {a['load_average']:.1f}); "
-            f"the last column scales by {peak(d):.0f} / {REFERENCE_GFLOPS:.0f}.")
+            f"the last columns scale by {peak(d):.0f} / {REFERENCE_GFLOPS:.0f}{runs}.")
 
 
 def main(argv: list[str], names: list[str], resolve) -> int:
     parser = argparse.ArgumentParser(prog="python -m lessons times", description=__doc__.split("\n\n")[0])
     parser.add_argument("which", nargs="*", help="lesson numbers or slugs (default: every lesson)")
     parser.add_argument("--no-main", action="store_true", help="skip `minippo rlhf`")
+    parser.add_argument("--repeat", type=int, default=1, metavar="K",
+                        help="run every row K times; quote the median, the lowest and the highest (default 1)")
     parser.add_argument("--save", action="store_true", help=f"write {TIMES_FILE.relative_to(REPO_ROOT)}")
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error(f"--repeat must be an integer >= 1, got {args.repeat}")
     chosen = [resolve(w) for w in args.which] if args.which else names
     if args.save and (args.which or args.no_main):
         parser.error("--save: the file holds every lesson and the main job; run without lessons and --no-main")
     try:
-        d = measure(chosen, not args.no_main)
+        d = measure(chosen, not args.no_main, args.repeat)
     except RuntimeError as exc:
         print(f"python -m lessons times: {exc}", file=sys.stderr)
         return 1

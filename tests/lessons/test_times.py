@@ -24,14 +24,36 @@ DATA = {"date": "2026-12-06", "commit": "abc1234",
 def test_the_table_scales_cpu_seconds_by_the_higher_matmul_reading_to_140():
     assert times.peak(DATA) == 175.0
     table = times.table(DATA).splitlines()
-    assert table[0] == "| run | CPU s | wall s | CPU s at 140 GFLOP/s |"
-    # 70 x 175 / 140 = 87.5 -> 88 (round half to even does not apply: 87.5 is exact, ".0f" gives 88)
-    assert table[2] == "| 09, first run (builds runs/cache/main-x) | 70.0 | 71.0 | 88 |"
-    assert table[3] == "| 09 | 8.0 | 8.5 | 10 |"                  # 8 x 1.25 = 10
-    assert table[4] == "| minippo rlhf | 88.0 | 88.5 | 110 |"        # 88.04 x 1.25 = 110.05
+    assert table[0] == "| run | CPU s | wall s | CPU s at 140 GFLOP/s | target at 140 |"
+    # 70 x 175 / 140 = 87.5 -> 88 (round half to even does not apply: 87.5 is exact, ".0f" gives 88); a first
+    # run is a lesson plus a build: no target
+    assert table[2] == "| 09, first run (builds runs/cache/main-x) | 70.0 | 71.0 | 88 |  |"
+    assert table[3] == "| 09 | 8.0 | 8.5 | 10 | <= 45: met |"                  # 8 x 1.25 = 10
+    assert table[4] == "| minippo rlhf | 88.0 | 88.5 | 110 | <= 60: missed |"   # 88.04 x 1.25 = 110.05
     assert times.caption(DATA) == (
         "Measured 2026-12-06 (commit abc1234) on a 2-core AMD EPYC (OpenBLAS Haswell kernel): matmul 150 GFLOP/s "
-        "before and 175 after (load average 0.3 and 1.2); the last column scales by 175 / 140.")
+        "before and 175 after (load average 0.3 and 1.2); the last columns scale by 175 / 140; each row is one "
+        "run.")
+
+
+def test_repeated_runs_are_quoted_as_median_and_range_and_judged_against_the_target_with_three_outcomes():
+    def row(what, *cpu):
+        return times.summary(what, "cmd", [{"cpu_s": c, "wall_s": c + 1} for c in cpu])
+
+    d = {**DATA, "repeat": 3, "before": {"matmul_gflops": 140.0, "load_average": 0.0},
+         "after": {"matmul_gflops": 140.0, "load_average": 0.0},
+         "rows": [row("13", 40.0, 44.0, 42.0), row("14", 44.0, 46.0, 45.0), row("15", 45.5, 47.0, 46.0),
+                  row("runs/cache/main-x alone (first run - warm run)", 59.0, 61.0, 60.0),
+                  row("minippo rlhf", 60.0, 58.0, 59.9)]}
+    table = times.table(d).splitlines()[2:]
+    assert table == [
+        "| 13 | 42.0 (40.0-44.0) | 43.0 (41.0-45.0) | 42 (40-44) | <= 45: met |",
+        "| 14 | 45.0 (44.0-46.0) | 46.0 (45.0-47.0) | 45 (44-46) | <= 45: not shown (runs on both sides) |",
+        "| 15 | 46.0 (45.5-47.0) | 47.0 (46.5-48.0) | 46 (46-47) | <= 45: missed |",
+        "| runs/cache/main-x alone (first run - warm run) | 60.0 (59.0-61.0) | 61.0 (60.0-62.0) | 60 (59-61) | "
+        "<= 60: not shown (runs on both sides) |",
+        "| minippo rlhf | 59.9 (58.0-60.0) | 60.9 (59.0-61.0) | 60 (58-60) | <= 60: met |"]
+    assert times.caption(d).endswith("; each row is the median of 3 runs, their lowest and highest in brackets.")
 
 
 def test_timed_measures_a_child_and_names_a_failing_one(tmp_path):
@@ -62,8 +84,46 @@ def test_a_lesson_that_builds_a_cache_gets_a_first_run_row_and_a_warm_row(tmp_pa
                       main_job=False, log=lambda *a: None)
     assert calls == ["04", "09", "09", "11"]     # 09 twice: cold, then warm; 11 finds the cache warm
     assert [(r["what"], r["cpu_s"]) for r in d["rows"]] == [
-        ("04", 8.0), ("09, first run (builds runs/cache/main-seed0)", 70.0), ("09", 8.0), ("11", 8.0)]
+        ("04", 8.0), ("09, first run (builds runs/cache/main-seed0)", 70.0), ("09", 8.0),
+        ("runs/cache/main-seed0 alone (first run - warm run)", 62.0), ("11", 8.0)]
     assert d["before"] == d["after"] == {"matmul_gflops": 140.0, "load_average": 0.0}
+    assert d["repeat"] == 1 and all(len(r["runs"]) == 1 for r in d["rows"])
+
+
+def test_repeat_rebuilds_only_the_cache_its_own_first_run_made_and_times_every_row_k_times(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    (cache / "rlvr-old").mkdir(parents=True)       # found there: never deleted, so lesson 23 is timed warm only
+    (cache / "rlvr-old" / "keep").write_text("a student's cache")
+    monkeypatch.setattr(times, "CACHE_DIR", cache)
+    monkeypatch.setattr(times, "reading", lambda: {"matmul_gflops": 140.0, "load_average": 0.0})
+    calls, cold = [], iter([70.0, 74.0, 72.0])
+
+    def fake_timed(command, log_path):
+        calls.append(command[3] if command[2] == "lessons" else "rlhf")
+        if command[3] == "09" and not (cache / "main-seed0").exists():
+            (cache / "main-seed0").mkdir()
+            return {"cpu_s": next(cold), "wall_s": 1.0}
+        return {"cpu_s": 8.0 + len(calls) / 100, "wall_s": 1.0}
+
+    monkeypatch.setattr(times, "timed", fake_timed)
+    d = times.measure(["lessons.l09_text_as_mdp", "lessons.l23_verifiable_rewards"], main_job=True, repeat=3,
+                      log=lambda *a: None)
+    assert calls == ["09"] * 6 + ["23"] * 3 + ["rlhf"] * 3
+    assert [(r["what"], r["cpu_s"], len(r["runs"])) for r in d["rows"]] == [
+        ("09, first run (builds runs/cache/main-seed0)", 72.0, 3),       # median of 70, 74, 72
+        ("09", 8.05, 3),                                                  # median of 8.04, 8.05, 8.06
+        ("runs/cache/main-seed0 alone (first run - warm run)", 63.95, 3),
+        ("23", 8.08, 3), ("minippo rlhf", 8.11, 3)]
+    assert [r["cpu_s"] for r in d["rows"][2]["runs"]] == [61.95, 65.95, 63.95]
+    assert (cache / "rlvr-old" / "keep").read_text() == "a student's cache" and (cache / "main-seed0").is_dir()
+    assert d["repeat"] == 3
+
+
+def test_repeat_must_be_at_least_one(capsys):
+    with pytest.raises(SystemExit) as exc:
+        lessons_main.main(["times", "04", "--repeat", "0"])
+    assert exc.value.code == 2
+    assert "--repeat must be an integer >= 1, got 0" in capsys.readouterr().err
 
 
 def test_quote_writes_the_lesson_times_marker_from_the_file_and_names_the_command_when_it_is_missing(tmp_path):
