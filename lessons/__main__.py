@@ -27,9 +27,9 @@ default size (``all`` and ``--figures`` write them too, after the figures); ``py
 (``lessons/results.py``, ``lessons/quote.py``); ``python -m lessons restamp N --since REV`` keeps a results file
 through a change of its source that moves no number (``lessons/restamp.py``).
 
-``python -m lessons times --save`` times every lesson's default run as a fresh process, the shared stages' first
-build and ``minippo rlhf`` in one session, and writes ``docs/lesson_times.json`` (the README's table;
-``lessons/times.py``).
+``python -m lessons times --repeat 3 --save`` times every lesson's default run as a fresh process, the shared
+stages' first build and ``minippo rlhf`` in one session, each three times (the median and the spread), and writes
+``docs/lesson_times.json`` (the README's table; ``lessons/times.py``).
 """
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ in the comment just above it, with ``{SOURCE:KEY FORMAT}`` placeholders (one run
 results file: CPU and wall seconds of its reference run beside the matmul GFLOP/s measured around it; a
 lesson's ``--full`` file is its own row, ``17 --full``). Two more blocks are written from
 the file a measuring command saved (:data:`GENERATED`): ``<!-- quote-lesson-times -->`` ... ``<!-- end-lesson-times
--->`` from ``python -m lessons times --save`` (``docs/lesson_times.json``: every lesson, the shared stages' first
+-->`` from ``python -m lessons times --repeat 3 --save`` (``docs/lesson_times.json``: every lesson, the shared stages' first
 build and the main job; ``lessons/times.py``), ``<!-- quote-bench -->`` ... ``<!-- end-bench -->`` from ``minippo
 bench --save docs/bench.json`` (what the bench printed, as a code block under one caption line).
 
@@ -81,12 +81,13 @@ def bench_block(d: dict) -> str:
 
 
 def lesson_times_block(d: dict) -> str:
-    """``python -m lessons times --save``'s file as its caption and table."""
+    """``python -m lessons times --repeat 3 --save``'s file as its caption and table."""
     return times.caption(d) + "\n\n" + times.table(d)
 
 
 #: quote-<name> -> (the file, the command that measures it, its rendering)
-GENERATED = {"lesson-times": (times.TIMES_FILE, "python -m lessons times --save", lesson_times_block),
+GENERATED = {"lesson-times": (times.TIMES_FILE, "python -m lessons times --repeat 3 --save",
+                              lesson_times_block),
              "bench": (REPO_ROOT / "docs" / "bench.json", "minippo bench --save docs/bench.json",
                        bench_block)}
 

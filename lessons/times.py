@@ -20,8 +20,8 @@ The float32 matmul GFLOP/s (``minippo bench --only matmul``) and the load averag
 CPU seconds scale about inversely with the GFLOP/s: the column "at 140" is ``CPU s x GFLOP/s / 140``, the CPU
 seconds expected where the matmul reads 140 GFLOP/s (the laptop the course is timed for). The last column compares
 it with the course's targets there (:data:`TARGETS`): "met" when every run's scaled seconds are within the target,
-"missed" when none is, "not shown" when the runs fall on both sides. ``--save`` writes ``docs/lesson_times.json``,
-which the README's table is quoted from (``python -m lessons quote``).
+"missed" when none is, "not shown" when the runs fall on both sides. ``--save`` (with ``--repeat`` 3 or more) writes
+``docs/lesson_times.json``, which the README's table is quoted from (``python -m lessons quote``).
 """
 from __future__ import annotations
 
@@ -201,6 +201,9 @@ def main(argv: list[str], names: list[str], resolve) -> int:
     chosen = [resolve(w) for w in args.which] if args.which else names
     if args.save and (args.which or args.no_main):
         parser.error("--save: the file holds every lesson and the main job; run without lessons and --no-main")
+    if args.save and args.repeat < 3:
+        parser.error(f"--save: the file quotes each row's median and spread; give --repeat 3 or more, got "
+                     f"{args.repeat}")
     try:
         d = measure(chosen, not args.no_main, args.repeat)
     except RuntimeError as exc:

@@ -119,11 +119,16 @@ def test_repeat_rebuilds_only_the_cache_its_own_first_run_made_and_times_every_r
     assert d["repeat"] == 3
 
 
-def test_repeat_must_be_at_least_one(capsys):
+def test_repeat_must_be_at_least_one_and_at_least_three_for_the_saved_file(capsys):
     with pytest.raises(SystemExit) as exc:
         lessons_main.main(["times", "04", "--repeat", "0"])
     assert exc.value.code == 2
     assert "--repeat must be an integer >= 1, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        lessons_main.main(["times", "--repeat", "2", "--save"])
+    assert exc.value.code == 2
+    assert "--save: the file quotes each row's median and spread; give --repeat 3 or more, got 2" in (
+        capsys.readouterr().err)
 
 
 def test_quote_writes_the_lesson_times_marker_from_the_file_and_names_the_command_when_it_is_missing(tmp_path):
@@ -133,7 +138,7 @@ def test_quote_writes_the_lesson_times_marker_from_the_file_and_names_the_comman
     new, changes, problems = qt.rewrite(text, "doc.md", missing)
     assert new == text and changes == []
     assert problems == ["doc.md:2: <!-- quote-lesson-times -->: lesson_times.json is missing: "
-                        "`python -m lessons times --save` measures it"]
+                        "`python -m lessons times --repeat 3 --save` measures it"]
     f.write_text(json.dumps(DATA), encoding="utf-8")
     sources = qt.Sources(tmp_path, check_fresh=False, files={"lesson-times": f})
     new, changes, problems = qt.rewrite(text, "doc.md", sources)
