@@ -15,7 +15,8 @@ FLOPs are counted explicitly (PaLM / nanoGPT convention, multiply-add = 2 FLOPs)
 LayerNorm, GELU, softmax, embeddings and the residual adds are not counted: they are the overhead
 that keeps the achieved rate below the matmul peak. The section also prints the time of the
 matmuls alone (the same GEMMs on the same shapes) and of the step with the NumPy reference layers
-(``kernels.use_kernels(False)``), to show where the time goes.
+(``kernels.use_kernels(False)``), to show where the time goes, and, for each time target, the step
+time it asks for, what the GEMMs alone leave of it for the rest of the step, and what the rest takes.
 
 When PyTorch is installed (it is not a dependency), the same model with the same weights runs in torch
 eager mode (:mod:`minippo.bench.torch_ref`: forward, cross-entropy, autograd backward) on as many threads
@@ -114,6 +115,7 @@ def bench(report: Report, quick: bool = False) -> None:
     rest = 100 * (t - t_mm) / t
     report.note(f"GEMMs alone reach {100 * flops / t_mm / 1e9 / peak:.0f}% of peak; the rest of the step "
                 f"(LayerNorm, GELU, softmax, cross-entropy, embeddings, adds, copies) is {rest:.0f}% of it")
+    report.note(_room("60% of the peak", flops / (0.6 * peak * 1e9), t_mm, t))
     report.time("step with the NumPy reference layers", t_ref)
     report.ratio("fused kernels vs NumPy layers", t_ref / t)
     if torch_step is None:
@@ -126,3 +128,13 @@ def bench(report: Report, quick: bool = False) -> None:
                 f"(minippo {loss:.6f})")
     report.time("the same step in PyTorch eager", t_torch)
     report.ratio("PyTorch time / minippo time", t_torch / t, target=1.25)
+    report.note(_room("PyTorch's time / 1.25", t_torch / 1.25, t_mm, t))
+
+
+def _room(target: str, budget: float, t_mm: float, t: float) -> str:
+    """What a time target leaves for the step's non-GEMM work, against what that work takes now (seconds in)."""
+    left = budget - t_mm
+    room = (f"leaving {left * 1e3:.1f} ms for the rest" if left > 0 else
+            f"{-left * 1e3:.1f} ms more than the whole step may take, with nothing left for the rest")
+    return (f"{target}: a step of {budget * 1e3:.1f} ms; the GEMMs alone take {t_mm * 1e3:.1f} ms, {room}; "
+            f"the rest takes {(t - t_mm) * 1e3:.1f} ms now")
