@@ -6,6 +6,12 @@ on a right-padded (B=512, T=256) float32 batch (lengths uniform in [T/4, T]).
 The kernel and the NumPy body include their input validation; the Python loop is timed on a subset of
 rows and scaled to B (its cost is linear in the number of tokens of the subset's rows). Compile time is measured in a fresh process with an empty numba
 cache (see ``minippo.bench.startup``), separately from the steady-state run time.
+
+All three run with freed memory kept in the process (:func:`minippo.malloc.keep_freed_memory`), the state of
+every RLHF run once a TinyGPT exists. Under glibc's defaults each call of the NumPy body would fault its fresh
+(B, T) temporaries in page by page, a cost training never pays: at (512, 256) that made the NumPy body 1.6x
+slower (the kernel allocates only its outputs), and the ratio then depended on whether a section that builds a
+TinyGPT had run before in the same ``minippo bench``.
 """
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ import numpy as np
 from minippo import kernels
 from minippo.bench.report import Report, best_time
 from minippo.bench.startup import cold_compile_timings
+from minippo.malloc import keep_freed_memory
 from minippo.rl import _kernels
 from minippo.rl.gae import _gae_inputs, gae
 
@@ -46,6 +53,7 @@ def time_gae(B: int = 512, T: int = 256, loop_rows: int = 16, repeat: int = 7) -
     Also returns ``first_call`` (compile or cache load, this process) and the max |difference|
     between the kernel and the NumPy body. Used by the bench and by lesson 07.
     """
+    keep_freed_memory()          # as in training (module docstring)
     rewards, values, mask = gae_batch(B, T)
     with kernels.use_kernels(True):
         t = time.perf_counter()
@@ -65,7 +73,8 @@ def time_gae(B: int = 512, T: int = 256, loop_rows: int = 16, repeat: int = 7) -
 def bench(report: Report, quick: bool = False) -> None:
 
     B, T = 512, 256
-    report.note(f"B={B}, T={T}, float32, right-padded (lengths uniform in [{T // 4}, {T}])")
+    report.note(f"B={B}, T={T}, float32, right-padded (lengths uniform in [{T // 4}, {T}]); freed memory kept, "
+                "as in training (minippo.malloc)")
     cold = cold_compile_timings()
     report.time("compile gae kernel (cold cache)", cold["first gae call"])
     res = time_gae(B, T, loop_rows=8 if quick else 16, repeat=3 if quick else 7)

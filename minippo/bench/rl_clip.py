@@ -1,6 +1,7 @@
 """Bench section "clip": :func:`minippo.rl.losses.clipped_policy_loss` with its fused kernel (loss +
 dlogp + stats in one pass) vs the same function's plain NumPy expression (``kernels.use_kernels(False)``),
-on a right-padded (B=512, T=256) float32 batch. Compile time from a cold-cache subprocess.
+on a right-padded (B=512, T=256) float32 batch. Compile time from a cold-cache subprocess. Both run with
+freed memory kept in the process, as in training (:mod:`minippo.bench.rl`'s docstring says why).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 from minippo import kernels
 from minippo.bench.report import Report, best_time
 from minippo.bench.startup import cold_compile_timings
+from minippo.malloc import keep_freed_memory
 from minippo.rl.losses import clipped_policy_loss
 
 
@@ -28,7 +30,9 @@ def clip_batch(B: int = 512, T: int = 256, seed: int = 0):
 def bench(report: Report, quick: bool = False) -> None:
 
     B, T = 512, 256
-    report.note(f"B={B}, T={T}, float32, right-padded; outputs: loss, dlogp, clipfrac, approx_kl, ratio stats, cases")
+    report.note(f"B={B}, T={T}, float32, right-padded; outputs: loss, dlogp, clipfrac, approx_kl, ratio stats, cases; "
+                "freed memory kept, as in training (minippo.malloc)")
+    keep_freed_memory()
     cold = cold_compile_timings()
     report.time("compile clip kernel (cold cache)", cold["first clipped_policy_loss call"])
     args = clip_batch(B, T)
