@@ -172,7 +172,7 @@ def table(d: dict) -> str:
             verdict = f"<= {cap:.0f}: not shown (runs on both sides)"
         lines.append(f"| {r['what']} | {spread([x['cpu_s'] for x in runs], r['cpu_s'], '.1f')} | "
                      f"{spread([x['wall_s'] for x in runs], r['wall_s'], '.1f')} | "
-                     f"{spread(scaled, r['cpu_s'] * g, '.0f')} | {verdict} |")
+                     f"{spread(scaled, r['cpu_s'] * g, '.1f')} | {verdict} |")
     return "\n".join(lines) + "\n"
 
 

@@ -25,11 +25,11 @@ def test_the_table_scales_cpu_seconds_by_the_higher_matmul_reading_to_140():
     assert times.peak(DATA) == 175.0
     table = times.table(DATA).splitlines()
     assert table[0] == "| run | CPU s | wall s | CPU s at 140 GFLOP/s | target at 140 |"
-    # 70 x 175 / 140 = 87.5 -> 88 (round half to even does not apply: 87.5 is exact, ".0f" gives 88); a first
-    # run is a lesson plus a build: no target
-    assert table[2] == "| 09, first run (builds runs/cache/main-x) | 70.0 | 71.0 | 88 |  |"
-    assert table[3] == "| 09 | 8.0 | 8.5 | 10 | <= 45: met |"                  # 8 x 1.25 = 10
-    assert table[4] == "| minippo rlhf | 88.0 | 88.5 | 110 | <= 60: missed |"   # 88.04 x 1.25 = 110.05
+    # 70 x 175 / 140 = 87.5; a first run is a lesson plus a build: no target
+    assert table[2] == "| 09, first run (builds runs/cache/main-x) | 70.0 | 71.0 | 87.5 |  |"
+    assert table[3] == "| 09 | 8.0 | 8.5 | 10.0 | <= 45: met |"                  # 8 x 1.25 = 10
+    # 88.04 x 1.25 = 110.05 (110.05000000000001 in float64: ".1f" gives 110.1)
+    assert table[4] == "| minippo rlhf | 88.0 | 88.5 | 110.1 | <= 60: missed |"
     assert times.caption(DATA) == (
         "Measured 2026-12-06 (commit abc1234) on a 2-core AMD EPYC (OpenBLAS Haswell kernel): matmul 150 GFLOP/s "
         "before and 175 after (load average 0.3 and 1.2); the last columns scale by 175 / 140; each row is one "
@@ -47,12 +47,13 @@ def test_repeated_runs_are_quoted_as_median_and_range_and_judged_against_the_tar
                   row("minippo rlhf", 60.0, 58.0, 59.9)]}
     table = times.table(d).splitlines()[2:]
     assert table == [
-        "| 13 | 42.0 (40.0-44.0) | 43.0 (41.0-45.0) | 42 (40-44) | <= 45: met |",
-        "| 14 | 45.0 (44.0-46.0) | 46.0 (45.0-47.0) | 45 (44-46) | <= 45: not shown (runs on both sides) |",
-        "| 15 | 46.0 (45.5-47.0) | 47.0 (46.5-48.0) | 46 (46-47) | <= 45: missed |",
-        "| runs/cache/main-x alone (first run - warm run) | 60.0 (59.0-61.0) | 61.0 (60.0-62.0) | 60 (59-61) | "
+        "| 13 | 42.0 (40.0-44.0) | 43.0 (41.0-45.0) | 42.0 (40.0-44.0) | <= 45: met |",
+        "| 14 | 45.0 (44.0-46.0) | 46.0 (45.0-47.0) | 45.0 (44.0-46.0) | <= 45: not shown (runs on both sides) |",
+        # 45.5 is missed, and one decimal shows it (".0f" printed 46 (46-47), but also 45 for 45.2)
+        "| 15 | 46.0 (45.5-47.0) | 47.0 (46.5-48.0) | 46.0 (45.5-47.0) | <= 45: missed |",
+        "| runs/cache/main-x alone (first run - warm run) | 60.0 (59.0-61.0) | 61.0 (60.0-62.0) | 60.0 (59.0-61.0) | "
         "<= 60: not shown (runs on both sides) |",
-        "| minippo rlhf | 59.9 (58.0-60.0) | 60.9 (59.0-61.0) | 60 (58-60) | <= 60: met |"]
+        "| minippo rlhf | 59.9 (58.0-60.0) | 60.9 (59.0-61.0) | 59.9 (58.0-60.0) | <= 60: met |"]
     assert times.caption(d).endswith("; each row is the median of 3 runs, their lowest and highest in brackets.")
 
 
