@@ -78,9 +78,10 @@ def reading() -> dict:
     return {"matmul_gflops": gflops, "load_average": load}
 
 
-def summary(what: str, command: str, runs: list[dict]) -> dict:
-    """A row: the median CPU and wall seconds of ``runs`` and the runs themselves."""
-    return {"what": what, "command": command,
+def summary(what: str, kind: str, command: str, runs: list[dict]) -> dict:
+    """A row: what it times (``kind``: a key of :data:`TARGETS`, or ``"first run"``: a lesson plus a build,
+    judged against no target), the median CPU and wall seconds of ``runs`` and the runs themselves."""
+    return {"what": what, "kind": kind, "command": command,
             "cpu_s": round(statistics.median(r["cpu_s"] for r in runs), 2),
             "wall_s": round(statistics.median(r["wall_s"] for r in runs), 2), "runs": runs}
 
@@ -104,24 +105,24 @@ def measure(lessons: list[str], main_job: bool, repeat: int = 1, log=print) -> d
                     if sorted(cache_folders() - found) != built:
                         raise RuntimeError(f"`{' '.join(command)}` built {sorted(cache_folders() - found)} on a "
                                            f"repeated first run, {built} on the first")
-                first = summary(f"{number}, first run (builds runs/cache/{', '.join(built)})",
+                first = summary(f"{number}, first run (builds runs/cache/{', '.join(built)})", "first run",
                                 f"python -m lessons {number}", runs)
                 rows.append(first)
                 log(f"{first['what']}: {first['cpu_s']:.1f} s CPU, {first['wall_s']:.1f} s wall")
                 runs = []
             runs += [timed(command, tmp / f"{number}-warm.log") for _ in range(repeat - len(runs))]
-            warm = summary(number, f"python -m lessons {number}", runs)
+            warm = summary(number, "lesson", f"python -m lessons {number}", runs)
             rows.append(warm)
             log(f"{number}: {warm['cpu_s']:.1f} s CPU, {warm['wall_s']:.1f} s wall")
             if built:                        # the build alone: each first run minus the warm runs' median
-                rows.append(summary(f"runs/cache/{', '.join(built)} alone (first run - warm run)",
+                rows.append(summary(f"runs/cache/{', '.join(built)} alone (first run - warm run)", "stages",
                                     f"python -m lessons {number}",
                                     [{k: round(r[k] - warm[k], 2) for k in ("cpu_s", "wall_s")}
                                      for r in first["runs"]]))
         if main_job:
             runs = [timed([sys.executable, "-m", "minippo", "rlhf", "--no-progress", "--out", str(tmp / f"main{i}")],
                           tmp / "main.log") for i in range(repeat)]
-            rows.append(summary("minippo rlhf", "minippo rlhf", runs))
+            rows.append(summary("minippo rlhf", "main", "minippo rlhf", runs))
             log(f"minippo rlhf: {rows[-1]['cpu_s']:.1f} s CPU, {rows[-1]['wall_s']:.1f} s wall")
     after = reading()
     commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -135,14 +136,16 @@ def peak(d: dict) -> float:
     return max(d["before"]["matmul_gflops"], d["after"]["matmul_gflops"])
 
 
-def target(row: dict) -> float:
-    """The row's target in CPU seconds at REFERENCE_GFLOPS (:data:`TARGETS`); None for a first run, which
-    is a lesson plus a build."""
-    if row["what"] == "minippo rlhf":
-        return TARGETS["main"]
-    if row["what"].startswith("runs/cache/"):
-        return TARGETS["stages"]
-    return None if "first run" in row["what"] else TARGETS["lesson"]
+def target(row: dict) -> float | None:
+    """The row's target in CPU seconds at REFERENCE_GFLOPS (:data:`TARGETS`, by the row's ``kind``); None for
+    a first run, which is a lesson plus a build."""
+    kind = row.get("kind")
+    if kind == "first run":
+        return None
+    if kind not in TARGETS:
+        raise ValueError(f"row {row['what']!r}: `kind` must be one of {sorted(TARGETS)} or 'first run', "
+                         f"got {kind!r}")
+    return TARGETS[kind]
 
 
 def spread(values: list[float], median: float, fmt: str) -> str:

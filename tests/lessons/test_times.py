@@ -15,10 +15,11 @@ DATA = {"date": "2026-12-06", "commit": "abc1234",
         "machine": {"cores": 2, "cpu": "AMD EPYC", "blas_kernel": "Haswell"},
         "before": {"matmul_gflops": 150.0, "load_average": 0.3},
         "after": {"matmul_gflops": 175.0, "load_average": 1.2},
-        "rows": [{"what": "09, first run (builds runs/cache/main-x)", "command": "python -m lessons 09",
-                  "cpu_s": 70.0, "wall_s": 71.0},
-                 {"what": "09", "command": "python -m lessons 09", "cpu_s": 8.0, "wall_s": 8.5},
-                 {"what": "minippo rlhf", "command": "minippo rlhf", "cpu_s": 88.04, "wall_s": 88.5}]}
+        "rows": [{"what": "09, first run (builds runs/cache/main-x)", "kind": "first run",
+                  "command": "python -m lessons 09", "cpu_s": 70.0, "wall_s": 71.0},
+                 {"what": "09", "kind": "lesson", "command": "python -m lessons 09", "cpu_s": 8.0, "wall_s": 8.5},
+                 {"what": "minippo rlhf", "kind": "main", "command": "minippo rlhf", "cpu_s": 88.04,
+                  "wall_s": 88.5}]}
 
 
 def test_the_table_scales_cpu_seconds_by_the_higher_matmul_reading_to_140():
@@ -37,14 +38,15 @@ def test_the_table_scales_cpu_seconds_by_the_higher_matmul_reading_to_140():
 
 
 def test_repeated_runs_are_quoted_as_median_and_range_and_judged_against_the_target_with_three_outcomes():
-    def row(what, *cpu):
-        return times.summary(what, "cmd", [{"cpu_s": c, "wall_s": c + 1} for c in cpu])
+    def row(what, kind, *cpu):
+        return times.summary(what, kind, "cmd", [{"cpu_s": c, "wall_s": c + 1} for c in cpu])
 
     d = {**DATA, "repeat": 3, "before": {"matmul_gflops": 140.0, "load_average": 0.0},
          "after": {"matmul_gflops": 140.0, "load_average": 0.0},
-         "rows": [row("13", 40.0, 44.0, 42.0), row("14", 44.0, 46.0, 45.0), row("15", 45.5, 47.0, 46.0),
-                  row("runs/cache/main-x alone (first run - warm run)", 59.0, 61.0, 60.0),
-                  row("minippo rlhf", 60.0, 58.0, 59.9)]}
+         "rows": [row("13", "lesson", 40.0, 44.0, 42.0), row("14", "lesson", 44.0, 46.0, 45.0),
+                  row("15", "lesson", 45.5, 47.0, 46.0),
+                  row("runs/cache/main-x alone (first run - warm run)", "stages", 59.0, 61.0, 60.0),
+                  row("minippo rlhf", "main", 60.0, 58.0, 59.9)]}
     table = times.table(d).splitlines()[2:]
     assert table == [
         "| 13 | 42.0 (40.0-44.0) | 43.0 (41.0-45.0) | 42.0 (40.0-44.0) | <= 45: met |",
@@ -55,6 +57,11 @@ def test_repeated_runs_are_quoted_as_median_and_range_and_judged_against_the_tar
         "<= 60: not shown (runs on both sides) |",
         "| minippo rlhf | 59.9 (58.0-60.0) | 60.9 (59.0-61.0) | 59.9 (58.0-60.0) | <= 60: met |"]
     assert times.caption(d).endswith("; each row is the median of 3 runs, their lowest and highest in brackets.")
+    # the target comes from the row's kind, not from its label
+    assert times.target(dict(row("minippo rlhf", "lesson", 50.0))) == 45.0
+    with pytest.raises(ValueError, match=r"row '13': `kind` must be one of \['lesson', 'main', 'stages'\] or "
+                                         r"'first run', got None"):
+        times.table({**d, "rows": [{k: v for k, v in d["rows"][0].items() if k != "kind"}]})
 
 
 def test_timed_measures_a_child_and_names_a_failing_one(tmp_path):
@@ -84,9 +91,10 @@ def test_a_lesson_that_builds_a_cache_gets_a_first_run_row_and_a_warm_row(tmp_pa
     d = times.measure(["lessons.l04_clip_objective", "lessons.l09_text_as_mdp", "lessons.l11_reward_model"],
                       main_job=False, log=lambda *a: None)
     assert calls == ["04", "09", "09", "11"]     # 09 twice: cold, then warm; 11 finds the cache warm
-    assert [(r["what"], r["cpu_s"]) for r in d["rows"]] == [
-        ("04", 8.0), ("09, first run (builds runs/cache/main-seed0)", 70.0), ("09", 8.0),
-        ("runs/cache/main-seed0 alone (first run - warm run)", 62.0), ("11", 8.0)]
+    assert [(r["what"], r["kind"], r["cpu_s"]) for r in d["rows"]] == [
+        ("04", "lesson", 8.0), ("09, first run (builds runs/cache/main-seed0)", "first run", 70.0),
+        ("09", "lesson", 8.0), ("runs/cache/main-seed0 alone (first run - warm run)", "stages", 62.0),
+        ("11", "lesson", 8.0)]
     assert d["before"] == d["after"] == {"matmul_gflops": 140.0, "load_average": 0.0}
     assert d["repeat"] == 1 and all(len(r["runs"]) == 1 for r in d["rows"])
 
@@ -115,6 +123,7 @@ def test_repeat_rebuilds_only_the_cache_its_own_first_run_made_and_times_every_r
         ("09", 8.05, 3),                                                  # median of 8.04, 8.05, 8.06
         ("runs/cache/main-seed0 alone (first run - warm run)", 63.95, 3),
         ("23", 8.08, 3), ("minippo rlhf", 8.11, 3)]
+    assert [r["kind"] for r in d["rows"]] == ["first run", "lesson", "stages", "lesson", "main"]
     assert [r["cpu_s"] for r in d["rows"][2]["runs"]] == [61.95, 65.95, 63.95]
     assert (cache / "rlvr-old" / "keep").read_text() == "a student's cache" and (cache / "main-seed0").is_dir()
     assert d["repeat"] == 3
