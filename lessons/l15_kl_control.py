@@ -227,7 +227,7 @@ def _narrative_controls(r: dict, s: dict) -> list[str]:
     gain = seed_compare(sft, control_seeds(runs["fixed beta 1"], "gold"), None if noise is None else noise["gold"])
     vs_low = cmp_("fixed beta 0.02", "fixed beta 1", "gold")
     L.append(f"    stall: beta 1 holds {high['kl']:.1f} nats; its gold gain over the SFT policy "
-             f"{diff_text(gain, '+.2f')}, vs beta 0.02 {diff_text(vs_low, '+.2f')}.")
+             f"{diff_text(gain, '+.2f')}; its gold minus beta 0.02's {diff_text(vs_low, '+.2f')}.")
     L.append(V["fixed_beta_stalls"].render("    "))
     horizon = CONTROLS["adaptive (Ziegler)"]["kl_ref_horizon"]
     L.append(f"  Ziegler's controller moves beta by at most {0.2 * sz['batch_size'] / horizon:.0%} per iteration (error "
