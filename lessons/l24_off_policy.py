@@ -223,8 +223,8 @@ def verdicts(r) -> list[Verdict]:
                     bf["uncorrected"]["bias"] / bf["uncorrected"]["spread"], 0.1, "<",
                     "bias / spread of a batch", fmt=".2g"),
         measurement("noise_beats_bias_stale", "(a) Stale by 2, at n = "
-                    f"{N_BATCH}: no correction has a smaller error of one batch than unbiased "
-                    "sequence IS (IS adds more noise than the bias it removes).",
+                    f"{N_BATCH}: the uncorrected gradient has a smaller error of one batch than "
+                    "unbiased sequence IS (IS adds more noise than the bias it removes).",
                     st2["uncorrected"]["rel_rmse"] / st2["IS, sequence"]["rel_rmse"],
                     1 - MARGIN, "<", "error ratio uncorrected / IS", fmt=".3f",
                     numbers={"batch size from which IS is better":

@@ -14,21 +14,16 @@ so the seeds give paired differences.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 
 import numpy as np
 
-from minippo.io import has_checkpoint
 from minippo.rlhf.corrected import CorrectedConfig
-from minippo.rlhf.run.pipeline import RUNS_DIR
 from minippo.rlvr.evaluate import evaluate_pass_at_k
-from minippo.rlvr.run import load_task_sft, stage_configs, train_task_sft
-from minippo.rlvr.task import Problems
+from minippo.rlvr.run import stage_configs
 from minippo.rlvr.trainer import RLVRTrainer
 from minippo.rlvr.verifier import Verifier
-from minippo.runs import user_temp_dir
+from minippo.studies import verifiable
 
 CAP = 2.0
 #: run name -> the CorrectedConfig fields that make it
@@ -42,18 +37,11 @@ RUNS = {
 }
 
 
-def task_sft(quick: bool, seed: int, log=print):
-    """``(sft_model, tokenizer, problems)`` of ``minippo rlvr``'s SFT stage, trained once into a
-    cache (``runs/cache/rlvr-sft-...``, or this user's temporary folder when ``quick``), reused."""
-    sft_cfg = stage_configs(quick, seed)[0]
-    key = hashlib.sha256(json.dumps(sft_cfg.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
-    name = f"rlvr-sft-{'quick-' if quick else ''}seed{seed}-{key}"
-    folder = (user_temp_dir("cache") if quick else RUNS_DIR / "cache") / name
-    if not has_checkpoint(folder / "model"):
-        log(f"Training the verifiable-reward task's SFT policy once, into {folder}.")
-        train_task_sft(sft_cfg, folder, progress=False, log=lambda *a, **k: None)
-    model, tokenizer, cfg, _ = load_task_sft(folder)
-    return model, tokenizer, Problems(cfg)
+def task_sft(quick: bool, seed: int):
+    """``(sft_model, tokenizer, problems)`` of ``minippo rlvr``'s SFT stage, trained once into the
+    cache lesson 23 uses too (:func:`minippo.studies.verifiable.task_sft`), reused."""
+    sft = verifiable.task_sft(stage_configs(quick, seed)[0], quick)
+    return sft["model"], sft["tokenizer"], sft["problems"]
 
 
 def pass_at_1(policy, tokenizer, problems, cfg, n_eval: int, n_samples: int) -> float:
@@ -83,14 +71,14 @@ def train_and_judge(sft, tokenizer, problems, cfg: CorrectedConfig, *, n_eval: i
 
 
 def training_comparison(quick: bool, seeds, *, iterations: int | None = None, n_eval: int = 128,
-                        n_samples: int = 16, log=print) -> dict:
+                        n_samples: int = 16) -> dict:
     """Every run of :data:`RUNS` on each seed: ``{"runs": name -> [result per seed]}``
     (:func:`train_and_judge`), ``sft_pass@1`` per seed (the starting policy, judged the same way),
     and the sizes."""
     out = {"runs": {name: [] for name in RUNS}, "sft_pass@1": [], "seeds": list(seeds),
            "n_eval": n_eval, "n_samples": n_samples}
     for seed in seeds:
-        sft, tokenizer, problems = task_sft(quick, seed, log)
+        sft, tokenizer, problems = task_sft(quick, seed)
         base = stage_configs(quick, seed)[1].to_dict()
         if iterations is not None:
             base.update(iterations=iterations, checkpoint_every=iterations)

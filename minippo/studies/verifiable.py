@@ -4,8 +4,9 @@ trained from it with the loss and gradient of every rollout measured on-policy, 
 Three things, each a plain call of the library:
 
 1. :func:`task_sft` trains the SFT stage of ``minippo rlvr`` (:func:`minippo.rlvr.run.train_task_sft`) into a
-   cache folder once (``runs/cache/rlvr-seed<k>-<hash>``; this user's temporary folder for ``quick``) and loads
-   it; ``<hash>`` identifies the config, so a changed default never reuses a stale model;
+   cache folder once (``runs/cache/rlvr-seed<k>-<kernel>-<hash>``; this user's temporary folder for ``quick``)
+   and loads it; ``<hash>`` identifies the config, so a changed default never reuses a stale model, and
+   ``<kernel>`` the OpenBLAS kernel, so a run under another kernel trains its own (lessons 23 and 24 share it);
 2. :func:`train` runs one RL config (:class:`~minippo.rlvr.trainer.RLVRTrainer`: PPO or the critic-free family)
    and, for every iteration, the policy loss and its gradient norm at the policy that sampled the rollout,
    on the whole batch (:func:`on_policy_loss`): the number a log shows as "the loss" before any step;
@@ -13,8 +14,6 @@ Three things, each a plain call of the library:
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,20 +26,17 @@ from minippo.nn.optim import global_norm
 from minippo.rl.dapo import zero_variance_share
 from minippo.rlhf.grpo import GRPOConfig, actor_loss
 from minippo.rlhf.ppo import backward_response
-from minippo.rlhf.run.pipeline import RUNS_DIR, announce_stderr
+from minippo.rlhf.run.pipeline import announce_stderr, cache_folder
 from minippo.rlvr.evaluate import evaluate_pass_at_k
 from minippo.rlvr.run import load_task_sft, train_task_sft
 from minippo.rlvr.task import Problems, TaskSFTConfig
 from minippo.rlvr.trainer import RLVRTrainer
 from minippo.rlvr.verifier import Verifier
-from minippo.runs import user_temp_dir
 
 
 def cache_dir(cfg: TaskSFTConfig, quick: bool) -> Path:
     """Where the task's SFT model of ``cfg`` is cached (module docstring, item 1)."""
-    key = hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
-    name = f"rlvr-seed{cfg.seed}-{key}"
-    return user_temp_dir("cache") / f"quick-{name}" if quick else RUNS_DIR / "cache" / name
+    return cache_folder("rlvr", cfg.to_dict(), cfg.seed, quick)
 
 
 def task_sft(cfg: TaskSFTConfig, quick: bool) -> dict:

@@ -50,7 +50,7 @@ def test_training_comparison_runs_every_run_on_every_seed_and_feeds_the_lesson()
     """The whole (b) at its smallest: the task's quick SFT (cached), one iteration per run; the
     lesson's table and verdicts read what it returns."""
     from lessons import l24_off_policy as lesson
-    b = opt.training_comparison(True, (0, 1), iterations=1, n_eval=4, n_samples=2, log=lambda *a: None)
+    b = opt.training_comparison(True, (0, 1), iterations=1, n_eval=4, n_samples=2)
     assert set(b["runs"]) == set(opt.RUNS) and all(len(r) == 2 for r in b["runs"].values())
     assert b["iterations"] == 1 and len(b["sft_pass@1"]) == 2
     assert all(0 <= x["pass@1"] <= 1 for r in b["runs"].values() for x in r)

@@ -100,11 +100,17 @@ def default_cache_dir(quick: bool = False, seed: int = 0) -> Path:
     kernel (:func:`minippo.blas.blas_core_name`): stages trained under another kernel hold other numbers, so
     ``OPENBLAS_CORETYPE=Haswell`` builds its own."""
     sft_cfg, rm_cfg, _ = stage_configs(quick, seed)
-    key = hashlib.sha256(json.dumps([sft_cfg.to_dict(), rm_cfg.to_dict()], sort_keys=True).encode()).hexdigest()[:8]
-    name = f"seed{seed}-{blas_core_name() or 'blas'}-{key}"
-    if quick:
-        return user_temp_dir("cache") / f"quick-{name}"
-    return RUNS_DIR / "cache" / f"main-{name}"
+    return cache_folder("main", [sft_cfg.to_dict(), rm_cfg.to_dict()], seed, quick)
+
+
+def cache_folder(prefix: str, configs, seed: int, quick: bool) -> Path:
+    """``runs/cache/<prefix>-seed<k>-<kernel>-<hash>`` (quick: ``quick-<prefix>-...`` in this user's temporary
+    folder): the one naming of every cached stage. ``<hash>`` identifies ``configs`` (JSON-able), ``<kernel>``
+    the OpenBLAS kernel (:func:`minippo.blas.blas_core_name`): a stage trained under another kernel holds other
+    numbers, so each kernel builds its own and a run never depends on which kernel built the cache first."""
+    key = hashlib.sha256(json.dumps(configs, sort_keys=True).encode()).hexdigest()[:8]
+    name = f"{prefix}-seed{seed}-{blas_core_name() or 'blas'}-{key}"
+    return user_temp_dir("cache") / f"quick-{name}" if quick else RUNS_DIR / "cache" / name
 
 
 #: what building the shared SFT and reward-model stages costs, in seconds on 2 cores (quick: the CI size),

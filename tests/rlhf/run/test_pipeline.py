@@ -64,6 +64,28 @@ def test_the_shared_stages_are_cached_in_the_repositorys_runs_folder():
     assert f"-{blas_core_name() or 'blas'}-" in default_cache_dir(quick=False).name
 
 
+def test_every_cached_stage_has_one_folder_per_openblas_kernel_and_lessons_23_24_share_the_task_sft(monkeypatch):
+    """A stage trained under another kernel holds other numbers: a run under OPENBLAS_CORETYPE=Haswell must
+    not load a model that a SkylakeX run built first (the verifier task's cache had no kernel in its name, so
+    lesson 24 --full under Haswell trained from whichever kernel's SFT model was there: pass@1 0.469 or 0.472).
+    Lessons 23 and 24 train the same task SFT model: one folder serves both."""
+    from minippo.rlhf.run import pipeline
+    from minippo.rlvr.run import stage_configs
+    from minippo.rlvr.task import TaskSFTConfig
+    from minippo.studies import verifiable
+    folders = {}
+    for kernel in ("SkylakeX", "Haswell"):
+        monkeypatch.setattr(pipeline, "blas_core_name", lambda kernel=kernel: kernel)
+        folders[kernel] = (pipeline.default_cache_dir(), verifiable.cache_dir(TaskSFTConfig(seed=0), False),
+                           verifiable.cache_dir(stage_configs(False, 0)[0], False))
+        main, task, task_24 = folders[kernel]
+        assert main.name.startswith(f"main-seed0-{kernel}-") and task.name.startswith(f"rlvr-seed0-{kernel}-")
+        assert task_24 == task and main.parent == task.parent == pipeline.RUNS_DIR / "cache"
+    assert all(a != b for a, b in zip(folders["SkylakeX"], folders["Haswell"][:2]))
+    monkeypatch.setattr(pipeline, "blas_core_name", lambda: "Haswell")
+    assert verifiable.cache_dir(TaskSFTConfig.quick(seed=1), True).name.startswith("quick-rlvr-seed1-Haswell-")
+
+
 def test_a_build_of_the_shared_stages_is_announced_before_it_starts(tmp_path, monkeypatch):
     """Issue 20: a lesson that builds the SFT and reward-model cache says what, where and how long first;
     a cached folder is reused without a word."""
