@@ -6,7 +6,8 @@ weights and the JSON are swapped in atomically: a crash leaves the previous fold
     <dir>/weights.safetensors   the parameters under their GPT-2 names ("wte", "h.0.attn.c_attn.w", ...)
                                 and any extra arrays under "extra/<name>" (e.g. optimizer moments)
     <dir>/state.json            {"format": "minippo.model/1", "gpt_config": {...},
-                                 "extra_array_names": [...], "has_tokenizer": bool, **extra_state}
+                                 "extra_array_names": [...], "has_tokenizer": bool,
+                                 "blas_kernel": the OpenBLAS kernel it was saved under, **extra_state}
     <dir>/tokenizer.json        a copy of the tokenizer, if one was given (swapped in with the rest)
 
 ``load_model(dir)`` returns ``(model, state)`` where ``state`` is that JSON plus ``"extra_arrays"``
@@ -27,13 +28,15 @@ from pathlib import Path
 
 import numpy as np
 
+from minippo.blas import blas_core_name
 from minippo.io import WEIGHTS, checkpoint_folder, has_checkpoint, load_checkpoint, save_checkpoint
 from minippo.nn.gpt import GPTConfig, TinyGPT, param_shapes
 
 FORMAT = "minippo.model/1"
 EXTRA = "extra/"
 TOKENIZER_FILE = "tokenizer.json"
-RESERVED = ("format", "gpt_config", "extra_array_names", "has_tokenizer", "extra_arrays", "tokenizer")
+RESERVED = ("format", "gpt_config", "extra_array_names", "has_tokenizer", "extra_arrays", "tokenizer",
+            "blas_kernel")
 SUBFOLDERS = ("model", "policy")      # where a stage's run folder keeps its final model
 
 
@@ -84,8 +87,10 @@ def save_model(directory: str | os.PathLike, model: TinyGPT, *, tokenizer=None, 
     model.check_params()
     arrays = {name: model.params[name] for name in param_shapes(model.cfg)}
     arrays.update({EXTRA + name: a for name, a in extra_arrays.items()})
+    # the OpenBLAS kernel this process computes with: weights trained under another kernel hold other numbers
+    # (minippo.rlhf.run.pipeline.main_job_run copies a run's stages only into the cache of its own kernel)
     state = {"format": FORMAT, "gpt_config": model.cfg.to_dict(), "extra_array_names": sorted(extra_arrays),
-             "has_tokenizer": tokenizer is not None, **extra_state}
+             "has_tokenizer": tokenizer is not None, "blas_kernel": blas_core_name(), **extra_state}
     files = {TOKENIZER_FILE: tokenizer.to_str()} if tokenizer is not None else None
     return save_checkpoint(directory, arrays, state, files=files)
 

@@ -48,7 +48,7 @@ import numpy as np
 
 from minippo.blas import blas_core_name, single_blas_thread
 from minippo.checks import check_choice
-from minippo.io import atomic_write_text, has_checkpoint, read_metrics
+from minippo.io import STATE, atomic_write_text, checkpoint_folder, has_checkpoint, read_json, read_metrics
 from minippo.rlhf.checkpoint import load_model
 from minippo.rlhf.data.corpus import sample_prompts
 from minippo.rlhf.dpo_config import DPOConfig
@@ -133,10 +133,18 @@ def announce_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def trained_under(model_dir) -> str | None:
+    """The OpenBLAS kernel a saved model was trained under (``blas_kernel`` in its state.json, written by
+    :func:`minippo.rlhf.checkpoint.save_model`; None for a model saved before it was recorded)."""
+    state = read_json(checkpoint_folder(model_dir) / STATE)
+    return state.get("blas_kernel") if isinstance(state, dict) else None
+
+
 def main_job_run(quick: bool = False, seed: int = 0) -> Path | None:
     """The newest run of ``minippo rlhf`` in a ``runs/`` folder (the repository's, or the working directory's:
     where ``minippo rlhf`` writes by default) whose finished SFT and reward-model stages were made with the
-    configs of :func:`stage_configs` (their stored configs compared by :func:`check_reuse`, nothing written), or
+    configs of :func:`stage_configs` (their stored configs compared by :func:`check_reuse`, nothing written)
+    and under this process's OpenBLAS kernel (``blas_kernel`` in their state: the cache is the kernel's own), or
     None. Only for the default size: the quick lessons never depend on what a user ran."""
     if quick:
         return None
@@ -148,9 +156,11 @@ def main_job_run(quick: bool = False, seed: int = 0) -> Path | None:
                 continue
             try:
                 check_reuse(run, sft_cfg, rm_cfg, None, ("sft", "rm"))
+                kernels = {trained_under(run / s / "model") for s in ("sft", "rm")}
             except (ValueError, OSError, KeyError):         # made with another config, or unreadable: not ours
                 continue
-            found.append(run)
+            if kernels == {blas_core_name()}:               # trained under this OpenBLAS kernel: the cache's numbers
+                found.append(run)
     return max(found, key=lambda run: (run / "rm" / "model").stat().st_mtime, default=None)
 
 

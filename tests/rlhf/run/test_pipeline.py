@@ -183,13 +183,23 @@ def main_job_like(run, seed=0, sft_steps=None):
 def test_lessons_copy_a_finished_main_job_run_instead_of_rebuilding(tmp_path, monkeypatch):
     """Issue 26: after `minippo rlhf` (default config, seed 0, into runs/), a lesson reuses its SFT policy and reward
     model: the newest run whose stored configs are the main job's is copied into the cache (the run is only read);
-    a run made with another config is not; the quick size never looks."""
+    a run made with another config or under another OpenBLAS kernel is not; the quick size never looks."""
     from minippo.rlhf.run import pipeline
     runs = tmp_path / "repo" / "runs"
     monkeypatch.setattr(pipeline, "RUNS_DIR", runs)
     monkeypatch.chdir(tmp_path)
     main_job_like(runs / "20260101-000000")
     main_job_like(runs / "20260102-000000", sft_steps=10)          # newer, but another SFT config: not ours
+    # newer, the same configs, but trained under another OpenBLAS kernel (other numbers): not this kernel's cache
+    from minippo.rlhf import checkpoint
+    with monkeypatch.context() as m:
+        m.setattr(checkpoint, "blas_core_name", lambda: "a kernel other than this one")
+        main_job_like(runs / "20260103-000000")
+    assert pipeline.trained_under(runs / "20260103-000000" / "rm" / "model") == "a kernel other than this one"
+    assert pipeline.trained_under(runs / "20260101-000000" / "sft" / "model") == pipeline.blas_core_name()
+    main_job_like(runs / "20260104-000000")                          # saved before models recorded the kernel
+    state = runs / "20260104-000000" / "sft" / "model" / "state.json"
+    state.write_text(json.dumps({k: v for k, v in json.loads(state.read_text()).items() if k != "blas_kernel"}))
     (runs / "figures").mkdir()
     assert pipeline.main_job_run(quick=True) is None
     assert pipeline.main_job_run(seed=1) is None                    # another seed: other configs
