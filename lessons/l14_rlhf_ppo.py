@@ -257,7 +257,8 @@ def _narrative_ablations(r: dict) -> list[str]:
     w, c = v["whiten"], v["clip"]
     V = by_key(verdicts(r))
     L.append(f"  Q22. Whitening off: gold {diff_text(w['gold'], '+.2f')}, approx KL {diff_text(w['approxkl'], '+.4f')}. "
-             f"Its raw advantages have mean {t['defaults']['probe/adv_raw_mean'].mean():+.3f} and std "
+             f"The default run's raw advantages (before whitening) have mean "
+             f"{t['defaults']['probe/adv_raw_mean'].mean():+.3f} and std "
              f"{t['defaults']['probe/adv_raw_std'].mean():.3f}: whitening rescales them by about "
              f"{1 / max(t['defaults']['probe/adv_raw_std'].mean(), 1e-12):.1f}x.")
     L.append(V["whitening_raises_gold"].render("  "))
