@@ -11,7 +11,8 @@ change should move no number (a function moved to another file, a docstring edit
    worktree, removed afterwards) and from the current source;
 3. every value of the two runs (the runs' own measurements aside: :func:`lessons.results.is_measured`), every key
    left out and every verdict must be the same, bit for bit. One number that moved refuses it, naming the
-   number, and the file is not touched: regenerate it then.
+   number, and the file is not touched: regenerate it then. A verdict's claim may be worded anew (words, not
+   numbers): the file's record takes the new claim, when it held REV's as this machine printed it.
 
 The file then keeps its values, runs and ranges; ``source_sha256`` becomes the current source's hash, and
 ``restamps`` records how that was shown: both hashes, REV's commit, the CPU and kernel, both runs' CPU seconds,
@@ -93,12 +94,30 @@ def same_bits(a, b) -> bool:
 
 def differences(old: dict, new: dict) -> list[str]:
     """What differs between two runs' records, bit for bit: values (the runs' measurements aside:
-    :func:`lessons.results.differences`), keys left out, verdicts."""
+    :func:`lessons.results.differences`), keys left out, verdicts (their claims' wording aside:
+    :func:`reworded`)."""
     out = res.differences(old["values"], new["values"], equal=same_bits)
     if old["left_out"] != new["left_out"]:
         out.append(f"left_out: {old['left_out']!r} -> {new['left_out']!r}")
-    if json.dumps(old["verdicts"]) != json.dumps(new["verdicts"]):
+    unclaimed = [[{k: v for k, v in r.items() if k != "claim"} for r in run["verdicts"] or []]
+                 for run in (old, new)]
+    if json.dumps(unclaimed[0]) != json.dumps(unclaimed[1]):
         out.append("verdicts: their records differ")
+    return out
+
+
+def reworded(data: dict, old: dict, new: dict) -> dict:
+    """``{key: new claim}`` for each verdict whose claim (words, not a number) the new source words differently.
+    The file's record of the verdict must hold REV's claim as this run printed it (a claim that quotes a number
+    of the run could differ between kernels; then the file is not restamped: ``ResultsError``)."""
+    stored = {r["key"]: r.get("claim") for r in data.get("verdicts") or []}
+    out = {}
+    for a, b in zip(old["verdicts"] or [], new["verdicts"] or []):
+        if a.get("claim") != b.get("claim"):
+            if stored.get(a["key"]) != a.get("claim"):
+                raise res.ResultsError(f"verdict {a['key']!r}: its claim in the file is not the one REV printed "
+                                       f"here, so its new wording cannot be carried over; regenerate the file")
+            out[a["key"]] = b.get("claim")
     return out
 
 
@@ -131,11 +150,15 @@ def restamp(target: str, rev: str, directory: Path | None = None, log=print, job
         raise NumbersMoved(f"{target}: {len(moved)} number(s) moved between {rev} and the current source, so "
                            f"{path.name} is not restamped; regenerate it with `{res.regenerate_command(target)}`:\n"
                            + "\n".join(f"  {m}" for m in moved[:20]))
+    claims = reworded(data, old, new)
+    for record in data.get("verdicts") or []:
+        record["claim"] = claims.get(record["key"], record.get("claim"))
     data.setdefault("restamps", []).append({
         "from_source_sha256": data["source_sha256"], "to_source_sha256": current, "from_commit": commit,
         "cpu": new["machine"]["cpu"], "kernel": new["kernel"], "seed": 0,
         "cpu_s": [round(old["time"]["cpu"], 2), round(new["time"]["cpu"], 2)],
-        "date": datetime.date.today().isoformat(), "values_compared": len(new["values"])})
+        "date": datetime.date.today().isoformat(), "values_compared": len(new["values"]),
+        **({"claims_reworded": sorted(claims)} if claims else {})})
     data["source_sha256"] = current
     res.write(target, data, directory)
     log(f"  -> {path.name}: the same {len(new['values'])} values bit for bit; its source hash is the current one")

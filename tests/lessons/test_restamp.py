@@ -114,3 +114,36 @@ def test_a_checkout_of_head_runs_its_own_code_and_hashes_as_the_committed_source
     assert not tree.exists()
     committed = rs.git("show", f"{commit}:lessons/l04_clip_objective.py")
     assert rs.source_hash_at(TARGET, commit) == res.source_hash(committed, "")
+
+
+def test_a_claim_worded_anew_is_carried_into_the_file_and_nothing_else_of_a_verdict_may_change(stale_copy,
+                                                                                               monkeypatch):
+    """A verdict's claim is words: restamping keeps the numbers and takes the new wording (what lesson 24's
+    'no correction has a smaller error' -> 'the uncorrected gradient has ...' needed), but only when the file
+    holds REV's claim as this machine printed it; an outcome that changed is a moved number."""
+    path, runs = stale_copy
+    data = json.loads(path.read_text(encoding="utf-8"))
+    record = data["verdicts"][0]
+    values = {"a": 0.1}
+
+    def runs_with(old_record, new_record):
+        def run(target, seed, kernel, log, tree=res.REPO_ROOT):
+            runs.append(tree)
+            rec = run_record(values)
+            rec["verdicts"] = [dict(new_record if tree == res.REPO_ROOT else old_record)]
+            return rec
+        monkeypatch.setattr(res, "run_in_subprocess", run)
+
+    before = path.read_bytes()
+    runs_with(record, dict(record, outcome="does not hold"))                    # an outcome moved: refused
+    with pytest.raises(rs.NumbersMoved, match="verdicts: their records differ"):
+        rs.restamp(TARGET, "HEAD~1", path.parent, log=lambda *a: None)
+    runs_with(dict(record, claim="as printed elsewhere"), dict(record, claim="new words"))
+    with pytest.raises(res.ResultsError, match=f"verdict {record['key']!r}: its claim in the file is not the one"):
+        rs.restamp(TARGET, "HEAD~1", path.parent, log=lambda *a: None)
+    assert path.read_bytes() == before
+    runs_with(record, dict(record, claim="new words"))
+    rs.restamp(TARGET, "HEAD~1", path.parent, log=lambda *a: None)
+    after = json.loads(path.read_text(encoding="utf-8"))
+    assert after["verdicts"][0] == dict(record, claim="new words") and after["verdicts"][1:] == data["verdicts"][1:]
+    assert after["values"] == data["values"] and after["restamps"][0]["claims_reworded"] == [record["key"]]
