@@ -37,13 +37,6 @@ RUNS = {
 }
 
 
-def task_sft(quick: bool, seed: int):
-    """``(sft_model, tokenizer, problems)`` of ``minippo rlvr``'s SFT stage, trained once into the
-    cache lesson 23 uses too (:func:`minippo.studies.verifiable.task_sft`), reused."""
-    sft = verifiable.task_sft(stage_configs(quick, seed)[0], quick)
-    return sft["model"], sft["tokenizer"], sft["problems"]
-
-
 def pass_at_1(policy, tokenizer, problems, cfg, n_eval: int, n_samples: int) -> float:
     """pass@1 of ``policy`` on the first ``n_eval`` held-out problems, ``n_samples`` answers each
     at the run's temperature (the generator seeded by the run's seed)."""
@@ -78,8 +71,11 @@ def training_comparison(quick: bool, seeds, *, iterations: int | None = None, n_
     out = {"runs": {name: [] for name in RUNS}, "sft_pass@1": [], "seeds": list(seeds),
            "n_eval": n_eval, "n_samples": n_samples}
     for seed in seeds:
-        sft, tokenizer, problems = task_sft(quick, seed)
-        base = stage_configs(quick, seed)[1].to_dict()
+        sft_cfg, rl_cfg, _ = stage_configs(quick, seed)
+        # minippo rlvr's SFT stage, trained once into the cache lesson 23 uses too
+        task = verifiable.task_sft(sft_cfg, quick)
+        sft, tokenizer, problems = task["model"], task["tokenizer"], task["problems"]
+        base = rl_cfg.to_dict()
         if iterations is not None:
             base.update(iterations=iterations, checkpoint_every=iterations)
         cfg0 = CorrectedConfig.from_dict(base)
