@@ -21,7 +21,7 @@ executed at the default size (``notebooks 4``: one lesson; ``--no-execute``: wit
 
 ``python -m lessons results 4`` writes ``docs/results/l04_clip_objective.json``, what the lesson computed at its
 default size (``all`` and ``--figures`` write them too, after the figures); ``python -m lessons results 17
---full`` the second file of a lesson with a ``--full`` part (lessons 17, 23, 24: ``FULL`` in
+--full`` the second file of a lesson with a ``--full`` part (lessons 13, 17, 23, 24: ``FULL`` in
 ``lessons/results.py``), ``docs/results/l17_hyperparameters_full.json`` (not written by ``all`` or
 ``--figures``: slow); ``python -m lessons quote`` fills the numbers the docs quote from those files
 (``lessons/results.py``, ``lessons/quote.py``); ``python -m lessons restamp N --since REV`` keeps a results file

@@ -56,6 +56,8 @@ Exercises:
    margin. Do their checkpoints reach less KL for the same gold? Does the chosen log-prob still fall?
 4. The reward model and DPO saw the same pairs. Which one orders the held-out pairs better, and which one
    turns that ordering into more gold per nat of KL? What does this say about "the LM is secretly a reward model"?
+
+Questions: Q62.
 """
 from __future__ import annotations
 

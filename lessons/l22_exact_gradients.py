@@ -73,6 +73,8 @@ Exercises:
    measure again.
 4. In (d), give GSPO PPO's band (0.2): how many tokens does it clip now, and how far is its expected
    gradient from grad J?
+
+Questions: Q38.
 """
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ for its ``--full`` size (the size of its committed figure), ``docs/results/lNN_<
   --full part uses, listed in :data:`FULL`; the main job: of its pipeline modules), as for the notebooks
   (``lessons.notebooks.source_hash``); the file is stale once one of them changes (:func:`staleness`);
 - ``machine``: CPU model, cores, the OpenBLAS kernel (``minippo.blas.blas_core_name()``), numba on or off,
-  the float32 matmul GFLOP/s that ``minippo bench --only matmul`` measures (before and after each run; the
-  best of the reference kernel's, with the load average then: a busy machine reads low), the date;
+  the float32 matmul GFLOP/s that ``minippo bench --only matmul`` measures around the reference run (the best
+  of its readings before and after, with the load average then: a busy machine reads low), the date;
   ``time``: the CPU and wall seconds of the reference run's ``run()``;
 - ``values``: every scalar leaf of the reference run's ``run()`` dict, flattened to dotted keys
   (``summary.defaults.steps_to_475``; a list's items by index, float dict keys written as ``0.95``, a
@@ -592,10 +592,9 @@ def generate(target: str, seeds=DEFAULT_SEEDS, kernels=DEFAULT_KERNELS, director
         "target": target, "module": target if mod is None else mod.__name__,
         "size": "full" if is_full(target) else "default", "seed": 0, "command": regenerate_command(target),
         "source_sha256": source, "date": datetime.date.today().isoformat(),
-        # the matmul peak, measured before and after each run: on a shared machine the best of the reference
-        # kernel's measurements, with the load average at that measurement
-        "machine": max((r["machine"] for r in runs if r["kernel"] == ref["kernel"]),
-                       key=lambda m: m["matmul_gflops"]),
+        # the reference run's machine, with the matmul peak measured around that run (the best of its
+        # readings before and after, with the load average then): the GFLOP/s beside ``time`` is that run's
+        "machine": dict(ref["machine"]),
         "time": ref["time"],
         "cpu_dependent": dependent, "why_cpu_dependent": CPU_DEPENDENT.get(lesson_of(target)),
         "runs": [run_record(r) for r in runs],

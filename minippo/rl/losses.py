@@ -40,7 +40,8 @@ collapse). Since ``min(r A, clip(r) A) = A min(r, 1+eps_high)`` for A >= 0 and
 binds, even when r overflows (A > 0: (1 + eps_high) A, zero gradient); where A < 0 and r overflows,
 r A has no finite value and a ``ValueError`` names ``logp`` and ``logp_old``
 (:func:`objective_error`, apart from the formula). min() selects the clipped term exactly
-where clipping would let the objective grow further (Q9); each token's case is :func:`clip_cases`:
+where the unclipped term would let the objective grow further (Q9); each token's case is
+:func:`clip_cases`:
 
     code  advantage  ratio r                       selected term           dL/dlogp
     1     A > 0      r < 1-eps_low                 r A  (unclipped)        -A r / n

@@ -35,6 +35,22 @@ def test_every_results_file_is_fresh_and_belongs_to_a_target():
     assert not problems, "\n".join(problems)
 
 
+def test_every_results_file_quotes_its_reference_runs_own_matmul_reading():
+    """The GFLOP/s and load average quoted beside a file's CPU seconds (``@machine``, the times table) are the
+    ones measured around that run (its reference run, ``runs[0]``), not another seed's or kernel's."""
+    problems = []
+    for path in sorted(res.RESULTS_DIR.glob("*.json")):
+        d = json.loads(path.read_text(encoding="utf-8"))
+        ref = d["runs"][0]
+        if ref["seed"] != 0 or ref["kernel"] != d["machine"]["blas_kernel"]:
+            problems.append(f"{path.name}: runs[0] is not the reference run (seed 0, the file's kernel)")
+        mine = (d["machine"]["matmul_gflops"], d["machine"]["load_average"])
+        if mine != (ref["matmul_gflops"], ref["load_average"]):
+            problems.append(f"{path.name}: machine reads {mine}, its reference run "
+                            f"{(ref['matmul_gflops'], ref['load_average'])}")
+    assert not problems, "\n".join(problems)
+
+
 def test_every_quoted_target_has_a_fresh_results_file():
     targets = quoted_targets()
     assert {"l01", "l08", "main"} <= set(targets), targets

@@ -560,6 +560,25 @@ def test_optimizers_hold_the_models_arrays():
     assert all(s.ref.params[k] is not s.actor.params[k] for k in s.actor.params)
 
 
+def test_the_reference_stays_the_sft_model_while_pi_old_moves_every_iteration():
+    """Q32: pi_old, the ratio's denominator, is the actor at the start of each iteration and moves every
+    iteration; pi_ref stays the SFT model, bit for bit, for the whole run."""
+    sft, rm, tok = world()
+    tr = PPOTrainer(tiny_config(), sft, rm, tok)
+    sft_params = {k: v.copy() for k, v in sft.params.items()}
+    olds = []
+    for _ in range(2):
+        olds.append(tr.actor.copy())                    # pi_old of this iteration: the actor before it
+        tr.step()
+        ro, T = tr.last_rollout, tr.cfg.temperature
+        # the rollout's logp are pi_old's and its logp_ref pi_ref's (recomputed: the same products, bitwise)
+        assert np.array_equal(recompute_logp(olds[-1], ro, temperature=T), ro.logp)
+        assert np.array_equal(recompute_logp(sft, ro, temperature=T), ro.logp_ref)
+    assert all(np.array_equal(tr.state.ref.params[k], sft_params[k]) for k in sft_params)
+    assert all(np.array_equal(sft.params[k], sft_params[k]) for k in sft_params)
+    assert any(not np.array_equal(olds[0].params[k], olds[1].params[k]) for k in sft_params)   # pi_old moved
+
+
 def test_renamed_fields_are_accepted_for_one_release():
     """One vocabulary: the old names of renamed PPOConfig fields still load (old config.json files), with a
     DeprecationWarning naming the new name; both names at once is an error."""
