@@ -2,8 +2,9 @@
 option of `minippo ppo`, and every logged metric has a row (its first cell, in
 backticks), so a new knob or metric cannot land without its TRL / OpenRLHF counterpart (or "no counterpart
 found")."""
+import ast
 import re
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 from minippo.rlhf.metrics import GLOSSARY
@@ -44,3 +45,37 @@ def test_every_row_names_a_counterpart_or_says_none_was_found():
         if re.match(r"^\|\s*`", line):
             cells = [c.strip() for c in line.strip("|").split("|")]
             assert all(cells[1:5]), f"an empty cell in: {line}"
+
+
+def config_default(name: str):
+    """The default of field ``name``: KnobsConfig's (canonical PPO's fields and the knobs), else GRPOConfig's."""
+    for cls in (KnobsConfig, GRPOConfig):
+        for f in fields(cls):
+            if f.name == name:
+                return f.default if f.default is not MISSING else f.default_factory()
+    raise KeyError(name)
+
+
+def wrong_defaults(text: str) -> list[str]:
+    """Rows of the fields table whose "minippo default" (the cell's leading literal) is not the code's."""
+    table = text.split("## Every logged metric")[0]
+    problems = []
+    for name, cell in re.findall(r"^\|\s*`([^`]+)`\s*\|([^|]*)\|", table, flags=re.M):
+        try:
+            want = config_default(name)
+        except KeyError:
+            continue                                        # a run option: not a config field
+        lead = re.match(r'^(\([^)]*\)|"[^"]*"|\S+)', cell.strip()).group(1)
+        got = ast.literal_eval(lead)
+        if (tuple(got) if isinstance(want, tuple) else got) != want:
+            problems.append(f"{name}: the doc says {cell.strip()!r}, the code's default is {want!r}")
+    return problems
+
+
+def test_every_default_in_the_fields_table_is_the_codes():
+    assert wrong_defaults(DOC.read_text(encoding="utf-8")) == []
+
+
+def test_a_stale_default_is_named():
+    text = DOC.read_text(encoding="utf-8").replace("| `lam` | 0.95 |", "| `lam` | 0.9 |")
+    assert wrong_defaults(text) == ["lam: the doc says '0.9', the code's default is 0.95"]

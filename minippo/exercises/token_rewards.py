@@ -3,7 +3,7 @@
 Legend: B batch (responses), T response tokens (right-padded).
 
 The student writes ``per_token_rewards(scores, logp, logp_ref, mask, kl_coef) -> rewards``: the rewards
-of :func:`minippo.rlhf.ppo.per_token_rewards` with its defaults (k1 KL, "kl_final" shaping):
+of :func:`minippo.rlhf.ppo.per_token_rewards` (canonical PPO: the k1 KL, the score on the last token):
 ``-kl_coef * (logp - logp_ref)`` on every valid token plus the score on the last valid token (the EOS
 when there is one), 0 on padding (Ziegler et al. 2019 eq. (2); InstructGPT eq. (2)).
 """
