@@ -59,7 +59,7 @@ far from the old one (lesson 02). Both grow with the KL.
 
 The figure shows (a) the KL of each step against its knob ($\alpha$, $\delta$, lr = m x a base value): the
 PG step's KL grows like $m^2$, TRPO's stays at $\delta$ (or below it after backtracking), PPO's grows slowly
-but is NOT bounded; (b) the true gain against the KL: it peaks and then falls for the large steps; (c) the
+but is NOT bounded; (b) the true gain against the KL: where each method's peaks, and whether it falls for the large steps; (c) the
 fraction of the gain promised by $L^{CPI}$ on the batch that is real; (d) PPO paper Figure 2: from the PPO
 update whose KL is closest to the paper's 0.02, interpolate $\theta_{old} + a (\theta_{ppo} - \theta_{old})$
 and plot $L^{CPI}$, $\mathbb{E}[\mathrm{clip}(r) A]$, $L^{CLIP}$ and the exact KL against $a$ (plus the true
@@ -72,8 +72,9 @@ Exercises:
    of L^CLIP along the interpolation line now?
 2. Replace TRPO's natural gradient direction by the plain gradient (keep the scaling and the line
    search): at the same delta, which gains more true reward? (Hint: fisher_vector_product.)
-3. Make the policy tabular (n_features=None). Why does the true gain in (b) no longer fall for
-   large steps? (Think of what a greedy step does when no parameters are shared.)
+3. Make the policy tabular (n_features=None). Does the true gain in (b) still fall for large
+   steps, and for which method most? (Think of what a greedy step does when no parameters are
+   shared.)
 
 Questions: Q7, Q8, Q71.
 """

@@ -43,7 +43,8 @@ Exercises:
 2. Replace the factors 2 and 1.5 by 1.2 and 1.2: does beta still oscillate? How long does it take
    from beta0 = 100 to reach a useful value?
 3. With a fixed beta, find the best value by a sweep. How would that sweep change if the reward
-   scale doubled? (Hint: r A is measured in reward units, beta KL is not.)
+   scale doubled? (Hint: the lesson whitens the advantages; without that, r A would be measured in
+   reward units and beta KL would not. Try `whiten_advantages=False` too.)
 
 Questions: Q11, Q40.
 """

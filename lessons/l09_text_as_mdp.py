@@ -40,8 +40,8 @@ return, with the padded positions shaded; (b) the whole batch's layout: left-pad
 responses, the column where each score lands, and the response mask.
 
 Exercises:
-1. Set `reward_shaping="uniform"` in `lesson_config`: how do the reward and advantage columns of
-   the table change? Which tokens now get credit for the score (lesson 13 compares the two)?
+1. Build `lesson_config` from `KnobsConfig` (PPO with the lessons' knobs) with
+   `reward_shaping="uniform"`: how do the reward and advantage columns of the table change? Which tokens now get credit for the score (lesson 13 compares the two)?
 2. Find a row without EOS (`ended` False): where does its score land, and how big is the
    missing-EOS penalty in its reward?
 3. Why is `log_prob` stored in the buffer instead of recomputed during the update? Set lr = 0 and

@@ -1,9 +1,10 @@
 r"""Lesson 17 - hyperparameters: epsilon, lambda, beta, PPO epochs and minibatch count swept, testing common claims.
 
 Pipeline step: the knobs of RLHF-PPO: clip epsilon, learning rate, epochs, minibatch size, gamma, lambda,
-entropy and value coefficients, gradient clipping, target KL. PPO is sensitive to them, above all to the
-learning rate, the clip range, the number of epochs and the scale of the advantages. Each knob below is moved
-alone from the lesson's base run (the main job's defaults: clip_eps 0.2, lam 0.95, adaptive beta from 0.2
+entropy and value coefficients, gradient clipping, target KL. PPO is often said to be most sensitive to
+the learning rate, the clip range, the number of epochs and the scale of the advantages; the lesson measures
+which of them move the gold beyond the seed noise at this size (the advantages' scale: lesson 14, Q22).
+Each knob below is moved alone from the lesson's base run (the main job's defaults: clip_eps 0.2, lam 0.95, adaptive beta from 0.2
 towards 4 nats/response, 4 epochs, 4 minibatches per batch) on the cached SFT policy and reward model, for
 several PPO seeds, and the policy is judged on held-out prompts:
 

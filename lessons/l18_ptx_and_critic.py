@@ -19,7 +19,7 @@ cross-entropy on 16 sentences of the SFT corpus (`ptx_batch_size`). The ALIGNMEN
 policy's cross-entropy on the SFT run's HELD-OUT sentences (never trained on by SFT nor by PPO-ptx;
 `Study.lm_loss`) minus the SFT model's: nats per token lost.
 
-The critic arrangements (`PPOConfig.critic`; `minippo.rlhf.critic`):
+The critic arrangements (`KnobsConfig.critic`; `minippo.rlhf.critic`):
 
 * separate, RM init (the default): its own TinyGPT, initialised from the reward model (InstructGPT sec. 3.5);
 * separate, SFT init: its own TinyGPT from the SFT trunk with a zero head (the control: same start as a

@@ -7,7 +7,8 @@ OTHER SAMPLES of the same prompt, several responses per prompt: three models ins
 paradigm and PPO one optimiser of it: here the same SFT policy, reward model and KL-regularised objective are
 optimised four ways, and lesson 19's best-of-n uses no gradient at all.
 
-Papers: the estimators (`minippo.rl.group_advantages`, registered in `minippo.rlhf.advantages`), for G prompts
+Papers: the estimators (`minippo.rl.group_advantages`, chosen by `GRPOConfig.advantage_estimator` in
+`minippo.rlhf.grpo`), for G prompts
 with n responses each and sequence scores s (the RM score, minus $\beta$ KL when the KL is in the reward):
 
     GRPO       A_i = (s_i - mean_g s) / std_g s            DeepSeekMath (Shao et al. 2024, arXiv:2402.03300)
@@ -29,9 +30,9 @@ KL in the reward (`kl_ref_coef = 0`). RLOO and REINFORCE keep the KL in the rewa
 ($r = \text{score} - \beta \text{KL}$, the adaptive $\beta$ of Ziegler et al. 2019). All four use the same
 trainer: the same clipped surrogate (PPO eq. (7)), 4 epochs of minibatches, the same prompts distribution and
 learning rate. (Ahmadian et al. take one on-policy step without clipping; here only the advantage differs.)
-Our choices: each response's advantage goes to all of its tokens, losses are token-level means (Dr. GRPO's
-fix of eq. (3)'s $1/|o_i|$), and the critic-free advantages are NOT whitened again over the batch
-(`minippo.rlhf.advantages`, "Whitening"): GRPO's are normalised per group already, RLOO's and REINFORCE's keep
+Our choices: each response's advantage goes to all of its tokens, losses are token-level means (DAPO's
+aggregation, instead of eq. (3)'s $1/|o_i|$; Dr. GRPO's constant is `loss_agg="seq-mean-token-sum-norm"`), and
+the critic-free advantages are NOT whitened again over the batch (`minippo.rlhf.grpo`'s docstring): GRPO's are normalised per group already, RLOO's and REINFORCE's keep
 the score's units as in the papers and in TRL.
 
 Same budget: every iteration samples the same number of responses (PPO 64 prompts x 1, the group methods 16
@@ -51,8 +52,10 @@ Exercises:
    than the batch mean? Read `between_prompts` in panel (f) first.
 2. Run `advantage_estimator="dr_grpo"` (no division by the group std, Liu et al. 2025) with GRPO's KL
    loss: does GRPO's gap to RLOO come from the std divide or from the KL being a loss instead of a reward?
-3. Register GRPO with whitening (`register_advantage_estimator("grpo_w", ..., whiten=True)`) and
-   compare: which responses gain and which lose from the token-weighted re-centring?
+3. Whiten GRPO's advantages over the batch as PPO does: in `grpo_iteration`
+   (`minippo/rlhf/grpo.py`), pass `ro.adv` through `minippo.rl.masked.masked_whiten(ro.adv,
+   ro.response_mask)` and compare: which responses gain and which lose from the token-weighted
+   re-centring?
 
 Questions: Q61, Q62, Q38, Q31.
 """

@@ -31,7 +31,8 @@ per response (each position's KL enumerated over the vocabulary, summed over the
 A method's frontier at KL x is the best gold any of its checkpoints reached at a KL of at most x (the Pareto
 front of its checkpoints, linear between them); two methods are compared at 8 KL values up to the largest KL
 both reached in every seed, and the seed spread is the range of the per-seed frontiers. At each matched KL the
-lesson says which method is above the other beyond the seed range, and whether the paper's finding (DPO's
+lesson says which method is above the other beyond 2 standard errors of the seed noise (pooled over the two
+methods), and whether the paper's finding (DPO's
 frontier dominates PPO's, even PPO-GT's) holds at this scale. It also measures what DPO's implicit reward
 beta log(pi / pi_ref) learned compared with the reward model (held-out accuracy, within-prompt correlation
 with gold) and DPO's known failure: the log-probabilities of the chosen AND the rejected responses both

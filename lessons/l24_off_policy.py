@@ -57,9 +57,9 @@ Monte Carlo run of the library's own code (`rloo_advantages`, `off_policy_weight
 (c) The RLHF SFT policy at lr = 0: one response per evaluation prompt from each sampler of
     `minippo.rlhf.generate` (`logits_precision`, `top_p`, `top_k`) and from the SFT policy scored
     by the policy one and two PPO iterations later (a stale sampler); the share of tokens whose
-    ratio $\pi/\mu$ is outside $[1 - \epsilon, 1 + \epsilon]$. Lesson 16's lr = 0 check is the
-    same phenomenon in miniature: there the trainer's own recompute differs from the sampler by
-    float32 rounding only.
+    ratio $\pi/\mu$ is outside $[1 - \epsilon, 1 + \epsilon]$. Lesson 16's lr = 0 check is a
+    miniature of it with no sampler at all: there the trainer's minibatch recompute differs from
+    its own full-batch forward pass by float32 rounding only.
 
 Only the LM head's logits are rounded here; a real bf16 engine rounds every activation, so (c)'s
 rounding rows are a lower bound on an engine's mismatch. Every verdict is computed from the

@@ -92,16 +92,28 @@ def same_bits(a, b) -> bool:
     return type(a) is type(b) and a == b
 
 
+def comparable(record: dict) -> dict:
+    """A verdict's record as two runs must agree on it: without its claim's wording (:func:`reworded`) and,
+    for a verdict on a measurement of the run itself (its numbers' keys ``verdict.<key>.<name>`` are measured,
+    :func:`lessons.results.is_measured`: CPU seconds), without those numbers and the ``because`` that prints
+    them; its outcome still must be the same."""
+    r = {k: v for k, v in record.items() if k != "claim"}
+    numbers = r.get("numbers") or {}
+    measured = {n for n in numbers if res.is_measured(f"verdict.{r.get('key')}.{n}")}
+    if measured:
+        r["numbers"] = {n: v for n, v in numbers.items() if n not in measured}
+        r.pop("because", None)
+    return r
+
+
 def differences(old: dict, new: dict) -> list[str]:
     """What differs between two runs' records, bit for bit: values (the runs' measurements aside:
-    :func:`lessons.results.differences`), keys left out, verdicts (their claims' wording aside:
-    :func:`reworded`)."""
+    :func:`lessons.results.differences`), keys left out, verdicts (:func:`comparable`)."""
     out = res.differences(old["values"], new["values"], equal=same_bits)
     if old["left_out"] != new["left_out"]:
         out.append(f"left_out: {old['left_out']!r} -> {new['left_out']!r}")
-    unclaimed = [[{k: v for k, v in r.items() if k != "claim"} for r in run["verdicts"] or []]
-                 for run in (old, new)]
-    if json.dumps(unclaimed[0]) != json.dumps(unclaimed[1]):
+    records = [[comparable(r) for r in run["verdicts"] or []] for run in (old, new)]
+    if json.dumps(records[0]) != json.dumps(records[1]):
         out.append("verdicts: their records differ")
     return out
 

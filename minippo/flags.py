@@ -1,6 +1,6 @@
 """Command-line flags read from a config dataclass: one typed flag per field, grouped by the class's sections.
 
-    add_config_flags(parser, PPOConfig)          # --iterations N, --lr FLOAT, --critic {separate,shared,none}, ...
+    add_config_flags(parser, PPOConfig)          # --iterations N, --lr FLOAT, --critic-init {reward_model,sft,random}, ...
     cfg = config_from_args(args, PPOConfig())    # the flags given replace those fields of the base config
 
 Everything comes from the dataclass itself, so the flags follow its fields when they change:

@@ -15,9 +15,9 @@ its checkpoint, which precedes it).
 
 Reading back trusts nothing: a file that is not what it should be is a :class:`CorruptFileError` (a
 ``ValueError``) whose one-line message starts with the file's path; :func:`load_checkpoint` with
-``expect`` checks every tensor's name, shape, dtype and finiteness from the safetensors header before
-it reads the data (so an unexpected tensor is refused, not loaded into memory) and before the caller
-assigns anything; :func:`rng_from_state` accepts only numpy's own bit generators. The policies built on
+``expect`` checks every tensor's name, shape and dtype from the safetensors header before it reads
+the data (so an unexpected tensor is refused, not loaded into memory), then every tensor's
+finiteness, all before the caller assigns anything; :func:`rng_from_state` accepts only numpy's own bit generators. The policies built on
 these (locks, stage reuse, resume) are in :mod:`minippo.runs`.
 """
 from __future__ import annotations
@@ -275,7 +275,7 @@ def rng_from_state(state) -> np.random.Generator:
 class MetricsWriter:
     """Append one JSON dict per line to ``path``; each write is flushed (a crash loses nothing).
 
-    ``truncate_after(step)`` is used on resume so that the file equals an uninterrupted run's; it reads
+    ``truncate_after(key, value)`` is used on resume so that the file equals an uninterrupted run's; it reads
     the whole file first (a corrupt line stops it before anything is rewritten) and drops a torn last line.
     """
 

@@ -46,11 +46,14 @@ def plot_dashboard(runs: Mapping[str, dict], path: str | os.PathLike, *, title: 
 
     Parameters
     ----------
-    runs : label -> result dict (``episode_returns``, ``episode_steps``, ``history``, ``config``).
+    runs : label -> result dict (``episode_returns``, ``episode_steps``, ``history``, ``config``);
+        at most as many runs as :data:`COLORS` (a ``ValueError`` otherwise: none is dropped).
     path : the PNG to write.
     goal : a dashed line on the return panel (None: none).
     window : episodes in the rolling mean of the return panel.
     """
+    if not 1 <= len(runs) <= len(COLORS):
+        raise ValueError(f"`runs` must hold 1 to {len(COLORS)} runs (one colour each), got {len(runs)}")
     # matplotlib's object API inside the course style: no pyplot, no global state (safe in any program)
     with course_style():
         return _draw_dashboard(runs, path, title, goal, window)

@@ -309,7 +309,8 @@ def rollout_advantages(rollout: Rollout, value_fn: Callable[[np.ndarray], np.nda
 
     ``value_fn(obs (M, D)) -> (M,)`` is the critic, called once on all T*N observations and once on
     all T*N true next observations: the critic is frozen during the rollout, so these batched calls
-    give the numbers a step-by-step evaluation would.
+    give the numbers a step-by-step evaluation would (up to the rounding of a product over more
+    rows: ``minippo.blas``).
     """
     T, N, D = rollout.obs.shape
     values = value_fn(rollout.obs.reshape(T * N, D)).reshape(T, N)                # (T, N)

@@ -61,7 +61,8 @@ class SyncVectorEnv:
     def reset(self, seed: int | None = None):
         """Reset every copy; copy i gets ``seed + i`` (as in Gymnasium's vector envs and CleanRL).
 
-        Returns ``(obs (N, D), info)``; ``info`` is the list of the copies' own info dicts.
+        Returns ``(obs (N, D), info)``; ``info["env_infos"]`` is the list of the copies' own info
+        dicts.
         """
         infos, obs = [], []
         for i, env in enumerate(self.envs):

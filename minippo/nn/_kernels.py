@@ -23,8 +23,9 @@ one to three passes. Transcendentals (exp, tanh) are left to NumPy's vectorised 
 ``np.tanh``, which on x86 are several times faster than numba's scalar libm calls (no Intel SVML
 here).
 
-The kernels are serial. ``prange`` marks the loops whose iterations are independent (each row is
-written by one iteration only), so ``parallel=True`` would be safe; but on a 2-core machine the
+The kernels are serial. ``prange`` marks the loops whose rows are written by one iteration only;
+``parallel=True`` would also need LayerNorm's backward kernel to give each row its own scratch
+``g`` (it reuses one); but on a 2-core machine the
 OpenMP threads and OpenBLAS's threads spin against each other between the matrix products: the
 bench step took 98 ms with these serial kernels and 296 ms with ``parallel=True`` versions
 (alternating measurements in one process), and small inputs (gradient checks, decoding) paid the

@@ -26,7 +26,8 @@ Padding-free rows (``RealTokens``): only attention mixes positions. Every other 
 (LayerNorm, the linears, GELU, the residual adds) works row by row, so TinyGPT runs them on the N
 real tokens only, an (N, C) array, and attention puts its q, k, v back on the (B, T) grid
 (``scatter``, zeros at the padding) and takes the real rows of its output (``gather``). The padded
-rows, up to half of a batch of short sentences, cost no matrix product.
+rows, up to half of a batch of short sentences, cost no linear layer's matrix product (attention's
+own products still run on the whole (B, H, T, S) grid).
 
 Layer API as in ``layers.py``: ``out, cache = attention_forward(...)``,
 ``dx, *dparams = attention_backward(dout, cache)``.
@@ -123,8 +124,8 @@ def attention_forward(x: np.ndarray, w_attn: np.ndarray, b_attn: np.ndarray, w_p
         or, with ``kv``, which of the S = t + T cached keys each new token may see
     kv : None, or ``(k_cache, v_cache, t)`` of a KV cache (B, H, S_max, hs) filled up to slot
         t - 1: this call's keys and values are written at slots t .. t + T - 1 (in place) and the
-        queries attend to slots 0 .. t + T - 1 (decoding: T = 1, the same numbers as row t of
-        the full pass)
+        queries attend to slots 0 .. t + T - 1 (decoding: T = 1, the numbers of row t of the
+        full pass up to rounding)
     tokens : where the rows of ``x`` sit on the (B, T) grid (:class:`RealTokens`)
 
     Returns

@@ -99,8 +99,12 @@ class GPTConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "GPTConfig":
-        """The config of ``to_dict``; an unknown or missing field is a ``ValueError`` naming it."""
-        return cls(**check_fields(cls, d, "gpt_config"))
+        """The config of ``to_dict``; an unknown or missing field is a ``ValueError`` naming it (a
+        stored config holds every field: none is filled with its default)."""
+        missing = [k for k in cls.__dataclass_fields__ if k not in check_fields(cls, d, "gpt_config")]
+        if missing:
+            raise ValueError(f"`gpt_config` misses the field(s) {missing}")
+        return cls(**d)
 
 
 def param_shapes(cfg: GPTConfig) -> dict[str, tuple[int, ...]]:
@@ -445,9 +449,10 @@ class TinyGPT:
     def decode_step(self, kv: KVCache, tokens, attn_mask=None) -> np.ndarray:
         """Append one token per row to ``kv`` and return its logits (B, V).
 
-        Equal (up to rounding) to the logits of a full :meth:`forward` over the whole sequence at
-        that position. ``attn_mask`` (B,) 0/1 marks the new token as real (default) or padding
-        (e.g. after a row's EOS). Parameters are checked at :meth:`prefill`, not at every step.
+        For a real token, equal (up to rounding) to the logits of a full :meth:`forward` over the
+        whole sequence at that position. ``attn_mask`` (B,) 0/1 marks the new token as real
+        (default) or padding (e.g. after a row's EOS): a padded token's logits are computed but
+        read by nothing (a full forward leaves 0 there). Parameters are checked at :meth:`prefill`, not at every step.
         """
         if not isinstance(kv, KVCache):
             raise ValueError(f"`kv` must be the KVCache returned by prefill, got "

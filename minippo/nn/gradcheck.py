@@ -8,9 +8,9 @@ and the per-tensor relative error ``||g_analytic - g_numeric|| / max(||g_analyti
 (2-norms over the tensor) must be below a tolerance: 1e-7 for a single layer, 1e-5 for the whole
 model. A failure prints a readable table::
 
-    name                 | shape      | rel err  | ok
-    h.0.attn.c_attn.w    | (8, 24)    | 3.1e-10  | ok
-    h.0.mlp.c_fc.b       | (32,)      | 2.4e-02  | FAIL
+    name                 | shape      | rel err  | max abs err | ok
+    h.0.attn.c_attn.w    | (8, 24)    | 3.1e-10  | 2.2e-12     | ok
+    h.0.mlp.c_fc.b       | (32,)      | 2.4e-02  | 1.5e-03     | FAIL
 
 The norm-based error is used (rather than the largest element-wise ratio) because an entry whose
 true gradient is ~0 has an undefined element-wise ratio; the table also reports the worst entry.

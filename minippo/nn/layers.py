@@ -275,7 +275,7 @@ def softmax_cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, mask:
     Returns
     -------
     loss : float, ``sum(mask * nll) / sum(mask)`` (the token-level masked mean)
-    cache : (probs, targets, mask, n)
+    cache : (probs, targets, mask, n, logits' shape), flattened to rows: what the backward needs
 
     ``mask`` must contain at least one 1 (a mean over zero tokens is undefined).
     """

@@ -69,7 +69,7 @@ def mlp_num_layers(params: Mapping[str, np.ndarray], prefix: str = "") -> int:
 
 def mlp_forward(params: Mapping[str, np.ndarray], x: np.ndarray, prefix: str = "", *,
                 check: bool = True):
-    """``out = W_{L-1} tanh(... tanh(x W_0 + b_0) ...) + b_{L-1}`` (no nonlinearity on the output).
+    """``out = tanh(... tanh(x W_0 + b_0) ...) W_{L-1} + b_{L-1}`` (no nonlinearity on the output).
 
     Parameters
     ----------

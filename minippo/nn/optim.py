@@ -152,7 +152,7 @@ def lr_at(step: int, total_steps: int, lr: float, *, warmup_steps: int = 0,
     annealing, whose last step ``total_steps - 1`` still has a small positive rate and which
     reaches ``min_lr`` at ``step == total_steps``) or ``"cosine"`` (half a cosine from ``lr`` to
     ``min_lr``, same ``frac``).
-    Steps past ``total_steps`` stay at ``min_lr``.
+    Steps past ``total_steps`` stay at ``min_lr`` (``"constant"``: at ``lr``).
     """
     check_range("step", step, 0, None, integer=True)
     check_range("total_steps", total_steps, 1, None, integer=True)

@@ -13,8 +13,9 @@ switch of :mod:`minippo.kernels` is on (the default)::
 
 Each function here takes the same arguments and returns the same outputs as its public twin (same
 dtypes, same stats keys, the same ``ValueError`` naming the argument): it runs the cheap checks in
-Python, hands the arrays to a kernel that computes and validates in one pass over memory, and turns
-the kernel's status code into the error the NumPy body would have raised. The parity tests
+Python, hands the arrays to a kernel that computes the result (and checks the values for NaN / inf
+in the same loops, where Python has not already), and turns the kernel's status code into the error
+the NumPy body would have raised. The parity tests
 (``tests/rl/test_kernels.py``, ``pytest -m kernels``) compare the two paths on the same inputs.
 
 Why kernels: the NumPy formulas make one pass over memory (and one temporary) per line. At

@@ -48,7 +48,8 @@ def zero_variance_groups(rewards, group_size: int) -> np.ndarray:
     Returns
     -------
     (G,) bool array, ``max_g(r) == min_g(r)`` per group: exactly the groups whose group-relative
-    advantages are all 0 (DAPO keeps the others: ``0 < #right < n`` for a 0/1 reward).
+    advantages are all 0 (exactly 0 under GRPO and Dr. GRPO; under RLOO to rounding, exactly for 0/1
+    rewards) (DAPO keeps the others: ``0 < #right < n`` for a 0/1 reward).
     """
     r = check_float_array("rewards", rewards, ndim=1)
     check_range("group_size", group_size, 2, None, integer=True)

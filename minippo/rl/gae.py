@@ -23,8 +23,8 @@ Two entry points:
 
 The body of each function is the formula in NumPy: a loop over time, vectorised over the rows.
 With the switch of :mod:`minippo.kernels` on (the default) its first line hands the call to the
-same recursion compiled by numba in ``rl/_kernels.py`` (one pass over memory, inputs validated on
-the way; parity-tested).
+same recursion compiled by numba in ``rl/_kernels.py`` (a few passes over memory, the NaN / inf
+check of ``gae``'s inputs inside its loop; parity-tested).
 """
 from __future__ import annotations
 

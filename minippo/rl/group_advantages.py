@@ -121,7 +121,9 @@ def rloo_advantages(scores, group_size, mask):
 
     Identity (tested): ``A_i = n / (n - 1) * (s_i - mean_g(s))``: RLOO is Dr. GRPO times n/(n-1).
 
-    Parameters and returns as :func:`grpo_advantages` (no ``eps``, ``scale``).
+    Parameters and returns as :func:`grpo_advantages` (no ``eps``, ``scale``), except that a group with
+    all scores equal gets 0 only up to rounding (exactly 0 for 0/1 scores: three scores of 0.1 give
+    -1.4e-17).
     """
     scores, mask = _scores_and_mask(scores, mask)
     s = _groups(scores, group_size)                                  # (G, n)

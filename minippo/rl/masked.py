@@ -144,8 +144,8 @@ def masked_whiten(x, mask, shift_mean=True, eps=1e-8):
     ----------
     x : float array, any shape.
     mask : 0/1 array like ``x``, or None.
-    shift_mean : if False the mean is added back (``x / std`` in effect; TRL uses this to whiten
-        rewards without moving their level).
+    shift_mean : if False the mean is added back, ``(x - mean) / std + mean`` (TRL uses this to
+        whiten rewards without moving their level).
     eps : added to the variance before the square root.
 
     Returns

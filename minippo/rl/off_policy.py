@@ -164,8 +164,8 @@ def corrected_policy_loss(logp, logp_old, adv, weights, mask=None, clip_eps: flo
     mask : 0/1 or None. clip_eps : eps > 0.
 
     Returns ``(loss, dlogp, stats)`` of ``clipped_policy_loss``: dlogp = -w_t A_t r_t / n where the
-    clip does not bind, 0 where it does, where w_t = 0 and on padding (such tokens count as A = 0 in
-    ``clip_case``).
+    clip does not bind, 0 where it does, where w_t = 0 and on padding (a token with w_t = 0 counts as
+    A = 0 in ``clip_cases``).
     """
     weights = check_float_array("weights", weights, shape=np.shape(logp))
     if (weights < 0).any():

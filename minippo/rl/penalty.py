@@ -7,7 +7,7 @@ Schulman et al. 2017 (arXiv:1707.06347), with r_t = pi(a_t|s_t) / pi_old(a_t|s_t
     L^KLPEN = E_t[ r_t A_t - beta KL[pi_old(.|s_t), pi(.|s_t)] ]          eq. (8)
 
 beta comes from a controller of :mod:`minippo.rl.kl_control` (fixed, or the rule of the paper's sec. 4).
-The toy bandit and lessons 03 / 05 use it; one RLHF PPO iteration (``minippo.rlhf.ppo``) uses L^CLIP,
+The toy bandit uses it (lesson 05); one RLHF PPO iteration (``minippo.rlhf.ppo``) uses L^CLIP,
 eq. (7), of :mod:`minippo.rl.losses` instead, which is why this loss has a module of its own.
 Conventions as in :mod:`minippo.rl.losses`: the loss to MINIMISE and its gradient d/dlogp, ``mask`` 1 on
 valid tokens (``None``: all valid), E_t a token-level masked mean over the batch.

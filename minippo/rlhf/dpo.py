@@ -120,8 +120,9 @@ def response_logprobs(model: TinyGPT, pairs: PreferencePairs, temperature: float
 
 
 def response_logprobs_backward(model: TinyGPT, dseq, cache) -> dict:
-    """Parameter gradients from dL/dseq (R,): every response token gets dL/dlogp_t = dL/dseq (0 elsewhere),
-    then the log-softmax's and the model's backward."""
+    """Parameter gradients from dL/dseq (R,): every response token gets dL/dlogp_t = dL/dseq (divided
+    by the row's response length when the sequence log-prob was an average, ``logp_average``; 0
+    elsewhere), then the log-softmax's and the model's backward."""
     c_model, c_logp, c_seq = cache
     dlogp = sequence_logprobs_backward(dseq, c_seq)                              # (R, T-1), 0 off the response
     dlogits = logprobs_backward(dlogp, c_logp)                                   # (R, T-1, V)

@@ -53,7 +53,7 @@ class DPOConfig:
     """Peak AdamW learning rate; >= 0 (0 keeps the policy fixed: the implicit rewards stay 0). Measured on the main
     job's stages (lesson 21): 1e-4 barely moves in 300 steps, 5e-4 drifts past KL 9 nats within 100."""
     lr_schedule: str = "linear"
-    """``"constant"``, ``"linear"`` (to 0 at the last step) or ``"cosine"``, after the warm-up."""
+    """``"constant"``, ``"linear"`` (towards 0: lr / steps at the last step) or ``"cosine"``, after the warm-up."""
     warmup_steps: int = 10
     """Steps of linear lr warm-up; in [0, steps)."""
     adam_betas: tuple = (0.9, 0.95)

@@ -156,7 +156,7 @@ def sampling_distribution(logits, temperature: float = 1.0, top_k: int = 0,
     B, V = probs.shape
     rows = np.arange(B)[:, None]
     if 0 < top_k < V:
-        # keep exactly the k largest entries of each row (argpartition breaks ties by position)
+        # keep exactly the k largest entries of each row (which of several tied entries: arbitrary)
         drop = np.argpartition(-probs, top_k - 1, axis=1)[:, top_k:]   # (B, V - k)
         probs[rows, drop] = 0.0
     if top_p < 1.0:

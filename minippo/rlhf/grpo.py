@@ -55,8 +55,9 @@ from minippo.rlhf.ppo_config import KL_CONTROLLERS, LR_SCHEDULES, ConfigMethods,
 ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce")
 #: the metrics an iteration of a group estimator adds to the record (``dynamic_sampling`` or not)
 DAPO_GLOSSARY = {
-    "dapo/zero_variance_share": "share of the prompt groups drawn whose scores are all equal (zero "
-                                "advantage; with dynamic sampling: of every round's groups)",
+    "dapo/zero_variance_share": "share of the prompt groups drawn whose scores are all equal "
+                                "(no signal in the score; with dynamic sampling: of every "
+                                "round's groups)",
     "dapo/extra_samples": "responses sampled beyond batch_size by dynamic sampling (0 without it)",
     "dapo/overlong_penalty": "mean of DAPO's soft overlong punishment R_length over the batch, in "
                              "[-1, 0] (logged with overlong_max_len set)",
@@ -92,7 +93,7 @@ class GRPOConfig(ConfigMethods):
     lr: float = 1e-4
     """Adam learning rate of the actor; >= 0."""
     lr_schedule: str = "linear"
-    """``"constant"`` or ``"linear"`` (decay to 0 at the last iteration)."""
+    """``"constant"`` or ``"linear"`` (decay towards 0: lr / iterations at the last iteration)."""
     max_grad_norm: float | None = 1.0
     """Gradient-norm clip of the actor, > 0; None = no clipping."""
     update_epochs: int = 4
@@ -140,13 +141,14 @@ class GRPOConfig(ConfigMethods):
     """Approx KL(pi_old || pi) of a minibatch that stops the update; None disables."""
     dynamic_sampling: bool = False
     """DAPO's "Dynamic Sampling" (Yu et al. 2025, arXiv:2503.14476): drop every group whose
-    n scores are all equal (its advantages are all 0: :func:`minippo.rl.dapo.zero_variance_groups`)
+    n scores are all equal (no signal in the score; its advantages are all 0 when the KL is not in
+    the reward, ``kl_ref_coef`` 0: :func:`minippo.rl.dapo.zero_variance_groups`)
     and sample ``batch_size // samples_per_prompt`` more prompts until the batch is full of groups
     that carry a signal; needs a group estimator. False: one round, as GRPO."""
     dynamic_max_rounds: int = 3
     """The cap on dynamic sampling: at most this many extra rounds of sampling per iteration (verl's
     cap: ``filter_groups.max_num_gen_batches``); >= 0. A batch still short at the cap is completed
-    with dropped groups, the first drawn first (their advantages are 0)."""
+    with dropped groups, the first drawn first (no signal in their scores)."""
     overlong_max_len: int | None = None
     """L_max of DAPO's soft overlong punishment R_length(|y|) (Yu et al. 2025, eq. (13)), added to
     each response's score before the advantages: 0 up to L_max - L_cache tokens, down to -1 at

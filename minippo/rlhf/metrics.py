@@ -15,7 +15,7 @@ import numpy as np
 from minippo.rl.masked import masked_mean
 
 GLOSSARY: dict[str, str] = {
-    "objective/kl": "mean over responses of sum_t (logp_t - logp_ref_t): the k1 estimate of KL(pi_old || pi_ref) per response (what the adaptive controller targets)",
+    "objective/kl": "mean over responses of sum_t kl_t, the run's estimate of KL(pi_old || pi_ref) per response: k1, logp_t - logp_ref_t, unless the knob kl_ref_estimator says k2 or k3 (what the adaptive controller targets)",
     "objective/kl_exact": "mean over responses of sum_t KL(pi_old(.|s_t) || pi_ref(.|s_t)) computed exactly from the full distributions (only with log_exact_kl)",
     "objective/entropy": "mean over responses of sum_t -logp_t: a one-sample estimate of the policy's entropy per response",
     "objective/non_score_reward": "mean over responses of sum_t -kl_ref_coef * kl_t: the KL-penalty part of the return",

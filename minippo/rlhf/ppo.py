@@ -8,7 +8,7 @@ that (other algorithms are files of their own: grpo.py, ppo_knobs.py, dpo.py):
     3. rewards  r_t = -beta (logp_t - logp_ref_t), the score added on the last token
                                                                         InstructGPT eq. (2)
     4. A_t      GAE(gamma, lam) on those rewards, whitened                   PPO eqs. (11)-(12)
-    5. update   K epochs x minibatches of L^CLIP + c1 L^VF - c2 S, one AdamW step each; a
+    5. update   K epochs x minibatches of -L^CLIP + c1 L^VF - c2 S, one AdamW step each; a
                 minibatch whose approx KL to pi_old exceeds kl_old_target stops the update  eq. (9)
     6. beta     the KL controller (fixed or adaptive) reads objective/kl    Ziegler et al. sec. 2.2
 
@@ -19,10 +19,11 @@ The four models: the actor pi_theta and the critic V_phi (a separate TinyGPT) tr
 pi_ref (the frozen SFT copy) and the reward model only run forward. One temperature: sampling,
 logp_old, logp_ref, the update's logp and the entropy all use ``cfg.temperature``.
 
-**Compiled code.** With ``MINIPPO_KERNELS=1`` (the default) four things below run numba kernels:
-the token draw inside ``generate`` (``rlhf/_kernels.py``), ``gae`` and ``clipped_policy_loss``
-(``rl/_kernels.py``) and, inside every TinyGPT forward and backward, LayerNorm, GELU, the masked
-softmax, the cross-entropy and the embedding's backward (``nn/_kernels.py``).
+**Compiled code.** With ``MINIPPO_KERNELS=1`` (the default) these run numba kernels: the token
+draw inside ``generate`` (``rlhf/_kernels.py``), ``gae`` and ``clipped_policy_loss``
+(``rl/_kernels.py``), inside every TinyGPT forward and backward LayerNorm, GELU, the masked softmax
+and the embedding's backward, and AdamW's update in ``optimizer_step`` (``nn/_kernels.py``; the
+cross-entropy kernel serves SFT's loss, which one PPO iteration does not compute).
 ``MINIPPO_KERNELS=0`` runs the NumPy formulas you read in their files instead, all of them
 (:mod:`minippo.kernels`; the numbers agree to rounding); ``NUMBA_DISABLE_JIT=1`` keeps the kernels
 but runs them as Python, for pdb.
@@ -329,7 +330,7 @@ class Rollout:
         value        values[b, j]            V(s_j) of the critic at rollout time
         reward       rewards[b, j]           -beta kl_j, plus the score on the last valid token
         advantage    adv[b, j]               GAE A_j (whitened over the batch)
-        return       returns[b, j]           A_j + V(s_j): the critic's target
+        return       returns[b, j]           A_j before whitening + V(s_j): the critic's target
 
     plus ``response_mask`` (1 on response tokens including the EOS, 0 on padding) and
     ``prompt_mask``. Observations are not copied per token: ``sequences[b, :Tp + j]`` is the

@@ -16,12 +16,13 @@ Sizes: one iteration samples ``batch_size`` responses (one per prompt), then run
 passes over them in minibatches of ``minibatch_size`` responses: ``update_epochs * batch_size //
 minibatch_size`` Adam steps.
 
-What is not a field here is fixed by the algorithm (AdamW with betas (0.9, 0.95), a separate critic
-initialised from the reward model, value clipping, its bias set to the mean score at the first
-rollout, k1 in the reward, the score on the last token, sampling from the full softmax). The knobs
-the lessons and ``minippo ppo`` turn besides these are :class:`minippo.rlhf.ppo_knobs.KnobsConfig`,
-a subclass; the critic-free family has its own :class:`minippo.rlhf.grpo.GRPOConfig`. Renamed fields
-(the old names are accepted for one release, with a deprecation message): :data:`RENAMED`.
+What is not a field here is fixed by the algorithm (AdamW with betas (0.9, 0.95), a separate
+critic (its initialisation is ``critic_init``), value clipping, its bias set to the mean score at
+the first rollout, k1 in the reward, the score on the last token, sampling from the full softmax).
+The knobs the lessons and ``minippo ppo`` turn besides these are
+:class:`minippo.rlhf.ppo_knobs.KnobsConfig`, a subclass; the critic-free family has its own
+:class:`minippo.rlhf.grpo.GRPOConfig`. Renamed fields (the old names are accepted for one release,
+with a deprecation message): :data:`RENAMED`.
 """
 from __future__ import annotations
 
@@ -115,11 +116,11 @@ class PPOConfig(ConfigMethods):
     """Adam learning rate of actor and critic; >= 0 (0 keeps the policy fixed: the ratio-is-1
     check)."""
     lr_schedule: str = "linear"
-    """``"constant"`` or ``"linear"`` (decay to 0 at the last iteration: the policy settles while
-    the KL controller catches up, so the final KL stays below the target)."""
+    """``"constant"`` or ``"linear"`` (decay towards 0: lr / iterations at the last iteration; the
+    policy settles while the KL controller catches up, so the final KL stays below the target)."""
     max_grad_norm: float | None = 1.0
     """Global gradient-norm clip over actor and critic together (Q23), > 0; None = no clipping (the
-    norm is still logged). Lesson 17 measures on vs off."""
+    norm is still logged). Lesson 14 measures on vs off."""
     update_epochs: int = 4
     """K, passes over each rollout batch (TRL ``num_ppo_epochs``); >= 1, 1 .. 8 typical."""
     minibatch_size: int = 16

@@ -75,7 +75,7 @@ class SFTConfig(LMConfig):
     heldout_frac: float = 0.05
     """Fraction of the corpus held out for the held-out loss, in (0, 0.5]."""
     vocab_size: int = 512
-    """Target BPE vocabulary V (specials + 95 ASCII characters + merges), >= 99; 256-1024 here."""
+    """Target BPE vocabulary V (specials + 95 ASCII characters + merges), >= 98; 256-1024 here."""
     n_samples: int = 64
     """Sentences sampled at the end to judge the model with the gold score, >= 0."""
     sample_temperature: float = 1.0

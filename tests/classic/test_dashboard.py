@@ -17,3 +17,13 @@ def test_dashboard_several_runs_with_early_stops(tmp_path):
     empty = dict(res, episode_returns=np.array([]), episode_steps=np.array([]))
     path = plot_dashboard({"a": res, "b": empty}, tmp_path / "d.png", title="t")
     assert path.stat().st_size > 50_000
+
+
+def test_more_runs_than_colours_is_an_error_not_a_dropped_run(tmp_path):
+    from minippo.classic.dashboard import COLORS
+    runs = {f"seed {i}": {} for i in range(len(COLORS) + 1)}     # refused before anything is read or drawn
+    with pytest.raises(ValueError, match=f"`runs` must hold 1 to {len(COLORS)} runs"):
+        plot_dashboard(runs, tmp_path / "d.png")
+    with pytest.raises(ValueError, match="`runs` must hold 1"):
+        plot_dashboard({}, tmp_path / "d.png")
+    assert not (tmp_path / "d.png").exists()

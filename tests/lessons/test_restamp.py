@@ -147,3 +147,23 @@ def test_a_claim_worded_anew_is_carried_into_the_file_and_nothing_else_of_a_verd
     after = json.loads(path.read_text(encoding="utf-8"))
     assert after["verdicts"][0] == dict(record, claim="new words") and after["verdicts"][1:] == data["verdicts"][1:]
     assert after["values"] == data["values"] and after["restamps"][0]["claims_reworded"] == [record["key"]]
+
+
+def test_a_verdict_on_the_runs_own_cpu_seconds_must_keep_its_outcome_not_its_seconds():
+    """Lesson 20's critic_free_saves_cpu compares CPU seconds: two runs of the same code never measure the same
+    seconds, so its numbers and ``because`` are not compared; its outcome is."""
+    def verdict(key, outcome, ppo, because):
+        return {"key": key, "claim": "c", "kind": "comparison", "rule": "r", "outcome": outcome,
+                "numbers": {"PPO": ppo, "diff": ppo - 0.2}, "because": because}
+
+    def runs(*verdicts):
+        return [dict(run_record({}), verdicts=[v]) for v in verdicts]
+
+    a, b = runs(verdict("critic_free_saves_cpu", "holds", 0.33, "0.33 vs 0.21"),
+                verdict("critic_free_saves_cpu", "holds", 0.35, "0.35 vs 0.21"))
+    assert rs.differences(a, b) == []
+    a, b = runs(verdict("critic_free_saves_cpu", "holds", 0.33, "x"),
+                verdict("critic_free_saves_cpu", "not shown at this size", 0.33, "x"))
+    assert rs.differences(a, b) == ["verdicts: their records differ"]
+    a, b = runs(verdict("gold_rises", "holds", 0.33, "0.33"), verdict("gold_rises", "holds", 0.35, "0.35"))
+    assert rs.differences(a, b) == ["verdicts: their records differ"]          # a result, not a measurement

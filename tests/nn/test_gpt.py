@@ -341,6 +341,10 @@ def test_config_roundtrip():
         GPTConfig.from_dict({**cfg.to_dict(), "n_layers": 2})       # was a TypeError from dataclass __init__
     with pytest.raises(ValueError, match="`gpt_config` must be a dict"):
         GPTConfig.from_dict([1, 2])
+    stored = cfg.to_dict()
+    del stored["dtype"]                        # was read as float32, the default, whatever the weights' dtype
+    with pytest.raises(ValueError, match=r"`gpt_config` misses the field\(s\) \['dtype'\]"):
+        GPTConfig.from_dict(stored)
 
 
 def test_bad_inputs_name_the_argument():

@@ -88,7 +88,7 @@ class Tokenizer:
         """Train BPE on ``texts`` (any iterable of str, e.g. ``corpus.iter_corpus(20000, seed)``).
 
         ``vocab_size`` counts the specials and the 95-character alphabet, so it must be at least
-        ``MIN_VOCAB`` (99); a small corpus may stop with fewer merges (``.vocab_size`` is the real size).
+        ``MIN_VOCAB`` (98); a small corpus may stop with fewer merges (``.vocab_size`` is the real size).
         The same texts give the same vocabulary and merges.
         """
 
