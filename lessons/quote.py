@@ -383,7 +383,7 @@ def main(argv: list[str]) -> int:
             return 2
         try:
             data = res.load(target)
-        except res.ResultsError as exc:          # the target's file is missing or stale: 1
+        except res.ResultsError as exc:          # the target's file is missing: 1
             print(f"error: {exc}", file=sys.stderr)
             return 1
         for key, value in data["values"].items():

@@ -12,7 +12,9 @@ change should move no number (a function moved to another file, a docstring edit
 3. every value of the two runs (the runs' own measurements aside: :func:`lessons.results.is_measured`), every key
    left out and every verdict must be the same, bit for bit. One number that moved refuses it, naming the
    number, and the file is not touched: regenerate it then. A verdict's claim may be worded anew (words, not
-   numbers): the file's record takes the new claim, when it held REV's as this machine printed it.
+   numbers): the file's record takes the new claim, when it held REV's as this machine printed it. A verdict
+   on a measurement of the run itself (its numbers' keys are measured: CPU seconds) must keep its outcome;
+   its seconds, and the ``because`` that prints them, are not compared (:func:`comparable`).
 
 The file then keeps its values, runs and ranges; ``source_sha256`` becomes the current source's hash, and
 ``restamps`` records how that was shown: both hashes, REV's commit, the CPU and kernel, both runs' CPU seconds,

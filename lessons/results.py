@@ -18,7 +18,7 @@ for its ``--full`` size (the size of its committed figure), ``docs/results/lNN_<
   (``lessons.notebooks.source_hash``); the file is stale once one of them changes (:func:`staleness`);
 - ``machine``: CPU model, cores, the OpenBLAS kernel (``minippo.blas.blas_core_name()``), numba on or off,
   the float32 matmul GFLOP/s that ``minippo bench --only matmul`` measures around the reference run (the best
-  of its readings before and after, with the load average then: a busy machine reads low), the date;
+  of its readings before and after, with the load average then: a busy machine reads low); ``date``;
   ``time``: the CPU and wall seconds of the reference run's ``run()``;
 - ``values``: every scalar leaf of the reference run's ``run()`` dict, flattened to dotted keys
   (``summary.defaults.steps_to_475``; a list's items by index, float dict keys written as ``0.95``, a

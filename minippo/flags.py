@@ -159,10 +159,17 @@ def field_flag(cls, name: str) -> dict:
     return {"type": _reader(kind, optional, size), "metavar": metavar, "default": None}
 
 
+#: words whose full stop ends no sentence ("Dr. GRPO", "et al. 2019", "e.g. Pythia")
+ABBREVIATIONS = ("Dr.", "al.", "e.g.", "i.e.", "vs.", "Fig.", "eq.", "sec.", "cf.")
+
+
 def first_sentence(doc: str) -> str:
-    """The first sentence of a field's docstring (up to a full stop followed by a capital letter)."""
-    m = re.match(r"(.+?\.)\s+(?=[A-Z])", doc)
-    return m.group(1) if m else doc
+    """The first sentence of a field's docstring (up to a full stop followed by a capital letter, the
+    full stop of an abbreviation aside: :data:`ABBREVIATIONS`)."""
+    for m in re.finditer(r"\.\s+(?=[A-Z])", doc):
+        if not doc[:m.start() + 1].endswith(ABBREVIATIONS):
+            return doc[:m.start() + 1]
+    return doc
 
 
 def shown_default(value) -> str:

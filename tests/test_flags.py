@@ -117,3 +117,14 @@ def test_every_config_of_the_commands_has_typed_flags():
             spec = field_flag(cls, name)
             assert spec["metavar"].split("|")[0] in ("N", "FLOAT", "{true,false}", "FLOAT,FLOAT", "TEXT") or \
                 spec["metavar"].startswith("{"), (cls.__name__, name, spec["metavar"])
+
+
+def test_the_help_is_the_first_sentence_and_an_abbreviation_ends_none():
+    from minippo.flags import first_sentence
+    assert first_sentence("Responses per prompt (Dr. GRPO: 4). More.") == "Responses per prompt (Dr. GRPO: 4)."
+    assert first_sentence("As Ziegler et al. 2019, e.g. Pythia. Then.") == "As Ziegler et al. 2019, e.g. Pythia."
+    assert first_sentence("One. Two.") == "One." and first_sentence("no full stop") == "no full stop"
+    from minippo.rlhf.grpo import GRPOConfig
+    from minippo.flags import field_docs
+    docs = field_docs(GRPOConfig)
+    assert all(not first_sentence(docs[k]).endswith("Dr.") for k in docs)       # grpo --help was cut there

@@ -191,7 +191,7 @@ def grade(cases: list[Case], fn: Callable) -> list[Result]:
 
 
 def table(results: list[Result], debug: bool = False) -> str:
-    """The results as a text table (check, expected, got, pass), each failing row followed by its hint."""
+    """The results as a text table (check, expected, got, pass), each hint under the first failing row that has it."""
     w_name = max(len(r.name) for r in results)
     w_exp = min(max(len(r.expected) for r in results), 40)
     w_got = min(max(len(r.got) for r in results), 40)

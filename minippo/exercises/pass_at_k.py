@@ -162,8 +162,9 @@ def robustness_checks() -> list[Case]:
         want = np.array([1 - math.comb(int(a) - int(b), 64) / math.comb(int(a), 64) for a, b in zip(n, c)])
         # c factors of relative rounding 1.1e-16 each: at most 700 x 2.2e-16 ~ 2e-13 of the product
         ok = bool(np.all(np.isfinite(got))) and close(got, want, rtol=1e-11, atol=1e-13)
-        return f"{fmt(got)}", ok, ("the binomials C(2000, 64) ~ 1e124 and C(1500, 64) do not fit well in a float "
-                                   "(and C(2000, 1000) overflows): compute the ratio as prod (1 - k / i)")
+        return f"{fmt(got)}", ok, ("compare with 1 - C(n - c, 64) / C(n, 64) from exact integers (math.comb); "
+                                   "the product prod (1 - k / i) over i = n - c + 1 .. n gives it without any "
+                                   "large number")
 
     def run_huge(fn):
         got = _student(fn, np.array([2000]), np.array([2]), 1000)

@@ -101,7 +101,8 @@ class GPTConfig:
     def from_dict(cls, d: dict) -> "GPTConfig":
         """The config of ``to_dict``; an unknown or missing field is a ``ValueError`` naming it (a
         stored config holds every field: none is filled with its default)."""
-        missing = [k for k in cls.__dataclass_fields__ if k not in check_fields(cls, d, "gpt_config")]
+        d = check_fields(cls, d, "gpt_config")
+        missing = [k for k in cls.__dataclass_fields__ if k not in d]
         if missing:
             raise ValueError(f"`gpt_config` misses the field(s) {missing}")
         return cls(**d)
@@ -452,7 +453,8 @@ class TinyGPT:
         For a real token, equal (up to rounding) to the logits of a full :meth:`forward` over the
         whole sequence at that position. ``attn_mask`` (B,) 0/1 marks the new token as real
         (default) or padding (e.g. after a row's EOS): a padded token's logits are computed but
-        read by nothing (a full forward leaves 0 there). Parameters are checked at :meth:`prefill`, not at every step.
+        read by nothing (a full forward leaves 0 there). Parameters are checked at :meth:`prefill`,
+        not at every step.
         """
         if not isinstance(kv, KVCache):
             raise ValueError(f"`kv` must be the KVCache returned by prefill, got "

@@ -6,7 +6,8 @@ Legend: B batch (responses), Tn response tokens.
 Nothing of PPO is rewritten here. :class:`RLVRTrainer` is :class:`minippo.rlhf.run.trainer.PPOTrainer` (the
 four models' state, checkpoints, resume, the NaN guard, ``metrics.jsonl``) with two things changed:
 
-- the prompts an iteration draws (``cfg.batch_size`` of them, with the state's generator, so a resumed run draws
+- the prompts an iteration draws (``cfg.batch_size`` answers' worth: ``batch_size // samples_per_prompt``
+  problems for the group estimators; with the state's generator, so a resumed run draws
   the same ones) are the task's training problems, never a held-out one (:meth:`RLVRTrainer.prompt_pool`);
 - the reward model is the :class:`~minippo.rlvr.verifier.Verifier`: its 0/1 ``score`` is the sequence score
   that the iteration puts on the last token (InstructGPT eq. (2)'s ``r_t = -beta kl_t``, plus the score at the

@@ -55,8 +55,10 @@ from minippo.rlhf.grpo import GRPOConfig
 from minippo.rlhf.ppo_knobs import KnobsConfig
 
 GB = 1e9
-#: (B, T, V)-sized arrays that ``ppo_update.minibatch_loss_and_grads`` holds from forward to backward:
-#: the logits, the softmax in the log-prob cache, and the softmax and log-softmax in the entropy cache
+#: (B, T, V)-sized arrays that ``minippo.rlhf.ppo.minibatch_loss_and_grads`` holds at once: the logits,
+#: the log-softmax and the softmax (one array each, shared by the log-prob and entropy caches) and the
+#: gradient d loss / d logits the backward builds from them (lesson 12 compares the total with a
+#: tracemalloc peak)
 VOCAB_ARRAYS_TRAIN = 4
 #: ... and that a forward-only log-prob pass (old policy, reference) holds: the logits and the softmax
 VOCAB_ARRAYS_FORWARD = 2

@@ -186,9 +186,9 @@ def sampler_kl(space, theta, logq) -> float:
 
 
 def bias_table(space, theta, tables: dict, reward, n: int) -> dict:
-    """sampler -> {"kl", "rows": estimator -> {"bias", "rel_bias", "spread", "rel_spread", "rmse",
-    "changed_frac"}}: every estimator's exact bias and batch noise against grad J (relative:
-    / ||grad J||)."""
+    """``{"samplers": sampler -> {"kl", "rows": estimator -> {"bias", "rel_bias", "spread",
+    "rel_spread", "rel_rmse", "changed_frac", "zeta1", "zeta2", "mean"}}, "grad_norm", "n"}``: every
+    estimator's exact bias and batch noise against grad J (relative: / ||grad J||)."""
     gJ = ex.objective_gradient(space, theta, reward)
     scale = float(np.linalg.norm(gJ))
     out = {}

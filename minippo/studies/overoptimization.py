@@ -12,7 +12,7 @@ This module holds the reusable pieces:
 
 - :func:`rm_variants`: weaker reward models trained on nested subsets of the main job's own preference
   pairs (``RMConfig.n_train``) or with smaller trunks (``init="fresh"``), cached on disk beside the
-  study's stages (``<study folder>/rm_variants/<name>-<hash>``) so that reruns load them;
+  study's stages (``<study folder>/rm_variants/rm-<hash of its RMConfig>``) so that reruns load them;
 - :class:`KLCheckpoints`: a ``callback(trainer, rollout, record)`` for ``Study.run`` that judges the actor
   every few iterations on the study's fixed prompts (gold, the run's own proxy, exact KL to the
   reference); the first point is the initial policy itself (d = 0);

@@ -11,7 +11,8 @@ Legend: B batch (responses), Tp prompt columns (left-padded), Tn response column
      log-probs of the same batch with the same shapes on the same BLAS thread count is bitwise the
      rollout's (determinism: the same products in the same order). :func:`recompute_logp` does that
      (``mode="same"``), and ``logp_old`` itself is recomputed after sampling with the update's own
-     forward function (ppo_step.py), not taken from the KV-cache sampler.
+     forward function (``forward_response`` of ``minippo/rlhf/ppo.py``), not taken from the KV-cache
+     sampler.
    * **to float32 rounding**: the update's minibatches hold b of the rollout's B responses, so its
      matrix products have b*T rows where the rollout's had B*T. Some OpenBLAS kernels (Haswell, Zen)
      sum the products in an order that depends on the row count, so the first minibatch's ratio is
@@ -174,11 +175,12 @@ def logp_rounding_tolerance(cfg, logp_scale: float = 1.0) -> float:
     rows vs the rollout's B rows, padding), in the BLAS thread count or in the BLAS kernel, and each
     may then sum the products of a dot product in another order. On the path to a log-prob there are
     about 4 L + 2 such sums whose order can change: four linear layers per block (attention in/out
-    projections, the MLP's two layers), the LM head and the log-softmax's normaliser. Each has at most
-    K = 4C terms (the MLP's output layer); rounding errors of a reordered K-term sum are of order
-    sqrt(K) ulps of its magnitude (a random walk of K roundings of relative size eps; the worst case K
-    ulps is not reached in practice), LayerNorm keeps every layer's activations at scale O(1), and the
-    relative errors of the ~4L + 2 sums add up. A log-prob is a difference of logits of order
+    projections, the MLP's two layers), the LM head and the log-softmax's normaliser. Each linear
+    layer's sum has at most K = 4C terms (the MLP's output layer; the normaliser's V terms are all
+    positive, so its rounding stays relative, without cancellation); rounding errors of a reordered
+    K-term sum are of order sqrt(K) ulps of its magnitude (a random walk of K roundings of relative
+    size eps; the worst case K ulps is not reached in practice), LayerNorm keeps every layer's
+    activations at scale O(1), and the relative errors of the ~4L + 2 sums add up. A log-prob is a difference of logits of order
     max(1, |logp|), hence the last factor.
 
     Measured (OpenBLAS Haswell / Zen kernels, float32, the lr = 0 first minibatch vs the rollout):

@@ -12,7 +12,8 @@ A common claim (Q37): even if every token ratio lies in [0.8, 1.2], the product 
 reach 1.2^50 ~ 9100. That is the worst case, every token at the edge in the same direction. When the
 token log-ratios are independent with mean mu and standard deviation s, ``log R`` is a random walk:
 mean n mu, standard deviation sqrt(n) s, so R spreads like exp(+-sqrt(n) s) -- much less than
-1.2^n, yet already outside [1 - eps, 1 + eps] for most responses once sqrt(n) s > eps.
+1.2^n, yet outside [1 - eps, 1 + eps] for about a third of the responses once sqrt(n) s = eps
+(a normal beyond one standard deviation) and for most of them from about 1.5 eps on.
 
 PPO's L^CLIP (eq. (7)) clips each r_t separately; a sequence-level clip would apply
 ``min(R A, clip(R, 1 - eps, 1 + eps) A)`` to the whole response, which zeroes the gradient of every

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minippo.nn.gpt import GPTConfig, TinyGPT
-from minippo.rl.losses import entropy_from_logits, logprobs_from_logits
+from minippo.rl.losses import entropy_from_logq, log_softmax, logprobs_backward, logprobs_from_logq
 from minippo.studies.memory import (FP32, MIXED, VOCAB_ARRAYS_TRAIN, ModelShape, PassCounter, activation_bytes,
                                  block_cache_per_token, buffer_bytes, four_models, kv_cache_bytes, logits_bytes,
                                  measure_tinygpt, model_memory, param_count, passes_per_iteration, static_bytes,
@@ -108,12 +108,16 @@ def test_critic_free_and_shared_trunk_save_the_critic():
 
 
 def test_vocab_arrays_held_by_the_update():
-    """logp and entropy keep (B, T, V) arrays in their caches: with the logits, VOCAB_ARRAYS_TRAIN."""
+    """As minibatch_loss_and_grads computes them: the logits, one log-softmax and one softmax shared by the
+    log-prob and entropy caches, and d loss / d logits: VOCAB_ARRAYS_TRAIN distinct (B, T, V) arrays."""
     logits = np.random.default_rng(0).normal(size=(2, 3, 11))
-    _, c_logp = logprobs_from_logits(logits, np.zeros((2, 3), dtype=np.int64))
-    _, c_ent = entropy_from_logits(logits)
-    big = [a for a in (*c_logp, *c_ent) if isinstance(a, np.ndarray) and a.shape == logits.shape]
-    assert 1 + len({id(a) for a in big}) == VOCAB_ARRAYS_TRAIN
+    logq = log_softmax(logits)
+    probs = np.exp(logq)
+    logp, c_logp = logprobs_from_logq(logq, probs, np.zeros((2, 3), dtype=np.int64))
+    _, c_ent = entropy_from_logq(logq, probs)
+    dlogits = logprobs_backward(np.ones_like(logp), c_logp)
+    big = [a for a in (logits, *c_logp, *c_ent, dlogits) if isinstance(a, np.ndarray) and a.shape == logits.shape]
+    assert len({id(a) for a in big}) == VOCAB_ARRAYS_TRAIN
 
 
 def test_buffer_stores_scalars_not_distributions():

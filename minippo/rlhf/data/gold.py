@@ -27,7 +27,7 @@ directly before ``w`` (only "a"/"an" may sit between), capped at 2; under negati
 ignored ("not very good" = "not good"). "not"/"never" negate the next sentiment word of their clause;
 a clause ends at "and", "but", "yet", "although", "," or ".". Sentiment of "the film was ...":
 "good" 0.58, "very good" 0.76, "extremely great" 0.95, "not bad" 0.32, "good but boring" 0.0,
-"not good" -0.46, "bad" -0.58, "truly awful" -0.90.
+"not good" -0.46, "bad" -0.58, "truly awful" -0.91.
 
 **Penalties** (each term capped; the total is capped at 3)::
 

@@ -57,7 +57,8 @@ from minippo.rlhf.run.evaluate import evaluate_policy
 from minippo.runs import RunFolderTrainer, assign_arrays, check_same_config
 
 CHECKPOINT_FORMAT = "minippo.dpo/1"
-#: DPOConfig fields a resume may change: they do not change what the steps compute
+#: DPOConfig fields a resume may change: the checkpoint cadence, and the number of steps (with a
+#: non-constant lr schedule the rate from the resumed step on then follows the new count)
 RESUME_NEUTRAL = ("steps", "checkpoint_every")
 SEED_EVAL = 2           # evaluation prompts: [seed, SEED_EVAL]; their samples: [seed, SEED_EVAL, 1]
 

@@ -7,9 +7,10 @@ parsed here (:func:`read_safetensors`, BF16 and F16 widened to float32 losslessl
 
 What TinyGPT cannot compute is refused with :class:`~minippo.rlhf.run.hf.UnsupportedConfig` naming the
 ``config.json`` field (:data:`REQUIRED`, ``n_inner``, ``tie_word_embeddings``, ``architectures``,
-``id2label``) or the tensor. A folder written by ``minippo export`` is restored bitwise (parameters,
-GPTConfig, tokenizer file, the model folder's state) when its tensors are still what the export wrote;
-otherwise the Hugging Face weights are read as they are (a reward model then has gain 1, bias 0 and the
+``id2label``) or the tensor. From a folder written by ``minippo export``, what GPT-2 cannot hold comes back too: a language
+model's ``scalar_head`` and the model folder's state (its weights are the folder's, bitwise the
+export's when nothing changed them); a reward model's original head, gain and bias when its tensors
+are still what the export wrote, else its Hugging Face weights as they are (gain 1, bias 0 and the
 same scores as ``GPT2ForSequenceClassification``, to float rounding).
 """
 from __future__ import annotations
@@ -162,7 +163,8 @@ def import_hf(hf_dir, out_dir, *, log=print, force: bool = False) -> dict:
     """Read a Hugging Face GPT-2 folder into a TinyGPT model folder ``out_dir`` (a reward model folder
     for ``GPT2ForSequenceClassification``), which must be new or empty (``force``: a minippo model folder there
     is replaced; never a run folder or another folder). Returns ``{"kind", "out", "restored"}``: ``restored`` is
-    True when a minippo export was recognised and restored bitwise."""
+    True when a minippo export's extra tensors and state were restored (a reward model: bitwise; a
+    language model: its scalar head, beside the folder's weights)."""
     folder = Path(hf_dir)
     out = _check_out(out_dir, force)                          # before any work
     if not (folder / "config.json").is_file():
@@ -260,6 +262,8 @@ def add_arguments(parser) -> None:
 def cli_main(args) -> int:
     def run():
         r = import_hf(args.hf_dir, args.out, force=args.force)
-        how = "restored bitwise from a minippo export" if r["restored"] else "read from the Hugging Face weights"
+        how = ("read from the Hugging Face weights" if not r["restored"] else "restored bitwise from a minippo export"
+               if r["kind"] == "reward_model" else "its weights as the folder holds them, the minippo export's "
+               "scalar head and state restored")
         print(f"{args.hf_dir} -> {r['out']} ({r['kind']}, {how}); load it with minippo.load_model({str(r['out'])!r})")
     return report_errors("import-hf", run)

@@ -21,8 +21,9 @@ is also how lessons cache SFT and the reward model (:func:`run_pipeline` with a 
 
 **The reuse rule** (README, "What a run folder guarantees"). A stage is reused, or resumed, only when the
 configuration stored with it equals the requested one on every field that changes its result (all fields
-but the checkpoint cadence: :data:`minippo.rlhf.lm_train.RESULT_NEUTRAL`,
-:data:`minippo.rlhf.run.trainer.RESUME_NEUTRAL`). Otherwise the command REFUSES before it writes anything,
+but the checkpoint cadence, :data:`minippo.rlhf.lm_train.RESULT_NEUTRAL`; PPO and DPO may also be
+extended or shortened, :data:`minippo.rlhf.run.trainer.RESUME_NEUTRAL`, with a warning when their lr
+schedule then follows the new count). Otherwise the command REFUSES before it writes anything,
 naming the stage, the differing fields with both values, and how to start fresh (another ``--out``, or
 deleting that stage's folder and the ones after it). It does not retrain the stage over the old one: that
 would destroy the records of a run the user may still want, and a refusal costs one command to undo. The
@@ -211,7 +212,8 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
     stops before PPO (no evaluation, no figure, no summary file). Stages already in ``out_dir`` are reused
     only under the reuse rule of the module docstring (:func:`check_reuse`); ``out_dir`` is locked meanwhile.
     ``method="dpo"``: stage 3 is DPO (``dpo_cfg``, default ``DPOConfig`` / ``DPOConfig.quick()``) into
-    ``<out>/dpo`` on the reward-model stage's pairs, judged by the same evaluation (no figure).
+    ``<out>/dpo`` on the reward-model stage's pairs, judged by the same evaluation (its training
+    curves: ``dpo_curves.png`` in the run's figures folder).
     """
 
     out = ensure_folder(out_dir)

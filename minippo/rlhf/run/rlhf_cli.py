@@ -4,8 +4,8 @@ The few knobs a user changes are flags (:data:`STAGE3_KNOBS`, :data:`MODEL_KNOBS
 batch, its learning rate, the KL target or coefficient, the size of the model, ``--method``, and the corrected
 objective's option group of the PPO stage (``--correction tis --correction-cap 2``,
 :mod:`minippo.rlhf.run.correction_cli`). Every other field of
-the four configs keeps its default, documented under the field in its dataclass (``minippo ppo --help``,
-``minippo sft --help``, ``minippo rm --help`` and ``minippo dpo --help`` print them with their defaults), or
+the four configs keeps its default, documented under the field in its dataclass (``minippo ppo --help`` and ``minippo dpo --help`` print theirs with their defaults; ``minippo rlhf
+--print-config`` prints every field of the four), or
 comes from a JSON file, ``--config FILE``, one object per stage, field names as in the dataclasses::
 
     {"sft": {"steps": 2000}, "rm": {"epochs": 2}, "ppo": {"clip_eps": 0.1, "kl_ref_controller": "fixed"}}
@@ -58,8 +58,8 @@ def add_arguments(parser) -> None:
     add_correction_flags(parser)
     add_config_flags(parser, SFTConfig, only=MODEL_KNOBS, title="the model's size: SFTConfig fields (the "
                      "reward model and the critic start from the SFT model)")
-    parser.epilog = ("Every other field keeps its default: minippo sft / rm / ppo / dpo --help list them; set them "
-                     "with --config FILE (--print-config shows them all).")
+    parser.epilog = ("Every other field keeps its default (--print-config shows them all); set them "
+                     "with --config FILE.")
 
 
 def read_config_file(path, configs: dict) -> dict:

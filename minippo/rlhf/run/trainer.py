@@ -23,7 +23,7 @@ Run folder (``out_dir``)::
     rollouts/        per-token dumps ``iter_NNNN.npz`` when ``dump_rollouts``
 
 The NaN guard: a non-finite score, value, loss or gradient norm raises ``ValueError`` naming the metric (or
-loss term), the iteration, the first non-finite gradient or parameter, and what is on disk (the last good
+loss term), the iteration, the first non-finite parameter (else the largest one), and what is on disk (the last good
 checkpoint, or that none was written yet); nothing computed after it is applied.
 
 The run folder follows :mod:`minippo.runs`: the trainer holds its lock from construction until it is closed
@@ -36,14 +36,15 @@ optimizers) before anything is assigned or ``metrics.jsonl`` is rewritten.
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from minippo.blas import single_blas_thread
 from minippo.checks import check_choice, check_range
-from minippo.io import (STATE, array_specs, checkpoint_folder, has_checkpoint, in_file, load_checkpoint, rng_from_state,
-                        rng_state, save_checkpoint)
+from minippo.io import (STATE, RunWarning, array_specs, checkpoint_folder, has_checkpoint, in_file, load_checkpoint,
+                        rng_from_state, rng_state, save_checkpoint)
 from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW
 from minippo.progress import progress_bar
@@ -70,7 +71,9 @@ from minippo.runs import RunFolderTrainer, assign_arrays, check_same_config
 CHECKPOINT_FORMAT = "minippo.ppo/3"
 #: checkpoints this version reads: /2 (before issue 25: one config class, value_norm and kl_old_lr always stored)
 READABLE_FORMATS = ("minippo.ppo/2", CHECKPOINT_FORMAT)
-#: config fields a resume may change: they do not change what the iterations compute
+#: config fields a resume may change: the checkpoint cadence, and the number of iterations (a run extended
+#: or shortened; with a non-constant lr schedule the rate from the resumed iteration on follows the new
+#: count, so the run is no uninterrupted run's: :meth:`PPOTrainer.load` warns)
 RESUME_NEUTRAL = ("iterations", "checkpoint_every")
 
 
@@ -300,6 +303,11 @@ class PPOTrainer(RunFolderTrainer):
             stored = comparable(config_from_dict(state["ppo_config"]))
         check_same_config(f"the PPO run in {Path(directory).parent}", stored, comparable(self.cfg),
                           ignore=RESUME_NEUTRAL, fresh=f"use another folder than {Path(directory).parent} (or delete it)")
+        if stored["iterations"] != self.cfg.iterations and self.cfg.lr_schedule != "constant":
+            warnings.warn(f"the PPO run in {Path(directory).parent} was started for {stored['iterations']} iterations "
+                          f"and resumes for {self.cfg.iterations}: its {self.cfg.lr_schedule} lr schedule follows the "
+                          f"new count from here on (not what an uninterrupted run of either length computes)",
+                          RunWarning, stacklevel=3)
         moments = {name: {k[len(name) + 1:]: v for k, v in arrays.items() if k.startswith(name + "/")}
                    for name in ("opt_actor", "opt_critic")}
         knobs = isinstance(s, KnobsState)

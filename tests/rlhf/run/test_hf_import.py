@@ -169,7 +169,8 @@ def test_import_refuses_to_overwrite_a_model_without_force_and_another_folder_al
 def test_import_command_and_its_errors(exported, tmp_path, capsys):
     _, folder = exported
     assert main(["import-hf", str(folder), "--out", str(tmp_path / "back")]) == 0
-    assert "restored bitwise" in capsys.readouterr().out
+    assert "its weights as the folder holds them, the minippo export's scalar head and state restored" in (
+        capsys.readouterr().out)
     assert main(["import-hf", str(tmp_path / "nothing"), "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("minippo import-hf: error: ") and "nothing" in err and "config.json" in err

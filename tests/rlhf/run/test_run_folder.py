@@ -3,6 +3,7 @@ anything is assigned; a bad state.json entry or a corrupt file stops a resume be
 folder holding a run is never overwritten; a deleted metrics file and a torn last line are warned about; a NaN
 stop names the parameter and what is on disk; values that would fail later are refused at once."""
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -124,8 +125,13 @@ def test_a_folder_holding_a_run_is_never_overwritten_or_resumed_with_another_con
     with pytest.raises(ConfigMismatch, match=r"seed \(stored 0, requested 3\), temperature \(stored 1.0, requested 0.5\)"):
         PPOTrainer(cfg.replace(seed=3, temperature=0.5), sft, rm, tok, out_dir=folder, resume=True)
     assert snapshot(folder) == before
-    # what a resume may change: the number of iterations and the checkpoint cadence
-    PPOTrainer(cfg.replace(iterations=6, checkpoint_every=3), sft, rm, tok, out_dir=folder, resume=True).close()
+    # what a resume may change: the number of iterations and the checkpoint cadence; a changed count under
+    # a decaying lr schedule says that the run is then no uninterrupted run's
+    with pytest.warns(RunWarning, match=r"started for 4 iterations and resumes for 6: its linear lr schedule"):
+        PPOTrainer(cfg.replace(iterations=6, checkpoint_every=3), sft, rm, tok, out_dir=folder, resume=True).close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RunWarning)                            # the same count: no warning
+        PPOTrainer(cfg.replace(checkpoint_every=3), sft, rm, tok, out_dir=folder, resume=True).close()
 
 
 @pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning")
