@@ -11,7 +11,7 @@ four models' state, checkpoints, resume, the NaN guard, ``metrics.jsonl``) with 
   the same ones) are the task's training problems, never a held-out one (:meth:`RLVRTrainer.prompt_pool`);
 - the reward model is the :class:`~minippo.rlvr.verifier.Verifier`: its 0/1 ``score`` is the sequence score
   that the iteration puts on the last token (InstructGPT eq. (2)'s ``r_t = -beta kl_t``, plus the score at the
-  end), and GAE with the critic spreads it over the answer's tokens.
+  end); with PPO, GAE with the critic spreads it over the answer's tokens (the group estimators: below).
 
 The iteration itself is the one its config configures, called by the trainer as for ``minippo rlhf``: with a
 :class:`~minippo.rlhf.ppo_config.PPOConfig` (:func:`rlvr_ppo_config`) :func:`minippo.rlhf.ppo.ppo_iteration`,

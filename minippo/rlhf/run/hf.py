@@ -4,7 +4,7 @@ Legend: V vocab, T block (GPT-2's ``n_positions``), C channels (``n_embd``), L l
 
 TinyGPT is GPT-2's architecture (pre-LN blocks, GELU in its tanh form = ``activation_function="gelu_new"``,
 LayerNorm eps 1e-5, the LM head tied to ``wte``, weights stored input-major like GPT-2's ``Conv1D``), so
-the export renames and transposes nothing but the reward model's head::
+the export renames every tensor (the table below) and transposes none but the reward model's head::
 
     minippo (weights.safetensors)   Hugging Face (model.safetensors)                 shape
     wte, wpe                        transformer.wte.weight, transformer.wpe.weight   (V, C), (T, C)

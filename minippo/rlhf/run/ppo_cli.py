@@ -30,7 +30,7 @@ def add_run_arguments(parser, stage: str, cls) -> None:
     parser.add_argument("--out", default=None, metavar="DIR", help=f"run folder (default: runs/{stage}-<timestamp>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint (the "
                         "default: a folder holding a checkpoint made with the same flags is resumed, one made with "
-                        "other flags is refused)")
+                        "other flags is refused; --iterations / --steps and --checkpoint-every may differ)")
     parser.add_argument("--quick", action="store_true", help=f"tiny config for CI ({cls.__name__}.quick())")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -107,7 +107,7 @@ def add_arguments(parser) -> None:
     add_config_flags(parser, KnobsConfig, renamed=RENAMED)
     add_correction_flags(parser)
     parser.add_argument("--advantage-estimator", default=None, metavar="NAME", help="deprecated: a critic-free "
-                        "estimator (grpo, dr_grpo, rloo, reinforce) runs `minippo grpo`; gae is PPO's")
+                        "estimator (grpo, dr_grpo, rloo, reinforce) trains GRPOConfig as `minippo grpo` does; gae is PPO's")
 
 
 def run_stage(args, cfg, stage: str, banner: str) -> int:

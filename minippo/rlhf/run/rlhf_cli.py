@@ -41,7 +41,7 @@ CLASSES = {"sft": SFTConfig, "rm": RMConfig, "ppo": PPOConfig, "dpo": DPOConfig}
 
 def add_arguments(parser) -> None:
     parser.add_argument("--out", default=None, metavar="DIR", help="run folder (default: runs/<timestamp>); an "
-                        "existing run's finished stages are reused")
+                        "existing run's finished stages are reused when their stored config matches, else refused")
     parser.add_argument("--method", default="ppo", choices=("ppo", "dpo"), help="stage 3: PPO with the reward "
                         "model (default) or DPO on the reward model's preference pairs")
     parser.add_argument("--quick", action="store_true", help="the same pipeline at CI size (well under 90 s)")

@@ -29,8 +29,8 @@ checkpoint, or that none was written yet); nothing computed after it is applied.
 The run folder follows :mod:`minippo.runs`: the trainer holds its lock from construction until it is closed
 (or garbage-collected, or its process dies); a folder holding a checkpoint is resumed only with
 ``resume=True`` and the same config (every field but ``iterations`` and ``checkpoint_every``), and refused
-otherwise; the checkpoint is validated whole (every tensor's name, shape, dtype and finiteness from the
-safetensors header, the config, iteration, KL coefficient, RNG and value-normalisation state, both
+otherwise; the checkpoint is validated whole (every tensor's name, shape and dtype from the
+safetensors header, then its finiteness, the config, iteration, KL coefficient, RNG and value-normalisation state, both
 optimizers) before anything is assigned or ``metrics.jsonl`` is rewritten.
 """
 from __future__ import annotations
