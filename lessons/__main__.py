@@ -6,8 +6,8 @@ elsewhere): a student's run never modifies the repository.
 
 ``python -m lessons all`` is the maintainer's command: it regenerates every committed figure in
 ``figures/``, each lesson at the size that produced its committed figure (``--full`` for the lessons
-with a larger version, 13, 15-21, 23 and 24, which say so in their docstrings; lessons without a larger version ignore the
-flag). ``python -m lessons 13 --figures`` does the same for one lesson. ``--quick`` runs the seconds-long versions instead (figures go to a temporary folder);
+with a larger version, 13, 15-21, 23 and 24, which say so in their docstrings; lessons without a
+larger version ignore the flag). ``python -m lessons 13 --figures`` does the same for one lesson. ``--quick`` runs the seconds-long versions instead (figures go to a temporary folder);
 ``--default`` the classroom sizes (figures to ``runs/figures/``; each one's CPU seconds, beside the matmul
 GFLOP/s of the machine that measured them: README, "How long each lesson takes").
 

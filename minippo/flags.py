@@ -1,6 +1,6 @@
 """Command-line flags read from a config dataclass: one typed flag per field, grouped by the class's sections.
 
-    add_config_flags(parser, PPOConfig)          # --iterations N, --lr FLOAT, --critic-init {reward_model,sft,random}, ...
+    add_config_flags(parser, PPOConfig)          # --iterations N, --lr FLOAT, --critic-init {...}, ...
     cfg = config_from_args(args, PPOConfig())    # the flags given replace those fields of the base config
 
 Everything comes from the dataclass itself, so the flags follow its fields when they change:
@@ -167,7 +167,8 @@ def first_sentence(doc: str) -> str:
     """The first sentence of a field's docstring (up to a full stop followed by a capital letter, the
     full stop of an abbreviation aside: :data:`ABBREVIATIONS`)."""
     for m in re.finditer(r"\.\s+(?=[A-Z])", doc):
-        if not doc[:m.start() + 1].endswith(ABBREVIATIONS):
+        word = re.split(r"[\s(]", doc[:m.start() + 1])[-1]         # the word the full stop ends
+        if word not in ABBREVIATIONS:
             return doc[:m.start() + 1]
     return doc
 

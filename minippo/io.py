@@ -17,8 +17,8 @@ Reading back trusts nothing: a file that is not what it should be is a :class:`C
 ``ValueError``) whose one-line message starts with the file's path; :func:`load_checkpoint` with
 ``expect`` checks every tensor's name, shape and dtype from the safetensors header before it reads
 the data (so an unexpected tensor is refused, not loaded into memory), then every tensor's
-finiteness, all before the caller assigns anything; :func:`rng_from_state` accepts only numpy's own bit generators. The policies built on
-these (locks, stage reuse, resume) are in :mod:`minippo.runs`.
+finiteness, all before the caller assigns anything; :func:`rng_from_state` accepts only numpy's own
+bit generators. The policies built on these (locks, stage reuse, resume) are in :mod:`minippo.runs`.
 """
 from __future__ import annotations
 

@@ -124,6 +124,7 @@ def test_the_help_is_the_first_sentence_and_an_abbreviation_ends_none():
     assert first_sentence("Responses per prompt (Dr. GRPO: 4). More.") == "Responses per prompt (Dr. GRPO: 4)."
     assert first_sentence("As Ziegler et al. 2019, e.g. Pythia. Then.") == "As Ziegler et al. 2019, e.g. Pythia."
     assert first_sentence("One. Two.") == "One." and first_sentence("no full stop") == "no full stop"
+    assert first_sentence("Optional. Normal. X") == "Optional."     # a word that merely ends in "al."
     from minippo.rlhf.grpo import GRPOConfig
     from minippo.flags import field_docs
     docs = field_docs(GRPOConfig)

@@ -5,7 +5,8 @@
                                                 write, its docstring (equation, shapes, conventions) and a
                                                 body that raises NotImplementedError
     minippo exercise check NAME [--dir D]       import D/NAME.py by path and run the checks: a table
-                                                (check, expected, got, pass) with each hint once, under the first failing case that has it;
+                                                (check, expected, got, pass), each hint once, under
+                                                the first failing case that has it;
                                                 exit status 0 only when every check passes
     minippo exercise solution NAME              the reference for teachers
 

@@ -4,8 +4,9 @@ Legend: B batch (responses), G prompt groups, n group size, B = G * n (rows grou
 
 The student writes ``zero_variance_groups(rewards, group_size) -> (G,) bool``: True for a group whose n rewards
 are all equal, as :func:`minippo.rl.dapo.zero_variance_groups` computes it: exactly the groups whose GRPO
-advantages are all 0 (RLOO's: to rounding, exactly for 0/1 rewards). Checked: all right, all wrong, mixed; the contiguous layout; rewards that are not
-0/1; a difference of 1e-9 (still a signal); one group; the shape.
+advantages are all 0 (RLOO's: to rounding, exactly for 0/1 rewards). Checked: all right, all wrong,
+mixed; the contiguous layout; rewards that are not 0/1; a difference of 1e-9 (still a signal); one
+group; the shape.
 """
 from __future__ import annotations
 

@@ -40,9 +40,10 @@ padded. Pass ``position_ids`` as above whenever a row has left padding (a prompt
 **Round trip.** The export keeps what GPT-2 cannot hold, for :func:`import_hf`: the original
 ``scalar_head`` (and, for a reward model, the original ``ln_f.b``) in ``minippo_extra.safetensors``,
 and the model folder's state (SFT / PPO / RM configs, gain, bias) under ``"minippo"`` in ``config.json``;
-transformers ignores both. Import restores them: a language model's head and state beside the weights the folder holds (the
-export's, bitwise, when nothing changed them); a reward model's original head when its exported
-tensors are still what the export wrote, else its Hugging Face weights as they are (gain 1, bias 0). Any config TinyGPT cannot compute is refused, naming the field.
+transformers ignores both. Import restores them: a language model's head and state beside the
+weights the folder holds (the export's, bitwise, when nothing changed them); a reward model's
+original head when its exported tensors are still what the export wrote, else its Hugging Face
+weights as they are (gain 1, bias 0). Any config TinyGPT cannot compute is refused, naming the field.
 """
 from __future__ import annotations
 

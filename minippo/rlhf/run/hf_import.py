@@ -7,8 +7,8 @@ parsed here (:func:`read_safetensors`, BF16 and F16 widened to float32 losslessl
 
 What TinyGPT cannot compute is refused with :class:`~minippo.rlhf.run.hf.UnsupportedConfig` naming the
 ``config.json`` field (:data:`REQUIRED`, ``n_inner``, ``tie_word_embeddings``, ``architectures``,
-``id2label``) or the tensor. From a folder written by ``minippo export``, what GPT-2 cannot hold comes back too: a language
-model's ``scalar_head`` and the model folder's state (its weights are the folder's, bitwise the
+``id2label``) or the tensor. From a folder written by ``minippo export``, what GPT-2 cannot hold
+comes back too: a language model's ``scalar_head`` and the model folder's state (its weights are the folder's, bitwise the
 export's when nothing changed them); a reward model's original head, gain and bias when its tensors
 are still what the export wrote, else its Hugging Face weights as they are (gain 1, bias 0 and the
 same scores as ``GPT2ForSequenceClassification``, to float rounding).

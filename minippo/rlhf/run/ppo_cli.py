@@ -107,7 +107,8 @@ def add_arguments(parser) -> None:
     add_config_flags(parser, KnobsConfig, renamed=RENAMED)
     add_correction_flags(parser)
     parser.add_argument("--advantage-estimator", default=None, metavar="NAME", help="deprecated: a critic-free "
-                        "estimator (grpo, dr_grpo, rloo, reinforce) trains GRPOConfig as `minippo grpo` does; gae is PPO's")
+                        "estimator (grpo, dr_grpo, rloo, reinforce) trains GRPOConfig as `minippo grpo` does; "
+                        "gae is PPO's")
 
 
 def run_stage(args, cfg, stage: str, banner: str) -> int:

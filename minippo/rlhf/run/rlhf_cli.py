@@ -3,10 +3,10 @@
 The few knobs a user changes are flags (:data:`STAGE3_KNOBS`, :data:`MODEL_KNOBS`): the length of stage 3, its
 batch, its learning rate, the KL target or coefficient, the size of the model, ``--method``, and the corrected
 objective's option group of the PPO stage (``--correction tis --correction-cap 2``,
-:mod:`minippo.rlhf.run.correction_cli`). Every other field of
-the four configs keeps its default, documented under the field in its dataclass (``minippo ppo --help`` and ``minippo dpo --help`` print theirs with their defaults; ``minippo rlhf
---print-config`` prints every field of the four), or
-comes from a JSON file, ``--config FILE``, one object per stage, field names as in the dataclasses::
+:mod:`minippo.rlhf.run.correction_cli`). Every other field of the four configs keeps its default,
+documented under the field in its dataclass (``minippo ppo --help`` and ``minippo dpo --help`` print
+theirs with their defaults; ``minippo rlhf --print-config`` prints every field of the four), or comes
+from a JSON file, ``--config FILE``, one object per stage, field names as in the dataclasses::
 
     {"sft": {"steps": 2000}, "rm": {"epochs": 2}, "ppo": {"clip_eps": 0.1, "kl_ref_controller": "fixed"}}
 
