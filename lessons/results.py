@@ -702,8 +702,9 @@ def main(argv: list[str], resolve=None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS),
                         help="seeds of the CPU-dependent targets (0 is the reference; default 0 1)")
     parser.add_argument("--kernels", nargs="+", default=list(DEFAULT_KERNELS),
-                        help="OpenBLAS kernels, each run under OPENBLAS_CORETYPE (default: default Haswell "
-                             "Sandybridge; 'default' = the CPU's own choice, run first: the reference)")
+                        help="OpenBLAS kernels, each run under OPENBLAS_CORETYPE, in the order given: the "
+                             "first one's seed-0 run is the reference (default: default Haswell Sandybridge; "
+                             "'default' = the CPU's own choice)")
     parser.add_argument("--add-machine", action="store_true",
                         help="keep the file and add this machine's runs (default: seed 0 under its own kernel) to "
                              "its runs and ranges: for a CPU-dependent lesson on a CPU its file does not list yet")

@@ -111,15 +111,34 @@ class RunLock:
     block until the holder finishes, after calling ``log`` with who is waited for); ``release()`` (or the
     ``with`` block's end, or the process's death) frees it. The holder's pid is written into the lock file
     so that the refusal can name it.
+
+    ``check``: the refusals of a command that only read the folder (another run's records, someone's files, a
+    config that differs). It is called before the folder or its lock file is created, so that a refused folder
+    is left as it was found, and again once the lock is held, since another writer may have changed the folder
+    in between (the lock is released if it refuses then).
     """
 
     def __init__(self, folder):
         self.folder = Path(folder)
         self.held = False
 
-    def acquire(self, *, wait: bool = False, log: Callable[[str], None] | None = None) -> "RunLock":
-        if self.held:
-            return self
+    def acquire(self, *, check: Callable[[], None] | None = None, wait: bool = False,
+                log: Callable[[str], None] | None = None) -> "RunLock":
+        if check is not None and self.folder.is_dir():
+            check()                                      # refused: no lock file, no folder created
+        taken = not self.held
+        if taken:
+            self._take(wait, log)
+        if check is not None:
+            try:
+                check()                                  # again, now that no other writer can change it
+            except BaseException:
+                if taken:
+                    self.release()
+                raise
+        return self
+
+    def _take(self, wait: bool, log: Callable[[str], None] | None) -> None:
         folder = ensure_folder(self.folder)
         key = str(folder.resolve())
         if key in _held:
@@ -145,7 +164,6 @@ class RunLock:
                 raise
             _held[key] = [fd, 1]
         self.key, self.held = key, True
-        return self
 
     def release(self) -> None:
         if not self.held:
@@ -170,9 +188,11 @@ def _holder(fd: int) -> str:
     return f"pid {text}" if text.isdigit() else "pid unknown"
 
 
-def run_lock(folder, *, wait: bool = False, log: Callable[[str], None] | None = None) -> RunLock:
-    """``with run_lock(folder): ...``: :class:`RunLock` acquired now (refusing at once unless ``wait``)."""
-    return RunLock(folder).acquire(wait=wait, log=log)
+def run_lock(folder, *, check: Callable[[], None] | None = None, wait: bool = False,
+             log: Callable[[str], None] | None = None) -> RunLock:
+    """``with run_lock(folder, check=...): ...``: :class:`RunLock` acquired now (refusing at once unless
+    ``wait``), after and before ``check``."""
+    return RunLock(folder).acquire(check=check, wait=wait, log=log)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -212,6 +232,19 @@ def check_stage_config(out, stages: Iterable[str], name: str, folder, stored: Ma
     check_same_config(f"{folder} (stage {name} of the run in {out})", stored, requested, ignore=ignore,
                       fresh=f"use another --out, or delete {' and '.join(later)} to retrain "
                             f"{'that stage' if len(later) == 1 else 'those stages'} (nothing is deleted for you)")
+
+
+def check_run_folder(out, stages: Iterable[str], command: str) -> None:
+    """``out`` must be empty or a run folder of ``command`` (one of its ``stages`` folders in it): a folder of
+    something else (``--out .`` in a project, another command's run folder) is refused with ``FileExistsError``,
+    since the files a run writes beside its stages (``summary.json``, ``samples.md``, ``figures/``) may not be
+    ours there."""
+    out, stages = Path(out), tuple(stages)
+    entries = sorted(p.name for p in out.iterdir() if p.name != LOCK_FILE)
+    if entries and not any((out / name).is_dir() for name in stages):
+        shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+        raise FileExistsError(f"{out} holds files of something other than a {command} run ({shown}; no "
+                              f"{'/, '.join(stages)}/ folder): use another --out; nothing was written")
 
 
 def check_no_run(folder, checkpoint, what: str) -> None:
@@ -265,15 +298,19 @@ def open_run(folder, config: Mapping, restore: Callable[[Path], int], *, what: s
     ``(lock, metrics)``; the lock is released again if anything fails before that.
     """
     folder = Path(folder)
-    lock = RunLock(folder).acquire()
-    try:
-        ckpt, metrics_path = folder / "checkpoint", folder / "metrics.jsonl"
+    ckpt, metrics_path = folder / "checkpoint", folder / "metrics.jsonl"
+
+    def refuse() -> None:
         if not has_checkpoint(ckpt):
             check_fresh_start(folder, config, what)          # never another run's or someone's files
+        elif not resume:
+            check_no_run(folder, ckpt, what)                 # never overwrite another run's records
+
+    lock = RunLock(folder).acquire(check=refuse)
+    try:
+        if not has_checkpoint(ckpt):
             atomic_write_text(folder / "config.json", json.dumps(dict(config), indent=1))
             return lock, MetricsWriter(metrics_path)
-        if not resume:
-            check_no_run(folder, ckpt, what)                 # never overwrite another run's records
         done = restore(ckpt)                                 # everything checked before anything is assigned
         if not metrics_path.exists():
             warnings.warn(f"{metrics_path} is missing: the records of {key}s 0-{done - 1} are lost; it will hold "

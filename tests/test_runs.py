@@ -176,7 +176,49 @@ def test_trainers_refuse_another_runs_folder_before_writing(tmp_path, capsys):
     rc = main(["sft", "--quick", "--out", str(rm_run), "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith(f"minippo sft: error: --out: {rm_run} holds something other than an SFT run")
-    assert {p.name: p.read_bytes() for p in rm_run.iterdir() if p.name != runs.LOCK_FILE} == before
+    assert {p.name: p.read_bytes() for p in rm_run.iterdir()} == before          # no lock file either
+
+
+def test_a_refusing_check_leaves_the_folder_as_it_was_found(tmp_path):
+    """``run_lock(folder, check=...)``: the read-only refusals run before the lock file is created."""
+    (tmp_path / "mine.txt").write_text("x")
+    calls = []
+
+    def refuse():
+        calls.append("check")
+        raise FileExistsError("someone's folder")
+
+    with pytest.raises(FileExistsError, match="someone's folder"):
+        runs.run_lock(tmp_path, check=refuse)
+    assert calls == ["check"] and sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
+    assert not runs._held
+
+
+def test_the_check_runs_again_under_the_lock_and_a_refusal_there_releases_it(tmp_path):
+    """Another writer may change the folder between the first check and the lock: checked again, holding it."""
+    calls = []
+
+    def changed_meanwhile():
+        calls.append(runs.RunLock(tmp_path).held or str(tmp_path.resolve()) in runs._held)
+        if len(calls) == 2:
+            raise FileExistsError("changed meanwhile")
+
+    (tmp_path / "x").write_text("x")
+    with pytest.raises(FileExistsError, match="changed meanwhile"):
+        runs.run_lock(tmp_path, check=changed_meanwhile)
+    assert calls == [False, True] and not runs._held                  # the second call held the lock; released
+    held = runs.run_lock(tmp_path)
+    with pytest.raises(FileExistsError, match="changed meanwhile"):   # a lock already held stays held
+        calls.clear()
+        held.acquire(check=changed_meanwhile)
+    assert held.held and str(tmp_path.resolve()) in runs._held
+    held.release()
+    assert not runs._held
+
+
+def test_a_check_is_not_run_on_a_folder_that_does_not_exist_yet(tmp_path):
+    with runs.run_lock(tmp_path / "new", check=lambda: (tmp_path / "new").iterdir().__next__()):
+        assert (tmp_path / "new" / runs.LOCK_FILE).is_file()          # created by the lock; checked under it
 
 
 def test_user_temp_dir_is_this_users_own(tmp_path, monkeypatch):

@@ -23,7 +23,7 @@ from minippo.classic.dashboard import plot_dashboard
 from minippo.classic.ppo import last_mean, steps_to_reach, train_ppo
 from minippo.io import MetricsWriter, has_checkpoint, save_checkpoint
 from minippo.progress import progress_bar
-from minippo.runs import RunLock
+from minippo.runs import run_lock
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -105,9 +105,8 @@ def cli_main(args: argparse.Namespace) -> int:
     else:
         make_env, env_name = CartPoleEnv, "minippo CartPole-v1"
     out = Path(args.out) if args.out else None
-    with RunLock(out) if out else contextlib.nullcontext():    # one writer per folder (minippo.runs)
-        if out is not None:
-            check_no_results(out)
+    # one writer per folder, which must hold no earlier results (minippo.runs)
+    with run_lock(out, check=lambda: check_no_results(out)) if out else contextlib.nullcontext():
         return _train_and_report(args, cfg, make_env, env_name, out)
 
 

@@ -232,7 +232,7 @@ def special_checks() -> list[Case]:
 
     def run_padding(fn):
         a, r = _student(fn, g_r, g_v, pad_m, 1.0, 0.95)
-        ok = close(a, pad_adv) and close(r, pad_ret)
+        ok = close(a, pad_adv) and close(r, pad_ret) and bool(np.all(a[pad] == 0) and np.all(r[pad] == 0))
         return f"adv {max_err(a, pad_adv)}, returns {max_err(r, pad_ret)}", ok, (
             "padding may hold any numbers: mask the next value (V = 0 after the last valid token) and zero the "
             "padded advantages and returns")

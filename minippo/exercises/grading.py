@@ -12,8 +12,8 @@ other operations in another order; such results agree to a few ulps per operatio
 here take O(10) operations per token and means over at most a few hundred tokens, so two correct
 implementations differ by less than ~300 x 1.1e-16 ~ 3e-14 relative: :data:`RTOL` = 1e-10 leaves
 three orders of margin, while any slip in a formula (a missing factor, a wrong branch on one token
-of 200) moves the result by more than 1e-3. Where the contract says a gradient is EXACTLY zero
-(a clipped token, padding) it is compared with ``== 0``.
+of 200) moves the result by more than 1e-3. Where the contract says a gradient or a value is EXACTLY
+zero (a clipped token, padding) it is compared with ``== 0``.
 """
 from __future__ import annotations
 

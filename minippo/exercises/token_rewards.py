@@ -131,7 +131,8 @@ def cases() -> list[Case]:
     def compare(args, want):
         def run(fn):
             got = _student(fn, *args)
-            return f"rewards {fmt(got) if got.size <= 5 else max_err(got, want)}", close(got, want), _hint(got, *args)
+            ok = close(got, want) and bool(np.all(got[args[3] == 0] == 0))     # exactly 0 on padding
+            return f"rewards {fmt(got) if got.size <= 5 else max_err(got, want)}", ok, _hint(got, *args)
         return run
 
     cases.append(Case("t0 t1 EOS PAD PAD: score on the EOS", f"rewards {fmt(ex_want)}", compare(ex, ex_want)))

@@ -34,7 +34,7 @@ from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
 from minippo.progress import progress_bar, progress_write
 from minippo.rlhf.checkpoint import load_model, save_model
 from minippo.rlhf.data.batches import batch_indices, lm_batch
-from minippo.runs import Stage, assign_arrays, check_same_config
+from minippo.runs import Stage, assign_arrays, check_fresh_start, check_no_run, check_same_config
 
 # purposes of the random streams derived from cfg.seed: np.random.default_rng([seed, purpose])
 SEED_MODEL, SEED_BATCHES, SEED_SAMPLES = 1, 2, 3
@@ -159,6 +159,17 @@ def _resume(cfg: LMConfig, out_dir: Path, model: TinyGPT, opt: AdamW, what: str)
     opt.load_state_dict(state["extra_arrays"], state["optimizer"])        # everything checked: assign
     assign_arrays(model.params, saved.params, source=ckpt_dir)   # in place: the optimizer holds these arrays
     return step, float(initial_loss)
+
+
+def check_lm_folder(out_dir: Path, cfg: LMConfig, *, resume: bool, what: str) -> None:
+    """The refusals of an LM run's folder, which only read it (the ``check`` of
+    :func:`minippo.runs.run_lock`): without ``resume``, a folder holding a checkpoint (another run's
+    records); without a checkpoint, a folder of someone's files or of another kind of run
+    (:func:`minippo.runs.check_fresh_start`)."""
+    if not resume:
+        check_no_run(out_dir, out_dir / "checkpoint", what)
+    if not has_checkpoint(out_dir / "checkpoint"):
+        check_fresh_start(out_dir, cfg.to_dict(), what, ignore=RESULT_NEUTRAL)
 
 
 def fit_lm(cfg: LMConfig, out_dir: Path, st: Stage, tokenizer, train: list[np.ndarray], held: list[np.ndarray], *,

@@ -308,17 +308,22 @@ def train_reward_model(cfg: RMConfig, sft_dir, out_dir, progress: bool = True,
     if not isinstance(cfg, RMConfig):
         raise ValueError(f"`cfg` must be an RMConfig, got {type(cfg).__name__}")
     out_dir = Path(out_dir)
-    with run_lock(out_dir), stage("the reward model", out_dir, restart="the same command trains it again"):
+
+    def refuse() -> None:                          # reads only (minippo.runs.RunLock)
+        finished = has_checkpoint(out_dir / "model")
+        check_fresh_start(out_dir, cfg.to_dict(), "a reward-model run", records=not finished)   # not another run's
+        if finished:                               # a finished reward model is replaced only by the same run
+            check_same_config(f"the reward model in {out_dir / 'model'}",
+                              stored_config(out_dir / "model", "rm_config"), cfg.to_dict(),
+                              fresh=f"use another folder than {out_dir}")
+
+    with run_lock(out_dir, check=refuse), stage("the reward model", out_dir,
+                                                restart="the same command trains it again"):
         return _train_reward_model(cfg, sft_dir, out_dir, progress, pairs)
 
 
 def _train_reward_model(cfg: RMConfig, sft_dir, out_dir: Path, progress: bool, pairs) -> dict:
     t0 = time.perf_counter()
-    finished = has_checkpoint(out_dir / "model")
-    check_fresh_start(out_dir, cfg.to_dict(), "a reward-model run", records=not finished)   # not another run's
-    if finished:                                   # a finished reward model is replaced only by the same run
-        check_same_config(f"the reward model in {out_dir / 'model'}", stored_config(out_dir / "model", "rm_config"),
-                          cfg.to_dict(), fresh=f"use another folder than {out_dir}")
     sft_model, tokenizer, _ = load_sft(sft_dir)
     check_response_fits(cfg.max_new_tokens, tokenizer, PROMPTS, sft_model.cfg.block_size)
     atomic_write_text(out_dir / "config.json", json.dumps(cfg.to_dict(), indent=1))

@@ -46,15 +46,16 @@ import numpy as np
 from minippo.blas import single_blas_thread
 from minippo.checks import UsageError, check_range
 from minippo.flags import add_config_flags, config_from_args
-from minippo.io import has_checkpoint, in_file, read_json
+from minippo.io import in_file, read_json
 from minippo.rlhf.checkpoint import save_model
 from minippo.rlhf.data.batches import encode_sequences, split_corpus, unigram_loss
 from minippo.rlhf.data.corpus import generate_corpus
 from minippo.rlhf.data.gold import gold_breakdown
 from minippo.rlhf.data.tokenizer import MIN_VOCAB, Tokenizer
 from minippo.rlhf.generate import generate_text
-from minippo.rlhf.lm_train import RESULT_NEUTRAL, SEED_SAMPLES, LMConfig, fit_lm, heldout_loss, init_model
-from minippo.runs import Stage, check_fresh_start, check_no_run, run_lock, stage
+from minippo.rlhf.lm_train import (RESULT_NEUTRAL, SEED_SAMPLES, LMConfig, check_lm_folder, fit_lm, heldout_loss,
+                                    init_model)
+from minippo.runs import Stage, run_lock, stage
 
 # the shared loop's names are importable from here too, where SFT's readers (and lesson 10) look for them
 __all__ = ["SFTConfig", "train_sft", "sample_and_judge", "format_report", "add_arguments", "cli_main",
@@ -143,12 +144,9 @@ def train_sft(cfg: SFTConfig, out_dir, *, resume: bool = False, progress: bool =
     t_start = time.perf_counter()
     out_dir = Path(out_dir)
     ckpt_dir = out_dir / "checkpoint"
-    with run_lock(out_dir), stage("SFT", out_dir, checkpoint=ckpt_dir) as st, single_blas_thread():
-        # (one BLAS thread: tiny matrices, faster and deterministic)
-        if not resume:
-            check_no_run(out_dir, ckpt_dir, "an SFT run")
-        if not has_checkpoint(ckpt_dir):                         # never another run's or someone's files
-            check_fresh_start(out_dir, cfg.to_dict(), "an SFT run", ignore=RESULT_NEUTRAL)
+    refuse = lambda: check_lm_folder(out_dir, cfg, resume=resume, what="an SFT run")  # noqa: E731
+    with run_lock(out_dir, check=refuse), stage("SFT", out_dir, checkpoint=ckpt_dir) as st, \
+            single_blas_thread():                                # tiny matrices: faster, deterministic
         result = _train(cfg, out_dir, progress, st, log)
     result["train_seconds"] = time.perf_counter() - t_start
     return result

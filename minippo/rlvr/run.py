@@ -42,7 +42,7 @@ from minippo.checks import UsageError
 from minippo.flags import add_config_flags, flag, integer, replace_fields
 from minippo.io import atomic_write_text, has_checkpoint, read_metrics
 from minippo.rlhf.checkpoint import load_model, save_model
-from minippo.rlhf.lm_train import RESULT_NEUTRAL, fit_lm
+from minippo.rlhf.lm_train import RESULT_NEUTRAL, check_lm_folder, fit_lm
 from minippo.rlhf.corrected import CorrectedConfig
 from minippo.rlhf.grpo import GRPOConfig
 from minippo.rlhf.ppo_config import PPOConfig
@@ -51,7 +51,7 @@ from minippo.rlhf.run.configs import comparable, config_from_dict
 from minippo.rlhf.run.correction_cli import add_correction_flags, with_correction
 from minippo.rlhf.run.pipeline import peak_rss_mb
 from minippo.rlhf.run.trainer import RESUME_NEUTRAL
-from minippo.runs import check_no_run, check_stage_config, ensure_folder, run_lock, stage
+from minippo.runs import check_run_folder, check_stage_config, run_lock, stage
 from minippo.rlvr.evaluate import KS, evaluate_pass_at_k
 from minippo.rlvr.task import Problems, TaskSFTConfig, sft_batcher
 from minippo.rlvr.tokenizer import CharTokenizer
@@ -108,9 +108,9 @@ def train_task_sft(cfg: TaskSFTConfig, out_dir, *, resume: bool = True, progress
     train = [np.asarray(s, dtype=np.int64) for s in tokenizer.encode_batch(demos, add_bos=True, add_eos=True)]
     held = [np.asarray(s, dtype=np.int64) for s in
             tokenizer.encode_batch([p.prompt + p.answer for p in problems.heldout], add_bos=True, add_eos=True)]
-    with run_lock(out_dir), stage("SFT", out_dir, checkpoint=out_dir / "checkpoint") as st, single_blas_thread():
-        if not resume:
-            check_no_run(out_dir, out_dir / "checkpoint", "an SFT run")
+    refuse = lambda: check_lm_folder(out_dir, cfg, resume=resume, what="an SFT run")  # noqa: E731
+    with run_lock(out_dir, check=refuse), stage("SFT", out_dir, checkpoint=out_dir / "checkpoint") as st, \
+            single_blas_thread():
         model, history, initial, start = fit_lm(cfg, out_dir, st, tokenizer, train, held,
                                                 make_batch=sft_batcher(tokenizer), progress=progress, log=log)
         final = [r["eval/heldout_loss"] for r in history if "eval/heldout_loss" in r][-1]
@@ -170,9 +170,13 @@ def run_rlvr(out_dir, *, quick: bool = False, seed: int = 0, method: str = "ppo"
         raise ValueError(f"`n_samples` must be >= {max(KS)} (pass@{max(KS)}), got {eval_cfg['n_samples']}")
     if not 1 <= eval_cfg["n_eval"] <= sft_cfg.n_heldout:
         raise ValueError(f"`n_eval` must be in [1, n_heldout = {sft_cfg.n_heldout}], got {eval_cfg['n_eval']}")
-    out = ensure_folder(out_dir)
-    with run_lock(out):
-        check_reuse(out, method, sft_cfg, rl_cfg)                       # before anything is written
+    out = Path(out_dir)
+
+    def refuse() -> None:                          # before anything is written, the lock file included
+        check_run_folder(out, ("sft", *METHODS), "minippo rlvr")
+        check_reuse(out, method, sft_cfg, rl_cfg)
+
+    with run_lock(out, check=refuse):
         return _run(out, quick, seed, method, progress, log, sft_cfg, rl_cfg, eval_cfg)
 
 

@@ -136,7 +136,9 @@ def exact_ratio_moments(space, theta, theta_old, reward, estimator, *, baseline,
                         n=32) -> dict:
     """The exact mean of :func:`ratio_gradient` under sampling from theta_old, the ``spread``
     sqrt(E ||g - E g||^2) of a batch of ``n`` responses (a mean of n independent per-response terms:
-    (E_y ||g_y||^2 - ||E g||^2) / n), and the expected fraction of clipped tokens, all by enumeration."""
+    (E_y ||g_y||^2 - ||E g||^2) / n), and ``clipfrac`` = E[clipped tokens] / E[tokens] of a response: the
+    fraction of clipped tokens a large batch pools (a ratio of expectations, not the expected fraction of
+    a batch of ``n``), all by enumeration."""
     rows = np.arange(space.N)
     p = probabilities(space, theta_old)
     # with weights N pi_old(y), row y's dlogp is pi_old(y) times its one-response dlogp

@@ -25,13 +25,12 @@ def test_cli_writes_metrics_dashboard_and_weights(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "mean return of the last 20 episodes" in text and "steps to reach 475" in text
     # issue 26 item 1: a second run into the same folder would replace the first's records (classic has no resume)
-    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".minippo.lock"}
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}   # the lock file too
     rc = minippo_main(["classic", "--total-timesteps", "1024", "--out", str(out), "--no-progress", *FAST])
     err = capsys.readouterr().err
     assert rc == 2 and err == (f"minippo classic: error: --out: {out} already holds metrics.jsonl, agent, "
                                "dashboard.png: use another --out, or delete them; nothing was overwritten\n")
-    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()
-            and p.name != ".minippo.lock"} == before
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
 def test_cli_failed_run_keeps_the_last_good_weights(tmp_path, capsys, monkeypatch):

@@ -36,3 +36,9 @@ def test_returns_without_the_values_and_unmasked_padding_fail_by_name():
 def test_a_forward_recursion_fails():
     fn = mutant(gae, ("for t in reversed(range(T)):", "for t in range(T):"))
     assert_fails_naming(gae, fn, "lam = 1", "random batch")
+
+
+def test_a_tiny_nonzero_on_the_padding_fails_the_exactly_zero_contract():
+    """Within the comparisons' 1e-12 but not 0: the docstring promises exactly 0 on padding."""
+    fn = mutant(gae, (RET, "returns = (advantages + values) * (mask + 1e-15)"))
+    assert_fails_naming(gae, fn, "padding holds other numbers")

@@ -30,3 +30,9 @@ def test_a_kl_bonus_instead_of_a_penalty_and_the_score_on_every_token_are_named(
 def test_unmasked_kl_on_the_padding_is_named():
     fn = mutant(ex, ("kl = (logp - logp_ref) * mask ", "kl = (logp - logp_ref) "))
     assert_fails_naming(ex, fn, "t0 t1 EOS PAD PAD", "random batch", hint="padding gets no reward")
+
+
+def test_a_tiny_nonzero_on_the_padding_fails_the_exactly_zero_contract():
+    """Within the comparisons' 1e-12 but not 0: the docstring promises exactly 0 on padding."""
+    fn = mutant(ex, ("kl = (logp - logp_ref) * mask ", "kl = (logp - logp_ref) * (mask + 1e-15) "))
+    assert_fails_naming(ex, fn, "t0 t1 EOS PAD PAD", "random batch")

@@ -114,6 +114,18 @@ def test_a_stage_made_with_another_config_is_refused_before_anything_is_written(
     assert files(out) == before
 
 
+def test_rlvr_refuses_a_folder_of_something_else_and_writes_nothing(tmp_path):
+    """It wrote sft/, ppo/, samples_ppo.md and summary_ppo.json into any folder (``--out .`` in a project)."""
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "summary_ppo.json").write_text("{}")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(FileExistsError, match=r"holds files of something other than a minippo rlvr run \(notes.txt, "
+                       r"summary_ppo.json; no sft/, grpo/, dr_grpo/, rloo/, ppo/ folder\): use another --out; "
+                       r"nothing was written"):
+        run_rlvr(tmp_path, quick=True, progress=False, log=lambda *a: None)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
 @pytest.mark.slow      # the fast suite keeps one resume check: tests/rlhf/test_sft.py
 def test_resumed_ppo_equals_an_uninterrupted_run(tmp_path):
     full = tiny(tmp_path / "full")

@@ -64,7 +64,7 @@ from minippo.rlhf.run.plots import plot_run
 from minippo.rlhf.run.trainer import RESUME_NEUTRAL, load_stages, run_ppo
 from minippo.rlhf.lm_train import RESULT_NEUTRAL
 from minippo.rlhf.sft import SFTConfig, train_sft
-from minippo.runs import LOCK_FILE, check_stage_config, ensure_folder, run_lock, stage, user_temp_dir
+from minippo.runs import LOCK_FILE, check_run_folder, check_stage_config, run_lock, stage, user_temp_dir
 
 SEED_EVAL = 11          # the evaluation prompts and samples: np.random.default_rng([seed, SEED_EVAL])
 STAGES = ("sft", "rm", "ppo", "dpo")                # the stage folders of a run folder
@@ -216,29 +216,20 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
     curves: ``dpo_curves.png`` in the run's figures folder).
     """
 
-    out = ensure_folder(out_dir)
+    out = Path(out_dir)
     d_sft, d_rm, d_ppo = stage_configs(quick, seed)
     sft_cfg, rm_cfg, ppo_cfg = sft_cfg or d_sft, rm_cfg or d_rm, ppo_cfg or d_ppo
     check_choice("method", method, ("ppo", "dpo"))
     if method == "dpo":                                         # stage 3 is DPO: <out>/dpo instead of <out>/ppo
         dpo_cfg = dpo_cfg or dpo_config(quick, seed)
         stages = tuple("dpo" if s == "ppo" else s for s in stages)
-    with run_lock(out):
-        check_run_folder(out)
-        check_reuse(out, sft_cfg, rm_cfg, ppo_cfg, stages, dpo_cfg=dpo_cfg)      # before anything is written
+    def refuse() -> None:                    # before anything is written, the lock file included
+        check_run_folder(out, STAGES, "minippo rlhf")
+        check_reuse(out, sft_cfg, rm_cfg, ppo_cfg, stages, dpo_cfg=dpo_cfg)
+
+    with run_lock(out, check=refuse):
         return _run_stages(out, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg, n_eval, evaluate, figures,
                            callback, stages, dpo_cfg)
-
-
-def check_run_folder(out: Path) -> None:
-    """``out`` must be empty or a run folder of this command (a stage folder in it): a folder of something else
-    (``--out .`` in a project, another command's run folder) is refused with ``FileExistsError`` before anything
-    is written, since ``samples.md``, ``summary.json`` or ``figures/`` there may not be ours."""
-    entries = sorted(p.name for p in out.iterdir() if p.name != LOCK_FILE)
-    if entries and not any((out / name).is_dir() for name in STAGES):
-        shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
-        raise FileExistsError(f"{out} holds files of something other than a minippo rlhf run ({shown}; no "
-                              f"{'/, '.join(STAGES)}/ folder): use another --out; nothing was written")
 
 
 def check_reuse(out: Path, sft_cfg, rm_cfg, ppo_cfg, stages=("sft", "rm", "ppo"), *, dpo_cfg=None) -> None:
