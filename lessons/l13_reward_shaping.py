@@ -291,7 +291,7 @@ def narrative(r: dict) -> str:
          f"{kl_part:.3f} per token on average; kl_final puts the score "
          f"(|score| {np.abs(r['rollout']['scores']).mean():.2f}) on the last token "
          f"(|r| there {np.abs(kf['rewards'][rows, last]).mean():.2f}), uniform spreads it "
-         f"(|score / n| {np.abs(un['rewards'][m]).mean():.3f} per token).",
+         f"(|r| {np.abs(un['rewards'][m]).mean():.3f} per token, the KL part included).",
          f"\n2. Where the credit goes (GAE, lam 0.95, advantages as PPO used them, last {LAST_ITERS} iterations):",
          f"  {'shaping':<9}{'corr(A,score) last':>19}{'2nd last':>9}{'first':>7}{'|A| last':>9}{'|A| first':>10}"
          f"{'EV first':>9}{'EV end':>7}"]
@@ -357,7 +357,7 @@ def narrative(r: dict) -> str:
     L.append("  PPO for LMs clips per token, and nothing in its loss bounds a whole response's drift within one update: "
              f"the KL penalty in the reward (beta {r['beta']:.3f} here) pulls towards the reference over iterations, "
              "it is not measured against pi_old; the per-update drift above was measured with it on. An early stop "
-             "on approx KL (lesson 15) is what bounds one update.")
+             "on approx KL (lesson 15) shortens an update; it does not cap it (lesson 15, part E).")
     L += _narrative_eps(r)
     L.append(time_line(r))
     return "\n".join(L)

@@ -270,7 +270,8 @@ def _narrative_estimators(r: dict) -> list[str]:
           "sum_t k - sum_t KL_exact; biases below on the far policy, with their s.e. over the "
           f"{n} responses.)",
           f"  k1: measured bias {diff_text(bias['k1'], '+.2f', 'response')}; one token's k1 is negative "
-          f"{cl['compare']['k1']['token_neg_frac']:.0%} of the time (exact probability {cl['k1_neg_prob']:.0%}).",
+          f"{cl['compare']['k1']['token_neg_frac']:.0%} of the time on the close policy (exact probability "
+          f"{cl['k1_neg_prob']:.0%}).",
           f"  k2: negative on {neg['k2']:.0%} of the tokens, bias {diff_text(bias['k2'], '+.2f', 'response')} "
           f"({k2_rel:+.0%} of the exact KL).",
           f"  k3: negative on {neg['k3']:.0%} of the tokens, bias {diff_text(bias['k3'], '+.2f', 'response')}.",
@@ -342,7 +343,7 @@ def _narrative_early_stop(r: dict) -> list[str]:
              f"{diff_text(drift, '+.2f', drift['noise'])} nats per iteration.")
     L.append(V["stop_does_not_bound_ref"].render("  "))
     if V["stop_does_not_bound_ref"].holds:
-        L.append("  A trust region per update, not a replacement for the KL penalty.")
+        L.append("  It shortens each update (whether it caps one: part E); it does not replace the KL penalty.")
     return L
 
 
@@ -415,14 +416,15 @@ def _narrative_kl_old(r: dict) -> list[str]:
              f"ratio_threshold in all); the lr went {lr0:g} -> {ad['lr'][:, -1].mean():.2g} at the end of the run, and "
              f"inside the updates up to {ad['lr_max'].max():.2g} "
              + (f"({ad['lr_max'].max() / lr0:.1f}x the configured rate: the KL of pi_old restarts from 0 in every "
-                f"update, so its first minibatches raise the rate until the KL has passed {2 * TARGET_KL:g})"
+                f"update, so its first minibatches raise the rate until the KL has passed {TARGET_KL / 2:g})"
                 if ad["lr_max"].max() > lr0 else "(never above the configured rate)")
              + f". log10 KL of each update vs neither {diff_text(up, '+.2f')}, vs the early "
              f"stop {diff_text(ae, '+.2f')}; largest update {ad['largest']:.3f}. Gold vs the early stop "
              f"{diff_text(gold, '+.2f')}, KL to the reference {diff_text(kl, '+.1f')} nats.")
     L.append(V["q45_adapt_lr_bounds_update"].render("  "))
     if not V["q45_adapt_lr_bounds_update"].holds:
-        L.append("  (it reacts after the KL has moved, the stop before each step.)")
+        L.append("  (both read the KL before each step: above the target the stop takes no more steps, while "
+                 "above 2 x target the adapted rate only divides that step's lr by 1.5 and goes on.)")
     return L
 
 

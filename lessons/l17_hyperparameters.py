@@ -212,7 +212,7 @@ def claims(r: dict) -> list[tuple[str, str, list[Verdict]]]:
               KL, -1, "eps")]),
         ("A common claim: lambda = 0.95 is the right default (a noisy RM: low variance matters)",
          f"gold 0.95 -> 0.9: {_vs(r, l95, l9)}; 0.95 -> 0.99: {_vs(r, l95, l99)}. With gamma = 1 the weight of the "
-         f"final score's delta on the first token is lambda^(n-1), for the base run's n = {n_tok:.0f} tokens: "
+         f"final score's delta on the first token is lambda^(n-1), for the base run's mean n = {n_tok:.1f} tokens: "
          + " / ".join(f"{lam ** (n_tok - 1):.2f}" for lam in (0.9, 0.95, 0.99)),
          [all_of("lam095_best", "lambda = 0.95 gives more gold than both 0.9 and 0.99.", [
              _cv(r, "vs 0.9", "", l95, l9, GOLD, -1, "lambda"), _cv(r, "vs 0.99", "", l95, l99, GOLD, -1, "lambda")])]),

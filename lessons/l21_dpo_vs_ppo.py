@@ -36,8 +36,8 @@ methods), and whether the paper's finding (DPO's
 frontier dominates PPO's, even PPO-GT's) holds at this scale. It also measures what DPO's implicit reward
 beta log(pi / pi_ref) learned compared with the reward model (held-out accuracy, within-prompt correlation
 with gold) and DPO's known failure: the log-probabilities of the chosen AND the rejected responses both
-falling (only their difference is pushed up; the probability that leaves both must go to responses that are
-in no pair).
+falling (only their difference is pushed up; the probability that leaves both must go to other responses,
+of other pairs or in none).
 
 The figure (the committed one comes from ``--full``: beta in {0.03, 0.1, 0.3, 1}, KL targets in {1, 2, 4, 8}
 nats, 3 seeds per setting, PPO 40 iterations x 64 responses, DPO 300 steps x 8 prompts (~224 pairs), 128
@@ -381,7 +381,7 @@ def narrative(r: dict) -> str:
             if per_seed[0]["shifts"][-1]["chosen"] < 0 and per_seed[0]["shifts"][-1]["rejected"] < 0]
     if fell:
         L.append(f"  ({', '.join(fell)}) The loss only pushes the margin h up: the probability that leaves both "
-                 f"responses of a trained pair has to go to other responses, ones that are in no pair.")
+                 f"responses of a trained pair has to go to other responses (of other pairs, or in none).")
     t = r["time"]
     L.append(f"\nTime: {t['wall']:.1f} s wall, {t['cpu']:.1f} s CPU."
              + ("" if r["full"] or r["quick"] else " The committed figure comes from --full (4 settings x 3 "

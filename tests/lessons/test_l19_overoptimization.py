@@ -64,9 +64,11 @@ def test_l19_verdicts_follow_the_numbers(runs, seed):
     assert_comparison(V["bon_beats_ppo_at_kl"], d(at, pt(b, -1)), +1)
     g = r["bon_gold"]["gold"]
     assert np.all(np.diff(g) >= 0) and V["bon_gold_monotone"].outcome == HOLDS          # an identity
-    acc = list(np.argsort([s[n]["accuracy"] for n in s]))
-    bon = list(np.argsort([s[n]["bon"]["gold"][s[n]["bon"]["peak"]] for n in s]))
-    assert V["bon_follows_accuracy"].holds == (acc == bon)
+    # each step up in held-out accuracy judged within the peaks' prompt-sampling noise (it compared the raw
+    # orderings and printed HOLDS for peaks 0.03 +- 0.05 apart)
+    by_acc = sorted(s, key=lambda n: s[n]["accuracy"])
+    peaks = [pt(s[n]["bon"], s[n]["bon"]["peak"]) for n in by_acc]
+    assert V["bon_follows_accuracy"].outcome == every([out(a, b, +1) for a, b in zip(peaks, peaks[1:])])
     prof = r["profiles"]
     assert V["ppo_drifts_to_penalised"].holds == (prof[f"PPO end ({r['strong']})"]["penalty"] > prof["SFT"]["penalty"])
     text = lesson.narrative(r)
@@ -76,3 +78,18 @@ def test_l19_verdicts_follow_the_numbers(runs, seed):
 def test_l19_derived_is_what_the_narrative_prints(runs):
     """derived(): the numbers the results file keeps besides run()'s scalars (docs/results, the quoted docs)."""
     assert_derived(lesson, runs[0], runs["printed"], {'bon_gold_self.end': '+.2f'})
+
+
+def test_l19_bon_follows_accuracy_can_be_not_shown(runs):
+    """Peaks within their noise are 'not shown', not the 'holds' of a bare ordering."""
+    import copy
+    r = copy.deepcopy(runs[0])
+    s = r["summary"]
+    by_acc = sorted(s, key=lambda n: s[n]["accuracy"])
+    for step, want in ((0.0, NOT_SHOWN), (1.0, HOLDS), (-1.0, FAILS)):
+        for i, n in enumerate(by_acc):
+            bon = s[n]["bon"]
+            bon["gold"] = np.array(bon["gold"], dtype=float)
+            bon["gold_sem"] = np.full(len(bon["gold"]), 0.05)
+            bon["gold"][bon["peak"]] = 0.1 + step * i + 0.001 * i        # a bare ordering would say "holds"
+        assert by_key(lesson.verdicts(r))["bon_follows_accuracy"].outcome == want
