@@ -225,8 +225,9 @@ def verdicts(r: dict) -> list[Verdict]:
                  "exp(sum(logp_new - logp_old)) stays finite.", T32 is not None and bool(np.isfinite(seq["ratio_log"]).all()),
                  "holds when the float32 product reaches exactly 0 within the sequence and the log-space ratio is "
                  "finite at every length", {"float32 product = 0 from T": T32, "log-space ratio at the end": seq["ratio_log"][-1]}),
-        identity("gradient_r_A", "The unclipped surrogate's per-token gradient is d(r A)/dlogp = r A: a token already "
-                 "moved the way A wants (r > 1 for A > 0) is pushed harder, one moved the other way more weakly.",
+        identity("gradient_r_A", "The unclipped surrogate's per-token gradient is d(r A)/dlogp = r A: whatever the sign "
+                 "of A, a token whose probability rose (r > 1) is pushed harder, one whose probability fell (r < 1) "
+                 "more weakly.",
                  q["fd_rel_err"] <= FD_RTOL, f"holds when the library's gradient equals central differences of the loss "
                  f"to {FD_RTOL:g} relative, on {len(q['ratio'])} ratios from {q['ratio'][0]:g} to {q['ratio'][-1]:g}, A = +-1",
                  {"max relative error": q["fd_rel_err"]}),

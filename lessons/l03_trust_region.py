@@ -58,8 +58,8 @@ gain is fitted noise, at every step size), and the ratio-weighted batch says les
 far from the old one (lesson 02). Both grow with the KL.
 
 The figure shows (a) the KL of each step against its knob ($\alpha$, $\delta$, lr = m x a base value): the
-PG step's KL grows like $m^2$, TRPO's stays at $\delta$ (or below it after backtracking), PPO's grows slowly
-but is NOT bounded; (b) the true gain against the KL: where each method's peaks, and whether it falls for the large steps; (c) the
+PG step's KL grows like $m^2$, TRPO's stays at $\delta$ (or below it after backtracking), PPO's grows much more
+slowly than PG's but is NOT bounded; (b) the true gain against the KL: where each method's peaks, and whether it falls for the large steps; (c) the
 fraction of the gain promised by $L^{CPI}$ on the batch that is real; (d) PPO paper Figure 2: from the PPO
 update whose KL is closest to the paper's 0.02, interpolate $\theta_{old} + a (\theta_{ppo} - \theta_{old})$
 and plot $L^{CPI}$, $\mathbb{E}[\mathrm{clip}(r) A]$, $L^{CLIP}$ and the exact KL against $a$ (plus the true

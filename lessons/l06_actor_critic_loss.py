@@ -35,9 +35,10 @@ PPO-Clip, 128 samples per iteration, 4 epochs of minibatch (64) Adam, and a lear
 The figure shows (a) the policy entropy over training for each $c_2$: without a bonus it collapses onto the
 decoy within a few iterations; (b) the probability of the best token: with a bonus it is found - late; (c)
 the expected reward; (d) the end of training against $c_2$: too little bonus stays on the decoy, too much
-keeps the policy random; (e) the critic: value loss and explained variance against the ceiling of a perfect
-per-context critic (the rest of the variance is action choice and noise, which $V(s)$ cannot explain); (f)
-the three gradients on the logits of one context at the start, from one batch.
+keeps more entropy than it needs and gives up some reward; (e) the critic: value loss and explained variance
+against that of the exact per-context $V(s)$ on the same batches, a ceiling on average (the rest of the
+variance is action choice and noise, which $V(s)$ cannot explain); (f) the three gradients on the logits of
+one context at the start, from one batch.
 
 Exercises:
 1. Anneal c2 linearly from 0.1 to 0 over training (as some PPO code does). Does the final reward
@@ -137,7 +138,8 @@ def run(quick: bool = False, seed: int = 0) -> dict:
 
 def derived(r: dict) -> dict:
     """The critic of the c2 = SHOW_ENT_COEF runs (mean over the tasks), first and last iteration: explained
-    variance, its ceiling (a perfect V(s)) and the value loss, which the narrative prints and docs quote."""
+    variance, that of the exact V(s) (a ceiling on average) and the value loss, which the narrative prints and
+    docs quote."""
     h = r["hist"][SHOW_ENT_COEF]
     return {"critic": {"ent_coef": SHOW_ENT_COEF,
                        "ev_first": float(h["explained_variance"][:, 0].mean()),
@@ -157,7 +159,7 @@ def narrative(r: dict) -> str:
         L.append(f"{c:6g} | {r['entropy_at_10'][c]:11.3f} | {f['entropy']:13.3f} | {f['p_best']:13.3f} | {f['progress']:14.3f}")
     c = derived(r)["critic"]
     L.append(f"Critic (c2 = {c['ent_coef']}): explained variance {c['ev_first']:.2f} -> {c['ev_last']:.2f} "
-             f"(ceiling {c['ev_ceiling']:.2f}); value loss {c['value_loss_first']:.3f} -> {c['value_loss_last']:.3f}.")
+             f"(exact V(s): {c['ev_ceiling']:.2f}, a ceiling on average); value loss {c['value_loss_first']:.3f} -> {c['value_loss_last']:.3f}.")
     g = r["grads"]
     lt = g["loss_terms"]
     ent, pol, d, best = g["entropy"], g["policy"], g["decoy"], g["best"]
@@ -197,7 +199,8 @@ def verdicts(r: dict) -> list[Verdict]:
                  f"differences of the entropy to {FD_RTOL:g} relative (context 0's logits)",
                  {"max relative error": g["entropy_fd_rel_err"]}),
         measured("bonus_holds_back_decoy", "The entropy bonus works by holding the dominant token back: it pushes the "
-                 "decoy down, and the rare best token less than the decoy (the push is proportional to p).",
+                 "decoy down, and the rare best token less than the decoy (the push on token j, c2 dH/dz_j = "
+                 "-c2 p_j (log p_j + H), is small where p_j is small).",
                  bool(ent[d] < 0 and abs(ent[best]) < abs(ent[d])),
                  "holds when the entropy term's descent direction on the decoy is < 0 and |on the best token| < "
                  "|on the decoy|", {"on the decoy": float(ent[d]), "on the best token": float(ent[best])}),

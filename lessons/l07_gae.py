@@ -2,7 +2,8 @@ r"""Lesson 07 - GAE: the lambda sweep, bias and variance against the exact advan
 
 Pipeline step: rollout collection + GAE: turning per-token rewards and critic values into the advantages
 $A_t$ the clipped loss multiplies and the returns $R_t = A_t + V(s_t)$ the critic fits. $\lambda = 0$ is
-TD(0): low variance, biased by the critic; $\lambda = 1$ is Monte Carlo: unbiased, high variance. Text
+TD(0): low variance, biased by the critic; $\lambda = 1$ is Monte Carlo: its policy gradient is unbiased
+whatever the critic (the advantage itself keeps the critic's error), high variance. Text
 usually runs $\lambda = 0.95$, and the reason given is that reward-model rewards are noisy; this lesson
 measures where the best $\lambda$ lies for clean and for noisy rewards.
 
@@ -255,8 +256,13 @@ def narrative(r: dict) -> str:
     clean, noisy = r["sigmas"]
     best = r["best_lam"]
     var_c = compare_paired(sq_dev(r, noisy, 0.99), sq_dev(r, noisy, 0.95))
-    L.append(f"Lowest gradient MSE: lambda = {best[clean]:g} with clean rewards (sigma = {clean:g}), lambda = "
-             f"{best[noisy]:g} with noisy ones (sigma = {noisy:g}).")
+    def runner_up(sigma):             # the lowest MSE against the next lowest, paired over the batches
+        nxt = sorted((lam for lam in r["lams"] if lam != best[sigma]), key=lambda lam: v[sigma][lam]["pg_mse"])[0]
+        c = compare_paired(sq_err(r, sigma, best[sigma]), sq_err(r, sigma, nxt))
+        return f"next lambda = {nxt:g}: squared error per batch {diff_text(c, '+.4f', 'batch')}"
+
+    L.append(f"Lowest gradient MSE: lambda = {best[clean]:g} with clean rewards (sigma = {clean:g}; "
+             f"{runner_up(clean)}), lambda = {best[noisy]:g} with noisy ones (sigma = {noisy:g}; {runner_up(noisy)}).")
     L.append(f"lambda = 0.95 vs 0.99: std {v[noisy][0.95]['pg_std']:.2f} vs {v[noisy][0.99]['pg_std']:.2f}; squared "
              f"deviation per batch, 0.95 minus 0.99, paired over the {r['n_batches']} batches: "
              f"{diff_text(var_c, '+.3f', 'batch')}; bias {b[0.95]['pg']:.3f} vs {b[0.99]['pg']:.3f}.")

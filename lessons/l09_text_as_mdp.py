@@ -24,8 +24,8 @@ Advantages are GAE (PPO paper, arXiv:1707.06347, eqs. (11)-(12), $\gamma = 1$, $
 = advantages + values; advantages are then whitened over the batch.
 
 What the lesson does: it takes the cached SFT policy and reward model of the main job, runs a few PPO
-iterations (so the policy has moved and $kl_t$ is not 0), then prints one rollout of the next iteration token
-by token with `Rollout.to_table` (padding rows included) and checks the bookkeeping: the score sits on the
+iterations (so the policy has moved and $kl_t$ is not 0), then prints the rollout of the last one (sampled
+by the actor the updates before it moved) token by token with `Rollout.to_table` (padding rows included) and checks the bookkeeping: the score sits on the
 EOS, the rewards of a response sum to score $- \beta \sum_t kl_t$, the return at the EOS equals its reward
 (the episode ends: V after it is 0), padding holds zeros.
 
@@ -141,7 +141,8 @@ def narrative(r: dict) -> str:
          "reward = the score at the end (plus -beta * kl_t per token)."]
     for k, (s, a, s2) in enumerate(r["transitions"]):
         L.append(f"  step {k}: state {s!r:<40} action {a!r:<12} -> next state {s2!r}")
-    L.append(f"\nAfter {r['iterations']} PPO iterations, one rollout of the next batch ({r['batch_size']} responses; "
+    L.append(f"\nThe rollout of the last of {r['iterations']} PPO iterations, sampled after {r['iterations'] - 1} updates "
+             f"({r['batch_size']} responses; "
              f"row {r['row']}, {r['n_tokens']} tokens then {r['Tn'] - r['n_tokens']} padding), as the per-token "
              f"7-tuple (observation, action, log_prob, value, reward, advantage, return; beta = {r['kl_coef']:g}):\n")
     L.append(r["table"])
@@ -159,7 +160,7 @@ def narrative(r: dict) -> str:
     L.append("The advantage column is whitened over the batch's valid tokens; return - value is the raw GAE advantage.")
     o = r["old_vs_ref"]
     L.append(f"\nlog_prob is pi_old, the actor that sampled this batch, not the reference model (a common mix-up calls "
-             f"the old policy 'the frozen reference model'). After {r['iterations']} iterations the two differ on "
+             f"the old policy 'the frozen reference model'). After {r['iterations'] - 1} updates the two differ on "
              f"{o['frac_differ']:.0%} of the batch's tokens, by {o['mean_abs_diff']:.3f} nats on average. The KL "
              "penalty is their difference, kl_t = log pi_old - log pi_ref (k1)"
              + (" (not k1 in this config)." if o["kl_is_logp_minus_ref"] is None else ".")
@@ -192,8 +193,8 @@ def verdicts(r: dict) -> list[Verdict]:
                             "on its last sampled token.", c["no_eos_penalised"],
                             f"holds when every such response's score = RM score - {r['missing_eos_penalty']:g} and its "
                             f"last token's reward = score - beta kl {tol}", {"responses without EOS": r["n_no_eos"]}))
-    out.append(measurement("old_is_not_ref", f"After {r['iterations']} PPO iterations pi_old (the actor that sampled) is "
-                           "no longer the reference model: their log-probs differ.", o["frac_differ"], 0.0, ">",
+    out.append(measurement("old_is_not_ref", f"After {r['iterations'] - 1} PPO updates pi_old (the actor that sampled "
+                           "the last iteration) is no longer the reference model: their log-probs differ.", o["frac_differ"], 0.0, ">",
                            "fraction of tokens where log pi_old != log pi_ref", fmt=".0%",
                            numbers={"mean |difference| (nats)": o["mean_abs_diff"]}))
     if o["kl_is_logp_minus_ref"] is not None:
