@@ -364,9 +364,13 @@ class Stage:
     resume: str = "the same command resumes from it"
     restart: str = "the same command starts it again"
     extra: dict = field(default_factory=dict)
+    on_disk: Callable[[], str] | None = None
+    """What is kept, read from the disk when asked (a command made of stages: :func:`stages_kept`)."""
 
     def kept(self) -> str:
         """What is on disk now, as the end of a sentence."""
+        if self.on_disk is not None:
+            return self.on_disk()
         if self.saved is not None:
             return f"the last good checkpoint ({self.saved}) is kept in {self.checkpoint}"
         return "no checkpoint had been written yet"
@@ -388,6 +392,18 @@ class Stage:
             if not hasattr(exc, "minippo_message"):
                 exc.minippo_message = self.interrupted_message()
             raise
+
+
+def stages_kept(out, stages: Iterable[str]) -> str:
+    """What a run folder made of ``stages`` holds (each stage's finished model, else its checkpoint), as the end of a
+    sentence: the Ctrl-C line of ``minippo rlhf`` and ``minippo rlvr`` between and after their stages."""
+    out = Path(out)
+    kept = [next((f"{name}/{sub}" for sub in ("model", "policy", "checkpoint") if has_checkpoint(out / name / sub)),
+                 None) for name in stages]
+    kept = [k for k in kept if k is not None]
+    if not kept:
+        return "no stage had been finished or checkpointed yet"
+    return f"{', '.join(kept)} {'is' if len(kept) == 1 else 'are'} kept"
 
 
 def stage(name: str, folder, *, checkpoint=None, saved: str | None = None, **hints):

@@ -23,7 +23,7 @@ from minippo.classic.dashboard import plot_dashboard
 from minippo.classic.ppo import last_mean, steps_to_reach, train_ppo
 from minippo.io import MetricsWriter, has_checkpoint, save_checkpoint
 from minippo.progress import progress_bar
-from minippo.runs import run_lock
+from minippo.runs import Stage, run_lock
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -105,9 +105,12 @@ def cli_main(args: argparse.Namespace) -> int:
     else:
         make_env, env_name = CartPoleEnv, "minippo CartPole-v1"
     out = Path(args.out) if args.out else None
+    # Ctrl-C: one line saying what is on disk (minippo.runs); a classic run has no resume
+    again = "metrics.jsonl holds the updates done; a classic run does not resume: a new run needs another --out"
+    st = Stage("the classic PPO run", out, None if out is None else out / "agent", resume=again, restart=again)
     # one writer per folder, which must hold no earlier results (minippo.runs)
-    with run_lock(out, check=lambda: check_no_results(out)) if out else contextlib.nullcontext():
-        return _train_and_report(args, cfg, make_env, env_name, out)
+    with run_lock(out, check=lambda: check_no_results(out)) if out else contextlib.nullcontext(), st.running():
+        return _train_and_report(args, cfg, make_env, env_name, out, st)
 
 
 #: what a run writes into --out (a classic run has no resume: a second run would replace the first's records)
@@ -124,8 +127,9 @@ def check_no_results(out: Path) -> None:
                               "overwritten")
 
 
-def _train_and_report(args, cfg: PPOConfig, make_env, env_name: str, out: Path | None) -> int:
-    """The run itself: progress, metrics, the periodic weights, the summary and the dashboard."""
+def _train_and_report(args, cfg: PPOConfig, make_env, env_name: str, out: Path | None, st: Stage) -> int:
+    """The run itself: progress, metrics, the periodic weights, the summary and the dashboard; ``st.saved`` names
+    the weights on disk (the Ctrl-C line)."""
     writer = MetricsWriter(out / "metrics.jsonl") if out else None
     bar = progress_bar(total=args.total_timesteps // cfg.batch_size, unit="update", disable=args.no_progress,
                        desc=f"PPO on {env_name}, seed {args.seed}")
@@ -136,6 +140,7 @@ def _train_and_report(args, cfg: PPOConfig, make_env, env_name: str, out: Path |
         saved.update(update=record["update"], global_step=record["global_step"])
         save_checkpoint(out / "agent", params, {"config": cfg.to_dict(), "seed": args.seed, "env": env_name,
                                                 **saved})
+        st.saved = f"update {saved['update']}, step {saved['global_step']}"
 
     def callback(record: dict, params: dict) -> None:
         if writer is not None:

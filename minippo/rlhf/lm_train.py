@@ -28,7 +28,7 @@ import numpy as np
 
 from minippo.checks import check_choice, check_fields, check_range, first_nonfinite, parameter_note
 from minippo.io import (STATE, MetricsWriter, RunWarning, array_specs, atomic_write_text, checkpoint_folder,
-                        has_checkpoint, in_file, read_metrics)
+                        has_checkpoint, in_file, read_json, read_metrics)
 from minippo.nn.gpt import MAX_BLOCK_SIZE, GPTConfig, TinyGPT
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
 from minippo.progress import progress_bar, progress_write
@@ -170,6 +170,12 @@ def check_lm_folder(out_dir: Path, cfg: LMConfig, *, resume: bool, what: str) ->
         check_no_run(out_dir, out_dir / "checkpoint", what)
     if not has_checkpoint(out_dir / "checkpoint"):
         check_fresh_start(out_dir, cfg.to_dict(), what, ignore=RESULT_NEUTRAL)
+        return
+    state = read_json(checkpoint_folder(out_dir / "checkpoint") / STATE)       # another kind of run's checkpoint:
+    stored = state.get("sft_config") if isinstance(state, dict) else None   # refused before a tokenizer is written
+    if not isinstance(stored, dict) or set(stored) != set(cfg.to_dict()):
+        raise FileExistsError(f"{out_dir} holds something other than {what} (its checkpoint is not one): use another "
+                              "folder; nothing was written")
 
 
 def fit_lm(cfg: LMConfig, out_dir: Path, st: Stage, tokenizer, train: list[np.ndarray], held: list[np.ndarray], *,

@@ -11,6 +11,7 @@ held-out accuracy and the correlation with the gold score) and the ``minippo rm`
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -317,13 +318,20 @@ def train_reward_model(cfg: RMConfig, sft_dir, out_dir, progress: bool = True,
                               stored_config(out_dir / "model", "rm_config"), cfg.to_dict(),
                               fresh=f"use another folder than {out_dir}")
 
-    with run_lock(out_dir, check=refuse), stage("the reward model", out_dir,
-                                                restart="the same command trains it again"):
+    again = "the same command trains it again"
+    with run_lock(out_dir, check=refuse), stage("the reward model", out_dir, checkpoint=out_dir / "model",
+                                                resume=again, restart=again) as st:
+        if has_checkpoint(out_dir / "model"):        # a finished reward model: kept until the new one replaces it
+            st.saved = "the finished reward model"
         return _train_reward_model(cfg, sft_dir, out_dir, progress, pairs)
 
 
 def _train_reward_model(cfg: RMConfig, sft_dir, out_dir: Path, progress: bool, pairs) -> dict:
     t0 = time.perf_counter()
+    # over a finished reward model, the new pairs and records are written beside its own and swapped in with the
+    # new model (an interrupted rerun truncated the metrics.jsonl of the model it left in place)
+    rerun = ".rerun" if has_checkpoint(out_dir / "model") else ""
+    pairs_path, metrics_path = out_dir / f"pairs{rerun}.npz", out_dir / f"metrics{rerun}.jsonl"
     sft_model, tokenizer, _ = load_sft(sft_dir)
     check_response_fits(cfg.max_new_tokens, tokenizer, PROMPTS, sft_model.cfg.block_size)
     atomic_write_text(out_dir / "config.json", json.dumps(cfg.to_dict(), indent=1))
@@ -333,12 +341,12 @@ def _train_reward_model(cfg: RMConfig, sft_dir, out_dir: Path, progress: bool, p
             pairs = make_preference_pairs(sft_model, tokenizer, cfg.n_prompts, label_temperature=cfg.label_temperature,
                                           responses_per_prompt=cfg.responses_per_prompt,
                                           rng=np.random.default_rng([cfg.seed, SEED_PAIRS]), **sample)
-            pairs.save(out_dir / "pairs.npz")
+            pairs.save(pairs_path)
         t_pairs = time.perf_counter()
         train, heldout = split_pairs(pairs, cfg)
         rm = build_reward_model(cfg, sft_model)
         history = fit_reward_model(rm, train, heldout, cfg, progress=progress,
-                                   metrics=MetricsWriter(out_dir / "metrics.jsonl"))
+                                   metrics=MetricsWriter(metrics_path))
         t_train = time.perf_counter()
         held = evaluate_pairs(rm, heldout)
         # fresh samples of the reference policy: the normalisation and the correlation with gold
@@ -363,6 +371,9 @@ def _train_reward_model(cfg: RMConfig, sft_dir, out_dir: Path, progress: bool, p
                                    "bayes_accuracy", "pearson", "spearman", "n_train", "n_heldout")}
     out["model_dir"] = str(rm.save(out_dir / "model", tokenizer=tokenizer,
                                    extra_state={"rm_config": cfg.to_dict(), "rm_summary": summary}))
+    for path in (pairs_path, metrics_path) if rerun else ():
+        if path.exists():
+            os.replace(path, out_dir / path.name.replace(rerun, ""))
     out.update(seconds_pairs=t_pairs - t0, seconds_train=t_train - t_pairs, seconds_total=time.perf_counter() - t0)
     return out
 

@@ -49,9 +49,9 @@ from minippo.rlhf.ppo_config import PPOConfig
 from minippo.rlhf.rm_train import stored_config
 from minippo.rlhf.run.configs import comparable, config_from_dict
 from minippo.rlhf.run.correction_cli import add_correction_flags, with_correction
-from minippo.rlhf.run.pipeline import peak_rss_mb
+from minippo.rlhf.run.pipeline import AGAIN, peak_rss_mb
 from minippo.rlhf.run.trainer import RESUME_NEUTRAL
-from minippo.runs import check_run_folder, check_stage_config, run_lock, stage
+from minippo.runs import check_run_folder, check_stage_config, run_lock, stage, stages_kept
 from minippo.rlvr.evaluate import KS, evaluate_pass_at_k
 from minippo.rlvr.task import Problems, TaskSFTConfig, sft_batcher
 from minippo.rlvr.tokenizer import CharTokenizer
@@ -176,7 +176,9 @@ def run_rlvr(out_dir, *, quick: bool = False, seed: int = 0, method: str = "ppo"
         check_run_folder(out, ("sft", *METHODS), "minippo rlvr")
         check_reuse(out, method, sft_cfg, rl_cfg)
 
-    with run_lock(out, check=refuse):
+    # Ctrl-C between and after the stages (the evaluation): what is on disk (a stage names its own)
+    with run_lock(out, check=refuse), stage("minippo rlvr", out, on_disk=lambda: stages_kept(out, ("sft", method)),
+                                            restart=AGAIN):
         return _run(out, quick, seed, method, progress, log, sft_cfg, rl_cfg, eval_cfg)
 
 
@@ -223,9 +225,8 @@ def _run(out: Path, quick, seed, method, progress, log, sft_cfg, rl_cfg, eval_cf
 
     # the evaluation: the same held-out problems, fresh answers, before and after
     t, c = time.perf_counter(), time.process_time()
-    with stage("the evaluation", out, restart="the same command reuses the trained stages and evaluates again"):
-        summary["eval"] = evaluate(sft_model, policy, tokenizer, problems.heldout[:eval_cfg["n_eval"]],
-                                   eval_cfg["n_samples"], rl_cfg, seed)
+    summary["eval"] = evaluate(sft_model, policy, tokenizer, problems.heldout[:eval_cfg["n_eval"]],
+                               eval_cfg["n_samples"], rl_cfg, seed)
     summary["train_pass_rate"] = [r["rlvr/pass_rate"] for r in read_metrics(rl_dir / "metrics.jsonl")]
     timed("eval", t, c)
     log(report(summary["eval"]))

@@ -73,6 +73,33 @@ def test_cli_failed_run_keeps_the_last_good_weights(tmp_path, capsys, monkeypatc
     assert "`save_every`" in capsys.readouterr().err
 
 
+def test_cli_ctrl_c_says_which_weights_and_records_are_on_disk(tmp_path, capsys, monkeypatch):
+    """Ctrl-C in update 5 (of 8): the line named "nothing written" while metrics.jsonl and agent/ (update 3) were on
+    disk; it names them now, and says that a classic run does not resume."""
+    import minippo.classic.ppo as ppo
+    real, calls = ppo.ppo_loss_and_grads, []
+
+    def ctrl_c_in_update_5(*args):
+        calls.append(1)
+        if len(calls) > 5 * 4:                    # FAST: 2 epochs x 2 minibatches per update
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(ppo, "ppo_loss_and_grads", ctrl_c_in_update_5)
+    out = tmp_path / "run"
+    rc = minippo_main(["classic", "--total-timesteps", "1024", "--seed", "1", "--out", str(out), "--no-progress",
+                       "--save-every", "2", *FAST])
+    assert rc == 130
+    assert capsys.readouterr().err == (
+        f"minippo classic: interrupted the classic PPO run in {out}; the last good checkpoint (update 3, step 512) "
+        f"is kept in {out / 'agent'}; metrics.jsonl holds the updates done; a classic run does not resume: a new "
+        "run needs another --out\n")
+    assert load_checkpoint(out / "agent")[1]["update"] == 3 and len(read_metrics(out / "metrics.jsonl")) == 5
+    calls.clear()
+    assert minippo_main(["classic", "--total-timesteps", "1024", "--no-progress", *FAST]) == 130
+    assert capsys.readouterr().err == "minippo classic: interrupted the classic PPO run (it was writing no files)\n"
+
+
 @pytest.mark.slow      # two training runs; the fast suite keeps test_cli_writes_metrics_dashboard_and_weights
 def test_cli_old_spellings_still_work_and_print_the_new_flag(tmp_path, capsys, recwarn):
     out = tmp_path / "run"

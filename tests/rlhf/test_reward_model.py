@@ -273,3 +273,35 @@ def test_cli_runs_from_an_sft_folder(sft_dir, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "held-out accuracy vs the sampled labels" in out and "Pearson" in out
     assert (tmp_path / "rm" / "model" / "tokenizer.json").exists()
+
+
+def test_an_interrupted_rerun_keeps_the_finished_reward_model_and_its_records(sft_dir, tmp_path, capsys, monkeypatch):
+    """Rerunning `minippo rm` into a finished run's folder rewrote metrics.jsonl from its first step: stopped there, the
+    finished model/ was left with 60 of its 169 records and Ctrl-C said no checkpoint had been written. The rerun's
+    pairs and records are swapped in with its model now, and the line names the finished model."""
+    from minippo.cli import main
+    out = tmp_path / "rm"
+    argv = ["rm", "--sft", str(sft_dir), "--out", str(out), "--quick", "--no-progress", "--n-prompts", "60",
+            "--epochs", "1"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    before = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    real, calls = RewardModel.pairs_loss_and_grads, []
+
+    def ctrl_c_at_step_3(self, *args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, *args)
+
+    monkeypatch.setattr(RewardModel, "pairs_loss_and_grads", ctrl_c_at_step_3)
+    assert main(argv) == 130
+    assert capsys.readouterr().err == (f"minippo rm: interrupted the reward model in {out}; the last good checkpoint "
+                                       f"(the finished reward model) is kept in {out / 'model'}; the same command "
+                                       "trains it again\n")
+    assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file() and ".rerun" not in p.name} == before
+    monkeypatch.setattr(RewardModel, "pairs_loss_and_grads", real)
+    assert main(argv) == 0                                        # the same run again: the same files
+    after = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert sorted(after) == sorted(before)
+    assert all(after[name] == before[name] for name in ("metrics.jsonl", "pairs.npz", "weights.safetensors"))

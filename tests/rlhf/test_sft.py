@@ -218,3 +218,19 @@ def test_the_cli_resumes_the_same_flags_and_refuses_others(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("minippo sft: error: --out: the SFT run in") and "seed (stored 0, requested 1)" in err
     assert "Traceback" not in err and err.count("\n") == 1
+
+
+def test_sft_into_another_kind_of_runs_folder_writes_nothing(tmp_path, capsys):
+    """`minippo sft --out <a PPO run>` resumed it (the command always may), trained a tokenizer and wrote tokenizer.json
+    into the PPO run's folder before its checkpoint was refused: refused before anything is written now."""
+    from minippo.io import save_checkpoint
+    ppo_run = tmp_path / "ppo"
+    save_checkpoint(ppo_run / "checkpoint", {"actor/wte": np.zeros((2, 2), np.float32)},
+                    {"format": "minippo.ppo/3", "ppo_config": {"seed": 0}, "iteration": 1})
+    (ppo_run / "config.json").write_text('{"seed": 0}')
+    (ppo_run / "metrics.jsonl").write_text('{"iteration": 0}\n')
+    before = {p.relative_to(ppo_run): p.read_bytes() for p in ppo_run.rglob("*") if p.is_file()}
+    assert cli(["sft", "--quick", "--out", str(ppo_run), "--no-progress"]) == 2
+    assert capsys.readouterr().err.endswith(f"{ppo_run} holds something other than an SFT run (its checkpoint is not "
+                                            "one): use another folder; nothing was written\n")
+    assert {p.relative_to(ppo_run): p.read_bytes() for p in ppo_run.rglob("*") if p.is_file()} == before

@@ -169,6 +169,21 @@ def test_resumed_sft_equals_an_uninterrupted_run(tmp_path, monkeypatch):
     assert resumed["eval"] == full["eval"]
 
 
+def test_ctrl_c_in_the_evaluation_names_the_stages_on_disk(tmp_path, monkeypatch):
+    """It said 'no checkpoint had been written yet' beside the finished SFT and PPO stages."""
+    import minippo.rlvr.run as rlvr_run
+
+    def ctrl_c(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rlvr_run, "evaluate", ctrl_c)
+    with pytest.raises(KeyboardInterrupt) as info:
+        tiny(tmp_path)
+    assert info.value.minippo_message == (f"interrupted minippo rlvr in {tmp_path}; sft/model, ppo/policy are kept; "
+                                          "the same command reuses the finished stages, resumes a stage from its "
+                                          "checkpoint and evaluates again")
+
+
 def test_the_command_line(tmp_path, capsys):
     assert cli(["rlvr", "--out", str(tmp_path / "a"), "--seed", "-1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

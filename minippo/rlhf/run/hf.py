@@ -317,7 +317,8 @@ def check_target(out_dir, force: bool) -> None:
 
 def _write_folder(out_dir, blobs: dict[str, bytes], texts: dict[str, str], force: bool = False) -> Path:
     """Write the files into ``<out>.tmp`` and swap it in; an existing ``out`` is replaced only under the rule of
-    :func:`check_target`."""
+    :func:`check_target`, moved to ``<out>.old`` and deleted after the swap (stopped while deleting, it left a
+    half-deleted export in ``out`` that --force then refused)."""
     out = Path(out_dir)
     check_target(out, force)
     tmp = out.with_name(out.name + ".tmp")
@@ -328,9 +329,14 @@ def _write_folder(out_dir, blobs: dict[str, bytes], texts: dict[str, str], force
         atomic_write_bytes(tmp / name, data)
     for name, text in texts.items():
         atomic_write_text(tmp / name, text)
+    old = out.with_name(out.name + ".old")      # the earlier export is deleted once the new one is in place
+    if old.exists():
+        shutil.rmtree(old)
     if out.exists():
-        shutil.rmtree(out)
+        os.replace(out, old)
     os.replace(tmp, out)
+    if old.exists():
+        shutil.rmtree(old)
     return out
 
 

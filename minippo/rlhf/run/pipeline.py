@@ -64,7 +64,7 @@ from minippo.rlhf.run.plots import plot_run
 from minippo.rlhf.run.trainer import RESUME_NEUTRAL, load_stages, run_ppo
 from minippo.rlhf.lm_train import RESULT_NEUTRAL
 from minippo.rlhf.sft import SFTConfig, train_sft
-from minippo.runs import LOCK_FILE, check_run_folder, check_stage_config, run_lock, stage, user_temp_dir
+from minippo.runs import LOCK_FILE, check_run_folder, check_stage_config, run_lock, stage, stages_kept, user_temp_dir
 
 SEED_EVAL = 11          # the evaluation prompts and samples: np.random.default_rng([seed, SEED_EVAL])
 STAGES = ("sft", "rm", "ppo", "dpo")                # the stage folders of a run folder
@@ -72,6 +72,8 @@ STAGES = ("sft", "rm", "ppo", "dpo")                # the stage folders of a run
 OUTPUTS = {"ppo": ("samples.md", "summary.json", "ppo_curves.png"),
            "dpo": ("samples_dpo.md", "summary_dpo.json", "dpo_curves.png")}
 RUNS_DIR = Path(__file__).resolve().parents[3] / "runs"         # <repo>/runs (git-ignored)
+#: how a command made of stages goes on after Ctrl-C (minippo rlhf, minippo rlvr)
+AGAIN = "the same command reuses the finished stages, resumes a stage from its checkpoint and evaluates again"
 
 
 def peak_rss_mb() -> float:
@@ -227,7 +229,9 @@ def run_pipeline(out_dir, *, quick: bool = False, seed: int = 0, progress: bool 
         check_run_folder(out, STAGES, "minippo rlhf")
         check_reuse(out, sft_cfg, rm_cfg, ppo_cfg, stages, dpo_cfg=dpo_cfg)
 
-    with run_lock(out, check=refuse):
+    # Ctrl-C between and after the stages (the evaluation, the figure): what is on disk (a stage names its own)
+    with run_lock(out, check=refuse), stage("minippo rlhf", out, on_disk=lambda: stages_kept(out, STAGES),
+                                            restart=AGAIN):
         return _run_stages(out, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg, n_eval, evaluate, figures,
                            callback, stages, dpo_cfg)
 
@@ -312,8 +316,7 @@ def _run_stages(out: Path, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg,
 
     if evaluate:
         t = time.perf_counter()
-        with stage("the evaluation", out, restart="the same command reuses the trained stages and evaluates again"):
-            summary["eval"] = evaluate_stages(out, ppo_cfg, n_eval, seed, log)
+        summary["eval"] = evaluate_stages(out, ppo_cfg, n_eval, seed, log)
         summary["seconds"]["eval"] = time.perf_counter() - t
     if figures:
         ref = {"gold/score": summary["eval"]["sft"]["gold_mean"]} if evaluate else None
@@ -339,8 +342,7 @@ def _dpo_stage(out: Path, summary: dict, t_all: float, dpo_cfg: DPOConfig, n_eva
     summary["method"] = "dpo"
     summary["seconds"]["dpo"] = time.perf_counter() - t
     t = time.perf_counter()
-    with stage("the evaluation", out, restart="the same command reuses the trained stages and evaluates again"):
-        summary["eval"] = evaluate_stages(out, dpo_cfg, n_eval, seed, log, stage="dpo")
+    summary["eval"] = evaluate_stages(out, dpo_cfg, n_eval, seed, log, stage="dpo")
     summary["seconds"]["eval"] = time.perf_counter() - t
     path = out / "figures" / OUTPUTS["dpo"][2]
     plot_run(read_metrics(out / "dpo" / "metrics.jsonl"), path, method="dpo", title=f"RLHF-DPO run {out.name}",

@@ -303,11 +303,6 @@ class PPOTrainer(RunFolderTrainer):
             stored = comparable(config_from_dict(state["ppo_config"]))
         check_same_config(f"the PPO run in {Path(directory).parent}", stored, comparable(self.cfg),
                           ignore=RESUME_NEUTRAL, fresh=f"use another folder than {Path(directory).parent} (or delete it)")
-        if stored["iterations"] != self.cfg.iterations and self.cfg.lr_schedule != "constant":
-            warnings.warn(f"the PPO run in {Path(directory).parent} was started for {stored['iterations']} iterations "
-                          f"and resumes for {self.cfg.iterations}: its {self.cfg.lr_schedule} lr schedule follows the "
-                          f"new count from here on (not what an uninterrupted run of either length computes)",
-                          RunWarning, stacklevel=3)
         moments = {name: {k[len(name) + 1:]: v for k, v in arrays.items() if k.startswith(name + "/")}
                    for name in ("opt_actor", "opt_critic")}
         knobs = isinstance(s, KnobsState)
@@ -329,6 +324,11 @@ class PPOTrainer(RunFolderTrainer):
             s.opt_actor.check_state_dict(moments["opt_actor"], state["opt_actor"])
             if s.critic is not None:
                 s.opt_critic.check_state_dict(moments["opt_critic"], state["opt_critic"])
+        if stored["iterations"] != self.cfg.iterations and self.cfg.lr_schedule != "constant":   # it does resume
+            warnings.warn(f"the PPO run in {Path(directory).parent} was started for {stored['iterations']} iterations "
+                          f"and resumes for {self.cfg.iterations}: its {self.cfg.lr_schedule} lr schedule follows the "
+                          f"new count from here on (not what an uninterrupted run of either length computes)",
+                          RunWarning, stacklevel=3)
         # everything is checked: assign (in place: the optimizers hold the parameter arrays)
         assign_arrays(s.actor.params, arrays, "actor/", source=directory)
         s.opt_actor.load_state_dict(moments["opt_actor"], state["opt_actor"])

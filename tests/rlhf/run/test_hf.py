@@ -205,6 +205,30 @@ def test_export_refuses_to_overwrite_another_folder_and_replaces_an_earlier_expo
     assert not (tmp_path / "hf.tmp").exists()
 
 
+def test_a_forced_export_stopped_while_deleting_the_earlier_one_leaves_a_whole_export(tmp_path, tokenizer,
+                                                                                         monkeypatch):
+    """--force deleted the earlier export in place, then swapped the new one in: stopped in between (config.json
+    already deleted), OUT_DIR was half an export that the next --force refused as "not an earlier minippo export"."""
+    import shutil
+
+    import minippo.rlhf.run.hf as hf
+    save_model(tmp_path / "m", random_model(tokenizer), tokenizer=tokenizer)
+    export_hf(tmp_path / "m", tmp_path / "hf", log=lambda s: None)
+    real = shutil.rmtree
+
+    def stopped_while_deleting(path, *args, **kw):
+        (path / "config.json").unlink()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(hf.shutil, "rmtree", stopped_while_deleting)
+    with pytest.raises(KeyboardInterrupt):
+        export_hf(tmp_path / "m", tmp_path / "hf", log=lambda s: None, force=True)
+    monkeypatch.setattr(hf.shutil, "rmtree", real)
+    assert "minippo" in json.loads((tmp_path / "hf" / "config.json").read_text())    # the new export, whole
+    export_hf(tmp_path / "m", tmp_path / "hf", log=lambda s: None, force=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "m"]
+
+
 def test_export_command_and_its_errors(tmp_path, tokenizer, capsys):
     save_model(tmp_path / "ppo" / "policy", random_model(tokenizer), tokenizer=tokenizer,
                extra_state={"ppo_config": {"critic": "separate"}})

@@ -256,3 +256,28 @@ def test_samples_md_marks_proxy_gold_disagreements_by_its_stated_rule():
     rows = [line for line in text.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert len(rows) == 16 and rows[0].endswith("| **hacking** |") and rows[1].endswith("| **regression** |")
     assert rows[3].endswith("|  |")
+
+
+@pytest.mark.parametrize("where", ["evaluate_stages", "plot_run"])
+def test_ctrl_c_after_the_stages_names_what_is_on_disk(tmp_path, monkeypatch, where):
+    """Ctrl-C in the evaluation said 'no checkpoint had been written yet', and in the figure 'interrupted before
+    anything was written' (no stage ran), beside three finished stages: the command's own stage names them now."""
+    import minippo.rlhf.run.pipeline as pipeline
+    sft0, rm0, ppo0 = pipeline.stage_configs(quick=True, seed=0)
+    fake_stage(tmp_path / "sft" / "model", "sft_config", sft0.to_dict())
+    fake_stage(tmp_path / "rm" / "model", "rm_config", rm0.to_dict(), rm_summary=dict.fromkeys(
+        ("heldout_accuracy", "heldout_gold_accuracy", "pearson", "spearman"), 0.5))
+    fake_stage(tmp_path / "ppo" / "policy", "ppo_config", ppo0.to_dict())
+    (tmp_path / "ppo" / "metrics.jsonl").write_text('{"iteration": 0}\n')
+    gold = {"sft": {"gold_mean": 0.0}}
+
+    def ctrl_c(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "evaluate_stages", ctrl_c if where == "evaluate_stages" else lambda *a, **k: gold)
+    monkeypatch.setattr(pipeline, "plot_run", ctrl_c)
+    with pytest.raises(KeyboardInterrupt) as info:
+        run_pipeline(tmp_path, quick=True, progress=False, log=lambda *a: None)
+    assert info.value.minippo_message == (f"interrupted minippo rlhf in {tmp_path}; sft/model, rm/model, ppo/policy "
+                                          "are kept; the same command reuses the finished stages, resumes a stage "
+                                          "from its checkpoint and evaluates again")

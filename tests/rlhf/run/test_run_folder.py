@@ -134,6 +134,18 @@ def test_a_folder_holding_a_run_is_never_overwritten_or_resumed_with_another_con
         PPOTrainer(cfg.replace(checkpoint_every=3), sft, rm, tok, out_dir=folder, resume=True).close()
 
 
+def test_a_refused_shorter_resume_does_not_say_that_it_resumes(stopped):
+    """`minippo ppo --iterations 1` on a run checkpointed at iteration 2 warned "resumes for 1 ... follows the new
+    count from here on", then refused: the warning comes once everything is checked now."""
+    folder, cfg, (sft, rm, tok) = stopped
+    before = snapshot(folder)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RunWarning)
+        with pytest.raises(CorruptFileError, match=r"`iteration` must be in \[1, 1\], got 2"):
+            PPOTrainer(cfg.replace(iterations=1), sft, rm, tok, out_dir=folder, resume=True)
+    assert snapshot(folder) == before
+
+
 @pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning")
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
 def test_a_nan_stop_names_the_parameter_and_what_is_on_disk(tmp_path):
