@@ -165,17 +165,23 @@ def check_lm_folder(out_dir: Path, cfg: LMConfig, *, resume: bool, what: str) ->
     """The refusals of an LM run's folder, which only read it (the ``check`` of
     :func:`minippo.runs.run_lock`): without ``resume``, a folder holding a checkpoint (another run's
     records); without a checkpoint, a folder of someone's files or of another kind of run
-    (:func:`minippo.runs.check_fresh_start`)."""
+    (:func:`minippo.runs.check_fresh_start`); with a checkpoint to resume, one of another kind of run or
+    made with another config (what :func:`_resume` checks, before SFT writes its tokenizer)."""
     if not resume:
         check_no_run(out_dir, out_dir / "checkpoint", what)
     if not has_checkpoint(out_dir / "checkpoint"):
         check_fresh_start(out_dir, cfg.to_dict(), what, ignore=RESULT_NEUTRAL)
         return
-    state = read_json(checkpoint_folder(out_dir / "checkpoint") / STATE)       # another kind of run's checkpoint:
-    stored = state.get("sft_config") if isinstance(state, dict) else None   # refused before a tokenizer is written
-    if not isinstance(stored, dict) or set(stored) != set(cfg.to_dict()):
+    path = checkpoint_folder(out_dir / "checkpoint") / STATE
+    state = read_json(path)
+    stored = state.get("sft_config") if isinstance(state, dict) else None
+    if not isinstance(stored, dict):                             # a PPO or DPO run's checkpoint
         raise FileExistsError(f"{out_dir} holds something other than {what} (its checkpoint is not one): use another "
                               "folder; nothing was written")
+    with in_file(path):
+        stored = check_fields(type(cfg), stored, "sft_config")
+    check_same_config(f"the SFT run in {out_dir}", stored, cfg.to_dict(), ignore=RESULT_NEUTRAL,
+                      fresh=f"use another folder than {out_dir} (or delete it)")
 
 
 def fit_lm(cfg: LMConfig, out_dir: Path, st: Stage, tokenizer, train: list[np.ndarray], held: list[np.ndarray], *,

@@ -234,3 +234,26 @@ def test_sft_into_another_kind_of_runs_folder_writes_nothing(tmp_path, capsys):
     assert capsys.readouterr().err.endswith(f"{ppo_run} holds something other than an SFT run (its checkpoint is not "
                                             "one): use another folder; nothing was written\n")
     assert {p.relative_to(ppo_run): p.read_bytes() for p in ppo_run.rglob("*") if p.is_file()} == before
+
+
+def test_sft_into_an_sft_run_of_another_config_names_the_fields_and_writes_nothing(tmp_path, capsys):
+    """A checkpoint of another LM run (another config, or rlvr's task SFT) is refused naming the fields, before
+    tokenizer.json is written (it was refused by the resume, after the tokenizer)."""
+    import json
+    out = tmp_path / "sft"
+    assert cli(["sft", "--quick", "--out", str(out), "--no-progress", "--steps", "25"]) == 0
+    (out / "model").rename(tmp_path / "model")                    # an interrupted run: its checkpoint stays
+    capsys.readouterr()
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert cli(["sft", "--quick", "--out", str(out), "--no-progress", "--steps", "25", "--seed", "1"]) == 1      # a mismatch, as every command reports one
+    err = capsys.readouterr().err
+    assert f"the SFT run in {out} was made with another configuration: seed (stored 0, requested 1)" in err
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    state = out / "checkpoint" / "state.json"
+    data = json.loads(state.read_text())
+    data["sft_config"]["carry_slip"] = 0.5                          # rlvr's task SFT has fields SFT has not
+    state.write_text(json.dumps(data))
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert cli(["sft", "--quick", "--out", str(out), "--no-progress", "--steps", "25"]) == 1
+    assert "carry_slip" in capsys.readouterr().err
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
