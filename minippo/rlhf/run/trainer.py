@@ -159,7 +159,8 @@ class PPOTrainer(RunFolderTrainer):
     and ``first_minibatch`` its update's first-minibatch ratio statistics (the lr = 0 check).
     """
 
-    STAGE, UNIT = "PPO", "iteration"        # minippo.runs.RunFolderTrainer: the run folder, its lock and records
+    # minippo.runs.RunFolderTrainer: the run folder, its lock and records
+    STAGE, UNIT, FORMATS = "PPO", "iteration", READABLE_FORMATS
 
     def __init__(self, cfg, sft_model: TinyGPT, reward_model, tokenizer, *, out_dir=None,
                  resume: bool = False, ptx_sequences=None, log_exact_kl: bool = False, dump_rollouts: bool = False):
