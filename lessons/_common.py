@@ -104,6 +104,15 @@ def legend_in_margin(ax, frac: float = 0.3, side: str = "top", **kwargs):
     return ax.legend(**kwargs)
 
 
+def seed(text: str) -> int:
+    """argparse ``type`` of ``--seed``: an integer >= 0, what ``np.random.default_rng`` takes (-1 was its
+    "expected non-negative integer" traceback)."""
+    value = integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0 (N), got {text!r}")
+    return value
+
+
 def lesson_parser(description: str | None = None, prog: str | None = None) -> Parser:
     """The parser of the flags every lesson's ``main()`` accepts: ``--quick``, ``--full``, ``--seed``, ``--out``,
     ``--figures``."""
@@ -112,7 +121,7 @@ def lesson_parser(description: str | None = None, prog: str | None = None) -> Pa
     size.add_argument("--quick", action="store_true", help="small, seconds-long version (used by the tests)")
     size.add_argument("--full", action="store_true",
                       help="the larger version that produced the committed figure, where a lesson has one")
-    parser.add_argument("--seed", type=integer, default=0, metavar="N",
+    parser.add_argument("--seed", type=seed, default=0, metavar="N",
                         help="seed of the np.random.Generator (default 0)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--out", default=None, metavar="DIR",

@@ -77,6 +77,17 @@ class Parser(argparse.ArgumentParser):
                   if a.option_strings and a.required]
         return "usage: " + " ".join([self.prog, *parts, "[flags]"])
 
+    def parse_known_args(self, args=None, namespace=None):
+        """argparse's, and an empty text given to a flag or positional that takes any text (``--out ''``,
+        ``--sft ''``) is refused: it is no path (it would silently mean the default, or the current folder)."""
+        namespace, extras = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            if isinstance(action, argparse._StoreAction) and action.type is None and action.default != "" \
+                    and getattr(namespace, action.dest, None) == "":
+                name = " ".join(filter(None, (*action.option_strings[:1], action.metavar or action.dest.upper())))
+                self.error(f"{name}: expected a value, got ''")
+        return namespace, extras
+
     def error(self, message: str):
         message = re.sub(r"^argument ([^:]+): ", r"\1: ", message)
         if message.startswith("unrecognized arguments"):

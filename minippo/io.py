@@ -165,8 +165,8 @@ def checkpoint_folder(directory: str | os.PathLike) -> Path:
     directory = Path(directory)
     if (directory / WEIGHTS).exists():
         return directory
-    old = directory.with_name(directory.name + ".old")
-    if (old / WEIGHTS).exists():
+    old = _old_folder(directory)
+    if old is not None and (old / WEIGHTS).exists():
         return old
     raise FileNotFoundError(f"no checkpoint at {directory} (expected {WEIGHTS} and {STATE})")
 
@@ -247,9 +247,17 @@ def load_checkpoint(directory: str | os.PathLike, expect=None, *, finite: bool =
     return arrays, state
 
 
+def _old_folder(directory: Path) -> Path | None:
+    """``<dir>.old`` beside ``directory``, named from its absolute path (``.`` is the current folder, whose
+    ``.old`` is ``../<name>.old``); None for ``/``, which has no name."""
+    folder = directory.absolute()
+    return folder.with_name(folder.name + ".old") if folder.name else None
+
+
 def has_checkpoint(directory: str | os.PathLike) -> bool:
     directory = Path(directory)
-    return (directory / WEIGHTS).exists() or (directory.with_name(directory.name + ".old") / WEIGHTS).exists()
+    old = _old_folder(directory)
+    return (directory / WEIGHTS).exists() or (old is not None and (old / WEIGHTS).exists())
 
 
 def rng_state(rng: np.random.Generator) -> dict:

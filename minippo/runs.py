@@ -60,7 +60,7 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from minippo.checks import parameter_note
-from minippo.io import MetricsWriter, RunWarning, atomic_write_text, has_checkpoint
+from minippo.io import STATE, MetricsWriter, RunWarning, atomic_write_text, checkpoint_folder, has_checkpoint
 
 LOCK_FILE = ".minippo.lock"
 
@@ -255,6 +255,25 @@ def check_no_run(folder, checkpoint, what: str) -> None:
                               "folder; nothing was overwritten")
 
 
+def check_checkpoint_format(folder, checkpoint, formats: Iterable[str], what: str, config: Mapping) -> None:
+    """Another minippo command's run (its checkpoint's state.json has a ``minippo.*`` format that is none of
+    ``formats``, and its ``config.json``, if any, is not a config of ``config``'s kind) is refused with
+    ``FileExistsError``, before a resume reads its tensors as this run's ("tensor 'actor/...' is missing", exit
+    1, for ``minippo ppo --out`` an SFT run's folder). Anything else is left to the restore, which names the
+    file."""
+    def read(path):
+        try:
+            return json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+    state, stored = read(checkpoint_folder(checkpoint) / STATE), read(Path(folder) / "config.json")
+    found = state.get("format") if isinstance(state, dict) else None
+    if isinstance(found, str) and found.startswith("minippo.") and found not in tuple(formats) and not (
+            isinstance(stored, dict) and set(stored) == set(config)):
+        raise FileExistsError(f"{folder} holds something other than {what} (its checkpoint is of format {found!r}): "
+                              "use another folder; nothing was overwritten")
+
+
 def check_fresh_start(folder, config: Mapping, what: str, *, ignore: Iterable[str] = (), records: bool = True) -> None:
     """A run that starts fresh in ``folder`` (no checkpoint of its own there) writes ``config.json`` and
     ``metrics.jsonl``, so it first refuses, with ``FileExistsError`` and nothing written, a folder that holds a
@@ -287,7 +306,8 @@ def check_fresh_start(folder, config: Mapping, what: str, *, ignore: Iterable[st
                           fresh="use another folder, or delete that one")
 
 
-def open_run(folder, config: Mapping, restore: Callable[[Path], int], *, what: str, resume: bool, key: str):
+def open_run(folder, config: Mapping, restore: Callable[[Path], int], *, what: str, resume: bool, key: str,
+             formats: Iterable[str] = ()):
     """The start every trainer with a run folder shares: lock ``folder``, then resume or start fresh.
 
     With a checkpoint in ``folder / "checkpoint"``: a fresh run (``resume=False``) refuses (:func:`check_no_run`);
@@ -305,6 +325,8 @@ def open_run(folder, config: Mapping, restore: Callable[[Path], int], *, what: s
             check_fresh_start(folder, config, what)          # never another run's or someone's files
         elif not resume:
             check_no_run(folder, ckpt, what)                 # never overwrite another run's records
+        elif formats:
+            check_checkpoint_format(folder, ckpt, formats, what, config)      # another command's run
 
     lock = RunLock(folder).acquire(check=refuse)
     try:
@@ -425,6 +447,7 @@ class RunFolderTrainer:
 
     STAGE: str = ""
     UNIT: str = ""
+    FORMATS: tuple[str, ...] = ()        # the formats of the checkpoints it resumes (another one is refused)
 
     @property
     def done(self) -> int:
@@ -437,7 +460,7 @@ class RunFolderTrainer:
         self.stage = Stage(self.STAGE, self.out_dir, None if out_dir is None else self.out_dir / "checkpoint")
         if self.out_dir is not None:
             self._lock, self.metrics = open_run(self.out_dir, config, self._restore, what=f"a {self.STAGE} run",
-                                                resume=resume, key=self.UNIT)
+                                                resume=resume, key=self.UNIT, formats=self.FORMATS)
             weakref.finalize(self, self._lock.release)
 
     def _restore(self, checkpoint) -> int:

@@ -206,6 +206,21 @@ def test_a_missing_path_is_named_before_any_banner(capsys, tmp_path):
         assert "does not exist" in err
 
 
+@pytest.mark.parametrize("argv, line", [
+    (["ppo", "--sft", "", "--rm", "r"], "minippo ppo: error: --sft DIR: expected a value, got ''\n"),
+    (["sft", "--quick", "--out", ""], "minippo sft: error: --out DIR: expected a value, got ''\n"),
+    (["export", "", "--hf", "h"], "minippo export: error: MODEL_DIR: expected a value, got ''\n"),
+    (["rlhf", "--config="], "minippo rlhf: error: --config FILE: expected a value, got ''\n"),
+])
+def test_an_empty_path_is_refused_not_taken_for_the_default_or_the_current_folder(capsys, argv, line, tmp_path,
+                                                                                   monkeypatch):
+    """``--out ''`` ran into runs/<timestamp> (the default) and ``--sft ''`` said "PosixPath('.') has an empty
+    name", exit 1."""
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = run(capsys, *argv)
+    assert (rc, out, err) == (2, "", line) and list(tmp_path.iterdir()) == []
+
+
 def test_a_bad_config_file_is_named(capsys, tmp_path):
     bad = tmp_path / "c.json"
     for text, why in (("x", "not valid JSON"), ('{"ppx": {}}', "unknown stage 'ppx'"),

@@ -1,6 +1,7 @@
 """Checkpoints (round trip, atomic replacement that survives a crash mid-save), metrics, RNG state."""
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -35,6 +36,19 @@ def test_missing_checkpoint(tmp_path):
     assert not io.has_checkpoint(tmp_path / "nope")
     with pytest.raises(FileNotFoundError):
         io.load_checkpoint(tmp_path / "nope")
+
+
+def test_the_current_folder_and_the_root_are_folders_like_any_other(tmp_path, monkeypatch):
+    """``minippo rm --sft .`` in an SFT model folder: "." has no name of its own (``Path.with_name`` refused it,
+    "PosixPath('.') has an empty name"); its ``.old`` is the one beside it, under its real name."""
+    io.save_checkpoint(tmp_path / "ckpt", _arrays(), {"step": 1})
+    monkeypatch.chdir(tmp_path / "ckpt")
+    assert io.has_checkpoint(".") and io.checkpoint_folder(".") == Path(".")
+    os.replace(tmp_path / "ckpt", tmp_path / "ckpt.old")     # a save stopped between its two renames
+    os.mkdir(tmp_path / "ckpt")
+    monkeypatch.chdir(tmp_path / "ckpt")
+    assert io.has_checkpoint(".") and io.checkpoint_folder(".") == tmp_path / "ckpt.old"
+    assert not io.has_checkpoint("/")
 
 
 def test_crash_while_writing_keeps_the_old_checkpoint(tmp_path, monkeypatch):

@@ -58,24 +58,27 @@ def _flag(name: str) -> str:
 
 
 def _add_field_flag(group, name: str, default, help_text: str, bool_flag: bool | None = None) -> None:
-    """One flag per field: ``--x/--no-x`` for booleans, a choice for ``lr_schedule``, else typed."""
+    """One flag per field: ``--x/--no-x`` for booleans, a choice for ``lr_schedule``, else typed; ``default`` tells
+    which, the flag's value is None when it is not given (the field keeps PPOConfig's default)."""
     if bool_flag or isinstance(default, bool):
-        group.add_argument(_flag(name), dest=name, action=argparse.BooleanOptionalAction, default=default,
+        group.add_argument(_flag(name), dest=name, action=argparse.BooleanOptionalAction, default=None,
                            help=help_text)
     else:                    # typed, with a metavar saying what the value is (minippo.flags: N, FLOAT, {a,b})
         spec = field_flag(PPOConfig, "kl_old_target" if name == "target_kl" else name)
-        group.add_argument(_flag(name), dest=name, type=spec["type"], metavar=spec["metavar"], default=default,
+        group.add_argument(_flag(name), dest=name, type=spec["type"], metavar=spec["metavar"], default=None,
                            help=help_text)
 
 
 def _hyperparameters(args: argparse.Namespace) -> dict:
     """The PPOConfig fields from the flags; a deprecated flag that was given sets its new field and
     prints one line naming the new flag (the CLI's DeprecationWarning)."""
-    hyper = {f.name: getattr(args, f.name) for f in fields(PPOConfig)}
+    hyper = {f.name: getattr(args, f.name) for f in fields(PPOConfig) if getattr(args, f.name) is not None}
     for old, new in DEPRECATED_NAMES.items():
         value = getattr(args, old)
         if value is None:
             continue
+        if new in hyper:                       # both spellings given: neither silently wins
+            raise UsageError(f"{_flag(old)} and {_flag(new)} name the same field: give {_flag(new)} only")
         hyper[new] = deprecated_value(old, value)
         if old == "target_kl":
             given, use = f"{_flag(old)} {value}", f"{_flag(new)} {value}"

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from minippo.checks import check_float_array, check_int_array, check_mask, check_range
+from minippo.checks import UsageError, check_float_array, check_int_array, check_mask, check_range
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.rlhf.checkpoint import load_model, save_model
 from minippo.rlhf.data.preferences import log_sigmoid
@@ -285,8 +285,7 @@ class RewardModel:
         ``load_model``'s)."""
         model, state = load_model(directory)
         if STATE_KEY not in state:
-            raise ValueError(f"`directory` {directory} holds a model but no reward model (no "
-                             f"{STATE_KEY!r} entry in state.json)")
+            raise UsageError(f"{directory} holds a model but no reward model (no {STATE_KEY!r} entry in state.json)")
         return cls(model, gain=state[STATE_KEY]["gain"], bias=state[STATE_KEY]["bias"]), state
 
 

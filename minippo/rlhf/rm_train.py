@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from minippo.blas import single_blas_thread
-from minippo.checks import check_choice, check_fields, check_range, first_nonfinite
+from minippo.checks import UsageError, check_choice, check_fields, check_range, first_nonfinite
 from minippo.flags import add_config_flags, config_from_args
 from minippo.io import STATE, MetricsWriter, atomic_write_text, checkpoint_folder, has_checkpoint, in_file, read_json
 from minippo.nn.gpt import GPTConfig, TinyGPT
@@ -33,7 +33,7 @@ from minippo.rlhf.data.preferences import (PreferencePairs, gold_order_accuracy,
                                            pairwise_accuracy, pearson, sample_policy, spearman)
 from minippo.rlhf.data.tokenizer import Tokenizer
 from minippo.rlhf.generate import check_response_fits
-from minippo.rlhf.reward_model import RewardModel, bradley_terry_forward
+from minippo.rlhf.reward_model import STATE_KEY, RewardModel, bradley_terry_forward
 
 # ----------------------------------------------------------------------------------------------
 # configuration
@@ -266,6 +266,9 @@ def load_sft(sft_dir) -> tuple[TinyGPT, Tokenizer, dict]:
     if has_checkpoint(folder / "model"):
         folder = folder / "model"
     model, state = load_model(folder)
+    if STATE_KEY in state:                              # the scalar score head on a trunk: no policy
+        raise UsageError(f"{sft_dir} holds a reward model (a {STATE_KEY!r} entry in state.json), not a language "
+                         f"model: give an SFT run folder or a policy")
     if state["tokenizer"] is None:
         raise ValueError(f"`sft_dir` {sft_dir} has no tokenizer.json beside the model")
     return model, Tokenizer.load(state["tokenizer"]), state

@@ -123,3 +123,16 @@ def test_cli_rejects_bad_hyperparameters(capsys):
     assert "`lr`" in capsys.readouterr().err
     assert minippo_main(["classic", "--total-timesteps", "10", "--no-progress"]) == 2
     assert "`total_timesteps`" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--target-kl", "0.01", "--kl-old-target", "0.02"], "--target-kl and --kl-old-target name the same field"),
+    (["--anneal-lr", "--lr-schedule", "constant"], "--anneal-lr and --lr-schedule name the same field"),
+    (["--norm-adv", "--no-whiten-advantages"], "--norm-adv and --whiten-advantages name the same field"),
+])
+def test_cli_refuses_an_old_and_a_new_spelling_of_one_field(tmp_path, capsys, argv, line):
+    """Both spellings given: the old one silently won (--anneal-lr --lr-schedule constant trained with linear)."""
+    rc = minippo_main(["classic", *argv, "--out", str(tmp_path / "run"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith(f"minippo classic: error: {line}") and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists()

@@ -26,3 +26,17 @@ def test_legend_in_margin_leaves_that_margin_free_of_data(scale, side):
     with pytest.raises(ValueError, match="`side`"):
         legend_in_margin(ax, 0.3, side="left")
     plt.close(fig)
+
+
+@pytest.mark.parametrize("value, ok", [("-1", False), ("0", True), ("7", True)])
+def test_a_lessons_seed_must_be_non_negative(value, ok, capsys):
+    """``python -m lessons.l04_clip_objective --seed -1`` ran the lesson into numpy's "expected non-negative
+    integer" traceback; it is a one-line error naming the flag, exit status 2."""
+    from lessons._common import lesson_parser
+    if ok:
+        assert lesson_parser(prog="lesson").parse_args(["--seed", value]).seed == int(value)
+        return
+    with pytest.raises(SystemExit) as info:
+        lesson_parser(prog="lesson").parse_args(["--seed", value])
+    assert info.value.code == 2
+    assert capsys.readouterr().err == "lesson: error: --seed: expected an integer >= 0 (N), got '-1'\n"

@@ -79,7 +79,8 @@ class DPOTrainer(RunFolderTrainer):
     data_info : JSON-serialisable description of the pairs (stored with checkpoints and the policy)
     """
 
-    STAGE, UNIT = "DPO", "step"        # minippo.runs.RunFolderTrainer: the run folder, its lock and records
+    # minippo.runs.RunFolderTrainer: the run folder, its lock and records
+    STAGE, UNIT, FORMATS = "DPO", "step", (CHECKPOINT_FORMAT,)
 
     def __init__(self, cfg: DPOConfig, sft_model: TinyGPT, tokenizer, train: PreferencePairs,
                  heldout: PreferencePairs, *, out_dir=None, resume: bool = False, data_info: dict | None = None):

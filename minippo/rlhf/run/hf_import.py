@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 
+from minippo.io import in_file
 from minippo.nn.attention import LN_EPS
 from minippo.nn.gpt import GPTConfig, TinyGPT, param_shapes
 from minippo.rlhf.data.tokenizer import Tokenizer
@@ -59,15 +60,24 @@ def read_safetensors(path) -> dict[str, np.ndarray]:
 
     The format: an 8-byte little-endian header length, a JSON header ``{name: {"dtype", "shape",
     "data_offsets"}}``, the raw bytes. F16 and BF16 (which NumPy lacks: its 16 bits are the top half of a
-    float32) are widened to float32, losslessly.
+    float32) are widened to float32, losslessly. A file that is not one (truncated, a header that is not a JSON
+    object of tensors) is a :class:`minippo.io.CorruptFileError` naming it.
     """
     data = Path(path).read_bytes()
     n = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8:8 + n])
+    with in_file(path):
+        if len(data) < 8 + n:
+            raise ValueError(f"not a safetensors file, or truncated (its header needs {n} bytes, {len(data)} in all)")
+        header = json.loads(data[8:8 + n])
+        if not isinstance(header, dict):
+            raise ValueError(f"the header must be a JSON object of tensors, got {type(header).__name__}")
     header.pop("__metadata__", None)
     out = {}
     for name, info in header.items():
-        begin, end = (8 + n + o for o in info["data_offsets"])
+        with in_file(path):
+            begin, end = (8 + n + o for o in info["data_offsets"])
+            if not 8 + n <= begin <= end <= len(data):
+                raise ValueError(f"tensor {name}'s bytes [{begin}, {end}) are not in the file (truncated?)")
         raw = data[begin:end]
         if info["dtype"] == "BF16":
             a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
@@ -76,7 +86,8 @@ def read_safetensors(path) -> dict[str, np.ndarray]:
             a = a.astype(np.float32 if info["dtype"] == "F16" else a.dtype.newbyteorder("="))
         else:
             raise UnsupportedConfig(f"{path}: tensor {name} has dtype {info['dtype']}; TinyGPT reads float weights")
-        out[name] = a.reshape(info["shape"]).copy()
+        with in_file(path):
+            out[name] = a.reshape(info["shape"]).copy()
     return out
 
 

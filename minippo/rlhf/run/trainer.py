@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from minippo.blas import single_blas_thread
-from minippo.checks import check_choice, check_range
+from minippo.checks import UsageError, check_choice, check_range
 from minippo.io import (STATE, RunWarning, array_specs, checkpoint_folder, has_checkpoint, in_file, load_checkpoint,
                         rng_from_state, rng_state, save_checkpoint)
 from minippo.nn.gpt import TinyGPT
@@ -159,7 +159,8 @@ class PPOTrainer(RunFolderTrainer):
     and ``first_minibatch`` its update's first-minibatch ratio statistics (the lr = 0 check).
     """
 
-    STAGE, UNIT = "PPO", "iteration"        # minippo.runs.RunFolderTrainer: the run folder, its lock and records
+    # minippo.runs.RunFolderTrainer: the run folder, its lock and records
+    STAGE, UNIT, FORMATS = "PPO", "iteration", READABLE_FORMATS
 
     def __init__(self, cfg, sft_model: TinyGPT, reward_model, tokenizer, *, out_dir=None,
                  resume: bool = False, ptx_sequences=None, log_exact_kl: bool = False, dump_rollouts: bool = False):
@@ -374,6 +375,9 @@ def run_ppo(cfg, sft_dir, rm_dir, out_dir, *, resume: bool = False, progress: bo
     (``options``: :class:`PPOTrainer`'s ``log_exact_kl`` and ``dump_rollouts``)."""
     sft_model, tokenizer, reward_model, sft_state = load_stages(sft_dir, rm_dir)
     knobs_ptx = isinstance(cfg, KnobsConfig) and cfg.ptx_coef > 0
+    if knobs_ptx and "sft_config" not in sft_state:      # a PPO policy or an imported model: no corpus to rebuild
+        raise UsageError(f"`ptx_coef` > 0 trains on the SFT run's own corpus, which {sft_dir} does not record (no "
+                         f"sft_config in its state.json): give the model of `minippo sft`")
     ptx = sft_training_sequences(sft_state, tokenizer) if knobs_ptx else None
     trainer = PPOTrainer(cfg, sft_model, reward_model, tokenizer, out_dir=out_dir, resume=resume, ptx_sequences=ptx,
                          **options)

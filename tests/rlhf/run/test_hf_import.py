@@ -182,3 +182,18 @@ def test_import_command_and_its_errors(exported, tmp_path, capsys):
     edit_config(folder, activation_function="gelu_new")
     assert main(["import-hf", str(folder), "--out", str(tmp_path / "x")]) == 1
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_truncated_or_malformed_weights_file_is_one_line_naming_it(exported, tmp_path, capsys):
+    """A truncated model.safetensors said "Unterminated string starting at: line 1 column 987" (no file named); a
+    header that is not a JSON object was an AttributeError traceback."""
+    _, folder = exported
+    data = (folder / "model.safetensors").read_bytes()
+    header = json.dumps([1, 2]).encode()
+    for damaged, why in ((data[:1000], "not a safetensors file, or truncated"), (data[:-8], "are not in the file"),
+                         (len(header).to_bytes(8, "little") + header, "must be a JSON object of tensors, got list")):
+        (folder / "model.safetensors").write_bytes(damaged)
+        assert main(["import-hf", str(folder), "--out", str(tmp_path / "x")]) == 1
+        err = capsys.readouterr().err
+        assert err == f"minippo import-hf: error: {folder / 'model.safetensors'}: {err.split(': ', 3)[-1]}", err
+        assert why in err and err.count("\n") == 1 and not (tmp_path / "x").exists()

@@ -191,3 +191,24 @@ def test_a_second_writer_on_a_run_folder_refuses_before_writing(tmp_path):
         p.kill()
         p.wait()
     PPOTrainer(tiny_config(), sft, rm, tok, out_dir=tmp_path).close()     # the holder is gone: the folder is free
+
+
+def test_another_commands_run_folder_is_refused_as_such_before_its_tensors_are_read(stopped, tmp_path):
+    """``minippo ppo --out`` an SFT run's folder (a checkpoint of format minippo.model/1) said "tensor
+    'actor/h.0.attn.c_attn.b' is missing (and 107 more)", exit 1, as if the checkpoint were corrupt; ``minippo sft
+    --out`` a PPO run's folder likewise (and wrote its tokenizer.json there first)."""
+    from minippo.rlhf.checkpoint import save_model
+    from minippo.rlhf.lm_train import check_lm_folder
+    from minippo.rlhf.sft import SFTConfig
+    folder, cfg, (sft, rm, tok) = stopped
+    other = tmp_path / "sft_run"
+    save_model(other / "checkpoint", sft, tokenizer=tok, extra_state={"step": 1})
+    for out, what in ((other, "a PPO run"), (folder, "an SFT run")):
+        before = snapshot(out)
+        with pytest.raises(FileExistsError, match=f"holds something other than {what} \\(its checkpoint is of "
+                                                  "format 'minippo.(model/1|ppo/3)'\\): use another folder"):
+            if what == "a PPO run":
+                PPOTrainer(cfg, sft, rm, tok, out_dir=out, resume=True)
+            else:
+                check_lm_folder(out, SFTConfig.quick(), resume=True, what=what)
+        assert snapshot(out) == before

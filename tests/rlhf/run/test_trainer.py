@@ -592,3 +592,25 @@ def test_renamed_fields_are_accepted_for_one_release():
     assert cfg == KnobsConfig(**{RENAMED[k]: v for k, v in old.items()})       # kl_ref_estimator: a knob
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="`kl_coef` and `kl_ref_coef`"):
         PPOConfig.from_dict({"kl_coef": 0.1, "kl_ref_coef": 0.2})
+
+
+def test_a_stage_folder_of_the_wrong_kind_is_refused_naming_the_flag_exit_2(tmp_path, capsys):
+    """``--sft`` naming a reward model trained PPO from its trunk as if it were a policy (exit 0); ``--rm`` naming a
+    policy said "`directory` ... holds no reward model", exit 1; ``--ptx-coef`` with a policy that records no SFT
+    corpus (a PPO policy) was a KeyError traceback."""
+    from minippo import cli
+    sft, rm, tok = world()
+    save_model(tmp_path / "policy", sft, tokenizer=tok)                 # a PPO policy: no sft_config
+    rm.save(tmp_path / "rm", tokenizer=tok)
+    save_model(tmp_path / "sft" / "model", sft, tokenizer=tok)
+    out = tmp_path / "out"
+    for argv, line in (
+            (["--sft", tmp_path / "rm", "--rm", tmp_path / "rm"], f"--sft: {tmp_path / 'rm'} holds a reward model"),
+            (["--sft", tmp_path / "sft", "--rm", tmp_path / "policy"], f"--rm: {tmp_path / 'policy'} holds a "
+             "model but no reward model"),
+            (["--sft", tmp_path / "policy", "--rm", tmp_path / "rm", "--ptx-coef", "0.1"], "--ptx-coef 0.1: "
+             f"`ptx_coef` > 0 trains on the SFT run's own corpus, which {tmp_path / 'policy'} does not record")):
+        rc = cli.main(["ppo", *map(str, argv), "--out", str(out), "--no-progress"])
+        _, err = capsys.readouterr()
+        assert rc == 2 and err.startswith(f"minippo ppo: error: {line}") and err.count("\n") == 1, err
+        assert not out.exists()
