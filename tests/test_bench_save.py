@@ -59,3 +59,10 @@ def test_the_readme_block_is_the_caption_and_the_printed_lines(tmp_path):
     missing = qt.Sources(tmp_path, check_fresh=False, files={"bench": tmp_path / "none.json"})
     assert qt.rewrite(text, "R.md", missing)[2] == [
         "R.md:2: <!-- quote-bench -->: none.json is missing: `minippo bench --save docs/bench.json` measures it"]
+
+
+def test_a_section_given_to_only_and_skip_is_refused(capsys):
+    """``--only gae --skip gae`` ran gae and ignored --skip."""
+    assert cli.main(["bench", "--only", "gae", "matmul", "--skip", "gae"]) == 2
+    assert capsys.readouterr().err == ("minippo bench: error: --only and --skip both name gae: give it to one of "
+                                       "them\n")

@@ -76,6 +76,11 @@ def is_bench_record(path: Path) -> bool:
 
 
 def cli_main(args: argparse.Namespace) -> int:
+    both = [s for s in args.only or () if s in args.skip]
+    if both:                                  # a section named to run and to skip: neither silently wins
+        print(f"minippo bench: error: --only and --skip both name {', '.join(both)}: give it to one of them",
+              file=sys.stderr)
+        return 2
     names = args.only or [s for s in SECTIONS if s not in args.skip and s not in ON_REQUEST]
     save = None if args.save is None else Path(args.save)
     if save is not None and not save.parent.is_dir():

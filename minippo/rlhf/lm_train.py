@@ -32,10 +32,9 @@ from minippo.io import (STATE, MetricsWriter, RunWarning, array_specs, atomic_wr
 from minippo.nn.gpt import MAX_BLOCK_SIZE, GPTConfig, TinyGPT
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
 from minippo.progress import progress_bar, progress_write
-from minippo.rlhf.checkpoint import FORMAT as MODEL_FORMAT, load_model, save_model
+from minippo.rlhf.checkpoint import load_model, save_model
 from minippo.rlhf.data.batches import batch_indices, lm_batch
-from minippo.runs import (Stage, assign_arrays, check_checkpoint_format, check_fresh_start, check_no_run,
-                          check_same_config)
+from minippo.runs import Stage, assign_arrays, check_fresh_start, check_no_run, check_same_config
 
 # purposes of the random streams derived from cfg.seed: np.random.default_rng([seed, purpose])
 SEED_MODEL, SEED_BATCHES, SEED_SAMPLES = 1, 2, 3
@@ -170,8 +169,6 @@ def check_lm_folder(out_dir: Path, cfg: LMConfig, *, resume: bool, what: str) ->
     made with another config (what :func:`_resume` checks, before SFT writes its tokenizer)."""
     if not resume:
         check_no_run(out_dir, out_dir / "checkpoint", what)
-    elif has_checkpoint(out_dir / "checkpoint"):
-        check_checkpoint_format(out_dir, out_dir / "checkpoint", (MODEL_FORMAT,), what, cfg.to_dict())
     if not has_checkpoint(out_dir / "checkpoint"):
         check_fresh_start(out_dir, cfg.to_dict(), what, ignore=RESULT_NEUTRAL)
         return
@@ -179,7 +176,9 @@ def check_lm_folder(out_dir: Path, cfg: LMConfig, *, resume: bool, what: str) ->
     state = read_json(path)
     stored = state.get("sft_config") if isinstance(state, dict) else None
     if not isinstance(stored, dict):                             # a PPO or DPO run's checkpoint
-        raise FileExistsError(f"{out_dir} holds something other than {what} (its checkpoint is not one): use another "
+        found = state.get("format") if isinstance(state, dict) else None
+        which = f"is of format {found!r}" if isinstance(found, str) else "is not one"
+        raise FileExistsError(f"{out_dir} holds something other than {what} (its checkpoint {which}): use another "
                               "folder; nothing was written")
     with in_file(path):
         stored = check_fields(type(cfg), stored, "sft_config")

@@ -231,8 +231,8 @@ def test_sft_into_another_kind_of_runs_folder_writes_nothing(tmp_path, capsys):
     (ppo_run / "metrics.jsonl").write_text('{"iteration": 0}\n')
     before = {p.relative_to(ppo_run): p.read_bytes() for p in ppo_run.rglob("*") if p.is_file()}
     assert cli(["sft", "--quick", "--out", str(ppo_run), "--no-progress"]) == 2
-    assert capsys.readouterr().err.endswith(f"{ppo_run} holds something other than an SFT run (its checkpoint is not "
-                                            "one): use another folder; nothing was written\n")
+    assert capsys.readouterr().err.endswith(f"{ppo_run} holds something other than an SFT run (its checkpoint is of "
+                                            "format 'minippo.ppo/3'): use another folder; nothing was written\n")
     assert {p.relative_to(ppo_run): p.read_bytes() for p in ppo_run.rglob("*") if p.is_file()} == before
 
 
