@@ -12,6 +12,9 @@ calls where it needs them, so that every trainer keeps the same rules without co
 - :func:`config_differences` / :func:`check_same_config`: a stored stage is reused or resumed only when its
   stored config equals the requested one on every field that changes its result; otherwise
   :class:`ConfigMismatch` names the differing fields and how to start fresh. Nothing is deleted for the user.
+- :func:`input_identity` / :func:`check_same_inputs`: nor is it replaced or resumed from other inputs (another SFT
+  model, reward model or preference pairs given with the same flags): a run records the SHA-256 of each input file
+  and :class:`ConfigMismatch` names the flag and both identities.
 - :func:`check_no_run`: a fresh run refuses a folder that already holds another run's checkpoint (it would
   overwrite its records); :func:`check_fresh_start`: nor does it start in a folder holding a model, another kind
   of run, someone's ``config.json`` or ``metrics.jsonl``; :func:`open_run` is the start of a trainer's run
@@ -48,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import tempfile
@@ -60,7 +64,8 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from minippo.checks import parameter_note
-from minippo.io import STATE, MetricsWriter, RunWarning, atomic_write_text, checkpoint_folder, has_checkpoint
+from minippo.io import (STATE, WEIGHTS, MetricsWriter, RunWarning, atomic_write_text, checkpoint_folder,
+                        has_checkpoint)
 
 LOCK_FILE = ".minippo.lock"
 
@@ -234,6 +239,50 @@ def check_stage_config(out, stages: Iterable[str], name: str, folder, stored: Ma
                             f"{'that stage' if len(later) == 1 else 'those stages'} (nothing is deleted for you)")
 
 
+def _read_or_none(path):
+    """The JSON in ``path``, or None when it cannot be read (what reads it for real names the file)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def input_identity(path) -> dict:
+    """What a run records of one of its inputs (the SFT model, the reward model, the preference pairs):
+    ``{"sha256": ..., "folder": ...}``, the SHA-256 of the file ``path`` as it is on disk and the folder holding
+    it. A model folder stands for its weights file (:func:`minippo.io.checkpoint_folder`: maybe ``<dir>.old``)."""
+    path = Path(path)
+    if not path.is_file():
+        path = checkpoint_folder(path) / WEIGHTS
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return {"sha256": digest.hexdigest(), "folder": str(path.parent.absolute())}
+
+
+def stored_inputs(checkpoint) -> Mapping | None:
+    """The ``inputs`` recorded in the state.json of ``checkpoint`` (a checkpoint or model folder); None when it
+    records none (it was written before inputs were recorded) or cannot be read (its restore names the file)."""
+    state = _read_or_none(checkpoint_folder(checkpoint) / STATE)
+    return state.get("inputs") if isinstance(state, dict) else None
+
+
+def check_same_inputs(what: str, stored: Mapping | None, given: Mapping[str, Mapping], *,
+                      fresh: str = "use another folder") -> None:
+    """:class:`ConfigMismatch` when an input ``given`` to a run (``{"sft": input_identity(...), ...}``, by the name
+    of its flag) is not the one ``stored`` with it: "``what`` was made from another --sft (stored 3f9a0c1d2e4b in
+    /runs/a/sft/model, given 77c0e5a19b2f in /runs/b/sft/model); nothing was changed. To start fresh, ``fresh``".
+    The same file by another path is the same input; an input that ``stored`` does not record (a run written
+    before inputs were recorded) has nothing to compare: accepted."""
+    for name, identity in given.items():
+        old = stored.get(name) if isinstance(stored, Mapping) else None
+        if isinstance(old, Mapping) and old.get("sha256") != identity["sha256"]:
+            raise ConfigMismatch(f"{what} was made from another --{name} (stored {str(old.get('sha256'))[:12]} in "
+                                 f"{old.get('folder')}, given {identity['sha256'][:12]} in {identity['folder']}); "
+                                 f"nothing was changed. To start fresh, {fresh}")
+
+
 def check_run_folder(out, stages: Iterable[str], command: str) -> None:
     """``out`` must be empty or a run folder of ``command`` (one of its ``stages`` folders in it): a folder of
     something else (``--out .`` in a project, another command's run folder) is refused with ``FileExistsError``,
@@ -261,12 +310,7 @@ def check_checkpoint_format(folder, checkpoint, formats: Iterable[str], what: st
     ``FileExistsError``, before a resume reads its tensors as this run's ("tensor 'actor/...' is missing", exit
     1, for ``minippo ppo --out`` an SFT run's folder). Anything else is left to the restore, which names the
     file."""
-    def read(path):
-        try:
-            return json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-    state, stored = read(checkpoint_folder(checkpoint) / STATE), read(Path(folder) / "config.json")
+    state, stored = _read_or_none(checkpoint_folder(checkpoint) / STATE), _read_or_none(Path(folder) / "config.json")
     found = state.get("format") if isinstance(state, dict) else None
     if isinstance(found, str) and found.startswith("minippo.") and found not in tuple(formats) and not (
             isinstance(stored, dict) and set(stored) == set(config)):
@@ -307,10 +351,11 @@ def check_fresh_start(folder, config: Mapping, what: str, *, ignore: Iterable[st
 
 
 def open_run(folder, config: Mapping, restore: Callable[[Path], int], *, what: str, resume: bool, key: str,
-             formats: Iterable[str] = ()):
+             formats: Iterable[str] = (), inputs: Mapping[str, Mapping] | None = None):
     """The start every trainer with a run folder shares: lock ``folder``, then resume or start fresh.
 
-    With a checkpoint in ``folder / "checkpoint"``: a fresh run (``resume=False``) refuses (:func:`check_no_run`);
+    With a checkpoint in ``folder / "checkpoint"``: a fresh run (``resume=False``) refuses (:func:`check_no_run`),
+    and so does a resume given other ``inputs`` than the checkpoint records (:func:`check_same_inputs`);
     otherwise ``restore(checkpoint)`` validates and restores everything (before any file is touched) and returns
     how many ``key``s (iterations, steps) are done, and ``metrics.jsonl`` keeps the records of those only (a
     missing file is a :class:`~minippo.io.RunWarning`: its records are lost). Without a checkpoint:
@@ -325,8 +370,11 @@ def open_run(folder, config: Mapping, restore: Callable[[Path], int], *, what: s
             check_fresh_start(folder, config, what)          # never another run's or someone's files
         elif not resume:
             check_no_run(folder, ckpt, what)                 # never overwrite another run's records
-        elif formats:
-            check_checkpoint_format(folder, ckpt, formats, what, config)      # another command's run
+        else:
+            if formats:
+                check_checkpoint_format(folder, ckpt, formats, what, config)  # another command's run
+            check_same_inputs(f"the checkpoint in {ckpt}", stored_inputs(ckpt), inputs or {},
+                              fresh=f"use another folder than {folder} (or delete it)")   # never other inputs
 
     lock = RunLock(folder).acquire(check=refuse)
     try:
@@ -439,9 +487,9 @@ class RunFolderTrainer:
     """What the PPO and DPO trainers share around their run folder (``out_dir``, None: nothing is written).
 
     A subclass sets ``STAGE`` ("PPO") and ``UNIT`` ("iteration": what ``metrics.jsonl`` records are keyed by),
-    defines ``done`` (how many units are done), ``load(checkpoint)`` and ``save(checkpoint)``, and calls
-    :meth:`_open_run_folder` at the end of its ``__init__``. It gets ``out_dir``, ``metrics`` (a
-    :class:`~minippo.io.MetricsWriter`), ``stage`` (:class:`Stage`), :meth:`close`,
+    defines ``done`` (how many units are done), ``load(checkpoint)`` and ``save(checkpoint)`` (which records
+    ``inputs``), and calls :meth:`_open_run_folder` at the end of its ``__init__``. It gets ``out_dir``,
+    ``inputs``, ``metrics`` (a :class:`~minippo.io.MetricsWriter`), ``stage`` (:class:`Stage`), :meth:`close`,
     :meth:`_on_disk`, :meth:`_write` (a unit's record, then its checkpoint) and :meth:`_stopped` (the error
     of a failed unit)."""
 
@@ -453,14 +501,15 @@ class RunFolderTrainer:
     def done(self) -> int:
         raise NotImplementedError
 
-    def _open_run_folder(self, out_dir, config: Mapping, *, resume: bool) -> None:
-        """Lock ``out_dir`` and resume from its checkpoint or start it fresh (:func:`open_run`)."""
+    def _open_run_folder(self, out_dir, config: Mapping, *, resume: bool, inputs: Mapping | None = None) -> None:
+        """Lock ``out_dir`` and resume from its checkpoint or start it fresh (:func:`open_run`); ``inputs`` (what
+        the run is made from: :func:`check_same_inputs`) become ``self.inputs``, which ``save`` records."""
         self.out_dir = None if out_dir is None else Path(out_dir)
-        self.metrics, self._lock = None, None
+        self.metrics, self._lock, self.inputs = None, None, dict(inputs or {})
         self.stage = Stage(self.STAGE, self.out_dir, None if out_dir is None else self.out_dir / "checkpoint")
         if self.out_dir is not None:
             self._lock, self.metrics = open_run(self.out_dir, config, self._restore, what=f"a {self.STAGE} run",
-                                                resume=resume, key=self.UNIT, formats=self.FORMATS)
+                                                resume=resume, key=self.UNIT, formats=self.FORMATS, inputs=self.inputs)
             weakref.finalize(self, self._lock.release)
 
     def _restore(self, checkpoint) -> int:

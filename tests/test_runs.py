@@ -1,5 +1,6 @@
 """The rules of a run folder (minippo.runs): one writer (a real second process refuses; kill -9 leaves no stale
 lock), the config-equality rule with its message, in-place assignment that never broadcasts, the Ctrl-C line."""
+import hashlib
 import os
 import signal
 import subprocess
@@ -91,6 +92,22 @@ def test_config_rule_names_every_differing_field_and_how_to_start_fresh():
                        r"requested 2\), old .*seed \(stored 0, requested 1\); nothing was changed\. To start fresh, FRESH"):
         runs.check_same_config("X", stored, asked, ignore=("ckpt_interval",), fresh="FRESH")
     runs.check_same_config("X", stored, dict(stored, ckpt_interval=7), ignore=("ckpt_interval",))   # no error
+
+
+def test_an_input_is_identified_by_its_file_and_another_one_is_refused_naming_the_flag(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "weights.safetensors").write_bytes(b"one")
+    (tmp_path / "b.npz").write_bytes(b"two")
+    a, b = runs.input_identity(tmp_path / "a"), runs.input_identity(tmp_path / "b.npz")   # a model folder: its weights
+    assert a == {"sha256": hashlib.sha256(b"one").hexdigest(), "folder": str(tmp_path / "a")}
+    assert b["sha256"] == hashlib.sha256(b"two").hexdigest() and b["folder"] == str(tmp_path)
+    runs.check_same_inputs("X", {"sft": a}, {"sft": dict(a, folder="elsewhere")})     # the same file, another path
+    with pytest.raises(runs.ConfigMismatch, match=rf"X was made from another --sft \(stored {a['sha256'][:12]} in "
+                       rf"{tmp_path / 'a'}, given {b['sha256'][:12]} in {tmp_path}\); nothing was changed\. "
+                       r"To start fresh, FRESH$"):
+        runs.check_same_inputs("X", {"sft": a, "rm": b}, {"sft": b, "rm": b}, fresh="FRESH")
+    for stored in (None, {}, {"rm": b}):            # written before inputs were recorded: nothing to compare
+        runs.check_same_inputs("X", stored, {"sft": b})
 
 
 def test_assign_arrays_checks_everything_before_assigning_anything():

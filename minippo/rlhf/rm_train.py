@@ -24,7 +24,8 @@ from minippo.flags import add_config_flags, config_from_args
 from minippo.io import STATE, MetricsWriter, atomic_write_text, checkpoint_folder, has_checkpoint, in_file, read_json
 from minippo.nn.gpt import GPTConfig, TinyGPT
 from minippo.progress import progress_bar
-from minippo.runs import check_fresh_start, check_same_config, run_lock, stage
+from minippo.runs import (check_fresh_start, check_same_config, check_same_inputs, input_identity, run_lock, stage,
+                          stored_inputs)
 from minippo.nn.optim import AdamW, clip_grad_norm, lr_at
 from minippo.rlhf.checkpoint import load_model, resolve_model_dir
 from minippo.rlhf.data.batches import batch_indices, steps_per_epoch
@@ -294,7 +295,9 @@ def train_reward_model(cfg: RMConfig, sft_dir, out_dir, progress: bool = True,
     cfg : RMConfig
     sft_dir : an SFT run folder (its ``model/``) or a model folder with ``tokenizer.json``
     out_dir : run folder: ``config.json``, ``pairs.npz`` (when sampled here), ``metrics.jsonl``, ``model/`` (the reward
-        model with gain/bias in its state and the tokenizer: what PPO loads)
+        model with gain/bias in its state and the tokenizer: what PPO loads). A finished reward model there is
+        replaced only by the same run: the same config, from the same SFT model (the SHA-256 of its weights file,
+        recorded as ``inputs`` in its state)
     pairs : reuse these labelled pairs instead of sampling new ones (several reward models on the same
         data, lesson 19); ``n_prompts``, ``responses_per_prompt`` and ``label_temperature`` are then theirs
 
@@ -312,6 +315,7 @@ def train_reward_model(cfg: RMConfig, sft_dir, out_dir, progress: bool = True,
     if not isinstance(cfg, RMConfig):
         raise ValueError(f"`cfg` must be an RMConfig, got {type(cfg).__name__}")
     out_dir = Path(out_dir)
+    inputs = {"sft": input_identity(resolve_model_dir(sft_dir))}
 
     def refuse() -> None:                          # reads only (minippo.runs.RunLock)
         finished = has_checkpoint(out_dir / "model")
@@ -320,16 +324,18 @@ def train_reward_model(cfg: RMConfig, sft_dir, out_dir, progress: bool = True,
             check_same_config(f"the reward model in {out_dir / 'model'}",
                               stored_config(out_dir / "model", "rm_config"), cfg.to_dict(),
                               fresh=f"use another folder than {out_dir}")
+            check_same_inputs(f"the reward model in {out_dir / 'model'}", stored_inputs(out_dir / "model"), inputs,
+                              fresh=f"use another folder than {out_dir}")
 
     again = "the same command trains it again"
     with run_lock(out_dir, check=refuse), stage("the reward model", out_dir, checkpoint=out_dir / "model",
                                                 resume=again, restart=again) as st:
         if has_checkpoint(out_dir / "model"):        # a finished reward model: kept until the new one replaces it
             st.saved = "the finished reward model"
-        return _train_reward_model(cfg, sft_dir, out_dir, progress, pairs)
+        return _train_reward_model(cfg, sft_dir, out_dir, progress, pairs, inputs)
 
 
-def _train_reward_model(cfg: RMConfig, sft_dir, out_dir: Path, progress: bool, pairs) -> dict:
+def _train_reward_model(cfg: RMConfig, sft_dir, out_dir: Path, progress: bool, pairs, inputs: dict) -> dict:
     t0 = time.perf_counter()
     # over a finished reward model, the new pairs and records are written beside its own and swapped in with the
     # new model (an interrupted rerun truncated the metrics.jsonl of the model it left in place)
@@ -373,7 +379,8 @@ def _train_reward_model(cfg: RMConfig, sft_dir, out_dir: Path, progress: bool, p
     summary = {k: out[k] for k in ("heldout_loss", "heldout_accuracy", "heldout_gold_accuracy", "label_gold_agreement",
                                    "bayes_accuracy", "pearson", "spearman", "n_train", "n_heldout")}
     out["model_dir"] = str(rm.save(out_dir / "model", tokenizer=tokenizer,
-                                   extra_state={"rm_config": cfg.to_dict(), "rm_summary": summary}))
+                                   extra_state={"rm_config": cfg.to_dict(), "rm_summary": summary,
+                                                "inputs": inputs}))
     for path in (pairs_path, metrics_path) if rerun else ():
         if path.exists():
             os.replace(path, out_dir / path.name.replace(rerun, ""))

@@ -305,3 +305,31 @@ def test_an_interrupted_rerun_keeps_the_finished_reward_model_and_its_records(sf
     after = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert sorted(after) == sorted(before)
     assert all(after[name] == before[name] for name in ("metrics.jsonl", "pairs.npz", "weights.safetensors"))
+
+
+def test_a_finished_reward_model_is_replaced_only_from_the_same_sft_model(sft_dir, tmp_path, capsys):
+    """`minippo rm --sft OTHER` into a finished reward model's folder with the same flags replaced it: rm_config did
+    not record the SFT model, so "the same run" passed. The SHA-256 of the SFT weights is recorded and compared now,
+    before anything is written; a run that recorded none (before this) is accepted."""
+    import json
+    from minippo.cli import main
+    from minippo.rlhf.checkpoint import load_model, save_model
+    from minippo.rlhf.data.tokenizer import Tokenizer
+    model, state = load_model(sft_dir)
+    model.params["wte"] += 0.01                                   # another SFT model of the same shape
+    save_model(tmp_path / "other", model, tokenizer=Tokenizer.load(state["tokenizer"]))
+    out = tmp_path / "rm"
+    flags = ["--out", str(out), "--quick", "--no-progress", "--n-prompts", "60", "--epochs", "1"]
+    assert main(["rm", "--sft", str(sft_dir), *flags]) == 0
+    capsys.readouterr()
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    assert main(["rm", "--sft", str(tmp_path / "other"), *flags]) == 1
+    err = capsys.readouterr().err
+    assert f"the reward model in {out / 'model'} was made from another --sft (stored " in err
+    assert f"in {sft_dir / 'model'}, given " in err and f"in {tmp_path / 'other'}); nothing was changed. To start " \
+        f"fresh, use another folder than {out}\n" in err and err.count("\n") == 1
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
+    assert main(["rm", "--sft", str(sft_dir / "model"), *flags]) == 0         # the same model by another path
+    path = out / "model" / "state.json"                           # a reward model saved before inputs were recorded
+    path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "inputs"}))
+    assert main(["rm", "--sft", str(tmp_path / "other"), *flags]) == 0

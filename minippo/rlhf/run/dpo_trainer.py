@@ -17,9 +17,10 @@ Run folder (``out_dir``)::
     config.json      the DPOConfig
     metrics.jsonl    one record per step (names: minippo.rlhf.metrics.DPO_GLOSSARY)
     checkpoint/      every ``checkpoint_every`` steps and at the end, atomically: the policy and the AdamW
-                     moments (safetensors), config, step (JSON); the batch order and the evaluation samples are
-                     pure functions of (seed, step), so ``resume=True`` continues to the same metrics as an
-                     uninterrupted run (tested, timing entries aside)
+                     moments (safetensors), config, step, the pairs' description and the inputs' identities
+                     (JSON); the batch order and the evaluation samples are pure functions of (seed, step), so
+                     ``resume=True`` continues to the same metrics as an uninterrupted run (tested, timing
+                     entries aside)
     policy/          the final policy + tokenizer (``load_model``), for evaluation
 
 The NaN guard: a non-finite log-prob, loss or gradient norm raises ``ValueError`` naming the metric, the step,
@@ -28,7 +29,8 @@ was written yet); nothing computed after it is applied.
 
 The run folder follows :mod:`minippo.runs` like the PPO run's: the trainer holds its lock from construction
 until it is closed (or garbage-collected, or its process dies); a folder holding a checkpoint is resumed only
-with ``resume=True`` and the same config (every field but :data:`RESUME_NEUTRAL`), and refused otherwise; the
+with ``resume=True``, the same config (every field but :data:`RESUME_NEUTRAL`) and the same inputs (the SFT model and
+the pairs :func:`run_dpo` loads, by the SHA-256 of their files, and the pairs' split), and refused otherwise; the
 checkpoint is validated whole (every tensor's name, shape, dtype and finiteness against the live model and
 optimizer, the config, the step, the model config, the optimizer's scalars) before anything is assigned or
 ``metrics.jsonl`` is rewritten.
@@ -47,20 +49,29 @@ from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW
 from minippo.progress import progress_bar
 from minippo.rlhf import dpo
-from minippo.rlhf.checkpoint import save_model
+from minippo.rlhf.checkpoint import resolve_model_dir, save_model
 from minippo.rlhf.data.corpus import PROMPTS, sample_prompts
 from minippo.rlhf.data.preferences import PreferencePairs
 from minippo.rlhf.dpo_config import DPOConfig
 from minippo.rlhf.generate import check_response_fits
-from minippo.rlhf.rm_train import load_pairs, load_sft
+from minippo.rlhf.rm_train import load_pairs, load_sft, pairs_folder
 from minippo.rlhf.run.evaluate import evaluate_policy
-from minippo.runs import RunFolderTrainer, assign_arrays, check_same_config
+from minippo.runs import RunFolderTrainer, assign_arrays, check_same_config, input_identity
 
 CHECKPOINT_FORMAT = "minippo.dpo/1"
 #: DPOConfig fields a resume may change: the checkpoint cadence, and the number of steps (with a
 #: non-constant lr schedule the rate from the resumed step on then follows the new count)
 RESUME_NEUTRAL = ("steps", "checkpoint_every")
 SEED_EVAL = 2           # evaluation prompts: [seed, SEED_EVAL]; their samples: [seed, SEED_EVAL, 1]
+
+
+def pairs_split(data_info: dict) -> dict:
+    """What a resume compares of a ``data_info`` (:func:`run_dpo`'s): the pairs' sizes and the config of the run that
+    sampled and split them, one field each; not ``pairs_dir``, where they were read (the same folder by another path
+    is the same pairs)."""
+    rm_config = data_info.get("rm_config")
+    return {**{k: v for k, v in data_info.items() if k not in ("pairs_dir", "rm_config")},
+            **(rm_config if isinstance(rm_config, dict) else {})}
 
 
 class DPOTrainer(RunFolderTrainer):
@@ -76,14 +87,18 @@ class DPOTrainer(RunFolderTrainer):
         (:class:`minippo.runs.RunLock`) until :meth:`close`
     resume : continue from ``out_dir/checkpoint`` when it exists (its config must equal ``cfg`` up to
         :data:`RESUME_NEUTRAL`); without it a folder holding a checkpoint is refused
-    data_info : JSON-serialisable description of the pairs (stored with checkpoints and the policy)
+    data_info : JSON-serialisable description of the pairs (stored with checkpoints and the policy); a resume given
+        another one (but for ``pairs_dir``, where they were read) is refused
+    inputs : what the models and pairs were loaded from, ``{"sft": ..., "pairs": ...}``
+        (:func:`minippo.runs.input_identity`): recorded with every checkpoint; a resume given other ones is refused
     """
 
     # minippo.runs.RunFolderTrainer: the run folder, its lock and records
     STAGE, UNIT, FORMATS = "DPO", "step", (CHECKPOINT_FORMAT,)
 
     def __init__(self, cfg: DPOConfig, sft_model: TinyGPT, tokenizer, train: PreferencePairs,
-                 heldout: PreferencePairs, *, out_dir=None, resume: bool = False, data_info: dict | None = None):
+                 heldout: PreferencePairs, *, out_dir=None, resume: bool = False, data_info: dict | None = None,
+                 inputs: dict | None = None):
         if not isinstance(cfg, DPOConfig):
             raise ValueError(f"`cfg` must be a DPOConfig, got {type(cfg).__name__}")
         if not isinstance(sft_model, TinyGPT):
@@ -101,7 +116,7 @@ class DPOTrainer(RunFolderTrainer):
                                   train=train, heldout=heldout)
         self.prompts = sample_prompts(cfg.n_eval, seed=np.random.default_rng([cfg.seed, SEED_EVAL]))
         self.last_eval = None                 # the last evaluation's samples and per-response numbers
-        self._open_run_folder(out_dir, cfg.to_dict(), resume=resume)
+        self._open_run_folder(out_dir, cfg.to_dict(), resume=resume, inputs=inputs)
 
     @property
     def policy(self) -> TinyGPT:
@@ -179,7 +194,7 @@ class DPOTrainer(RunFolderTrainer):
         moments, scalars = s.opt.state_dict()
         arrays.update({"opt/" + k: v for k, v in moments.items()})
         state = {"format": CHECKPOINT_FORMAT, "dpo_config": self.cfg.to_dict(), "step": s.step, "opt": scalars,
-                 "gpt_config": s.policy.cfg.to_dict(), "data": self.data_info}
+                 "gpt_config": s.policy.cfg.to_dict(), "data": self.data_info, "inputs": self.inputs}
         path = save_checkpoint(directory, arrays, state)
         self._saved(s.step)
         return path
@@ -202,8 +217,12 @@ class DPOTrainer(RunFolderTrainer):
             if state.get("format") != CHECKPOINT_FORMAT:
                 raise ValueError(f"`format` is {state.get('format')!r}: not a DPO checkpoint of format {CHECKPOINT_FORMAT}")
             stored = DPOConfig.from_dict(state["dpo_config"]).to_dict()
+        fresh = f"use another folder than {Path(directory).parent} (or delete it)"
         check_same_config(f"the DPO run in {Path(directory).parent}", stored, self.cfg.to_dict(), ignore=RESUME_NEUTRAL,
-                          fresh=f"use another folder than {Path(directory).parent} (or delete it)")
+                          fresh=fresh)
+        if isinstance(state.get("data"), dict) and state["data"] and self.data_info:     # recorded by every version
+            check_same_config(f"the DPO run in {Path(directory).parent} (its pairs)", pairs_split(state["data"]),
+                              pairs_split(self.data_info), fresh=fresh)
         moments = {k[len("opt/"):]: v for k, v in arrays.items() if k.startswith("opt/")}
         with in_file(state_path):
             step = state["step"]
@@ -220,11 +239,15 @@ class DPOTrainer(RunFolderTrainer):
 
 def run_dpo(cfg: DPOConfig, sft_dir, pairs_dir, out_dir, *, resume: bool = False, progress: bool = True,
             callback=None) -> DPOTrainer:
-    """DPO from a saved SFT folder on the pairs of a reward-model folder (its own split) into ``out_dir``."""
+    """DPO from a saved SFT folder on the pairs of a reward-model folder (its own split) into ``out_dir``; a
+    checkpoint there is resumed only from the same SFT model and pairs (the SHA-256 of their files)."""
     sft_model, tokenizer, _ = load_sft(sft_dir)
     train, heldout, rm_cfg = load_pairs(pairs_dir)
+    pairs_file = pairs_folder(pairs_dir) / "pairs.npz"
+    inputs = {"sft": input_identity(resolve_model_dir(sft_dir)), "pairs": input_identity(pairs_file)}
     info = {"pairs_dir": str(pairs_dir), "rm_config": rm_cfg.to_dict(), "train_pairs": len(train),
             "train_prompts": train.n_groups, "heldout_pairs": len(heldout), "heldout_prompts": heldout.n_groups}
-    trainer = DPOTrainer(cfg, sft_model, tokenizer, train, heldout, out_dir=out_dir, resume=resume, data_info=info)
+    trainer = DPOTrainer(cfg, sft_model, tokenizer, train, heldout, out_dir=out_dir, resume=resume, data_info=info,
+                         inputs=inputs)
     trainer.train(progress=progress, callback=callback)
     return trainer

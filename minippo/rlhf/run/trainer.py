@@ -16,9 +16,9 @@ Run folder (``out_dir``)::
     metrics.jsonl    one record per iteration (names: minippo.rlhf.metrics.GLOSSARY)
     checkpoint/      every ``checkpoint_every`` iterations and at the end, atomically: actor and critic
                      weights and AdamW moments (safetensors), config, iteration, KL-controller state, the
-                     knobs' KL-adapted learning rate and value-normalisation statistics, and the RNG state
-                     (JSON); ``resume=True`` continues from it and the metrics then equal an uninterrupted
-                     run's (tested, timing entries aside)
+                     knobs' KL-adapted learning rate and value-normalisation statistics, the RNG state and the
+                     inputs' identities (JSON); ``resume=True`` continues from it and the metrics then equal an
+                     uninterrupted run's (tested, timing entries aside)
     policy/          the final actor + tokenizer (``load_model``), for evaluation and later stages
     rollouts/        per-token dumps ``iter_NNNN.npz`` when ``dump_rollouts``
 
@@ -28,8 +28,9 @@ checkpoint, or that none was written yet); nothing computed after it is applied.
 
 The run folder follows :mod:`minippo.runs`: the trainer holds its lock from construction until it is closed
 (or garbage-collected, or its process dies); a folder holding a checkpoint is resumed only with
-``resume=True`` and the same config (every field but ``iterations`` and ``checkpoint_every``), and refused
-otherwise; the checkpoint is validated whole (every tensor's name, shape and dtype from the
+``resume=True`` and the same config (every field but ``iterations`` and ``checkpoint_every``) and inputs (the SFT
+model and the reward model :func:`run_ppo` loads, by the SHA-256 of their weights files), and refused otherwise; the
+checkpoint is validated whole (every tensor's name, shape and dtype from the
 safetensors header, then its finiteness, the config, iteration, KL coefficient, RNG and value-normalisation state, both
 optimizers) before anything is assigned or ``metrics.jsonl`` is rewritten.
 """
@@ -51,7 +52,7 @@ from minippo.progress import progress_bar
 from minippo.rl.kl_control import KL_LR_MAX, KL_LR_MIN, AdaptiveKLController, FixedKLController, PPOPaperKLController
 from minippo.rl.losses import kl_exact_from_logits
 from minippo.rl.masked import explained_variance
-from minippo.rlhf.checkpoint import save_model
+from minippo.rlhf.checkpoint import resolve_model_dir, save_model
 from minippo.rlhf.critic import ValueNorm, build_critic
 from minippo.rlhf.data.batches import encode_sequences, split_corpus
 from minippo.rlhf.data.corpus import PROMPTS, generate_corpus
@@ -66,7 +67,7 @@ from minippo.rlhf.ppo_knobs import KnobsConfig, KnobsState, knobs_iteration
 from minippo.rlhf.reward_model import RewardModel
 from minippo.rlhf.rm_train import load_sft
 from minippo.rlhf.run.configs import comparable, config_from_dict
-from minippo.runs import RunFolderTrainer, assign_arrays, check_same_config
+from minippo.runs import RunFolderTrainer, assign_arrays, check_same_config, input_identity
 
 CHECKPOINT_FORMAT = "minippo.ppo/3"
 #: checkpoints this version reads: /2 (before issue 25: one config class, value_norm and kl_old_lr always stored)
@@ -154,6 +155,8 @@ class PPOTrainer(RunFolderTrainer):
     ptx_sequences : list of int64 arrays ``<bos> ids <eos>`` (corpus text) for the knobs' PPO-ptx, or None
     log_exact_kl : also log ``objective/kl_exact`` (two more forward passes per iteration)
     dump_rollouts : write every iteration's rollout to ``rollouts/iter_NNNN.npz``
+    inputs : what the models were loaded from, ``{"sft": ..., "rm": ...}`` (:func:`minippo.runs.input_identity`):
+        recorded with every checkpoint; a resume given other ones is refused (:func:`minippo.runs.check_same_inputs`)
 
     ``state`` is the :class:`~minippo.rlhf.ppo.PPOState`; ``last_rollout`` the last iteration's experience
     and ``first_minibatch`` its update's first-minibatch ratio statistics (the lr = 0 check).
@@ -163,7 +166,8 @@ class PPOTrainer(RunFolderTrainer):
     STAGE, UNIT, FORMATS = "PPO", "iteration", READABLE_FORMATS
 
     def __init__(self, cfg, sft_model: TinyGPT, reward_model, tokenizer, *, out_dir=None,
-                 resume: bool = False, ptx_sequences=None, log_exact_kl: bool = False, dump_rollouts: bool = False):
+                 resume: bool = False, ptx_sequences=None, log_exact_kl: bool = False, dump_rollouts: bool = False,
+                 inputs: dict | None = None):
         if not isinstance(cfg, (PPOConfig, GRPOConfig)):
             raise ValueError(f"`cfg` must be a PPOConfig, KnobsConfig or GRPOConfig, got {type(cfg).__name__}")
         if not isinstance(sft_model, TinyGPT):
@@ -178,7 +182,7 @@ class PPOTrainer(RunFolderTrainer):
         self.cfg, self.log_exact_kl, self.dump_rollouts = cfg, log_exact_kl, dump_rollouts
         self.state = make_state(cfg, sft_model, reward_model, tokenizer, ptx_sequences, self.prompt_pool())
         self.last_rollout, self.first_minibatch = None, None
-        self._open_run_folder(out_dir, cfg.to_dict(), resume=resume)
+        self._open_run_folder(out_dir, cfg.to_dict(), resume=resume, inputs=inputs)
 
     @property
     def actor(self) -> TinyGPT:
@@ -268,7 +272,7 @@ class PPOTrainer(RunFolderTrainer):
         arrays.update({"opt_actor/" + k: v for k, v in a_moments.items()})
         state = {"format": CHECKPOINT_FORMAT, "ppo_config": self.cfg.to_dict(), "iteration": s.iteration,
                  "opt_actor": a_scalars, "kl_coef": s.kl_ctl.value, "rng": rng_state(s.rng),
-                 "gpt_config": s.actor.cfg.to_dict()}
+                 "gpt_config": s.actor.cfg.to_dict(), "inputs": self.inputs}
         if isinstance(s, KnobsState):
             state.update(value_norm=s.value_norm.state_dict(), kl_old_lr=s.kl_old_lr)
         if s.critic is not None:
@@ -372,14 +376,16 @@ def sft_training_sequences(sft_state: dict, tokenizer, split: str = "train") -> 
 def run_ppo(cfg, sft_dir, rm_dir, out_dir, *, resume: bool = False, progress: bool = True, callback=None,
             **options) -> PPOTrainer:
     """Stage 3 from the saved SFT and reward-model folders into ``out_dir``; returns the finished trainer
-    (``options``: :class:`PPOTrainer`'s ``log_exact_kl`` and ``dump_rollouts``)."""
+    (``options``: :class:`PPOTrainer`'s ``log_exact_kl`` and ``dump_rollouts``). A checkpoint in ``out_dir`` is
+    resumed only from the same two models (the SHA-256 of their weights files)."""
     sft_model, tokenizer, reward_model, sft_state = load_stages(sft_dir, rm_dir)
+    inputs = {"sft": input_identity(resolve_model_dir(sft_dir)), "rm": input_identity(resolve_model_dir(rm_dir))}
     knobs_ptx = isinstance(cfg, KnobsConfig) and cfg.ptx_coef > 0
     if knobs_ptx and "sft_config" not in sft_state:      # a PPO policy or an imported model: no corpus to rebuild
         raise UsageError(f"`ptx_coef` > 0 trains on the SFT run's own corpus, which {sft_dir} does not record (no "
                          f"sft_config in its state.json): give the model of `minippo sft`")
     ptx = sft_training_sequences(sft_state, tokenizer) if knobs_ptx else None
     trainer = PPOTrainer(cfg, sft_model, reward_model, tokenizer, out_dir=out_dir, resume=resume, ptx_sequences=ptx,
-                         **options)
+                         inputs=inputs, **options)
     trainer.train(progress=progress, callback=callback)
     return trainer

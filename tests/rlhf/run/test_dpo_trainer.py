@@ -238,6 +238,51 @@ def test_minippo_dpo_command(tmp_path, capsys):
     assert err.count("\n") == 1
 
 
+def test_a_resume_from_another_sft_model_or_other_pairs_is_refused_before_anything_is_written(tmp_path, capsys):
+    """`minippo dpo` with --out holding a checkpoint resumed it whatever --sft and --pairs were given (its data_info
+    was stored but never compared): a resume from another SFT model or on other pairs went on silently. The
+    checkpoint records the SHA-256 of the SFT weights and of pairs.npz, and a resume compares them and the pairs'
+    split now, before anything is written; a checkpoint that records no inputs (written before this) is resumed."""
+    from minippo.cli import main
+    sft, _, tok = world()
+    other_sft, _, _ = world(seed=1)                        # the same shape, other weights
+    for name, model in (("sft", sft), ("other_sft", other_sft)):
+        save_model(tmp_path / name / "model", model, tokenizer=tok)
+    for name, n_prompts in (("rm", 8), ("other_rm", 12)):
+        rm_cfg = RMConfig(n_prompts=n_prompts, responses_per_prompt=3, heldout_frac=0.25, epochs=1, n_eval=4,
+                          n_evals=1, max_new_tokens=8)
+        train_reward_model(rm_cfg, tmp_path / "sft", tmp_path / name, progress=False)
+    out = tmp_path / "dpo"
+
+    def run(sft_dir, pairs_dir, steps):
+        return main(["dpo", "--sft", str(sft_dir), "--pairs", str(pairs_dir), "--out", str(out), "--quick", "--steps",
+                     str(steps), "--batch-prompts", "2", "--eval-every", "0", "--max-new-tokens", "6",
+                     "--warmup-steps", "0", "--no-progress"])
+
+    assert run(tmp_path / "sft", tmp_path / "rm", 1) == 0
+    capsys.readouterr()
+    before = snapshot(out)
+    for flag, sft_dir, pairs_dir, given in (("sft", "other_sft", "rm", "other_sft/model"),
+                                            ("pairs", "sft", "other_rm", "other_rm")):
+        assert run(tmp_path / sft_dir, tmp_path / pairs_dir, 2) == 1
+        err = capsys.readouterr().err
+        stored = tmp_path / ("sft/model" if flag == "sft" else "rm")
+        assert f"the checkpoint in {out / 'checkpoint'} was made from another --{flag} (stored " in err, err
+        assert f"in {stored}, given " in err and f"in {tmp_path / given}); nothing was changed. To start fresh, use " \
+            f"another folder than {out} (or delete it)\n" in err and err.count("\n") == 1
+        assert snapshot(out) == before
+    state_path = out / "checkpoint" / "state.json"
+    state = json.loads(state_path.read_text())
+    assert set(state["inputs"]) == {"sft", "pairs"}
+    state_path.write_text(json.dumps({k: v for k, v in state.items() if k != "inputs"}))   # before this change
+    assert run(tmp_path / "other_sft", tmp_path / "other_rm", 2) == 1         # its data_info: the pairs' split
+    assert "(its pairs) was made with another configuration: heldout_pairs (stored 6, requested 9)" in \
+        capsys.readouterr().err
+    assert run(tmp_path / "other_sft", tmp_path / "rm" / "model", 2) == 0     # no identity recorded: accepted
+    assert json.loads(state_path.read_text())["inputs"]["sft"]["folder"] == str(tmp_path / "other_sft" / "model")
+    assert len(read_metrics(out / "metrics.jsonl")) == 2
+
+
 @pytest.mark.slow
 def test_rlhf_method_dpo_quick(tmp_path, capsys):
     """`minippo rlhf --method dpo --quick` on a folder holding the quick SFT and reward-model stages and PPO's

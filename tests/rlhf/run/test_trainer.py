@@ -549,6 +549,50 @@ def test_minippo_ppo_command(tmp_path, capsys):
     assert len(read_metrics(tmp_path / "ppo" / "metrics.jsonl")) == 2
 
 
+def files(folder) -> dict:
+    """Every file's bytes (but the lock file): what a refused command must leave as it was."""
+    return {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".minippo.lock"}
+
+
+@pytest.mark.parametrize("command", ["ppo", "grpo"])
+def test_a_resume_from_another_sft_or_reward_model_is_refused_before_anything_is_written(tmp_path, capsys, command):
+    """`minippo ppo` / `minippo grpo` with --out holding a checkpoint resumed it whatever --sft and --rm were given:
+    a resume from another SFT model (the reference policy) or reward model went on silently under other inputs. The
+    checkpoint records the SHA-256 of both weights files and a resume compares them now, before anything is
+    written; a checkpoint that records none (written before this) is resumed as before."""
+    from minippo.cli import main
+    sft, rm, tok = world()
+    other_sft, other_rm, _ = world(seed=1)                 # the same shapes, other weights
+    for name, model in (("sft", sft), ("other_sft", other_sft)):
+        save_model(tmp_path / name / "model", model, tokenizer=tok)
+    for name, model in (("rm", rm), ("other_rm", other_rm)):
+        model.save(tmp_path / name / "model", tokenizer=tok)
+    out = tmp_path / "run"
+
+    def run(sft_dir, rm_dir, iterations):
+        return main([command, "--sft", str(sft_dir), "--rm", str(rm_dir), "--out", str(out), "--quick",
+                     "--iterations", str(iterations), "--batch-size", "8", "--minibatch-size", "4",
+                     "--max-new-tokens", "6", "--no-progress"])
+
+    assert run(tmp_path / "sft", tmp_path / "rm", 1) == 0
+    capsys.readouterr()
+    before = files(out)
+    for flag, sft_dir, rm_dir in (("sft", "other_sft", "rm"), ("rm", "sft", "other_rm")):
+        assert run(tmp_path / sft_dir, tmp_path / rm_dir, 2) == 1
+        err, given = capsys.readouterr().err, tmp_path / (sft_dir if flag == "sft" else rm_dir) / "model"
+        assert f"the checkpoint in {out / 'checkpoint'} was made from another --{flag} (stored " in err, err
+        assert f"in {tmp_path / flag / 'model'}, given " in err and f"in {given}); nothing was changed. To start " \
+            f"fresh, use another folder than {out} (or delete it)\n" in err and err.count("\n") == 1
+        assert files(out) == before
+    state_path = out / "checkpoint" / STATE
+    assert set(json.loads(state_path.read_text())["inputs"]) == {"sft", "rm"}
+    assert run(tmp_path / "sft" / "model", tmp_path / "rm" / "model", 2) == 0       # the same models, other paths
+    state = json.loads(state_path.read_text())
+    state_path.write_text(json.dumps({k: v for k, v in state.items() if k != "inputs"}))   # before this change
+    assert run(tmp_path / "other_sft", tmp_path / "other_rm", 3) == 0
+    assert len(read_metrics(out / "metrics.jsonl")) == 3
+
+
 def test_optimizers_hold_the_models_arrays():
     sft, rm, tok = world()
     tr = PPOTrainer(tiny_config(), sft, rm, tok)
