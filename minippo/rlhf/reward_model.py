@@ -285,7 +285,8 @@ class RewardModel:
         ``load_model``'s)."""
         model, state = load_model(directory)
         if STATE_KEY not in state:
-            raise UsageError(f"{directory} holds a model but no reward model (no {STATE_KEY!r} entry in state.json)")
+            raise UsageError(f"{directory} holds a model but no reward model (no {STATE_KEY!r} "
+                             "entry in state.json)")
         return cls(model, gain=state[STATE_KEY]["gain"], bias=state[STATE_KEY]["bias"]), state
 
 
