@@ -45,7 +45,7 @@ import numpy as np
 from minippo.blas import single_blas_thread
 from minippo.checks import UsageError, check_choice, check_range
 from minippo.io import (STATE, RunWarning, array_specs, checkpoint_folder, has_checkpoint, in_file, load_checkpoint,
-                        rng_from_state, rng_state, save_checkpoint)
+                        read_json, rng_from_state, rng_state, save_checkpoint)
 from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW
 from minippo.progress import progress_bar
@@ -294,20 +294,22 @@ class PPOTrainer(RunFolderTrainer):
     def load(self, directory) -> None:
         """Restore a checkpoint written by :meth:`save` (the config must match up to :data:`RESUME_NEUTRAL`).
 
-        Everything is checked before anything is assigned: the tensors against the live models
-        (:func:`minippo.io.load_checkpoint` with ``expect``), then the config (an old run folder's through
-        :func:`minippo.rlhf.run.configs.config_from_dict`), then every entry of state.json (a
+        Everything is checked before anything is assigned: the config first (an old run folder's through
+        :func:`minippo.rlhf.run.configs.config_from_dict`; another config, e.g. a GRPO run's resumed as
+        PPO, is named by its fields, not by a critic's tensors it lacks), then the tensors against the live
+        models (:func:`minippo.io.load_checkpoint` with ``expect``), then every entry of state.json (a
         :class:`minippo.io.CorruptFileError` naming the file and the entry)."""
         s = self.state
-        arrays, state = load_checkpoint(directory, self._expect())
         state_path = checkpoint_folder(directory) / STATE
         with in_file(state_path):
-            if state.get("format") not in READABLE_FORMATS:
-                raise ValueError(f"`format` is {state.get('format')!r}: not a PPO checkpoint of format "
-                                 f"{CHECKPOINT_FORMAT}")
-            stored = comparable(config_from_dict(state["ppo_config"]))
+            head = read_json(state_path)
+            found = head.get("format") if isinstance(head, dict) else None
+            if found not in READABLE_FORMATS:
+                raise ValueError(f"`format` is {found!r}: not a PPO checkpoint of format {CHECKPOINT_FORMAT}")
+            stored = comparable(config_from_dict(head["ppo_config"]))
         check_same_config(f"the PPO run in {Path(directory).parent}", stored, comparable(self.cfg),
                           ignore=RESUME_NEUTRAL, fresh=f"use another folder than {Path(directory).parent} (or delete it)")
+        arrays, state = load_checkpoint(directory, self._expect())
         moments = {name: {k[len(name) + 1:]: v for k, v in arrays.items() if k.startswith(name + "/")}
                    for name in ("opt_actor", "opt_critic")}
         knobs = isinstance(s, KnobsState)

@@ -658,3 +658,23 @@ def test_a_stage_folder_of_the_wrong_kind_is_refused_naming_the_flag_exit_2(tmp_
         _, err = capsys.readouterr()
         assert rc == 2 and err.startswith(f"minippo ppo: error: {line}") and err.count("\n") == 1, err
         assert not out.exists()
+
+
+def test_grpo_into_a_ppo_runs_folder_is_refused_by_its_config_not_by_a_tensor(tmp_path, capsys):
+    """`minippo grpo --out <a PPO run>` said "unexpected tensor 'critic/...'" (exit 1), as if the checkpoint were
+    corrupt: the config is compared before the tensors are read, and names the fields that differ."""
+    from minippo.cli import main
+    sft, rm, tok = world()
+    save_model(tmp_path / "sft" / "model", sft, tokenizer=tok)
+    rm.save(tmp_path / "rm" / "model", tokenizer=tok)
+    out = tmp_path / "run"
+    flags = ["--sft", str(tmp_path / "sft"), "--rm", str(tmp_path / "rm"), "--out", str(out), "--quick",
+             "--iterations", "1", "--batch-size", "8", "--minibatch-size", "4", "--max-new-tokens", "6",
+             "--no-progress"]
+    assert main(["ppo", *flags]) == 0
+    capsys.readouterr()
+    before = files(out)
+    assert main(["grpo", *flags]) == 1
+    err = capsys.readouterr().err
+    assert f"the PPO run in {out} was made with another configuration: " in err and "tensor" not in err, err
+    assert files(out) == before
