@@ -5,8 +5,8 @@ Legend: B batch (responses), G prompt groups, n group size, B = G * n (rows grou
 The student writes ``zero_variance_groups(rewards, group_size) -> (G,) bool``: True for a group whose n rewards
 are all equal, as :func:`minippo.rl.dapo.zero_variance_groups` computes it: exactly the groups whose GRPO
 advantages are all 0 (RLOO's: to rounding, exactly for 0/1 rewards). Checked: all right, all wrong,
-mixed; the contiguous layout; rewards that are not 0/1; a difference of 1e-9 (still a signal); one
-group; the shape.
+mixed; the contiguous layout; rewards that are not 0/1; a difference of 1e-9 (still a signal); equal
+rewards whose std rounds to 1e-17, not 0 (0.1 x 3); one group; the shape.
 """
 from __future__ import annotations
 
@@ -105,6 +105,9 @@ def cases() -> list[Case]:
         _case("a difference of 1e-9 is still a signal", [0.3, 0.3 + 1e-9, 0.7, 0.7], 2,
               hint="compare exactly (max == min): rewards 1e-9 apart still give non-zero advantages, and GRPO "
                    "divides them by a std of ~1e-9"),
+        _case("equal rewards that are not exact in binary (0.1, n = 3)", [0.1, 0.1, 0.1, 0.1, 0.2, 0.1], 3,
+              hint="the first group's rewards are all equal (0.1): no signal. Their mean rounds to "
+                   "0.10000000000000002, so np.std gives 1.4e-17, not 0: compare the rewards themselves (max == min)"),
         _case("one group", [0.0, 0.0, 0.0, 0.0, 0.0], 5),
         _case("16 groups of 8, random 0/1", np.random.default_rng(0).integers(0, 2, 128) *
               (np.random.default_rng(1).random(16).repeat(8) < 0.7), 8),
