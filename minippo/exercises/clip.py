@@ -258,14 +258,20 @@ def padding_checks() -> list[Case]:
     logp, logp_old, adv, mask = mean_batch()
     pad = mask == 0
     garbage = [a.copy() for a in (logp, logp_old, adv)]
-    for a in garbage:
+    for a in garbage[1:]:
         a[pad] = rng.uniform(-3, 3, size=int(pad.sum()))
+    # ratios inside the band on the padding: an unmasked gradient there is -A r / n, not 0 by clipping
+    garbage[0][pad] = garbage[1][pad] + rng.uniform(-0.1, 0.1, size=int(pad.sum()))
     loss, dlogp = reference(logp, logp_old, adv, mask, EPS)
 
     def run(fn):
         got, d = _student(fn, *garbage, mask, EPS)
         on_pad = float(np.max(np.abs(d[pad])))
         ok = close(got, loss) and on_pad == 0.0 and close(d[~pad], dlogp[~pad])
+        clean_loss, clean_d = _student(fn, logp, logp_old, adv, mask, EPS)        # zeros in the padding
+        if on_pad == 0.0 and not (close(clean_loss, loss) and close(clean_d[~pad], dlogp[~pad])):
+            return f"loss {fmt(got)}, |dlogp| on padding 0", ok, ("wrong with zeros in the padding too: fix the "
+                                                                   "failing cases above first")
         return f"loss {fmt(got)}, |dlogp| on padding {fmt(on_pad)}", ok, (
             "use the mask: padded tokens (mask == 0) must not enter the mean, and their gradient must be exactly 0")
 
@@ -273,8 +279,9 @@ def padding_checks() -> list[Case]:
         z = np.zeros((2, 3))
         got, d = _student(fn, z, z, np.ones((2, 3)), z, EPS)
         ok = got == 0.0 and bool(np.all(d == 0))
-        return f"loss {fmt(got)}, dlogp {fmt(np.max(np.abs(d)))}", ok, (
-            "with no valid token the loss is 0.0 and the gradient 0: divide by max(n, 1), not by n")
+        hint = ("with no valid token the loss is 0.0 and the gradient 0: divide by max(n, 1), not by n" if got != 0.0
+                else "every token is padding here: the gradient must be exactly 0 on padding (use the mask)")
+        return f"loss {fmt(got)}, dlogp {fmt(np.max(np.abs(d)))}", ok, hint
 
     return [Case("padding holds other numbers: loss and gradient unchanged",
                  f"loss {fmt(loss)}, |dlogp| on padding 0", run),

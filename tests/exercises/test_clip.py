@@ -90,3 +90,16 @@ def test_a_wrong_return_value_is_reported_not_raised(bad):
     results = grade(clip.cases(), fn)
     assert all(not r.passed for r in results)
     assert any(w in results[0].got for w in ("returned", "shape", "loss is"))
+
+
+def test_an_unmasked_gradient_fails_the_padding_check_by_name():
+    """The padded tokens' junk used to be clipped tokens (gradient 0 either way): the slip passed that check."""
+    fn = mutant(clip, (GRAD_LINE, GRAD_LINE.replace("valid & ", "")))
+    fails = assert_fails_naming(clip, fn, "padding holds other numbers", "empty batch", hint="use the mask")
+    assert "divide by max(n, 1)" not in fails["empty batch (no valid token)"]          # it does divide by max(n, 1)
+
+
+def test_a_wrong_gradient_on_valid_tokens_is_not_blamed_on_the_mask():
+    fn = mutant(clip, (GRAD_LINE, GRAD_LINE.replace("-adv * ratio / n", "-adv / n")))
+    assert "fix the failing cases above first" in failing(clip, fn)["padding holds other numbers: loss and gradient "
+                                                                    "unchanged"]
