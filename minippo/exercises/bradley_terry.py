@@ -137,7 +137,9 @@ def cases() -> list[Case]:
     def run_shift(fn):
         loss, dc, dr = _student(fn, rc + 3.0, rr + 3.0)
         ok = close(loss, want[0], rtol=1e-9) and close(dc, want[1], rtol=1e-9)
-        return f"loss {fmt(loss)}", ok, "the loss depends on r_chosen - r_rejected only: a shift changes nothing"
+        wrong_anyway = not all(close(a, b) for a, b in zip(_student(fn, rc, rr), want))   # unshifted: wrong too
+        return f"loss {fmt(loss)}", ok, _hint(*_student(fn, rc, rr), rc, rr) if wrong_anyway else (
+            "the loss depends on r_chosen - r_rejected only: a shift changes nothing")
 
     def run_fd(fn):
         _, dc, dr = _student(fn, rc, rr)
@@ -153,7 +155,7 @@ def cases() -> list[Case]:
         loss, dc, dr = _student(fn, *big)
         finite = bool(np.isfinite(loss) and np.all(np.isfinite(dc)) and np.all(np.isfinite(dr)))
         ok = finite and close(loss, big_want[0]) and close(dc, big_want[1]) and close(dr, big_want[2])
-        return f"loss {fmt(loss)}, dr_chosen {fmt(dc)}", ok, (
+        return f"loss {fmt(loss)}, dr_chosen {fmt(dc)}", ok, _hint(loss, dc, dr, *big) if finite else (
             "margins of +/-800 overflow exp(): use np.logaddexp(0, -margin) for softplus(-margin) and "
             "exp(-logaddexp(0, margin)) for sigmoid(-margin)")
 

@@ -184,6 +184,10 @@ def batch_checks() -> list[Case]:
         got, d = _student(fn, *garbage, mask, EPS)
         on_pad = float(np.max(np.abs(d[pad])))
         ok = close(got, loss) and on_pad == 0.0 and close(d[~pad], dvalues[~pad])
+        clean_loss, clean_d = _student(fn, *(a * mask for a in args[:3]), mask, EPS)   # zeros in the padding
+        if on_pad == 0.0 and not (close(clean_loss, loss) and close(clean_d[~pad], dvalues[~pad])):
+            return f"loss {fmt(got)}, |dvalues| on padding 0", ok, ("wrong with zeros in the padding too: fix the "
+                                                                     "failing cases above first")
         return f"loss {fmt(got)}, |dvalues| on padding {fmt(on_pad)}", ok, (
             "use the mask: padded tokens (mask == 0) must not enter the mean, and their gradient must be exactly 0")
 

@@ -1,7 +1,7 @@
 """The checker of exercise `bradley_terry` discriminates: reference passes, template and mistakes fail by name."""
 from minippo.exercises import bradley_terry as ex
 from minippo.exercises.grading import grade
-from tests.exercises.helpers import assert_fails_naming, mutant, solution, template
+from tests.exercises.helpers import assert_fails_naming, failing, mutant, solution, template
 
 LOSS = "loss = np.mean(np.logaddexp(0.0, -margin))"
 DM = "dmargin = -np.exp(-np.logaddexp(0.0, margin)) / N"
@@ -32,3 +32,12 @@ def test_sigmoid_of_the_wrong_sign_and_a_naive_log_sigmoid_are_named():
     import numpy as np
     with np.errstate(over="ignore", divide="ignore"):
         assert_fails_naming(ex, fn, "large margins", hint="logaddexp")
+
+
+def test_a_wrong_gradient_is_not_told_about_overflow_or_shifts():
+    """Finite but wrong numbers used to get the overflow hint, and a wrong gradient the shift hint."""
+    fn = mutant(ex, ("dmargin = -np.exp(-np.logaddexp(0.0, margin)) / N",
+                     "dmargin = -np.exp(-np.logaddexp(0.0, -margin)) / N"))
+    hints = failing(ex, fn).values()
+    assert not any("overflow" in h or "a shift changes nothing" in h for h in hints), list(hints)
+    assert any("not -sigmoid(margin) / N" in h for h in hints)

@@ -31,3 +31,12 @@ def test_np_exp_minus_one_loses_the_precision_near_rho_one():
     fn = mutant(k3, ("rho_minus_1 = np.expm1(log_rho)", "rho_minus_1 = np.exp(log_rho) - 1"))
     fails = failing(k3, fn)
     assert list(fails) == ["precision near rho = 1 (log rho = 1e-6)"] and "expm1" in fails[list(fails)[0]]
+
+
+def test_a_wrong_formula_is_not_told_to_use_expm1():
+    fn = mutant(k3, ("kl = rho_minus_1 - log_rho", "kl = -log_rho"))
+    fails = failing(k3, fn)
+    assert "expm1" not in fails["precision near rho = 1 (log rho = 1e-6)"]
+    assert "k1" in fails["precision near rho = 1 (log rho = 1e-6)"]
+    naive = mutant(k3, ("rho_minus_1 = np.expm1(log_rho)", "rho_minus_1 = np.exp(log_rho) - 1"))
+    assert "expm1" in failing(k3, naive)["precision near rho = 1 (log rho = 1e-6)"]

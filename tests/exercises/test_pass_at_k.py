@@ -47,3 +47,9 @@ def test_two_correct_implementations_pass():
     no_branch = mutant(pass_at_k, ("        if n[p] - c[p] < k:", "        if False:"))   # the factor i = k is 0
     for fn in (exact, no_branch):
         assert failing(pass_at_k, fn) == {}
+
+
+def test_a_finite_wrong_answer_is_not_told_about_overflow():
+    fn = mutant(pass_at_k, ("np.arange(n[p] - c[p] + 1, n[p] + 1)", "np.arange(n[p] - c[p], n[p])"))
+    hint = failing(pass_at_k, fn)["n = 2000, k = 1000: no overflow"]
+    assert "overflows" not in hint and "1 - C(n - c, k) / C(n, k)" in hint

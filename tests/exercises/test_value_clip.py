@@ -1,7 +1,7 @@
 """The checker of exercise `value_clip` discriminates: reference passes, template and mistakes fail by name."""
 from minippo.exercises import value_clip
 from minippo.exercises.grading import grade
-from tests.exercises.helpers import assert_fails_naming, mutant, solution, template
+from tests.exercises.helpers import assert_fails_naming, failing, mutant, solution, template
 
 LOSS = "loss = 0.5 * np.sum(np.maximum(err_unclipped, err_clipped)[valid]) / n"
 GRAD = "dvalues = np.where(valid & ~clipped, (values - returns) / n, 0.0)"
@@ -42,3 +42,10 @@ def test_a_sum_and_unmasked_padding_fail_by_name():
                 (GRAD, GRAD.replace("valid & ", "")))
     assert_fails_naming(value_clip, fn, "padding holds other numbers", "token-level mean")
 
+
+
+def test_a_wrong_gradient_on_valid_tokens_is_not_blamed_on_the_mask():
+    fn = mutant(value_clip, ("clipped = (np.abs(values - values_old) > clip_eps) & (err_clipped > err_unclipped)",
+                             "clipped = np.abs(values - values_old) > clip_eps"))
+    hint = failing(value_clip, fn)["padding holds other numbers: loss and gradient unchanged"]
+    assert "fix the failing cases above first" in hint and "use the mask" not in hint
