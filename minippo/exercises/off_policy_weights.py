@@ -5,7 +5,8 @@ Legend: B batch (responses), T tokens.
 The student writes ``off_policy_weights(logp_train, logp_sampler, mask, mode, level, cap) -> weights``:
 the weights of ``minippo.rl.off_policy.off_policy_weights`` for the modes "tis" and "mis" at both levels
 (without its statistics). Checked against the library on every mode and level, the direction of the ratio,
-the product (not the mean) over a response, padding, and a response whose ratio overflows.
+the product (not the mean) over a response, a ratio exactly at the cap (mis keeps it), padding, and a response
+whose ratio overflows.
 """
 from __future__ import annotations
 
@@ -170,6 +171,21 @@ def overflow_check() -> list[Case]:
                  run)]
 
 
+def edge_check() -> list[Case]:
+    """rho exactly at the cap: exp(0) = 1 = C, exact in float64 (the random batches never land on it)."""
+    lt = np.array([[0.0, 0.3, -0.2], [0.1, -0.1, 0.0]])                 # row 1 sums to 0: its rho_b = 1
+    ls, mask = np.zeros_like(lt), np.ones_like(lt)
+
+    def run(fn):
+        got = [_student(fn, lt, ls, mask, "mis", level, 1.0) for level in ("token", "sequence")]
+        want = [_want(lt, ls, mask, "mis", level, 1.0) for level in ("token", "sequence")]
+        ok = all(close(g, w) for g, w in zip(got, want))
+        return f"token level row 0 {fmt(got[0][0])}, sequence level row 1 {fmt(got[1][1])}", ok, (
+            "mis keeps a unit whose rho equals C: w = rho if rho <= C (the band is closed at C), not rho < C")
+
+    return [Case("mis: rho equal to C = 1 is kept", "token row 0 [1, 0, 0.8187], sequence row 1 [1, 1, 1]", run)]
+
+
 def cases() -> list[Case]:
     """Every check of the exercise, in the order the table shows them."""
-    return value_checks() + padding_check() + overflow_check()
+    return value_checks() + edge_check() + padding_check() + overflow_check()

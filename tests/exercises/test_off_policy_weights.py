@@ -39,3 +39,11 @@ def test_an_overflow_to_nan_is_caught():
                      "w = np.minimum(rho, cap) if mode == \"tis\" else rho * (rho <= cap)"))
     fails = failing(ex, fn)
     assert list(fails) == ["a response whose ratio overflows (log rho = 1200)"] and "inf * 0" in fails[list(fails)[0]]
+
+
+def test_masking_a_ratio_at_the_cap_is_caught_only_at_the_cap():
+    """`rho < cap` for mis passed every check (the random batches never land on C); the closed band is checked at
+    rho = exp(0) = C = 1, exact in float64."""
+    fn = mutant(ex, ("np.where(rho <= cap, rho, 0.0)", "np.where(rho < cap, rho, 0.0)"))
+    fails = assert_fails_naming(ex, fn, "mis: rho equal to C = 1 is kept", hint="the band is closed at C")
+    assert len(fails) == 1
