@@ -337,10 +337,7 @@ def check_fresh_start(folder, config: Mapping, what: str, *, ignore: Iterable[st
             raise FileExistsError(f"{metrics} holds records of something else (no config.json beside it): use "
                                   f"another folder for {what}; nothing was overwritten")
         return
-    try:
-        stored = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        stored = None
+    stored = _read_or_none(config_path)
     if not isinstance(stored, dict) or set(stored) != set(config):
         raise FileExistsError(f"{folder} holds something other than {what} ({config_path} is not its config): use "
                               "another folder; nothing was overwritten")

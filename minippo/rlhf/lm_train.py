@@ -145,10 +145,7 @@ def _resume(cfg: LMConfig, out_dir: Path, model: TinyGPT, opt: AdamW, what: str)
     ``load_model``, the config, the step, the optimizer state); returns ``(step, initial_loss)``."""
     ckpt_dir = out_dir / "checkpoint"
     saved, state = load_model(ckpt_dir, extra_expect=array_specs(opt.state_dict()[0]))
-    with in_file(checkpoint_folder(ckpt_dir) / STATE):
-        stored = check_fields(type(cfg), state["sft_config"], "sft_config")
-    check_same_config(f"the {what} run in {out_dir}", stored, cfg.to_dict(), ignore=RESULT_NEUTRAL,
-                      fresh=f"use another folder than {out_dir} (or delete it)")
+    _check_same_config(checkpoint_folder(ckpt_dir) / STATE, state["sft_config"], cfg, out_dir, what)
     with in_file(checkpoint_folder(ckpt_dir) / STATE):
         step, initial_loss = state["step"], state["initial_loss"]
         check_range("step", step, 1, cfg.steps, integer=True)
@@ -180,9 +177,15 @@ def check_lm_folder(out_dir: Path, cfg: LMConfig, *, resume: bool, what: str) ->
         which = f"is of format {found!r}" if isinstance(found, str) else "is not one"
         raise FileExistsError(f"{out_dir} holds something other than {what} (its checkpoint {which}): use another "
                               "folder; nothing was written")
+    _check_same_config(path, stored, cfg, out_dir, "SFT")
+
+
+def _check_same_config(path: Path, stored, cfg: LMConfig, out_dir: Path, what: str) -> None:
+    """The checkpoint's ``sft_config`` (``stored``, read from the state.json ``path``) must hold
+    ``cfg``'s fields and equal it up to the result-neutral ones; the error names the file or fields."""
     with in_file(path):
         stored = check_fields(type(cfg), stored, "sft_config")
-    check_same_config(f"the SFT run in {out_dir}", stored, cfg.to_dict(), ignore=RESULT_NEUTRAL,
+    check_same_config(f"the {what} run in {out_dir}", stored, cfg.to_dict(), ignore=RESULT_NEUTRAL,
                       fresh=f"use another folder than {out_dir} (or delete it)")
 
 
