@@ -32,13 +32,14 @@ instead of refusing (two lessons started together build it once).
 
 ``--quick`` runs the same pipeline at CI size (a few tens of seconds). ``summary.json`` holds the wall
 time of each stage, the peak resident memory, and the numbers of the issue: the SFT parameter count
-and losses (when this call trained it), SFT vs PPO gold mean and std, the KL to the reference against the
+and losses (read from the SFT model when this call reuses it), SFT vs PPO gold mean and std, the KL to the reference against the
 controller's target, RM scores, lengths.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import resource
 import shutil
 import sys
@@ -49,7 +50,9 @@ import numpy as np
 
 from minippo.blas import blas_core_name, single_blas_thread
 from minippo.checks import check_choice
-from minippo.io import STATE, atomic_write_text, checkpoint_folder, has_checkpoint, read_json, read_metrics
+from minippo.io import (STATE, atomic_write_text, checkpoint_folder, has_checkpoint, in_file, read_json,
+                        read_metrics)
+from minippo.nn.gpt import GPTConfig, param_shapes
 from minippo.rlhf.checkpoint import load_model
 from minippo.rlhf.data.corpus import sample_prompts
 from minippo.rlhf.dpo_config import DPOConfig
@@ -262,6 +265,22 @@ def check_reuse(out: Path, sft_cfg, rm_cfg, ppo_cfg, stages=("sft", "rm", "ppo")
         check_stage_config(out, names, name, folder, stored, requested, ignore=ignore)
 
 
+def stored_sft_numbers(model_dir) -> dict:
+    """The SFT block of ``summary.json`` (parameter count, initial, held-out and unigram losses, ln V) read
+    from a finished SFT model's state.json, as the run that trained it wrote them; a
+    :class:`minippo.io.CorruptFileError` naming the file when one is missing."""
+    path = checkpoint_folder(model_dir) / STATE
+    state = read_json(path)
+    with in_file(path):
+        if not isinstance(state, dict):
+            raise ValueError("must hold a JSON object")
+        cfg = GPTConfig.from_dict(state["gpt_config"])
+        n_params = sum(int(np.prod(shape)) for shape in param_shapes(cfg).values())
+        return {"n_params": n_params, "initial_loss": float(state["initial_loss"]),
+                "heldout_loss": float(state["heldout_loss"]), "unigram_loss": float(state["unigram_loss"]),
+                "ln_V": math.log(cfg.vocab_size)}
+
+
 def _run_stages(out: Path, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg, n_eval, evaluate, figures,
                 callback, stages, dpo_cfg=None) -> dict:
     n_eval = n_eval or (64 if quick else 256)
@@ -272,6 +291,7 @@ def _run_stages(out: Path, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg,
     t = time.perf_counter()
     if has_checkpoint(out / "sft" / "model"):
         log(f"[1/3] SFT: reusing {out / 'sft' / 'model'} (same config; delete it to retrain)")
+        summary["sft"] = stored_sft_numbers(out / "sft" / "model")    # those of the run that trained it
     else:
         log(f"[1/3] SFT: corpus ({sft_cfg.corpus_size} sentences) -> tokenizer (V={sft_cfg.vocab_size}) -> "
             f"TinyGPT ({sft_cfg.n_layer} layers, C={sft_cfg.n_embd}), {sft_cfg.steps} steps")

@@ -45,6 +45,7 @@ def test_quick_pipeline_end_to_end(tmp_path, capsys):
     again = json.loads((out / "summary.json").read_text())
     assert again["eval"] == json.loads(json.dumps(e))
     assert again["rm"] == summary["rm"]                 # issue 13 item 7: the reused reward model's numbers stay
+    assert again["sft"] == summary["sft"]               # and the reused SFT model's (a rerun dropped them)
     # issue 20 item 8: a sample cut at max_new_tokens without its EOS is marked in samples.md
     from minippo.rlhf.generate import TRUNCATED_MARK
     rows = [line for line in samples.splitlines() if line.startswith("| ") and line[2].isdigit()]
