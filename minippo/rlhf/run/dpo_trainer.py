@@ -183,7 +183,7 @@ class DPOTrainer(RunFolderTrainer):
         if self.out_dir is not None and self.step_count == self.cfg.steps:
             save_model(self.out_dir / "policy", self.policy, tokenizer=self.state.tokenizer,
                        extra_state={"dpo_config": self.cfg.to_dict(), "step": self.step_count,
-                                    "data": self.data_info})
+                                    "data": self.data_info, "inputs": self.inputs})
         return records
 
     # ---- checkpoints ---------------------------------------------------------------------------

@@ -260,7 +260,8 @@ class PPOTrainer(RunFolderTrainer):
         bar.close()
         if self.out_dir is not None and self.iteration == self.cfg.iterations:
             save_model(self.out_dir / "policy", self.actor, tokenizer=self.state.tokenizer,
-                       extra_state={"ppo_config": self.cfg.to_dict(), "iteration": self.iteration})
+                       extra_state={"ppo_config": self.cfg.to_dict(), "iteration": self.iteration,
+                                    "inputs": self.inputs})
         return records
 
     # ---- checkpoints --------------------------------------------------------------------------

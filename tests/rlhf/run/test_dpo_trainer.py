@@ -316,6 +316,13 @@ def test_rlhf_method_dpo_quick(tmp_path, capsys):
     assert main(["rlhf", "--quick", "--method", "dpo", "--out", str(tmp_path), "--no-progress"]) == 0
     assert capsys.readouterr().out.count("reusing") == 3
     assert json.loads((tmp_path / "summary_dpo.json").read_text())["eval"] == e
+    # the DPO policy records its pairs: pairs sampled again by another version are not trained over silently
+    assert set(json.loads((tmp_path / "dpo" / "policy" / "state.json").read_text())["inputs"]) == {"sft", "pairs"}
+    pairs = tmp_path / "rm" / "pairs.npz"
+    pairs.write_bytes(pairs.read_bytes() + b"\0")
+    assert main(["rlhf", "--quick", "--method", "dpo", "--out", str(tmp_path), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'dpo' / 'policy'} (stage dpo of the run in {tmp_path}) was made from another --pairs" in err
 
 
 # ---- the run-folder rules of issue 13 (minippo.runs), kept by the DPO run --------------------

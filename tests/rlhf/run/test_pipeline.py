@@ -46,6 +46,16 @@ def test_quick_pipeline_end_to_end(tmp_path, capsys):
     assert again["eval"] == json.loads(json.dumps(e))
     assert again["rm"] == summary["rm"]                 # issue 13 item 7: the reused reward model's numbers stay
     assert again["sft"] == summary["sft"]               # and the reused SFT model's (a rerun dropped them)
+    # a reward model retrained since (by another version, on another kernel): the finished PPO policy was trained
+    # against the old one and is not reused over the new one (the last bytes of the file are a weight's)
+    weights = out / "rm" / "model" / "weights.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    assert main(["rlhf", "--quick", "--out", str(out), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert f"{out / 'ppo' / 'policy'} (stage ppo of the run in {out}) was made from another --rm" in err, err
+    assert f"delete {out / 'ppo'} to retrain that stage" in err
     # issue 20 item 8: a sample cut at max_new_tokens without its EOS is marked in samples.md
     from minippo.rlhf.generate import TRUNCATED_MARK
     rows = [line for line in samples.splitlines() if line.startswith("| ") and line[2].isdigit()]
