@@ -1,5 +1,5 @@
 """The checker of exercise `pass_at_k` discriminates: the reference passes, the template and plausible mistakes
-fail with the right checks named; two correct implementations (exact integers, no n - c < k branch) pass."""
+fail with the right checks named; three correct implementations (exact integers, no n - c < k branch, log-gamma) pass."""
 from minippo.exercises import pass_at_k
 from minippo.exercises.grading import grade
 from tests.exercises.helpers import assert_fails_naming, failing, mutant, solution, template
@@ -41,11 +41,15 @@ def test_an_average_over_problems_is_named_by_its_shape():
     assert len(fails) == len(pass_at_k.cases()) and all("must have shape" in h for h in fails.values() if h)
 
 
-def test_two_correct_implementations_pass():
+def test_three_correct_implementations_pass():
     comb = "__import__('math').comb"
     exact = mutant(pass_at_k, (PRODUCT, f"out[p] = 1.0 - {comb}(int(n[p] - c[p]), k) / {comb}(int(n[p]), k)"))
     no_branch = mutant(pass_at_k, ("        if n[p] - c[p] < k:", "        if False:"))   # the factor i = k is 0
-    for fn in (exact, no_branch):
+    # log C(n - c, k) - log C(n, k) by log-gamma: ~1e-12 from exact at n = 2000, and 4e-16 instead of 0 at c = 0
+    lg, a, b = "__import__('math').lgamma", "int(n[p])", "int(n[p] - c[p])"
+    log_gamma = mutant(pass_at_k, (PRODUCT, f"out[p] = 1.0 - np.exp({lg}({b} + 1) - {lg}({b} - k + 1) - "
+                                            f"{lg}({a} + 1) + {lg}({a} - k + 1))"))
+    for fn in (exact, no_branch, log_gamma):
         assert failing(pass_at_k, fn) == {}
 
 
