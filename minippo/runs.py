@@ -283,6 +283,21 @@ def check_same_inputs(what: str, stored: Mapping | None, given: Mapping[str, Map
                                  f"nothing was changed. To start fresh, {fresh}")
 
 
+def check_stage_inputs(out, name: str, inputs: Mapping[str, object]) -> None:
+    """A finished stage of a run folder (``out / name / "policy"``: PPO, DPO, RL against a verifier) is reused
+    only when it was made from the models and pairs now in ``out`` (``inputs``: flag name -> path): one
+    retrained since (deleted, or made by another version) is a :class:`ConfigMismatch` naming it. What the
+    policy (or, for a run made before the policy recorded them, its checkpoint) does not record is
+    accepted."""
+    folder = Path(out) / name
+    stored = stored_inputs(folder / "policy")
+    if stored is None and has_checkpoint(folder / "checkpoint"):
+        stored = stored_inputs(folder / "checkpoint")
+    check_same_inputs(f"{folder / 'policy'} (stage {name} of the run in {out})", stored,
+                      {flag: input_identity(path) for flag, path in inputs.items()},
+                      fresh=f"delete {folder} to retrain that stage (nothing is deleted for you)")
+
+
 def check_run_folder(out, stages: Iterable[str], command: str) -> None:
     """``out`` must be empty or a run folder of ``command`` (one of its ``stages`` folders in it): a folder of
     something else (``--out .`` in a project, another command's run folder) is refused with ``FileExistsError``,

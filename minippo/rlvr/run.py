@@ -51,7 +51,8 @@ from minippo.rlhf.run.configs import comparable, config_from_dict
 from minippo.rlhf.run.correction_cli import add_correction_flags, with_correction
 from minippo.rlhf.run.pipeline import AGAIN, peak_rss_mb
 from minippo.rlhf.run.trainer import RESUME_NEUTRAL
-from minippo.runs import check_run_folder, check_stage_config, run_lock, stage, stages_kept
+from minippo.runs import (check_run_folder, check_stage_config, check_stage_inputs, input_identity, run_lock, stage,
+                          stages_kept)
 from minippo.rlvr.evaluate import KS, evaluate_pass_at_k
 from minippo.rlvr.task import Problems, TaskSFTConfig, sft_batcher
 from minippo.rlvr.tokenizer import CharTokenizer
@@ -207,7 +208,9 @@ def _run(out: Path, quick, seed, method, progress, log, sft_cfg, rl_cfg, eval_cf
     # stage 2: RL against the verifier (the canonical PPO, or the critic-free family)
     t, c = time.perf_counter(), time.process_time()
     problems, rl_dir, name = Problems(sft_cfg), out / method, METHODS[method]
+    sft_input = {"sft": out / "sft" / "model"}
     if has_checkpoint(rl_dir / "policy"):
+        check_stage_inputs(out, method, sft_input)
         log(f"[2/2] {name}: reusing {rl_dir / 'policy'} (same config)")
     else:
         resuming = has_checkpoint(rl_dir / "checkpoint")
@@ -215,7 +218,8 @@ def _run(out: Path, quick, seed, method, progress, log, sft_cfg, rl_cfg, eval_cf
             f"{'resuming from ' + str(rl_dir / 'checkpoint') + ', ' if resuming else ''}"
             f"{rl_cfg.iterations} iterations x {rl_cfg.batch_size} answers, {rl_cfg.update_epochs} epochs of "
             f"{rl_cfg.num_minibatches} minibatches; {method_summary(rl_cfg)}")
-        trainer = RLVRTrainer(rl_cfg, sft_model, tokenizer, problems, out_dir=rl_dir, resume=True)
+        trainer = RLVRTrainer(rl_cfg, sft_model, tokenizer, problems, out_dir=rl_dir, resume=True,
+                              inputs={flag: input_identity(path) for flag, path in sft_input.items()})
         try:
             trainer.train(progress=progress)
         finally:

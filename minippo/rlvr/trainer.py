@@ -106,18 +106,20 @@ class RLVRTrainer(PPOTrainer):
     sft_model : TinyGPT, the SFT policy (the actor starts as a copy, the reference is a frozen copy)
     tokenizer : :class:`minippo.rlvr.tokenizer.CharTokenizer`
     problems : :class:`minippo.rlvr.task.Problems`, the task's split (prompts come from its training side)
-    out_dir, resume : as :class:`~minippo.rlhf.run.trainer.PPOTrainer`
+    out_dir, resume, inputs : as :class:`~minippo.rlhf.run.trainer.PPOTrainer` (``inputs``: ``{"sft": ...}``,
+        the SFT model's identity, recorded with every checkpoint and the policy)
     """
 
     def __init__(self, cfg: PPOConfig, sft_model, tokenizer, problems: Problems, *, out_dir=None,
-                 resume: bool = False):
+                 resume: bool = False, inputs: dict | None = None):
         if not isinstance(cfg, (PPOConfig, GRPOConfig)):
             raise ValueError(f"`cfg` must be a PPOConfig or a GRPOConfig, got {type(cfg).__name__}")
         if isinstance(cfg, PPOConfig) and cfg.critic_init == "reward_model":
             raise ValueError("`critic_init` must be 'sft' or 'random' against a verifier (it has no network to "
                              "start the critic from), got 'reward_model'")
         self.problems = problems            # before PPOTrainer's checks, which read prompt_pool()
-        super().__init__(cfg, sft_model, Verifier(tokenizer), tokenizer, out_dir=out_dir, resume=resume)
+        super().__init__(cfg, sft_model, Verifier(tokenizer), tokenizer, out_dir=out_dir, resume=resume,
+                         inputs=inputs)
 
     def prompt_pool(self) -> list[str]:
         """The prompts of the task's training problems (never a held-out one): what an iteration draws."""

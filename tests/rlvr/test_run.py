@@ -99,6 +99,21 @@ def test_a_second_call_reuses_both_stages_and_evaluates_the_same(quick):
 
 
 @pytest.mark.slow
+def test_a_policy_is_not_reused_over_an_sft_model_retrained_since(quick, tmp_path):
+    """The RL policy records the SFT model it started from; an SFT model retrained since (by another version, on
+    another kernel: here its last weight's last bit) is refused by name, not evaluated against the old policy."""
+    out = tmp_path / "run"
+    shutil.copytree(quick[0], out)
+    assert set(json.loads((out / "ppo" / "policy" / "state.json").read_text())["inputs"]) == {"sft"}
+    weights = out / "sft" / "model" / "weights.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ConfigMismatch, match=r"ppo/policy \(stage ppo of the run in .*\) was made from another --sft"):
+        run_rlvr(out, quick=True, seed=0, progress=False, log=lambda *a: None)
+
+
+@pytest.mark.slow
 def test_a_stage_made_with_another_config_is_refused_before_anything_is_written(quick):
     out, _, _ = quick
     before = files(out)

@@ -28,7 +28,7 @@ naming the stage, the differing fields with both values, and how to start fresh 
 deleting that stage's folder and the ones after it). It does not retrain the stage over the old one: that
 would destroy the records of a run the user may still want, and a refusal costs one command to undo. A
 finished PPO or DPO stage is also reused only over the SFT model and reward model (pairs) it was trained
-from (:func:`check_policy_inputs`). The
+from (:func:`minippo.runs.check_stage_inputs`). The
 folder is locked while the command runs (:mod:`minippo.runs`); the lessons' shared cache waits for the lock
 instead of refusing (two lessons started together build it once).
 
@@ -69,8 +69,8 @@ from minippo.rlhf.run.plots import plot_run
 from minippo.rlhf.run.trainer import RESUME_NEUTRAL, load_stages, run_ppo
 from minippo.rlhf.lm_train import RESULT_NEUTRAL
 from minippo.rlhf.sft import SFTConfig, train_sft
-from minippo.runs import (LOCK_FILE, check_run_folder, check_same_inputs, check_stage_config, input_identity,
-                          run_lock, stage, stages_kept, stored_inputs, user_temp_dir)
+from minippo.runs import (LOCK_FILE, check_run_folder, check_stage_config, check_stage_inputs, run_lock, stage,
+                          stages_kept, user_temp_dir)
 
 SEED_EVAL = 11          # the evaluation prompts and samples: np.random.default_rng([seed, SEED_EVAL])
 STAGES = ("sft", "rm", "ppo", "dpo")                # the stage folders of a run folder
@@ -284,19 +284,6 @@ def stored_sft_numbers(model_dir) -> dict:
                 "ln_V": math.log(cfg.vocab_size)}
 
 
-def check_policy_inputs(out: Path, name: str, inputs: dict) -> None:
-    """A finished stage 3 (``out / name / "policy"``) is reused only when it was trained from the models and
-    pairs now in ``out`` (``inputs``: flag name -> path): a stage before it retrained since (deleted, or made
-    by another version) is a :class:`~minippo.runs.ConfigMismatch` naming the input. What the policy (or,
-    for runs made before the policy recorded them, its checkpoint) does not record is accepted."""
-    stored = stored_inputs(out / name / "policy")
-    if stored is None and has_checkpoint(out / name / "checkpoint"):
-        stored = stored_inputs(out / name / "checkpoint")
-    check_same_inputs(f"{out / name / 'policy'} (stage {name} of the run in {out})", stored,
-                      {flag: input_identity(path) for flag, path in inputs.items()},
-                      fresh=f"delete {out / name} to retrain that stage (nothing is deleted for you)")
-
-
 def _run_stages(out: Path, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg, n_eval, evaluate, figures,
                 callback, stages, dpo_cfg=None) -> dict:
     n_eval = n_eval or (64 if quick else 256)
@@ -339,7 +326,7 @@ def _run_stages(out: Path, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg,
     # stage 3: PPO
     t = time.perf_counter()
     if has_checkpoint(out / "ppo" / "policy"):
-        check_policy_inputs(out, "ppo", {"sft": out / "sft" / "model", "rm": out / "rm" / "model"})
+        check_stage_inputs(out, "ppo", {"sft": out / "sft" / "model", "rm": out / "rm" / "model"})
         log(f"[3/3] PPO: reusing {out / 'ppo' / 'policy'} (same config)")
     else:
         resuming = has_checkpoint(out / "ppo" / "checkpoint")
@@ -369,8 +356,8 @@ def _dpo_stage(out: Path, summary: dict, t_all: float, dpo_cfg: DPOConfig, n_eva
     """Stage 3 as DPO into ``<out>/dpo``, then the evaluation and ``summary.json`` (the ``--method dpo`` branch)."""
     t = time.perf_counter()
     if has_checkpoint(out / "dpo" / "policy"):
-        check_policy_inputs(out, "dpo", {"sft": out / "sft" / "model",
-                                         "pairs": pairs_folder(out / "rm") / "pairs.npz"})
+        check_stage_inputs(out, "dpo", {"sft": out / "sft" / "model",
+                                        "pairs": pairs_folder(out / "rm") / "pairs.npz"})
         log(f"[3/3] DPO: reusing {out / 'dpo' / 'policy'} (same config)")
     else:
         resuming = has_checkpoint(out / "dpo" / "checkpoint")
