@@ -27,8 +27,10 @@ import json
 import os
 import shutil
 import warnings
+import zipfile
+from io import BytesIO
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
@@ -112,6 +114,26 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def save_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> None:
+    """Write ``arrays`` (name -> array) to the ``.npz`` file ``path``, atomically, as ``np.savez``
+    does (``np.load`` reads every array back exactly) but byte-deterministic: every entry's date,
+    system and mode are fixed, so the same arrays give the same bytes on any OS and at any time
+    (``np.savez`` leaves them to ``ZipFile.open``'s defaults; a run records the SHA-256 of its
+    ``--pairs`` file). An object array is a ``ValueError`` naming it."""
+    buf = BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+        for name, a in arrays.items():
+            a = np.asanyarray(a)
+            if a.dtype.hasobject:
+                raise ValueError(f"array {name!r} has dtype {a.dtype}: object arrays cannot be saved "
+                                 "(they would need pickle)")
+            entry = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+            entry.create_system, entry.external_attr = 3, 0o600 << 16   # the same on every OS
+            with zf.open(entry, "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, a, allow_pickle=False)
+    atomic_write_bytes(path, buf.getvalue())
+
+
 def _to_jsonable(obj: Any) -> Any:
     """Convert NumPy scalars/arrays inside ``obj`` to plain Python for ``json.dumps``."""
     if isinstance(obj, dict):
@@ -134,29 +156,52 @@ def save_checkpoint(directory: str | os.PathLike, arrays: dict[str, np.ndarray],
     The previous content of ``directory`` stays intact until the new one is complete.
     """
 
-    directory = Path(directory)
-    tmp = directory.with_name(directory.name + ".tmp")
+    def fill(tmp: Path) -> None:
+        contiguous = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
+        atomic_write_bytes(tmp / WEIGHTS, st_save(contiguous))
+        atomic_write_text(tmp / STATE, json.dumps(_to_jsonable(state or {}), indent=1,
+                                                  sort_keys=True))
+        for name, text in (files or {}).items():
+            if name in (WEIGHTS, STATE) or Path(name).name != name:
+                raise ValueError(f"`files` names must be plain file names other than {WEIGHTS} "
+                                 f"and {STATE}, got {name!r}")
+            atomic_write_text(tmp / name, text)
+
+    return write_folder(directory, fill)
+
+
+def write_folder(directory: str | os.PathLike, fill: Callable[[Path], None]) -> Path:
+    """Replace the folder ``directory`` by what ``fill(tmp)`` writes into ``tmp``, a new empty
+    folder ``<dir>.tmp``; returns ``Path(directory)``.
+
+    The previous content of ``directory`` stays intact until the new one is complete: if ``fill``
+    raises, nothing else is touched (the next write clears ``<dir>.tmp``); then ``directory`` is
+    moved to ``<dir>.old``, ``<dir>.tmp`` renamed in its place, and ``<dir>.old`` deleted. A
+    ``<dir>.old`` beside ``directory`` is a leftover, deleted first; without ``directory`` it is the
+    only good copy (a write stopped between the two renames), kept until the new folder is in place.
+    Both names come from the absolute path (``.`` is the current folder; the process stays in it).
+    """
+    folder = Path(directory).absolute()
+    if not folder.name:
+        raise ValueError(f"cannot replace the folder {directory}: it has no name")
+    tmp, old = folder.with_name(folder.name + ".tmp"), _old_folder(folder)
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    contiguous = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
-    atomic_write_bytes(tmp / WEIGHTS, st_save(contiguous))
-    atomic_write_text(tmp / STATE, json.dumps(_to_jsonable(state or {}), indent=1, sort_keys=True))
-    for name, text in (files or {}).items():
-        if name in (WEIGHTS, STATE) or Path(name).name != name:
-            raise ValueError(f"`files` names must be plain file names other than {WEIGHTS} and {STATE}, got {name!r}")
-        atomic_write_text(tmp / name, text)
-    old = directory.with_name(directory.name + ".old")
-    if directory.exists():
-        if old.exists():                  # a stale leftover: ``directory`` is the good checkpoint
+    fill(tmp)
+    here = False                          # the process is in ``directory`` (``.``)
+    if folder.exists():
+        if old.exists():                  # a stale leftover: ``directory`` is the good copy
             shutil.rmtree(old)
-        os.replace(directory, old)
-    # else: if ``old`` exists, a previous save crashed between the two renames and ``old`` is the
-    # only good checkpoint; it is kept until the new one is in place
-    os.replace(tmp, directory)
+        here = os.path.samefile(os.curdir, folder)
+        os.replace(folder, old)
+    # else: an ``old`` here is the only good copy (a write stopped between the renames): kept
+    os.replace(tmp, folder)
+    if here:                              # not left in the old folder, deleted next: in the new one
+        os.chdir(folder)
     if old.exists():
         shutil.rmtree(old)
-    return directory
+    return Path(directory)
 
 
 def checkpoint_folder(directory: str | os.PathLike) -> Path:

@@ -101,6 +101,121 @@ def test_crash_between_the_renames_falls_back_to_old(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
 
 
+# ---- write_folder: one folder swap for checkpoints and exports -------------------------------------
+
+def _files(folder):
+    return {p.name: p.read_text() for p in Path(folder).iterdir()}
+
+
+def _writer(**files):
+    """A ``fill`` writing ``files`` (name -> text) into the temporary folder."""
+    def fill(tmp):
+        for name, text in files.items():
+            (tmp / name).write_text(text)
+    return fill
+
+
+def test_write_folder_replaces_the_folder_and_leaves_nothing_beside_it(tmp_path):
+    out = tmp_path / "out"
+    assert io.write_folder(out, _writer(a="1", b="2")) == out and _files(out) == {"a": "1", "b": "2"}
+    (tmp_path / "out.old").mkdir()                       # a stale leftover beside a whole folder
+    (tmp_path / "out.old" / "stale").write_text("x")
+    io.write_folder(out, _writer(c="3"))
+    assert _files(out) == {"c": "3"} and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_failing_fill_leaves_the_folder_untouched(tmp_path):
+    out = tmp_path / "out"
+    io.write_folder(out, _writer(a="1"))
+
+    def fail(tmp):
+        (tmp / "a").write_text("half")
+        raise OSError("disk full (simulated)")
+
+    with pytest.raises(OSError, match="disk full"):
+        io.write_folder(out, fail)
+    assert _files(out) == {"a": "1"} and not (tmp_path / "out.old").exists()
+    io.write_folder(out, _writer(b="2"))                 # the next write clears the leftover out.tmp
+    assert _files(out) == {"b": "2"} and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_write_folder_keeps_old_without_the_folder_until_the_new_one_is_in_place(tmp_path, monkeypatch):
+    """``<dir>.old`` without ``<dir>``: a write stopped between its two renames; ``.old`` is the only good
+    copy and survives a failing fill and a write stopped at the swap."""
+    out, old = tmp_path / "out", tmp_path / "out.old"
+    io.write_folder(out, _writer(a="1", b="2"))
+    os.replace(out, old)
+    with pytest.raises(OSError):
+        io.write_folder(out, lambda tmp: (_ for _ in ()).throw(OSError("simulated")))
+    assert _files(old) == {"a": "1", "b": "2"} and not out.exists()
+    real = os.replace
+
+    def stopped_at_the_swap(src, dst):
+        if Path(src).name == "out.tmp":
+            raise KeyboardInterrupt
+        return real(src, dst)
+
+    monkeypatch.setattr(io.os, "replace", stopped_at_the_swap)
+    with pytest.raises(KeyboardInterrupt):
+        io.write_folder(out, _writer(c="3"))
+    monkeypatch.undo()
+    assert _files(old) == {"a": "1", "b": "2"} and not out.exists()
+    io.write_folder(out, _writer(c="3"))
+    assert _files(out) == {"c": "3"} and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_write_folder_and_save_checkpoint_into_the_current_folder(tmp_path, monkeypatch):
+    """``.`` has no name of its own (``Path.with_name`` refused it); the process stays in the new folder, not in
+    the old one, which is deleted."""
+    (tmp_path / "ckpt").mkdir()
+    monkeypatch.chdir(tmp_path / "ckpt")
+    io.save_checkpoint(Path("."), _arrays(), {"step": 1})
+    io.save_checkpoint(Path("."), _arrays(1), {"step": 2})
+    assert os.getcwd() == str(tmp_path / "ckpt") and io.load_checkpoint(".")[1] == {"step": 2}
+    assert io.write_folder(".", _writer(a="1")) == Path(".") and _files(".") == {"a": "1"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+    with pytest.raises(ValueError, match="no name"):
+        io.write_folder("/", _writer())
+
+
+# ---- save_npz: np.savez, byte-deterministic ----------------------------------------------------------
+
+def _npz_arrays():
+    rng = np.random.default_rng(0)
+    return {"f32": rng.standard_normal((3, 4)).astype(np.float32), "f64": np.array([np.nan, -np.inf, 0.5]),
+            "f16": np.arange(5, dtype=np.float16), "i64": np.arange(-3, 3), "u8": np.arange(7, dtype=np.uint8),
+            "bool": np.array([[True, False]]), "scalar": np.array(7, np.int32), "empty": np.zeros((0, 3)),
+            "fortran": np.asfortranarray(rng.standard_normal((2, 5))), "strided": np.arange(20)[::3],
+            "text": np.array(["ab", "c"])}
+
+
+def test_save_npz_is_byte_deterministic_and_reads_back_exactly(tmp_path, monkeypatch):
+    """The same arrays give the same bytes at another time and on another system (np.savez's entries carry
+    the writing system, Windows or not, and the time if ``ZipFile.open`` sets it: CPython gh-121402)."""
+    import sys
+    import time
+    arrays = _npz_arrays()
+    monkeypatch.setattr(time, "time", lambda: 1.0e9)
+    io.save_npz(tmp_path / "a.npz", arrays)
+    monkeypatch.setattr(time, "time", lambda: 1.7e9)
+    monkeypatch.setattr(sys, "platform", "win32")
+    io.save_npz(tmp_path / "b.npz", {k: a.copy(order="K") for k, a in arrays.items()})   # equal, not the same
+    monkeypatch.undo()
+    assert (tmp_path / "a.npz").read_bytes() == (tmp_path / "b.npz").read_bytes()
+    with np.load(tmp_path / "a.npz") as z:
+        assert z.files == list(arrays)
+        for name, a in arrays.items():
+            assert z[name].dtype == a.dtype and z[name].shape == a.shape, name
+            np.testing.assert_array_equal(z[name], a)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npz", "b.npz"]      # written atomically
+
+
+def test_save_npz_refuses_an_object_array_naming_it(tmp_path):
+    with pytest.raises(ValueError, match="array 'labels' has dtype object"):
+        io.save_npz(tmp_path / "a.npz", {"ok": np.zeros(2), "labels": np.array([{"a": 1}, None])})
+    assert not (tmp_path / "a.npz").exists()
+
+
 def test_atomic_write_replaces_whole_file(tmp_path):
     p = tmp_path / "sub" / "f.txt"
     io.atomic_write_text(p, "first")

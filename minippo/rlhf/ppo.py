@@ -45,7 +45,6 @@ file: the experience buffer :class:`Rollout` (the per-token 7-tuple, Q25), the r
 """
 from __future__ import annotations
 
-import io
 import random
 import time
 from dataclasses import dataclass, field, fields, replace
@@ -53,7 +52,7 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 
 from minippo.checks import check_finite_values, check_float_array, check_mask, check_range
-from minippo.io import atomic_write_bytes
+from minippo.io import save_npz
 from minippo.nn.gpt import TinyGPT
 from minippo.nn.optim import AdamW, clip_grad_norm, global_norm, lr_at
 from minippo.rl.gae import gae
@@ -412,9 +411,7 @@ class Rollout:
     def save_npz(self, path) -> None:
         """Write :meth:`arrays` to an ``.npz`` file (atomically): the per-token dump of the studies.
         """
-        buf = io.BytesIO()
-        np.savez(buf, **self.arrays())
-        atomic_write_bytes(path, buf.getvalue())
+        save_npz(path, self.arrays())
 
     # ---- printing -----------------------------------------------------------------------------
     def to_table(self, tokenizer, row: int = 0, *, context: int = 3) -> str:

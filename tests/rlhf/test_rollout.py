@@ -103,12 +103,18 @@ def test_to_table_prints_the_seven_tuple_with_padding():
     assert rows[0].split()[-2:] == ["-", "-"]            # advantage and return not computed yet
 
 
-def test_save_npz_round_trip(tmp_path):
+def test_save_npz_round_trip(tmp_path, monkeypatch):
+    import time
     ro = small_rollout()
     ro.save_npz(tmp_path / "r.npz")
     with np.load(tmp_path / "r.npz") as z:
         np.testing.assert_array_equal(z["logp"], ro.logp)
         assert "rewards" not in z.files
+        assert sorted(z.files) == sorted(ro.arrays())
+        assert all(z[k].dtype == a.dtype and np.array_equal(z[k], a) for k, a in ro.arrays().items())
+    monkeypatch.setattr(time, "time", lambda: 1.7e9)          # later: the same bytes (no time stamp)
+    ro.save_npz(tmp_path / "again.npz")
+    assert (tmp_path / "again.npz").read_bytes() == (tmp_path / "r.npz").read_bytes()
 
 
 @pytest.mark.parametrize("critic_kind", ["separate", "shared"])

@@ -40,14 +40,13 @@ accuracy against the labels and against the gold order, and Pearson / Spearman c
 """
 from __future__ import annotations
 
-import io
 import zipfile
 from dataclasses import dataclass, fields
 
 import numpy as np
 
 from minippo.checks import check_float_array, check_int_array, check_mask, check_range, check_same_shape
-from minippo.io import atomic_write_bytes
+from minippo.io import save_npz
 from minippo.rl.dpo import log_sigmoid      # one stable log sigmoid for the labels, Bradley-Terry and DPO
 from minippo.rlhf.data.corpus import sample_prompts
 from minippo.rlhf.data.gold import gold_scores
@@ -203,10 +202,8 @@ class PreferencePairs:
         return self.gold_chosen > self.gold_rejected
 
     def save(self, path) -> None:
-        """Write every array to one ``.npz`` file (atomically)."""
-        buf = io.BytesIO()
-        np.savez(buf, **{f.name: getattr(self, f.name) for f in fields(self)})
-        atomic_write_bytes(path, buf.getvalue())
+        """Write every array to one ``.npz`` file (atomically; the same pairs give the same bytes)."""
+        save_npz(path, {f.name: getattr(self, f.name) for f in fields(self)})
 
     @classmethod
     def load(cls, path) -> "PreferencePairs":

@@ -48,8 +48,6 @@ weights as they are (gain 1, bias 0). Any config TinyGPT cannot compute is refus
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -58,7 +56,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import save as st_save
 from tokenizers import Tokenizer as HFTokenizer, processors
 
-from minippo.io import atomic_write_bytes, atomic_write_text, read_json
+from minippo.io import atomic_write_bytes, atomic_write_text, read_json, write_folder
 from minippo.nn.attention import LN_EPS
 from minippo.nn.gpt import GPTConfig, param_shapes
 from minippo.rlhf.data.tokenizer import BOS, EOS, PAD, Tokenizer
@@ -316,29 +314,19 @@ def check_target(out_dir, force: bool) -> None:
 
 
 def _write_folder(out_dir, blobs: dict[str, bytes], texts: dict[str, str], force: bool = False) -> Path:
-    """Write the files into ``<out>.tmp`` and swap it in; an existing ``out`` is replaced only under the rule of
-    :func:`check_target`, moved to ``<out>.old`` and deleted after the swap (stopped while deleting, it left a
-    half-deleted export in ``out`` that --force then refused)."""
+    """Write the files into ``<out>.tmp`` and swap it in (:func:`~minippo.io.write_folder`); an existing ``out``
+    is replaced only under the rule of :func:`check_target`, moved to ``<out>.old`` and deleted after the swap
+    (stopped while deleting, it left a half-deleted export in ``out`` that --force then refused)."""
     out = Path(out_dir)
     check_target(out, force)
-    tmp = out.with_name(out.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    for name, data in blobs.items():
-        atomic_write_bytes(tmp / name, data)
-    for name, text in texts.items():
-        atomic_write_text(tmp / name, text)
-    old = out.with_name(out.name + ".old")      # the earlier export is deleted once the new one is in place
-    if old.exists():
-        shutil.rmtree(old)
-    if out.exists():
-        os.replace(out, old)
-    os.replace(tmp, out)
-    if old.exists():
-        shutil.rmtree(old)
-    return out
 
+    def fill(tmp: Path) -> None:
+        for name, data in blobs.items():
+            atomic_write_bytes(tmp / name, data)
+        for name, text in texts.items():
+            atomic_write_text(tmp / name, text)
+
+    return write_folder(out, fill)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -163,6 +163,22 @@ def test_save_load_round_trip(pairs, tmp_path):
         np.testing.assert_array_equal(getattr(back, name), getattr(pairs, name))
 
 
+def test_the_same_pairs_saved_again_are_the_same_bytes(pairs, tmp_path, monkeypatch):
+    """A run records the SHA-256 of its --pairs file, and refuses a resume after the same pairs were written
+    again with other bytes ("made from another --pairs"). np.savez's entries carry what ``ZipFile.open``
+    sets: the system that wrote them (Windows or not) and, should Python stamp the time there (CPython
+    gh-121402), the time; every field of ours is fixed."""
+    import sys
+    import time
+    monkeypatch.setattr(time, "time", lambda: 1.0e9)
+    pairs.save(tmp_path / "a.npz")
+    monkeypatch.setattr(time, "time", lambda: 1.7e9)
+    monkeypatch.setattr(sys, "platform", "win32")
+    pairs.save(tmp_path / "b.npz")
+    monkeypatch.undo()
+    assert (tmp_path / "a.npz").read_bytes() == (tmp_path / "b.npz").read_bytes()
+
+
 def test_pairs_validation_names_the_field(pairs):
     base = {k: getattr(pairs, k) for k in ("sequences", "mask", "prompt_len", "gold", "group", "chosen_idx",
                                              "rejected_idx", "prob_chosen")}

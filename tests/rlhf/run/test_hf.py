@@ -211,7 +211,6 @@ def test_a_forced_export_stopped_while_deleting_the_earlier_one_leaves_a_whole_e
     already deleted), OUT_DIR was half an export that the next --force refused as "not an earlier minippo export"."""
     import shutil
 
-    import minippo.rlhf.run.hf as hf
     save_model(tmp_path / "m", random_model(tokenizer), tokenizer=tokenizer)
     export_hf(tmp_path / "m", tmp_path / "hf", log=lambda s: None)
     real = shutil.rmtree
@@ -220,12 +219,48 @@ def test_a_forced_export_stopped_while_deleting_the_earlier_one_leaves_a_whole_e
         (path / "config.json").unlink()
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(hf.shutil, "rmtree", stopped_while_deleting)
+    monkeypatch.setattr(shutil, "rmtree", stopped_while_deleting)
     with pytest.raises(KeyboardInterrupt):
         export_hf(tmp_path / "m", tmp_path / "hf", log=lambda s: None, force=True)
-    monkeypatch.setattr(hf.shutil, "rmtree", real)
+    monkeypatch.setattr(shutil, "rmtree", real)
     assert "minippo" in json.loads((tmp_path / "hf" / "config.json").read_text())    # the new export, whole
     export_hf(tmp_path / "m", tmp_path / "hf", log=lambda s: None, force=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "m"]
+
+
+def test_an_export_stopped_at_the_swap_keeps_the_only_whole_copy(tmp_path, tokenizer, monkeypatch):
+    """``<out>.old`` without ``<out>``: an export stopped between its two renames, ``.old`` the only whole
+    export; the next export deleted it before its own swap (stopped there too, nothing was left)."""
+    import os
+    save_model(tmp_path / "m", random_model(tokenizer), tokenizer=tokenizer)
+    export_hf(tmp_path / "m", tmp_path / "hf", log=lambda s: None)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "hf").iterdir()}
+    os.replace(tmp_path / "hf", tmp_path / "hf.old")
+    real = os.replace
+
+    def stopped_at_the_swap(src, dst):
+        if os.path.isdir(src):
+            raise KeyboardInterrupt
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", stopped_at_the_swap)
+    with pytest.raises(KeyboardInterrupt):
+        export_hf(tmp_path / "m", tmp_path / "hf", log=lambda s: None)
+    monkeypatch.setattr(os, "replace", real)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "hf.old").iterdir()} == before
+    export_hf(tmp_path / "m", tmp_path / "hf", log=lambda s: None)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "hf").iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "m"]
+
+
+def test_export_into_the_current_folder(tmp_path, tokenizer, monkeypatch):
+    """``--hf .`` in an empty folder ("PosixPath('.') has an empty name")."""
+    save_model(tmp_path / "m", random_model(tokenizer), tokenizer=tokenizer)
+    (tmp_path / "hf").mkdir()
+    monkeypatch.chdir(tmp_path / "hf")
+    export_hf(tmp_path / "m", ".", log=lambda s: None)
+    export_hf(tmp_path / "m", ".", log=lambda s: None, force=True)
+    assert "minippo" in json.loads((tmp_path / "hf" / "config.json").read_text())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "m"]
 
 
