@@ -52,8 +52,7 @@ import numpy as np
 
 from minippo.blas import blas_core_name, single_blas_thread
 from minippo.checks import check_choice
-from minippo.io import (STATE, atomic_write_text, checkpoint_folder, has_checkpoint, in_file, read_json,
-                        read_metrics)
+from minippo.io import STATE, atomic_write_text, checkpoint_folder, has_checkpoint, read_json, read_metrics
 from minippo.nn.gpt import GPTConfig, param_shapes
 from minippo.rlhf.checkpoint import load_model
 from minippo.rlhf.data.corpus import sample_prompts
@@ -269,19 +268,20 @@ def check_reuse(out: Path, sft_cfg, rm_cfg, ppo_cfg, stages=("sft", "rm", "ppo")
 
 
 def stored_sft_numbers(model_dir) -> dict:
-    """The SFT block of ``summary.json`` (parameter count, initial, held-out and unigram losses, ln V) read
-    from a finished SFT model's state.json, as the run that trained it wrote them; a
-    :class:`minippo.io.CorruptFileError` naming the file when one is missing."""
-    path = checkpoint_folder(model_dir) / STATE
-    state = read_json(path)
-    with in_file(path):
-        if not isinstance(state, dict):
-            raise ValueError("must hold a JSON object")
+    """The SFT block of ``summary.json`` (parameter count, ln V, and the initial, held-out and unigram losses)
+    read from a finished SFT model's state.json, as the run that trained it wrote them; what a model saved by
+    an older version does not record is left out (what loads the model names a file it cannot read)."""
+    try:
+        state = read_json(checkpoint_folder(model_dir) / STATE)
         cfg = GPTConfig.from_dict(state["gpt_config"])
-        n_params = sum(int(np.prod(shape)) for shape in param_shapes(cfg).values())
-        return {"n_params": n_params, "initial_loss": float(state["initial_loss"]),
-                "heldout_loss": float(state["heldout_loss"]), "unigram_loss": float(state["unigram_loss"]),
-                "ln_V": math.log(cfg.vocab_size)}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    numbers = {"n_params": sum(int(np.prod(shape)) for shape in param_shapes(cfg).values()),
+               "ln_V": math.log(cfg.vocab_size)}
+    for key in ("initial_loss", "heldout_loss", "unigram_loss"):
+        if isinstance(state.get(key), (int, float)):
+            numbers[key] = float(state[key])
+    return numbers
 
 
 def _run_stages(out: Path, quick, seed, progress, log, sft_cfg, rm_cfg, ppo_cfg, n_eval, evaluate, figures,
