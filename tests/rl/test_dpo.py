@@ -98,6 +98,16 @@ def test_extreme_margins_stay_finite():
     np.testing.assert_allclose(log_sigmoid(np.array([-800.0, 0.0, 800.0])), [-800.0, -math.log(2), 0.0], rtol=1e-15)
 
 
+def test_accuracy_counts_strict_wins_only():
+    """accuracy is the share of pairs with rewards_chosen > rewards_rejected STRICTLY (TRL's). At the start of
+    training the policy is the reference: every implicit reward is 0, every pair a tie, and accuracy is 0, not 1.
+    Then one pair won, one tied, one lost: 1/3. Catches `>=` for `>`."""
+    rc, rr = np.array([-10.0, -12.0, -9.0]), np.array([-11.0, -8.0, -9.5])
+    assert dpo_loss(rc, rr, rc, rr, 0.1)[3]["accuracy"] == 0.0
+    lc = rc + np.array([0.5, 0.0, -0.5])                    # margins 0.05, 0, -0.05 (the 0 exact: lc = rc)
+    assert dpo_loss(lc, rr, rc, rr, 0.1)[3]["accuracy"] == 1 / 3     # the mean of three booleans: 1.0 / 3 exactly
+
+
 def test_float32_inputs_give_float32_gradients():
     lc, lr, rc, rr = (a.astype(np.float32) for a in pairs(np.random.default_rng(3)))
     loss, dlc, dlr, _ = dpo_loss(lc, lr, rc, rr, 0.1)

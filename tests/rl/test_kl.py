@@ -28,6 +28,19 @@ def test_estimator_formulas():
         kl_estimate(logp, logp_ref[:2])
 
 
+def test_k3_keeps_its_precision_for_close_policies():
+    """k3 = expm1(y) - y with y = log rho = logp_ref - logp of order 1e-5: the estimate is ~y^2/2 = 5e-11, and its
+    series y^2/2 + y^3/6 + y^4/24 (next term y^5/120: 1e-16 of it) is an independent value. expm1 is within an
+    ulp of y (2.2e-16 |y|) and the subtraction of y is exact, so the relative error is at most 4.4e-16 / |y| =
+    4.4e-11 here; rtol 1e-9 leaves a margin of 20. Catches (exp(y) - 1) - y, whose exp(y) rounds near 1 (an error
+    of 1.1e-16, 2.2e-6 of the result)."""
+    logp = np.full(4, -1.0)
+    logp_ref = logp + np.array([1e-5, -1e-5, 2e-5, -2e-5])
+    y = logp_ref - logp                                   # the log-ratio as kl_estimate computes it
+    series = y ** 2 / 2 + y ** 3 / 6 + y ** 4 / 24
+    np.testing.assert_allclose(kl_estimate(logp, logp_ref, "k3"), series, rtol=1e-9, atol=0)
+
+
 def two_policies(seed=0, V=6, scale=1.5):
     rng = np.random.default_rng(seed)
     return scale * rng.standard_normal(V), scale * rng.standard_normal(V)
@@ -164,6 +177,17 @@ def test_kl_loss_gradient_finite_differences(kind, loss_agg):
     assert_gradients(lambda: kl_ref_loss(logp, logp_ref, mask, 0.3, **kw)[0], {"logp": logp}, {"logp": dlogp},
                      tol=1e-7)
     assert (dlogp[mask == 0] == 0).all()
+
+
+def test_kl_max_is_the_largest_valid_estimate():
+    """k1 can be negative: with every valid k1 below 0 (-1, -2, -0.5), kl_max is the largest of them, -0.5, not
+    the 0 a padded entry holds (nor the positive k1 its log-probs would give). Catches a maximum over the whole
+    array."""
+    logp = np.array([[-2.0, -3.0, 4.0], [-1.5, 7.0, 7.0]])
+    logp_ref = np.array([[-1.0, -1.0, 0.0], [-1.0, 0.0, 0.0]])
+    loss, _, stats = kl_ref_loss(logp, logp_ref, right_padded_mask([2, 1], 3), kl_coef=1.0, kind="k1")
+    assert stats["kl_max"] == -0.5                          # differences of dyadic numbers: exact in float64
+    assert loss == pytest.approx(-3.5 / 3, rel=1e-15)       # the mean of three exact numbers: one rounding
 
 
 def test_what_each_kl_loss_gradient_estimates_on_policy():

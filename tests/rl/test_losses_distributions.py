@@ -57,6 +57,20 @@ def test_values():
     assert ent[0] == pytest.approx(-q * np.log(q) - (1 - q) * np.log1p(-q), rel=1e-9)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_entropy_is_finite_where_a_probability_underflows(dtype):
+    """logits (0, 0, -200) at temperature 0.25: z = (0, 0, -800), and exp(-800) underflows to 0 in both dtypes
+    (float32 below ~-103, float64 below ~-745). The third token's term p log p is 0 (its limit), not 0 * -inf =
+    NaN: H = log 2 (the true value differs by 800 e^-800, far below an ulp). Catches an entropy computed with
+    log(p) instead of the log-softmax."""
+    logits = np.array([[0.0, 0.0, -200.0]], dtype=dtype)
+    ent, cache = entropy_from_logits(logits, temperature=0.25)
+    assert np.exp(log_softmax(logits, 0.25))[0, 2] == 0.0               # the probability did underflow
+    # H = -2 (1/2) log(1/2) from log 2 rounded in the dtype, exp, products and a sum: a few ulps of the dtype
+    np.testing.assert_allclose(ent, [np.log(2.0)], rtol=8 * np.finfo(dtype).eps)
+    assert np.isfinite(entropy_backward(np.ones(1, dtype), cache)).all()
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.6])
 def test_logprobs_gradient(temperature):
     rng = np.random.default_rng(2)

@@ -115,6 +115,24 @@ def test_boundary_of_the_band_is_inside(fn, side):
     assert dlogp2[0] == 0.0 and stats2["clipfrac"] == 0.5
 
 
+def test_clip_cases_put_both_edges_inside_for_either_sign():
+    """The band is closed for either sign of A: a ratio exactly on 1 - eps or 1 + eps is case 2 (A > 0) or 5
+    (A < 0), and one ulp beyond it the outer case. test_boundary_of_the_band_is_inside covers the two edges where
+    the clip binds; this covers the other two (A > 0 at 1 - eps, A < 0 at 1 + eps), where only the label can go
+    wrong: catches `<=` for `<` in case 1's condition and `<` for `<=` in case 5's."""
+    lo, hi = 0.75, 1.25                                       # 1 -/+ eps for eps = 0.25: exact in binary
+    on_edges = np.array([lo, hi])
+    beyond = np.array([np.nextafter(lo, 0.0), np.nextafter(hi, 2.0)])
+    pos, neg = np.array([2.0, 2.0]), np.array([-2.0, -2.0])
+    assert clip_cases(on_edges, pos, clip_eps=0.25).tolist() == [POS_INSIDE, POS_INSIDE]
+    assert clip_cases(on_edges, neg, clip_eps=0.25).tolist() == [NEG_INSIDE, NEG_INSIDE]
+    assert clip_cases(beyond, pos, clip_eps=0.25).tolist() == [POS_BELOW, POS_CLIPPED]
+    assert clip_cases(beyond, neg, clip_eps=0.25).tolist() == [NEG_CLIPPED, NEG_ABOVE]
+    # an asymmetric band [0.75, 1.5]: the same at its two edges
+    assert clip_cases(np.array([lo, 1.5]), pos, clip_eps=0.25, clip_eps_high=0.5).tolist() == [POS_INSIDE] * 2
+    assert clip_cases(np.array([lo, 1.5]), neg, clip_eps=0.25, clip_eps_high=0.5).tolist() == [NEG_INSIDE] * 2
+
+
 # ------------------------------------------------------------------ gradients, padding
 
 def away_from_kinks(rng, shape, eps=EPS, margin=1e-3):
@@ -161,6 +179,28 @@ def test_penalty_loss_formula():
     assert loss0 == pytest.approx(-np.mean(r * adv[v]), rel=1e-12)
     with pytest.raises(ValueError, match="`kl_coef`"):
         ppo_penalty_loss(logp, logp_old, adv, mask, kl_coef=-1.0)
+
+
+def test_penalty_statistics_are_over_the_valid_tokens():
+    """ratio_mean, ratio_max, ratio_min and surrogate (mean r A) of ppo_penalty_loss count the valid tokens only,
+    against a loop over them in Python floats. The padding holds the ratio 1 and an advantage of 100 here, and
+    every valid ratio is above 1: catches a statistic that sees the padding (a mean over all B*T entries, a
+    minimum that finds the padding's 1)."""
+    rng = np.random.default_rng(3)
+    mask = right_padded_mask([4, 1, 0, 3], 4)
+    logp_old = rng.uniform(-3, -0.5, (4, 4))
+    logp = logp_old + rng.uniform(0.1, 0.5, (4, 4))                   # every ratio in (1.1, 1.65)
+    adv = np.where(mask == 1, rng.uniform(0.5, 2.0, (4, 4)), 100.0)   # positive: no cancellation in the mean
+    _, _, stats = ppo_penalty_loss(logp, logp_old, adv, mask, kl_coef=0.3)
+    valid = [(b, t) for b in range(4) for t in range(4) if mask[b, t]]
+    r = [math.exp(logp[i] - logp_old[i]) for i in valid]
+    assert stats["n_tokens"] == len(valid) == 8
+    # float64: math.exp and np.exp may differ by an ulp, and 8 positive terms are summed in another order, so
+    # the relative error is a few ulps (2.2e-16 each); 1e-13 is ample
+    assert stats["ratio_mean"] == pytest.approx(sum(r) / len(r), rel=1e-13)
+    assert stats["ratio_max"] == pytest.approx(max(r), rel=1e-13)
+    assert stats["ratio_min"] == pytest.approx(min(r), rel=1e-13)
+    assert stats["surrogate"] == pytest.approx(sum(ri * adv[i] for ri, i in zip(r, valid)) / len(r), rel=1e-13)
 
 
 @given(padded_batches(3, scale=0.5))

@@ -37,6 +37,33 @@ def test_clipped_value_loss_by_hand():
     # token 3 jumped over R: |v - R| = 0.2 > |v_clip - R| = 0.1, unclipped selected (not counted)
 
 
+def test_vf_clipfrac_is_a_share_of_the_valid_tokens():
+    """One clipped token among four valid ones (and four padded): vf_clipfrac = 1/4, not 1/8. Catches a share
+    taken over every entry of the batch. R = 0, eps = 0.2; the valid tokens by hand:
+    (0, 0) inside the band, error 1.1^2; (0, 1) v = 0.5 moved toward R past the band, v_clipped = 0.8 gives the
+    larger error 0.64: clipped; (0, 2) v = v_old, error 1; (1, 0) inside, error 0.2^2."""
+    values_old = np.array([[1.0, 1.0, 1.0, 7.0], [0.3, 5.0, 5.0, 5.0]])
+    values = np.array([[1.1, 0.5, 1.0, -9.0], [0.2, 9.0, 9.0, 9.0]])
+    mask = right_padded_mask([3, 1], 4)
+    loss, dvalues, stats = clipped_value_loss(values, values_old, np.zeros((2, 4)), mask, clip_eps=0.2)
+    assert stats["vf_clipfrac"] == 0.25                        # 1 / 4: exact in binary
+    # float64: four squares and their sum, rounding only (a few ulps of 2.2e-16)
+    assert loss == pytest.approx(0.5 * (1.1 ** 2 + 0.64 + 1.0 + 0.2 ** 2) / 4, rel=1e-14)
+    np.testing.assert_allclose(dvalues, [[1.1 / 4, 0.0, 1.0 / 4, 0.0], [0.2 / 4, 0.0, 0.0, 0.0]], rtol=1e-15)
+
+
+def test_a_tie_between_the_two_errors_goes_to_the_unclipped_one():
+    """v jumped over R to the mirror image of v_clipped, so (v - R)^2 = (v_clipped - R)^2 exactly: v_old = 0.5,
+    v = -0.25, eps = 0.25 give v_clipped = 0.25, both errors 0.0625 (every number dyadic: no rounding anywhere).
+    The docstring gives the tie to the unclipped error: gradient (v - R) / n, not counted in vf_clipfrac.
+    Catches `>=` for `>` in the choice of the clipped branch."""
+    loss, dvalues, stats = clipped_value_loss(np.array([-0.25, 1.0]), np.array([0.5, 1.0]), np.zeros(2), None,
+                                              clip_eps=0.25)
+    assert loss == 0.5 * (0.0625 + 1.0) / 2                  # exact: dyadic numbers throughout
+    assert dvalues.tolist() == [-0.25 / 2, 1.0 / 2]
+    assert stats["vf_clipfrac"] == 0.0
+
+
 def test_clipped_equals_unclipped_for_huge_eps():
     rng = np.random.default_rng(1)
     (values, values_old, returns), mask = random_batch(rng, 3, 5, 3)

@@ -85,6 +85,36 @@ def test_weights_and_stats_equal_the_loop(mode, level, seed):
     assert stats["n_units"] == n
 
 
+@pytest.mark.parametrize("mode,level", CASES)
+def test_weight_mean_and_max_are_over_the_units(mode, level):
+    """weight_mean and weight_max are over the units (valid tokens, or one weight per row with a valid token; an
+    empty row is no unit), from the loop's weights. Catches another denominator: the padding's zeros counted, or
+    a sequence weight counted once per token (a long row weighing more)."""
+    logp_train, logp_sampler, mask = batch(4, scale=0.6 if level == "token" else 0.25)
+    mask[2] = 0                                              # an empty row
+    _, stats = op.off_policy_weights(logp_train, logp_sampler, mask, mode=mode, level=level, **MODES[mode])
+    ref = loop_weights(logp_train, logp_sampler, mask, mode, level, **MODES[mode])
+    units = ref[mask == 1] if level == "token" else ref[mask[:, 0] == 1, 0]
+    # float64: a mean of <= 28 weights summed in another order, each a few ulps from the loop's: rel 1e-13
+    assert stats["weight_mean"] == pytest.approx(units.mean(), rel=1e-13)
+    assert stats["weight_max"] == pytest.approx(units.max(), rel=1e-13)
+
+
+def test_the_bands_are_closed():
+    """A ratio exactly on a bound is inside the band (the table's rho <= C and C_low <= rho): equal log-probs give
+    rho = exp(0) = 1 exactly, and with C = 1 or C_low = 1 every unit keeps its weight 1, neither masked nor
+    truncated. Catches `<` for `<=` (or `>` for `>=`) in the masks and `>=` for `>` in truncated_frac."""
+    logp = np.array([[-0.5, -1.25, -2.0], [-0.75, -3.0, 0.0]])
+    mask = right_padded_mask([3, 2], 3)
+    bounds = [("tis", dict(cap=1.0)), ("mis", dict(cap=1.0)), ("icepop", dict(cap=1.0, cap_low=0.5)),
+              ("icepop", dict(cap=2.0, cap_low=1.0))]
+    for mode, bound in bounds:
+        for level in op.LEVELS:
+            w, s = op.off_policy_weights(logp, logp.copy(), mask, mode=mode, level=level, **bound)
+            np.testing.assert_array_equal(w, mask)          # exp(0) = 1 exactly: exact
+            assert s["truncated_frac"] == s["masked_frac"] == 0.0, (mode, bound, level)
+
+
 def test_the_band_cases_occur():
     """The loop comparison above sees every branch: some units truncated, masked below and above."""
     logp_train, logp_sampler, mask = batch(0)
@@ -100,6 +130,19 @@ def test_mismatch_statistics():
     x = (logp_train - logp_sampler)[mask == 1]
     assert s["mismatch_kl"] == pytest.approx(np.mean(np.exp(x) - 1 - x), rel=1e-12)
     assert s["log_ratio_max"] == pytest.approx(np.abs(x).max(), rel=1e-15)
+
+
+def test_mismatch_kl_keeps_its_precision_for_a_close_sampler():
+    """mismatch_kl is the mean of k3 = expm1(x) - x, x = logp_train - logp_sampler; with x of order 1e-5 (a sampler
+    that rounds differently) it is ~x^2/2 = 1e-10, against the series x^2/2 + x^3/6 + x^4/24 (next term 1e-16 of
+    it). expm1 is within an ulp of x, so each term errs by at most 4.4e-16 / |x| = 4.4e-11 relative; rtol 1e-9
+    leaves a margin of 20. Catches (exp(x) - 1) - x, off by 1.1e-16 absolute per token (1e-6 of the result)."""
+    logp_sampler = np.full((1, 4), -2.0)
+    logp_train = logp_sampler + np.array([[1e-5, -1e-5, 2e-5, -2e-5]])
+    x = logp_train - logp_sampler                        # the log-ratio as off_policy_weights computes it
+    _, stats = op.off_policy_weights(logp_train, logp_sampler, None, mode="none")
+    assert stats["mismatch_kl"] == pytest.approx(np.mean(x ** 2 / 2 + x ** 3 / 6 + x ** 4 / 24),
+                                                    rel=1e-9, abs=0)     # abs=0: the value is ~1e-10
 
 
 @settings(max_examples=60, deadline=None)
