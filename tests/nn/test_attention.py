@@ -136,3 +136,21 @@ def test_padding_free_rows_match_the_grid():
     dx, dwa, dba, dwp, dbp = _backward(R, cache)
     grads = {"x": dx, "w_attn": dwa, "b_attn": dba, "w_proj": dwp, "b_proj": dbp}
     assert_gradients(lambda: float(np.sum(_forward(p, allowed, real)[0] * R)), p, grads, tol=1e-7)
+
+
+def test_kv_cache_with_several_new_tokens_per_call_matches_full_forward():
+    """Mutation audit: the KV-cache path must write this call's T keys at slots t .. t + T - 1 and attend
+    to slots 0 .. t + T - 1; a cache attended only up to slot t (``k_cache[:, :, :t + 1]``, right for
+    decoding's T = 1 only) fails here. The prompt is fed in chunks of 2 and 3 tokens (float64: the
+    same products as the full pass, summed in another order, so rtol/atol 1e-12)."""
+    p = _params(9)
+    allowed = attention_allowed(ATTN_MASK)
+    full, _ = _forward(p, allowed)
+    hs = C // H
+    k_cache, v_cache = np.zeros((B, H, T, hs)), np.zeros((B, H, T, hs))
+    for t, n in ((0, 2), (2, 3)):
+        allowed_t = allowed[:, t:t + n, :t + n]            # the new queries' rows of the full mask
+        out, _ = attention_forward(p["x"][:, t:t + n].reshape(B * n, C), p["w_attn"], p["b_attn"],
+                                   p["w_proj"], p["b_proj"], H, allowed_t, RealTokens(None, B, n),
+                                   kv=(k_cache, v_cache, t))
+        np.testing.assert_allclose(out.reshape(B, n, C), full[:, t:t + n], rtol=1e-12, atol=1e-12)

@@ -386,3 +386,46 @@ def test_wrong_parameter_dtype_is_named():
     model.params["wpe"] = model.params["wpe"].astype(np.float32)
     with pytest.raises(ValueError, match="wpe"):
         model.forward(np.array([[1, 2]]))
+
+
+def test_kv_cache_take_keeps_the_filled_positions():
+    """Mutation audit: ``KVCache.take`` (generation drops finished rows with it) must keep ``t``, the
+    number of filled slots; a copy with ``t = 0`` decodes the next token as if the prompt were gone.
+    After taking rows 0 and 2, decoding goes on to equal the full forward of those rows (float64, the
+    tolerance of the other KV-cache tests)."""
+    model = tiny_model(9, block_size=8)
+    rng = np.random.default_rng(12)
+    prompts = rng.integers(0, 11, (3, 3))
+    prompt_mask = np.array([[1, 1, 1], [0, 1, 1], [0, 0, 1]])
+    new = rng.integers(0, 11, (3, 2))
+    full_mask = np.concatenate([prompt_mask, np.ones((3, 2), dtype=np.int64)], axis=1)
+    full_logits, _, _ = model.forward(np.concatenate([prompts, new], axis=1), full_mask)
+    _, kv = model.prefill(prompts, prompt_mask)
+    model.decode_step(kv, new[:, 0])
+    kept = np.array([0, 2])
+    kv = kv.take(kept)
+    assert kv.t == 4 and kv.k[0].shape[0] == 2
+    logits = model.decode_step(kv, new[kept, 1])
+    np.testing.assert_allclose(logits, full_logits[kept, 4], rtol=0, atol=1e-10)
+
+
+def test_decoding_padding_into_a_row_without_real_tokens_stays_finite():
+    """Mutation audit: a decoded token must attend to itself (``allowed[..., t] = True``) even when it
+    is padding; without that, a padded token in a row with no real token so far (an all-padding prompt)
+    has no key at all, its softmax is 0/0 = NaN, the NaN reaches the next layer's cached values, and
+    ``0 * NaN`` poisons every later real token of the row. Compared with the full forward (float64,
+    the tolerance of the other KV-cache tests)."""
+    model = tiny_model(10, block_size=8)
+    prompts = np.array([[3, 4], [0, 0]])
+    prompt_mask = np.array([[1, 1], [0, 0]])                  # row 1: no real token in the prompt
+    new = np.array([[5, 0], [6, 7]])
+    new_mask = np.array([[1, 0], [0, 1]])                     # row 1 pads first, then a real token
+    full_idx = np.concatenate([prompts, new], axis=1)
+    full_mask = np.concatenate([prompt_mask, new_mask], axis=1)
+    full_logits, _, _ = model.forward(full_idx, full_mask)
+    _, kv = model.prefill(prompts, prompt_mask)
+    for t in range(2):
+        logits = model.decode_step(kv, new[:, t], attn_mask=new_mask[:, t])
+        assert np.all(np.isfinite(logits))
+        real = new_mask[:, t] == 1
+        np.testing.assert_allclose(logits[real], full_logits[real, 2 + t], rtol=0, atol=1e-10)

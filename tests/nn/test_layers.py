@@ -5,6 +5,8 @@ NumPy body and, for the elementwise layers, its numba twin (nn/_kernels.py): a l
 with a random ``R`` makes ``R`` the upstream gradient, so ``backward(R)`` must equal the finite
 differences of the loss.
 """
+import math
+
 import numpy as np
 import pytest
 
@@ -154,3 +156,17 @@ def test_layers_keep_float32():
         assert out.dtype == np.float32 and K.gelu_backward(x, cache).dtype == np.float32
         loss, cache = K.softmax_cross_entropy_forward(x[None], np.zeros((1, 4), int), np.ones((1, 4)))
         assert K.softmax_cross_entropy_backward(1.0, cache).dtype == np.float32
+
+
+@pytest.mark.parametrize("K", IMPLS)
+def test_masked_softmax_is_stable_for_large_scores(K):
+    """Mutation audit: the softmax must subtract the row max before ``exp``; without it, scores of
+    about 1000 overflow (exp(1000) = inf in float64) and the row becomes inf / inf = NaN. Hand-worked:
+    scores (1000, 999) give weights (1, e^-1) / (1 + e^-1); a padded key (-inf) stays exactly 0.
+    float64, rtol 1e-14: a handful of roundings (exp, sum, division) of ~1.1e-16 each."""
+    scores = np.array([[[[1000.0, 999.0, 5000.0], [1000.0, 999.0, 5000.0]]]])   # (1, 1, 2, 3)
+    allowed = np.array([[[True, True, False], [True, False, False]]])            # (1, 2, 3)
+    att, _ = K.masked_softmax_forward(scores.copy(), allowed, 1.0)
+    e = math.exp(-1.0)
+    np.testing.assert_allclose(att[0, 0, 0], [1 / (1 + e), e / (1 + e), 0.0], rtol=1e-14, atol=0)
+    np.testing.assert_array_equal(att[0, 0, 1], [1.0, 0.0, 0.0])                 # one key: weight 1

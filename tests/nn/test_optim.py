@@ -136,3 +136,14 @@ def test_lr_at_validation(kw, name):
     args.update(kw)
     with pytest.raises(ValueError, match=name):
         lr_at(args.pop("step"), args.pop("total_steps"), args.pop("lr"), **args)
+
+
+def test_clip_grad_norm_scales_to_max_norm_not_to_one():
+    """Mutation audit: ``scale = 1 / norm`` instead of ``max_norm / norm`` clips every gradient to norm 1,
+    which ``test_clip_grad_norm`` (max_norm 1) cannot tell apart; here max_norm is 2."""
+    g = {"a": np.array([3.0, 0.0]), "b": np.array([[4.0]])}       # global norm 5 (hand-worked)
+    assert clip_grad_norm(g, 2.0) == pytest.approx(5.0, rel=1e-15)  # 3-4-5 in float64: exact up to 1 ulp
+    # scale = 2 / (5 + 1e-6): the 1e-6 guard moves the result by 2e-7 relative, so rel=1e-6
+    assert global_norm(g) == pytest.approx(2.0, rel=1e-6)
+    np.testing.assert_allclose(g["a"], [1.2, 0.0], rtol=1e-6)      # 3 * 2/5
+    np.testing.assert_allclose(g["b"], [[1.6]], rtol=1e-6)         # 4 * 2/5
