@@ -143,3 +143,73 @@ def test_other_discrete_envs_work():
 
     result = train_ppo(Bandit, 4096, seed=0, lr=3e-3, **SMALL)
     assert result["episode_returns"][-100:].mean() > 0.9
+
+
+def test_every_epoch_visits_every_transition_once(monkeypatch):
+    """Each epoch of an update is a permutation of the whole batch cut into minibatches: the observations of
+    an epoch's minibatches, stacked, are the batch's 128 transitions, each once (no row twice), and the two
+    epochs hold the same rows in another order (compared after sorting, exactly: the same arrays).
+    Catches minibatch indices drawn with replacement."""
+    import minippo.classic.ppo as ppo
+    real, seen = ppo.ppo_loss_and_grads, []
+
+    def record(params, obs, *args):
+        seen.append(obs.copy())
+        return real(params, obs, *args)
+
+    monkeypatch.setattr(ppo, "ppo_loss_and_grads", record)
+    train_ppo(CartPoleEnv, 128, seed=0, **SMALL)                  # one update: 2 epochs x 2 minibatches of 64
+    assert len(seen) == 4
+    epochs = [np.concatenate(seen[:2]), np.concatenate(seen[2:])]
+    for rows in epochs:
+        assert len(np.unique(rows, axis=0)) == 128
+    np.testing.assert_array_equal(*(np.unique(rows, axis=0) for rows in epochs))
+    assert not np.array_equal(*epochs)
+
+
+def test_the_epoch_loop_stops_only_above_kl_old_target(monkeypatch):
+    """CleanRL's target-KL check after each epoch stops when the last minibatch's approx KL is ABOVE
+    kl_old_target: a first run records that number after epoch 0; the same seeded run with the target set
+    exactly to it (the same computation repeated: equal bit for bit) runs every epoch, and one with half
+    of it stops after epoch 0. Catches >= for >."""
+    import minippo.classic.ppo as ppo
+    real, kls = ppo.ppo_loss_and_grads, []
+
+    def record(*args):
+        out = real(*args)
+        kls.append(out[2]["losses/approx_kl"])
+        return out
+
+    monkeypatch.setattr(ppo, "ppo_loss_and_grads", record)
+    kw = dict(SMALL, num_steps=16, update_epochs=3)                # one update of 32 transitions
+    train_ppo(CartPoleEnv, 32, seed=0, **kw)
+    kl0 = kls[1]                                       # epoch 0's last minibatch (2 per epoch)
+    assert kl0 > 0
+    at = train_ppo(CartPoleEnv, 32, seed=0, kl_old_target=kl0, **kw)["history"][0]
+    above = train_ppo(CartPoleEnv, 32, seed=0, kl_old_target=kl0 / 2, **kw)["history"][0]
+    assert above["early_stop_epoch"] == 0 and above["epochs"] == 1
+    assert at["early_stop_epoch"] != 0 and at["epochs"] > 1
+
+
+def test_the_global_norm_clip_scales_the_steps():
+    """max_grad_norm clips the one global norm before AdamW: with a clip of 1e-9 every gradient entry is
+    <= 1e-9, so each Adam step moves an entry by at most lr * 1e-9 / adam_eps (|m_hat| / (sqrt(v_hat) + eps)
+    <= max|g| / eps), 4 steps here: the weights end within 4 lr 1e-9 / eps of their init (rebuilt from the
+    seed, as train_ppo draws it first). Unclipped, the same steps move them by O(lr). Catches the clip left
+    out (the norm only measured)."""
+    from minippo.classic.ppo import init_agent
+    from minippo.classic.config import PPOConfig
+    cfg = PPOConfig(**SMALL, max_grad_norm=1e-9, lr=1e-2, lr_schedule="constant")
+    res = train_ppo(CartPoleEnv, 128, seed=0, **SMALL, max_grad_norm=1e-9, lr=1e-2, lr_schedule="constant")
+    init = init_agent(4, 2, np.random.default_rng(0), cfg.hidden_size)
+    bound = 4 * 1e-2 * 1e-9 / cfg.adam_eps
+    assert max(np.abs(res["params"][k] - init[k]).max() for k in init) <= bound * (1 + 1e-6)
+
+
+def test_an_episode_ends_at_the_global_step_that_counts_its_last_transition():
+    """With one environment the k-th episode ends at global step len_1 + ... + len_k (its last transition
+    counted; each episode starts right after the previous one): episode_steps is the running sum of
+    episode_lengths, integers compared exactly. Catches the step recorded one transition early."""
+    res = train_ppo(CartPoleEnv, 256, seed=0, num_envs=1, num_steps=64, num_minibatches=2, update_epochs=1)
+    assert len(res["episode_lengths"]) > 3
+    np.testing.assert_array_equal(res["episode_steps"], np.cumsum(res["episode_lengths"]))

@@ -94,3 +94,34 @@ def test_metrics_at_the_rollout_policy():
     assert abs(stats["losses/policy_loss"]) < 1e-12
     assert np.log(2) - 1e-3 < stats["losses/entropy"] <= np.log(2)
     np.testing.assert_allclose(stats["losses/value_loss"], 0.5 * np.mean((values - returns) ** 2))
+
+
+def test_the_value_loss_is_clipped_around_the_rollout_values():
+    """value_clip (the default): L^VF = 0.5 mean(max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2)),
+    written here from the critic's values, with eps = 0.03 so that the clip binds on some rows and the
+    clipped loss differs from the plain 0.5 mean((V - R)^2). float64, 12 rows: rel 1e-12. Catches the value
+    loss without its clip."""
+    rng = np.random.default_rng(3)
+    params = init_agent(4, 2, rng, hidden_size=8)
+    obs, actions, logp_old, adv, returns, values_old = make_batch(rng, params, value_noise=0.1)
+    values, _ = critic_values(params, obs)
+    v_clip = values_old + np.clip(values - values_old, -0.03, 0.03)
+    clipped = 0.5 * np.mean(np.maximum((values - returns) ** 2, (v_clip - returns) ** 2))
+    assert clipped > 0.5 * np.mean((values - returns) ** 2) * (1 + 1e-6)
+    _, _, stats = ppo_loss_and_grads(params, obs, actions, logp_old, adv, returns, values_old,
+                                     PPOConfig(clip_eps_value=0.03))
+    assert stats["losses/value_loss"] == pytest.approx(clipped, rel=1e-12)
+
+
+def test_old_approx_kl_is_the_mean_of_log_pi_old_minus_log_pi():
+    """CleanRL's old_approx_kl, k1 = mean(log pi_old - log pi) over the minibatch, written from the actor's
+    log-probs (float64, 12 rows: rel 1e-12); with pi_old noisy around pi it is not 0. Catches the sign
+    flipped (log pi - log pi_old)."""
+    rng = np.random.default_rng(4)
+    params = init_agent(4, 2, rng, hidden_size=8)
+    obs, actions, logp_old, adv, returns, values_old = make_batch(rng, params, logp_noise=0.3)
+    logp, _ = logprobs_from_logits(actor_logits(params, obs)[0], actions)
+    expect = np.mean(logp_old - logp)
+    assert abs(expect) > 1e-3
+    _, _, stats = ppo_loss_and_grads(params, obs, actions, logp_old, adv, returns, values_old, PPOConfig())
+    assert stats["losses/old_approx_kl"] == pytest.approx(expect, rel=1e-12)

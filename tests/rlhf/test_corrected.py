@@ -125,3 +125,16 @@ def test_the_record_holds_the_weights_statistics():
         assert {k: rec[k] for k in OFF_POLICY_GLOSSARY} == {**{f"off_policy/{k}": stats[k] for k in (
             "truncated_frac", "masked_frac", "ess_frac", "weight_mean", "mismatch_kl")}, "off_policy/lag": it}
     assert records[1]["off_policy/truncated_frac"] > 0
+
+
+def test_the_sampler_log_probs_hold_zero_on_padding():
+    """CorrectedRollout keeps log mu of the sampler with 0 on padding, as every per-token array of the
+    rollout (whatever was stored there: 7 here), the valid tokens unchanged (exactly: nothing is computed).
+    Catches the padding of logp_sampler kept."""
+    mask = np.array([[1, 1, 0], [1, 1, 1]])
+    z = np.zeros((2, 3))
+    ro = CorrectedRollout(prompt_ids=np.ones((2, 2), dtype=np.int64), prompt_mask=np.ones((2, 2), dtype=np.int64),
+                          response=np.ones((2, 3), dtype=np.int64), response_mask=mask, logp=z, logp_ref=z,
+                          values=z, rm_scores=np.zeros(2), scores=np.zeros(2), ended=np.ones(2, bool),
+                          logp_sampler=np.array([[-1.5, -0.5, 7.0], [-2.0, -1.0, -0.25]]))
+    np.testing.assert_array_equal(ro.logp_sampler, [[-1.5, -0.5, 0.0], [-2.0, -1.0, -0.25]])

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from minippo.nn.gpt import GPTConfig, KVCache, TinyGPT
-from minippo.rlhf.generate import Generation, generate, sample_from, sampling_distribution
+from minippo.rlhf.generate import Generation, generate, join_generations, sample_from, sampling_distribution
 from tests.helpers import with_kernels
 
 EOS, PAD = 2, 0
@@ -173,6 +173,35 @@ def test_sampling_distribution_top_k_and_top_p():
     q = sampling_distribution(logits, temperature=2.0)
     p = np.sqrt([0.4, 0.25, 0.2, 0.1, 0.05])
     np.testing.assert_allclose(q, [p / p.sum()])
+
+
+def test_top_p_stops_at_the_first_prefix_whose_mass_reaches_it_exactly():
+    """The nucleus is the smallest prefix whose mass REACHES top_p (>=): logits (0, 0) give (0.5, 0.5)
+    exactly (x / 2x is exact in float64), and top_p = 0.5 is reached by the first token alone, so the
+    distribution is (1, 0), bit for bit. Catches > for >= (a token whose mass before it equals top_p kept)."""
+    np.testing.assert_array_equal(sampling_distribution(np.zeros((1, 2)), top_p=0.5), [[1.0, 0.0]])
+
+
+def test_join_drops_the_unused_left_padding_of_the_prompts():
+    """join_generations, hand-worked: rows 0 and 1 of a batch with 3 prompt columns (real prompts of 1 and 2
+    tokens) joined with a batch of 2 prompt columns: the joined prompts have 2 columns, each row's LAST
+    columns (left padding: the unused column that goes is the first), the responses right-padded to the
+    longest kept. Integers: compared exactly. Catches the left-padded prompts cut on the wrong side."""
+    def gen(prompt, pmask, response, rmask):
+        prompt, pmask, response, rmask = map(np.array, (prompt, pmask, response, rmask))
+        z = np.zeros(response.shape)
+        return Generation(response=response, response_mask=rmask, logp=z, logp_sampler=z,
+                          sequences=np.concatenate([prompt, response], axis=1),
+                          attn_mask=np.concatenate([pmask, rmask], axis=1),
+                          ended=np.ones(len(prompt), bool), prompt_len=prompt.shape[1])
+
+    a = gen([[0, 0, 5], [0, 6, 7], [8, 9, 4]], [[0, 0, 1], [0, 1, 1], [1, 1, 1]],
+            [[10, 2], [11, 0], [12, 13]], [[1, 1], [1, 0], [1, 1]])
+    b = gen([[5, 6]], [[1, 1]], [[3]], [[1]])
+    joined = join_generations([(a, [0, 1]), (b, [0])], pad_id=0)
+    assert joined.prompt_len == 2
+    np.testing.assert_array_equal(joined.sequences, [[0, 5, 10, 2], [6, 7, 11, 0], [5, 6, 3, 0]])
+    np.testing.assert_array_equal(joined.attn_mask, [[0, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 0]])
 
 
 def test_inverse_cdf_sampling_frequencies():

@@ -138,6 +138,34 @@ def test_whole_model_gradient_through_the_last_token_scalar():
         np.testing.assert_allclose(grads1[k], grads[k], rtol=1e-10, atol=1e-13)
 
 
+def test_a_row_rejected_in_two_pairs_collects_both_gradients():
+    """Row 1 is the REJECTED response of two pairs, (0, 1) and (2, 1): the loss is the mean over pairs, so
+    the gradient of both pairs is the mean of each pair's own gradient (pairs_loss_and_grads called on one
+    pair at a time: the sum written out). float64 model, a few operations per entry: rtol 1e-10, atol 1e-13
+    as the chunking comparison above. Catches a fan-out by fancy-index += (a repeated rejected row receives
+    only one of its pairs' gradients)."""
+    rm = tiny_rm(3)
+    seqs, mask = right_padded(np.random.default_rng(6), 3, 6)
+    _, _, both = rm.pairs_loss_and_grads(seqs, mask, np.array([0, 2]), np.array([1, 1]))
+    _, _, g_a = rm.pairs_loss_and_grads(seqs, mask, np.array([0]), np.array([1]))
+    _, _, g_b = rm.pairs_loss_and_grads(seqs, mask, np.array([2]), np.array([1]))
+    for k in both:
+        np.testing.assert_allclose(both[k], (g_a[k] + g_b[k]) / 2, rtol=1e-10, atol=1e-13)
+
+
+def test_accuracy_counts_strict_wins_only():
+    """A response paired with itself has r_chosen = r_rejected, the same number bit for bit: a tie, which is
+    not a win, so the accuracy (the fraction with r_chosen > r_rejected) is 0; the pair (0, 1) next to it
+    is a win exactly when r_0 > r_1. Catches >= for >."""
+    rm = tiny_rm(3)
+    seqs, mask = right_padded(np.random.default_rng(6), 3, 6)
+    r = rm.raw_score(seqs, mask)
+    _, acc, _ = rm.pairs_loss_and_grads(seqs, mask, np.array([0]), np.array([0]))
+    assert acc == 0.0
+    _, acc, _ = rm.pairs_loss_and_grads(seqs, mask, np.array([0, 0]), np.array([0, 1]))
+    assert acc == (0.5 if r[0] > r[1] else 0.0)
+
+
 def test_length_chunks_sort_rows_and_drop_padding_columns():
     mask = np.array([[1, 1, 1, 1, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1], [1, 1, 0, 0, 0]])
     chunks = rmod.length_chunks(mask, 2)

@@ -68,6 +68,18 @@ def test_padding_never_enters_a_metric():
     assert base.rewards[1, 4] == pytest.approx(0.0 - 0.2 * base.kl[1, 4])
 
 
+def test_sequence_returns_are_the_score_plus_the_summed_kl_penalty():
+    """Rollout.sequence_returns (what the critic-free estimators compare), hand-worked on small_rollout:
+    scores (0.5, 0), kl_coef 0.5 and log-ratios chosen dyadic, so every number is exact in float64
+    (rel 4 eps64 leaves room for the summation order only). Row 0: 0.5 - 0.5 (0.25 - 0.5 + 0.125) = 0.5625;
+    row 1: 0 - 0.5 (0.5 + 0.25 + 0.125 - 0.25 + 0) = -0.3125. Catches the return without its KL penalty."""
+    ro = small_rollout()
+    ro.logp = np.array([[0.25, -0.5, 0.125, 0, 0], [0.5, 0.25, 0.125, -0.25, 0.0]]) - 1.0      # log-ratios - 1
+    ro.logp_ref = np.full_like(ro.logp, -1.0)
+    compute_rewards(ro, kl_coef=0.5)
+    np.testing.assert_allclose(ro.sequence_returns, [0.5625, -0.3125], rtol=4 * np.finfo(np.float64).eps)
+
+
 def test_take_and_minibatches():
     ro = small_rollout()
     sub = ro.take([1])
@@ -87,6 +99,18 @@ def test_take_and_minibatches():
     for bad in (dict(minibatch_size=5), dict(minibatch_size=13), dict(minibatch_size=0)):
         with pytest.raises(ValueError, match="minibatch_size"):
             minibatches(12, bad["minibatch_size"], rng)
+
+
+def test_every_epoch_draws_its_own_shuffle():
+    """epoch_minibatches: each epoch is a new permutation of the rows, drawn from the generator when the epoch
+    starts (the same draws written here as a loop of rng.permutation, so equal exactly), cut into consecutive
+    minibatches. Catches one shuffle drawn once and reused by every epoch."""
+    from minippo.rlhf.ppo import epoch_minibatches
+    got = list(epoch_minibatches(8, 4, 3, np.random.default_rng(7)))
+    rng = np.random.default_rng(7)
+    expect = [(e, order[s:s + 4]) for e in range(3) for order in [rng.permutation(8)] for s in (0, 4)]
+    assert [(e, i.tolist()) for e, i in got] == [(e, i.tolist()) for e, i in expect]
+    assert len({tuple(np.concatenate([i for e, i in got if e == k])) for k in range(3)}) > 1
 
 
 def test_to_table_prints_the_seven_tuple_with_padding():

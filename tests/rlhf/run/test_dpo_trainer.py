@@ -100,6 +100,57 @@ def test_response_mask_and_logprobs_count_response_tokens_only(setup):
         assert seq[i] == pytest.approx(by_hand, abs=1e-4)
 
 
+def test_response_logprobs_divide_the_logits_by_the_temperature(setup):
+    """response_logprobs at temperature 0.7: the sum over the response tokens of log_softmax(logits / 0.7),
+    written out for one row at a time (float32 logits: 1e-4 nats per response, as above), and not the
+    temperature-1 sum. Catches the temperature not applied to the log-probs."""
+    sft, tok, train, _ = setup
+    mb = pair_batch(train, 2, 0, 0)
+    n = mb.mask.sum(axis=1)
+    seq, _ = response_logprobs(sft, mb, temperature=0.7)
+    for i in (0, len(seq) - 1):
+        row, k = mb.sequences[i, :n[i]], int(mb.prompt_len[i])
+        logits, _, _ = sft.forward(row[None, :-1])
+        z = logits[0].astype(np.float64) / 0.7
+        logq = z - z.max(-1, keepdims=True)
+        logq = logq - np.log(np.exp(logq).sum(-1, keepdims=True))
+        by_hand = sum(logq[t - 1, row[t]] for t in range(k, n[i]))
+        assert seq[i] == pytest.approx(by_hand, abs=1e-4)
+        assert abs(response_logprobs(sft, mb)[0][i] - by_hand) > 1e-2
+
+
+def test_the_implicit_reward_is_beta_times_the_log_ratio(setup):
+    """evaluate_pairs' implicit_reward of each response: beta (log pi(y|x) - log pi_ref(y|x)), here with
+    beta 0.5 and a policy whose weights are moved away from the reference, against the two sequence
+    log-probs computed directly (float32 logits, other batch shapes: 1e-4 nats per log-prob, times beta).
+    Catches the reward without its beta."""
+    from minippo.rlhf.dpo import evaluate_pairs
+    sft, tok, train, heldout = setup
+    policy = sft.copy()
+    rng = np.random.default_rng(0)
+    for p in policy.params.values():
+        p += rng.normal(0, 0.05, p.shape).astype(p.dtype)
+    out = evaluate_pairs(policy, sft, heldout, tiny_cfg(beta=0.5))
+    seq, ref = response_logprobs(policy, heldout)[0], response_logprobs(sft, heldout)[0]
+    assert np.abs(seq - ref).max() > 1e-2
+    np.testing.assert_allclose(out["implicit_reward"], 0.5 * (seq - ref), rtol=0, atol=0.5 * 2e-4)
+
+
+def test_trimming_keeps_every_real_token(setup):
+    """trim_columns drops only the columns no row uses: every row keeps all its real tokens (the same ids,
+    in order) and the longest row fills the last column. Integers: compared exactly. Catches a trim one
+    column short (the longest response losing its last token)."""
+    from minippo.rlhf.dpo import trim_columns
+    _, _, train, _ = setup
+    wide = train.select_groups(np.arange(2))
+    wide = type(wide)(**{**wide.__dict__, "sequences": np.pad(wide.sequences, ((0, 0), (0, 2))),
+                         "mask": np.pad(wide.mask, ((0, 0), (0, 2)))})
+    trimmed = trim_columns(wide)
+    assert trimmed.mask.shape[1] == wide.mask.sum(axis=1).max() and trimmed.mask[:, -1].any()
+    for i in range(len(wide.mask)):
+        np.testing.assert_array_equal(trimmed.sequences[i][trimmed.mask[i] != 0], wide.sequences[i][wide.mask[i] != 0])
+
+
 def test_lr_zero_keeps_the_implicit_rewards_at_zero(setup):
     """Policy and reference are copies: log pi = log pi_ref bitwise (same computation, same shapes), h = 0."""
     sft, tok, train, heldout = setup

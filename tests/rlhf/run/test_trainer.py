@@ -170,6 +170,26 @@ def test_canonical_minibatch_loss_gradients_every_tensor(entries):
         assert all(np.array_equal(mine[k], theirs[k]) for k in mine)
 
 
+def test_critic_free_actor_loss_gradients_with_the_kl_term():
+    """The critic-free family's actor loss L_pi - c2 S + beta L_KL (grpo.actor_loss, k3 against pi_ref with
+    beta 0.1): its hand-written gradient against central differences (float64, whole model; 8 entries of the
+    tied LM head, the last LayerNorm and one block's MLP, tol 1e-5 as above). Catches the KL term's gradient
+    with the wrong sign."""
+    from minippo.rlhf import grpo
+    state, ro, _ = gradcheck_setup("none")
+    cfg = GRPOConfig(kl_ref_loss_coef=0.1, ent_coef=0.05, temperature=0.8, clip_eps=0.2)
+
+    def total():
+        terms, stats, _, _, _ = grpo.actor_loss(state, ro, cfg)
+        return terms["loss/policy"] - cfg.ent_coef * stats["entropy_agg"] + cfg.kl_ref_loss_coef * terms["loss/kl"]
+
+    _, _, dlogits, _, cache = grpo.actor_loss(state, ro, cfg)
+    grads = ppo.backward_response(state.actor, cache, dlogits=dlogits)
+    picked = ("wte", "ln_f.w", "h.0.mlp.c_proj.w")         # the LM head (tied), the last LayerNorm, one block
+    assert_gradients(total, {k: state.actor.params[k] for k in picked}, {k: grads[k] for k in picked}, tol=1e-5,
+                     max_entries=8)
+
+
 def aggregate_by_loops(x, mask, loss_agg, norm_len):
     """An aggregated per-token term written out response by response (independent of rl/masked.py)."""
     rows = [[x[b, t] for t in range(x.shape[1]) if mask[b, t]] for b in range(x.shape[0])]
@@ -303,6 +323,67 @@ def test_critic_bias_starts_at_the_mean_score():
     np.testing.assert_allclose(fresh, ro2.values, atol=1e-5)
 
 
+def test_the_mean_score_shift_moves_a_normalised_head_by_shift_over_sigma():
+    """init_bias_to_mean_score, hand-worked: values (1, 2 | 3) on the valid tokens (mean 2), scores (4, 6)
+    (mean 5): the shift is 3, added to every value; a head whose output is denormalised with sigma 2
+    (V = sigma h + mu) moves its bias by 3 / 2, from 0.5 to 2. Dyadic numbers: exact in float64 (and in
+    the float32 bias). Catches shift * sigma for shift / sigma."""
+    from minippo.rlhf.critic import init_bias_to_mean_score
+    head = {"scalar_head.b": np.array([0.5], dtype=np.float32)}
+    values = np.array([[1.0, 2.0, 9.0], [3.0, 9.0, 9.0]])
+    mask = np.array([[1, 1, 0], [1, 0, 0]])
+    assert init_bias_to_mean_score(head, values, np.array([4.0, 6.0]), mask, sigma=2.0) == 3.0
+    assert head["scalar_head.b"][0] == 2.0
+
+
+def test_an_sft_critic_is_the_sft_trunk_with_a_zero_head():
+    """build_critic("sft"): a copy of the SFT model whose value head (w and b) is 0, so every value is 0
+    exactly, whatever head the SFT model carried (here one set to 1 and 0.5); the trunk is the SFT model's,
+    bit for bit, and the SFT model itself is untouched. Catches the head's w kept."""
+    from minippo.rlhf.critic import build_critic
+    sft = TinyGPT(GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=8, dtype="float64"), seed=3)
+    sft.params["scalar_head.w"][...] = 1.0
+    sft.params["scalar_head.b"][...] = 0.5
+    critic = build_critic("sft", sft, None, seed=0)
+    assert not critic.params["scalar_head.w"].any() and not critic.params["scalar_head.b"].any()
+    assert all(np.array_equal(critic.params[k], v) for k, v in sft.params.items() if not k.startswith("scalar_head"))
+    assert (sft.params["scalar_head.w"] == 1.0).all()
+    _, values, _ = critic.forward(np.array([[1, 5, 7, 2]]), np.ones((1, 4), dtype=np.int64), scalar=True, logits=False)
+    assert not values.any()
+
+
+def test_value_norm_merges_its_running_statistics_exactly():
+    """ValueNorm.update merges (mean, var, count) of the returns seen so far with each new batch's: after
+    the batches (1, 2, 3) and (10, 20) (the masked-out 99 never counts) it holds the mean and the population
+    variance of all five numbers, as np.mean / np.var give them (float64, a handful of operations: rel
+    1e-12), and its sigma is their standard deviation. Catches the between-batch term of the merged M2
+    without its count, the merged mean weighted by the old count, and the variance taken for sigma."""
+    norm = ValueNorm(True)
+    head = {"scalar_head.w": np.ones((2, 1)), "scalar_head.b": np.zeros(1)}
+    norm.update(np.array([[1.0, 2.0, 3.0]]), np.array([[1, 1, 1]]), head)
+    norm.update(np.array([[10.0, 20.0, 99.0]]), np.array([[1, 1, 0]]), head)
+    seen = np.array([1.0, 2.0, 3.0, 10.0, 20.0])
+    assert norm.count == 5
+    assert norm.mean == pytest.approx(seen.mean(), rel=1e-12) and norm.var == pytest.approx(seen.var(), rel=1e-12)
+    assert norm.mu_sigma == pytest.approx((seen.mean(), seen.std()), rel=1e-12)      # sigma: the std
+
+
+def test_value_norm_rescales_the_head_so_every_value_stays():
+    """PopArt, hand-worked: a head w = (2, 1), b = 0.5 on the features x = (1, 3) outputs h = 5.5, the value
+    V = sigma h + mu = 5.5 before any statistics (mu 0, sigma 1); after an update with the returns (1, 2, 3)
+    (mu 2, sigma sqrt(2/3)) the rescaled head gives the same V for any x (here x and 2x; float64: rel
+    1e-12). Catches w left unscaled (only b moved)."""
+    norm = ValueNorm(True)
+    head = {"scalar_head.w": np.array([[2.0], [1.0]]), "scalar_head.b": np.array([0.5])}
+    xs = np.array([[1.0, 3.0], [2.0, 6.0]])
+    before = [float(x @ head["scalar_head.w"][:, 0] + head["scalar_head.b"][0]) for x in xs]
+    assert before == [5.5, 10.5]
+    norm.update(np.array([[1.0, 2.0, 3.0]]), np.array([[1, 1, 1]]), head)
+    mu, sigma = norm.mu_sigma
+    after = [sigma * float(x @ head["scalar_head.w"][:, 0] + head["scalar_head.b"][0]) + mu for x in xs]
+    assert (mu, sigma) != (0.0, 1.0) and after == pytest.approx(before, rel=1e-12)
+
+
 def test_value_normalisation_preserves_the_values():
     sft, rm, tok = world(dtype="float64")
     model, value_norm = sft.copy(), ValueNorm(True)
@@ -335,6 +416,38 @@ def test_target_kl_stops_the_update_and_ratio_threshold_skips():
     upd = update_metrics(knobs_update(tr.state, ro, tr.cfg))
     assert upd["policy/skipped_minibatches"] == tr.cfg.update_epochs * tr.cfg.num_minibatches and upd["policy/steps"] == 0
     assert all((before[k] == v).all() for k, v in tr.actor.params.items())
+
+
+def test_the_minibatch_above_kl_old_target_is_not_applied_and_one_at_it_is():
+    """ppo_update's early stop (canonical PPO): a minibatch whose approx KL is ABOVE kl_old_target stops the
+    update before its step: no parameter of either model moves and no AdamW step is counted, one history row without a
+    grad norm, early_stop_epoch 0. A target equal to that approx KL does not stop it (strict >). Catches
+    applying the minibatch that tripped the stop, and >= for >. The approx KL of the first minibatch is computed
+    once here and once inside ppo_update by the same call on the same arrays: equal bit for bit."""
+    import copy
+    sft, rm, tok = world()
+    tr = PPOTrainer(tiny_config(lr=3e-2, update_epochs=2), sft, rm, tok)
+    tr.step()                                          # the actor moves away from the rollout's pi_old
+    state, ro = tr.state, tr.last_rollout
+    rng0 = np.random.default_rng(5)
+    first = next(ppo.epoch_minibatches(ro.batch_size, tr.cfg.minibatch_size, 2, copy.deepcopy(rng0)))[1]
+    kl0 = ppo.minibatch_loss_and_grads(state, ro.take(first), tr.cfg)[1]["approx_kl"]
+    assert kl0 > 0
+    models = (state.actor, state.critic)
+    before = [{k: v.copy() for k, v in m.params.items()} for m in models]
+    moments = [copy.deepcopy(o.__dict__) for o in (state.opt_actor, state.opt_critic)]
+    state.rng = copy.deepcopy(rng0)
+    upd = ppo.ppo_update(state, ro, tr.cfg.replace(kl_old_target=kl0 / 2))
+    assert upd["early_stop_epoch"] == 0 and len(upd["history"]) == 1
+    assert upd["history"][0]["grad_norm"] is None and upd["history"][0]["approx_kl"] == kl0
+    for m, b in zip(models, before):
+        assert all(np.array_equal(b[k], v) for k, v in m.params.items())
+    for o, mo in zip((state.opt_actor, state.opt_critic), moments):
+        assert o.t == mo["t"]
+    state.rng = copy.deepcopy(rng0)
+    upd = ppo.ppo_update(state, ro, tr.cfg.replace(kl_old_target=kl0))
+    assert upd["history"][0]["approx_kl"] == kl0 and upd["history"][0]["grad_norm"] is not None
+    assert any(not np.array_equal(before[0][k], v) for k, v in state.actor.params.items())
 
 
 def test_kl_adapted_lr_follows_the_rule_minibatch_by_minibatch(monkeypatch):
@@ -436,6 +549,23 @@ def test_adaptive_controller_follows_ziegler():
     r0, r1 = tr.train()
     err = min(max(r0["objective/kl"] / 0.5 - 1, -0.2), 0.2)
     assert r1["kl_coef"] == pytest.approx(0.1 * (1 + err * 8 / 100.0))
+
+
+def test_the_kl_controller_reads_the_kl_per_response():
+    """Step 6 of ppo_iteration feeds beta's controller objective/kl, the KL of a whole response (its
+    per-token k1 summed), averaged over the batch, with n_steps = batch_size: on the second iteration (the
+    actor has moved, kl != 0) the number it receives is that sum written out as a loop over rows and valid
+    tokens (float64, <= 8 x 8 terms: rel 1e-12). Catches the mean per token fed instead."""
+    sft, rm, tok = world()
+    tr = PPOTrainer(tiny_config(iterations=2, lr=3e-2), sft, rm, tok)
+    tr.step()
+    got, seen, real = [], {}, tr.state.kl_ctl.update
+    tr.state.kl_ctl.update = lambda kl, n_steps: (got.append((kl, n_steps)), real(kl, n_steps))
+    tr.step(callback=lambda t, ro, rec: seen.update(ro=ro))
+    ro = seen["ro"]
+    rows = [sum(ro.kl[b, t] for t in range(ro.kl.shape[1]) if ro.response_mask[b, t]) for b in range(ro.batch_size)]
+    assert len(got) == 1 and got[0][1] == 8 and abs(sum(rows)) > 1e-3
+    assert got[0][0] == pytest.approx(sum(rows) / len(rows), rel=1e-12)
 
 
 def test_resume_equals_an_uninterrupted_run(tmp_path):
