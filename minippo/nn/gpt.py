@@ -88,11 +88,15 @@ class GPTConfig:
                              f"(={self.n_head})")
         check_choice("dtype", self.dtype, ("float32", "float64"))
         check_range("init_std", self.init_std, 0, 1, lo_open=True)
-        n = sum(math.prod(shape) for shape in param_shapes(self).values())
+        n = self.num_params()
         if n > MAX_PARAMS:
             raise ValueError(f"`vocab_size`, `n_embd` and `n_layer` give {n:,} parameters, more "
                              f"than a TinyGPT may have ({MAX_PARAMS:,}: parameters, gradients and "
                              f"Adam moments must fit in memory)")
+
+    def num_params(self) -> int:
+        """The parameter count of a TinyGPT of this shape (``TinyGPT.num_params()``)."""
+        return sum(math.prod(shape) for shape in param_shapes(self).values())
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -208,9 +208,8 @@ def _run(out: Path, quick, seed, method, progress, log, sft_cfg, rl_cfg, eval_cf
     # stage 2: RL against the verifier (the canonical PPO, or the critic-free family)
     t, c = time.perf_counter(), time.process_time()
     problems, rl_dir, name = Problems(sft_cfg), out / method, METHODS[method]
-    sft_input = {"sft": out / "sft" / "model"}
     if has_checkpoint(rl_dir / "policy"):
-        check_stage_inputs(out, method, sft_input)
+        check_stage_inputs(out, method, {"sft": out / "sft" / "model"})
         log(f"[2/2] {name}: reusing {rl_dir / 'policy'} (same config)")
     else:
         resuming = has_checkpoint(rl_dir / "checkpoint")
@@ -219,7 +218,7 @@ def _run(out: Path, quick, seed, method, progress, log, sft_cfg, rl_cfg, eval_cf
             f"{rl_cfg.iterations} iterations x {rl_cfg.batch_size} answers, {rl_cfg.update_epochs} epochs of "
             f"{rl_cfg.num_minibatches} minibatches; {method_summary(rl_cfg)}")
         trainer = RLVRTrainer(rl_cfg, sft_model, tokenizer, problems, out_dir=rl_dir, resume=True,
-                              inputs={flag: input_identity(path) for flag, path in sft_input.items()})
+                              inputs={"sft": input_identity(out / "sft" / "model")})
         try:
             trainer.train(progress=progress)
         finally:

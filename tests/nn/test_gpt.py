@@ -429,3 +429,11 @@ def test_decoding_padding_into_a_row_without_real_tokens_stays_finite():
         assert np.all(np.isfinite(logits))
         real = new_mask[:, t] == 1
         np.testing.assert_allclose(logits[real], full_logits[real, 2 + t], rtol=0, atol=1e-10)
+
+
+def test_the_config_counts_the_parameters_of_its_model():
+    """GPTConfig.num_params (the count MAX_PARAMS is checked against, and summary.json's for a reused SFT model)
+    is the model's own count, for the tied LM head and both heads."""
+    for kw in ({}, {"n_layer": 3, "vocab_size": 37}, {"n_embd": 24, "n_head": 3, "block_size": 5}):
+        cfg = GPTConfig(**{**TINY, **kw})
+        assert cfg.num_params() == TinyGPT(cfg, seed=0).num_params()

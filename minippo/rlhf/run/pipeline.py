@@ -53,7 +53,7 @@ import numpy as np
 from minippo.blas import blas_core_name, single_blas_thread
 from minippo.checks import check_choice
 from minippo.io import STATE, atomic_write_text, checkpoint_folder, has_checkpoint, read_json, read_metrics
-from minippo.nn.gpt import GPTConfig, param_shapes
+from minippo.nn.gpt import GPTConfig
 from minippo.rlhf.checkpoint import load_model
 from minippo.rlhf.data.corpus import sample_prompts
 from minippo.rlhf.dpo_config import DPOConfig
@@ -276,8 +276,7 @@ def stored_sft_numbers(model_dir) -> dict:
         cfg = GPTConfig.from_dict(state["gpt_config"])
     except (OSError, ValueError, KeyError, TypeError):
         return {}
-    numbers = {"n_params": sum(int(np.prod(shape)) for shape in param_shapes(cfg).values()),
-               "ln_V": math.log(cfg.vocab_size)}
+    numbers = {"n_params": cfg.num_params(), "ln_V": math.log(cfg.vocab_size)}
     for key in ("initial_loss", "heldout_loss", "unigram_loss"):
         if isinstance(state.get(key), (int, float)):
             numbers[key] = float(state[key])
